@@ -1,0 +1,34 @@
+# The two set-up commands of the README:
+#   make demo   install what is missing, build, run the demo job
+#   make test   install what is missing, build, run the whole test suite
+# Knobs: BUILD (build folder), JOBS (parallel build jobs), CMAKE_FLAGS (e.g. -DSQUALL_CUDA=OFF).
+BUILD       ?= build
+JOBS        ?= $(shell nproc)
+CMAKE_FLAGS ?=
+NP          ?= 2
+
+# Open MPI refuses to run as root unless told; CI and fresh machines run as root.
+export OMPI_ALLOW_RUN_AS_ROOT         := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+
+.PHONY: all deps configure build demo test clean
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+configure: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	mpirun -np $(NP) --oversubscribe $(BUILD)/bin/squall info
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,28 @@
+# Helpers that register tests with CTest labels and the launcher settings MPI needs.
+
+# Environment every launched test gets: Open MPI refuses root without these two, and the
+# suite starts more ranks than CI has cores.
+set(SQUALL_MPI_TEST_ENV
+    "OMPI_ALLOW_RUN_AS_ROOT=1"
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+    "OMPI_MCA_rmaps_base_oversubscribe=1"
+    "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+
+# One CTest test per Catch2 test case, labelled; every case gets a timeout. (The launcher
+# environment is set by tests/support/process.cpp: a list does not survive discovery.)
+function(squall_add_catch_tests target label)
+  catch_discover_tests(${target}
+    TEST_PREFIX "${label}:"
+    PROPERTIES LABELS ${label} TIMEOUT 300)
+endfunction()
+
+function(squall_mpi_test_properties name)
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${SQUALL_MPI_TEST_ENV}")
+endfunction()
+
+# squall_add_mpi_test(name np exe [catch args...]): runs exe on np ranks.
+function(squall_add_mpi_test name np exe)
+  add_test(NAME ${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe ${exe} ${ARGN})
+  squall_mpi_test_properties(${name})
+endfunction()

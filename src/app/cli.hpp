@@ -1,0 +1,40 @@
+#pragma once
+// The command line: builds the CLI11 tree, parses it identically on every rank, runs the
+// chosen subcommand and turns failures into exit codes:
+//   0 success, 1 runtime failure, 2 usage error (bad flag or value, named in the message).
+// A failure that only some ranks see cannot simply return (the others would wait forever
+// in the next collective): with more than one rank it takes the job down with MPI_Abort
+// after printing one line naming the rank and the reason.
+#include <functional>
+#include <map>
+
+#include <CLI/CLI.hpp>
+
+namespace squall::mpi {
+class Runtime;
+}
+
+namespace squall::app {
+
+// Options shared by the subcommands that run collectives (info, train, bench, stage).
+struct GlobalOptions {
+  int ranks_per_node = -1;  // -1: not given (fall back to SQUALL_RANKS_PER_NODE, then 0)
+};
+
+struct Context {
+  mpi::Runtime& runtime;
+  GlobalOptions global;
+};
+
+using Action = std::function<int()>;
+using Actions = std::map<const CLI::App*, Action>;
+
+// Adds --ranks-per-node to a subcommand.
+void add_topology_options(CLI::App& sub, GlobalOptions& global);
+
+void add_info_command(CLI::App& root, Context& ctx, Actions& actions);
+void add_stub_commands(CLI::App& root, Actions& actions);
+
+int run(int argc, char** argv, mpi::Runtime& runtime);
+
+}  // namespace squall::app

@@ -1,0 +1,43 @@
+// Subcommands named in the design whose work later issues add. Each says so and exits 1:
+// no fake output that a script could mistake for a result.
+#include <string>
+
+#include "src/app/cli.hpp"
+#include "src/core/log.hpp"
+#include "src/core/error.hpp"
+
+namespace squall::app {
+namespace {
+
+void add_stub(CLI::App& parent, const std::string& name, const std::string& what, Actions& actions) {
+  CLI::App* sub = parent.add_subcommand(name, what + " (not implemented yet)");
+  sub->allow_extras();  // take any arguments: the answer is the same
+  const std::string full = parent.get_parent() ? parent.get_name() + " " + name : name;
+  actions[sub] = [full] {
+    if (process_rank() <= 0) log::error("`squall " + full + "` is not implemented yet");
+    return 1;
+  };
+}
+
+}  // namespace
+
+void add_stub_commands(CLI::App& root, Actions& actions) {
+  add_stub(root, "train", "Train a model from a TOML config", actions);
+  add_stub(root, "eval", "Evaluate a checkpoint on a test set", actions);
+  add_stub(root, "stage", "Copy the shards this node reads to node-local storage", actions);
+  add_stub(root, "report", "Summarise run directories and scaling studies", actions);
+  add_stub(root, "model", "Describe a model from the zoo (layers, parameters, FLOPs)", actions);
+
+  CLI::App* data = root.add_subcommand("data", "Datasets: converters, generators and checks");
+  data->require_subcommand(1);
+  add_stub(*data, "fashion-mnist", "Convert Debian's Fashion-MNIST to HDF5 shards", actions);
+  add_stub(*data, "climate", "Generate synthetic CAM5-like climate shards", actions);
+  add_stub(*data, "label", "Label climate fields with TECA-style heuristics", actions);
+  add_stub(*data, "inspect", "Check shards or DeepCAM files and print what they hold", actions);
+
+  CLI::App* bench = root.add_subcommand("bench", "Benchmarks of squall's building blocks");
+  bench->require_subcommand(1);
+  add_stub(*bench, "allreduce", "Allreduce bandwidth: plain MPI against the hierarchical one", actions);
+}
+
+}  // namespace squall::app

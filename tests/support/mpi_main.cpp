@@ -1,0 +1,20 @@
+// Catch2 main for tests that run under mpiexec. Every rank runs every case; rank 0 reports
+// in full, other ranks only their failures. The exit status is the OR over ranks, so a
+// case that fails on one rank fails the test on all of them (and mpiexec never sees a mix
+// of passing and failing ranks).
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#include <mpi.h>
+
+#include "mpi/runtime.hpp"
+
+int main(int argc, char** argv) {
+  squall::mpi::Runtime runtime(argc, argv);
+  Catch::Session session;
+  if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
+  if (runtime.rank() != 0) session.configData().reporterName = "compact";
+  int failed = session.run() != 0 ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (failed && runtime.rank() == 0) std::fprintf(stderr, "mpi test: a case failed on at least one rank\n");
+  return failed;
+}
