@@ -1,0 +1,82 @@
+#pragma once
+// A Layer computes one node of a model graph on a Backend. Its life:
+//   setup(input shapes)  -> output shape; declares its parameters and state (once per batch)
+//   build(backend, ...)  -> makes the backend plans and workspaces for that batch size,
+//                           receives views of its parameters, gradients and state
+//   forward / backward   -> every step; backward overwrites din (the graph sums branches)
+// Parameters live in the model's flat arenas (values, gradients, state), so that
+// optimizers, allreduce and model averaging see each of them as one contiguous buffer.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/nn/backend.hpp"
+#include "src/nn/tensor.hpp"
+
+namespace squall::nn {
+
+enum class Init {
+  zeros,
+  ones,
+  uniform_fan_in,     // U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's default for conv/linear
+  kaiming_normal_out, // N(0, sqrt(2 / fan_out)): ResNet convolutions
+};
+
+struct ParamSpec {
+  std::string name;       // "weight", "bias", "running_mean", ...
+  Shape shape;
+  Init init = Init::zeros;
+  int64_t fan_in = 1, fan_out = 1;
+  bool weight_decay = true;  // false for biases and norm scales/shifts
+};
+
+struct RunMode {
+  bool train = true;
+  uint64_t seed = 0;  // per learner; with step, seeds dropout masks
+  uint64_t step = 0;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual std::string type() const = 0;
+
+  // Shapes include the batch dimension. Throws squall::Error naming the layer on a mismatch.
+  virtual Shape setup(const std::vector<Shape>& inputs) = 0;
+  virtual std::vector<ParamSpec> param_specs() const { return {}; }
+  virtual std::vector<ParamSpec> state_specs() const { return {}; }  // not learned (running stats)
+
+  virtual void build(Backend& backend, const std::vector<Tensor>& params,
+                     const std::vector<Tensor>& grads, const std::vector<Tensor>& state) = 0;
+  virtual void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out,
+                       const RunMode& mode) = 0;
+  // din[i].data == nullptr: the gradient of input i is not needed (e.g. the model input).
+  virtual void backward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out,
+                        const Tensor& dout, const std::vector<Tensor>& din) = 0;
+};
+
+// ---- factories (src/nn/layers/*.cpp) --------------------------------------------------------
+struct Conv2dOptions {
+  int64_t out_channels = 1, kernel = 3, stride = 1, padding = 0, dilation = 1;
+  bool bias = true;
+  Init init = Init::uniform_fan_in;
+};
+struct ConvTranspose2dOptions {
+  int64_t out_channels = 1, kernel = 2, stride = 2, padding = 0, output_padding = 0;
+  bool bias = true;
+};
+std::unique_ptr<Layer> conv2d(const Conv2dOptions&);
+std::unique_ptr<Layer> conv_transpose2d(const ConvTranspose2dOptions&);
+std::unique_ptr<Layer> linear(int64_t out_features, bool bias = true);
+std::unique_ptr<Layer> batch_norm(float eps = 1e-5f, float momentum = 0.1f);
+std::unique_ptr<Layer> relu();
+std::unique_ptr<Layer> max_pool(int64_t kernel, int64_t stride, int64_t padding = 0);
+std::unique_ptr<Layer> avg_pool(int64_t kernel, int64_t stride, int64_t padding = 0);
+std::unique_ptr<Layer> global_avg_pool();          // [n,c,h,w] -> [n,c]
+std::unique_ptr<Layer> upsample_bilinear(int64_t out_h, int64_t out_w);
+std::unique_ptr<Layer> dropout(float p);
+std::unique_ptr<Layer> add();                      // two inputs, same shape
+std::unique_ptr<Layer> concat();                   // channel concat of >= 2 inputs
+std::unique_ptr<Layer> flatten();                  // [n,c,h,w] -> [n,c*h*w]
+
+}  // namespace squall::nn

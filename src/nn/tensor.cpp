@@ -1,0 +1,30 @@
+#include "src/nn/tensor.hpp"
+
+#include "src/nn/backend.hpp"
+
+namespace squall::nn {
+
+std::string Shape::str() const {
+  std::string s = "[";
+  for (int i = 0; i < rank; ++i) s += (i ? "," : "") + std::to_string(dims[static_cast<size_t>(i)]);
+  return s + "]";
+}
+
+Shape ConvDesc::output() const {
+  if (transposed) {
+    const int64_t p = (h - 1) * stride_h - 2 * pad_h + dil_h * (r - 1) + out_pad_h + 1;
+    const int64_t q = (w - 1) * stride_w - 2 * pad_w + dil_w * (s - 1) + out_pad_w + 1;
+    return Shape(n, k, p, q);
+  }
+  const int64_t p = (h + 2 * pad_h - dil_h * (r - 1) - 1) / stride_h + 1;
+  const int64_t q = (w + 2 * pad_w - dil_w * (s - 1) - 1) / stride_w + 1;
+  return Shape(n, k, p, q);
+}
+
+Shape ConvDesc::weight() const { return transposed ? Shape(c, k, r, s) : Shape(k, c, r, s); }
+
+Shape PoolDesc::output() const {
+  return Shape(n, c, (h + 2 * pad_h - r) / stride_h + 1, (w + 2 * pad_w - s) / stride_w + 1);
+}
+
+}  // namespace squall::nn

@@ -1,0 +1,37 @@
+#pragma once
+// Progress reporting for a training run: on a terminal, one line rewritten in place
+// ("\r"); otherwise (a batch job's log) a plain line every `log_every` steps.
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace squall::train {
+
+struct ProgressSample {
+  int64_t step = 0, total_steps = 0;
+  int epoch = 0, epochs = 0;
+  double loss = 0;
+  double samples_per_s = 0;
+  double elapsed_s = 0;
+};
+
+// "epoch 2/5 step 1200/4685 loss 0.4312 1834 samples/s ETA 1m54s"
+std::string format_progress(const ProgressSample& p);
+// "1m54s", "2h03m", "37s"
+std::string format_duration(double seconds);
+
+class Progress {
+ public:
+  // live: rewrite one line (a terminal); else print a line every log_every steps.
+  Progress(bool live, int64_t log_every);
+  void update(const ProgressSample& p);  // rank 0 only; cheap when nothing is printed
+  void finish();                         // ends the live line
+
+ private:
+  bool m_live;
+  int64_t m_log_every;
+  bool m_open_line = false;
+  std::chrono::steady_clock::time_point m_last_draw{};
+};
+
+}  // namespace squall::train
