@@ -24,8 +24,11 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The demo: who runs where, then LeNet-5 trained on Debian's Fashion-MNIST (5 epochs, about
+# half a minute on two cores), ending with the test accuracy and the throughput.
 demo: build
 	mpirun -np $(NP) --oversubscribe $(BUILD)/bin/squall info
+	$(BUILD)/bin/squall train --config configs/fashion-mnist-lenet5.toml
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900

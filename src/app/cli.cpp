@@ -58,6 +58,7 @@ int run(int argc, char** argv, mpi::Runtime& runtime) {
 
   Actions actions;
   add_info_command(app, ctx, actions);
+  add_train_command(app, ctx, actions);
   add_stub_commands(app, actions);
 
   try {

@@ -33,6 +33,7 @@ using Actions = std::map<const CLI::App*, Action>;
 void add_topology_options(CLI::App& sub, GlobalOptions& global);
 
 void add_info_command(CLI::App& root, Context& ctx, Actions& actions);
+void add_train_command(CLI::App& root, Context& ctx, Actions& actions);
 void add_stub_commands(CLI::App& root, Actions& actions);
 
 int run(int argc, char** argv, mpi::Runtime& runtime);

@@ -22,7 +22,6 @@ void add_stub(CLI::App& parent, const std::string& name, const std::string& what
 }  // namespace
 
 void add_stub_commands(CLI::App& root, Actions& actions) {
-  add_stub(root, "train", "Train a model from a TOML config", actions);
   add_stub(root, "eval", "Evaluate a checkpoint on a test set", actions);
   add_stub(root, "stage", "Copy the shards this node reads to node-local storage", actions);
   add_stub(root, "report", "Summarise run directories and scaling studies", actions);

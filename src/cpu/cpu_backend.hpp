@@ -13,6 +13,8 @@ namespace squall::cpu {
 
 using namespace squall::nn;
 
+class MemoryPool;  // cpu_backend.cpp: recycles aligned allocations by size
+
 class CpuStream : public Stream {
  public:
   explicit CpuStream(dnnl::engine& engine) : stream(engine) {}
@@ -77,6 +79,7 @@ class CpuBackend : public Backend {
  private:
   int m_threads;
   dnnl::engine m_engine;
+  std::shared_ptr<MemoryPool> m_pool;  // shared with every live Buffer's deleter
 };
 
 }  // namespace squall::cpu

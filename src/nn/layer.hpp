@@ -34,6 +34,7 @@ struct RunMode {
   bool train = true;
   uint64_t seed = 0;  // per learner; with step, seeds dropout masks
   uint64_t step = 0;
+  uint64_t node = 0;  // set by the graph for each layer: salts per-layer random streams
 };
 
 class Layer {

@@ -1,0 +1,184 @@
+// Element-wise, data-movement and resampling operations: OpenMP loops the compiler can
+// vectorise. Below kParallelMin elements a loop runs serially: waking the team costs more
+// than the work.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "src/core/error.hpp"
+#include "src/cpu/cpu_backend.hpp"
+
+namespace squall::cpu {
+
+namespace {
+
+constexpr int64_t kParallelMin = 16384;
+
+inline int64_t as_signed(size_t n) { return static_cast<int64_t>(n); }
+
+// splitmix64's finaliser: a bijective mixer with full avalanche, good enough for dropout
+// masks and cheap to evaluate per element on any backend.
+inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+void CpuBackend::fill(Stream&, float* x, size_t n, float value) {
+  const int64_t m = as_signed(n);
+#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < m; ++i) x[i] = value;
+}
+
+void CpuBackend::relu_forward(Stream&, const float* x, float* y, size_t n) {
+  const int64_t m = as_signed(n);
+#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < m; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void CpuBackend::relu_backward(Stream&, const float* y, const float* dy, float* dx, size_t n) {
+  const int64_t m = as_signed(n);
+#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < m; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+void CpuBackend::add(Stream&, const float* a, const float* b, float* y, size_t n) {
+  const int64_t m = as_signed(n);
+#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < m; ++i) y[i] = a[i] + b[i];
+}
+
+void CpuBackend::axpy(Stream&, float alpha, const float* x, float* y, size_t n) {
+  const int64_t m = as_signed(n);
+#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < m; ++i) y[i] += alpha * x[i];
+}
+
+void CpuBackend::scale(Stream&, float alpha, float* x, size_t n) {
+  const int64_t m = as_signed(n);
+#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < m; ++i) x[i] *= alpha;
+}
+
+// The mask is a pure function of (seed, offset + i): u_i = top 24 bits of
+// mix64(mix64(seed) + offset + i) / 2^24, kept when u_i >= p. Any backend evaluating this
+// formula draws the same mask, and a run resumed at the same offset repeats it.
+void CpuBackend::dropout_forward(Stream&, const float* x, float* y, float* mask, size_t n, float p,
+                                 uint64_t seed, uint64_t offset) {
+  if (!(p >= 0.0f && p <= 1.0f)) throw Error("dropout: probability must be in [0, 1], got " + std::to_string(p));
+  const int64_t m = as_signed(n);
+  const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+  const uint64_t base = mix64(seed) + offset;
+#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < m; ++i) {
+    const float u = static_cast<float>(mix64(base + static_cast<uint64_t>(i)) >> 40) * (1.0f / 16777216.0f);
+    const float k = u >= p ? keep_scale : 0.0f;
+    mask[i] = k;
+    y[i] = x[i] * k;
+  }
+}
+
+void CpuBackend::multiply(Stream&, const float* a, const float* b, float* y, size_t n) {
+  const int64_t m = as_signed(n);
+#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < m; ++i) y[i] = a[i] * b[i];
+}
+
+void CpuBackend::copy_strided(Stream&, float* dst, int64_t dst_stride, int64_t dst_offset, const float* src,
+                              int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) {
+  if (rows <= 0 || count <= 0) return;
+#pragma omp parallel for if (rows * count >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(dst + i * dst_stride + dst_offset, src + i * src_stride + src_offset,
+                static_cast<size_t>(count) * sizeof(float));
+}
+
+void CpuBackend::global_avg_pool_forward(Stream&, const float* x, float* y, int64_t nc, int64_t hw) {
+  const float inv = 1.0f / static_cast<float>(hw);
+#pragma omp parallel for if (nc * hw >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < nc; ++i) {
+    const float* row = x + i * hw;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < hw; ++j) sum += row[j];
+    y[i] = sum * inv;
+  }
+}
+
+void CpuBackend::global_avg_pool_backward(Stream&, const float* dy, float* dx, int64_t nc, int64_t hw) {
+  const float inv = 1.0f / static_cast<float>(hw);
+#pragma omp parallel for if (nc * hw >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < nc; ++i) {
+    const float g = dy[i] * inv;
+    float* row = dx + i * hw;
+#pragma omp simd
+    for (int64_t j = 0; j < hw; ++j) row[j] = g;
+  }
+}
+
+namespace {
+
+// PyTorch's area_pixel_compute_source_index for align_corners=false: the source coordinate
+// of output index d, clamped at 0 (not at the far edge: the upper neighbour is clamped).
+struct Tap {
+  int64_t i0, i1;   // the two source indices
+  float l0, l1;     // their weights
+};
+
+inline Tap source_tap(int64_t d, int64_t in, int64_t out) {
+  const float scale = static_cast<float>(in) / static_cast<float>(out);
+  float src = scale * (static_cast<float>(d) + 0.5f) - 0.5f;
+  if (src < 0.0f) src = 0.0f;
+  const int64_t i0 = std::min(static_cast<int64_t>(src), in - 1);
+  const int64_t i1 = i0 + (i0 < in - 1 ? 1 : 0);
+  const float l1 = src - static_cast<float>(i0);
+  return Tap{i0, i1, 1.0f - l1, l1};
+}
+
+}  // namespace
+
+void CpuBackend::bilinear_forward(Stream&, const float* x, float* y, int64_t nc, int64_t h, int64_t w,
+                                  int64_t oh, int64_t ow) {
+#pragma omp parallel for if (nc * oh * ow >= kParallelMin) schedule(static)
+  for (int64_t row = 0; row < nc * oh; ++row) {
+    const int64_t plane = row / oh, oy = row % oh;
+    const Tap ty = source_tap(oy, h, oh);
+    const float* r0 = x + plane * h * w + ty.i0 * w;
+    const float* r1 = x + plane * h * w + ty.i1 * w;
+    float* out = y + row * ow;
+    for (int64_t ox = 0; ox < ow; ++ox) {
+      const Tap tx = source_tap(ox, w, ow);
+      out[ox] = ty.l0 * (tx.l0 * r0[tx.i0] + tx.l1 * r0[tx.i1]) + ty.l1 * (tx.l0 * r1[tx.i0] + tx.l1 * r1[tx.i1]);
+    }
+  }
+}
+
+void CpuBackend::bilinear_backward(Stream&, const float* dy, float* dx, int64_t nc, int64_t h, int64_t w,
+                                   int64_t oh, int64_t ow) {
+  // Scatter per plane: planes are independent, so threads never write the same element.
+#pragma omp parallel for if (nc * oh * ow >= kParallelMin) schedule(static)
+  for (int64_t plane = 0; plane < nc; ++plane) {
+    float* g = dx + plane * h * w;
+    std::memset(g, 0, static_cast<size_t>(h * w) * sizeof(float));
+    const float* d = dy + plane * oh * ow;
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      const Tap ty = source_tap(oy, h, oh);
+      float* r0 = g + ty.i0 * w;
+      float* r1 = g + ty.i1 * w;
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        const Tap tx = source_tap(ox, w, ow);
+        const float v = d[oy * ow + ox];
+        r0[tx.i0] += ty.l0 * tx.l0 * v;
+        r0[tx.i1] += ty.l0 * tx.l1 * v;
+        r1[tx.i0] += ty.l1 * tx.l0 * v;
+        r1[tx.i1] += ty.l1 * tx.l1 * v;
+      }
+    }
+  }
+}
+
+}  // namespace squall::cpu

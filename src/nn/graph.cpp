@@ -1,0 +1,202 @@
+#include "src/nn/graph.hpp"
+
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "src/core/error.hpp"
+#include "src/nn/init.hpp"
+
+namespace squall::nn {
+
+struct Graph::Node {
+  std::string name;
+  std::unique_ptr<Layer> layer;   // null for the input node
+  std::vector<int> inputs;
+  int consumers = 0;
+  Shape shape;                    // output shape, with batch
+  Tensor value, grad;
+  bool grad_written = false;      // during backward: first writer overwrites
+};
+
+Graph::Graph(Shape input_sample) : m_input_sample(input_sample) {
+  auto in = std::make_unique<Node>();
+  in->name = "input";
+  m_nodes.push_back(std::move(in));
+}
+
+Graph::~Graph() = default;
+
+int Graph::add(std::string name, std::unique_ptr<Layer> layer, std::vector<int> inputs) {
+  for (int i : inputs)
+    if (i < 0 || i >= size()) throw Error("graph: node '" + name + "' uses node " + std::to_string(i) + ", which does not exist");
+  auto node = std::make_unique<Node>();
+  node->name = std::move(name);
+  node->layer = std::move(layer);
+  node->inputs = std::move(inputs);
+  m_nodes.push_back(std::move(node));
+  m_output = size() - 1;
+  return m_output;
+}
+
+void Graph::setup(int64_t batch) {
+  if (batch <= 0) throw Error("graph: batch size must be positive");
+  m_batch = batch;
+  m_nodes[0]->shape = m_input_sample.with_batch(batch);
+  m_param_count = m_state_count = 0;
+  m_param_info.clear();
+  m_state_info.clear();
+  m_param_specs.clear();
+  m_state_specs.clear();
+  for (auto& n : m_nodes) n->consumers = 0;
+  for (int id = 1; id < size(); ++id) {
+    Node& n = *m_nodes[static_cast<size_t>(id)];
+    std::vector<Shape> in_shapes;
+    for (int i : n.inputs) {
+      in_shapes.push_back(m_nodes[static_cast<size_t>(i)]->shape);
+      ++m_nodes[static_cast<size_t>(i)]->consumers;
+    }
+    try {
+      n.shape = n.layer->setup(in_shapes);
+    } catch (const Error& e) {
+      throw Error("model node '" + n.name + "' (" + n.layer->type() + "): " + e.what());
+    }
+    for (const auto& s : n.layer->param_specs()) {
+      m_param_info.push_back({n.name + "." + s.name, m_param_count, static_cast<size_t>(s.shape.numel()), s.shape, s.weight_decay});
+      m_param_count += static_cast<size_t>(s.shape.numel());
+      m_param_specs.push_back(s);
+    }
+    for (const auto& s : n.layer->state_specs()) {
+      m_state_info.push_back({n.name + "." + s.name, m_state_count, static_cast<size_t>(s.shape.numel()), s.shape, false});
+      m_state_count += static_cast<size_t>(s.shape.numel());
+      m_state_specs.push_back(s);
+    }
+  }
+}
+
+void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
+  setup(batch);
+  m_backend = &backend;
+  size_t activation_floats = 0, largest = 0;
+  for (const auto& n : m_nodes) {
+    activation_floats += 2 * static_cast<size_t>(n->shape.numel());
+    largest = std::max(largest, static_cast<size_t>(n->shape.numel()));
+  }
+
+  // Arenas: one allocation each.
+  m_params = backend.allocate(std::max<size_t>(m_param_count, 1));
+  m_grads = backend.allocate(std::max<size_t>(m_param_count, 1));
+  m_state = backend.allocate(std::max<size_t>(m_state_count, 1));
+  m_activations = backend.allocate(activation_floats);
+  m_scratch = backend.allocate(largest);
+  size_t off = 0;
+  for (auto& n : m_nodes) {
+    n->value = m_activations.view(n->shape, off);
+    off += static_cast<size_t>(n->shape.numel());
+    n->grad = m_activations.view(n->shape, off);
+    off += static_cast<size_t>(n->shape.numel());
+  }
+
+  // Initial values, drawn on the host, as PyTorch does per layer type.
+  auto stream = backend.create_stream();
+  {
+    std::vector<float> host(m_param_count);
+    std::mt19937_64 rng(seed);
+    for (size_t i = 0; i < m_param_specs.size(); ++i)
+      initialize(m_param_specs[i], host.data() + m_param_info[i].offset, rng);
+    if (m_param_count) backend.copy_from_host(*stream, m_params.data(), host.data(), m_param_count);
+    std::vector<float> state(m_state_count);
+    for (size_t i = 0; i < m_state_specs.size(); ++i)
+      initialize(m_state_specs[i], state.data() + m_state_info[i].offset, rng);
+    if (m_state_count) backend.copy_from_host(*stream, m_state.data(), state.data(), m_state_count);
+    backend.fill(*stream, m_grads.data(), m_param_count, 0.0f);
+    backend.synchronize(*stream);
+  }
+
+  // Plans, with views of each layer's parameters (arena order = node order).
+  size_t pi = 0, si = 0;
+  for (int id = 1; id < size(); ++id) {
+    Layer& layer = *m_nodes[static_cast<size_t>(id)]->layer;
+    std::vector<Tensor> params, grads, state;
+    for (size_t k = 0; k < layer.param_specs().size(); ++k, ++pi) {
+      params.push_back(m_params.view(m_param_info[pi].shape, m_param_info[pi].offset));
+      grads.push_back(m_grads.view(m_param_info[pi].shape, m_param_info[pi].offset));
+    }
+    for (size_t k = 0; k < layer.state_specs().size(); ++k, ++si)
+      state.push_back(m_state.view(m_state_info[si].shape, m_state_info[si].offset));
+    layer.build(backend, params, grads, state);
+  }
+}
+
+Tensor Graph::input() const { return m_nodes[0]->value; }
+Tensor Graph::output() const { return m_nodes[static_cast<size_t>(m_output)]->value; }
+Tensor Graph::output_grad() const { return m_nodes[static_cast<size_t>(m_output)]->grad; }
+Shape Graph::output_shape() const { return m_nodes[static_cast<size_t>(m_output)]->shape; }
+
+void Graph::forward(Stream& stream, const RunMode& run_mode) {
+  RunMode mode = run_mode;
+  std::vector<Tensor> in;
+  for (int id = 1; id < size(); ++id) {
+    Node& n = *m_nodes[static_cast<size_t>(id)];
+    in.clear();
+    for (int i : n.inputs) in.push_back(m_nodes[static_cast<size_t>(i)]->value);
+    mode.node = static_cast<uint64_t>(id);
+    n.layer->forward(stream, in, n.value, mode);
+  }
+}
+
+void Graph::backward(Stream& stream) {
+  for (auto& n : m_nodes) n->grad_written = false;
+  m_nodes[static_cast<size_t>(m_output)]->grad_written = true;  // the loss wrote it
+  std::vector<Tensor> in, din;
+  std::vector<int> pending_add;
+  for (int id = size() - 1; id >= 1; --id) {
+    Node& n = *m_nodes[static_cast<size_t>(id)];
+    if (!n.grad_written) continue;  // does not reach the output
+    in.clear();
+    din.clear();
+    pending_add.clear();
+    for (int i : n.inputs) {
+      Node& src = *m_nodes[static_cast<size_t>(i)];
+      in.push_back(src.value);
+      if (i == k_input) {
+        din.push_back(Tensor{nullptr, src.shape});
+      } else if (!src.grad_written) {
+        din.push_back(src.grad);
+      } else {
+        din.push_back(m_scratch.view(src.shape));
+        pending_add.push_back(i);
+      }
+    }
+    // One scratch buffer: at most one input of a node can already hold a gradient with the
+    // model builders (add(x, x) and the like are not built).
+    SQUALL_CHECK(pending_add.size() <= 1, "graph node '" + n.name + "' needs more than one gradient scratch buffer");
+    n.layer->backward(stream, in, n.value, n.grad, din);
+    for (int i : n.inputs)
+      if (i != k_input) m_nodes[static_cast<size_t>(i)]->grad_written = true;
+    for (int i : pending_add) {
+      Node& src = *m_nodes[static_cast<size_t>(i)];
+      m_backend->add(stream, src.grad.data, m_scratch.data(), src.grad.data, static_cast<size_t>(src.shape.numel()));
+    }
+  }
+}
+
+std::string Graph::describe() const {
+  std::ostringstream out;
+  size_t total = 0;
+  size_t pi = 0;
+  for (int id = 0; id < size(); ++id) {
+    const Node& n = *m_nodes[static_cast<size_t>(id)];
+    size_t params = 0;
+    if (n.layer)
+      for (const auto& s : n.layer->param_specs()) params += static_cast<size_t>(s.shape.numel()), ++pi;
+    total += params;
+    out << "  " << n.name << "  " << (n.layer ? n.layer->type() : "input") << "  " << n.shape.str();
+    if (params) out << "  params " << params;
+    out << "\n";
+  }
+  out << "  total parameters " << total << "\n";
+  return out.str();
+}
+
+}  // namespace squall::nn

@@ -1,0 +1,105 @@
+#pragma once
+// Graph: a model as a DAG of layers, materialised for one backend and one batch size.
+//
+// Nodes are added in topological order (a node's inputs already exist); node 0 is the
+// input. build() runs every layer's setup, lays out all parameters contiguously in one
+// arena (and their gradients in a second, non-learned state such as BatchNorm running
+// statistics in a third), allocates one activation and one gradient tensor per node, and
+// makes the layers' backend plans. Nothing is allocated after build().
+//
+// Backward visits nodes in reverse; a node used by several consumers (a residual branch)
+// receives the first consumer's gradient directly and the others' through a scratch
+// buffer that is added in, so layers can always overwrite their input gradients.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/nn/backend.hpp"
+#include "src/nn/layer.hpp"
+
+namespace squall::nn {
+
+// Where one parameter tensor lives inside the flat arenas.
+struct ParamInfo {
+  std::string name;     // "stage2.block0.conv1.weight"
+  size_t offset = 0;    // floats from the arena start
+  size_t count = 0;
+  Shape shape;
+  bool weight_decay = true;
+};
+
+class Graph {
+ public:
+  // input_sample: one sample's shape with batch 1, e.g. [1, 1, 28, 28].
+  explicit Graph(Shape input_sample);
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  static constexpr int k_input = 0;
+  // Returns the new node's id. Throws squall::Error for an input id that does not exist.
+  int add(std::string name, std::unique_ptr<Layer> layer, std::vector<int> inputs);
+  int add(std::string name, std::unique_ptr<Layer> layer, int input) {
+    return add(std::move(name), std::move(layer), std::vector<int>{input});
+  }
+  void set_output(int node) { m_output = node; }
+  int size() const { return static_cast<int>(m_nodes.size()); }
+
+  // Shapes only: runs every layer's setup for this batch size and counts the parameters,
+  // allocating nothing (to check a model at a size this machine cannot hold).
+  void setup(int64_t batch);
+  // Materialise; `seed` initialises the parameters (PyTorch-style per layer type).
+  void build(Backend& backend, int64_t batch, uint64_t seed);
+  bool built() const { return m_backend != nullptr; }
+  int64_t batch() const { return m_batch; }
+
+  Tensor input() const;        // copy a batch here before forward()
+  Tensor output() const;       // logits after forward()
+  Tensor output_grad() const;  // the loss writes d(loss)/d(logits) here before backward()
+  Shape output_shape() const;  // with the batch dimension
+
+  void forward(Stream& stream, const RunMode& mode);
+  void backward(Stream& stream);
+
+  // Flat arenas: parameters, their gradients (same layout), and non-learned state.
+  float* params() const { return m_params.data(); }
+  float* grads() const { return m_grads.data(); }
+  float* state() const { return m_state.data(); }
+  size_t param_count() const { return m_param_count; }
+  size_t state_count() const { return m_state_count; }
+  const std::vector<ParamInfo>& param_info() const { return m_param_info; }
+  const std::vector<ParamInfo>& state_info() const { return m_state_info; }
+
+  // One line per node: name, type, output shape, parameter count.
+  std::string describe() const;
+
+ private:
+  struct Node;
+  std::vector<std::unique_ptr<Node>> m_nodes;
+  Shape m_input_sample;
+  int m_output = 0;
+  std::vector<ParamSpec> m_param_specs, m_state_specs;  // in arena order
+  Backend* m_backend = nullptr;
+  int64_t m_batch = 0;
+  Buffer m_params, m_grads, m_state, m_activations, m_scratch;
+  size_t m_param_count = 0, m_state_count = 0;
+  std::vector<ParamInfo> m_param_info, m_state_info;
+};
+
+// ---- model zoo (src/nn/models/*.cpp) --------------------------------------------------------
+struct ModelSpec {
+  std::string name = "lenet5";     // lenet5 | resnet20 | unet | deeplabv3plus
+  int64_t classes = 10;
+  int64_t width = 0;               // base channels (0: the model's default)
+  int64_t depth = 0;               // unet levels / deeplab encoder stages (0: default)
+  std::vector<int64_t> aspp_rates; // deeplabv3plus (empty: 6, 12, 18)
+  float dropout = 0.0f;
+};
+
+// Builds the graph for an input sample shape [1, c, h, w]. Throws squall::Error naming the
+// model and the problem (unknown name, an input the model cannot take).
+std::unique_ptr<Graph> make_model(const ModelSpec& spec, Shape input_sample);
+std::vector<std::string> model_names();
+
+}  // namespace squall::nn

@@ -1,0 +1,82 @@
+// Batch normalisation over the channels of [n,c,h,w] (or the features of [n,f]) through the
+// backend's BatchNormPlan, which keeps the batch statistics between forward and backward.
+#include <memory>
+
+#include "src/core/error.hpp"
+#include "src/nn/layer.hpp"
+
+namespace squall::nn {
+namespace {
+
+class BatchNorm final : public Layer {
+ public:
+  BatchNorm(float eps, float momentum) : m_eps(eps), m_momentum(momentum) {
+    if (!(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
+      throw Error("batch_norm: eps must be positive and momentum in [0, 1], got eps " + std::to_string(eps) +
+                  ", momentum " + std::to_string(momentum));
+  }
+  std::string type() const override { return "batch_norm"; }
+
+  Shape setup(const std::vector<Shape>& inputs) override {
+    if (inputs.size() != 1) throw Error("batch_norm: expects 1 input, got " + std::to_string(inputs.size()));
+    const Shape& x = inputs[0];
+    if ((x.rank != 2 && x.rank != 4) || x.numel() <= 0)
+      throw Error("batch_norm: expects a non-empty input [n,c,h,w] or [n,f], got " + x.str());
+    m_desc = BatchNormDesc{x.n(), x.c(), x.h(), x.w(), m_eps, m_momentum};
+    return x;
+  }
+
+  std::vector<ParamSpec> param_specs() const override {
+    return {{"weight", Shape(m_desc.c), Init::ones, m_desc.c, m_desc.c, false},
+            {"bias", Shape(m_desc.c), Init::zeros, m_desc.c, m_desc.c, false}};
+  }
+  std::vector<ParamSpec> state_specs() const override {
+    return {{"running_mean", Shape(m_desc.c), Init::zeros, m_desc.c, m_desc.c, false},
+            {"running_var", Shape(m_desc.c), Init::ones, m_desc.c, m_desc.c, false}};
+  }
+
+  void build(Backend& backend, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+             const std::vector<Tensor>& state) override {
+    SQUALL_CHECK(params.size() == 2 && grads.size() == 2 && state.size() == 2, "batch_norm: parameter count");
+    m_gamma = params[0];
+    m_beta = params[1];
+    m_dgamma = grads[0];
+    m_dbeta = grads[1];
+    m_running_mean = state[0];
+    m_running_var = state[1];
+    m_backend = &backend;
+    m_scratch_dx = Buffer{};
+    m_plan = backend.make_batch_norm(m_desc);
+  }
+
+  void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode& mode) override {
+    m_plan->forward(stream, in[0].data, m_gamma.data, m_beta.data, m_running_mean.data, m_running_var.data,
+                    out.data, mode.train);
+  }
+
+  void backward(Stream& stream, const std::vector<Tensor>& in, const Tensor&, const Tensor& dout,
+                const std::vector<Tensor>& din) override {
+    float* dx = din[0].data;
+    if (dx == nullptr) {
+      // The plan computes dx together with dgamma/dbeta; when nobody wants dx (batch norm on
+      // the model input) it goes to a scratch buffer, allocated once, on first need.
+      if (m_scratch_dx.data() == nullptr) m_scratch_dx = m_backend->allocate(static_cast<size_t>(in[0].numel()));
+      dx = m_scratch_dx.data();
+    }
+    m_plan->backward(stream, in[0].data, dout.data, m_gamma.data, dx, m_dgamma.data, m_dbeta.data);
+  }
+
+ private:
+  float m_eps, m_momentum;
+  BatchNormDesc m_desc;
+  std::unique_ptr<BatchNormPlan> m_plan;
+  Backend* m_backend = nullptr;
+  Buffer m_scratch_dx;
+  Tensor m_gamma, m_beta, m_dgamma, m_dbeta, m_running_mean, m_running_var;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> batch_norm(float eps, float momentum) { return std::make_unique<BatchNorm>(eps, momentum); }
+
+}  // namespace squall::nn

@@ -1,0 +1,149 @@
+// Convolution and transposed convolution: thin layers over the backend's ConvPlan.
+#include <memory>
+
+#include "src/core/error.hpp"
+#include "src/nn/layer.hpp"
+
+namespace squall::nn {
+namespace {
+
+// The single rank-4 input of a convolution, or an Error naming the layer and the shapes.
+const Shape& image_input(const std::string& layer, const std::vector<Shape>& inputs) {
+  if (inputs.size() != 1)
+    throw Error(layer + ": expects 1 input, got " + std::to_string(inputs.size()));
+  const Shape& x = inputs[0];
+  if (x.rank != 4 || x.numel() <= 0)
+    throw Error(layer + ": expects a non-empty input [n,c,h,w], got " + x.str());
+  return x;
+}
+
+// Both convolutions keep the same state: the plan and views of weight, bias and their grads.
+class ConvBase : public Layer {
+ public:
+  void build(Backend& backend, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+             const std::vector<Tensor>& state) override {
+    const size_t expected = m_desc.bias ? 2 : 1;
+    SQUALL_CHECK(params.size() == expected && grads.size() == expected, type() + ": parameter count");
+    m_weight = params[0];
+    m_dweight = grads[0];
+    if (m_desc.bias) {
+      m_bias = params[1];
+      m_dbias = grads[1];
+    }
+    m_plan = backend.make_conv(m_desc);
+  }
+
+  void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
+    m_plan->forward(stream, in[0].data, m_weight.data, m_desc.bias ? m_bias.data : nullptr, out.data);
+  }
+
+  void backward(Stream& stream, const std::vector<Tensor>& in, const Tensor&, const Tensor& dout,
+                const std::vector<Tensor>& din) override {
+    m_plan->backward_weights(stream, in[0].data, dout.data, m_dweight.data,
+                             m_desc.bias ? m_dbias.data : nullptr);
+    if (din[0].data != nullptr) m_plan->backward_data(stream, dout.data, m_weight.data, din[0].data);
+  }
+
+ protected:
+  // Validates the output size that setup computed into m_desc.
+  // The fields both kinds share: a square kernel, one stride and one padding for both axes.
+  void set_square_desc(const Shape& x, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding) {
+    m_desc = ConvDesc{};
+    m_desc.n = x.n();
+    m_desc.c = x.c();
+    m_desc.h = x.h();
+    m_desc.w = x.w();
+    m_desc.k = out_channels;
+    m_desc.r = m_desc.s = kernel;
+    m_desc.stride_h = m_desc.stride_w = stride;
+    m_desc.pad_h = m_desc.pad_w = padding;
+  }
+
+  Shape checked_output(const Shape& x) const {
+    const Shape y = m_desc.output();
+    if (y[2] <= 0 || y[3] <= 0)
+      throw Error(type() + ": input " + x.str() + " gives an empty output " + y.str() +
+                  " (kernel " + std::to_string(m_desc.r) + ", stride " + std::to_string(m_desc.stride_h) +
+                  ", padding " + std::to_string(m_desc.pad_h) + ")");
+    return y;
+  }
+
+  ConvDesc m_desc;
+  std::unique_ptr<ConvPlan> m_plan;
+  Tensor m_weight, m_bias, m_dweight, m_dbias;
+};
+
+class Conv2d final : public ConvBase {
+ public:
+  explicit Conv2d(const Conv2dOptions& o) : m_options(o) {
+    if (o.out_channels <= 0 || o.kernel <= 0 || o.stride <= 0 || o.padding < 0 || o.dilation <= 0)
+      throw Error("conv2d: out_channels, kernel, stride and dilation must be positive and padding "
+                  "non-negative (got out_channels " + std::to_string(o.out_channels) + ", kernel " +
+                  std::to_string(o.kernel) + ", stride " + std::to_string(o.stride) + ", padding " +
+                  std::to_string(o.padding) + ", dilation " + std::to_string(o.dilation) + ")");
+  }
+  std::string type() const override { return "conv2d"; }
+
+  Shape setup(const std::vector<Shape>& inputs) override {
+    const Shape& x = image_input(type(), inputs);
+    set_square_desc(x, m_options.out_channels, m_options.kernel, m_options.stride, m_options.padding);
+    m_desc.dil_h = m_desc.dil_w = m_options.dilation;
+    m_desc.bias = m_options.bias;
+    return checked_output(x);
+  }
+
+  std::vector<ParamSpec> param_specs() const override {
+    const int64_t area = m_desc.r * m_desc.s;
+    std::vector<ParamSpec> specs{{"weight", m_desc.weight(), m_options.init, m_desc.c * area, m_desc.k * area, true}};
+    if (m_desc.bias) specs.push_back({"bias", Shape(m_desc.k), Init::uniform_fan_in, m_desc.c * area, m_desc.k * area, false});
+    return specs;
+  }
+
+ private:
+  Conv2dOptions m_options;
+};
+
+class ConvTranspose2d final : public ConvBase {
+ public:
+  explicit ConvTranspose2d(const ConvTranspose2dOptions& o) : m_options(o) {
+    if (o.out_channels <= 0 || o.kernel <= 0 || o.stride <= 0 || o.padding < 0 || o.output_padding < 0 ||
+        o.output_padding >= o.stride)
+      throw Error("conv_transpose2d: out_channels, kernel and stride must be positive, padding "
+                  "non-negative and 0 <= output_padding < stride (got out_channels " +
+                  std::to_string(o.out_channels) + ", kernel " + std::to_string(o.kernel) + ", stride " +
+                  std::to_string(o.stride) + ", padding " + std::to_string(o.padding) + ", output_padding " +
+                  std::to_string(o.output_padding) + ")");
+  }
+  std::string type() const override { return "conv_transpose2d"; }
+
+  Shape setup(const std::vector<Shape>& inputs) override {
+    const Shape& x = image_input(type(), inputs);
+    set_square_desc(x, m_options.out_channels, m_options.kernel, m_options.stride, m_options.padding);
+    m_desc.out_pad_h = m_desc.out_pad_w = m_options.output_padding;
+    m_desc.bias = m_options.bias;
+    m_desc.transposed = true;
+    return checked_output(x);
+  }
+
+  // Weights are [c_in, k_out, r, s]; PyTorch computes fan_in from dimension 1 of the weight,
+  // so the default bound of a transposed convolution is 1/sqrt(k_out * r * s).
+  std::vector<ParamSpec> param_specs() const override {
+    const int64_t area = m_desc.r * m_desc.s;
+    std::vector<ParamSpec> specs{{"weight", m_desc.weight(), Init::uniform_fan_in, m_desc.k * area, m_desc.c * area, true}};
+    if (m_desc.bias) specs.push_back({"bias", Shape(m_desc.k), Init::uniform_fan_in, m_desc.k * area, m_desc.c * area, false});
+    return specs;
+  }
+
+ private:
+  ConvTranspose2dOptions m_options;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> conv2d(const Conv2dOptions& options) { return std::make_unique<Conv2d>(options); }
+
+std::unique_ptr<Layer> conv_transpose2d(const ConvTranspose2dOptions& options) {
+  return std::make_unique<ConvTranspose2d>(options);
+}
+
+}  // namespace squall::nn

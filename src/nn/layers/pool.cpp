@@ -1,0 +1,95 @@
+// Pooling layers: max and average over windows (backend PoolPlan), and global average.
+#include <memory>
+
+#include "src/core/error.hpp"
+#include "src/nn/layer.hpp"
+
+namespace squall::nn {
+namespace {
+
+const Shape& image_input(const std::string& layer, const std::vector<Shape>& inputs) {
+  if (inputs.size() != 1) throw Error(layer + ": expects 1 input, got " + std::to_string(inputs.size()));
+  const Shape& x = inputs[0];
+  if (x.rank != 4 || x.numel() <= 0) throw Error(layer + ": expects a non-empty input [n,c,h,w], got " + x.str());
+  return x;
+}
+
+class Pool final : public Layer {
+ public:
+  Pool(PoolKind kind, int64_t kernel, int64_t stride, int64_t padding) : m_kind(kind) {
+    // padding beyond half the window would make windows of padding alone (PyTorch refuses too).
+    if (kernel <= 0 || stride <= 0 || padding < 0 || 2 * padding > kernel)
+      throw Error(type() + ": needs kernel and stride positive and 0 <= padding <= kernel/2 (got kernel " +
+                  std::to_string(kernel) + ", stride " + std::to_string(stride) + ", padding " +
+                  std::to_string(padding) + ")");
+    m_desc.r = m_desc.s = kernel;
+    m_desc.stride_h = m_desc.stride_w = stride;
+    m_desc.pad_h = m_desc.pad_w = padding;
+    m_desc.kind = kind;
+  }
+  std::string type() const override { return m_kind == PoolKind::max ? "max_pool" : "avg_pool"; }
+
+  Shape setup(const std::vector<Shape>& inputs) override {
+    const Shape& x = image_input(type(), inputs);
+    m_desc.n = x.n(); m_desc.c = x.c(); m_desc.h = x.h(); m_desc.w = x.w();
+    if (x.h() + 2 * m_desc.pad_h < m_desc.r || x.w() + 2 * m_desc.pad_w < m_desc.s)
+      throw Error(type() + ": input " + x.str() + " is smaller than the window " + std::to_string(m_desc.r) +
+                  " (padding " + std::to_string(m_desc.pad_h) + ")");
+    return m_desc.output();
+  }
+
+  void build(Backend& backend, const std::vector<Tensor>&, const std::vector<Tensor>&,
+             const std::vector<Tensor>&) override {
+    m_plan = backend.make_pool(m_desc);
+  }
+  void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode& mode) override {
+    m_plan->forward(stream, in[0].data, out.data, mode.train);
+  }
+  void backward(Stream& stream, const std::vector<Tensor>&, const Tensor&, const Tensor& dout,
+                const std::vector<Tensor>& din) override {
+    if (din[0].data != nullptr) m_plan->backward(stream, dout.data, din[0].data);
+  }
+
+ private:
+  PoolKind m_kind;
+  PoolDesc m_desc;
+  std::unique_ptr<PoolPlan> m_plan;
+};
+
+class GlobalAvgPool final : public Layer {
+ public:
+  std::string type() const override { return "global_avg_pool"; }
+  Shape setup(const std::vector<Shape>& inputs) override {
+    const Shape& x = image_input(type(), inputs);
+    m_nc = x.n() * x.c();
+    m_hw = x.h() * x.w();
+    return Shape(x.n(), x.c());
+  }
+  void build(Backend& backend, const std::vector<Tensor>&, const std::vector<Tensor>&,
+             const std::vector<Tensor>&) override {
+    m_backend = &backend;
+  }
+  void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
+    m_backend->global_avg_pool_forward(stream, in[0].data, out.data, m_nc, m_hw);
+  }
+  void backward(Stream& stream, const std::vector<Tensor>&, const Tensor&, const Tensor& dout,
+                const std::vector<Tensor>& din) override {
+    if (din[0].data != nullptr) m_backend->global_avg_pool_backward(stream, dout.data, din[0].data, m_nc, m_hw);
+  }
+
+ private:
+  Backend* m_backend = nullptr;
+  int64_t m_nc = 0, m_hw = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> max_pool(int64_t kernel, int64_t stride, int64_t padding) {
+  return std::make_unique<Pool>(PoolKind::max, kernel, stride, padding);
+}
+std::unique_ptr<Layer> avg_pool(int64_t kernel, int64_t stride, int64_t padding) {
+  return std::make_unique<Pool>(PoolKind::average, kernel, stride, padding);
+}
+std::unique_ptr<Layer> global_avg_pool() { return std::make_unique<GlobalAvgPool>(); }
+
+}  // namespace squall::nn

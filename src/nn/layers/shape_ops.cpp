@@ -1,0 +1,155 @@
+// Layers that combine or reshape tensors without parameters: add, channel concat, flatten,
+// bilinear resize.
+#include <memory>
+
+#include "src/core/error.hpp"
+#include "src/nn/layer.hpp"
+
+namespace squall::nn {
+namespace {
+
+// Parameter-free layers only need the backend.
+class StatelessLayer : public Layer {
+ public:
+  void build(Backend& backend, const std::vector<Tensor>&, const std::vector<Tensor>&,
+             const std::vector<Tensor>&) override {
+    m_backend = &backend;
+  }
+
+ protected:
+  Backend* m_backend = nullptr;
+};
+
+std::string shapes_str(const std::vector<Shape>& shapes) {
+  std::string s;
+  for (size_t i = 0; i < shapes.size(); ++i) s += (i ? ", " : "") + shapes[i].str();
+  return s;
+}
+
+class Add final : public StatelessLayer {
+ public:
+  std::string type() const override { return "add"; }
+  Shape setup(const std::vector<Shape>& inputs) override {
+    if (inputs.size() != 2 || !(inputs[0] == inputs[1]) || inputs[0].numel() <= 0)
+      throw Error("add: expects 2 non-empty inputs of the same shape, got " + shapes_str(inputs));
+    return inputs[0];
+  }
+  void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
+    m_backend->add(stream, in[0].data, in[1].data, out.data, static_cast<size_t>(out.numel()));
+  }
+  void backward(Stream& stream, const std::vector<Tensor>&, const Tensor& out, const Tensor& dout,
+                const std::vector<Tensor>& din) override {
+    for (const Tensor& d : din)
+      if (d.data != nullptr) m_backend->copy(stream, d.data, dout.data, static_cast<size_t>(out.numel()));
+  }
+};
+
+// Concatenates over dimension 1 (channels of [n,c,h,w], features of [n,f]): per sample, input
+// i fills a contiguous run of the output row, so each input is one strided copy.
+class Concat final : public StatelessLayer {
+ public:
+  std::string type() const override { return "concat"; }
+  Shape setup(const std::vector<Shape>& inputs) override {
+    if (inputs.size() < 2) throw Error("concat: expects at least 2 inputs, got " + shapes_str(inputs));
+    const Shape& first = inputs[0];
+    int64_t channels = 0;
+    m_row_counts.clear();
+    for (const Shape& s : inputs) {
+      const bool same_other_dims = s.rank == first.rank && s.n() == first.n() && s.h() == first.h() &&
+                                   s.w() == first.w();
+      if ((s.rank != 2 && s.rank != 4) || !same_other_dims || s.numel() <= 0)
+        throw Error("concat: inputs must be non-empty, of rank 2 or 4, and agree in every dimension but 1, got " +
+                    shapes_str(inputs));
+      channels += s.c();
+      m_row_counts.push_back(s.per_sample());
+    }
+    Shape out = first;
+    out.dims[1] = channels;
+    m_out_row = out.per_sample();
+    m_rows = first.n();
+    return out;
+  }
+  void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
+    int64_t offset = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const int64_t count = m_row_counts[i];
+      m_backend->copy_strided(stream, out.data, m_out_row, offset, in[i].data, count, 0, m_rows, count);
+      offset += count;
+    }
+  }
+  void backward(Stream& stream, const std::vector<Tensor>&, const Tensor&, const Tensor& dout,
+                const std::vector<Tensor>& din) override {
+    int64_t offset = 0;
+    for (size_t i = 0; i < din.size(); ++i) {
+      const int64_t count = m_row_counts[i];
+      if (din[i].data != nullptr)
+        m_backend->copy_strided(stream, din[i].data, count, 0, dout.data, m_out_row, offset, m_rows, count);
+      offset += count;
+    }
+  }
+
+ private:
+  std::vector<int64_t> m_row_counts;  // per input: floats per sample
+  int64_t m_out_row = 0, m_rows = 0;
+};
+
+// A reshape; copies because the graph gives each node its own output buffer.
+class Flatten final : public StatelessLayer {
+ public:
+  std::string type() const override { return "flatten"; }
+  Shape setup(const std::vector<Shape>& inputs) override {
+    if (inputs.size() != 1 || inputs[0].rank < 2 || inputs[0].numel() <= 0)
+      throw Error("flatten: expects 1 non-empty input of rank >= 2, got " + shapes_str(inputs));
+    return Shape(inputs[0].n(), inputs[0].per_sample());
+  }
+  void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
+    m_backend->copy(stream, out.data, in[0].data, static_cast<size_t>(out.numel()));
+  }
+  void backward(Stream& stream, const std::vector<Tensor>&, const Tensor& out, const Tensor& dout,
+                const std::vector<Tensor>& din) override {
+    if (din[0].data != nullptr) m_backend->copy(stream, din[0].data, dout.data, static_cast<size_t>(out.numel()));
+  }
+};
+
+class UpsampleBilinear final : public StatelessLayer {
+ public:
+  UpsampleBilinear(int64_t out_h, int64_t out_w) : m_oh(out_h), m_ow(out_w) {
+    if (out_h <= 0 || out_w <= 0)
+      throw Error("upsample_bilinear: output size must be positive, got " + std::to_string(out_h) + "x" +
+                  std::to_string(out_w));
+  }
+  std::string type() const override { return "upsample_bilinear"; }
+  Shape setup(const std::vector<Shape>& inputs) override {
+    // A rank-2 input [n, c] is an image of 1x1 pixels (a pooled feature, as in DeepLab's
+    // image-pooling branch): its upsampling broadcasts each value over the output.
+    if (inputs.size() != 1 || (inputs[0].rank != 4 && inputs[0].rank != 2) || inputs[0].numel() <= 0)
+      throw Error("upsample_bilinear: expects 1 non-empty input [n,c,h,w] or [n,c], got " + shapes_str(inputs));
+    const Shape x = inputs[0].rank == 4 ? inputs[0] : Shape(inputs[0].n(), inputs[0].c(), 1, 1);
+    m_nc = x.n() * x.c();
+    m_h = x.h();
+    m_w = x.w();
+    return Shape(x.n(), x.c(), m_oh, m_ow);
+  }
+  void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
+    m_backend->bilinear_forward(stream, in[0].data, out.data, m_nc, m_h, m_w, m_oh, m_ow);
+  }
+  void backward(Stream& stream, const std::vector<Tensor>&, const Tensor&, const Tensor& dout,
+                const std::vector<Tensor>& din) override {
+    if (din[0].data != nullptr) m_backend->bilinear_backward(stream, dout.data, din[0].data, m_nc, m_h, m_w, m_oh, m_ow);
+  }
+
+ private:
+  int64_t m_oh, m_ow;
+  int64_t m_nc = 0, m_h = 0, m_w = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> add() { return std::make_unique<Add>(); }
+std::unique_ptr<Layer> concat() { return std::make_unique<Concat>(); }
+std::unique_ptr<Layer> flatten() { return std::make_unique<Flatten>(); }
+std::unique_ptr<Layer> upsample_bilinear(int64_t out_h, int64_t out_w) {
+  return std::make_unique<UpsampleBilinear>(out_h, out_w);
+}
+
+}  // namespace squall::nn

@@ -1,0 +1,170 @@
+// The model zoo: lenet5 and resnet20 for images, unet and deeplabv3plus for segmentation.
+// Knobs (width, depth, ASPP rates) let one definition run from a CI-sized tile to the
+// DeepCAM size (768 x 1152 x 16).
+#include <algorithm>
+
+#include "src/core/error.hpp"
+#include "src/nn/graph.hpp"
+#include "src/nn/models/builder.hpp"
+
+namespace squall::nn {
+namespace {
+
+using models::Builder;
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+// LeCun et al.'s LeNet-5 as the design fixes it: conv 5x5 1->6 pad 2, ReLU, max pool 2;
+// conv 5x5 6->16, ReLU, max pool 2; linear 400->120, ReLU; 120->84, ReLU; 84->classes.
+std::unique_ptr<Graph> lenet5(const ModelSpec& spec, Shape in) {
+  auto g = std::make_unique<Graph>(in);
+  Conv2dOptions c1{6, 5, 1, 2, 1, true, Init::uniform_fan_in};
+  Conv2dOptions c2{16, 5, 1, 0, 1, true, Init::uniform_fan_in};
+  int x = g->add("conv1", conv2d(c1), Graph::k_input);
+  x = g->add("relu1", relu(), x);
+  x = g->add("pool1", max_pool(2, 2), x);
+  x = g->add("conv2", conv2d(c2), x);
+  x = g->add("relu2", relu(), x);
+  x = g->add("pool2", max_pool(2, 2), x);
+  x = g->add("flatten", flatten(), x);
+  x = g->add("fc1", linear(120), x);
+  x = g->add("relu3", relu(), x);
+  x = g->add("fc2", linear(84), x);
+  x = g->add("relu4", relu(), x);
+  if (spec.dropout > 0) x = g->add("dropout", dropout(spec.dropout), x);
+  g->add("fc3", linear(spec.classes), x);
+  return g;
+}
+
+// He et al.'s CIFAR ResNet-20: a 3x3 stem, 3 stages of 3 basic blocks (16/32/64 channels
+// by default, x width/16), global average pool, linear. Projection shortcuts (1x1 conv +
+// BN) where the shape changes. Works on 28x28 and 32x32 inputs.
+std::unique_ptr<Graph> resnet20(const ModelSpec& spec, Shape in) {
+  auto g = std::make_unique<Graph>(in);
+  Builder b(*g);
+  const int64_t w = spec.width > 0 ? spec.width : 16;
+  const int64_t blocks = spec.depth > 0 ? spec.depth : 3;
+  int x = b.conv_bn("stem", Graph::k_input, w, 3);
+  int64_t ch = w;
+  for (int stage = 0; stage < 3; ++stage) {
+    const int64_t out = w << stage;
+    for (int64_t k = 0; k < blocks; ++k) {
+      const int64_t stride = (stage > 0 && k == 0) ? 2 : 1;
+      x = b.basic_block("stage" + str(stage + 1) + ".block" + str(k), x, ch, out, stride);
+      ch = out;
+    }
+  }
+  x = g->add("pool", global_avg_pool(), x);
+  if (spec.dropout > 0) x = g->add("dropout", dropout(spec.dropout), x);
+  g->add("fc", linear(spec.classes), x);
+  return g;
+}
+
+// U-Net (Ronneberger et al.): `depth` levels of two 3x3 conv-BN-ReLU, max pool down,
+// transposed conv up, skip concatenation, 1x1 classifier. Input sides must be divisible by
+// 2^depth.
+std::unique_ptr<Graph> unet(const ModelSpec& spec, Shape in) {
+  const int64_t w = spec.width > 0 ? spec.width : 16;
+  const int64_t depth = spec.depth > 0 ? spec.depth : 3;
+  const int64_t div = int64_t{1} << depth;
+  if (in.h() % div != 0 || in.w() % div != 0)
+    throw Error("model unet: input " + str(in.h()) + "x" + str(in.w()) + " is not divisible by 2^depth = " + str(div) +
+                " (depth " + str(depth) + ")");
+  auto g = std::make_unique<Graph>(in);
+  Builder b(*g);
+  std::vector<int> skips;
+  int x = Graph::k_input;
+  for (int64_t l = 0; l < depth; ++l) {
+    const std::string n = "down" + str(l);
+    x = b.conv_bn(n + ".a", x, w << l, 3);
+    x = b.conv_bn(n + ".b", x, w << l, 3);
+    skips.push_back(x);
+    x = g->add(n + ".pool", max_pool(2, 2), x);
+  }
+  x = b.conv_bn("bottom.a", x, w << depth, 3);
+  x = b.conv_bn("bottom.b", x, w << depth, 3);
+  for (int64_t l = depth - 1; l >= 0; --l) {
+    const std::string n = "up" + str(l);
+    ConvTranspose2dOptions up{w << l, 2, 2, 0, 0, true};
+    x = g->add(n + ".upconv", conv_transpose2d(up), x);
+    x = g->add(n + ".concat", concat(), {x, skips[static_cast<size_t>(l)]});
+    x = b.conv_bn(n + ".a", x, w << l, 3);
+    x = b.conv_bn(n + ".b", x, w << l, 3);
+  }
+  if (spec.dropout > 0) x = g->add("dropout", dropout(spec.dropout), x);
+  b.conv("classifier", x, spec.classes, 1, 1, 1, true, Init::uniform_fan_in);
+  return g;
+}
+
+// DeepLabv3+ (Chen et al. 2018), as used for climate segmentation: a residual encoder
+// (stem at stride 2, residual stages down to output stride 8, then dilated stages), ASPP
+// with a 1x1 branch, one dilated 3x3 branch per rate and an image-pooling branch, and a
+// decoder that upsamples x2 ... to the stride-4 low-level features, concatenates them
+// (reduced by 1x1), refines with two 3x3 convs and upsamples to the input size.
+std::unique_ptr<Graph> deeplabv3plus(const ModelSpec& spec, Shape in) {
+  const int64_t w = spec.width > 0 ? spec.width : 16;
+  const int64_t stages = spec.depth > 0 ? spec.depth : 4;
+  std::vector<int64_t> rates = spec.aspp_rates.empty() ? std::vector<int64_t>{6, 12, 18} : spec.aspp_rates;
+  if (in.h() % 8 != 0 || in.w() % 8 != 0)
+    throw Error("model deeplabv3plus: input " + str(in.h()) + "x" + str(in.w()) + " must be divisible by 8");
+  if (stages < 2) throw Error("model deeplabv3plus: depth (encoder stages) must be >= 2");
+  auto g = std::make_unique<Graph>(in);
+  Builder b(*g);
+  int x = b.conv_bn("stem", Graph::k_input, w, 3, 2);  // stride 2
+  int64_t ch = w, dilation = 1;
+  int low_level = -1;
+  for (int64_t s = 0; s < stages; ++s) {
+    // stage 0: stride 2 (-> /4, the low-level features); stage 1: stride 2 (-> /8);
+    // later stages keep /8 and grow the dilation instead.
+    const int64_t out = w << std::min<int64_t>(s + 1, 4);
+    const int64_t stride = s < 2 ? 2 : 1;
+    if (s >= 2) dilation *= 2;
+    x = b.basic_block("enc" + str(s) + ".block0", x, ch, out, stride, dilation);
+    x = b.basic_block("enc" + str(s) + ".block1", x, out, out, 1, dilation);
+    ch = out;
+    if (s == 0) low_level = x;
+  }
+  const int64_t aspp_ch = w * 4;
+  const int64_t fh = in.h() / 8, fw = in.w() / 8;
+  std::vector<int> branches;
+  branches.push_back(b.conv_bn("aspp.b0", x, aspp_ch, 1));
+  for (size_t i = 0; i < rates.size(); ++i)
+    branches.push_back(b.conv_bn("aspp.b" + str(static_cast<int64_t>(i) + 1), x, aspp_ch, 3, 1, rates[i]));
+  int pooled = g->add("aspp.pool", global_avg_pool(), x);
+  pooled = g->add("aspp.pool.fc", linear(aspp_ch), pooled);
+  pooled = g->add("aspp.pool.relu", relu(), pooled);
+  pooled = g->add("aspp.pool.up", upsample_bilinear(fh, fw), pooled);
+  branches.push_back(pooled);
+  x = g->add("aspp.concat", concat(), branches);
+  x = b.conv_bn("aspp.project", x, aspp_ch, 1);
+  if (spec.dropout > 0) x = g->add("aspp.dropout", dropout(spec.dropout), x);
+  x = g->add("dec.up", upsample_bilinear(in.h() / 4, in.w() / 4), x);
+  const int low = b.conv_bn("dec.low", low_level, std::max<int64_t>(w, 8), 1);
+  x = g->add("dec.concat", concat(), {x, low});
+  x = b.conv_bn("dec.a", x, aspp_ch, 3);
+  x = b.conv_bn("dec.b", x, aspp_ch, 3);
+  x = b.conv("classifier", x, spec.classes, 1, 1, 1, true, Init::uniform_fan_in);
+  g->add("upsample", upsample_bilinear(in.h(), in.w()), x);
+  return g;
+}
+
+}  // namespace
+
+std::vector<std::string> model_names() { return {"lenet5", "resnet20", "unet", "deeplabv3plus"}; }
+
+std::unique_ptr<Graph> make_model(const ModelSpec& spec, Shape in) {
+  if (spec.classes < 2) throw Error("model " + spec.name + ": classes must be >= 2");
+  if (spec.name == "lenet5") {
+    if (in.h() != 28 || in.w() != 28)
+      throw Error("model lenet5 takes 28x28 inputs (linear 400->120 fixes it), got " + str(in.h()) + "x" + str(in.w()));
+    return lenet5(spec, in);
+  }
+  if (spec.name == "resnet20") return resnet20(spec, in);
+  if (spec.name == "unet") return unet(spec, in);
+  if (spec.name == "deeplabv3plus") return deeplabv3plus(spec, in);
+  std::string known;
+  for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
+  throw Error("unknown model '" + spec.name + "' (known: " + known + ")");
+}
+
+}  // namespace squall::nn

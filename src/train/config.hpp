@@ -1,0 +1,141 @@
+#pragma once
+// The run configuration: one struct per TOML section, loaded strictly (an unknown section or
+// key, or a value of the wrong type, is an error naming the key and the file) so that a typo
+// never silently trains with a default. `--set section.key=value` overrides any key after
+// the file is read. Every key has a default, so an empty file is a valid (CI-sized) run.
+//
+// Keys are listed once, in config.cpp's field table; loading, overrides and to_toml all use
+// that table, so a new key is one struct member plus one table row.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace squall::train {
+
+struct RunConfig {
+  std::string dir = "runs/default";  // run directory: metrics.jsonl, summary.json, checkpoints/
+  int64_t seed = 1;                  // model init, shuffling, dropout
+  std::string backend = "cpu";       // cpu | cuda | auto (cuda when a device is present)
+  int64_t threads = 0;               // CPU backend threads per rank; 0 = every core the rank may use
+  bool operator==(const RunConfig&) const = default;
+};
+
+struct DataConfig {
+  std::string train = "/usr/share/datasets/fashion-mnist";  // IDX folder, shard folder or DeepCAM folder
+  std::string test = "/usr/share/datasets/fashion-mnist";
+  bool normalize = true;             // standardise inputs with the dataset's statistics
+  bool shuffle = true;               // reshuffle the training samples every epoch
+  int64_t workers = 2;               // loader threads per rank
+  int64_t prefetch = 2;              // batches kept ready per learner
+  int64_t train_samples = 0;         // use only the first N training samples; 0 = all
+  int64_t test_samples = 0;          // use only the first N test samples; 0 = all
+  std::vector<double> class_weights; // per-class loss weights (segmentation); empty = uniform
+  bool operator==(const DataConfig&) const = default;
+};
+
+// Model knobs; 0 means "the model's own default" (width, depth) or "from the data"
+// (in_channels, classes).
+struct ModelConfig {
+  std::string name = "lenet5";       // lenet5 | resnet20 | unet | deeplabv3plus
+  int64_t width = 0;                 // base channel count
+  int64_t depth = 0;                 // blocks per stage (resnet) or levels (unet)
+  int64_t in_channels = 0;
+  int64_t classes = 0;
+  std::vector<int64_t> aspp_rates = {6, 12, 18};  // deeplabv3plus atrous rates
+  double dropout = 0.0;              // probability, [0, 1)
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct TrainConfig {
+  int64_t epochs = 5;
+  int64_t max_steps = 0;             // stop after this many steps; 0 = run all epochs
+  int64_t batch_size = 64;           // per learner (global batch = learners x batch_size)
+  int64_t eval_batch_size = 0;       // 0 = batch_size
+  int64_t eval_every_steps = 0;      // 0 = at the end of each epoch
+  int64_t log_every_steps = 50;
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct OptimizerConfig {
+  std::string name = "sgd";          // sgd | adam | adamw | lamb
+  double lr = 0.05;                  // peak learning rate (before the linear scaling rule)
+  double momentum = 0.9;             // sgd
+  bool nesterov = false;             // sgd
+  double weight_decay = 0.0;         // L2 (sgd, adam) or decoupled (adamw, lamb)
+  double beta1 = 0.9;                // adam, adamw, lamb
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  bool larc = false;                 // wrap the optimizer in LARC/LARS
+  double larc_eta = 0.001;           // LARC trust coefficient
+  bool larc_clip = true;             // LARC "clip" mode: local lr never exceeds the global lr
+  bool decay_bias_and_norm = true;   // false: no weight decay on biases and norm parameters
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+// Learning-rate schedule; see schedule.hpp for the exact formulas.
+struct ScheduleConfig {
+  int64_t warmup_steps = 0;          // linear warm-up to the peak lr
+  std::string kind = "constant";     // constant | multistep | cosine
+  std::vector<int64_t> milestones;   // multistep: lr *= gamma at each milestone
+  std::string milestone_unit = "steps";  // steps | epochs: what the milestones count
+  double gamma = 0.1;                // multistep factor
+  double min_lr = 0.0;               // cosine: final lr
+  bool scale_lr_with_batch = false;  // linear scaling rule: lr x global_batch / reference_batch
+  int64_t reference_batch = 256;
+  bool operator==(const ScheduleConfig&) const = default;
+};
+
+struct ParallelConfig {
+  std::string algorithm = "ssgd";    // ssgd | sma | local-sgd
+  int64_t replicas_per_device = 1;   // learners per device
+  int64_t period = 1;                // sma / local-sgd: steps between synchronisations
+  double alpha = 0.1;                // sma: pull of each replica towards the central model
+  double momentum = 0.9;             // sma: momentum of the central model
+  int64_t start_step = 0;            // local-sgd: ssgd before this step (post-local SGD)
+  bool autotune = false;             // add learners while throughput rises (Crossbow)
+  double autotune_threshold = 0.05;  // relative throughput gain needed to keep a new learner
+  int64_t max_replicas_per_device = 8;
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+struct CheckpointConfig {
+  int64_t every_steps = 0;           // 0 = only at the end and on SIGTERM/SIGUSR1
+  int64_t keep = 3;                  // newest checkpoints kept
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+struct Config {
+  RunConfig run;
+  DataConfig data;
+  ModelConfig model;
+  TrainConfig train;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  ParallelConfig parallel;
+  CheckpointConfig checkpoint;
+  bool operator==(const Config&) const = default;
+};
+
+// Reads the TOML file at `path` (an empty path: start from the defaults), applies each
+// override in order ("section.key=value", a leading "--set " is accepted; the value is TOML
+// value syntax: 3, 0.1, true, "text" or text, [1, 2]) and validates the result. Errors
+// (squall::Error) name the file or the override and the key.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Same, from TOML text; `origin` names it in errors.
+Config parse_config(const std::string& text, const std::string& origin,
+                    const std::vector<std::string>& overrides = {});
+
+// Applies one "section.key=value" override to `config` (no validation).
+void apply_override(Config& config, const std::string& assignment);
+
+// Checks ranges and allowed values; throws squall::Error naming `origin` and the key.
+void validate(const Config& config, const std::string& origin);
+
+// Every key, section by section, in a form load_config reads back to an equal Config.
+std::string to_toml(const Config& config);
+
+// "section.key" for every key that exists, in file order (for help text and completion).
+std::vector<std::string> config_keys();
+
+}  // namespace squall::train

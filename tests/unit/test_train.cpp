@@ -1,0 +1,129 @@
+// `squall train` end to end, as a user runs it: accuracy on real data, the run outputs of
+// DESIGN.md, the NaN stop, and config errors that name the key.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/support/process.hpp"
+
+using nlohmann::json;
+using squall::test::run_command;
+using squall::test::squall_bin;
+
+namespace {
+
+const std::string k_lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
+
+std::string fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("squall-test-" + name);
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+json read_json(const std::string& path) {
+  std::ifstream f(path);
+  REQUIRE(f.good());
+  return json::parse(f);
+}
+
+}  // namespace
+
+TEST_CASE("lenet5 reaches test accuracy >= 0.89 on Fashion-MNIST within 5 epochs", "[train][slow]") {
+  const auto dir = fresh_dir("lenet5-accuracy");
+  const auto r = run_command(squall_bin() + " train --config " + k_lenet + " --set run.dir=" + dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto summary = read_json(dir + "/summary.json");
+  CHECK(summary.at("epochs") == 5);
+  CHECK(summary.at("final").at("test_accuracy").get<double>() >= 0.89);
+}
+
+TEST_CASE("resnet20 learns Fashion-MNIST (short run)", "[train][slow]") {
+  const auto dir = fresh_dir("resnet20-short");
+  const auto r = run_command(squall_bin() + " train --config " + SQUALL_SOURCE_DIR +
+                             "/configs/fashion-mnist-resnet20.toml --set train.max_steps=250 --set "
+                             "schedule.warmup_steps=50 --set data.test_samples=1000 --set run.dir=" + dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto summary = read_json(dir + "/summary.json");
+  CHECK(summary.at("steps") == 250);
+  CHECK(summary.at("final").at("test_accuracy").get<double>() >= 0.70);
+}
+
+TEST_CASE("a run writes metrics.jsonl, summary.json and its resolved config", "[train]") {
+  const auto dir = fresh_dir("outputs");
+  const auto r = run_command(squall_bin() + " train --config " + k_lenet + " --set train.max_steps=60 --set " +
+                             "train.log_every_steps=20 --set data.test_samples=300 --set run.dir=" + dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("step 60/60") && Catch::Contains("samples/s"));
+
+  std::ifstream lines(dir + "/metrics.jsonl");
+  int train_lines = 0, eval_lines = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = json::parse(line);
+    if (j.at("kind") == "train") {
+      ++train_lines;
+      CHECK(std::isfinite(j.at("loss").get<double>()));
+      CHECK(j.at("lr").get<double>() > 0);
+    } else if (j.at("kind") == "eval") {
+      ++eval_lines;
+      CHECK(j.at("test_accuracy").get<double>() > 0.2);  // chance is 0.1
+    }
+  }
+  CHECK(train_lines == 3);
+  CHECK(eval_lines == 1);
+
+  const auto s = read_json(dir + "/summary.json");
+  for (const char* key : {"world_size", "nodes", "devices_per_rank", "replicas_per_device", "algorithm", "backend",
+                          "global_batch", "epochs", "steps", "wall_s", "samples_per_s", "time_breakdown_s", "final",
+                          "model_checksum"})
+    CHECK(s.contains(key));
+  CHECK(s.at("steps") == 60);
+  CHECK(s.at("global_batch") == 64);
+  CHECK(s.at("samples_per_s").get<double>() > 0);
+  CHECK(s.at("time_breakdown_s").at("compute").get<double>() > 0);
+  CHECK(s.at("model_checksum").get<std::string>().size() == 16);
+  CHECK(std::filesystem::exists(dir + "/config.toml"));
+
+  // The same seed gives the same model, bit for bit; another seed does not.
+  const auto dir2 = fresh_dir("outputs-again");
+  const auto base = squall_bin() + " train --config " + k_lenet + " --set train.max_steps=60 --set data.test_samples=300";
+  REQUIRE(run_command(base + " --set run.dir=" + dir2).exit_code == 0);
+  CHECK(read_json(dir2 + "/summary.json").at("model_checksum") == s.at("model_checksum"));
+  REQUIRE(run_command(base + " --set run.seed=2 --set run.dir=" + dir2).exit_code == 0);
+  CHECK(read_json(dir2 + "/summary.json").at("model_checksum") != s.at("model_checksum"));
+}
+
+TEST_CASE("a diverging run stops with the step number", "[train]") {
+  const auto r = run_command(squall_bin() + " train --config " + k_lenet +
+                             " --set optimizer.lr=1e6 --set schedule.warmup_steps=0 --set run.dir=" + fresh_dir("nan"));
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("loss is") && Catch::Contains("at step"));
+}
+
+TEST_CASE("config mistakes exit 2 and name the key or file", "[train][config]") {
+  const auto unknown = run_command(squall_bin() + " train --config " + k_lenet + " --set train.batchsize=3");
+  CHECK(unknown.exit_code == 2);
+  CHECK_THAT(unknown.err, Catch::Contains("train.batchsize"));
+
+  const auto wrong_type = run_command(squall_bin() + " train --config " + k_lenet + " --set optimizer.lr=fast");
+  CHECK(wrong_type.exit_code == 2);
+  CHECK_THAT(wrong_type.err, Catch::Contains("optimizer.lr"));
+
+  const auto missing = run_command(squall_bin() + " train --config /nonexistent/run.toml");
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Catch::Contains("/nonexistent/run.toml"));
+
+  const auto model = run_command(squall_bin() + " train --config " + k_lenet + " --set model.name=vgg");
+  CHECK(model.exit_code != 0);
+  CHECK_THAT(model.err, Catch::Contains("vgg"));
+}
+
+TEST_CASE("a missing dataset names the path", "[train][data]") {
+  const auto r = run_command(squall_bin() + " train --config " + k_lenet + " --set data.train=/nonexistent/fmnist");
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("/nonexistent/fmnist"));
+}
