@@ -59,7 +59,7 @@ int run(int argc, char** argv, mpi::Runtime& runtime) {
   Actions actions;
   add_info_command(app, ctx, actions);
   add_train_command(app, ctx, actions);
-  add_stub_commands(app, actions);
+  add_stub_commands(app, ctx, actions);
 
   try {
     app.parse(argc, argv);

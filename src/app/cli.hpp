@@ -34,7 +34,14 @@ void add_topology_options(CLI::App& sub, GlobalOptions& global);
 
 void add_info_command(CLI::App& root, Context& ctx, Actions& actions);
 void add_train_command(CLI::App& root, Context& ctx, Actions& actions);
-void add_stub_commands(CLI::App& root, Actions& actions);
+// `data fashion-mnist`, `data deepcam`, `data inspect` (cmd_data.cpp) under the `data` group.
+void add_data_commands(CLI::App& data, Context& ctx, Actions& actions);
+// `stage` (cmd_stage.cpp).
+void add_stage_command(CLI::App& root, Context& ctx, Actions& actions);
+// `bench loader` (cmd_bench_loader.cpp) under the `bench` group.
+void add_bench_loader_command(CLI::App& bench, Context& ctx, Actions& actions);
+// The groups and the subcommands later issues fill (cmd_stubs.cpp).
+void add_stub_commands(CLI::App& root, Context& ctx, Actions& actions);
 
 int run(int argc, char** argv, mpi::Runtime& runtime);
 

@@ -21,22 +21,22 @@ void add_stub(CLI::App& parent, const std::string& name, const std::string& what
 
 }  // namespace
 
-void add_stub_commands(CLI::App& root, Actions& actions) {
+void add_stub_commands(CLI::App& root, Context& ctx, Actions& actions) {
   add_stub(root, "eval", "Evaluate a checkpoint on a test set", actions);
-  add_stub(root, "stage", "Copy the shards this node reads to node-local storage", actions);
+  add_stage_command(root, ctx, actions);
   add_stub(root, "report", "Summarise run directories and scaling studies", actions);
   add_stub(root, "model", "Describe a model from the zoo (layers, parameters, FLOPs)", actions);
 
   CLI::App* data = root.add_subcommand("data", "Datasets: converters, generators and checks");
   data->require_subcommand(1);
-  add_stub(*data, "fashion-mnist", "Convert Debian's Fashion-MNIST to HDF5 shards", actions);
+  add_data_commands(*data, ctx, actions);
   add_stub(*data, "climate", "Generate synthetic CAM5-like climate shards", actions);
   add_stub(*data, "label", "Label climate fields with TECA-style heuristics", actions);
-  add_stub(*data, "inspect", "Check shards or DeepCAM files and print what they hold", actions);
 
   CLI::App* bench = root.add_subcommand("bench", "Benchmarks of squall's building blocks");
   bench->require_subcommand(1);
   add_stub(*bench, "allreduce", "Allreduce bandwidth: plain MPI against the hierarchical one", actions);
+  add_bench_loader_command(*bench, ctx, actions);
 }
 
 }  // namespace squall::app

@@ -40,6 +40,9 @@ std::vector<Field> fields(Config& c) {
       {"data", "train", &c.data.train},
       {"data", "test", &c.data.test},
       {"data", "normalize", &c.data.normalize},
+      {"data", "normalization", &c.data.normalization},
+      {"data", "sampling", &c.data.sampling},
+      {"data", "skip_bad_samples", &c.data.skip_bad_samples},
       {"data", "shuffle", &c.data.shuffle},
       {"data", "workers", &c.data.workers},
       {"data", "prefetch", &c.data.prefetch},
@@ -402,6 +405,8 @@ void validate(const Config& c, const std::string& origin) {
   k.one_of(c.run.backend, "run.backend", {"cpu", "cuda", "auto"});
   k.non_negative(c.run.threads, "run.threads");
 
+  k.one_of(c.data.normalization, "data.normalization", {"zscore", "minmax"});
+  k.one_of(c.data.sampling, "data.sampling", {"global", "local"});
   k.non_negative(c.data.workers, "data.workers");
   k.positive(c.data.prefetch, "data.prefetch");
   k.non_negative(c.data.train_samples, "data.train_samples");

@@ -24,6 +24,9 @@ struct DataConfig {
   std::string train = "/usr/share/datasets/fashion-mnist";  // IDX folder, shard folder or DeepCAM folder
   std::string test = "/usr/share/datasets/fashion-mnist";
   bool normalize = true;             // standardise inputs with the dataset's statistics
+  std::string normalization = "zscore";  // zscore: (x - mean) / std; minmax: (x - min) / (max - min) (DeepCAM's)
+  std::string sampling = "global";   // global: reshuffle all samples across ranks; local: shards stay on their node
+  bool skip_bad_samples = false;     // false: a NaN or mis-shaped sample is an error; true: skip and count it
   bool shuffle = true;               // reshuffle the training samples every epoch
   int64_t workers = 2;               // loader threads per rank
   int64_t prefetch = 2;              // batches kept ready per learner

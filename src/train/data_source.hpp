@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "src/core/error.hpp"
 #include "src/nn/tensor.hpp"
 
 namespace squall::train {
@@ -21,14 +22,36 @@ struct DatasetInfo {
   std::string description;               // "Fashion-MNIST train (IDX, 60000 samples)"
 };
 
+// A sample that cannot be used (NaN or infinite values, a wrong shape, a label out of range,
+// an unreadable chunk). The message names the file, the dataset and the sample index; the
+// loader skips and counts such samples when data.skip_bad_samples is set, and fails
+// otherwise. Other errors (a missing file, a broken layout) are plain squall::Error.
+class BadSample : public Error {
+ public:
+  BadSample(const std::string& what, std::string file, int64_t index)
+      : Error(what), m_file(std::move(file)), m_index(index) {}
+  const std::string& file() const { return m_file; }
+  int64_t index() const { return m_index; }
+
+ private:
+  std::string m_file;
+  int64_t m_index;
+};
+
 class DataSource {
  public:
   virtual ~DataSource() = default;
   virtual const DatasetInfo& info() const = 0;
   virtual int64_t size() const = 0;
   // Normalised float images [indices.size(), c, h, w] and int32 labels ([n] or [n, h, w]).
-  // Throws squall::Error naming the file and index on bad data.
+  // Throws BadSample naming the file and index for a bad sample, squall::Error otherwise.
   virtual void read(std::span<const int64_t> indices, float* images, int32_t* labels) const = 0;
+
+  // The files behind the samples, in index order: samples [offsets[i], offsets[i+1]) live in
+  // files[i]; offsets has files().size() + 1 entries, the last being size(). Node-local
+  // sampling and staging use them. A source held in memory is one "file".
+  virtual std::vector<std::string> files() const { return {info().description}; }
+  virtual std::vector<int64_t> file_offsets() const { return {0, size()}; }
 };
 
 // Fashion-MNIST from a folder of (optionally gzipped) IDX files, as Debian's
@@ -36,6 +59,11 @@ class DataSource {
 // and standardised with the training set's mean 0.2860 and std 0.3530. A missing folder or
 // file is an error that names it and says which package provides it.
 std::unique_ptr<DataSource> open_idx(const std::string& dir, const std::string& split);
+
+// Any dataset squall reads, by what the folder holds: Fashion-MNIST IDX files, native
+// shards (`split` picks train-* or test-*), or DeepCAM files. Errors name the path.
+std::unique_ptr<DataSource> open_dataset(const std::string& path, const std::string& split, bool normalize,
+                                         const std::string& normalization);
 
 inline constexpr const char* k_debian_fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
 

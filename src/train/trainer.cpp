@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/loader.hpp"
+#include "io/sampler.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
 #include "src/cpu/cpu_info.hpp"
@@ -30,13 +32,15 @@ using nlohmann::json;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::unique_ptr<DataSource> open_source(const std::string& path, const std::string& split, const std::string& key) {
-  namespace fs = std::filesystem;
-  if (path.empty()) throw Error("data." + key + " is empty: set it to a Fashion-MNIST IDX folder");
-  if (!fs::exists(path))
-    throw Error("data." + key + " = '" + path + "' does not exist" +
-                (path == k_debian_fashion_mnist_dir ? " (install Debian's dataset-fashion-mnist package)" : ""));
-  return open_idx(path, split);
+std::unique_ptr<DataSource> open_source(const DataConfig& d, const std::string& split, const std::string& key) {
+  const std::string& path = split == "train" ? d.train : d.test;
+  try {
+    return open_dataset(path, split, d.normalize, d.normalization);
+  } catch (const BadSample&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error("data." + key + ": " + e.what());
+  }
 }
 
 // Appends one JSON object per line and flushes, so a crashed run keeps what it logged.
@@ -123,8 +127,8 @@ TrainResult run_training(const Config& cfg, const std::string& origin) {
               " replica(s): this build trains one learner per rank; the distributed learners are not implemented yet");
 
   // ---- data ----
-  auto train = open_source(cfg.data.train, "train", "train");
-  auto test = open_source(cfg.data.test, "test", "test");
+  auto train = open_source(cfg.data, "train", "train");
+  auto test = open_source(cfg.data, "test", "test");
   const auto& info = train->info();
   const int64_t n_train = cfg.data.train_samples > 0 ? std::min(cfg.data.train_samples, train->size()) : train->size();
   const int64_t n_test = cfg.data.test_samples > 0 ? std::min(cfg.data.test_samples, test->size()) : test->size();
@@ -132,7 +136,12 @@ TrainResult run_training(const Config& cfg, const std::string& origin) {
   if (n_train < batch)
     throw Error(origin + ": train.batch_size " + std::to_string(batch) + " is larger than the " + std::to_string(n_train) +
                 " training samples");
-  const int64_t steps_per_epoch = n_train / batch;  // the last partial batch is dropped
+  // One rank, one node for now; the sampler already speaks nodes and ranks. The samples
+  // beyond steps_per_epoch * batch are the epoch's remainder (io/sampler.hpp).
+  std::vector<int64_t> offsets = train->file_offsets();
+  if (n_train < train->size()) offsets = {0, n_train};
+  const io::Sampler sampler(io::parse_sampling(cfg.data.sampling), offsets, {1}, static_cast<uint64_t>(cfg.run.seed));
+  const int64_t steps_per_epoch = sampler.steps_per_epoch(batch);
   int64_t total_steps = steps_per_epoch * cfg.train.epochs;
   if (cfg.train.max_steps > 0) total_steps = std::min(total_steps, cfg.train.max_steps);
 
@@ -163,8 +172,12 @@ TrainResult run_training(const Config& cfg, const std::string& origin) {
   nn::Buffer label_buf, pred_buf;
   int32_t* dev_labels = backend->allocate_labels(static_cast<size_t>(batch * label_hw), label_buf);
   int32_t* dev_pred = backend->allocate_labels(static_cast<size_t>(batch * label_hw), pred_buf);
-  std::vector<float> images(static_cast<size_t>(batch * info.sample.per_sample()));
-  std::vector<int32_t> labels(static_cast<size_t>(batch * label_hw));
+  io::LoaderOptions loader_options;
+  loader_options.batch_size = batch;
+  loader_options.workers = static_cast<int>(cfg.data.workers);
+  loader_options.prefetch = static_cast<int>(cfg.data.prefetch);
+  loader_options.skip_bad = cfg.data.skip_bad_samples;
+  io::Loader loader(*train, loader_options);
 
   // ---- run directory ----
   const fs::path dir(cfg.run.dir);
@@ -181,8 +194,7 @@ TrainResult run_training(const Config& cfg, const std::string& origin) {
 
   // ---- loop ----
   Progress progress(isatty(STDOUT_FILENO) != 0, cfg.train.log_every_steps);
-  std::vector<int64_t> order(static_cast<size_t>(n_train));
-  double t_io = 0, t_compute = 0;
+  double t_compute = 0;
   RunningMean window_loss;
   double last_train_loss = 0;
   EvalResult last_eval;
@@ -208,20 +220,17 @@ TrainResult run_training(const Config& cfg, const std::string& origin) {
   };
 
   for (int64_t epoch = 1; epoch <= epochs && step < total_steps; ++epoch) {
-    std::iota(order.begin(), order.end(), 0);
-    if (cfg.data.shuffle) {
-      std::mt19937_64 rng(static_cast<uint64_t>(cfg.run.seed) * 1000003ull + static_cast<uint64_t>(epoch));
-      std::shuffle(order.begin(), order.end(), rng);
-    }
-    for (int64_t b = 0; b < steps_per_epoch && step < total_steps; ++b) {
-      auto t0 = Clock::now();
-      train->read(std::span<const int64_t>(order.data() + b * batch, static_cast<size_t>(batch)), images.data(),
-                  labels.data());
-      t_io += seconds_since(t0);
-
-      t0 = Clock::now();
-      backend->copy_from_host(*stream, graph->input().data, images.data(), images.size());
-      backend->copy_labels_from_host(*stream, dev_labels, labels.data(), labels.size());
+    std::vector<int64_t> indices = sampler.indices(cfg.data.shuffle ? epoch : 0, 0, 0);
+    const int64_t batches = std::min(steps_per_epoch, total_steps - step);
+    loader.start_epoch(std::move(indices), batches);
+    for (int64_t b = 0; b < batches; ++b) {
+      const io::Batch* data = loader.next();
+      if (data == nullptr) throw Error("loader: epoch " + std::to_string(epoch) + " ended after " + std::to_string(b) +
+                                       " of " + std::to_string(batches) + " batches");
+      const auto t0 = Clock::now();
+      backend->copy_from_host(*stream, graph->input().data, data->images, static_cast<size_t>(graph->input().numel()));
+      backend->copy_labels_from_host(*stream, dev_labels, data->labels, static_cast<size_t>(batch * label_hw));
+      loader.release(data);
       mode.step = static_cast<uint64_t>(step);
       graph->forward(*stream, mode);
       float loss = 0;
@@ -259,6 +268,7 @@ TrainResult run_training(const Config& cfg, const std::string& origin) {
   }
   progress.finish();
   const double loop_s = seconds_since(t_loop);
+  const double t_io = loader.io_wait_s();
 
   // ---- summary ----
   std::vector<float> host(graph->param_count() + graph->state_count());
@@ -290,6 +300,7 @@ TrainResult run_training(const Config& cfg, const std::string& origin) {
       {"global_batch", batch}, {"epochs", epochs}, {"steps", step}, {"wall_s", r.wall_s}, {"train_loop_s", loop_s},
       {"samples_per_s", r.samples_per_s},
       {"time_breakdown_s", {{"compute", t_compute}, {"allreduce", 0.0}, {"io_wait", t_io}}},
+      {"skipped_samples", loader.bad_samples()}, {"data", info.description},
       {"final", final_metrics}, {"model_checksum", r.model_checksum}, {"config", origin}};
   write_atomic(dir / "summary.json", summary.dump(2) + "\n");
 

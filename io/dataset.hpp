@@ -1,0 +1,46 @@
+#pragma once
+// Opening datasets stored in HDF5: squall's native shards and DeepCAM's files as they are.
+// These are the DataSource implementations of io/ (the IDX reader lives in src/train, and
+// train::open_dataset picks among all three).
+// Header free of HDF5: src/ includes it.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/train/data_source.hpp"
+
+namespace squall::io {
+
+struct OpenOptions {
+  bool normalize = true;
+  std::string normalization = "zscore";  // "zscore" (mean/std) or "minmax" (DeepCAM's)
+};
+
+// "idx", "shards", "deepcam", or "" when the folder holds none of them.
+std::string detect_format(const std::string& path);
+
+// Native shards: every `<split>-NNNNN-of-MMMMM.h5` in `dir` (docs/formats.md), in name order.
+std::unique_ptr<train::DataSource> open_shards(const std::string& dir, const std::string& split,
+                                               const OpenOptions& options);
+
+// DeepCAM: every `data-*.h5` in `dir` (one sample each, /climate/data [H,W,C] float32 and
+// /climate/labels_0 [H,W]); statistics from `dir/stats.h5` (or `dir/../stats.h5`).
+std::unique_ptr<train::DataSource> open_deepcam(const std::string& dir, const OpenOptions& options);
+
+// The same readers over an explicit list of files (inspection, staging, tests). An empty
+// stats_path is allowed only with options.normalize == false.
+std::unique_ptr<train::DataSource> open_shard_files(const std::vector<std::string>& files, const OpenOptions& options);
+std::unique_ptr<train::DataSource> open_deepcam_files(const std::vector<std::string>& files,
+                                                      const std::string& stats_path, const OpenOptions& options);
+
+// DeepCAM's stats.h5: /climate/{count,mean,sqmean,minval,maxval}, std = sqrt(sqmean - mean^2).
+struct ChannelStats {
+  std::vector<float> mean, std, min, max;
+};
+ChannelStats read_deepcam_stats(const std::string& stats_path);
+// dir/stats.h5, else dir/../stats.h5, else "".
+std::string find_deepcam_stats(const std::string& dir);
+// Every data-*.h5 in dir, sorted by name.
+std::vector<std::string> list_deepcam_files(const std::string& dir);
+
+}  // namespace squall::io

@@ -1,0 +1,209 @@
+// open_deepcam: DeepCAM's climate files read as they are (docs/formats.md). One file per
+// sample: /climate/data float32 [H,W,C] (channels last, transposed to CHW here) and
+// /climate/labels_0 [H,W] (0 background, 1 tropical cyclone, 2 atmospheric river, stored as
+// float or integer). The full dataset has ~120k files, more than a process may hold open, so
+// files are opened on first use and kept open up to k_max_open at a time.
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <filesystem>
+
+#include "io/dataset.hpp"
+#include "io/h5_util.hpp"
+#include "src/core/error.hpp"
+
+namespace squall::io {
+namespace {
+
+constexpr size_t k_max_open = 512;
+constexpr int64_t k_classes = 3;
+
+struct DeepcamFile {
+  H5Handle file, data, labels;
+};
+
+// Opens one DeepCAM file and checks its layout; `h`, `w`, `c` receive its sample shape.
+DeepcamFile open_deepcam_file(const std::string& path, int64_t& h, int64_t& w, int64_t& c) {
+  auto lock = h5_lock();
+  DeepcamFile f;
+  f.file = h5_open_file(path);
+  f.data = h5_open_dataset(f.file.get(), path, "/climate/data");
+  f.labels = h5_open_dataset(f.file.get(), path, "/climate/labels_0");
+  const H5DatasetDesc d = h5_describe(f.data.get());
+  const H5DatasetDesc l = h5_describe(f.labels.get());
+  if (d.dims.size() != 3)
+    throw Error(path + ": dataset /climate/data has shape " + h5_dims_text(d.dims) + ", expected rank 3 [h,w,c]");
+  if (d.dtype != "float32")
+    throw Error(path + ": dataset /climate/data has dtype " + d.dtype + ", expected float32");
+  if (l.type_class != H5T_FLOAT && l.type_class != H5T_INTEGER)
+    throw Error(path + ": dataset /climate/labels_0 has dtype " + l.dtype + ", expected float or integer");
+  if (l.dims.size() != 2 || l.dims[0] != d.dims[0] || l.dims[1] != d.dims[1])
+    throw Error(path + ": dataset /climate/labels_0 has shape " + h5_dims_text(l.dims) + ", expected [" +
+                std::to_string(d.dims[0]) + "," + std::to_string(d.dims[1]) + "] for /climate/data " +
+                h5_dims_text(d.dims));
+  h = static_cast<int64_t>(d.dims[0]);
+  w = static_cast<int64_t>(d.dims[1]);
+  c = static_cast<int64_t>(d.dims[2]);
+  return f;
+}
+
+class DeepcamSource final : public train::DataSource {
+ public:
+  DeepcamSource(std::vector<std::string> paths, const std::string& stats_path, const OpenOptions& options)
+      : m_paths(std::move(paths)), m_open(m_paths.size()) {
+    if (m_paths.empty()) throw Error("no DeepCAM files given");
+    m_open[0] = open_deepcam_file(m_paths[0], m_h, m_w, m_c);
+    m_open_order.push_back(0);
+    m_shift.assign(static_cast<size_t>(m_c), 0.0f);
+    m_denom.assign(static_cast<size_t>(m_c), 1.0f);
+    if (options.normalize) {
+      if (stats_path.empty())
+        throw Error("DeepCAM files next to " + m_paths[0] + ": no stats.h5 found (beside them or one folder up); "
+                    "normalisation needs it");
+      const ChannelStats s = read_deepcam_stats(stats_path);
+      if (s.mean.size() != static_cast<size_t>(m_c))
+        throw Error(stats_path + ": statistics for " + std::to_string(s.mean.size()) + " channels, but " + m_paths[0] +
+                    " has " + std::to_string(m_c));
+      for (size_t i = 0; i < s.mean.size(); ++i) {
+        if (options.normalization == "zscore") {
+          m_shift[i] = s.mean[i];
+          m_denom[i] = s.std[i];
+        } else if (options.normalization == "minmax") {
+          m_shift[i] = s.min[i];
+          m_denom[i] = s.max[i] - s.min[i];
+        } else {
+          throw Error("unknown normalisation '" + options.normalization + "' (zscore or minmax)");
+        }
+        if (!(m_denom[i] > 0.0f))
+          throw Error(stats_path + ": channel " + std::to_string(i) + " has a zero spread; " + options.normalization +
+                      " normalisation impossible");
+      }
+    }
+    m_info.sample = nn::Shape(1, m_c, m_h, m_w);
+    m_info.classes = k_classes;
+    m_info.class_names = {"background", "tropical cyclone", "atmospheric river"};
+    m_info.per_pixel_labels = true;
+    m_info.description = "DeepCAM (" + std::to_string(m_paths.size()) + " files, " + m_info.sample.str() + ", " +
+                         std::filesystem::path(m_paths[0]).parent_path().string() + ")";
+  }
+
+  const train::DatasetInfo& info() const override { return m_info; }
+  int64_t size() const override { return static_cast<int64_t>(m_paths.size()); }
+  std::vector<std::string> files() const override { return m_paths; }
+  std::vector<int64_t> file_offsets() const override {
+    std::vector<int64_t> out(m_paths.size() + 1);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int64_t>(i);
+    return out;
+  }
+
+  void read(std::span<const int64_t> indices, float* images, int32_t* labels) const override {
+    const int64_t plane = m_h * m_w;
+    std::vector<float> hwc(static_cast<size_t>(plane * m_c)), lab(static_cast<size_t>(plane));
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const int64_t index = indices[k];
+      if (index < 0 || index >= size())
+        throw Error("DeepCAM: sample index " + std::to_string(index) + " outside [0, " + std::to_string(size()) + ")");
+      const std::string& path = m_paths[static_cast<size_t>(index)];
+      {
+        auto lock = h5_lock();
+        const DeepcamFile& f = file(static_cast<size_t>(index));
+        if (H5Dread(f.data.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, hwc.data()) < 0)
+          throw train::BadSample(path + ": dataset /climate/data: unreadable (" + h5_error_text() + ")", path, index);
+        if (H5Dread(f.labels.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, lab.data()) < 0)
+          throw train::BadSample(path + ": dataset /climate/labels_0: unreadable (" + h5_error_text() + ")", path, index);
+      }
+      float* dst = images + k * static_cast<size_t>(plane * m_c);
+      for (int64_t p = 0; p < plane; ++p) {
+        const float* in = hwc.data() + p * m_c;
+        for (int64_t c = 0; c < m_c; ++c) {
+          const float v = in[c];
+          if (!std::isfinite(v))
+            throw train::BadSample(path + ": dataset /climate/data: value " + std::to_string(v) + " at pixel " +
+                                       std::to_string(p) + ", channel " + std::to_string(c) + " (index " +
+                                       std::to_string(index) + ")",
+                                   path, index);
+          dst[c * plane + p] = (v - m_shift[static_cast<size_t>(c)]) / m_denom[static_cast<size_t>(c)];
+        }
+      }
+      int32_t* out = labels + k * static_cast<size_t>(plane);
+      for (int64_t p = 0; p < plane; ++p) {
+        const float v = lab[static_cast<size_t>(p)];
+        if (!(v == 0.0f || v == 1.0f || v == 2.0f))
+          throw train::BadSample(path + ": dataset /climate/labels_0: value " + std::to_string(v) + " at pixel " +
+                                     std::to_string(p) + " is not 0, 1 or 2 (index " + std::to_string(index) + ")",
+                                 path, index);
+        out[p] = static_cast<int32_t>(v);
+      }
+    }
+  }
+
+ private:
+  // The open file of sample i, opening it (and closing the oldest beyond k_max_open).
+  // Called with the HDF5 lock held, which also guards m_open and m_open_order.
+  const DeepcamFile& file(size_t i) const {
+    if (!m_open[i].file) {
+      int64_t h = 0, w = 0, c = 0;
+      DeepcamFile f = open_deepcam_file(m_paths[i], h, w, c);
+      if (h != m_h || w != m_w || c != m_c)
+        throw Error(m_paths[i] + ": dataset /climate/data has shape [" + std::to_string(h) + "," + std::to_string(w) +
+                    "," + std::to_string(c) + "] but " + m_paths[0] + " has [" + std::to_string(m_h) + "," +
+                    std::to_string(m_w) + "," + std::to_string(m_c) + "]");
+      if (m_open_order.size() >= k_max_open) {
+        m_open[m_open_order.front()] = DeepcamFile{};
+        m_open_order.pop_front();
+      }
+      m_open[i] = std::move(f);
+      m_open_order.push_back(i);
+    }
+    return m_open[i];
+  }
+
+  std::vector<std::string> m_paths;
+  mutable std::vector<DeepcamFile> m_open;  // by sample; empty handles when closed
+  mutable std::deque<size_t> m_open_order;  // oldest first
+  int64_t m_h = 0, m_w = 0, m_c = 0;
+  std::vector<float> m_shift, m_denom;  // normalised = (raw - shift) / denom, per channel
+  train::DatasetInfo m_info;
+};
+
+}  // namespace
+
+ChannelStats read_deepcam_stats(const std::string& stats_path) {
+  auto lock = h5_lock();
+  H5Handle file = h5_open_file(stats_path);
+  const std::vector<float> mean = h5_read_floats(file.get(), stats_path, "/climate/mean");
+  const std::vector<float> sqmean = h5_read_floats(file.get(), stats_path, "/climate/sqmean");
+  ChannelStats s;
+  s.min = h5_read_floats(file.get(), stats_path, "/climate/minval");
+  s.max = h5_read_floats(file.get(), stats_path, "/climate/maxval");
+  if (sqmean.size() != mean.size() || s.min.size() != mean.size() || s.max.size() != mean.size())
+    throw Error(stats_path + ": /climate/{mean,sqmean,minval,maxval} differ in length");
+  s.mean = mean;
+  for (size_t i = 0; i < mean.size(); ++i) {
+    const double m = mean[i];
+    s.std.push_back(static_cast<float>(std::sqrt(std::max(0.0, static_cast<double>(sqmean[i]) - m * m))));
+  }
+  return s;
+}
+
+std::string find_deepcam_stats(const std::string& dir) {
+  namespace fs = std::filesystem;
+  for (const fs::path& p : {fs::path(dir) / "stats.h5", fs::path(dir).parent_path() / "stats.h5"}) {
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec)) return p.string();
+  }
+  return "";
+}
+
+std::unique_ptr<train::DataSource> open_deepcam_files(const std::vector<std::string>& files,
+                                                      const std::string& stats_path, const OpenOptions& options) {
+  return std::make_unique<DeepcamSource>(files, stats_path, options);
+}
+
+std::unique_ptr<train::DataSource> open_deepcam(const std::string& dir, const OpenOptions& options) {
+  const std::vector<std::string> files = list_deepcam_files(dir);
+  if (files.empty()) throw Error(dir + ": no DeepCAM files (data-*.h5)");
+  return open_deepcam_files(files, find_deepcam_stats(dir), options);
+}
+
+}  // namespace squall::io
