@@ -5,11 +5,14 @@ Datasets (made in --workdir, which should sit on the file system you care about)
   fmnist   native uint8 shards from `squall data fashion-mnist` (small samples, many chunks)
   deepcam  DeepCAM-layout files written by h5py: float32 [768, 1152, 16] channels-last with
            float32 labels, one sample per file, plus stats.h5 (the MLPerf HPC layout)
+  deepcam-shards  the same DeepCAM samples converted to native float32 shards (CHW already)
 For each, it alternates `cat FILES > /dev/null` and `squall bench loader --data DIR --json`
-and reports the file bytes per second of each, their medians and the ratio (goal >= 0.8).
-Both read through the page cache after a first warm-up read, so the figure is the loader's
-own overhead (decode, normalise, copy, threads) against the cheapest possible read, not the
-disk. Run with an interpreter that imports h5py and numpy (Debian: /usr/bin/python3).
+(one untimed warm-up epoch, then three timed ones) and reports the file bytes per second of each,
+their medians and the ratio, twice:
+  cold  the files are evicted from the page cache (posix_fadvise DONTNEED) before every
+        timed read, so both sides read from storage, as a fresh epoch on NVMe does;
+  warm  both read from the page cache: the loader's own ceiling (decode, normalise, copy).
+Run with an interpreter that imports h5py and numpy (Debian: /usr/bin/python3).
 """
 import argparse
 import glob
@@ -48,6 +51,13 @@ def make_deepcam(folder, files, h, w, c):
             f["climate/maxval"] = np.full(c, 5.0, dtype=np.float32)
 
 
+def evict(files):
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+
 def raw_read(files):
     t0 = time.perf_counter()
     subprocess.run(["cat"] + files, stdout=subprocess.DEVNULL, check=True)
@@ -55,9 +65,11 @@ def raw_read(files):
     return sum(os.path.getsize(f) for f in files) / dt / 1e6
 
 
-def loader_read(squall, folder, split, workers, batch):
+def loader_read(squall, folder, split, workers, batch, epochs, cold):
     out = subprocess.run([squall, "bench", "loader", "--data", folder, "--split", split, "--workers", str(workers),
-                          "--batch", str(batch), "--json"], check=True, capture_output=True, text=True).stdout
+                          "--batch", str(batch), "--epochs", str(epochs), "--warmup-epochs", "1", "--json"] +
+                         (["--cold"] if cold else []),
+                         check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
 
@@ -67,7 +79,7 @@ def main():
     ap.add_argument("--workdir", default="/tmp/squall-loader-bench")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--deepcam-files", type=int, default=8)
+    ap.add_argument("--deepcam-files", type=int, default=16)
     args = ap.parse_args()
     try:
         import h5py  # noqa: F401
@@ -82,26 +94,37 @@ def main():
                        stdout=subprocess.DEVNULL)
     deepcam = os.path.join(args.workdir, "deepcam")
     make_deepcam(deepcam, args.deepcam_files, 768, 1152, 16)
+    deepcam_shards = os.path.join(args.workdir, "deepcam-shards")
+    if not glob.glob(os.path.join(deepcam_shards, "train-*.h5")):
+        subprocess.run([args.squall, "data", "deepcam", "--from", deepcam, "--out", deepcam_shards, "--shards", "2"],
+                       check=True, stdout=subprocess.DEVNULL)
 
     cases = [("fmnist shards (uint8 28x28)", fmnist, "train", sorted(glob.glob(os.path.join(fmnist, "train-*.h5"))), 64),
              ("DeepCAM files (float32 768x1152x16)", deepcam, "train",
-              sorted(glob.glob(os.path.join(deepcam, "data-*.h5"))), 2)]
+              sorted(glob.glob(os.path.join(deepcam, "data-*.h5"))), 2),
+             ("DeepCAM samples as native shards (float32 CHW)", deepcam_shards, "train",
+              sorted(glob.glob(os.path.join(deepcam_shards, "train-*.h5"))), 2)]
     rows = []
     for name, folder, split, files, batch in cases:
-        raw_read(files)  # warm the page cache for both
-        raw, ld, sps = [], [], []
-        for _ in range(args.runs):
-            raw.append(raw_read(files))
-            r = loader_read(args.squall, folder, split, args.workers, batch)
-            ld.append(r["file_MBps"])
-            sps.append(r["samples_per_s"])
-        ratios = [a / b for a, b in zip(ld, raw)]
-        rows.append((name, statistics.median(raw), statistics.median(ld), statistics.median(sps),
-                     statistics.median(ratios), min(ratios), max(ratios)))
-    print(f"| dataset | raw read MB/s | loader MB/s | loader samples/s | ratio (median, min-max) |")
-    print(f"|---|---|---|---|---|")
-    for name, raw, ld, sps, rm, rmin, rmax in rows:
-        print(f"| {name} | {raw:.0f} | {ld:.0f} | {sps:.0f} | {rm:.2f} ({rmin:.2f}-{rmax:.2f}) |")
+        for mode in ("cold", "warm"):
+            raw, ld, sps = [], [], []
+            for _ in range(args.runs):
+                if mode == "cold":
+                    evict(files)
+                else:
+                    raw_read(files)
+                raw.append(raw_read(files))
+                # after one untimed warm-up epoch; cold: squall evicts the files before each timed one
+                r = loader_read(args.squall, folder, split, args.workers, batch, 3, mode == "cold")
+                ld.append(r["file_MBps"])
+                sps.append(r["samples_per_s"])
+            ratios = [a / b for a, b in zip(ld, raw)]
+            rows.append((name, mode, statistics.median(raw), statistics.median(ld), statistics.median(sps),
+                         statistics.median(ratios), min(ratios), max(ratios)))
+    print(f"| dataset | cache | raw read MB/s | loader MB/s | loader samples/s | ratio (median, min-max) |")
+    print(f"|---|---|---|---|---|---|")
+    for name, mode, raw, ld, sps, rm, rmin, rmax in rows:
+        print(f"| {name} | {mode} | {raw:.0f} | {ld:.0f} | {sps:.1f} | {rm:.2f} ({rmin:.2f}-{rmax:.2f}) |")
     return 0
 
 

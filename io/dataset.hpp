@@ -14,6 +14,9 @@ namespace squall::io {
 struct OpenOptions {
   bool normalize = true;
   std::string normalization = "zscore";  // "zscore" (mean/std) or "minmax" (DeepCAM's)
+  // Shards whose samples and labels together fit in this many bytes are read into memory
+  // once, when opened, and served from there (no HDF5 call per sample); 0: always stream.
+  int64_t cache_bytes = int64_t{1} << 30;
 };
 
 // "idx", "shards", "deepcam", or "" when the folder holds none of them.

@@ -25,6 +25,8 @@ struct ShardFile {
   bool direct = false;
   int shuffle_filter = -1, deflate_filter = -1;  // position in the filter pipeline, -1: absent
   std::vector<int32_t> class_labels;             // classification labels, read once at open
+  std::vector<unsigned char> cached_images;      // every sample's raw bytes, when cached
+  std::vector<int32_t> cached_pixel_labels;      // per-pixel labels, when cached
 };
 
 // Decides whether /images can be read chunk by chunk: chunks of exactly one sample and a
@@ -139,6 +141,7 @@ class ShardSource final : public train::DataSource {
       m_offsets.push_back(m_offsets.back() + f.count);
       m_files.push_back(std::move(f));
     }
+    cache_if_small(options.cache_bytes);
     const ShardMeta& meta = m_first.meta;
     const size_t c = static_cast<size_t>(m_first.sample.c());
     m_shift.assign(c, 0.0f);
@@ -206,7 +209,14 @@ class ShardSource final : public train::DataSource {
       };
       const size_t raw_bytes = static_cast<size_t>(per) * (is_u8 ? 1 : 4);
       void* raw_out = is_u8 ? static_cast<void*>(raw_u8.data()) : static_cast<void*>(dst);
-      if (f.direct) {
+      if (!f.cached_images.empty()) {
+        std::memcpy(raw_out, f.cached_images.data() + static_cast<size_t>(local) * raw_bytes, raw_bytes);
+        if (m_first.per_pixel_labels)
+          std::memcpy(lab, f.cached_pixel_labels.data() + static_cast<size_t>(local * label_count),
+                      static_cast<size_t>(label_count) * sizeof(int32_t));
+        else
+          lab[0] = f.class_labels[static_cast<size_t>(local)];
+      } else if (f.direct) {
         thread_local std::vector<unsigned char> stored, inflated;
         uint32_t mask = 0;
         {
@@ -215,16 +225,20 @@ class ShardSource final : public train::DataSource {
           hsize_t nbytes = 0;
           if (H5Dget_chunk_storage_size(f.images.get(), offset, &nbytes) < 0 || nbytes == 0)
             throw train::BadSample(where("/images") + ": chunk missing (" + h5_error_text() + ")", f.path, index);
-          stored.resize(static_cast<size_t>(nbytes));
-          if (H5Dread_chunk(f.images.get(), H5P_DEFAULT, offset, &mask, stored.data()) < 0)
+          // An unfiltered chunk of the right size is the sample itself: read it in place.
+          const bool in_place = f.deflate_filter < 0 && f.shuffle_filter < 0 && nbytes == raw_bytes;
+          stored.resize(in_place ? 0 : static_cast<size_t>(nbytes));
+          if (H5Dread_chunk(f.images.get(), H5P_DEFAULT, offset, &mask, in_place ? raw_out : stored.data()) < 0)
             throw train::BadSample(where("/images") + ": unreadable chunk (" + h5_error_text() + ")", f.path, index);
+          if (in_place) mask = ~0u;  // nothing left to decode
           if (m_first.per_pixel_labels &&
               !read_rows(f.labels.get(), 3, local, H5T_NATIVE_INT32, lab))
             throw train::BadSample(where("/labels") + ": unreadable chunk (" + h5_error_text() + ")", f.path, index);
         }
-        decode_chunk(f, mask, stored, inflated, raw_out, raw_bytes, is_u8 ? 1 : 4, [&](const std::string& why) {
-          return train::BadSample(where("/images") + ": " + why, f.path, index);
-        });
+        if (mask != ~0u)
+          decode_chunk(f, mask, stored, inflated, raw_out, raw_bytes, is_u8 ? 1 : 4, [&](const std::string& why) {
+            return train::BadSample(where("/images") + ": " + why, f.path, index);
+          });
         if (!m_first.per_pixel_labels) lab[0] = f.class_labels[static_cast<size_t>(local)];
       } else {
         auto lock = h5_lock();
@@ -261,6 +275,29 @@ class ShardSource final : public train::DataSource {
   }
 
  private:
+  // Small datasets (Fashion-MNIST: 47 MB) are read once, one bulk read per shard, and then
+  // served from memory: per-sample HDF5 calls would otherwise take CPU time from training.
+  // A shard whose bulk read fails is left to stream, so that its bad chunk is reported
+  // per sample (file, dataset, index) when it is read.
+  void cache_if_small(int64_t budget) {
+    const int64_t per = m_first.sample.per_sample() * (m_first.type == SampleType::uint8 ? 1 : 4);
+    const int64_t labels = m_first.per_pixel_labels ? m_first.sample.h() * m_first.sample.w() * 4 : 0;
+    if (budget <= 0 || m_offsets.back() * (per + labels) > budget) return;
+    auto lock = h5_lock();
+    for (ShardFile& f : m_files) {
+      if (f.count == 0) continue;
+      std::vector<unsigned char> images(static_cast<size_t>(f.count * per));
+      const hid_t type = m_first.type == SampleType::uint8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
+      if (H5Dread(f.images.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, images.data()) < 0) continue;
+      if (m_first.per_pixel_labels) {
+        std::vector<int32_t> pixel_labels(static_cast<size_t>(f.count * labels / 4));
+        if (H5Dread(f.labels.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, pixel_labels.data()) < 0) continue;
+        f.cached_pixel_labels = std::move(pixel_labels);
+      }
+      f.cached_images = std::move(images);
+    }
+  }
+
   // Undoes the stored chunk's filters (a bit set in `mask` means that filter was skipped
   // for this chunk) into `out` of exactly `raw_bytes` bytes.
   template <class MakeError>

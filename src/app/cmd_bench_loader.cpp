@@ -6,6 +6,9 @@
 //   samples_per_s  samples delivered by Loader::next() per second
 //   MBps           float32 sample bytes delivered per second (what the trainer receives)
 //   file_MBps      bytes of the dataset's files per second (what the storage delivers)
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -29,12 +32,25 @@ struct BenchLoaderArgs {
   int64_t batch = 64;
   int workers = 2, prefetch = 4;
   int64_t epochs = 1;
+  int64_t warmup_epochs = 1;
+  bool cold = false;
   bool skip_bad = false;
   bool json = false;
 };
 
+// Drops the files' pages from the page cache (clean pages only, which is all a reader
+// leaves), so the next read comes from storage.
+void evict_from_page_cache(const std::vector<std::string>& files) {
+  for (const std::string& f : files) {
+    const int fd = ::open(f.c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
 int run_bench_loader(const BenchLoaderArgs& a) {
-  const auto source = train::open_dataset(a.data, a.split, true, "zscore");
+  const auto source = train::open_dataset(a.data, a.split, true, "zscore", 0);  // stream: the files are what is measured
   const io::Sampler sampler(io::Sampling::global, source->file_offsets(), {1}, 1);
   const int64_t batches = sampler.steps_per_epoch(a.batch);
   if (batches == 0)
@@ -55,14 +71,24 @@ int run_bench_loader(const BenchLoaderArgs& a) {
   options.skip_bad = a.skip_bad;
   io::Loader loader(*source, options);
 
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
+  // Untimed warm-up epochs first: the first touch of the batch buffers and the file opens are
+  // one-off costs of a run, not of streaming. --cold then evicts the files from the page
+  // cache before every timed epoch, so that each byte comes from storage.
+  auto run_epoch = [&](int64_t epoch) {
     loader.start_epoch(sampler.indices(epoch, 0, 0), batches);
     while (const io::Batch* batch = loader.next()) loader.release(batch);
+  };
+  for (int64_t epoch = 0; epoch < a.warmup_epochs; ++epoch) run_epoch(-1 - epoch);
+  const int64_t warmup_samples = loader.samples();
+  double seconds = 0;
+  for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
+    if (a.cold) evict_from_page_cache(source->files());
+    const auto t0 = std::chrono::steady_clock::now();
+    run_epoch(epoch);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  const int64_t samples = loader.samples();
+  const int64_t samples = loader.samples() - warmup_samples;
   const double sample_mb = static_cast<double>(samples * loader.sample_floats()) * sizeof(float) / 1e6;
   const double file_mb = static_cast<double>(file_bytes * a.epochs) / 1e6;
   const nlohmann::json doc{{"samples", samples},
@@ -75,6 +101,8 @@ int run_bench_loader(const BenchLoaderArgs& a) {
                            {"workers", a.workers},
                            {"prefetch", a.prefetch},
                            {"epochs", a.epochs},
+                           {"warmup_epochs", a.warmup_epochs},
+                           {"cold", a.cold},
                            {"files", source->files().size()}};
   if (process_rank() > 0) return 0;
   if (a.json) {
@@ -103,7 +131,10 @@ void add_bench_loader_command(CLI::App& bench, Context&, Actions& actions) {
   sub->add_option("--workers", args->workers, "Reader threads; 0 reads on the main thread (default 2)")
       ->check(CLI::Range(0, 1024));
   sub->add_option("--prefetch", args->prefetch, "Batches read ahead (default 4)")->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--epochs", args->epochs, "Passes over the data (default 1)")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  sub->add_option("--warmup-epochs", args->warmup_epochs, "Untimed passes first (default 1)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  sub->add_flag("--cold", args->cold, "Evict the files from the page cache before every timed pass");
+  sub->add_option("--epochs", args->epochs, "Timed passes over the data (default 1)")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   sub->add_flag("--skip-bad", args->skip_bad, "Skip and count bad samples instead of failing");
   sub->add_flag("--json", args->json, "Print one JSON object");
   actions[sub] = [args] { return run_bench_loader(*args); };

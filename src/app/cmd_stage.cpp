@@ -40,7 +40,7 @@ struct StageArgs {
 
 // This rank's share of the staging. Throws squall::Error naming the file that failed.
 json stage_my_files(const StageArgs& a, const mpi::Topology& topo, const std::vector<int>& node_sizes) {
-  const auto source = train::open_dataset(a.from, a.split, true, "zscore");
+  const auto source = train::open_dataset(a.from, a.split, true, "zscore", 0);  // list files, read nothing
   const io::Sampler sampler(io::parse_sampling(a.sampling), source->file_offsets(), node_sizes, 0);
   const std::vector<std::string> files = io::files_to_stage(*source, sampler, topo.node());
   const std::string dest = io::expand_node_placeholder(a.to, topo.node());

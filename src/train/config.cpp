@@ -46,6 +46,7 @@ std::vector<Field> fields(Config& c) {
       {"data", "shuffle", &c.data.shuffle},
       {"data", "workers", &c.data.workers},
       {"data", "prefetch", &c.data.prefetch},
+      {"data", "cache_mb", &c.data.cache_mb},
       {"data", "train_samples", &c.data.train_samples},
       {"data", "test_samples", &c.data.test_samples},
       {"data", "class_weights", &c.data.class_weights},
@@ -409,6 +410,7 @@ void validate(const Config& c, const std::string& origin) {
   k.one_of(c.data.sampling, "data.sampling", {"global", "local"});
   k.non_negative(c.data.workers, "data.workers");
   k.positive(c.data.prefetch, "data.prefetch");
+  k.non_negative(c.data.cache_mb, "data.cache_mb");
   k.non_negative(c.data.train_samples, "data.train_samples");
   k.non_negative(c.data.test_samples, "data.test_samples");
   for (const double w : c.data.class_weights) k.non_negative(w, "data.class_weights");

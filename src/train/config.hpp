@@ -30,6 +30,7 @@ struct DataConfig {
   bool shuffle = true;               // reshuffle the training samples every epoch
   int64_t workers = 2;               // loader threads per rank
   int64_t prefetch = 2;              // batches kept ready per learner
+  int64_t cache_mb = 1024;           // shards smaller than this are read into memory once; 0 = always stream
   int64_t train_samples = 0;         // use only the first N training samples; 0 = all
   int64_t test_samples = 0;          // use only the first N test samples; 0 = all
   std::vector<double> class_weights; // per-class loss weights (segmentation); empty = uniform
