@@ -7,9 +7,9 @@ JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
 NP          ?= 2
 
-# Open MPI refuses to run as root unless told; CI and fresh machines run as root.
 MAKEFLAGS += --no-print-directory
 
+# Open MPI refuses to run as root unless told; CI and fresh machines run as root.
 export OMPI_ALLOW_RUN_AS_ROOT         := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
