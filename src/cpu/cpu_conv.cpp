@@ -83,8 +83,7 @@ class CpuConvPlan final : public ConvPlan {
     m_f_wei.stage_in(st);
     if (m_desc.bias) m_bias.set_data_handle(const_cast<float*>(b));
     m_f_dst.bind(y);
-    m_fwd.execute(st, {{DNNL_ARG_SRC, m_f_src.arg()}, {DNNL_ARG_WEIGHTS, m_f_wei.arg()}, {DNNL_ARG_BIAS, m_bias},
-                       {DNNL_ARG_DST, m_f_dst.arg()}, {DNNL_ARG_SCRATCHPAD, m_scratch}});
+    m_fwd.execute(st, m_fwd_args);
     m_f_dst.stage_out(st);
     // What backward may reuse: the staged input of this forward; a new dy comes next.
     m_forward_x = x;
@@ -97,26 +96,24 @@ class CpuConvPlan final : public ConvPlan {
     m_d_wei.bind(w);
     m_d_wei.stage_in(st);
     m_d_dx.bind(dx);
-    m_bwd_data.execute(st, {{DNNL_ARG_DIFF_DST, m_d_dy.arg()}, {DNNL_ARG_WEIGHTS, m_d_wei.arg()},
-                            {DNNL_ARG_DIFF_SRC, m_d_dx.arg()}, {DNNL_ARG_SCRATCHPAD, m_scratch}});
+    m_bwd_data.execute(st, m_bwd_data_args);
     m_d_dx.stage_out(st);
   }
 
   void backward_weights(Stream& s, const float* x, const float* dy, float* dw, float* db) override {
     auto& st = CpuBackend::dnnl_stream(s);
     // The forward already staged x into the same layout: reuse it when it is the same tensor.
-    Operand& src = (m_share_src && x == m_forward_x) ? m_f_src : m_w_src;
-    if (&src == &m_w_src) {
-      m_w_src.bind(x);
-      m_w_src.stage_in(st);
+    const bool reuse_src = m_share_src && x == m_forward_x;
+    if (!reuse_src) {
+      Operand& src = m_share_src ? m_f_src : m_w_src;  // same layout: restage into the forward's buffer
+      src.bind(x);
+      src.stage_in(st);
     }
     Operand& ddst = m_share_dy ? m_d_dy : m_w_dy;
     stage_dy(st, ddst, dy);
     m_w_dw.bind(dw);
     if (m_desc.bias) m_bias.set_data_handle(db);
-    m_bwd_weights.execute(st, {{DNNL_ARG_SRC, src.arg()}, {DNNL_ARG_DIFF_DST, ddst.arg()},
-                               {DNNL_ARG_DIFF_WEIGHTS, m_w_dw.arg()}, {DNNL_ARG_DIFF_BIAS, m_bias},
-                               {DNNL_ARG_SCRATCHPAD, m_scratch}});
+    m_bwd_weights.execute(st, m_bwd_weights_args);
     m_w_dw.stage_out(st);
   }
 
@@ -188,6 +185,20 @@ class CpuConvPlan final : public ConvPlan {
                   Shape(d.n, d.c, d.h, d.w).str() + " -> " + out.str() + ": " + e.what());
     }
     m_bias = d.bias ? memory(bias_md, engine, DNNL_MEMORY_NONE) : memory();
+    // The argument maps are built once: the memory objects in them stay, only their data
+    // handles are rebound per call.
+    const Operand& w_src = m_share_src ? m_f_src : m_w_src;
+    const Operand& w_dy = m_share_dy ? m_d_dy : m_w_dy;
+    m_fwd_args = {{DNNL_ARG_SRC, m_f_src.arg()}, {DNNL_ARG_WEIGHTS, m_f_wei.arg()}, {DNNL_ARG_DST, m_f_dst.arg()},
+                  {DNNL_ARG_SCRATCHPAD, m_scratch}};
+    m_bwd_data_args = {{DNNL_ARG_DIFF_DST, m_d_dy.arg()}, {DNNL_ARG_WEIGHTS, m_d_wei.arg()},
+                       {DNNL_ARG_DIFF_SRC, m_d_dx.arg()}, {DNNL_ARG_SCRATCHPAD, m_scratch}};
+    m_bwd_weights_args = {{DNNL_ARG_SRC, w_src.arg()}, {DNNL_ARG_DIFF_DST, w_dy.arg()},
+                          {DNNL_ARG_DIFF_WEIGHTS, m_w_dw.arg()}, {DNNL_ARG_SCRATCHPAD, m_scratch}};
+    if (d.bias) {
+      m_fwd_args.insert({DNNL_ARG_BIAS, m_bias});
+      m_bwd_weights_args.insert({DNNL_ARG_DIFF_BIAS, m_bias});
+    }
   }
 
   ConvDesc m_desc;
@@ -200,6 +211,7 @@ class CpuConvPlan final : public ConvPlan {
   const float* m_staged_dy = nullptr;  // dy staged in m_d_dy during this backward
   memory m_bias;                       // b or db: always plain
   memory m_scratch;                    // owned by the plan, shared by the three primitives
+  std::unordered_map<int, memory> m_fwd_args, m_bwd_data_args, m_bwd_weights_args;
 };
 
 }  // namespace

@@ -135,7 +135,7 @@ Shape Graph::output_shape() const { return m_nodes[static_cast<size_t>(m_output)
 
 void Graph::forward(Stream& stream, const RunMode& run_mode) {
   RunMode mode = run_mode;
-  std::vector<Tensor> in;
+  std::vector<Tensor>& in = m_in;
   for (int id = 1; id < size(); ++id) {
     Node& n = *m_nodes[static_cast<size_t>(id)];
     in.clear();
@@ -148,8 +148,9 @@ void Graph::forward(Stream& stream, const RunMode& run_mode) {
 void Graph::backward(Stream& stream) {
   for (auto& n : m_nodes) n->grad_written = false;
   m_nodes[static_cast<size_t>(m_output)]->grad_written = true;  // the loss wrote it
-  std::vector<Tensor> in, din;
-  std::vector<int> pending_add;
+  std::vector<Tensor>& in = m_in;
+  std::vector<Tensor>& din = m_din;
+  std::vector<int>& pending_add = m_pending_add;
   for (int id = size() - 1; id >= 1; --id) {
     Node& n = *m_nodes[static_cast<size_t>(id)];
     if (!n.grad_written) continue;  // does not reach the output

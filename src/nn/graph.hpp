@@ -85,6 +85,8 @@ class Graph {
   Buffer m_params, m_grads, m_state, m_activations, m_scratch;
   size_t m_param_count = 0, m_state_count = 0;
   std::vector<ParamInfo> m_param_info, m_state_info;
+  std::vector<Tensor> m_in, m_din;  // per-node argument lists, kept to avoid per-step allocation
+  std::vector<int> m_pending_add;
 };
 
 // ---- model zoo (src/nn/models/*.cpp) --------------------------------------------------------
