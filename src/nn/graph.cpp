@@ -1,8 +1,6 @@
 #include "src/nn/graph.hpp"
 
-#include <cmath>
 #include <random>
-#include <sstream>
 
 #include "src/core/error.hpp"
 #include "src/nn/init.hpp"
@@ -13,7 +11,6 @@ struct Graph::Node {
   std::string name;
   std::unique_ptr<Layer> layer;   // null for the input node
   std::vector<int> inputs;
-  int consumers = 0;
   Shape shape;                    // output shape, with batch
   Tensor value, grad;
   bool grad_written = false;      // during backward: first writer overwrites
@@ -48,14 +45,10 @@ void Graph::setup(int64_t batch) {
   m_state_info.clear();
   m_param_specs.clear();
   m_state_specs.clear();
-  for (auto& n : m_nodes) n->consumers = 0;
   for (int id = 1; id < size(); ++id) {
     Node& n = *m_nodes[static_cast<size_t>(id)];
     std::vector<Shape> in_shapes;
-    for (int i : n.inputs) {
-      in_shapes.push_back(m_nodes[static_cast<size_t>(i)]->shape);
-      ++m_nodes[static_cast<size_t>(i)]->consumers;
-    }
+    for (int i : n.inputs) in_shapes.push_back(m_nodes[static_cast<size_t>(i)]->shape);
     try {
       n.shape = n.layer->setup(in_shapes);
     } catch (const Error& e) {
@@ -180,24 +173,6 @@ void Graph::backward(Stream& stream) {
       m_backend->add(stream, src.grad.data, m_scratch.data(), src.grad.data, static_cast<size_t>(src.shape.numel()));
     }
   }
-}
-
-std::string Graph::describe() const {
-  std::ostringstream out;
-  size_t total = 0;
-  size_t pi = 0;
-  for (int id = 0; id < size(); ++id) {
-    const Node& n = *m_nodes[static_cast<size_t>(id)];
-    size_t params = 0;
-    if (n.layer)
-      for (const auto& s : n.layer->param_specs()) params += static_cast<size_t>(s.shape.numel()), ++pi;
-    total += params;
-    out << "  " << n.name << "  " << (n.layer ? n.layer->type() : "input") << "  " << n.shape.str();
-    if (params) out << "  params " << params;
-    out << "\n";
-  }
-  out << "  total parameters " << total << "\n";
-  return out.str();
 }
 
 }  // namespace squall::nn

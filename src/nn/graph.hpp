@@ -71,9 +71,6 @@ class Graph {
   const std::vector<ParamInfo>& param_info() const { return m_param_info; }
   const std::vector<ParamInfo>& state_info() const { return m_state_info; }
 
-  // One line per node: name, type, output shape, parameter count.
-  std::string describe() const;
-
  private:
   struct Node;
   std::vector<std::unique_ptr<Node>> m_nodes;

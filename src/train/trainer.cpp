@@ -7,8 +7,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <numeric>
-#include <random>
 
 #include <nlohmann/json.hpp>
 

@@ -13,6 +13,13 @@ using namespace squall::nn;
 
 namespace {
 
+ModelSpec spec_of(std::string name, int64_t classes) {
+  ModelSpec s;
+  s.name = std::move(name);
+  s.classes = classes;
+  return s;
+}
+
 // Trains on one fixed random batch and returns the first and last losses.
 std::pair<float, float> fit_one_batch(Graph& g, Backend& be, int steps, float lr, int64_t classes) {
   auto stream = be.create_stream();
@@ -58,17 +65,17 @@ std::pair<float, float> fit_one_batch(Graph& g, Backend& be, int steps, float lr
 TEST_CASE("lenet5 and resnet20 have PyTorch's parameter counts", "[models]") {
   // References: the same architectures in PyTorch (bench/torch_train.py), counted by
   // sum(p.numel() for p in model.parameters()) and the BatchNorm running buffers.
-  auto lenet = make_model({"lenet5", 10}, Shape(1, 1, 28, 28));
+  auto lenet = make_model(spec_of("lenet5", 10), Shape(1, 1, 28, 28));
   lenet->setup(2);
   CHECK(lenet->param_count() == 61706);
   CHECK(lenet->output_shape() == Shape(2, 10));
 
-  auto resnet = make_model({"resnet20", 10}, Shape(1, 1, 28, 28));
+  auto resnet = make_model(spec_of("resnet20", 10), Shape(1, 1, 28, 28));
   resnet->setup(2);
   CHECK(resnet->param_count() == 272186);
   CHECK(resnet->state_count() == 1568);
   CHECK(resnet->output_shape() == Shape(2, 10));
-  auto resnet32 = make_model({"resnet20", 100}, Shape(1, 3, 32, 32));
+  auto resnet32 = make_model(spec_of("resnet20", 100), Shape(1, 3, 32, 32));
   resnet32->setup(1);
   CHECK(resnet32->output_shape() == Shape(1, 100));
 }
@@ -101,18 +108,19 @@ TEST_CASE("segmentation models give per-pixel logits from a tile to the DeepCAM 
 }
 
 TEST_CASE("models that cannot take an input say why", "[models]") {
-  REQUIRE_THROWS_WITH(make_model({"lenet5", 10}, Shape(1, 1, 32, 32)), Catch::Contains("lenet5") && Catch::Contains("28x28"));
-  ModelSpec unet{"unet", 3};
+  REQUIRE_THROWS_WITH(make_model(spec_of("lenet5", 10), Shape(1, 1, 32, 32)), Catch::Contains("lenet5") && Catch::Contains("28x28"));
+  ModelSpec unet = spec_of("unet", 3);
   unet.depth = 3;
   REQUIRE_THROWS_WITH(make_model(unet, Shape(1, 4, 36, 40)), Catch::Contains("unet") && Catch::Contains("divisible"));
-  REQUIRE_THROWS_WITH(make_model({"vgg16", 10}, Shape(1, 1, 28, 28)), Catch::Contains("unknown model 'vgg16'"));
-  REQUIRE_THROWS_AS(make_model({"resnet20", 1}, Shape(1, 1, 28, 28)), squall::Error);
+  REQUIRE_THROWS_WITH(make_model(spec_of("vgg16", 10), Shape(1, 1, 28, 28)), Catch::Contains("unknown model 'vgg16'"));
+  REQUIRE_THROWS_AS(make_model(spec_of("resnet20", 1), Shape(1, 1, 28, 28)), squall::Error);
 }
 
 TEST_CASE("every model learns a fixed batch", "[models][slow]") {
   auto be = make_cpu_backend(0);
   struct Case { ModelSpec spec; Shape in; int64_t batch; float lr; };
-  ModelSpec lenet{"lenet5", 10}, resnet{"resnet20", 10}, unet{"unet", 3}, deeplab{"deeplabv3plus", 3};
+  ModelSpec lenet = spec_of("lenet5", 10), resnet = spec_of("resnet20", 10), unet = spec_of("unet", 3),
+            deeplab = spec_of("deeplabv3plus", 3);
   unet.width = 8;
   unet.depth = 2;
   deeplab.width = 8;
