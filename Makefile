@@ -3,7 +3,7 @@
 #   make test   install what is missing, build, run the whole test suite
 # Knobs: BUILD (build folder), JOBS (parallel build jobs), CMAKE_FLAGS (e.g. -DSQUALL_CUDA=OFF).
 BUILD       ?= build
-JOBS        ?= $(shell nproc)
+JOBS        ?= $(shell scripts/ncpus)
 CMAKE_FLAGS ?=
 NP          ?= 2
 

@@ -5,6 +5,8 @@
 
 #include <omp.h>
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "src/core/error.hpp"
+#include "src/cpu/cpu_info.hpp"
 
 namespace squall::cpu {
 
@@ -55,12 +58,13 @@ class MemoryPool {
 };
 
 CpuBackend::CpuBackend(int threads)
-    : m_threads(threads > 0 ? threads : omp_get_max_threads()),
+    : m_threads(threads > 0 ? threads : std::min(omp_get_max_threads(), hardware_threads())),
       m_engine(dnnl::engine::kind::cpu, 0),
       m_pool(std::make_shared<MemoryPool>()) {
   if (threads < 0) throw Error("cpu backend: thread count must be >= 0, got " + std::to_string(threads));
   // oneDNN's CPU runtime is OpenMP here, so this one call sizes both our loops and its kernels.
-  if (threads > 0) omp_set_num_threads(threads);
+  // Always set: OpenMP's own default counts every visible core, even under a cgroup quota.
+  omp_set_num_threads(m_threads);
 }
 
 std::unique_ptr<Stream> CpuBackend::create_stream() { return std::make_unique<CpuStream>(m_engine); }

@@ -3,6 +3,8 @@
 #include <dnnl.h>
 #include <sched.h>
 
+#include <algorithm>
+#include <fstream>
 #include <thread>
 
 namespace squall::cpu {
@@ -17,11 +19,46 @@ std::string dnn_library() {
          std::to_string(v->patch) + " (" + runtime + ")";
 }
 
+namespace {
+
+int quota_cpus(double quota, double period) {
+  if (quota <= 0 || period <= 0) return 0;
+  return std::max(1, static_cast<int>((quota + period - 1) / period));
+}
+
+}  // namespace
+
+int cgroup_cpu_limit(const std::string& root) {
+  // cgroup v2: "<quota> <period>" or "max <period>".
+  if (std::ifstream f(root + "/cpu.max"); f) {
+    std::string quota;
+    double period = 0;
+    if (f >> quota >> period && quota != "max") return quota_cpus(std::stod(quota), period);
+    return 0;
+  }
+  // cgroup v1: quota -1 means none.
+  std::ifstream q(root + "/cpu/cpu.cfs_quota_us"), p(root + "/cpu/cpu.cfs_period_us");
+  double quota = 0, period = 0;
+  if (q >> quota && p >> period) return quota_cpus(quota, period);
+  return 0;
+}
+
 int hardware_threads() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::thread::hardware_concurrency());
+  static const int cached = [] {
+    int n = static_cast<int>(std::thread::hardware_concurrency());
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) n = CPU_COUNT(&set);
+    int limit = 0;
+    try {
+      limit = cgroup_cpu_limit();
+    } catch (...) {
+      limit = 0;  // an unreadable quota file is no quota
+    }
+    if (limit > 0) n = std::min(n, limit);
+    return std::max(1, n);
+  }();
+  return cached;
 }
 
 }  // namespace squall::cpu
