@@ -68,6 +68,12 @@ void Communicator::allreduce_sum(std::span<double> values) const {
                                  MPI_DOUBLE, MPI_SUM, m_impl->comm));
 }
 
+void Communicator::allreduce_max(std::span<double> values) const {
+  if (values.empty()) return;
+  SQUALL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()),
+                                 MPI_DOUBLE, MPI_MAX, m_impl->comm));
+}
+
 std::vector<std::string> Communicator::gather_strings(const std::string& mine, int root) const {
   const int n = m_impl->size;
   int len = static_cast<int>(mine.size());

@@ -34,6 +34,7 @@ class Communicator {
   int64_t allreduce_max(int64_t value) const;
   int64_t allreduce_min(int64_t value) const;
   void allreduce_sum(std::span<double> values) const;
+  void allreduce_max(std::span<double> values) const;
   // Rank `root` receives every rank's string in rank order; other ranks get {}.
   std::vector<std::string> gather_strings(const std::string& mine, int root = 0) const;
   // Every rank gets root's string.

@@ -9,27 +9,40 @@
 #include "src/core/error.hpp"
 
 namespace squall::mpi {
+namespace {
 
-Topology Topology::create(int ranks_per_node) {
-  Topology t;
-  t.m_world = Communicator::world();
-  t.m_ranks_per_node = ranks_per_node;
-  MPI_Comm world = native_handle(t.m_world);
-
+std::string processor_name() {
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int len = 0;
   SQUALL_MPI_CHECK(MPI_Get_processor_name(name, &len));
-  t.m_host.assign(name, static_cast<size_t>(len));
+  return std::string(name, static_cast<size_t>(len));
+}
+
+}  // namespace
+
+Topology Topology::create(int ranks_per_node) {
+  const auto world = Communicator::world();
+  const int rank = world.rank();
 
   // Physical node = shared-memory domain, identified by its lowest world rank.
   MPI_Comm shared = MPI_COMM_NULL;
-  SQUALL_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, t.rank(), MPI_INFO_NULL, &shared));
-  int leader = t.rank();
+  SQUALL_MPI_CHECK(MPI_Comm_split_type(native_handle(world), MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared));
+  int leader = rank;
   SQUALL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shared));
   SQUALL_MPI_CHECK(MPI_Comm_free(&shared));
 
-  const std::vector<int> physical = t.m_world.allgather(leader);
-  const NodePlan plan = plan_nodes(physical, ranks_per_node);
+  const std::vector<int> physical = world.allgather(leader);
+  return with_plan(plan_nodes(physical, ranks_per_node), ranks_per_node);
+}
+
+Topology Topology::from_plan(const NodePlan& plan) { return with_plan(plan, 0); }
+
+Topology Topology::with_plan(const NodePlan& plan, int ranks_per_node) {
+  Topology t;
+  t.m_world = Communicator::world();
+  t.m_ranks_per_node = ranks_per_node;
+  t.m_host = processor_name();
+  SQUALL_CHECK(static_cast<int>(plan.slots.size()) == t.world_size(), "a node plan needs one slot per world rank");
   t.m_slot = plan.slots[static_cast<size_t>(t.rank())];
   t.m_nodes = plan.nodes;
   t.m_node = t.m_world.split(t.m_slot.node, t.m_slot.local_rank);

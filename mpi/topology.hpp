@@ -17,6 +17,10 @@ class Topology {
   // Collective over MPI_COMM_WORLD. ranks_per_node: 0 = physical nodes, K > 0 = emulate
   // nodes of K ranks (see node_plan.hpp).
   static Topology create(int ranks_per_node);
+  // Collective over MPI_COMM_WORLD: nodes laid out by `plan` (one slot per world rank, as
+  // plan_nodes makes them), for tests of node shapes that a launch on one machine cannot make
+  // (interleaved nodes, any mix of sizes).
+  static Topology from_plan(const NodePlan& plan);
 
   int rank() const { return m_world.rank(); }
   int world_size() const { return m_world.size(); }
@@ -33,6 +37,8 @@ class Topology {
   const Communicator& cross_comm() const { return m_cross; }
 
  private:
+  static Topology with_plan(const NodePlan& plan, int ranks_per_node);
+
   Communicator m_world, m_node, m_cross;
   NodeSlot m_slot;
   int m_nodes = 1;

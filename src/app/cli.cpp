@@ -47,6 +47,17 @@ void add_topology_options(CLI::App& sub, GlobalOptions& global) {
       ->check(non_negative);
 }
 
+void add_stall_options(CLI::App& sub, GlobalOptions& global) {
+  sub.add_option("--stall-warn", global.stall_warn_s,
+                 "Seconds a collective may wait before rank 0 names the ranks that have not joined it")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub.add_option("--stall-abort", global.stall_abort_s,
+                 "Seconds a collective may wait before the job ends with the names of the missing ranks")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
 int run(int argc, char** argv, mpi::Runtime& runtime) {
   CLI::App app{"squall: trains deep networks on supercomputers (CPU reference backend, CUDA, MPI)",
                "squall"};

@@ -19,6 +19,8 @@ namespace squall::app {
 // Options shared by the subcommands that run collectives (info, train, bench, stage).
 struct GlobalOptions {
   int ranks_per_node = -1;  // -1: not given (fall back to SQUALL_RANKS_PER_NODE, then 0)
+  double stall_warn_s = 60;     // a collective waited this long: rank 0 names the missing ranks
+  double stall_abort_s = 1800;  // ... and after this long the job ends with that message
 };
 
 struct Context {
@@ -31,6 +33,8 @@ using Actions = std::map<const CLI::App*, Action>;
 
 // Adds --ranks-per-node to a subcommand.
 void add_topology_options(CLI::App& sub, GlobalOptions& global);
+// Adds --stall-warn SECONDS and --stall-abort SECONDS (collective watchdog) to a subcommand.
+void add_stall_options(CLI::App& sub, GlobalOptions& global);
 
 void add_info_command(CLI::App& root, Context& ctx, Actions& actions);
 void add_train_command(CLI::App& root, Context& ctx, Actions& actions);
@@ -40,6 +44,8 @@ void add_data_commands(CLI::App& data, Context& ctx, Actions& actions);
 void add_stage_command(CLI::App& root, Context& ctx, Actions& actions);
 // `bench loader` (cmd_bench_loader.cpp) under the `bench` group.
 void add_bench_loader_command(CLI::App& bench, Context& ctx, Actions& actions);
+// `bench allreduce` (cmd_bench_allreduce.cpp) under the `bench` group.
+void add_bench_allreduce_command(CLI::App& bench, Context& ctx, Actions& actions);
 // The groups and the subcommands later issues fill (cmd_stubs.cpp).
 void add_stub_commands(CLI::App& root, Context& ctx, Actions& actions);
 

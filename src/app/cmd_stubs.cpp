@@ -35,7 +35,7 @@ void add_stub_commands(CLI::App& root, Context& ctx, Actions& actions) {
 
   CLI::App* bench = root.add_subcommand("bench", "Benchmarks of squall's building blocks");
   bench->require_subcommand(1);
-  add_stub(*bench, "allreduce", "Allreduce bandwidth: plain MPI against the hierarchical one", actions);
+  add_bench_allreduce_command(*bench, ctx, actions);
   add_bench_loader_command(*bench, ctx, actions);
 }
 

@@ -67,6 +67,11 @@ CpuBackend::CpuBackend(int threads)
   omp_set_num_threads(m_threads);
 }
 
+void CpuBackend::bind_calling_thread(int threads) {
+  // OpenMP's nthreads-var is per thread: this sizes the teams this thread's kernels start.
+  omp_set_num_threads(std::max(1, threads));
+}
+
 std::unique_ptr<Stream> CpuBackend::create_stream() { return std::make_unique<CpuStream>(m_engine); }
 
 void CpuBackend::synchronize(Stream& s) { dnnl_stream(s).wait(); }

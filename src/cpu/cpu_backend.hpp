@@ -25,7 +25,8 @@ class CpuBackend : public Backend {
  public:
   explicit CpuBackend(int threads);
   std::string name() const override { return "cpu"; }
-  int threads() const { return m_threads; }
+  int threads() const override { return m_threads; }
+  void bind_calling_thread(int threads) override;
   dnnl::engine& engine() { return m_engine; }
   static dnnl::stream& dnnl_stream(Stream& s) { return static_cast<CpuStream&>(s).stream; }
 

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <thread>
 
+#include <unistd.h>
+
 namespace squall::cpu {
 
 std::string dnn_library() {
@@ -59,6 +61,16 @@ int hardware_threads() {
     return std::max(1, n);
   }();
   return cached;
+}
+
+int default_threads(int ranks_on_host) {
+  const int usable = hardware_threads();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const bool pinned = sched_getaffinity(0, sizeof(set), &set) == 0 && online > 0 && CPU_COUNT(&set) < online;
+  if (pinned || ranks_on_host <= 1) return usable;
+  return std::max(1, usable / ranks_on_host);
 }
 
 }  // namespace squall::cpu

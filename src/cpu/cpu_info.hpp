@@ -10,6 +10,12 @@ std::string dnn_library();   // "oneDNN 2.6.3 (cpu runtime: OMP)"
 // Running more OpenMP threads than this makes spinning barriers crawl.
 int hardware_threads();
 
+// The default compute threads of one rank when `ranks_on_host` ranks share this machine:
+// when the launcher pinned the rank to some cores (its affinity mask is smaller than the
+// machine), all of them; when every rank may run everywhere (no binding), an equal share, so
+// that the ranks' OpenMP teams do not oversubscribe the cores (spinning barriers then crawl).
+int default_threads(int ranks_on_host);
+
 // The quota alone, rounded up; 0 when there is none. Exposed for tests.
 int cgroup_cpu_limit(const std::string& cgroup_root = "/sys/fs/cgroup");
 

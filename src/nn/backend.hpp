@@ -120,6 +120,13 @@ class Backend {
   virtual std::string name() const = 0;  // "cpu", "cuda"
 
   virtual std::unique_ptr<Stream> create_stream() = 0;
+  // Compute threads this backend may use in all (CPU: its OpenMP team size).
+  virtual int threads() const { return 1; }
+  // Binds the calling thread to `threads` compute threads (CPU: sets its own OpenMP team
+  // size, so that several learners on their own threads share the cores instead of each
+  // taking all of them). Call on the thread before it builds plans. No-op where streams
+  // carry the parallelism (CUDA).
+  virtual void bind_calling_thread(int threads) { (void)threads; }
   virtual void synchronize(Stream&) = 0;
   virtual Buffer allocate(size_t count) = 0;  // floats, 64-byte aligned, uninitialised
   virtual void copy_from_host(Stream&, float* dst, const float* src, size_t count) = 0;

@@ -1,7 +1,8 @@
 #pragma once
-// The training loop of one rank and one learner (the distributed learners of issue 5 build
-// on it): data -> forward -> loss -> backward -> optimizer, evaluation on the test set,
-// and the run outputs of DESIGN.md (metrics.jsonl, summary.json, config.toml).
+// The training loop of a job: every rank drives a LearnerGroup (src/train/learners.hpp)
+// fed by its own loader, the groups synchronise through the hierarchical allreduce, rank 0
+// writes the run outputs of DESIGN.md (metrics.jsonl, summary.json, config.toml and, on
+// request, timeline.json).
 #include <string>
 
 #include "src/train/config.hpp"
@@ -18,10 +19,20 @@ struct TrainResult {
   std::string model_checksum;  // FNV-1a 64 of the parameter and state bytes, hex
 };
 
-// Runs the whole training described by `config`; writes into config.run.dir. Throws
-// squall::Error on bad input, and when the loss becomes NaN or infinite (naming the step).
-// `config_origin` names the config in messages and in the run directory.
-TrainResult run_training(const Config& config, const std::string& config_origin);
+// How the job runs, from the command line rather than the config.
+struct RunOptions {
+  int ranks_per_node = 0;        // emulate nodes of K ranks (0: the physical nodes)
+  double stall_warn_s = 60;      // collective watchdog (mpi/allreduce.hpp)
+  double stall_abort_s = 1800;
+  bool timeline = false;         // write <run dir>/timeline.json (Chrome trace)
+};
+
+// Runs the whole training described by `config` on every rank of MPI_COMM_WORLD (collective;
+// a plain process is a job of one rank); rank 0 writes into config.run.dir. Throws
+// squall::Error on bad input, when the loss becomes NaN or infinite (naming the step and
+// rank), and when the ranks' central models differ at the end. `config_origin` names the
+// config in messages and in the run directory.
+TrainResult run_training(const Config& config, const std::string& config_origin, const RunOptions& options = {});
 
 // FNV-1a 64-bit over bytes, as 16 hex digits.
 std::string fnv1a_hex(const void* data, size_t bytes, uint64_t seed = 0xcbf29ce484222325ull);

@@ -1,0 +1,529 @@
+#include "src/train/learners.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "src/core/error.hpp"
+
+namespace squall::train {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+Algorithm parse_algorithm(std::string_view name) {
+  if (name == "ssgd") return Algorithm::ssgd;
+  if (name == "sma") return Algorithm::sma;
+  if (name == "local-sgd") return Algorithm::local_sgd;
+  throw Error("parallel.algorithm: unknown algorithm '" + std::string(name) + "' (ssgd, sma, local-sgd)");
+}
+
+const char* algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::ssgd: return "ssgd";
+    case Algorithm::sma: return "sma";
+    case Algorithm::local_sgd: return "local-sgd";
+  }
+  return "?";
+}
+
+// ---- one worker thread per learner ---------------------------------------------------------
+// run() hands task i to worker i and waits for all; the first exception is rethrown on the
+// caller's thread after every task has finished, so no worker is left touching memory.
+class LearnerGroup::Pool {
+ public:
+  ~Pool() { resize(0); }
+
+  size_t size() const { return m_workers.size(); }
+
+  void resize(size_t n) {
+    while (m_workers.size() > n) {
+      {
+        std::lock_guard lock(m_mutex);
+        m_workers.back()->stop = true;
+      }
+      m_cv.notify_all();
+      m_workers.back()->thread.join();
+      m_workers.pop_back();
+    }
+    while (m_workers.size() < n) {
+      auto w = std::make_unique<Worker>();
+      Worker* raw = w.get();
+      m_workers.push_back(std::move(w));
+      raw->thread = std::thread([this, raw] { loop(*raw); });
+    }
+  }
+
+  void run(const std::vector<std::function<void()>>& tasks) {
+    start(tasks);
+    wait();
+  }
+
+  // start() hands out the tasks and returns; wait() blocks until they are all done (the
+  // caller may work in between: the SMA model sum overlaps the learners' passes).
+  void start(const std::vector<std::function<void()>>& tasks) {
+    SQUALL_CHECK(tasks.size() <= m_workers.size(), "learner pool: more tasks than workers");
+    {
+      std::lock_guard lock(m_mutex);
+      SQUALL_CHECK(m_pending == 0, "learner pool: start() while tasks are running");
+      for (size_t i = 0; i < tasks.size(); ++i) {
+        m_workers[i]->task = tasks[i];
+        m_workers[i]->error = nullptr;
+      }
+      m_pending = tasks.size();
+      m_started = tasks.size();
+    }
+    m_cv.notify_all();
+  }
+
+  void wait() {
+    std::unique_lock lock(m_mutex);
+    m_done_cv.wait(lock, [&] { return m_pending == 0; });
+    for (size_t i = 0; i < m_started; ++i)
+      if (m_workers[i]->error) std::rethrow_exception(m_workers[i]->error);
+  }
+
+ private:
+  struct Worker {
+    std::thread thread;
+    std::function<void()> task;
+    std::exception_ptr error;
+    bool stop = false;
+  };
+
+  void loop(Worker& w) {
+    std::unique_lock lock(m_mutex);
+    for (;;) {
+      m_cv.wait(lock, [&] { return w.stop || w.task; });
+      if (w.stop) return;
+      auto task = std::move(w.task);
+      w.task = nullptr;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        task();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      w.error = error;
+      if (--m_pending == 0) m_done_cv.notify_all();
+    }
+  }
+
+  std::vector<std::unique_ptr<Worker>> m_workers;
+  std::mutex m_mutex;
+  std::condition_variable m_cv, m_done_cv;
+  size_t m_pending = 0, m_started = 0;
+};
+
+struct LearnerGroup::Learner {
+  int index = 0;
+  std::unique_ptr<nn::Graph> graph;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<nn::Stream> stream;
+  nn::Buffer labels_owner;
+  int32_t* labels = nullptr;
+  nn::RunMode mode;
+  float loss = 0;
+  double pass_end = 0;  // when its backward pass ended (steady seconds)
+};
+
+LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph,
+                           int64_t batch, int64_t label_count, const OptimizerConfig& optimizer,
+                           std::vector<float> class_weights, LearnerGroupOptions options, Reducer& reducer)
+    : m_backend(backend),
+      m_make_graph(std::move(make_graph)),
+      m_batch(batch),
+      m_label_count(label_count),
+      m_optimizer_config(optimizer),
+      m_class_weights_host(std::move(class_weights)),
+      m_options(options),
+      m_reducer(reducer),
+      m_pool(std::make_unique<Pool>()),
+      m_stream(backend.create_stream()) {
+  if (options.learners < 1) throw Error("parallel.replicas_per_device must be >= 1, got " + std::to_string(options.learners));
+  if (options.period < 1) throw Error("parallel.period must be >= 1, got " + std::to_string(options.period));
+  if (options.ranks < 1) throw Error("learner group: the job needs at least one rank");
+  if (m_options.threads <= 0) m_options.threads = backend.threads();
+  if (!m_class_weights_host.empty()) {
+    m_class_weights = backend.allocate(m_class_weights_host.size());
+    backend.copy_from_host(*m_stream, m_class_weights.data(), m_class_weights_host.data(), m_class_weights_host.size());
+  }
+  // Learners run on worker threads when there are several, or when SMA overlaps its sum
+  // with their passes; a lone learner otherwise runs on the caller's thread.
+  const bool threaded = options.learners > 1 || overlaps_sync();
+  for (int j = 0; j < options.learners; ++j) {
+    if (threaded) m_pool->resize(static_cast<size_t>(j + 1));
+    m_learners.push_back(make_learner(j));
+  }
+  m_param_count = m_learners[0]->graph->param_count();
+  m_state_count = m_learners[0]->graph->state_count();
+  m_fused = backend.allocate(m_param_count + m_state_count);
+  if (options.algorithm != Algorithm::ssgd) {
+    m_z = backend.allocate(m_param_count);
+    m_z_prev = backend.allocate(m_param_count);
+    m_central_state = backend.allocate(m_state_count);
+    backend.copy(*m_stream, m_z.data(), m_learners[0]->graph->params(), m_param_count);
+    backend.copy(*m_stream, m_z_prev.data(), m_learners[0]->graph->params(), m_param_count);
+    backend.copy(*m_stream, m_central_state.data(), m_learners[0]->graph->state(), m_state_count);
+  }
+  backend.synchronize(*m_stream);
+}
+
+LearnerGroup::~LearnerGroup() = default;
+
+int LearnerGroup::threads_per_learner() const {
+  return std::max(1, m_options.threads / std::max(1, learners()));
+}
+
+std::unique_ptr<LearnerGroup::Learner> LearnerGroup::make_learner(int index) {
+  auto l = std::make_unique<Learner>();
+  l->index = index;
+  auto build = [&] {
+    // Built on the thread that will run it, with its share of the cores: CPU kernels size
+    // their thread teams when their plans are made.
+    m_backend.bind_calling_thread(m_pool->size() > 0 ? threads_per_learner() : m_options.threads);
+    l->graph = m_make_graph();
+    l->graph->build(m_backend, m_batch, m_options.seed);
+    l->stream = m_backend.create_stream();
+    l->labels = m_backend.allocate_labels(static_cast<size_t>(m_label_count), l->labels_owner);
+    std::vector<ParamGroup> groups;
+    for (const auto& p : l->graph->param_info())
+      groups.push_back({l->graph->params() + p.offset, l->graph->grads() + p.offset, p.count,
+                        p.weight_decay || m_optimizer_config.decay_bias_and_norm, p.name});
+    l->optimizer = make_optimizer(m_optimizer_config, m_backend, std::move(groups));
+  };
+  if (m_pool->size() > static_cast<size_t>(index)) {
+    std::vector<std::function<void()>> tasks(static_cast<size_t>(index + 1), [] {});
+    tasks[static_cast<size_t>(index)] = build;
+    m_pool->run(tasks);
+  } else {
+    build();
+  }
+  l->mode.train = true;
+  l->mode.seed = splitmix64(m_options.seed ^ splitmix64((static_cast<uint64_t>(m_options.rank) << 20) |
+                                                       static_cast<uint64_t>(index)));
+  return l;
+}
+
+std::vector<std::function<void()>> LearnerGroup::tasks_for(const std::function<void(Learner&)>& work) {
+  const int threads = threads_per_learner();
+  std::vector<std::function<void()>> tasks;
+  for (auto& l : m_learners) {
+    Learner* raw = l.get();
+    tasks.emplace_back([this, raw, threads, &work] {
+      m_backend.bind_calling_thread(threads);
+      work(*raw);
+    });
+  }
+  return tasks;
+}
+
+void LearnerGroup::run_learners(const std::function<void(Learner&)>& work) {
+  if (m_pool->size() == 0) {
+    work(*m_learners[0]);
+    return;
+  }
+  m_pool->run(tasks_for(work));
+}
+
+bool LearnerGroup::overlaps_sync() const { return m_options.algorithm == Algorithm::sma && m_options.ranks > 1; }
+
+std::string LearnerGroup::sma_sum_name(int64_t step) { return "model sum step " + std::to_string(step + 1); }
+
+void LearnerGroup::phase(const char* name, int learner, double t0, double t1) const {
+  if (m_hook) m_hook(name, learner, t0, t1);
+}
+
+std::string LearnerGroup::optimizer_name() const { return m_learners[0]->optimizer->name(); }
+
+bool LearnerGroup::is_sync_step(int64_t step) const {
+  const int64_t since = m_options.algorithm == Algorithm::local_sgd ? step - m_options.start_step : step;
+  return (since + 1) % m_options.period == 0;
+}
+
+std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, int64_t step, float lr) {
+  if (batches.size() != m_learners.size())
+    throw Error("learner group: " + std::to_string(batches.size()) + " batches for " +
+                std::to_string(m_learners.size()) + " learners");
+  const double t_start = now_s();
+  const double reduce_before = m_reduce_s;
+  const float* weights = m_class_weights.data();
+
+  const std::function<void(Learner&)> pass = [&](Learner& l) {  // outlives the tasks
+    const LearnerBatch& in = batches[static_cast<size_t>(l.index)];
+    nn::Graph& g = *l.graph;
+    const double t0 = now_s();
+    m_backend.copy_from_host(*l.stream, g.input().data, in.images, static_cast<size_t>(g.input().numel()));
+    m_backend.copy_labels_from_host(*l.stream, l.labels, in.labels, static_cast<size_t>(m_label_count));
+    l.mode.step = static_cast<uint64_t>(step);
+    g.forward(*l.stream, l.mode);
+    const auto out = g.output_shape();
+    m_backend.softmax_cross_entropy(*l.stream, g.output().data, l.labels, weights, out.n(), out.c(),
+                                    out.h() * out.w(), g.output_grad().data, &l.loss);
+    m_backend.synchronize(*l.stream);
+    const double t1 = now_s();
+    phase("forward", l.index, t0, t1);
+    g.backward(*l.stream);
+    m_backend.synchronize(*l.stream);
+    l.pass_end = now_s();
+    phase("backward", l.index, t1, l.pass_end);
+  };
+  // SMA sums the replicas as they were before this step's update, so that sum can run over
+  // the job while the learners compute (Crossbow overlaps synchronisation with the passes).
+  // Forward passes write the BatchNorm statistics, so those are summed before they start.
+  const bool overlapped = m_options.algorithm == Algorithm::sma && m_options.ranks > 1 && is_sync_step(step) &&
+                          m_pool->size() > 0;
+  if (overlapped) {
+    const double t0 = now_s();
+    device_sum(false, false, true);
+    m_pool->start(tasks_for(pass));
+    device_sum(false, true, false);  // the learners only read their parameters now
+    const double t1 = now_s();
+    phase("device_sum", -1, t0, t1);
+    const double reduced = reduce(sma_sum_name(step));
+    m_pool->wait();
+    double passes_end = 0;
+    for (const auto& l : m_learners) passes_end = std::max(passes_end, l->pass_end);
+    const double exposed = std::max(0.0, reduced - std::max(passes_end, t1));
+    m_reduce_s += exposed;
+    m_overlapped_s += (reduced - t1) - exposed;
+  } else {
+    run_learners(pass);
+  }
+  std::vector<float> losses;
+  for (const auto& l : m_learners) losses.push_back(l->loss);
+
+  auto local_updates = [&] {
+    const double t0 = now_s();
+    run_learners([&](Learner& l) {
+      l.optimizer->step(m_backend, *l.stream, lr);
+      m_backend.synchronize(*l.stream);
+    });
+    phase("update", -1, t0, now_s());
+  };
+
+  switch (m_options.algorithm) {
+    case Algorithm::ssgd:
+      sync_gradients(step, lr);
+      break;
+    case Algorithm::sma:
+      if (is_sync_step(step)) {
+        sync_sma(step, lr, overlapped);
+      } else {
+        local_updates();
+      }
+      break;
+    case Algorithm::local_sgd:
+      if (step < m_options.start_step) {
+        sync_gradients(step, lr);
+        break;
+      }
+      if (!m_local_started) start_local_phase();
+      local_updates();
+      if (is_sync_step(step)) sync_average_replicas(step);
+      break;
+  }
+  m_eval_current = false;
+  m_compute_s += (now_s() - t_start) - (m_reduce_s - reduce_before);
+  return losses;
+}
+
+// Level 1 of the allreduce: fused[0:P] = sum over learners of their gradients or
+// parameters, fused[P:] = sum of their state (BatchNorm statistics).
+void LearnerGroup::device_sum(bool gradients, bool params_part, bool state_part) {
+  float* fused = m_fused.data();
+  auto source = [&](const Learner& l) { return gradients ? l.graph->grads() : l.graph->params(); };
+  if (params_part) {
+    m_backend.copy(*m_stream, fused, source(*m_learners[0]), m_param_count);
+    for (size_t j = 1; j < m_learners.size(); ++j)
+      m_backend.add(*m_stream, fused, source(*m_learners[j]), fused, m_param_count);
+  }
+  if (state_part) {
+    m_backend.copy(*m_stream, fused + m_param_count, m_learners[0]->graph->state(), m_state_count);
+    for (size_t j = 1; j < m_learners.size(); ++j)
+      m_backend.add(*m_stream, fused + m_param_count, m_learners[j]->graph->state(), fused + m_param_count,
+                    m_state_count);
+  }
+  m_backend.synchronize(*m_stream);
+}
+
+// Levels 2-4: the Reducer sums the fused buffer over the job. Returns when it ended.
+double LearnerGroup::reduce(const std::string& what) {
+  const double t0 = now_s();
+  m_reducer.sum(m_fused.data(), m_param_count + m_state_count, what);
+  const double t1 = now_s();
+  phase("allreduce", -1, t0, t1);
+  return t1;
+}
+
+void LearnerGroup::sum_learners_and_reduce(bool gradients, const std::string& what) {
+  const double t0 = now_s();
+  device_sum(gradients, true, true);
+  const double t1 = now_s();
+  phase("device_sum", -1, t0, t1);
+  m_reduce_s += reduce(what) - t1;
+}
+
+void LearnerGroup::sync_gradients(int64_t step, float lr) {
+  sum_learners_and_reduce(true, "gradients step " + std::to_string(step + 1));
+  const double t0 = now_s();
+  float* fused = m_fused.data();
+  const float inv = 1.0f / static_cast<float>(job_learners());
+  m_backend.scale(*m_stream, inv, fused, m_param_count + m_state_count);
+  Learner& first = *m_learners[0];
+  m_backend.copy(*m_stream, first.graph->grads(), fused, m_param_count);
+  first.optimizer->step(m_backend, *m_stream, lr);
+  for (auto& l : m_learners) {
+    if (l->index != 0) m_backend.copy(*m_stream, l->graph->params(), first.graph->params(), m_param_count);
+    m_backend.copy(*m_stream, l->graph->state(), fused + m_param_count, m_state_count);
+  }
+  m_backend.synchronize(*m_stream);
+  phase("update", -1, t0, now_s());
+}
+
+void LearnerGroup::sync_sma(int64_t step, float lr, bool reduced) {
+  // W and the state sum are taken before the update: c_j = alpha (w_j - z) uses the
+  // weights the gradients were computed at. (step() may have summed them already, while the
+  // learners computed.)
+  if (!reduced) sum_learners_and_reduce(false, sma_sum_name(step));
+  const double t0 = now_s();
+  const float alpha = static_cast<float>(m_options.alpha);
+  const float mu = static_cast<float>(m_options.momentum);
+  const float n = static_cast<float>(job_learners());
+  const float* z = m_z.data();
+  run_learners([&](Learner& l) {
+    float* w = l.graph->params();
+    m_backend.scale(*l.stream, 1.0f - alpha, w, m_param_count);  // w - alpha (w - z)
+    m_backend.axpy(*l.stream, alpha, z, w, m_param_count);
+    l.optimizer->step(m_backend, *l.stream, lr);
+    m_backend.synchronize(*l.stream);
+  });
+  // z_new = z + alpha (W - n z) + mu (z - z_prev), built in z_prev's buffer, then swapped.
+  float* zp = m_z_prev.data();
+  m_backend.scale(*m_stream, -mu, zp, m_param_count);
+  m_backend.axpy(*m_stream, 1.0f - alpha * n + mu, z, zp, m_param_count);
+  m_backend.axpy(*m_stream, alpha, m_fused.data(), zp, m_param_count);
+  std::swap(m_z, m_z_prev);
+  average_state_into_central();
+  m_backend.synchronize(*m_stream);
+  phase("update", -1, t0, now_s());
+}
+
+void LearnerGroup::start_local_phase() {
+  // Leaving the synchronous warm-up: every learner continues from learner 0's optimizer
+  // state (the others' was never used) and the central model is the common replica.
+  Learner& first = *m_learners[0];
+  const auto source = first.optimizer->state();
+  for (auto& l : m_learners) {
+    if (l->index == 0) continue;
+    const auto target = l->optimizer->state();
+    for (size_t i = 0; i < source.size() && i < target.size(); ++i)
+      m_backend.copy(*m_stream, target[i].data, source[i].data, source[i].count);
+    l->optimizer->set_steps(first.optimizer->steps());
+  }
+  m_backend.copy(*m_stream, m_z.data(), first.graph->params(), m_param_count);
+  m_backend.copy(*m_stream, m_central_state.data(), first.graph->state(), m_state_count);
+  m_backend.synchronize(*m_stream);
+  m_local_started = true;
+}
+
+void LearnerGroup::sync_average_replicas(int64_t step) {
+  sum_learners_and_reduce(false, "model average step " + std::to_string(step + 1));
+  const double t0 = now_s();
+  float* fused = m_fused.data();
+  m_backend.scale(*m_stream, 1.0f / static_cast<float>(job_learners()), fused, m_param_count + m_state_count);
+  for (auto& l : m_learners) {
+    m_backend.copy(*m_stream, l->graph->params(), fused, m_param_count);
+    m_backend.copy(*m_stream, l->graph->state(), fused + m_param_count, m_state_count);
+  }
+  m_backend.copy(*m_stream, m_z.data(), fused, m_param_count);
+  m_backend.copy(*m_stream, m_central_state.data(), fused + m_param_count, m_state_count);
+  m_backend.synchronize(*m_stream);
+  phase("update", -1, t0, now_s());
+}
+
+void LearnerGroup::average_state_into_central() {
+  m_backend.copy(*m_stream, m_central_state.data(), m_fused.data() + m_param_count, m_state_count);
+  m_backend.scale(*m_stream, 1.0f / static_cast<float>(job_learners()), m_central_state.data(), m_state_count);
+}
+
+bool LearnerGroup::central_is_replica0() const {
+  return m_options.algorithm == Algorithm::ssgd || (m_options.algorithm == Algorithm::local_sgd && !m_local_started);
+}
+
+const float* LearnerGroup::central_params() const {
+  return central_is_replica0() ? m_learners[0]->graph->params() : m_z.data();
+}
+
+const float* LearnerGroup::central_state() const {
+  return central_is_replica0() ? m_learners[0]->graph->state() : m_central_state.data();
+}
+
+const float* LearnerGroup::replica_params(int learner) const {
+  SQUALL_CHECK(learner >= 0 && learner < learners(), "replica_params: no such learner");
+  return m_learners[static_cast<size_t>(learner)]->graph->params();
+}
+
+nn::Graph& LearnerGroup::replica_graph(int learner) {
+  SQUALL_CHECK(learner >= 0 && learner < learners(), "replica_graph: no such learner");
+  return *m_learners[static_cast<size_t>(learner)]->graph;
+}
+
+nn::Graph& LearnerGroup::eval_graph() {
+  if (!m_eval) {
+    m_backend.bind_calling_thread(m_options.threads);
+    m_eval = m_make_graph();
+    m_eval->build(m_backend, m_batch, m_options.seed);
+  }
+  if (!m_eval_current) {
+    m_backend.copy(*m_stream, m_eval->params(), central_params(), m_param_count);
+    m_backend.copy(*m_stream, m_eval->state(), central_state(), m_state_count);
+    m_backend.synchronize(*m_stream);
+    m_eval_current = true;
+  }
+  return *m_eval;
+}
+
+void LearnerGroup::add_learner() {
+  const int index = learners();
+  if (m_pool->size() == 0) m_pool->resize(1);  // learner 0 moves from the caller to a worker
+  m_pool->resize(static_cast<size_t>(index + 1));
+  auto l = make_learner(index);
+  m_backend.copy(*m_stream, l->graph->params(), central_params(), m_param_count);
+  m_backend.copy(*m_stream, l->graph->state(), central_state(), m_state_count);
+  if (central_is_replica0()) {
+    // Synchronous phase: every replica must take the same steps, optimizer state included.
+    Learner& first = *m_learners[0];
+    const auto source = first.optimizer->state();
+    const auto target = l->optimizer->state();
+    for (size_t i = 0; i < source.size() && i < target.size(); ++i)
+      m_backend.copy(*m_stream, target[i].data, source[i].data, source[i].count);
+    l->optimizer->set_steps(first.optimizer->steps());
+  }
+  m_backend.synchronize(*m_stream);
+  m_learners.push_back(std::move(l));
+}
+
+void LearnerGroup::remove_learner() {
+  if (learners() <= 1) throw Error("learner group: cannot remove the last learner");
+  m_learners.pop_back();
+  m_pool->resize(static_cast<size_t>(learners()));
+}
+
+}  // namespace squall::train

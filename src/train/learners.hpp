@@ -1,0 +1,185 @@
+#pragma once
+// The learners of one rank (one device) and the synchronisation algorithms that keep the
+// job's learners together (DESIGN.md, "The training algorithms").
+//
+// A LearnerGroup owns L learners, each a replica of the model (its own Graph, optimizer,
+// stream and random stream) that trains on its own batch. On the CPU backend each learner
+// runs on its own thread with a share of the cores; a group of one learner runs on the
+// caller's thread. After every learner's forward and backward pass, step() synchronises:
+//
+//  - ssgd: the learners' gradients are summed inside the device (level 1 of the
+//    hierarchical allreduce), summed over the job by the Reducer (levels 2-4) and divided
+//    by the job's learner count; learner 0 applies the optimizer and the others copy its
+//    weights, so every replica is the same model, which is also the central model.
+//  - sma (Crossbow): on a synchronisation step (every `period` steps), with z the central
+//    model, W the sum of all replicas in the job and L_job the job's learner count,
+//        c_j = alpha (w_j - z);   w_j <- w_j - c_j - lr * update_j;
+//        z   <- z + alpha (W - L_job z) + mu (z - z_prev).
+//    The correction is applied before the optimizer's update, so weight decay (if any) sees
+//    the corrected weights; with plain SGD this is exactly Crossbow's rule. Between
+//    synchronisation steps the learners take independent optimizer steps. W only needs the
+//    weights from before the update, so across ranks its allreduce runs while the learners
+//    compute their forward and backward passes (on worker threads), as in Crossbow.
+//  - local-sgd: the learners step independently and every `period` steps every replica is
+//    replaced by the job's average, which becomes the central model. Before `start_step`
+//    the group runs ssgd (post-local SGD: a synchronous warm-up phase).
+//
+// BatchNorm running statistics (the graphs' state arena) are averaged over the job at every
+// synchronisation, into the central state; evaluation and checkpoints use the central
+// model (central_params(), central_state()). The sums over learners and ranks are fused
+// into one buffer [parameters or gradients | state] and reduced in one call.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "src/nn/backend.hpp"
+#include "src/nn/graph.hpp"
+#include "src/train/config.hpp"
+#include "src/train/optimizer.hpp"
+
+namespace squall::train {
+
+enum class Algorithm { ssgd, sma, local_sgd };
+// "ssgd" | "sma" | "local-sgd"; anything else throws squall::Error naming the value.
+Algorithm parse_algorithm(std::string_view name);
+const char* algorithm_name(Algorithm a);
+
+// Sums a float buffer (backend memory) over every rank of the job, in place. Collective:
+// every rank calls it the same number of times with the same count.
+class Reducer {
+ public:
+  virtual ~Reducer() = default;
+  virtual void sum(float* data, size_t count, std::string_view what) = 0;
+  virtual int ranks() const = 0;
+};
+
+// The job is this one rank: nothing to add.
+class SingleRankReducer final : public Reducer {
+ public:
+  void sum(float*, size_t, std::string_view) override {}
+  int ranks() const override { return 1; }
+};
+
+// What happens around each phase, for the timeline: phase is "forward", "backward",
+// "update", "device_sum"; learner is -1 for work of the whole group. Times are seconds on
+// the steady clock.
+using PhaseHook = std::function<void(const char* phase, int learner, double t_begin, double t_end)>;
+
+struct LearnerGroupOptions {
+  Algorithm algorithm = Algorithm::ssgd;
+  int learners = 1;             // replicas on this device
+  int ranks = 1;                // ranks in the job (all with the same learner count)
+  int rank = 0;                 // this rank in the job (salts the learners' random streams)
+  int64_t period = 1;           // sma / local-sgd
+  double alpha = 0.1;           // sma
+  double momentum = 0.9;        // sma: mu on the central model
+  int64_t start_step = 0;       // local-sgd: ssgd before this step
+  uint64_t seed = 1;            // parameter initialisation (the same on every learner)
+  int threads = 0;              // compute threads for the whole group (0: the backend's)
+};
+
+// One learner's input for a step: host memory, [batch, c, h, w] images and labels.
+struct LearnerBatch {
+  const float* images = nullptr;
+  const int32_t* labels = nullptr;
+};
+
+class LearnerGroup {
+ public:
+  // make_graph builds an unbuilt Graph of the model (called once per learner, plus once for
+  // the central model's evaluation graph). label_count: labels per batch (batch, or
+  // batch * h * w for per-pixel labels). class_weights: per-class loss weights or empty.
+  LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph, int64_t batch,
+               int64_t label_count, const OptimizerConfig& optimizer, std::vector<float> class_weights,
+               LearnerGroupOptions options, Reducer& reducer);
+  ~LearnerGroup();
+  LearnerGroup(const LearnerGroup&) = delete;
+  LearnerGroup& operator=(const LearnerGroup&) = delete;
+
+  int learners() const { return static_cast<int>(m_learners.size()); }
+  int64_t batch() const { return m_batch; }
+  const LearnerGroupOptions& options() const { return m_options; }
+  size_t param_count() const { return m_param_count; }
+  size_t state_count() const { return m_state_count; }
+  std::string optimizer_name() const;
+
+  // One training step: learner j trains on batches[j] (batches.size() == learners()), then
+  // the group synchronises as its algorithm says at this step (collective through the
+  // Reducer on every rank). Returns each learner's loss (before the update). A non-finite
+  // loss is returned, not thrown: the caller names the step.
+  std::vector<float> step(const std::vector<LearnerBatch>& batches, int64_t step, float lr);
+
+  // The central model (backend memory), current after every step.
+  const float* central_params() const;
+  const float* central_state() const;
+  // A graph of batch() samples holding the central model, for evaluation (inference mode).
+  nn::Graph& eval_graph();
+  // One learner's replica (for tests).
+  const float* replica_params(int learner) const;
+  nn::Graph& replica_graph(int learner);
+
+  // The auto-tuner: one more learner, starting from the central model (its optimizer state
+  // from learner 0 under ssgd, fresh otherwise); or one less (the last). Collective in the
+  // sense that every rank must make the same change before the next step.
+  void add_learner();
+  void remove_learner();
+  void set_job_ranks(int ranks) { m_options.ranks = ranks; }
+
+  void set_phase_hook(PhaseHook hook) { m_hook = std::move(hook); }
+  // Seconds since construction: waiting for the Reducer (not hidden behind the learners'
+  // passes), the Reducer's time that was hidden behind them (SMA), and everything else in
+  // step().
+  double reduce_seconds() const { return m_reduce_s; }
+  double overlapped_reduce_seconds() const { return m_overlapped_s; }
+  double compute_seconds() const { return m_compute_s; }
+
+ private:
+  struct Learner;
+  class Pool;
+
+  std::unique_ptr<Learner> make_learner(int index);
+  void run_learners(const std::function<void(Learner&)>& work);
+  int threads_per_learner() const;
+  bool is_sync_step(int64_t step) const;
+  bool central_is_replica0() const;
+  std::vector<std::function<void()>> tasks_for(const std::function<void(Learner&)>& work);
+  bool overlaps_sync() const;
+  static std::string sma_sum_name(int64_t step);
+  void device_sum(bool gradients, bool params_part, bool state_part);
+  double reduce(const std::string& what);
+  void sum_learners_and_reduce(bool gradients, const std::string& what);
+  void sync_gradients(int64_t step, float lr);  // ssgd
+  void sync_sma(int64_t step, float lr, bool reduced);  // sma on a synchronisation step
+  void start_local_phase();                     // local-sgd at start_step
+  void sync_average_replicas(int64_t step);     // local-sgd on a synchronisation step
+  void average_state_into_central();
+  int job_learners() const { return m_options.ranks * learners(); }
+  void phase(const char* name, int learner, double t0, double t1) const;
+
+  nn::Backend& m_backend;
+  std::function<std::unique_ptr<nn::Graph>()> m_make_graph;
+  int64_t m_batch, m_label_count;
+  OptimizerConfig m_optimizer_config;
+  std::vector<float> m_class_weights_host;
+  LearnerGroupOptions m_options;
+  Reducer& m_reducer;
+  size_t m_param_count = 0, m_state_count = 0;
+
+  std::vector<std::unique_ptr<Learner>> m_learners;
+  std::unique_ptr<Pool> m_pool;
+  std::unique_ptr<nn::Stream> m_stream;        // the caller's: sums and central updates
+  nn::Buffer m_class_weights;                  // backend copy of the class weights (or empty)
+  nn::Buffer m_fused;                          // [param_count + state_count]
+  nn::Buffer m_z, m_z_prev, m_central_state;   // sma / local-sgd central model
+  std::unique_ptr<nn::Graph> m_eval;
+  bool m_eval_current = false;
+  bool m_local_started = false;                // local-sgd: past start_step
+  PhaseHook m_hook;
+  double m_reduce_s = 0, m_overlapped_s = 0, m_compute_s = 0;
+};
+
+}  // namespace squall::train

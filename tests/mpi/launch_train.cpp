@@ -1,0 +1,147 @@
+// `squall train` under mpiexec: several ranks x several learners train Fashion-MNIST
+// together, the run outputs describe the job, the timeline holds every rank's phases, and a
+// failing or stalled rank ends the job with a line that names it.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "tests/support/process.hpp"
+
+using nlohmann::json;
+using squall::test::mpiexec;
+using squall::test::run_command;
+using squall::test::squall_bin;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string k_sma = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-sma.toml";
+
+std::string fresh_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("squall-launch-train-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  return d.string();
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  return json::parse(in);
+}
+
+}  // namespace
+
+TEST_CASE("4 ranks on 2 emulated nodes x 2 learners with sma reach test accuracy 0.88", "[launch][train][slow]") {
+  const std::string dir = fresh_dir("sma");
+  const auto r = run_command(mpiexec(4) + " " + squall_bin() + " train --config " + k_sma +
+                             " --ranks-per-node 2 --set parallel.replicas_per_device=2 --timeline --set run.dir=" + dir);
+  INFO(r.out.substr(r.out.size() > 3000 ? r.out.size() - 3000 : 0) << r.err);
+  REQUIRE(r.exit_code == 0);
+  const json s = read_json(dir + "/summary.json");
+  CHECK(s.at("world_size") == 4);
+  CHECK(s.at("nodes") == 2);
+  CHECK(s.at("replicas_per_device") == 2);
+  CHECK(s.at("algorithm") == "sma");
+  CHECK(s.at("global_batch") == 4 * 2 * 16);
+  CHECK(s.at("final").at("test_accuracy").get<double>() >= 0.88);
+  CHECK(s.at("time_breakdown_s").at("allreduce").get<double>() > 0);
+  CHECK(s.at("model_checksum").get<std::string>().size() == 16);
+  CHECK_THAT(r.out, Catch::Contains("4 rank(s) on 2 node(s) x 2 learner(s)"));
+
+  // The timeline: every rank, both learners, every level of the allreduce.
+  const json t = read_json(dir + "/timeline.json");
+  std::set<int> pids;
+  std::set<std::string> names;
+  int negative = 0;
+  for (const auto& e : t.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    pids.insert(e.at("pid").get<int>());
+    names.insert(e.at("name").get<std::string>());
+    if (e.at("dur").get<double>() < 0) ++negative;
+  }
+  CHECK(negative == 0);
+  CHECK(pids == std::set<int>{0, 1, 2, 3});
+  for (const char* n : {"load", "forward", "backward", "device_sum", "node reduce-scatter", "cross-node allreduce",
+                        "node allgather", "update", "eval"})
+    CHECK(names.count(n) == 1);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("ssgd and local-sgd over ranks and learners end with the same model on every rank", "[launch][train]") {
+  for (const std::string algo : {"ssgd", "local-sgd"}) {
+    const std::string dir = fresh_dir(algo);
+    const auto r = run_command(mpiexec(3) + " " + squall_bin() + " train --config " + k_sma + " --ranks-per-node 2" +
+                               " --set parallel.algorithm=" + algo + " --set parallel.period=4" +
+                               " --set parallel.start_step=10 --set train.max_steps=60 --set schedule.warmup_steps=0" +
+                               " --set data.test_samples=500 --set run.dir=" + dir);
+    INFO(algo << "\n" << r.err);
+    REQUIRE(r.exit_code == 0);  // the end-of-run check compares the ranks' central models
+    const json s = read_json(dir + "/summary.json");
+    CHECK(s.at("algorithm") == algo);
+    CHECK(s.at("world_size") == 3);
+    CHECK(s.at("nodes") == 2);
+    CHECK(s.at("steps") == 60);
+    CHECK(s.at("final").at("test_accuracy").get<double>() > 0.5);  // 60 steps: far above chance (0.1)
+    fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("the auto-tuner reports its decisions and ends on a learner count", "[launch][train]") {
+  const std::string dir = fresh_dir("autotune");
+  const auto r = run_command(squall_bin() + " train --config " + k_sma + " --set parallel.autotune=true" +
+                             " --set parallel.replicas_per_device=1 --set parallel.max_replicas_per_device=3" +
+                             " --set train.max_steps=400 --set data.test_samples=500 --set run.dir=" + dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("autotune step"));
+  const json s = read_json(dir + "/summary.json");
+  const json& decisions = s.at("parallel").at("autotune");
+  REQUIRE(decisions.size() >= 1);
+  CHECK(decisions[0].at("learners") == 1);
+  CHECK(decisions[0].at("samples_per_s").get<double>() > 0);
+  const int final_learners = s.at("replicas_per_device").get<int>();
+  CHECK(final_learners >= 1);
+  CHECK(final_learners <= 3);
+  // metrics.jsonl has one autotune record per decision that changed the learner count.
+  std::ifstream m(dir + "/metrics.jsonl");
+  int records = 0;
+  for (std::string line; std::getline(m, line);)
+    if (json::parse(line).at("kind") == "autotune") ++records;
+  CHECK(records >= 1);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a rank that fails mid-training ends the job with a line naming it", "[launch][train]") {
+  const std::string dir = fresh_dir("fail");
+  const auto r = run_command("SQUALL_FAIL_AT=1:5 " + mpiexec(2) + " " + squall_bin() + " train --config " + k_sma +
+                             " --set train.max_steps=50 --set run.dir=" + dir);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("rank 1") && Catch::Contains("step 5"));
+  CHECK_FALSE(fs::exists(dir + "/summary.json"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a stalled rank is named, and the job ends instead of hanging", "[launch][train]") {
+  const std::string dir = fresh_dir("stall");
+  const auto r = run_command("SQUALL_STALL_AT=2:3:60 " + mpiexec(3) + " " + squall_bin() + " train --config " + k_sma +
+                             " --stall-warn 1 --stall-abort 4 --set train.max_steps=50 --set run.dir=" + dir);
+  CHECK(r.exit_code != 0);
+  const std::string all = r.out + r.err;
+  CHECK_THAT(all, Catch::Contains("stall"));
+  CHECK_THAT(all, Catch::Contains("rank 2") || Catch::Contains("ranks 2"));
+  CHECK_FALSE(fs::exists(dir + "/summary.json"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("bad parallel settings are refused with the key named", "[launch][train]") {
+  const auto r = run_command(squall_bin() + " train --config " + k_sma + " --set parallel.algorithm=easgd");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("parallel.algorithm"));
+  const auto big = run_command(squall_bin() + " train --config " + k_sma +
+                               " --set train.batch_size=40000 --set parallel.replicas_per_device=2");
+  CHECK(big.exit_code != 0);
+  CHECK_THAT(big.err, Catch::Contains("batch_size"));
+}

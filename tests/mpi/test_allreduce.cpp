@@ -1,0 +1,251 @@
+// The hierarchical allreduce against MPI_Allreduce under a real launch: node shapes from
+// --ranks-per-node K = 1, 2, 3 and explicit plans (interleaved nodes, unequal sizes), every
+// type, sizes at the edges (0, 1, odd, not divisible by the rank count, many chunks), the flat
+// and the pipelined path; repeated calls, the level hook, and the stall fault's parser.
+//
+// Only CHECK inside collective loops: a REQUIRE that fails on one rank would leave the others
+// waiting in the next collective.
+#include <mpi.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mpi/allreduce.hpp"
+#include "mpi/comm.hpp"
+#include "mpi/stall.hpp"
+#include "mpi/topology.hpp"
+#include "src/core/error.hpp"
+
+using squall::mpi::AllreduceOptions;
+using squall::mpi::Communicator;
+using squall::mpi::DType;
+using squall::mpi::HierAllreduce;
+using squall::mpi::Topology;
+
+namespace {
+
+struct Shape {
+  std::string name;
+  Topology topo;
+};
+
+// Every node layout worth checking at this rank count; the same list on every rank.
+std::vector<Shape> shapes() {
+  const int n = Communicator::world().size();
+  std::vector<Shape> out;
+  for (int k : {1, 2, 3}) out.push_back({"K=" + std::to_string(k), Topology::create(k)});
+  std::vector<int> interleaved, last_alone;
+  for (int r = 0; r < n; ++r) {
+    interleaved.push_back(r % 2);
+    last_alone.push_back(r + 1 == n && n > 1 ? 1 : 0);
+  }
+  out.push_back({"interleaved nodes", Topology::from_plan(squall::mpi::plan_nodes(interleaved, 0))});
+  out.push_back({"last rank alone", Topology::from_plan(squall::mpi::plan_nodes(last_alone, 0))});
+  return out;
+}
+
+// Different values on every rank and element; integers stay far from overflow.
+template <typename T>
+std::vector<T> make_data(size_t count, int rank) {
+  std::vector<T> v(count);
+  for (size_t i = 0; i < count; ++i) {
+    const auto x = static_cast<int64_t>((i * 2654435761u + static_cast<size_t>(rank) * 40503u) % 2001) - 1000;
+    if constexpr (std::is_floating_point_v<T>)
+      v[i] = static_cast<T>(std::sin(0.37 * static_cast<double>(i) + 1.3 * rank) * (1 + rank) +
+                            1e-3 * static_cast<double>(x));
+    else if constexpr (sizeof(T) == 8)
+      v[i] = static_cast<T>(x * 1000003LL * 1000 + rank);
+    else
+      v[i] = static_cast<T>(x * 1000 + rank);
+  }
+  return v;
+}
+
+template <typename T>
+MPI_Datatype mpi_type_of() {
+  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
+  if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+  if constexpr (std::is_same_v<T, int32_t>) return MPI_INT32_T;
+  return MPI_INT64_T;
+}
+
+template <typename T>
+DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::f32;
+  if constexpr (std::is_same_v<T, double>) return DType::f64;
+  if constexpr (std::is_same_v<T, int32_t>) return DType::i32;
+  return DType::i64;
+}
+
+// FNV-1a over the bytes: equal on every rank iff (almost surely) the bits are.
+int64_t fingerprint(const void* data, size_t bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
+  return static_cast<int64_t>(h >> 1);
+}
+
+// Sums `count` elements with `hier` and with MPI_Allreduce; counts the elements that differ
+// (beyond rounding for floating point), and checks that every rank holds the same bits.
+template <typename T>
+void check_sum(HierAllreduce& hier, size_t count) {
+  const auto world = Communicator::world();
+  const int n = world.size();
+  auto mine = make_data<T>(count, world.rank());
+  auto expected = mine;
+  if (count > 0)
+    MPI_Allreduce(MPI_IN_PLACE, expected.data(), static_cast<int>(count), mpi_type_of<T>(), MPI_SUM, MPI_COMM_WORLD);
+  hier.sum(mine.data(), count, dtype_of<T>(), "test");
+
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if constexpr (std::is_floating_point_v<T>) {
+      const double tol = (std::is_same_v<T, float> ? 1e-5 : 1e-13) * n * (n + 1);
+      wrong += std::abs(static_cast<double>(mine[i]) - static_cast<double>(expected[i])) > tol;
+    } else {
+      wrong += mine[i] != expected[i];
+    }
+  }
+  CHECK(wrong == 0);
+  const int64_t f = fingerprint(mine.data(), count * sizeof(T));
+  CHECK(world.allreduce_min(f) == world.allreduce_max(f));
+}
+
+template <typename T>
+void check_sizes(const Topology& topo, bool flat) {
+  const int n = topo.world_size();
+  const size_t large = (3 << 20) / sizeof(T) + 5;  // 3 MiB and a bit: many chunks in flight
+  for (size_t count : {size_t{0}, size_t{1}, size_t{7}, static_cast<size_t>(n) * 3 + 1, large}) {
+    AllreduceOptions o;
+    o.flat_single_level = flat;
+    // Small buffers in chunks of two elements, so that parts of a chunk are empty on some ranks.
+    o.chunk_bytes = count < 1000 ? 2 * sizeof(T) : 64 << 10;
+    o.flat_chunk_bytes = o.chunk_bytes;
+    o.max_inflight = count < 1000 ? 3 : 4;
+    HierAllreduce hier(topo, o);
+    INFO("type " << squall::mpi::dtype_name(dtype_of<T>()) << ", count " << count << ", mode " << hier.mode());
+    check_sum<T>(hier, count);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("hierarchical allreduce equals MPI_Allreduce on every node shape", "[mpi][allreduce]") {
+  for (const Shape& shape : shapes()) {
+    for (bool flat : {true, false}) {
+      INFO(shape.name << " (" << shape.topo.nodes() << " nodes, local size " << shape.topo.local_size() << "), "
+                      << (flat ? "flat where one level" : "always pipelined"));
+      check_sizes<float>(shape.topo, flat);
+      check_sizes<double>(shape.topo, flat);
+      check_sizes<int32_t>(shape.topo, flat);
+      check_sizes<int64_t>(shape.topo, flat);
+    }
+  }
+}
+
+TEST_CASE("unequal nodes split chunks into lcm(node sizes) parts", "[mpi][allreduce]") {
+  const int n = Communicator::world().size();
+  const auto topo = Topology::create(3);  // 4 ranks: nodes of 3 and 1
+  HierAllreduce hier(topo);
+  if (n == 4) {
+    CHECK(std::string(hier.mode()) == "pipeline");
+    CHECK(hier.parts() == 3);
+  }
+  // A cap below the lcm falls back to one MPI_Allreduce, with the same result.
+  AllreduceOptions capped;
+  capped.max_parts = 2;
+  HierAllreduce flat(topo, capped);
+  if (n == 4) CHECK(std::string(flat.mode()) == "flat");
+  check_sum<int64_t>(flat, 1001);
+  check_sum<float>(hier, 1001);
+}
+
+TEST_CASE("many sums in a row, alternating sizes, on one reducer", "[mpi][allreduce]") {
+  for (bool flat : {true, false}) {
+    const auto topo = Topology::create(2);
+    AllreduceOptions o;
+    o.chunk_bytes = 4096;
+    o.max_inflight = 2;
+    o.flat_single_level = flat;
+    HierAllreduce hier(topo, o);
+    const size_t sizes[] = {1, 1000, 100000, 7, 0, 4097};
+    for (int i = 0; i < 60; ++i) {
+      INFO("call " << i + 1);
+      if (i % 2)
+        check_sum<float>(hier, sizes[i % 6]);
+      else
+        check_sum<int32_t>(hier, sizes[i % 6]);
+    }
+    CHECK(hier.calls() == 60);
+    CHECK(hier.seconds() > 0);
+  }
+}
+
+TEST_CASE("the level hook sees every stage of every chunk", "[mpi][allreduce]") {
+  const auto topo = Topology::create(2);
+  const int n = topo.world_size();
+  AllreduceOptions o;
+  o.chunk_bytes = 4096;  // 10000 floats: 10 chunks
+  o.flat_single_level = false;
+  HierAllreduce hier(topo, o);
+  std::map<std::string, std::pair<int, size_t>> seen;  // level -> (stages, bytes)
+  bool ordered = true;
+  hier.set_level_hook([&](const char* level, double t0, double t1, size_t bytes) {
+    auto& s = seen[level];
+    ++s.first;
+    s.second += bytes;
+    ordered = ordered && t0 <= t1 && t0 > 0;
+  });
+  check_sum<float>(hier, 10000);
+  CHECK(ordered);
+  if (n == 1) {
+    CHECK(seen.empty());
+    return;
+  }
+  if (topo.local_size() > 1) {
+    CHECK(seen["node_reduce_scatter"] == std::pair<int, size_t>{10, 40000});
+    CHECK(seen["node_allgather"] == std::pair<int, size_t>{10, 40000});
+  }
+  if (topo.nodes() > 1) {
+    CHECK(seen["cross_allreduce"].first == 10);
+    CHECK(seen["cross_allreduce"].second > 0);
+    CHECK(hier.level_seconds(squall::mpi::Level::cross_allreduce) > 0);
+  } else {
+    CHECK(seen.count("cross_allreduce") == 0);
+  }
+  // The flat path reports one "allreduce" stage per chunk.
+  const auto one_node = Topology::create(0);
+  HierAllreduce flat(one_node, AllreduceOptions{.flat_chunk_bytes = 16000});
+  std::vector<size_t> flat_bytes;
+  flat.set_level_hook([&](const char* level, double, double, size_t bytes) {
+    CHECK(std::string(level) == "allreduce");
+    flat_bytes.push_back(bytes);
+  });
+  check_sum<float>(flat, 10000);
+  CHECK(flat_bytes == std::vector<size_t>{16000, 16000, 8000});
+}
+
+TEST_CASE("SQUALL_STALL_AT is parsed strictly", "[mpi][stall]") {
+  using squall::mpi::parse_stall_fault;
+  CHECK_FALSE(parse_stall_fault(nullptr).has_value());
+  CHECK_FALSE(parse_stall_fault("").has_value());
+  const auto f = parse_stall_fault("1:2");
+  REQUIRE(f.has_value());
+  CHECK(f->rank == 1);
+  CHECK(f->call == 2);
+  CHECK(f->seconds == 3600);
+  const auto g = parse_stall_fault("0:12:1.5");
+  REQUIRE(g.has_value());
+  CHECK(g->rank == 0);
+  CHECK(g->call == 12);
+  CHECK(g->seconds == 1.5);
+  for (const char* bad : {"1", "a:2", "1:0", "-1:2", "1:2:x", "1:2:3:4", "1:2:", ":2", "1::3", "1:2:-1", " 1:2"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_stall_fault(bad), squall::UsageError);
+    CHECK_THROWS_WITH(parse_stall_fault(bad), Catch::Contains("SQUALL_STALL_AT") && Catch::Contains(bad));
+  }
+}

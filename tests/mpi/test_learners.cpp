@@ -1,0 +1,134 @@
+// The learners of several ranks, synchronised through the hierarchical allreduce: Crossbow's
+// SMA against a reference the test computes for every learner of the job, step by step, and
+// ssgd against one learner that trains on the job's whole batch. Runs under every np of the
+// collectives suite and for ranks-per-node 1, 2 and 3.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "mpi/allreduce.hpp"
+#include "mpi/topology.hpp"
+#include "src/nn/backend.hpp"
+#include "src/train/learners.hpp"
+#include "tests/support/tiny_model.hpp"
+
+using namespace squall;
+using train::Algorithm;
+using train::LearnerBatch;
+using train::LearnerGroup;
+using train::LearnerGroupOptions;
+
+namespace {
+
+class HierReducer final : public train::Reducer {
+ public:
+  HierReducer(mpi::HierAllreduce& ar, int ranks) : m_ar(ar), m_ranks(ranks) {}
+  void sum(float* data, size_t count, std::string_view what) override { m_ar.sum(data, count, what); }
+  int ranks() const override { return m_ranks; }
+
+ private:
+  mpi::HierAllreduce& m_ar;
+  int m_ranks;
+};
+
+train::OptimizerConfig plain_sgd() {
+  train::OptimizerConfig o;
+  o.momentum = 0;
+  o.weight_decay = 0;
+  return o;
+}
+
+double max_diff(const float* got, const std::vector<double>& want) {
+  double d = 0;
+  for (size_t i = 0; i < want.size(); ++i) d = std::max(d, std::abs(static_cast<double>(got[i]) - want[i]));
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("sma across ranks x 2 learners matches Crossbow's equations for every learner of the job", "[mpi][learners]") {
+  const int k = GENERATE(1, 2, 3);
+  const auto topo = mpi::Topology::create(k);
+  const int ranks = topo.world_size(), me = topo.rank();
+  mpi::AllreduceOptions ar_options;
+  ar_options.chunk_bytes = 16;  // several pipeline chunks even for this tiny model
+  mpi::HierAllreduce ar(topo, ar_options);
+  HierReducer reducer(ar, ranks);
+  auto backend = nn::make_cpu_backend(1);
+  const int L = 2;
+  const int64_t b = 3;
+  const double alpha = 0.15, mu = 0.8, lr = 0.25;
+  LearnerGroupOptions o;
+  o.algorithm = Algorithm::sma;
+  o.learners = L;
+  o.ranks = ranks;
+  o.rank = me;
+  o.alpha = alpha;
+  o.momentum = mu;
+  o.period = 1;
+  LearnerGroup group(*backend, test::make_tiny_graph, b, b, plain_sgd(), {}, o, reducer);
+
+  const int n = ranks * L;  // learners in the job; learner (r, j) is n-index r*L + j
+  std::vector<double> z(group.central_params(), group.central_params() + test::k_tiny_params), z_prev = z;
+  std::vector<std::vector<double>> w(static_cast<size_t>(n), z);
+  for (int64_t step = 0; step < 5; ++step) {
+    std::vector<test::TinyBatch> mine;
+    std::vector<LearnerBatch> in;
+    for (int j = 0; j < L; ++j) mine.push_back(test::tiny_batch(me, j, step, b));
+    for (const auto& d : mine) in.push_back({d.images.data(), d.labels.data()});
+    group.step(in, step, static_cast<float>(lr));
+
+    std::vector<double> sum_w(z.size(), 0.0);
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < z.size(); ++i) sum_w[i] += w[q][i];
+    for (int q = 0; q < n; ++q) {
+      const auto g = test::tiny_gradient(w[q], test::tiny_batch(q / L, q % L, step, b));
+      for (size_t i = 0; i < z.size(); ++i) w[q][i] = w[q][i] - alpha * (w[q][i] - z[i]) - lr * g[i];
+    }
+    std::vector<double> z_new(z.size());
+    for (size_t i = 0; i < z.size(); ++i) z_new[i] = z[i] + alpha * (sum_w[i] - n * z[i]) + mu * (z[i] - z_prev[i]);
+    z_prev = z;
+    z = z_new;
+    INFO("ranks " << ranks << " K " << k << " step " << step);
+    for (int j = 0; j < L; ++j) CHECK(max_diff(group.replica_params(j), w[static_cast<size_t>(me * L + j)]) < 1e-5);
+    CHECK(max_diff(group.central_params(), z) < 1e-5);
+  }
+}
+
+TEST_CASE("ssgd across ranks x 2 learners equals one learner on the job's whole batch", "[mpi][learners]") {
+  const int k = GENERATE(1, 2, 3);
+  const auto topo = mpi::Topology::create(k);
+  const int ranks = topo.world_size(), me = topo.rank();
+  mpi::HierAllreduce ar(topo);
+  HierReducer reducer(ar, ranks);
+  train::SingleRankReducer alone;
+  auto backend = nn::make_cpu_backend(1);
+  const int L = 2;
+  const int64_t b = 2;
+  train::OptimizerConfig sgd = plain_sgd();
+  sgd.momentum = 0.9;
+  LearnerGroupOptions o;
+  o.learners = L;
+  o.ranks = ranks;
+  o.rank = me;
+  LearnerGroup group(*backend, test::make_tiny_graph, b, b, sgd, {}, o, reducer);
+  const int64_t big = b * L * ranks;
+  LearnerGroup whole(*backend, test::make_tiny_graph, big, big, sgd, {}, LearnerGroupOptions{}, alone);
+  for (int64_t step = 0; step < 4; ++step) {
+    std::vector<test::TinyBatch> mine;
+    std::vector<LearnerBatch> in;
+    for (int j = 0; j < L; ++j) mine.push_back(test::tiny_batch(me, j, step, b));
+    for (const auto& d : mine) in.push_back({d.images.data(), d.labels.data()});
+    group.step(in, step, 0.3f);
+    test::TinyBatch all;
+    for (int q = 0; q < L * ranks; ++q) {
+      const auto d = test::tiny_batch(q / L, q % L, step, b);
+      all.images.insert(all.images.end(), d.images.begin(), d.images.end());
+      all.labels.insert(all.labels.end(), d.labels.begin(), d.labels.end());
+    }
+    whole.step({{all.images.data(), all.labels.data()}}, step, 0.3f);
+    const std::vector<double> want(whole.central_params(), whole.central_params() + test::k_tiny_params);
+    INFO("ranks " << ranks << " K " << k << " step " << step);
+    CHECK(max_diff(group.central_params(), want) < 1e-6);
+  }
+}

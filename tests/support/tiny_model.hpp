@@ -1,0 +1,62 @@
+#pragma once
+// A tiny model whose gradient the tests can write down: flatten -> linear(4 -> 3) with a
+// softmax cross-entropy loss, and deterministic batches for every (rank, learner, step).
+// The reference works in double on the flat parameter arena [weight (3x4, row-major) | bias (3)].
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "src/nn/graph.hpp"
+#include "src/nn/layer.hpp"
+
+namespace squall::test {
+
+inline constexpr int k_tiny_in = 4, k_tiny_out = 3;
+inline constexpr size_t k_tiny_params = k_tiny_in * k_tiny_out + k_tiny_out;
+
+inline std::unique_ptr<nn::Graph> make_tiny_graph() {
+  auto g = std::make_unique<nn::Graph>(nn::Shape(1, k_tiny_in, 1, 1));
+  const int f = g->add("flatten", nn::flatten(), nn::Graph::k_input);
+  const int fc = g->add("fc", nn::linear(k_tiny_out), f);
+  g->set_output(fc);
+  return g;
+}
+
+struct TinyBatch {
+  std::vector<float> images;   // [b, 4]
+  std::vector<int32_t> labels; // [b]
+};
+
+inline TinyBatch tiny_batch(int rank, int learner, int64_t step, int64_t batch) {
+  TinyBatch t;
+  for (int64_t i = 0; i < batch; ++i) {
+    for (int k = 0; k < k_tiny_in; ++k)
+      t.images.push_back(static_cast<float>(std::sin(0.7 * k + 1.3 * i + 2.9 * rank + 0.6 * learner + 0.37 * step)));
+    t.labels.push_back(static_cast<int32_t>((rank * 7 + learner * 3 + step + i) % k_tiny_out));
+  }
+  return t;
+}
+
+// d(mean softmax cross-entropy)/d(params) at `w` (arena layout) for one batch.
+inline std::vector<double> tiny_gradient(const std::vector<double>& w, const TinyBatch& b) {
+  const size_t n = b.labels.size();
+  std::vector<double> g(k_tiny_params, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    double logits[k_tiny_out], p[k_tiny_out], mx = -1e300, sum = 0;
+    for (int o = 0; o < k_tiny_out; ++o) {
+      logits[o] = w[k_tiny_in * k_tiny_out + o];
+      for (int k = 0; k < k_tiny_in; ++k) logits[o] += w[o * k_tiny_in + k] * b.images[i * k_tiny_in + k];
+      mx = std::max(mx, logits[o]);
+    }
+    for (int o = 0; o < k_tiny_out; ++o) sum += (p[o] = std::exp(logits[o] - mx));
+    for (int o = 0; o < k_tiny_out; ++o) {
+      const double d = (p[o] / sum - (o == b.labels[i] ? 1.0 : 0.0)) / static_cast<double>(n);
+      for (int k = 0; k < k_tiny_in; ++k) g[o * k_tiny_in + k] += d * b.images[i * k_tiny_in + k];
+      g[k_tiny_in * k_tiny_out + o] += d;
+    }
+  }
+  return g;
+}
+
+}  // namespace squall::test
