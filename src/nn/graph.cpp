@@ -14,6 +14,8 @@ struct Graph::Node {
   Shape shape;                    // output shape, with batch
   Tensor value, grad;
   bool grad_written = false;      // during backward: first writer overwrites
+  size_t param_begin = 0;         // arena offset of its first parameter
+  bool has_params = false;
 };
 
 Graph::Graph(Shape input_sample) : m_input_sample(input_sample) {
@@ -54,6 +56,8 @@ void Graph::setup(int64_t batch) {
     } catch (const Error& e) {
       throw Error("model node '" + n.name + "' (" + n.layer->type() + "): " + e.what());
     }
+    n.param_begin = m_param_count;
+    n.has_params = !n.layer->param_specs().empty();
     for (const auto& s : n.layer->param_specs()) {
       m_param_info.push_back({n.name + "." + s.name, m_param_count, static_cast<size_t>(s.shape.numel()), s.shape, s.weight_decay});
       m_param_count += static_cast<size_t>(s.shape.numel());
@@ -138,7 +142,7 @@ void Graph::forward(Stream& stream, const RunMode& run_mode) {
   }
 }
 
-void Graph::backward(Stream& stream) {
+void Graph::backward(Stream& stream, const std::function<void(size_t)>& on_params_ready) {
   for (auto& n : m_nodes) n->grad_written = false;
   m_nodes[static_cast<size_t>(m_output)]->grad_written = true;  // the loss wrote it
   std::vector<Tensor>& in = m_in;
@@ -172,6 +176,14 @@ void Graph::backward(Stream& stream) {
       Node& src = *m_nodes[static_cast<size_t>(i)];
       m_backend->add(stream, src.grad.data, m_scratch.data(), src.grad.data, static_cast<size_t>(src.shape.numel()));
     }
+    if (on_params_ready && n.has_params) {
+      m_backend->synchronize(stream);
+      on_params_ready(n.param_begin);
+    }
+  }
+  if (on_params_ready) {
+    m_backend->synchronize(stream);
+    on_params_ready(0);
   }
 }
 

@@ -11,6 +11,7 @@
 // receives the first consumer's gradient directly and the others' through a scratch
 // buffer that is added in, so layers can always overwrite their input gradients.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,7 +61,11 @@ class Graph {
   Shape output_shape() const;  // with the batch dimension
 
   void forward(Stream& stream, const RunMode& mode);
-  void backward(Stream& stream);
+  // on_params_ready(offset), when given, is called after each node with parameters and once
+  // more at the end (offset 0): every gradient at arena offset >= `offset` is final (the
+  // arena is in node order and backward visits nodes in reverse), so a caller may start
+  // reducing those while the earlier layers still compute. The stream is synchronised first.
+  void backward(Stream& stream, const std::function<void(size_t offset)>& on_params_ready = nullptr);
 
   // Flat arenas: parameters, their gradients (same layout), and non-learned state.
   float* params() const { return m_params.data(); }

@@ -1,6 +1,7 @@
 #include "src/train/learners.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -90,6 +91,11 @@ class LearnerGroup::Pool {
     m_cv.notify_all();
   }
 
+  bool finished() {
+    std::lock_guard lock(m_mutex);
+    return m_pending == 0;
+  }
+
   void wait() {
     std::unique_lock lock(m_mutex);
     m_done_cv.wait(lock, [&] { return m_pending == 0; });
@@ -141,6 +147,7 @@ struct LearnerGroup::Learner {
   nn::RunMode mode;
   float loss = 0;
   double pass_end = 0;  // when its backward pass ended (steady seconds)
+  std::atomic<size_t> ready_from{0};  // gradients at arena offsets >= this are final
 };
 
 LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph,
@@ -166,13 +173,14 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
   }
   // Learners run on worker threads when there are several, or when SMA overlaps its sum
   // with their passes; a lone learner otherwise runs on the caller's thread.
-  const bool threaded = options.learners > 1 || overlaps_sync();
+  const bool threaded = options.learners > 1 || (overlaps_sync() || options.ranks > 1);
   for (int j = 0; j < options.learners; ++j) {
     if (threaded) m_pool->resize(static_cast<size_t>(j + 1));
     m_learners.push_back(make_learner(j));
   }
   m_param_count = m_learners[0]->graph->param_count();
   m_state_count = m_learners[0]->graph->state_count();
+  plan_buckets();
   m_fused = backend.allocate(m_param_count + m_state_count);
   if (options.algorithm != Algorithm::ssgd) {
     m_z = backend.allocate(m_param_count);
@@ -265,6 +273,9 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
   const double reduce_before = m_reduce_s;
   const float* weights = m_class_weights.data();
 
+  // ssgd across ranks: gradients are reduced bucket by bucket while the backward passes
+  // still compute the earlier layers' (see reduce_gradients_overlapped).
+  const bool grads_overlapped = syncs_gradients(step) && m_options.ranks > 1 && m_pool->size() > 0;
   const std::function<void(Learner&)> pass = [&](Learner& l) {  // outlives the tasks
     const LearnerBatch& in = batches[static_cast<size_t>(l.index)];
     nn::Graph& g = *l.graph;
@@ -279,7 +290,11 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
     m_backend.synchronize(*l.stream);
     const double t1 = now_s();
     phase("forward", l.index, t0, t1);
-    g.backward(*l.stream);
+    if (grads_overlapped) {
+      g.backward(*l.stream, [&l](size_t offset) { l.ready_from.store(offset, std::memory_order_release); });
+    } else {
+      g.backward(*l.stream);
+    }
     m_backend.synchronize(*l.stream);
     l.pass_end = now_s();
     phase("backward", l.index, t1, l.pass_end);
@@ -303,6 +318,8 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
     const double exposed = std::max(0.0, reduced - std::max(passes_end, t1));
     m_reduce_s += exposed;
     m_overlapped_s += (reduced - t1) - exposed;
+  } else if (grads_overlapped) {
+    reduce_gradients_overlapped(step, pass);
   } else {
     run_learners(pass);
   }
@@ -320,7 +337,7 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
 
   switch (m_options.algorithm) {
     case Algorithm::ssgd:
-      sync_gradients(step, lr);
+      sync_gradients(step, lr, grads_overlapped);
       break;
     case Algorithm::sma:
       if (is_sync_step(step)) {
@@ -331,7 +348,7 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
       break;
     case Algorithm::local_sgd:
       if (step < m_options.start_step) {
-        sync_gradients(step, lr);
+        sync_gradients(step, lr, grads_overlapped);
         break;
       }
       if (!m_local_started) start_local_phase();
@@ -380,8 +397,75 @@ void LearnerGroup::sum_learners_and_reduce(bool gradients, const std::string& wh
   m_reduce_s += reduce(what) - t1;
 }
 
-void LearnerGroup::sync_gradients(int64_t step, float lr) {
-  sum_learners_and_reduce(true, "gradients step " + std::to_string(step + 1));
+bool LearnerGroup::syncs_gradients(int64_t step) const {
+  return m_options.algorithm == Algorithm::ssgd ||
+         (m_options.algorithm == Algorithm::local_sgd && step < m_options.start_step);
+}
+
+// Buckets of whole parameter tensors of at least bucket_floats, from the end of the arena
+// (the first gradients a backward pass finishes) to its start. The same on every rank.
+void LearnerGroup::plan_buckets() {
+  m_buckets.clear();
+  const auto& info = m_learners[0]->graph->param_info();
+  size_t hi = m_param_count;
+  for (size_t i = info.size(); i-- > 0;) {
+    const size_t lo = info[i].offset;
+    if (hi - lo >= m_options.bucket_floats || i == 0) {
+      if (hi > lo) m_buckets.push_back({lo, hi});
+      hi = lo;
+    }
+  }
+}
+
+void LearnerGroup::reduce_gradients_overlapped(int64_t step, const std::function<void(Learner&)>& pass) {
+  for (auto& l : m_learners) l->ready_from.store(m_param_count, std::memory_order_relaxed);
+  m_pool->start(tasks_for(pass));
+  float* fused = m_fused.data();
+  const std::string name = "gradients step " + std::to_string(step + 1);
+  std::vector<std::pair<double, double>> reduces;
+  bool aborted = false;
+  for (size_t k = 0; k < m_buckets.size() && !aborted; ++k) {
+    const auto [lo, hi] = m_buckets[k];
+    // Wait until every learner's backward pass has finished the bucket's tensors.
+    for (int spins = 0;; ++spins) {
+      bool ready = true;
+      for (const auto& l : m_learners) ready = ready && l->ready_from.load(std::memory_order_acquire) <= lo;
+      if (ready) break;
+      if (m_pool->finished()) {  // a learner failed: wait() below rethrows its error
+        aborted = true;
+        break;
+      }
+      if (spins < 64) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    if (aborted) break;
+    const double t0 = now_s();
+    m_backend.copy(*m_stream, fused + lo, m_learners[0]->graph->grads() + lo, hi - lo);
+    for (size_t j = 1; j < m_learners.size(); ++j)
+      m_backend.add(*m_stream, fused + lo, m_learners[j]->graph->grads() + lo, fused + lo, hi - lo);
+    m_backend.synchronize(*m_stream);
+    const double t1 = now_s();
+    phase("device_sum", -1, t0, t1);
+    m_reducer.sum(fused + lo, hi - lo, name + " bucket " + std::to_string(k + 1));
+    reduces.push_back({t1, now_s()});
+    phase("allreduce", -1, t1, reduces.back().second);
+  }
+  m_pool->wait();
+  double passes_end = 0;
+  for (const auto& l : m_learners) passes_end = std::max(passes_end, l->pass_end);
+  device_sum(true, false, true);
+  const double t1 = now_s();
+  m_reducer.sum(fused + m_param_count, m_state_count, name + " state");
+  reduces.push_back({t1, now_s()});
+  for (const auto& [a, b] : reduces) {
+    const double exposed = std::max(0.0, b - std::max(a, passes_end));
+    m_reduce_s += exposed;
+    m_overlapped_s += (b - a) - exposed;
+  }
+}
+
+void LearnerGroup::sync_gradients(int64_t step, float lr, bool reduced) {
+  if (!reduced) sum_learners_and_reduce(true, "gradients step " + std::to_string(step + 1));
   const double t0 = now_s();
   float* fused = m_fused.data();
   const float inv = 1.0f / static_cast<float>(job_learners());

@@ -10,7 +10,10 @@
 //  - ssgd: the learners' gradients are summed inside the device (level 1 of the
 //    hierarchical allreduce), summed over the job by the Reducer (levels 2-4) and divided
 //    by the job's learner count; learner 0 applies the optimizer and the others copy its
-//    weights, so every replica is the same model, which is also the central model.
+//    weights, so every replica is the same model, which is also the central model. Across
+//    ranks the learners run on worker threads and the gradients go to the Reducer in
+//    buckets (whole tensors, last layers first) as soon as every learner's backward pass
+//    has finished them, so the allreduce overlaps the rest of the backward pass.
 //  - sma (Crossbow): on a synchronisation step (every `period` steps), with z the central
 //    model, W the sum of all replicas in the job and L_job the job's learner count,
 //        c_j = alpha (w_j - z);   w_j <- w_j - c_j - lr * update_j;
@@ -80,6 +83,8 @@ struct LearnerGroupOptions {
   int64_t start_step = 0;       // local-sgd: ssgd before this step
   uint64_t seed = 1;            // parameter initialisation (the same on every learner)
   int threads = 0;              // compute threads for the whole group (0: the backend's)
+  size_t bucket_floats = size_t{1} << 18;  // ssgd across ranks: gradients reduced in buckets of
+                                           // this many floats (1 MiB) during the backward pass
 };
 
 // One learner's input for a step: host memory, [batch, c, h, w] images and labels.
@@ -152,7 +157,10 @@ class LearnerGroup {
   void device_sum(bool gradients, bool params_part, bool state_part);
   double reduce(const std::string& what);
   void sum_learners_and_reduce(bool gradients, const std::string& what);
-  void sync_gradients(int64_t step, float lr);  // ssgd
+  bool syncs_gradients(int64_t step) const;     // ssgd, or local-sgd before start_step
+  void plan_buckets();
+  void reduce_gradients_overlapped(int64_t step, const std::function<void(Learner&)>& pass);
+  void sync_gradients(int64_t step, float lr, bool reduced);  // ssgd
   void sync_sma(int64_t step, float lr, bool reduced);  // sma on a synchronisation step
   void start_local_phase();                     // local-sgd at start_step
   void sync_average_replicas(int64_t step);     // local-sgd on a synchronisation step
@@ -175,6 +183,7 @@ class LearnerGroup {
   nn::Buffer m_class_weights;                  // backend copy of the class weights (or empty)
   nn::Buffer m_fused;                          // [param_count + state_count]
   nn::Buffer m_z, m_z_prev, m_central_state;   // sma / local-sgd central model
+  std::vector<std::pair<size_t, size_t>> m_buckets;  // [lo, hi) arena ranges, last layers first
   std::unique_ptr<nn::Graph> m_eval;
   bool m_eval_current = false;
   bool m_local_started = false;                // local-sgd: past start_step
