@@ -11,12 +11,13 @@ set(SQUALL_MPI_TEST_ENV
 # One CTest test per Catch2 test case, labelled; every case gets a timeout. (The launcher
 # environment is set by tests/support/process.cpp: a list does not survive discovery.)
 # Cases tagged [slow] train for real with every core: they run alone (RUN_SERIAL), because
-# OpenMP teams of two tests sharing two cores spin at each other's barriers and crawl.
+# OpenMP teams of two tests sharing two cores spin at each other's barriers and crawl. The
+# others run side by side, with OpenMP threads that sleep rather than spin at barriers.
 function(squall_add_catch_tests target label)
   catch_discover_tests(${target}
     TEST_SPEC "~[slow]"
     TEST_PREFIX "${label}:"
-    PROPERTIES LABELS ${label} TIMEOUT 300)
+    PROPERTIES LABELS ${label} TIMEOUT 300 ENVIRONMENT "OMP_WAIT_POLICY=passive")
   catch_discover_tests(${target}
     TEST_SPEC "[slow]"
     TEST_PREFIX "${label}:"
