@@ -28,6 +28,14 @@ int quota_cpus(double quota, double period) {
   return std::max(1, static_cast<int>((quota + period - 1) / period));
 }
 
+// CPUs in this process's affinity mask (all of them when it cannot be read).
+int affinity_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+
 }  // namespace
 
 int cgroup_cpu_limit(const std::string& root) {
@@ -47,10 +55,7 @@ int cgroup_cpu_limit(const std::string& root) {
 
 int hardware_threads() {
   static const int cached = [] {
-    int n = static_cast<int>(std::thread::hardware_concurrency());
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof(set), &set) == 0) n = CPU_COUNT(&set);
+    int n = affinity_cpus();
     int limit = 0;
     try {
       limit = cgroup_cpu_limit();
@@ -65,10 +70,8 @@ int hardware_threads() {
 
 int default_threads(int ranks_on_host) {
   const int usable = hardware_threads();
-  cpu_set_t set;
-  CPU_ZERO(&set);
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  const bool pinned = sched_getaffinity(0, sizeof(set), &set) == 0 && online > 0 && CPU_COUNT(&set) < online;
+  const bool pinned = online > 0 && affinity_cpus() < online;
   if (pinned || ranks_on_host <= 1) return usable;
   return std::max(1, usable / ranks_on_host);
 }

@@ -171,9 +171,10 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
     m_class_weights = backend.allocate(m_class_weights_host.size());
     backend.copy_from_host(*m_stream, m_class_weights.data(), m_class_weights_host.data(), m_class_weights_host.size());
   }
-  // Learners run on worker threads when there are several, or when SMA overlaps its sum
-  // with their passes; a lone learner otherwise runs on the caller's thread.
-  const bool threaded = options.learners > 1 || (overlaps_sync() || options.ranks > 1);
+  // Learners run on worker threads when there are several, or when the job has several
+  // ranks (the caller's thread then drives the allreduce while they compute); a lone
+  // learner of a one-rank job runs on the caller's thread.
+  const bool threaded = options.learners > 1 || options.ranks > 1;
   for (int j = 0; j < options.learners; ++j) {
     if (threaded) m_pool->resize(static_cast<size_t>(j + 1));
     m_learners.push_back(make_learner(j));
@@ -250,7 +251,13 @@ void LearnerGroup::run_learners(const std::function<void(Learner&)>& work) {
   m_pool->run(tasks_for(work));
 }
 
-bool LearnerGroup::overlaps_sync() const { return m_options.algorithm == Algorithm::sma && m_options.ranks > 1; }
+void LearnerGroup::copy_optimizer_state(const Learner& from, Learner& to) {
+  const auto source = from.optimizer->state();
+  const auto target = to.optimizer->state();
+  for (size_t i = 0; i < source.size() && i < target.size(); ++i)
+    m_backend.copy(*m_stream, target[i].data, source[i].data, source[i].count);
+  to.optimizer->set_steps(from.optimizer->steps());
+}
 
 std::string LearnerGroup::sma_sum_name(int64_t step) { return "model sum step " + std::to_string(step + 1); }
 
@@ -513,14 +520,8 @@ void LearnerGroup::start_local_phase() {
   // Leaving the synchronous warm-up: every learner continues from learner 0's optimizer
   // state (the others' was never used) and the central model is the common replica.
   Learner& first = *m_learners[0];
-  const auto source = first.optimizer->state();
-  for (auto& l : m_learners) {
-    if (l->index == 0) continue;
-    const auto target = l->optimizer->state();
-    for (size_t i = 0; i < source.size() && i < target.size(); ++i)
-      m_backend.copy(*m_stream, target[i].data, source[i].data, source[i].count);
-    l->optimizer->set_steps(first.optimizer->steps());
-  }
+  for (auto& l : m_learners)
+    if (l->index != 0) copy_optimizer_state(first, *l);
   m_backend.copy(*m_stream, m_z.data(), first.graph->params(), m_param_count);
   m_backend.copy(*m_stream, m_central_state.data(), first.graph->state(), m_state_count);
   m_backend.synchronize(*m_stream);
@@ -593,12 +594,7 @@ void LearnerGroup::add_learner() {
   m_backend.copy(*m_stream, l->graph->state(), central_state(), m_state_count);
   if (central_is_replica0()) {
     // Synchronous phase: every replica must take the same steps, optimizer state included.
-    Learner& first = *m_learners[0];
-    const auto source = first.optimizer->state();
-    const auto target = l->optimizer->state();
-    for (size_t i = 0; i < source.size() && i < target.size(); ++i)
-      m_backend.copy(*m_stream, target[i].data, source[i].data, source[i].count);
-    l->optimizer->set_steps(first.optimizer->steps());
+    copy_optimizer_state(*m_learners[0], *l);
   }
   m_backend.synchronize(*m_stream);
   m_learners.push_back(std::move(l));

@@ -39,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mpi/allreduce.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
 #include "src/train/config.hpp"
@@ -65,6 +66,18 @@ class SingleRankReducer final : public Reducer {
  public:
   void sum(float*, size_t, std::string_view) override {}
   int ranks() const override { return 1; }
+};
+
+// The Reducer of a job of several ranks: levels 2-4 of the hierarchical allreduce.
+class AllreduceReducer final : public Reducer {
+ public:
+  AllreduceReducer(mpi::HierAllreduce& allreduce, int ranks) : m_allreduce(allreduce), m_ranks(ranks) {}
+  void sum(float* data, size_t count, std::string_view what) override { m_allreduce.sum(data, count, what); }
+  int ranks() const override { return m_ranks; }
+
+ private:
+  mpi::HierAllreduce& m_allreduce;
+  int m_ranks;
 };
 
 // What happens around each phase, for the timeline: phase is "forward", "backward",
@@ -152,7 +165,7 @@ class LearnerGroup {
   bool is_sync_step(int64_t step) const;
   bool central_is_replica0() const;
   std::vector<std::function<void()>> tasks_for(const std::function<void(Learner&)>& work);
-  bool overlaps_sync() const;
+  void copy_optimizer_state(const Learner& from, Learner& to);
   static std::string sma_sum_name(int64_t step);
   void device_sum(bool gradients, bool params_part, bool state_part);
   double reduce(const std::string& what);

@@ -145,18 +145,6 @@ std::pair<int, int64_t> fail_at_from_env() {
   return {rank, static_cast<int64_t>(step)};
 }
 
-// The Reducer of a job of several ranks: levels 2-4 of the hierarchical allreduce.
-class HierReducer final : public Reducer {
- public:
-  HierReducer(mpi::HierAllreduce& allreduce, int ranks) : m_allreduce(allreduce), m_ranks(ranks) {}
-  void sum(float* data, size_t count, std::string_view what) override { m_allreduce.sum(data, count, what); }
-  int ranks() const override { return m_ranks; }
-
- private:
-  mpi::HierAllreduce& m_allreduce;
-  int m_ranks;
-};
-
 // Crossbow's auto-tuner, simplified: measure the throughput over a window of steps, add a
 // learner, measure again; keep it while the gain exceeds the threshold, else take it back
 // and stop. Rank 0's clock decides (every step ends in a collective, so the ranks agree to
@@ -280,7 +268,7 @@ TrainResult run_training(const Config& cfg, const std::string& origin, const Run
   ar_options.stall_warn_s = options.stall_warn_s;
   ar_options.stall_abort_s = options.stall_abort_s;
   mpi::HierAllreduce allreduce(topo, ar_options);
-  HierReducer reducer(allreduce, ranks);
+  AllreduceReducer reducer(allreduce, ranks);
   SingleRankReducer alone;
 
   LearnerGroupOptions lg;

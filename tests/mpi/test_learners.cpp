@@ -18,34 +18,6 @@ using train::LearnerBatch;
 using train::LearnerGroup;
 using train::LearnerGroupOptions;
 
-namespace {
-
-class HierReducer final : public train::Reducer {
- public:
-  HierReducer(mpi::HierAllreduce& ar, int ranks) : m_ar(ar), m_ranks(ranks) {}
-  void sum(float* data, size_t count, std::string_view what) override { m_ar.sum(data, count, what); }
-  int ranks() const override { return m_ranks; }
-
- private:
-  mpi::HierAllreduce& m_ar;
-  int m_ranks;
-};
-
-train::OptimizerConfig plain_sgd() {
-  train::OptimizerConfig o;
-  o.momentum = 0;
-  o.weight_decay = 0;
-  return o;
-}
-
-double max_diff(const float* got, const std::vector<double>& want) {
-  double d = 0;
-  for (size_t i = 0; i < want.size(); ++i) d = std::max(d, std::abs(static_cast<double>(got[i]) - want[i]));
-  return d;
-}
-
-}  // namespace
-
 TEST_CASE("sma across ranks x 2 learners matches Crossbow's equations for every learner of the job", "[mpi][learners]") {
   const int k = GENERATE(1, 2, 3);
   const auto topo = mpi::Topology::create(k);
@@ -53,7 +25,7 @@ TEST_CASE("sma across ranks x 2 learners matches Crossbow's equations for every 
   mpi::AllreduceOptions ar_options;
   ar_options.chunk_bytes = 16;  // several pipeline chunks even for this tiny model
   mpi::HierAllreduce ar(topo, ar_options);
-  HierReducer reducer(ar, ranks);
+  train::AllreduceReducer reducer(ar, ranks);
   auto backend = nn::make_cpu_backend(1);
   const int L = 2;
   const int64_t b = 3;
@@ -66,17 +38,14 @@ TEST_CASE("sma across ranks x 2 learners matches Crossbow's equations for every 
   o.alpha = alpha;
   o.momentum = mu;
   o.period = 1;
-  LearnerGroup group(*backend, test::make_tiny_graph, b, b, plain_sgd(), {}, o, reducer);
+  LearnerGroup group(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o, reducer);
 
   const int n = ranks * L;  // learners in the job; learner (r, j) is n-index r*L + j
   std::vector<double> z(group.central_params(), group.central_params() + test::k_tiny_params), z_prev = z;
   std::vector<std::vector<double>> w(static_cast<size_t>(n), z);
   for (int64_t step = 0; step < 5; ++step) {
-    std::vector<test::TinyBatch> mine;
-    std::vector<LearnerBatch> in;
-    for (int j = 0; j < L; ++j) mine.push_back(test::tiny_batch(me, j, step, b));
-    for (const auto& d : mine) in.push_back({d.images.data(), d.labels.data()});
-    group.step(in, step, static_cast<float>(lr));
+    const test::TinyStep mine = test::tiny_step(me, L, step, b);
+    group.step(mine.inputs, step, static_cast<float>(lr));
 
     std::vector<double> sum_w(z.size(), 0.0);
     for (int q = 0; q < n; ++q)
@@ -90,8 +59,8 @@ TEST_CASE("sma across ranks x 2 learners matches Crossbow's equations for every 
     z_prev = z;
     z = z_new;
     INFO("ranks " << ranks << " K " << k << " step " << step);
-    for (int j = 0; j < L; ++j) CHECK(max_diff(group.replica_params(j), w[static_cast<size_t>(me * L + j)]) < 1e-5);
-    CHECK(max_diff(group.central_params(), z) < 1e-5);
+    for (int j = 0; j < L; ++j) CHECK(test::max_diff(group.replica_params(j), w[static_cast<size_t>(me * L + j)]) < 1e-5);
+    CHECK(test::max_diff(group.central_params(), z) < 1e-5);
   }
 }
 
@@ -103,12 +72,12 @@ TEST_CASE("ssgd across ranks x 2 learners equals one learner on the job's whole 
   const auto topo = mpi::Topology::create(k);
   const int ranks = topo.world_size(), me = topo.rank();
   mpi::HierAllreduce ar(topo);
-  HierReducer reducer(ar, ranks);
+  train::AllreduceReducer reducer(ar, ranks);
   train::SingleRankReducer alone;
   auto backend = nn::make_cpu_backend(1);
   const int L = 2;
   const int64_t b = 2;
-  train::OptimizerConfig sgd = plain_sgd();
+  train::OptimizerConfig sgd = test::plain_sgd();
   sgd.momentum = 0.9;
   LearnerGroupOptions o;
   o.learners = L;
@@ -119,11 +88,8 @@ TEST_CASE("ssgd across ranks x 2 learners equals one learner on the job's whole 
   const int64_t big = b * L * ranks;
   LearnerGroup whole(*backend, test::make_tiny_graph, big, big, sgd, {}, LearnerGroupOptions{}, alone);
   for (int64_t step = 0; step < 4; ++step) {
-    std::vector<test::TinyBatch> mine;
-    std::vector<LearnerBatch> in;
-    for (int j = 0; j < L; ++j) mine.push_back(test::tiny_batch(me, j, step, b));
-    for (const auto& d : mine) in.push_back({d.images.data(), d.labels.data()});
-    group.step(in, step, 0.3f);
+    const test::TinyStep mine = test::tiny_step(me, L, step, b);
+    group.step(mine.inputs, step, 0.3f);
     test::TinyBatch all;
     for (int q = 0; q < L * ranks; ++q) {
       const auto d = test::tiny_batch(q / L, q % L, step, b);
@@ -133,7 +99,7 @@ TEST_CASE("ssgd across ranks x 2 learners equals one learner on the job's whole 
     whole.step({{all.images.data(), all.labels.data()}}, step, 0.3f);
     const std::vector<double> want(whole.central_params(), whole.central_params() + test::k_tiny_params);
     INFO("ranks " << ranks << " K " << k << " bucket " << bucket << " step " << step);
-    CHECK(max_diff(group.central_params(), want) < 1e-6);
-    for (int j = 1; j < L; ++j) CHECK(max_diff(group.replica_params(j), want) < 1e-6);
+    CHECK(test::max_diff(group.central_params(), want) < 1e-6);
+    for (int j = 1; j < L; ++j) CHECK(test::max_diff(group.replica_params(j), want) < 1e-6);
   }
 }

@@ -1,7 +1,9 @@
 #pragma once
 // A tiny model whose gradient the tests can write down: flatten -> linear(4 -> 3) with a
-// softmax cross-entropy loss, and deterministic batches for every (rank, learner, step).
+// softmax cross-entropy loss, deterministic batches for every (rank, learner, step), and the
+// helpers the learner tests (tests/unit, tests/mpi) share.
 // The reference works in double on the flat parameter arena [weight (3x4, row-major) | bias (3)].
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -9,6 +11,7 @@
 
 #include "src/nn/graph.hpp"
 #include "src/nn/layer.hpp"
+#include "src/train/learners.hpp"
 
 namespace squall::test {
 
@@ -36,6 +39,40 @@ inline TinyBatch tiny_batch(int rank, int learner, int64_t step, int64_t batch) 
     t.labels.push_back(static_cast<int32_t>((rank * 7 + learner * 3 + step + i) % k_tiny_out));
   }
   return t;
+}
+
+// One rank's learner batches at a step, and the LearnerGroup inputs that point into them.
+struct TinyStep {
+  std::vector<TinyBatch> data;
+  std::vector<train::LearnerBatch> inputs;
+};
+
+inline TinyStep tiny_step(int rank, int learners, int64_t step, int64_t batch) {
+  TinyStep t;
+  for (int j = 0; j < learners; ++j) t.data.push_back(tiny_batch(rank, j, step, batch));
+  for (const auto& d : t.data) t.inputs.push_back({d.images.data(), d.labels.data()});
+  return t;
+}
+
+// SGD without momentum or weight decay: the update the references write out.
+inline train::OptimizerConfig plain_sgd() {
+  train::OptimizerConfig o;
+  o.name = "sgd";
+  o.momentum = 0;
+  o.weight_decay = 0;
+  return o;
+}
+
+inline double max_diff(const float* got, const std::vector<double>& want) {
+  double d = 0;
+  for (size_t i = 0; i < want.size(); ++i) d = std::max(d, std::abs(static_cast<double>(got[i]) - want[i]));
+  return d;
+}
+
+inline double max_diff(const float* a, const float* b, size_t n) {
+  double d = 0;
+  for (size_t i = 0; i < n; ++i) d = std::max(d, std::abs(static_cast<double>(a[i]) - b[i]));
+  return d;
 }
 
 // d(mean softmax cross-entropy)/d(params) at `w` (arena layout) for one batch.

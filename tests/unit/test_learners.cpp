@@ -20,27 +20,7 @@ using train::LearnerGroupOptions;
 
 namespace {
 
-train::OptimizerConfig plain_sgd() {
-  train::OptimizerConfig o;
-  o.name = "sgd";
-  o.momentum = 0;
-  o.weight_decay = 0;
-  return o;
-}
-
 std::vector<double> to_double(const float* p, size_t n) { return std::vector<double>(p, p + n); }
-
-double max_diff(const float* got, const std::vector<double>& want) {
-  double d = 0;
-  for (size_t i = 0; i < want.size(); ++i) d = std::max(d, std::abs(static_cast<double>(got[i]) - want[i]));
-  return d;
-}
-
-double max_diff(const float* a, const float* b, size_t n) {
-  double d = 0;
-  for (size_t i = 0; i < n; ++i) d = std::max(d, std::abs(static_cast<double>(a[i]) - b[i]));
-  return d;
-}
 
 }  // namespace
 
@@ -57,21 +37,19 @@ TEST_CASE("sma on one rank follows Crossbow's equations step by step", "[learner
   o.alpha = alpha;
   o.momentum = mu;
   o.period = period;
-  LearnerGroup group(*backend, test::make_tiny_graph, b, b, plain_sgd(), {}, o, alone);
+  LearnerGroup group(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o, alone);
   REQUIRE(group.param_count() == test::k_tiny_params);
   REQUIRE(group.replica_graph(0).param_info()[0].name.find("weight") != std::string::npos);
 
   // Every replica starts as the central model.
   std::vector<double> z = to_double(group.central_params(), test::k_tiny_params), z_prev = z;
   std::vector<std::vector<double>> w(L, z);
-  for (int j = 0; j < L; ++j) REQUIRE(max_diff(group.replica_params(j), z) == 0.0);
+  for (int j = 0; j < L; ++j) REQUIRE(test::max_diff(group.replica_params(j), z) == 0.0);
 
   for (int64_t step = 0; step < 6; ++step) {
-    std::vector<test::TinyBatch> data;
-    std::vector<LearnerBatch> in;
-    for (int j = 0; j < L; ++j) data.push_back(test::tiny_batch(0, j, step, b));
-    for (const auto& d : data) in.push_back({d.images.data(), d.labels.data()});
-    group.step(in, step, static_cast<float>(lr));
+    const test::TinyStep batches = test::tiny_step(0, L, step, b);
+    const auto& data = batches.data;
+    group.step(batches.inputs, step, static_cast<float>(lr));
 
     std::vector<std::vector<double>> g;
     for (int j = 0; j < L; ++j) g.push_back(test::tiny_gradient(w[j], data[j]));
@@ -90,12 +68,12 @@ TEST_CASE("sma on one rank follows Crossbow's equations step by step", "[learner
         for (size_t i = 0; i < z.size(); ++i) w[j][i] -= lr * g[j][i];
     }
     INFO("period " << period << " step " << step);
-    for (int j = 0; j < L; ++j) CHECK(max_diff(group.replica_params(j), w[j]) < 1e-5);
-    CHECK(max_diff(group.central_params(), z) < 1e-5);
+    for (int j = 0; j < L; ++j) CHECK(test::max_diff(group.replica_params(j), w[j]) < 1e-5);
+    CHECK(test::max_diff(group.central_params(), z) < 1e-5);
   }
   // The replicas moved apart and the central model moved: the check above was not vacuous.
-  CHECK(max_diff(group.replica_params(0), group.replica_params(1), test::k_tiny_params) > 1e-4);
-  CHECK(max_diff(group.central_params(), z_prev) > 1e-5);
+  CHECK(test::max_diff(group.replica_params(0), group.replica_params(1), test::k_tiny_params) > 1e-4);
+  CHECK(test::max_diff(group.central_params(), z_prev) > 1e-5);
 }
 
 TEST_CASE("ssgd: L learners of batch b equal one learner of batch L*b on the same samples", "[learners]") {
@@ -103,7 +81,7 @@ TEST_CASE("ssgd: L learners of batch b equal one learner of batch L*b on the sam
   train::SingleRankReducer alone;
   const int L = 3;
   const int64_t b = 4;
-  train::OptimizerConfig sgd = plain_sgd();
+  train::OptimizerConfig sgd = test::plain_sgd();
   sgd.momentum = 0.9;
   sgd.weight_decay = 1e-3;
 
@@ -113,23 +91,20 @@ TEST_CASE("ssgd: L learners of batch b equal one learner of batch L*b on the sam
     LearnerGroup split(*backend, test::make_tiny_graph, b, b, sgd, {}, many, alone);
     LearnerGroup whole(*backend, test::make_tiny_graph, L * b, L * b, sgd, {}, one, alone);
     for (int64_t step = 0; step < 5; ++step) {
-      std::vector<test::TinyBatch> data;
-      std::vector<LearnerBatch> in;
+      const test::TinyStep batches = test::tiny_step(0, L, step, b);
       test::TinyBatch all;
-      for (int j = 0; j < L; ++j) {
-        data.push_back(test::tiny_batch(0, j, step, b));
-        all.images.insert(all.images.end(), data.back().images.begin(), data.back().images.end());
-        all.labels.insert(all.labels.end(), data.back().labels.begin(), data.back().labels.end());
+      for (const auto& d : batches.data) {
+        all.images.insert(all.images.end(), d.images.begin(), d.images.end());
+        all.labels.insert(all.labels.end(), d.labels.begin(), d.labels.end());
       }
-      for (const auto& d : data) in.push_back({d.images.data(), d.labels.data()});
-      const auto l_split = split.step(in, step, 0.2f);
+      const auto l_split = split.step(batches.inputs, step, 0.2f);
       const auto l_whole = whole.step({{all.images.data(), all.labels.data()}}, step, 0.2f);
       double mean = 0;
       for (float l : l_split) mean += l / L;
       CHECK(mean == Approx(l_whole[0]).epsilon(1e-5));
-      CHECK(max_diff(split.central_params(), whole.central_params(), test::k_tiny_params) < 1e-6);
+      CHECK(test::max_diff(split.central_params(), whole.central_params(), test::k_tiny_params) < 1e-6);
       for (int j = 1; j < L; ++j)  // every replica is the central model
-        CHECK(max_diff(split.replica_params(j), split.central_params(), test::k_tiny_params) == 0.0);
+        CHECK(test::max_diff(split.replica_params(j), split.central_params(), test::k_tiny_params) == 0.0);
     }
   }
 
@@ -152,8 +127,8 @@ TEST_CASE("ssgd: L learners of batch b equal one learner of batch L*b on the sam
       split.step({{images.data(), labels.data()}, {images.data() + half, labels.data() + b}}, step, 0.05f);
       whole.step({{images.data(), labels.data()}}, step, 0.05f);
     }
-    CHECK(max_diff(split.central_params(), whole.central_params(), whole.param_count()) < 1e-5);
-    CHECK(max_diff(whole.central_params(), before) > 1e-4);  // it trained
+    CHECK(test::max_diff(split.central_params(), whole.central_params(), whole.param_count()) < 1e-5);
+    CHECK(test::max_diff(whole.central_params(), before) > 1e-4);  // it trained
   }
 }
 
@@ -167,15 +142,13 @@ TEST_CASE("local-sgd: ssgd before start_step, then replicas replaced by their av
   o.learners = L;
   o.period = 3;
   o.start_step = 2;
-  LearnerGroup group(*backend, test::make_tiny_graph, b, b, plain_sgd(), {}, o, alone);
+  LearnerGroup group(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o, alone);
   std::vector<std::vector<double>> w(L, to_double(group.central_params(), test::k_tiny_params));
   const double lr = 0.4;
   for (int64_t step = 0; step < 8; ++step) {
-    std::vector<test::TinyBatch> data;
-    std::vector<LearnerBatch> in;
-    for (int j = 0; j < L; ++j) data.push_back(test::tiny_batch(0, j, step, b));
-    for (const auto& d : data) in.push_back({d.images.data(), d.labels.data()});
-    group.step(in, step, static_cast<float>(lr));
+    const test::TinyStep batches = test::tiny_step(0, L, step, b);
+    const auto& data = batches.data;
+    group.step(batches.inputs, step, static_cast<float>(lr));
     std::vector<std::vector<double>> g;
     for (int j = 0; j < L; ++j) g.push_back(test::tiny_gradient(w[j], data[j]));
     if (step < o.start_step) {  // synchronous: the mean gradient everywhere
@@ -190,10 +163,10 @@ TEST_CASE("local-sgd: ssgd before start_step, then replicas replaced by their av
         for (size_t i = 0; i < w[0].size(); ++i) w[0][i] = w[1][i] = (w[0][i] + w[1][i]) / 2;
     }
     INFO("step " << step);
-    for (int j = 0; j < L; ++j) CHECK(max_diff(group.replica_params(j), w[j]) < 1e-5);
+    for (int j = 0; j < L; ++j) CHECK(test::max_diff(group.replica_params(j), w[j]) < 1e-5);
     const bool synced = step < o.start_step || (step - o.start_step + 1) % o.period == 0;
-    if (synced) CHECK(max_diff(group.central_params(), w[0]) < 1e-5);
-    else CHECK(max_diff(group.replica_params(0), group.replica_params(1), test::k_tiny_params) > 1e-6);
+    if (synced) CHECK(test::max_diff(group.central_params(), w[0]) < 1e-5);
+    else CHECK(test::max_diff(group.replica_params(0), group.replica_params(1), test::k_tiny_params) > 1e-6);
   }
 }
 
@@ -212,7 +185,7 @@ TEST_CASE("the central model's BatchNorm statistics are the learners' average", 
   LearnerGroupOptions o;
   o.algorithm = algorithm;
   o.learners = 2;
-  LearnerGroup group(*backend, make, b, b, plain_sgd(), {}, o, alone);
+  LearnerGroup group(*backend, make, b, b, test::plain_sgd(), {}, o, alone);
   REQUIRE(group.state_count() > 0);
   std::vector<float> images(static_cast<size_t>(2 * b * 8));
   for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>(i < images.size() / 2 ? std::sin(i) : 3 + std::cos(i));
@@ -223,44 +196,40 @@ TEST_CASE("the central model's BatchNorm statistics are the learners' average", 
   // more learner-free check by comparing against two single-learner groups.
   LearnerGroupOptions single;
   single.algorithm = Algorithm::sma;  // keeps its replica's state apart from the central one
-  LearnerGroup a(*backend, make, b, b, plain_sgd(), {}, single, alone), c(*backend, make, b, b, plain_sgd(), {}, single, alone);
+  LearnerGroup a(*backend, make, b, b, test::plain_sgd(), {}, single, alone), c(*backend, make, b, b, test::plain_sgd(), {}, single, alone);
   a.step({{images.data(), labels.data()}}, 0, 0.1f);
   c.step({{images.data() + b * 8, labels.data() + b}}, 0, 0.1f);
   const size_t n = group.state_count();
   std::vector<double> want(n);
   for (size_t i = 0; i < n; ++i) want[i] = (a.replica_graph(0).state()[i] + c.replica_graph(0).state()[i]) / 2.0;
   INFO("algorithm " << train::algorithm_name(algorithm));
-  CHECK(max_diff(group.central_state(), want) < 1e-6);
-  CHECK(max_diff(group.central_state(), before) > 1e-3);  // the statistics did move
+  CHECK(test::max_diff(group.central_state(), want) < 1e-6);
+  CHECK(test::max_diff(group.central_state(), before) > 1e-3);  // the statistics did move
   // The evaluation graph holds the central model.
   nn::Graph& eval = group.eval_graph();
-  CHECK(max_diff(eval.state(), want) < 1e-6);
-  CHECK(max_diff(eval.params(), group.central_params(), group.param_count()) == 0.0);
+  CHECK(test::max_diff(eval.state(), want) < 1e-6);
+  CHECK(test::max_diff(eval.params(), group.central_params(), group.param_count()) == 0.0);
 }
 
 TEST_CASE("an added learner starts from the central model and keeps ssgd replicas identical", "[learners]") {
   auto backend = nn::make_cpu_backend(2);
   train::SingleRankReducer alone;
   const int64_t b = 2;
-  train::OptimizerConfig sgd = plain_sgd();
+  train::OptimizerConfig sgd = test::plain_sgd();
   sgd.momentum = 0.9;
   LearnerGroupOptions o;  // ssgd, one learner
   LearnerGroup group(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
   auto run = [&](int64_t step) {
-    std::vector<test::TinyBatch> data;
-    std::vector<LearnerBatch> in;
-    for (int j = 0; j < group.learners(); ++j) data.push_back(test::tiny_batch(0, j, step, b));
-    for (const auto& d : data) in.push_back({d.images.data(), d.labels.data()});
-    group.step(in, step, 0.1f);
+    group.step(test::tiny_step(0, group.learners(), step, b).inputs, step, 0.1f);
   };
   run(0);
   run(1);
   group.add_learner();
   REQUIRE(group.learners() == 2);
-  CHECK(max_diff(group.replica_params(1), group.central_params(), test::k_tiny_params) == 0.0);
+  CHECK(test::max_diff(group.replica_params(1), group.central_params(), test::k_tiny_params) == 0.0);
   run(2);
   run(3);
-  CHECK(max_diff(group.replica_params(1), group.replica_params(0), test::k_tiny_params) == 0.0);
+  CHECK(test::max_diff(group.replica_params(1), group.replica_params(0), test::k_tiny_params) == 0.0);
   group.remove_learner();
   CHECK(group.learners() == 1);
   run(4);
