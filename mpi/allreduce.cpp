@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <climits>
+#include <deque>
 #include <numeric>
 #include <set>
 #include <string>
@@ -69,9 +70,12 @@ enum Stage { k_reduce_scatter = 0, k_cross = 1, k_allgather = 2, k_done = 3 };
 constexpr std::array<Level, 3> k_stage_level = {Level::node_reduce_scatter, Level::cross_allreduce,
                                                 Level::node_allgather};
 
-// One chunk of the buffer on its way through the stages.
+// One chunk of a sum on its way through the stages.
 struct Chunk {
-  size_t offset = 0, count = 0;         // elements of the caller's buffer
+  int64_t op = 0;                       // the sum it belongs to (its ticket)
+  std::byte* data = nullptr;            // its first element in the caller's buffer
+  size_t count = 0;                     // elements
+  DType type = DType::f32;
   int stage = k_done;                   // current stage (active) or next one to issue
   bool active = false;                  // requests of `stage` are in flight
   Clock::time_point begin;              // when `stage` was issued
@@ -79,6 +83,24 @@ struct Chunk {
   std::vector<int> counts, displs;      // per local rank: its shard of the chunk (node stages)
   std::byte* shard = nullptr;           // this rank's shard: scratch, or the buffer itself
   size_t shard_count = 0;
+};
+
+// How one sum runs.
+enum class Path {
+  blocking,  // MPI_Allreduce over the job, in pieces: small sums, and every sum of a one-level job
+  pipeline,  // chunks through the levels
+};
+
+// A sum started and not yet retired.
+struct Op {
+  int64_t id = 0;
+  std::byte* data = nullptr;
+  size_t count = 0;
+  DType type = DType::f32;
+  Path path = Path::blocking;
+  size_t chunks = 0, chunks_done = 0;      // pipeline
+  bool done = false;
+  Clock::time_point begin_time;
 };
 
 }  // namespace
@@ -132,19 +154,30 @@ struct HierAllreduce::Impl {
   LevelHook hook;
 
   int local_rank = 0, local_size = 1, nodes = 1;
-  MPI_Comm flat = MPI_COMM_NULL, gate = MPI_COMM_NULL;  // flat mode: the sum, and the arrival barrier
+  MPI_Comm flat = MPI_COMM_NULL;                        // blocking sums over the job (every mode)
   MPI_Comm rs = MPI_COMM_NULL, ag = MPI_COMM_NULL;      // node stages, one communicator each
   // Part p of every chunk is summed across nodes on parts[p - part_lo], among the ranks that
   // own it (one per node). This rank owns parts [part_lo, part_hi) of the P in a chunk.
   int P = 0, part_lo = 0, part_hi = 0;
   std::vector<MPI_Comm> parts;
 
-  std::vector<Chunk> slots;                 // chunk c lives in slots[c % slots.size()]
+  // Sums in flight, oldest first; ids are consecutive. A sum leaves the front once done.
+  std::deque<Op> ops;
+  int64_t started = 0;        // sums started (the last ticket)
+  int running = 0, max_running = 0;
+
+  // The pipeline: chunks of every pipelined sum, numbered in the order their sums started.
+  // Chunk c lives in slots[c % slots.size()] while in flight.
+  std::vector<Chunk> slots;
   std::vector<std::vector<std::byte>> scratch;
+  size_t chunk_seq_total = 0;              // chunks of every pipelined sum started so far
+  size_t admitted = 0, retired = 0;        // chunk numbers
+  std::array<size_t, 3> next_issue{};      // per stage: the chunk whose turn it is
+  int64_t admit_op = 0;                    // the sum whose chunks are being admitted
+  size_t admit_offset = 0;                 // elements of it admitted so far
 
   double total_s = 0;
   std::array<double, k_levels> level_s{};
-  int64_t calls = 0;
 
   Impl(const Topology& topo, const AllreduceOptions& o) : options(o), watch(topo, o.stall_warn_s, o.stall_abort_s) {}
 
@@ -163,47 +196,89 @@ struct HierAllreduce::Impl {
     return k_done;
   }
 
+  Op* find(int64_t id) {
+    if (ops.empty() || id < ops.front().id || id > ops.back().id) return nullptr;
+    return &ops[static_cast<size_t>(id - ops.front().id)];
+  }
+  // The first sum from number `id` on that takes `path` and is not done; moves `id` to it.
+  Op* first_from(int64_t& id, Path path) {
+    if (ops.empty()) return nullptr;
+    id = std::max(id, ops.front().id);
+    for (Op* op = find(id); op != nullptr; op = find(++id))
+      if (!op->done && op->path == path) return op;
+    return nullptr;
+  }
+  bool completed(int64_t id) {
+    const Op* op = find(id);
+    return op == nullptr || op->done;
+  }
+
   void report(Level level, Clock::time_point begin, Clock::time_point end, size_t bytes) {
     level_s[static_cast<size_t>(level)] += std::chrono::duration<double>(end - begin).count();
     if (hook) hook(level_name(level), clock_seconds(begin), clock_seconds(end), bytes);
   }
 
-  // Tests `request` until it completes, keeping the watchdog awake.
-  void wait(MPI_Request& request) {
-    Waiter waiter;
-    for (;;) {
-      int done = 0;
-      SQUALL_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-      if (done) return;
-      watch.poll();
-      waiter.idle();
+  size_t chunk_elements(DType type) const {
+    return std::clamp(options.chunk_bytes / dtype_size(type), size_t{1}, k_max_call_elements);
+  }
+
+  void begin_op(Op& op) {
+    op.begin_time = Clock::now();
+    if (op.count == 0 || mode == Mode::none) {
+      op.done = true;
+      return;
+    }
+    if (mode == Mode::flat || op.count * dtype_size(op.type) <= options.small_bytes) {
+      op.path = Path::blocking;
+    } else {
+      op.path = Path::pipeline;
+      const size_t chunk = chunk_elements(op.type);
+      op.chunks = (op.count + chunk - 1) / chunk;
+      chunk_seq_total += op.chunks;
     }
   }
 
-  void sum_flat(std::byte* data, size_t count, DType type) {
-    // The nonblocking barrier is where a missing rank is waited for, under the watchdog; the
-    // blocking allreduce after it uses the library's fastest algorithm.
-    MPI_Request request = MPI_REQUEST_NULL;
-    SQUALL_MPI_CHECK(MPI_Ibarrier(gate, &request));
-    wait(request);
-    // In pieces: for a buffer of 32 MiB or more Open MPI 4.1 takes a temporary buffer as large
-    // from malloc, which glibc then maps afresh on every call (its mmap threshold stops
-    // growing at 32 MiB), and faulting those pages in made one 64 MiB sum ten times slower
-    // than four 16 MiB ones here (bench/RESULTS.md).
-    const size_t esize = dtype_size(type);
-    const size_t chunk = std::clamp(options.flat_chunk_bytes / esize, size_t{1}, k_max_call_elements);
-    for (size_t done = 0; done < count;) {
-      const size_t n = std::min(count - done, chunk);
+  void finish(Op& op) {
+    op.done = true;
+    watch.leave(op.id);
+    --running;
+  }
+
+  // The oldest sum in flight, when it is a blocking one: MPI_Allreduce in pieces. A blocking
+  // sum waits until every sum started before it has completed, so that no rank sits in it
+  // while another waits for this rank to drive an earlier sum's pipeline; blocking sums thus
+  // also run in the order they were started, on every rank, and match. The pieces sidestep an allocator
+  // effect: for a buffer of 32 MiB or more Open MPI 4.1 takes a temporary buffer as large
+  // from malloc, which glibc then maps afresh on every call (its mmap threshold stops growing
+  // at 32 MiB), and faulting those pages in made one 64 MiB sum ten times slower than four
+  // 16 MiB ones here (bench/RESULTS.md).
+  bool run_blocking(const Op* only = nullptr) {
+    Op* op = nullptr;
+    for (Op& o : ops)
+      if (!o.done) {
+        op = &o;
+        break;
+      }
+    if (op == nullptr || op->path != Path::blocking || (only != nullptr && op != only)) return false;
+    const size_t esize = dtype_size(op->type);
+    const size_t piece = std::clamp(options.flat_chunk_bytes / esize, size_t{1}, k_max_call_elements);
+    for (size_t done = 0; done < op->count;) {
+      const size_t n = std::min(op->count - done, piece);
       const auto begin = Clock::now();
-      SQUALL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + done * esize, static_cast<int>(n), mpi_type(type),
-                                     MPI_SUM, flat));
+      SQUALL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, op->data + done * esize, static_cast<int>(n),
+                                     mpi_type(op->type), MPI_SUM, flat));
       report(Level::flat_allreduce, begin, Clock::now(), n * esize);
       done += n;
     }
+    finish(*op);
+    return true;
   }
 
-  void start_chunk(Chunk& k, std::byte* data, size_t offset, size_t count, size_t esize, size_t slot) {
-    k.offset = offset;
+  void start_chunk(Chunk& k, const Op& op, size_t offset, size_t count, size_t slot) {
+    const size_t esize = dtype_size(op.type);
+    k.op = op.id;
+    k.type = op.type;
+    k.data = op.data + offset * esize;
     k.count = count;
     k.active = false;
     k.stage = next_stage(-1);
@@ -215,24 +290,26 @@ struct HierAllreduce::Impl {
         k.counts[static_cast<size_t>(j)] = static_cast<int>(hi - lo);
         k.displs[static_cast<size_t>(j)] = static_cast<int>(lo);
       }
+      // A shard holds at most (its parts) * chunk / P elements, plus one for the rounding.
+      const size_t shard_max = static_cast<size_t>(part_hi - part_lo) * count / static_cast<size_t>(P) + 1;
+      if (scratch[slot].size() < shard_max * esize) scratch[slot].resize(shard_max * esize);
       k.shard = scratch[slot].data();
       k.shard_count = static_cast<size_t>(k.counts[static_cast<size_t>(local_rank)]);
     } else {
-      k.shard = data + offset * esize;
+      k.shard = k.data;
       k.shard_count = count;
     }
   }
 
-  void issue(Chunk& k, std::byte* data, DType type) {
-    const MPI_Datatype t = mpi_type(type);
-    const size_t esize = dtype_size(type);
-    std::byte* chunk = data + k.offset * esize;
+  void issue(Chunk& k) {
+    const MPI_Datatype t = mpi_type(k.type);
+    const size_t esize = dtype_size(k.type);
     k.requests.clear();
     k.begin = Clock::now();
     switch (k.stage) {
       case k_reduce_scatter:
         k.requests.emplace_back();
-        SQUALL_MPI_CHECK(MPI_Ireduce_scatter(chunk, k.shard, k.counts.data(), t, MPI_SUM, rs, &k.requests.back()));
+        SQUALL_MPI_CHECK(MPI_Ireduce_scatter(k.data, k.shard, k.counts.data(), t, MPI_SUM, rs, &k.requests.back()));
         break;
       case k_cross: {
         const size_t base = part_begin(part_lo, k.count);
@@ -247,62 +324,76 @@ struct HierAllreduce::Impl {
       }
       case k_allgather:
         k.requests.emplace_back();
-        SQUALL_MPI_CHECK(MPI_Iallgatherv(k.shard, static_cast<int>(k.shard_count), t, chunk, k.counts.data(),
+        SQUALL_MPI_CHECK(MPI_Iallgatherv(k.shard, static_cast<int>(k.shard_count), t, k.data, k.counts.data(),
                                          k.displs.data(), t, ag, &k.requests.back()));
         break;
     }
     k.active = true;
   }
 
-  // Chunks enter in order, at most max_inflight at once. Each stage has its own
-  // communicator and is issued strictly in chunk order on every rank, which is what MPI
-  // requires of nonblocking collectives sharing a communicator; different stages (and so
-  // different levels) of different chunks run at the same time.
-  void sum_pipeline(std::byte* data, size_t count, DType type) {
-    const size_t esize = dtype_size(type);
-    const size_t chunk = std::clamp(options.chunk_bytes / esize, size_t{1}, k_max_call_elements);
-    const size_t chunks = (count + chunk - 1) / chunk;
-    const size_t inflight = std::min(static_cast<size_t>(options.max_inflight), chunks);
-    if (slots.size() < inflight) slots.resize(inflight);
-    if (node_stages()) {
-      // A shard holds at most (its parts) * chunk / P elements, plus one for the rounding.
-      const size_t shard_max = static_cast<size_t>(part_hi - part_lo) * chunk / static_cast<size_t>(P) + 1;
-      if (scratch.size() < slots.size()) scratch.resize(slots.size());
-      for (auto& s : scratch)
-        if (s.size() < shard_max * esize) s.resize(shard_max * esize);
+  // Chunks enter in order, at most max_inflight at once, whichever sum they belong to. Each
+  // stage has its own communicator and is issued strictly in chunk order on every rank,
+  // which is what MPI requires of nonblocking collectives sharing a communicator; different
+  // stages (and so different levels) of different chunks run at the same time.
+  bool progress_pipeline() {
+    if (retired == chunk_seq_total) return false;
+    const size_t inflight = static_cast<size_t>(options.max_inflight);
+    if (slots.size() < inflight) {
+      slots.resize(inflight);
+      scratch.resize(inflight);
     }
     const size_t nslots = slots.size();
-
-    std::array<size_t, 3> next_issue{};  // per stage: the chunk whose turn it is
-    size_t admitted = 0, retired = 0;
-    Waiter waiter;
-    while (retired < chunks) {
-      bool progress = false;
-      for (; admitted < chunks && admitted < retired + inflight; ++admitted, progress = true)
-        start_chunk(slots[admitted % nslots], data, admitted * chunk, std::min(chunk, count - admitted * chunk),
-                    esize, admitted % nslots);
-      for (size_t c = retired; c < admitted; ++c) {
-        Chunk& k = slots[c % nslots];
-        if (k.active) {
-          int done = 0;
-          SQUALL_MPI_CHECK(MPI_Testall(static_cast<int>(k.requests.size()), k.requests.data(), &done,
-                                       MPI_STATUSES_IGNORE));
-          if (!done) continue;
-          const size_t bytes = (k.stage == k_cross ? k.shard_count : k.count) * esize;
-          report(k_stage_level[static_cast<size_t>(k.stage)], k.begin, Clock::now(), bytes);
-          k.active = false;
-          k.stage = next_stage(k.stage);
-          progress = true;
-        }
-        if (k.stage != k_done && next_issue[static_cast<size_t>(k.stage)] == c) {
-          ++next_issue[static_cast<size_t>(k.stage)];
-          issue(k, data, type);
-          progress = true;
+    bool moved = false;
+    for (; admitted < chunk_seq_total && admitted < retired + nslots; ++admitted, moved = true) {
+      Op* op = first_from(admit_op, Path::pipeline);
+      const size_t chunk = chunk_elements(op->type);
+      const size_t n = std::min(chunk, op->count - admit_offset);
+      start_chunk(slots[admitted % nslots], *op, admit_offset, n, admitted % nslots);
+      admit_offset += n;
+      if (admit_offset == op->count) {
+        admit_offset = 0;
+        ++admit_op;  // the next pipelined sum, if any, is found above
+      }
+    }
+    for (size_t c = retired; c < admitted; ++c) {
+      Chunk& k = slots[c % nslots];
+      if (k.active) {
+        int done = 0;
+        SQUALL_MPI_CHECK(MPI_Testall(static_cast<int>(k.requests.size()), k.requests.data(), &done,
+                                     MPI_STATUSES_IGNORE));
+        if (!done) continue;
+        const size_t bytes = (k.stage == k_cross ? k.shard_count : k.count) * dtype_size(k.type);
+        report(k_stage_level[static_cast<size_t>(k.stage)], k.begin, Clock::now(), bytes);
+        k.active = false;
+        k.stage = next_stage(k.stage);
+        moved = true;
+        if (k.stage == k_done) {
+          Op* op = find(k.op);
+          if (++op->chunks_done == op->chunks) finish(*op);
         }
       }
-      while (retired < admitted && slots[retired % nslots].stage == k_done) ++retired;
-      watch.poll();
-      if (progress)
+      if (k.stage != k_done && next_issue[static_cast<size_t>(k.stage)] == c) {
+        ++next_issue[static_cast<size_t>(k.stage)];
+        issue(k);
+        moved = true;
+      }
+    }
+    while (retired < admitted && slots[retired % nslots].stage == k_done) ++retired;
+    return moved;
+  }
+
+  // One pass over everything in flight; true when something moved.
+  bool progress() {
+    bool moved = progress_pipeline();
+    while (run_blocking()) moved = true;
+    while (!ops.empty() && ops.front().done) ops.pop_front();
+    return moved;
+  }
+
+  void drive_until(const std::function<bool()>& finished) {
+    Waiter waiter;
+    while (!finished()) {
+      if (progress())
         waiter.progressed();
       else
         waiter.idle();
@@ -341,8 +432,6 @@ HierAllreduce::HierAllreduce(const Topology& topo, AllreduceOptions options) {
                 "); summing with one MPI_Allreduce over the job instead");
     }
     s.mode = Impl::Mode::flat;
-    SQUALL_MPI_CHECK(MPI_Comm_dup(world, &s.flat));
-    SQUALL_MPI_CHECK(MPI_Comm_dup(world, &s.gate));
   } else {
     s.mode = Impl::Mode::pipeline;
     s.P = static_cast<int>(lcm);
@@ -367,7 +456,8 @@ HierAllreduce::HierAllreduce(const Topology& topo, AllreduceOptions options) {
       }
     }
   }
-  for (MPI_Comm c : {s.flat, s.gate, s.rs, s.ag})
+  if (s.mode != Impl::Mode::none) SQUALL_MPI_CHECK(MPI_Comm_dup(world, &s.flat));
+  for (MPI_Comm c : {s.flat, s.rs, s.ag})
     if (c != MPI_COMM_NULL) SQUALL_MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
   for (MPI_Comm c : s.parts) SQUALL_MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
 }
@@ -377,29 +467,84 @@ HierAllreduce::~HierAllreduce() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (MPI_Comm* c : {&s.flat, &s.gate, &s.rs, &s.ag})
+  for (MPI_Comm* c : {&s.flat, &s.rs, &s.ag})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   for (MPI_Comm& c : s.parts)
     if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
 }
 
-void HierAllreduce::sum(void* data, size_t count, DType type, std::string_view what) {
+namespace {
+// Adds the wall time of one public call to `total`.
+class CallTimer {
+ public:
+  explicit CallTimer(double& total) : m_total(total), m_begin(Clock::now()) {}
+  ~CallTimer() { m_total += std::chrono::duration<double>(Clock::now() - m_begin).count(); }
+  CallTimer(const CallTimer&) = delete;
+  CallTimer& operator=(const CallTimer&) = delete;
+
+ private:
+  double& m_total;
+  Clock::time_point m_begin;
+};
+}  // namespace
+
+HierAllreduce::Ticket HierAllreduce::start(void* data, size_t count, DType type, std::string_view what) {
   Impl& s = *m_impl;
-  s.watch.enter(++s.calls, what);
-  const auto begin = Clock::now();
-  auto* bytes = static_cast<std::byte*>(data);
-  if (count > 0) {
-    if (s.mode == Impl::Mode::flat) s.sum_flat(bytes, count, type);
-    if (s.mode == Impl::Mode::pipeline) s.sum_pipeline(bytes, count, type);
+  CallTimer timer(s.total_s);
+  Op op;
+  op.id = ++s.started;
+  op.data = static_cast<std::byte*>(data);
+  op.count = count;
+  op.type = type;
+  s.watch.enter(op.id, what);
+  ++s.running;
+  s.max_running = std::max(s.max_running, s.running);
+  s.ops.push_back(op);
+  Op& mine = s.ops.back();
+  s.begin_op(mine);
+  if (mine.done) {
+    s.watch.leave(op.id);
+    --s.running;
+  } else if (mine.path == Path::pipeline) {
+    s.progress_pipeline();
+  } else if (mine.count * dtype_size(type) <= s.options.small_bytes) {
+    // A small sum whose turn it is runs now: it takes microseconds. A large blocking one
+    // waits for test() or wait(), so that start() returns at once.
+    s.run_blocking(&mine);
   }
-  s.watch.leave();
-  s.total_s += std::chrono::duration<double>(Clock::now() - begin).count();
+  return op.id;
 }
+
+bool HierAllreduce::test(Ticket ticket) {
+  Impl& s = *m_impl;
+  CallTimer timer(s.total_s);
+  if (s.completed(ticket)) return true;
+  s.progress();
+  return s.completed(ticket);
+}
+
+void HierAllreduce::wait(Ticket ticket) {
+  Impl& s = *m_impl;
+  CallTimer timer(s.total_s);
+  s.drive_until([&] { return s.completed(ticket); });
+}
+
+void HierAllreduce::wait_all() {
+  Impl& s = *m_impl;
+  CallTimer timer(s.total_s);
+  s.drive_until([&] { return s.running == 0; });
+  s.ops.clear();
+}
+
+void HierAllreduce::sum(void* data, size_t count, DType type, std::string_view what) { wait(start(data, count, type, what)); }
+
+int HierAllreduce::in_flight() const { return m_impl->running; }
+int HierAllreduce::max_in_flight() const { return m_impl->max_running; }
 
 void HierAllreduce::set_level_hook(LevelHook hook) { m_impl->hook = std::move(hook); }
 double HierAllreduce::seconds() const { return m_impl->total_s; }
 double HierAllreduce::level_seconds(Level level) const { return m_impl->level_s[static_cast<size_t>(level)]; }
-int64_t HierAllreduce::calls() const { return m_impl->calls; }
+int64_t HierAllreduce::calls() const { return m_impl->started; }
 int HierAllreduce::parts() const { return m_impl->mode == Impl::Mode::pipeline ? m_impl->P : 0; }
 const AllreduceOptions& HierAllreduce::options() const { return m_impl->options; }
 

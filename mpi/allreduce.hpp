@@ -10,7 +10,13 @@
 // MPI_Allreduce over the job: there is nothing to overlap, and the library's blocking
 // algorithm is faster than its nonblocking ones (bench/RESULTS.md).
 //
-// Every sum() is guarded by a stall watchdog (mpi/stall.hpp).
+// Sums are nonblocking: start() hands a buffer over and returns a ticket, test() drives every
+// sum in flight and says whether one has completed, wait() blocks until it has; sum() is
+// start() then wait(). Several sums may be in flight at once (the gradient buckets of a
+// backward pass): their chunks share the pipeline in the order they were started. Small sums
+// (at most small_bytes) are one MPI_Iallreduce over the job: the fewest messages, no barrier.
+//
+// Every sum is guarded by a stall watchdog (mpi/stall.hpp).
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -38,6 +44,9 @@ struct AllreduceOptions {
   // Unequal node sizes split every chunk into lcm(node sizes) parts; above this the sum
   // falls back to one MPI_Allreduce over the job (said once in the log).
   int max_parts = 256;
+  // Sums of at most this many bytes are one MPI_Iallreduce over the job, whatever the nodes:
+  // latency, not bandwidth, decides their time (bench/RESULTS.md).
+  size_t small_bytes = 64 << 10;
 };
 
 // The stages a sum is made of, as reported to the level hook and by level_seconds().
@@ -59,23 +68,42 @@ class HierAllreduce {
   HierAllreduce(const HierAllreduce&) = delete;
   HierAllreduce& operator=(const HierAllreduce&) = delete;
 
-  // In-place sum over every rank of the job. Collective: every rank calls with the same count
-  // and type, in the same order. `what` names the collective in stall messages
-  // ("gradients step 12"). Every rank ends with the same bits.
+  // A sum in flight: the collective's number (1, 2, ...; the same on every rank).
+  using Ticket = int64_t;
+
+  // Starts an in-place sum over every rank of the job and returns at once; `data` must not be
+  // touched until the sum has completed. Collective: every rank starts the same sums (count
+  // and type) in the same order. `what` names the collective in stall messages
+  // ("gradients step 12 bucket 2"). Every rank ends with the same bits.
+  Ticket start(void* data, size_t count, DType type, std::string_view what = "allreduce");
+  Ticket start(float* data, size_t count, std::string_view what = "allreduce") {
+    return start(data, count, DType::f32, what);
+  }
+  // Drives every sum in flight without blocking; true once `ticket` has completed.
+  bool test(Ticket ticket);
+  // Drives every sum in flight until `ticket` has completed.
+  void wait(Ticket ticket);
+  // Until every sum started so far has completed.
+  void wait_all();
+  int in_flight() const;      // sums started and not yet completed
+  int max_in_flight() const;  // the most that were in flight at once since construction
+
+  // start() then wait().
   void sum(void* data, size_t count, DType type, std::string_view what = "allreduce");
   void sum(float* data, size_t count, std::string_view what = "allreduce") { sum(data, count, DType::f32, what); }
   void sum(double* data, size_t count, std::string_view what = "allreduce") { sum(data, count, DType::f64, what); }
 
   void set_level_hook(LevelHook hook);
 
-  // Wall seconds spent inside sum() since construction.
+  // Wall seconds the caller spent inside start(), test() and wait() since construction.
   double seconds() const;
   // Summed durations of one level's stages (they overlap each other, so the levels add up to
   // more than seconds()).
   double level_seconds(Level level) const;
   int64_t calls() const;  // sums so far; the next one is collective number calls() + 1
 
-  // How the sums run on this job: "flat" (one MPI_Allreduce), "pipeline" or "none" (one rank).
+  // How the sums larger than small_bytes run on this job: "flat" (one MPI_Allreduce),
+  // "pipeline" or "none" (one rank).
   const char* mode() const;
   int parts() const;  // parts per chunk (lcm of the node sizes); 0 when not pipelined
   const AllreduceOptions& options() const;

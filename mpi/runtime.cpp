@@ -24,8 +24,9 @@ void abort_job(int exit_code) {
 }
 
 Runtime::Runtime(int& argc, char**& argv) {
-  // SERIALIZED: later collectives may run on a progress thread, one thread at a time.
-  SQUALL_MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &m_thread_level));
+  // MULTIPLE: the stall watchdog's thread sends and receives on its own communicator while the
+  // caller's thread is inside a collective (mpi/stall.hpp).
+  SQUALL_MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &m_thread_level));
   set_abort_hook(&abort_job);
   SQUALL_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   SQUALL_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &m_rank));

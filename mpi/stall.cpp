@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <map>
 #include <string>
 #include <thread>
@@ -97,11 +100,27 @@ struct StallWatch::Impl {
   std::array<MPI_Request, k_send_slots> sends{};
   std::array<int64_t, k_send_slots> send_values{};
 
-  // The collective in progress.
-  int64_t call = 0;
-  std::string_view what;
-  Clock::time_point entered, next_check;
-  bool warned = false;
+  // The collectives in progress on this rank, oldest first (several may be in flight: the
+  // nonblocking sums of mpi/allreduce.hpp). The watch judges the oldest. Guarded by `mutex`:
+  // the caller's thread enters and leaves, the watch thread reads.
+  struct Active {
+    int64_t call = 0;
+    std::string what;
+    Clock::time_point entered;
+  };
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<Active> active;
+  bool stop = false;
+  std::thread thread;
+
+  // The watch thread's own state.
+  int64_t announced = 0;  // non-root: the newest call rank 0 has been told of
+  int64_t warned = 0;     // the call a warning was printed for
+  bool can_message = true;  // MPI_THREAD_MULTIPLE: the watch thread may call MPI
+
+  void loop();
+  void check(const Active& oldest, int64_t newest, double waited);
 
   void post_receive(int source) {
     SQUALL_MPI_CHECK(MPI_Irecv(&recv_values[static_cast<size_t>(source)], 1, MPI_INT64_T, source, k_arrival_tag,
@@ -122,7 +141,7 @@ struct StallWatch::Impl {
     }
   }
 
-  void announce() {
+  void announce(int64_t call) {
     // Reuse a slot whose message has gone; all are busy only if rank 0 lags several
     // collectives behind, which the collectives themselves prevent.
     size_t slot = k_send_slots;
@@ -154,12 +173,12 @@ struct StallWatch::Impl {
     return out;
   }
 
-  std::string root_report(double waited) {
+  std::string root_report(int64_t call, const std::string& what, double waited) {
     drain_arrivals();
     std::vector<int> missing;
     for (int r = 0; r < size; ++r)
       if (arrived[static_cast<size_t>(r)] < call) missing.push_back(r);
-    std::string msg = "stall: collective " + std::to_string(call) + " (" + std::string(what) + ") waited " +
+    std::string msg = "stall: collective " + std::to_string(call) + " (" + what + ") waited " +
                       format_seconds(waited) + " s; ";
     if (missing.empty())
       msg += "every rank has joined it, but it has not completed";
@@ -192,10 +211,22 @@ StallWatch::StallWatch(const Topology& topo, double warn_s, double abort_s) : m_
     s.done_indices.assign(n, 0);
     for (int r = 1; r < s.size; ++r) s.post_receive(r);
   }
+  int level = MPI_THREAD_SINGLE;
+  SQUALL_MPI_CHECK(MPI_Query_thread(&level));
+  s.can_message = level == MPI_THREAD_MULTIPLE;
+  if (s.size > 1) s.thread = std::thread([&s] { s.loop(); });
 }
 
 StallWatch::~StallWatch() {
   Impl& s = *m_impl;
+  if (s.thread.joinable()) {
+    {
+      std::lock_guard lock(s.mutex);
+      s.stop = true;
+    }
+    s.wake.notify_one();
+    s.thread.join();
+  }
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized || s.comm == MPI_COMM_NULL) return;
@@ -211,54 +242,89 @@ StallWatch::~StallWatch() {
   MPI_Comm_free(&s.comm);
 }
 
-void StallWatch::enter(int64_t call, std::string_view what) {
-  Impl& s = *m_impl;
-  s.call = call;
-  s.what = what;
-  s.warned = false;
-  if (s.fault && s.fault->rank == s.rank && s.fault->call == call) {
-    log::warn("SQUALL_STALL_AT: sleeping " + format_seconds(s.fault->seconds) + " s before joining collective " +
-              std::to_string(call) + " (" + std::string(what) + ")");
-    std::this_thread::sleep_for(std::chrono::duration<double>(s.fault->seconds));
-  }
-  s.entered = Clock::now();
-  s.next_check = s.entered + to_duration(s.check_every_s);
-  if (s.size == 1) return;
-  if (s.rank == 0) {
-    s.arrived[0] = call;
-    s.drain_arrivals();
-  } else {
-    s.announce();
+// The watch thread: awake every check_every_s to judge the oldest collective in progress. It alone uses the private communicator.
+void StallWatch::Impl::loop() {
+  std::unique_lock lock(mutex);
+  while (!stop) {
+    // A timed sleep, not a wake-up from enter(): a collective that ends within check_every_s
+    // then costs no context switch.
+    wake.wait_for(lock, to_duration(check_every_s));
+    if (stop || active.empty()) continue;
+    const Active oldest = active.front();
+    const int64_t newest = active.back().call;
+    const double waited = seconds_between(oldest.entered, Clock::now());
+    if (waited < check_every_s) continue;
+    lock.unlock();
+    check(oldest, newest, waited);
+    lock.lock();
   }
 }
 
-void StallWatch::poll() {
-  Impl& s = *m_impl;
-  const auto now = Clock::now();
-  if (now < s.next_check || s.size == 1) return;
-  s.next_check = now + to_duration(s.check_every_s);
-  const double waited = seconds_between(s.entered, now);
-  if (s.rank == 0) {
-    s.drain_arrivals();
-    if (waited > s.abort_s) {
-      log::error(s.root_report(waited) + "; ending the job (--stall-abort " + format_seconds(s.abort_s) + " s)");
+void StallWatch::Impl::check(const Active& oldest, int64_t newest, double waited) {
+  if (!can_message) {
+    // No MPI from this thread: this rank speaks for itself only.
+    if (waited > warn_s && warned < oldest.call) {
+      warned = oldest.call;
+      log::warn("stall: collective " + std::to_string(oldest.call) + " (" + oldest.what + ") waited " +
+                format_seconds(waited) + " s on this rank (this MPI library offers no MPI_THREAD_MULTIPLE, so the " +
+                "ranks that have not joined cannot be named)");
+    }
+    if (waited > abort_s) {
+      log::error("stall: collective " + std::to_string(oldest.call) + " (" + oldest.what + ") waited " +
+                 format_seconds(waited) + " s on this rank; ending the job (--stall-abort " + format_seconds(abort_s) +
+                 " s)");
+      std::_Exit(1);  // the launcher takes the job down when a rank fails
+    }
+    return;
+  }
+  if (rank == 0) {
+    arrived[0] = newest;
+    drain_arrivals();
+    if (waited > abort_s) {
+      log::error(root_report(oldest.call, oldest.what, waited) + "; ending the job (--stall-abort " +
+                 format_seconds(abort_s) + " s)");
       abort_job(1);
     }
-    if (waited > s.warn_s && !s.warned) {
-      s.warned = true;
-      log::warn(s.root_report(waited));
+    if (waited > warn_s && warned < oldest.call) {
+      warned = oldest.call;
+      log::warn(root_report(oldest.call, oldest.what, waited));
     }
-  } else if (waited > s.abort_s + s.grace_s) {
-    log::error("stall: collective " + std::to_string(s.call) + " (" + std::string(s.what) + ") waited " +
+    return;
+  }
+  // Joining call N means having joined every call before it: announcing the newest is enough.
+  if (newest > announced) {
+    announce(newest);
+    announced = newest;
+  }
+  if (waited > abort_s + grace_s) {
+    log::error("stall: collective " + std::to_string(oldest.call) + " (" + oldest.what + ") waited " +
                format_seconds(waited) + " s on this rank and rank 0 did not report it (rank 0 may itself be " +
                "stuck before joining it); ending the job");
     abort_job(1);
   }
 }
 
-void StallWatch::leave() {
+void StallWatch::enter(int64_t call, std::string_view what) {
   Impl& s = *m_impl;
-  s.what = {};
+  if (s.fault && s.fault->rank == s.rank && s.fault->call == call) {
+    log::warn("SQUALL_STALL_AT: sleeping " + format_seconds(s.fault->seconds) + " s before joining collective " +
+              std::to_string(call) + " (" + std::string(what) + ")");
+    std::this_thread::sleep_for(std::chrono::duration<double>(s.fault->seconds));
+  }
+  if (s.size == 1) return;
+  std::lock_guard lock(s.mutex);
+  s.active.push_back({call, std::string(what), Clock::now()});
+}
+
+void StallWatch::leave(int64_t call) {
+  Impl& s = *m_impl;
+  if (s.size == 1) return;
+  std::lock_guard lock(s.mutex);
+  for (auto it = s.active.begin(); it != s.active.end(); ++it)
+    if (it->call == call) {
+      s.active.erase(it);
+      return;
+    }
 }
 
 double StallWatch::warn_seconds() const { return m_impl->warn_s; }

@@ -97,6 +97,7 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "autotune", &c.parallel.autotune},
       {"parallel", "autotune_threshold", &c.parallel.autotune_threshold},
       {"parallel", "max_replicas_per_device", &c.parallel.max_replicas_per_device},
+      {"parallel", "bucket_mb", &c.parallel.bucket_mb},
 
       {"checkpoint", "every_steps", &c.checkpoint.every_steps},
       {"checkpoint", "keep", &c.checkpoint.keep},
@@ -467,6 +468,7 @@ void validate(const Config& c, const std::string& origin) {
   k.fraction(p.momentum, "parallel.momentum", false);
   k.non_negative(p.start_step, "parallel.start_step");
   k.non_negative(p.autotune_threshold, "parallel.autotune_threshold");
+  k.positive(p.bucket_mb, "parallel.bucket_mb");
   k.require(p.max_replicas_per_device >= p.replicas_per_device, "parallel.max_replicas_per_device",
             "must be >= parallel.replicas_per_device");
 

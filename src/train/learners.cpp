@@ -424,28 +424,26 @@ void LearnerGroup::plan_buckets() {
   }
 }
 
+// ssgd across ranks. The learners' passes run on the workers; this thread hands each bucket
+// to the Reducer as soon as every learner's backward pass has finished its tensors (the
+// backward hook moves each learner's ready_from down past every node with parameters), and
+// drives the sums in flight meanwhile, without waiting for one before starting the next.
 void LearnerGroup::reduce_gradients_overlapped(int64_t step, const std::function<void(Learner&)>& pass) {
   for (auto& l : m_learners) l->ready_from.store(m_param_count, std::memory_order_relaxed);
   m_pool->start(tasks_for(pass));
   float* fused = m_fused.data();
   const std::string name = "gradients step " + std::to_string(step + 1);
-  std::vector<std::pair<double, double>> reduces;
-  bool aborted = false;
-  for (size_t k = 0; k < m_buckets.size() && !aborted; ++k) {
-    const auto [lo, hi] = m_buckets[k];
-    // Wait until every learner's backward pass has finished the bucket's tensors.
-    for (int spins = 0;; ++spins) {
-      bool ready = true;
-      for (const auto& l : m_learners) ready = ready && l->ready_from.load(std::memory_order_acquire) <= lo;
-      if (ready) break;
-      if (m_pool->finished()) {  // a learner failed: wait() below rethrows its error
-        aborted = true;
-        break;
-      }
-      if (spins < 64) std::this_thread::yield();
-      else std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-    if (aborted) break;
+  struct Flight {
+    Reducer::Ticket ticket;
+    double begin, end;  // handed over; seen complete (0: not yet)
+  };
+  std::vector<Flight> flights;
+  auto ready = [&](size_t lo) {
+    for (const auto& l : m_learners)
+      if (l->ready_from.load(std::memory_order_acquire) > lo) return false;
+    return true;
+  };
+  auto hand_over = [&](size_t lo, size_t hi, const std::string& what) {
     const double t0 = now_s();
     m_backend.copy(*m_stream, fused + lo, m_learners[0]->graph->grads() + lo, hi - lo);
     for (size_t j = 1; j < m_learners.size(); ++j)
@@ -453,21 +451,64 @@ void LearnerGroup::reduce_gradients_overlapped(int64_t step, const std::function
     m_backend.synchronize(*m_stream);
     const double t1 = now_s();
     phase("device_sum", -1, t0, t1);
-    m_reducer.sum(fused + lo, hi - lo, name + " bucket " + std::to_string(k + 1));
-    reduces.push_back({t1, now_s()});
-    phase("allreduce", -1, t1, reduces.back().second);
+    flights.push_back({m_reducer.start(fused + lo, hi - lo, what), t1, 0});
+  };
+  // Drives the sums in flight; true when one completed.
+  auto drive = [&] {
+    bool moved = false;
+    for (auto& f : flights)
+      if (f.end == 0 && m_reducer.test(f.ticket)) {
+        f.end = now_s();
+        phase("allreduce", -1, f.begin, f.end);
+        moved = true;
+      }
+    return moved;
+  };
+  auto note_in_flight = [&] {
+    const auto open = std::count_if(flights.begin(), flights.end(), [](const Flight& f) { return f.end == 0; });
+    m_max_buckets_in_flight = std::max(m_max_buckets_in_flight, static_cast<int>(open));
+  };
+
+  size_t next = 0;
+  for (int idle = 0; next < m_buckets.size();) {
+    bool moved = false;
+    while (next < m_buckets.size() && ready(m_buckets[next].first)) {
+      const auto [lo, hi] = m_buckets[next];
+      hand_over(lo, hi, name + " bucket " + std::to_string(++next));
+      note_in_flight();
+      moved = true;
+    }
+    if (next == m_buckets.size()) break;
+    moved = drive() || moved;
+    if (m_pool->finished() && !ready(m_buckets[next].first)) break;  // a learner failed: wait() rethrows
+    if (moved) {
+      idle = 0;
+    } else if (++idle < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+  while (!m_pool->finished()) {  // keep the sums moving while the passes end
+    if (!drive()) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
   m_pool->wait();
   double passes_end = 0;
   for (const auto& l : m_learners) passes_end = std::max(passes_end, l->pass_end);
   device_sum(true, false, true);
-  const double t1 = now_s();
-  m_reducer.sum(fused + m_param_count, m_state_count, name + " state");
-  reduces.push_back({t1, now_s()});
-  for (const auto& [a, b] : reduces) {
-    const double exposed = std::max(0.0, b - std::max(a, passes_end));
+  flights.push_back({m_reducer.start(fused + m_param_count, m_state_count, name + " state"), now_s(), 0});
+  note_in_flight();
+  for (auto& f : flights)
+    if (f.end == 0) {
+      m_reducer.wait(f.ticket);
+      f.end = now_s();
+      phase("allreduce", -1, f.begin, f.end);
+    }
+  // The part of each sum that ran after the passes had ended was exposed; the rest was hidden.
+  for (const auto& f : flights) {
+    const double exposed = std::max(0.0, f.end - std::max(f.begin, passes_end));
     m_reduce_s += exposed;
-    m_overlapped_s += (b - a) - exposed;
+    m_overlapped_s += (f.end - f.begin) - exposed;
   }
 }
 

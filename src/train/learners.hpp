@@ -13,7 +13,8 @@
 //    weights, so every replica is the same model, which is also the central model. Across
 //    ranks the learners run on worker threads and the gradients go to the Reducer in
 //    buckets (whole tensors, last layers first) as soon as every learner's backward pass
-//    has finished them, so the allreduce overlaps the rest of the backward pass.
+//    has finished them, so the allreduce overlaps the rest of the backward pass; a bucket
+//    is handed over without waiting for the ones before it, so several are in flight.
 //  - sma (Crossbow): on a synchronisation step (every `period` steps), with z the central
 //    model, W the sum of all replicas in the job and L_job the job's learner count,
 //        c_j = alpha (w_j - z);   w_j <- w_j - c_j - lr * update_j;
@@ -52,27 +53,42 @@ enum class Algorithm { ssgd, sma, local_sgd };
 Algorithm parse_algorithm(std::string_view name);
 const char* algorithm_name(Algorithm a);
 
-// Sums a float buffer (backend memory) over every rank of the job, in place. Collective:
-// every rank calls it the same number of times with the same count.
+// Sums float buffers (backend memory) over every rank of the job, in place. Nonblocking:
+// start() hands a buffer over and returns a ticket, test() drives every sum in flight and says
+// whether one has completed, wait() blocks until it has. Collective: every rank starts the same
+// sums (count) in the same order; the buffer is not touched until its sum has completed.
 class Reducer {
  public:
+  using Ticket = int64_t;
   virtual ~Reducer() = default;
-  virtual void sum(float* data, size_t count, std::string_view what) = 0;
+  virtual Ticket start(float* data, size_t count, std::string_view what) = 0;
+  virtual bool test(Ticket ticket) = 0;
+  virtual void wait(Ticket ticket) = 0;
   virtual int ranks() const = 0;
+  void sum(float* data, size_t count, std::string_view what) { wait(start(data, count, what)); }
 };
 
-// The job is this one rank: nothing to add.
+// The job is this one rank: nothing to add, every sum is complete at once.
 class SingleRankReducer final : public Reducer {
  public:
-  void sum(float*, size_t, std::string_view) override {}
+  Ticket start(float*, size_t, std::string_view) override { return ++m_started; }
+  bool test(Ticket) override { return true; }
+  void wait(Ticket) override {}
   int ranks() const override { return 1; }
+
+ private:
+  Ticket m_started = 0;
 };
 
 // The Reducer of a job of several ranks: levels 2-4 of the hierarchical allreduce.
 class AllreduceReducer final : public Reducer {
  public:
   AllreduceReducer(mpi::HierAllreduce& allreduce, int ranks) : m_allreduce(allreduce), m_ranks(ranks) {}
-  void sum(float* data, size_t count, std::string_view what) override { m_allreduce.sum(data, count, what); }
+  Ticket start(float* data, size_t count, std::string_view what) override {
+    return m_allreduce.start(data, count, what);
+  }
+  bool test(Ticket ticket) override { return m_allreduce.test(ticket); }
+  void wait(Ticket ticket) override { m_allreduce.wait(ticket); }
   int ranks() const override { return m_ranks; }
 
  private:
@@ -97,7 +113,8 @@ struct LearnerGroupOptions {
   uint64_t seed = 1;            // parameter initialisation (the same on every learner)
   int threads = 0;              // compute threads for the whole group (0: the backend's)
   size_t bucket_floats = size_t{1} << 18;  // ssgd across ranks: gradients reduced in buckets of
-                                           // this many floats (1 MiB) during the backward pass
+                                           // at least this many floats (1 MiB; parallel.bucket_mb)
+                                           // during the backward pass, several in flight at once
 };
 
 // One learner's input for a step: host memory, [batch, c, h, w] images and labels.
@@ -154,6 +171,10 @@ class LearnerGroup {
   double reduce_seconds() const { return m_reduce_s; }
   double overlapped_reduce_seconds() const { return m_overlapped_s; }
   double compute_seconds() const { return m_compute_s; }
+  // ssgd across ranks: the gradient buckets of one step, and the most of them that were in
+  // the Reducer's hands at once (handed over, not yet complete) since construction.
+  size_t buckets() const { return m_buckets.size(); }
+  int max_buckets_in_flight() const { return m_max_buckets_in_flight; }
 
  private:
   struct Learner;
@@ -202,6 +223,7 @@ class LearnerGroup {
   bool m_local_started = false;                // local-sgd: past start_step
   PhaseHook m_hook;
   double m_reduce_s = 0, m_overlapped_s = 0, m_compute_s = 0;
+  int m_max_buckets_in_flight = 0;
 };
 
 }  // namespace squall::train

@@ -280,6 +280,7 @@ TrainResult run_training(const Config& cfg, const std::string& origin, const Run
   lg.alpha = cfg.parallel.alpha;
   lg.momentum = cfg.parallel.momentum;
   lg.start_step = cfg.parallel.start_step;
+  lg.bucket_floats = std::max<size_t>(1, static_cast<size_t>(cfg.parallel.bucket_mb * double(1 << 20) / sizeof(float)));
   lg.seed = static_cast<uint64_t>(cfg.run.seed);
   std::vector<float> class_weights(cfg.data.class_weights.begin(), cfg.data.class_weights.end());
   const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
@@ -519,6 +520,11 @@ TrainResult run_training(const Config& cfg, const std::string& origin, const Run
     parallel["momentum"] = cfg.parallel.momentum;
   }
   if (algorithm == Algorithm::local_sgd) parallel["start_step"] = cfg.parallel.start_step;
+  if (algorithm != Algorithm::sma && ranks > 1) {
+    parallel["bucket_mb"] = cfg.parallel.bucket_mb;
+    parallel["buckets"] = group.buckets();
+    parallel["max_buckets_in_flight"] = group.max_buckets_in_flight();
+  }
   if (cfg.parallel.autotune) parallel["autotune"] = tuner.decisions();
   const json summary{
       {"world_size", ranks}, {"nodes", topo.nodes()}, {"devices_per_rank", 1}, {"replicas_per_device", learners},

@@ -119,15 +119,18 @@ template <typename T>
 void check_sizes(const Topology& topo, bool flat) {
   const int n = topo.world_size();
   const size_t large = (3 << 20) / sizeof(T) + 5;  // 3 MiB and a bit: many chunks in flight
-  for (size_t count : {size_t{0}, size_t{1}, size_t{7}, static_cast<size_t>(n) * 3 + 1, large}) {
+  for (size_t count : {size_t{0}, size_t{1}, size_t{7}, static_cast<size_t>(n) * 3 + 1, large})
+  for (size_t small : {size_t{0}, AllreduceOptions{}.small_bytes}) {
     AllreduceOptions o;
     o.flat_single_level = flat;
+    o.small_bytes = small;  // 0: even one element goes through the levels
     // Small buffers in chunks of two elements, so that parts of a chunk are empty on some ranks.
     o.chunk_bytes = count < 1000 ? 2 * sizeof(T) : 64 << 10;
     o.flat_chunk_bytes = o.chunk_bytes;
     o.max_inflight = count < 1000 ? 3 : 4;
     HierAllreduce hier(topo, o);
-    INFO("type " << squall::mpi::dtype_name(dtype_of<T>()) << ", count " << count << ", mode " << hier.mode());
+    INFO("type " << squall::mpi::dtype_name(dtype_of<T>()) << ", count " << count << ", mode " << hier.mode()
+                  << ", small_bytes " << small);
     check_sum<T>(hier, count);
   }
 }
@@ -165,12 +168,14 @@ TEST_CASE("unequal nodes split chunks into lcm(node sizes) parts", "[mpi][allred
 }
 
 TEST_CASE("many sums in a row, alternating sizes, on one reducer", "[mpi][allreduce]") {
-  for (bool flat : {true, false}) {
+  for (bool flat : {true, false})
+  for (size_t small : {size_t{0}, size_t{8192}}) {
     const auto topo = Topology::create(2);
     AllreduceOptions o;
     o.chunk_bytes = 4096;
     o.max_inflight = 2;
     o.flat_single_level = flat;
+    o.small_bytes = small;
     HierAllreduce hier(topo, o);
     const size_t sizes[] = {1, 1000, 100000, 7, 0, 4097};
     for (int i = 0; i < 60; ++i) {
@@ -191,6 +196,7 @@ TEST_CASE("the level hook sees every stage of every chunk", "[mpi][allreduce]") 
   AllreduceOptions o;
   o.chunk_bytes = 4096;  // 10000 floats: 10 chunks
   o.flat_single_level = false;
+  o.small_bytes = 0;
   HierAllreduce hier(topo, o);
   std::map<std::string, std::pair<int, size_t>> seen;  // level -> (stages, bytes)
   bool ordered = true;
@@ -219,7 +225,7 @@ TEST_CASE("the level hook sees every stage of every chunk", "[mpi][allreduce]") 
   }
   // The flat path reports one "allreduce" stage per chunk.
   const auto one_node = Topology::create(0);
-  HierAllreduce flat(one_node, AllreduceOptions{.flat_chunk_bytes = 16000});
+  HierAllreduce flat(one_node, AllreduceOptions{.flat_chunk_bytes = 16000, .small_bytes = 0});
   std::vector<size_t> flat_bytes;
   flat.set_level_hook([&](const char* level, double, double, size_t bytes) {
     CHECK(std::string(level) == "allreduce");
@@ -227,6 +233,54 @@ TEST_CASE("the level hook sees every stage of every chunk", "[mpi][allreduce]") 
   });
   check_sum<float>(flat, 10000);
   CHECK(flat_bytes == std::vector<size_t>{16000, 16000, 8000});
+}
+
+TEST_CASE("several sums in flight at once: started together, completed in any order", "[mpi][allreduce]") {
+  const auto world = Communicator::world();
+  const int n = world.size();
+  for (const Shape& shape : shapes())
+  for (bool flat : {true, false}) {
+    AllreduceOptions o;
+    o.chunk_bytes = 8192;
+    o.max_inflight = 3;
+    o.flat_single_level = flat;
+    o.small_bytes = 4096;
+    HierAllreduce hier(shape.topo, o);
+    INFO(shape.name << ", mode " << hier.mode());
+    // Small and large sums mixed: one MPI_Iallreduce, several chunks, an empty one.
+    const std::vector<size_t> counts = {5000, 3, 20000, 0, 1000, 7777};
+    std::vector<std::vector<float>> bufs, expected;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      bufs.push_back(make_data<float>(counts[i], world.rank() + static_cast<int>(i)));
+      expected.push_back(bufs.back());
+      if (counts[i] > 0)
+        MPI_Allreduce(MPI_IN_PLACE, expected.back().data(), static_cast<int>(counts[i]), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
+    }
+    std::vector<HierAllreduce::Ticket> tickets;
+    for (size_t i = 0; i < counts.size(); ++i)
+      tickets.push_back(hier.start(bufs[i].data(), counts[i], "bucket " + std::to_string(i + 1)));
+    // Every non-empty sum was handed over before any was waited for.
+    if (n > 1) CHECK(hier.max_in_flight() >= 2);
+    hier.test(tickets[2]);
+    for (size_t i = counts.size(); i-- > 0;) hier.wait(tickets[i]);  // newest first
+    CHECK(hier.in_flight() == 0);
+    CHECK(hier.test(tickets[0]));
+    size_t wrong = 0;
+    for (size_t i = 0; i < counts.size(); ++i)
+      for (size_t e = 0; e < counts[i]; ++e) wrong += std::abs(bufs[i][e] - expected[i][e]) > 1e-5f * n * (n + 1);
+    CHECK(wrong == 0);
+    // A new round after wait_all: the ticket numbers go on.
+    auto again = make_data<float>(30000, world.rank());
+    auto want = again;
+    MPI_Allreduce(MPI_IN_PLACE, want.data(), 30000, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    const auto t = hier.start(again.data(), again.size(), "again");
+    CHECK(t == static_cast<HierAllreduce::Ticket>(counts.size()) + 1);
+    hier.wait_all();
+    wrong = 0;
+    for (size_t e = 0; e < again.size(); ++e) wrong += std::abs(again[e] - want[e]) > 1e-5f * n * (n + 1);
+    CHECK(wrong == 0);
+  }
 }
 
 TEST_CASE("SQUALL_STALL_AT is parsed strictly", "[mpi][stall]") {

@@ -1,0 +1,118 @@
+// ssgd's gradient buckets on the nonblocking Reducer: a bucket is handed over as soon as
+// every learner's backward pass has finished its tensors, without waiting for the buckets
+// before it, and nothing reads a bucket before its sum has completed.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "src/nn/backend.hpp"
+#include "src/train/learners.hpp"
+#include "tests/support/tiny_model.hpp"
+
+using namespace squall;
+using train::LearnerGroup;
+using train::LearnerGroupOptions;
+
+namespace {
+
+// A job of two identical ranks, played by one: a sum doubles the buffer, but only when it
+// completes, and a sum completes only in wait() or after `test_calls` calls of test() on it.
+// So a group that starts bucket 2 only after bucket 1 is complete, or that reads a bucket
+// before its sum has completed, is caught.
+class LazyTwinReducer final : public train::Reducer {
+ public:
+  explicit LazyTwinReducer(int test_calls) : m_test_calls(test_calls) {}
+
+  Ticket start(float* data, size_t count, std::string_view) override {
+    m_pending[++m_started] = {data, count, 0};
+    m_max_open = std::max(m_max_open, static_cast<int>(m_pending.size()));
+    return m_started;
+  }
+  bool test(Ticket t) override {
+    auto it = m_pending.find(t);
+    if (it == m_pending.end()) return true;
+    if (++it->second.tests < m_test_calls) return false;
+    complete(it);
+    return true;
+  }
+  void wait(Ticket t) override {
+    auto it = m_pending.find(t);
+    if (it != m_pending.end()) complete(it);
+  }
+  int ranks() const override { return 2; }
+  int max_open() const { return m_max_open; }
+  Ticket started() const { return m_started; }
+
+ private:
+  struct Pending {
+    float* data;
+    size_t count;
+    int tests;
+  };
+  void complete(std::map<Ticket, Pending>::iterator it) {
+    for (size_t i = 0; i < it->second.count; ++i) it->second.data[i] *= 2;
+    m_pending.erase(it);
+  }
+  int m_test_calls;
+  Ticket m_started = 0;
+  std::map<Ticket, Pending> m_pending;
+  int m_max_open = 0;
+};
+
+}  // namespace
+
+TEST_CASE("ssgd hands over every gradient bucket before the first completes, and waits before reading",
+          "[learners][buckets]") {
+  // A bucket completes on test() only after many polls (or in wait): with one bucket per tensor
+  // (weight, bias) both are in flight at once, plus the BatchNorm-state part.
+  const int test_calls = GENERATE(1000000, 3);
+  auto backend = nn::make_cpu_backend(2);
+  LazyTwinReducer twin(test_calls);
+  train::SingleRankReducer alone;
+  const int L = 2;
+  const int64_t b = 3;
+  train::OptimizerConfig sgd = test::plain_sgd();
+  sgd.momentum = 0.9;
+  LearnerGroupOptions o;
+  o.learners = L;
+  o.ranks = 2;  // the twin's job
+  o.bucket_floats = 1;  // one bucket per parameter tensor
+  LearnerGroup group(*backend, test::make_tiny_graph, b, b, sgd, {}, o, twin);
+  REQUIRE(group.buckets() == 2);
+  // The same learners on one rank: the twin's doubled sum divided by twice the learners is
+  // this rank's average, so the two groups must stay equal.
+  LearnerGroupOptions one = o;
+  one.ranks = 1;
+  LearnerGroup reference(*backend, test::make_tiny_graph, b, b, sgd, {}, one, alone);
+  for (int64_t step = 0; step < 5; ++step) {
+    const test::TinyStep in = test::tiny_step(0, L, step, b);
+    group.step(in.inputs, step, 0.2f);
+    reference.step(in.inputs, step, 0.2f);
+    INFO("step " << step << ", completes after " << test_calls << " tests");
+    CHECK(test::max_diff(group.central_params(), reference.central_params(), test::k_tiny_params) < 1e-6);
+    CHECK(test::max_diff(group.replica_params(1), reference.central_params(), test::k_tiny_params) < 1e-6);
+  }
+  CHECK(twin.started() == 5 * 3);  // per step: 2 buckets and the state part
+  if (test_calls > 1000) {
+    CHECK(twin.max_open() == 3);
+    CHECK(group.max_buckets_in_flight() == 3);
+  }
+}
+
+TEST_CASE("bucket_floats sets the bucket boundaries at whole tensors, last layers first", "[learners][buckets]") {
+  auto backend = nn::make_cpu_backend(1);
+  LazyTwinReducer twin(1);
+  LearnerGroupOptions o;
+  o.learners = 1;
+  o.ranks = 2;
+  // weight 12 floats, bias 3: a bucket of at least 3 floats cuts after the bias, at least 13
+  // floats or more keeps both together.
+  for (const auto& [floats, buckets] : std::vector<std::pair<size_t, size_t>>{{1, 2}, {3, 2}, {4, 1}, {1000, 1}}) {
+    o.bucket_floats = floats;
+    LearnerGroup group(*backend, test::make_tiny_graph, 2, 2, test::plain_sgd(), {}, o, twin);
+    INFO("bucket_floats " << floats);
+    CHECK(group.buckets() == buckets);
+  }
+}
