@@ -53,7 +53,7 @@ class Waiter {
     }
     const double waited = std::chrono::duration<double>(now - m_since).count();
     if (waited < 20e-6) return;
-    if (waited < 10e-3)
+    if (waited < 1.0)
       std::this_thread::yield();
     else
       std::this_thread::sleep_for(std::chrono::microseconds(waited < 1.0 ? 100 : 1000));
@@ -70,6 +70,26 @@ enum Stage { k_reduce_scatter = 0, k_cross = 1, k_allgather = 2, k_done = 3 };
 constexpr std::array<Level, 3> k_stage_level = {Level::node_reduce_scatter, Level::cross_allreduce,
                                                 Level::node_allgather};
 
+// The cross-node stage of one part of a chunk: a ring allreduce among the part's owners, one
+// per node, by point-to-point messages. The part is cut into n blocks; in n-1 reduce-scatter
+// steps each rank sends one block to its right neighbour and adds the block it receives from
+// its left one, then in n-1 allgather steps the summed blocks travel once round the ring. Each
+// rank sends 2(n-1)/n of the part, the least an allreduce can, and every step moves data in
+// both directions of every link at once. (Open MPI's nonblocking MPI_Iallreduce on two ranks
+// is a reduce then a broadcast: twice the time on a link, bench/RESULTS.md.)
+struct Ring {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int me = 0, n = 1, left = 0, right = 0;
+  std::byte* data = nullptr;  // the part, in the shard
+  size_t count = 0;           // elements
+  int step = 0;               // 0 .. 2(n-1); 2(n-1) is done
+  MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  std::vector<std::byte> incoming;  // a reduce-scatter step's received block
+
+  size_t block_begin(int b) const { return static_cast<size_t>(b) * count / static_cast<size_t>(n); }
+  bool done() const { return step == 2 * (n - 1); }
+};
+
 // One chunk of a sum on its way through the stages.
 struct Chunk {
   int64_t op = 0;                       // the sum it belongs to (its ticket)
@@ -79,7 +99,10 @@ struct Chunk {
   int stage = k_done;                   // current stage (active) or next one to issue
   bool active = false;                  // requests of `stage` are in flight
   Clock::time_point begin;              // when `stage` was issued
-  std::vector<MPI_Request> requests;
+  std::vector<MPI_Request> requests;    // node stages
+  std::vector<Ring> rings;              // cross stage: one per non-empty part this rank owns
+  size_t ring_count = 0;
+  int tag = 0;                          // of the cross stage's messages
   std::vector<int> counts, displs;      // per local rank: its shard of the chunk (node stages)
   std::byte* shard = nullptr;           // this rank's shard: scratch, or the buffer itself
   size_t shard_count = 0;
@@ -98,7 +121,8 @@ struct Op {
   size_t count = 0;
   DType type = DType::f32;
   Path path = Path::blocking;
-  size_t chunks = 0, chunks_done = 0;      // pipeline
+  size_t chunk = 0;                        // pipeline: elements per chunk
+  size_t chunks = 0, chunks_done = 0;
   bool done = false;
   Clock::time_point begin_time;
 };
@@ -160,6 +184,7 @@ struct HierAllreduce::Impl {
   // own it (one per node). This rank owns parts [part_lo, part_hi) of the P in a chunk.
   int P = 0, part_lo = 0, part_hi = 0;
   std::vector<MPI_Comm> parts;
+  std::vector<int> part_rank, part_size;  // this rank's place in each, and their sizes
 
   // Sums in flight, oldest first; ids are consecutive. A sum leaves the front once done.
   std::deque<Op> ops;
@@ -218,8 +243,14 @@ struct HierAllreduce::Impl {
     if (hook) hook(level_name(level), clock_seconds(begin), clock_seconds(end), bytes);
   }
 
-  size_t chunk_elements(DType type) const {
-    return std::clamp(options.chunk_bytes / dtype_size(type), size_t{1}, k_max_call_elements);
+  // A sum's pipeline unit: chunk_bytes, or less when that leaves fewer than max_inflight
+  // chunks, so that a sum of a few MiB still keeps every level busy (never below
+  // min_chunk_bytes, where per-message costs would dominate).
+  size_t chunk_elements(const Op& op) const {
+    const size_t esize = dtype_size(op.type);
+    const size_t bytes = op.count * esize;
+    const size_t spread = std::max(options.min_chunk_bytes, bytes / static_cast<size_t>(options.max_inflight));
+    return std::clamp(std::min(options.chunk_bytes, spread) / esize, size_t{1}, k_max_call_elements);
   }
 
   void begin_op(Op& op) {
@@ -232,8 +263,8 @@ struct HierAllreduce::Impl {
       op.path = Path::blocking;
     } else {
       op.path = Path::pipeline;
-      const size_t chunk = chunk_elements(op.type);
-      op.chunks = (op.count + chunk - 1) / chunk;
+      op.chunk = chunk_elements(op);
+      op.chunks = (op.count + op.chunk - 1) / op.chunk;
       chunk_seq_total += op.chunks;
     }
   }
@@ -277,6 +308,7 @@ struct HierAllreduce::Impl {
   void start_chunk(Chunk& k, const Op& op, size_t offset, size_t count, size_t slot) {
     const size_t esize = dtype_size(op.type);
     k.op = op.id;
+    k.tag = static_cast<int>(admitted % 32768);  // MPI_TAG_UB is at least 32767; far fewer are in flight
     k.type = op.type;
     k.data = op.data + offset * esize;
     k.count = count;
@@ -301,6 +333,53 @@ struct HierAllreduce::Impl {
     }
   }
 
+  // Posts step r.step of the ring: receive from the left, send to the right.
+  void post_ring_step(Ring& r, const Chunk& k) {
+    const MPI_Datatype t = mpi_type(k.type);
+    const size_t esize = dtype_size(k.type);
+    const bool scatter = r.step < r.n - 1;
+    // Reduce-scatter step s sends block me-s and receives block me-s-1; allgather step s
+    // sends block me+1-s and receives block me-s (indices mod n).
+    const int s = scatter ? r.step : r.step - (r.n - 1);
+    const int send_block = ((scatter ? r.me - s : r.me + 1 - s) % r.n + r.n) % r.n;
+    const int recv_block = ((scatter ? r.me - s - 1 : r.me - s) % r.n + r.n) % r.n;
+    const size_t send_lo = r.block_begin(send_block), send_n = r.block_begin(send_block + 1) - send_lo;
+    const size_t recv_lo = r.block_begin(recv_block), recv_n = r.block_begin(recv_block + 1) - recv_lo;
+    std::byte* into = r.data + recv_lo * esize;
+    if (scatter) {
+      if (r.incoming.size() < recv_n * esize) r.incoming.resize(recv_n * esize);
+      into = r.incoming.data();
+    }
+    SQUALL_MPI_CHECK(MPI_Irecv(into, static_cast<int>(recv_n), t, r.left, k.tag, r.comm, &r.requests[0]));
+    SQUALL_MPI_CHECK(MPI_Isend(r.data + send_lo * esize, static_cast<int>(send_n), t, r.right, k.tag, r.comm,
+                               &r.requests[1]));
+  }
+
+  // Moves every ring of a chunk's cross stage on as far as its messages allow; true when all
+  // are done.
+  bool advance_rings(Chunk& k) {
+    bool all_done = true;
+    for (size_t i = 0; i < k.ring_count; ++i) {
+      Ring& r = k.rings[i];
+      while (!r.done()) {
+        int done = 0;
+        SQUALL_MPI_CHECK(MPI_Testall(2, r.requests, &done, MPI_STATUSES_IGNORE));
+        if (!done) break;
+        if (r.step < r.n - 1) {  // add the received block into ours
+          const int s = r.step;
+          const int b = ((r.me - s - 1) % r.n + r.n) % r.n;
+          const size_t lo = r.block_begin(b), n = r.block_begin(b + 1) - lo;
+          if (n > 0)
+            SQUALL_MPI_CHECK(MPI_Reduce_local(r.incoming.data(), r.data + lo * dtype_size(k.type), static_cast<int>(n),
+                                              mpi_type(k.type), MPI_SUM));
+        }
+        if (++r.step < 2 * (r.n - 1)) post_ring_step(r, k);
+      }
+      all_done = all_done && r.done();
+    }
+    return all_done;
+  }
+
   void issue(Chunk& k) {
     const MPI_Datatype t = mpi_type(k.type);
     const size_t esize = dtype_size(k.type);
@@ -313,12 +392,21 @@ struct HierAllreduce::Impl {
         break;
       case k_cross: {
         const size_t base = part_begin(part_lo, k.count);
+        k.ring_count = 0;  // the rings (and their buffers) are kept from chunk to chunk
         for (int p = part_lo; p < part_hi; ++p) {
           const size_t lo = part_begin(p, k.count), n = part_begin(p + 1, k.count) - lo;
           if (n == 0) continue;  // every owner of the part sees the same empty part
-          k.requests.emplace_back();
-          SQUALL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, k.shard + (lo - base) * esize, static_cast<int>(n), t,
-                                          MPI_SUM, parts[static_cast<size_t>(p - part_lo)], &k.requests.back()));
+          if (k.rings.size() == k.ring_count) k.rings.emplace_back();
+          Ring& r = k.rings[k.ring_count++];
+          r.step = 0;
+          r.comm = parts[static_cast<size_t>(p - part_lo)];
+          r.me = part_rank[static_cast<size_t>(p - part_lo)];
+          r.n = part_size[static_cast<size_t>(p - part_lo)];
+          r.left = (r.me + r.n - 1) % r.n;
+          r.right = (r.me + 1) % r.n;
+          r.data = k.shard + (lo - base) * esize;
+          r.count = n;
+          post_ring_step(r, k);
         }
         break;
       }
@@ -346,8 +434,7 @@ struct HierAllreduce::Impl {
     bool moved = false;
     for (; admitted < chunk_seq_total && admitted < retired + nslots; ++admitted, moved = true) {
       Op* op = first_from(admit_op, Path::pipeline);
-      const size_t chunk = chunk_elements(op->type);
-      const size_t n = std::min(chunk, op->count - admit_offset);
+      const size_t n = std::min(op->chunk, op->count - admit_offset);
       start_chunk(slots[admitted % nslots], *op, admit_offset, n, admitted % nslots);
       admit_offset += n;
       if (admit_offset == op->count) {
@@ -359,8 +446,11 @@ struct HierAllreduce::Impl {
       Chunk& k = slots[c % nslots];
       if (k.active) {
         int done = 0;
-        SQUALL_MPI_CHECK(MPI_Testall(static_cast<int>(k.requests.size()), k.requests.data(), &done,
-                                     MPI_STATUSES_IGNORE));
+        if (k.stage == k_cross)
+          done = advance_rings(k);
+        else
+          SQUALL_MPI_CHECK(MPI_Testall(static_cast<int>(k.requests.size()), k.requests.data(), &done,
+                                       MPI_STATUSES_IGNORE));
         if (!done) continue;
         const size_t bytes = (k.stage == k_cross ? k.shard_count : k.count) * dtype_size(k.type);
         report(k_stage_level[static_cast<size_t>(k.stage)], k.begin, Clock::now(), bytes);
@@ -402,7 +492,7 @@ struct HierAllreduce::Impl {
 };
 
 HierAllreduce::HierAllreduce(const Topology& topo, AllreduceOptions options) {
-  if (options.chunk_bytes == 0 || options.flat_chunk_bytes == 0 || options.max_inflight < 1 || options.max_parts < 1 ||
+  if (options.chunk_bytes == 0 || options.min_chunk_bytes == 0 || options.flat_chunk_bytes == 0 || options.max_inflight < 1 || options.max_parts < 1 ||
       !(options.stall_warn_s > 0) || !(options.stall_abort_s > 0))
     throw Error("allreduce options: the chunk sizes, max_inflight, max_parts and the stall times must be positive");
   m_impl = std::make_unique<Impl>(topo, options);
@@ -459,7 +549,14 @@ HierAllreduce::HierAllreduce(const Topology& topo, AllreduceOptions options) {
   if (s.mode != Impl::Mode::none) SQUALL_MPI_CHECK(MPI_Comm_dup(world, &s.flat));
   for (MPI_Comm c : {s.flat, s.rs, s.ag})
     if (c != MPI_COMM_NULL) SQUALL_MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
-  for (MPI_Comm c : s.parts) SQUALL_MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+  for (MPI_Comm c : s.parts) {
+    SQUALL_MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+    int r = 0, n = 0;
+    SQUALL_MPI_CHECK(MPI_Comm_rank(c, &r));
+    SQUALL_MPI_CHECK(MPI_Comm_size(c, &n));
+    s.part_rank.push_back(r);
+    s.part_size.push_back(n);
+  }
 }
 
 HierAllreduce::~HierAllreduce() {
