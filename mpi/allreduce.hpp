@@ -4,8 +4,9 @@
 //   2. reduce-scatter inside the node (node communicator),
 //   3. allreduce of every shard across nodes, among the ranks that hold it,
 //   4. allgather inside the node.
-// The buffer is cut into chunks that move through the three stages with nonblocking MPI,
-// several chunks in flight, so that the levels overlap. Nodes may hold unequal numbers of
+// The buffer is cut into chunks that move through the three stages with nonblocking MPI
+// (the cross-node stage a ring of point-to-point messages), several chunks in flight, so
+// that the levels overlap. Nodes may hold unequal numbers of
 // ranks. A job with only one non-trivial level (one node, or one rank per node) is summed by
 // MPI_Allreduce over the job: there is nothing to overlap, and the library's blocking
 // algorithm is faster than its nonblocking ones (bench/RESULTS.md).
@@ -58,7 +59,7 @@ const char* level_name(Level level);
 
 // Called for each finished stage (one chunk through one level) with its times in seconds on
 // the steady clock (std::chrono::steady_clock, since its epoch) and the bytes this rank
-// handed to that stage. Runs on the calling thread, inside sum().
+// handed to that stage. Runs on the calling thread, inside start(), test() or wait().
 using LevelHook = std::function<void(const char* level, double t_begin, double t_end, size_t bytes)>;
 
 class HierAllreduce {

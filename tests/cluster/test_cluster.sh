@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Tests on the one-machine cluster (tests/cluster/cluster): each brings up its own cluster,
+# checks one thing, and takes the cluster down whatever happens. Exit 77 (CTest: skipped) when
+# no cluster can be made here, with the reason.
+#
+#   test_cluster.sh SQUALL_BIN PYTHON TEST
+#   TEST: info | allreduce | rate | slurm | train
+set -euo pipefail
+
+squall=$1 python=$2 test=$3
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cluster=$here/cluster
+work=$(mktemp -d "${TMPDIR:-/tmp}/squall-cluster-test.XXXXXX")
+# The nodes have their own /tmp: what they share with this script lives beside the binary.
+shared=$(dirname "$squall")/../cluster-test-$test
+rm -rf "$shared" && mkdir -p "$shared"
+
+"$cluster" check || exit 77
+name=t$test
+name=${name:0:8}
+cleanup() {
+  "$cluster" down "$name" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+"$cluster" down "$name" >/dev/null 2>&1 || true  # a cluster left by a killed run
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# json FILE EXPR: evaluates a Python expression on the JSON document `d` in FILE.
+json() { "$python" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
+
+case $test in
+  info)
+    # 2 nodes x 2 ranks: real hosts, not emulated ones.
+    "$cluster" up "$name" --nodes 2
+    "$cluster" mpirun "$name" --host "$("$cluster" hosts "$name" 2)" -- "$squall" info --json >"$work/info.json"
+    [[ $(json "$work/info.json" 'd["world_size"]') == 4 ]] || fail "world_size is not 4"
+    [[ $(json "$work/info.json" 'd["nodes"]') == 2 ]] || fail "nodes is not 2"
+    hosts=$(json "$work/info.json" '",".join(r["host"] for r in d["ranks"])')
+    [[ $hosts == "$name-n1,$name-n1,$name-n2,$name-n2" ]] || fail "ranks' hosts are $hosts"
+    locals=$(json "$work/info.json" '",".join(str(r["local_rank"]) for r in d["ranks"])')
+    [[ $locals == "0,1,0,1" ]] || fail "local ranks are $locals"
+    echo "ok: 4 ranks on $hosts"
+    ;;
+
+  allreduce)
+    # The hierarchical allreduce against MPI_Allreduce across real nodes: 2 x 2, 3 x 2 and
+    # unequal nodes (2, 2, 1). bench allreduce fails on any difference from MPI_Allreduce.
+    "$cluster" up "$name" --nodes 3
+    for layout in "2:2" "3:2" "unequal"; do
+      case $layout in
+        2:2) hosts="$name-n1:2,$name-n2:2" nodes=2 np=4 ;;
+        3:2) hosts=$("$cluster" hosts "$name" 2) nodes=3 np=6 ;;
+        unequal) hosts="$name-n1:2,$name-n2:2,$name-n3:1" nodes=3 np=5 ;;
+      esac
+      "$cluster" mpirun "$name" --host "$hosts" -np "$np" -- "$squall" bench allreduce --json --iters 2 --warmup 1 \
+        --sizes 4,4K,1M,3M --algos mpi,hier >"$work/ar.json" || fail "bench allreduce on $layout failed"
+      [[ $(json "$work/ar.json" 'd["nodes"]') == "$nodes" ]] || fail "$layout: not $nodes nodes"
+      [[ $(json "$work/ar.json" 'd["ranks"]') == "$np" ]] || fail "$layout: not $np ranks"
+      [[ $(json "$work/ar.json" 'd["modes"]["hier"]') == pipeline ]] || fail "$layout: hier does not pipeline"
+      [[ $(json "$work/ar.json" 'len(d["results"])') == 8 ]] || fail "$layout: results missing"
+      echo "ok: $layout, $np ranks on $nodes nodes, hier equals MPI_Allreduce"
+    done
+    ;;
+
+  rate)
+    # The rate limit is real: 100 Mbit/s measured over the link, and far more without it.
+    "$cluster" up "$name" --nodes 2 --rate 100mbit
+    measure() {
+      "$cluster" exec "$name" 2 -- "$python" "$here/linkrate.py" serve >"$work/port" &
+      local server=$!
+      local tries=0
+      until [[ -s $work/port ]]; do sleep 0.1; tries=$((tries + 1)); [[ $tries -lt 100 ]] || fail "no server"; done
+      "$cluster" exec "$name" 1 -- "$python" "$here/linkrate.py" send "$name-n2" "$(cat "$work/port")" "$1"
+      wait "$server"
+      rm -f "$work/port"
+    }
+    limited=$(measure 6000000)
+    echo "100mbit link: $limited Mbit/s"
+    "$python" -c "import sys; r=float(sys.argv[1]); sys.exit(0 if 60 <= r <= 110 else 1)" "$limited" ||
+      fail "a 100mbit link carried $limited Mbit/s"
+    "$cluster" rate "$name" none
+    free=$(measure 60000000)
+    echo "unlimited link: $free Mbit/s"
+    "$python" -c "import sys; sys.exit(0 if float(sys.argv[1]) > 300 else 1)" "$free" ||
+      fail "an unlimited link carried only $free Mbit/s"
+    ;;
+
+  slurm)
+    command -v slurmctld >/dev/null && command -v slurmd >/dev/null ||
+      { echo "SKIP: slurmctld/slurmd are not installed (scripts/install-deps installs them)"; exit 77; }
+    "$cluster" up "$name" --nodes 2 --slurm
+    "$cluster" srun "$name" -N2 -n4 --mpi=pmix "$squall" info --json >"$work/info.json" ||
+      fail "srun -N2 -n4 --mpi=pmix squall info failed"
+    [[ $(json "$work/info.json" 'd["world_size"]') == 4 ]] || fail "srun: world_size is not 4"
+    [[ $(json "$work/info.json" 'd["nodes"]') == 2 ]] || fail "srun: nodes is not 2"
+    echo "ok: srun -N2 -n4 --mpi=pmix: 4 ranks on 2 nodes"
+    printf '#!/bin/bash\n#SBATCH -N 2\n#SBATCH -n 2\nsrun hostname\n' >"$shared/job.sh"
+    "$cluster" sbatch "$name" --wait -o "$shared/job.out" "$shared/job.sh" || fail "sbatch --wait failed"
+    [[ $(sort "$shared/job.out" | tr '\n' ' ') == "$name-n1 $name-n2 " ]] || fail "job output: $(cat "$shared/job.out")"
+    echo "ok: a batch job ran on both nodes"
+    ;;
+
+  train)
+    # ssgd across 2 nodes x 2 ranks over a 1 Gbit/s link: the gradient buckets in flight.
+    "$cluster" up "$name" --nodes 2 --rate 1gbit
+    "$cluster" mpirun "$name" --host "$("$cluster" hosts "$name" 2)" -- "$squall" train \
+      --config "$root/configs/fashion-mnist-sma.toml" --set parallel.algorithm=ssgd \
+      --set parallel.replicas_per_device=1 --set train.max_steps=20 --set data.train_samples=4096 \
+      --set data.test_samples=512 --set parallel.bucket_mb=0.01 --set run.dir="$shared/run" >"$work/train.log" 2>&1 ||
+      { cat "$work/train.log" >&2; fail "training across 2 nodes failed"; }
+    s=$shared/run/summary.json
+    [[ $(json "$s" 'd["nodes"]') == 2 ]] || fail "summary: nodes is not 2"
+    [[ $(json "$s" 'd["world_size"]') == 4 ]] || fail "summary: world_size is not 4"
+    [[ $(json "$s" 'd["steps"]') == 20 ]] || fail "summary: not 20 steps"
+    [[ $(json "$s" 'd["parallel"]["buckets"] > 1') == True ]] || fail "summary: one gradient bucket"
+    echo "ok: 20 ssgd steps on 2 nodes x 2 ranks, $(json "$s" 'd["parallel"]["buckets"]') buckets, at most $(json "$s" 'd["parallel"]["max_buckets_in_flight"]') in flight"
+    ;;
+
+  *) fail "unknown test '$test'" ;;
+esac
