@@ -1,4 +1,5 @@
 #include "src/train/config.hpp"
+#include "src/train/sma.hpp"
 
 #include <toml++/toml.h>
 
@@ -92,6 +93,7 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "replicas_per_device", &c.parallel.replicas_per_device},
       {"parallel", "period", &c.parallel.period},
       {"parallel", "alpha", &c.parallel.alpha},
+      {"parallel", "centre_rate", &c.parallel.centre_rate},
       {"parallel", "momentum", &c.parallel.momentum},
       {"parallel", "start_step", &c.parallel.start_step},
       {"parallel", "autotune", &c.parallel.autotune},
@@ -466,6 +468,11 @@ void validate(const Config& c, const std::string& origin) {
   k.positive(p.period, "parallel.period");
   k.fraction(p.alpha, "parallel.alpha", true);
   k.fraction(p.momentum, "parallel.momentum", false);
+  k.non_negative(p.centre_rate, "parallel.centre_rate");
+  if (p.algorithm == "sma") {
+    const std::string why = sma_instability(p.alpha, p.centre_rate, p.momentum);
+    k.require(why.empty(), why.substr(0, why.find(' ')), why.substr(why.find(' ') + 1));
+  }
   k.non_negative(p.start_step, "parallel.start_step");
   k.non_negative(p.autotune_threshold, "parallel.autotune_threshold");
   k.positive(p.bucket_mb, "parallel.bucket_mb");

@@ -93,8 +93,10 @@ struct ParallelConfig {
   std::string algorithm = "ssgd";    // ssgd | sma | local-sgd
   int64_t replicas_per_device = 1;   // learners per device
   int64_t period = 1;                // sma / local-sgd: steps between synchronisations
-  double alpha = 0.1;                // sma: pull of each replica towards the central model
-  double momentum = 0.9;             // sma: momentum of the central model
+  double alpha = 0.1;                // sma: pull of each replica towards the central model, (0, 1]
+  double centre_rate = 0.0;          // sma: how far the central model moves towards the replicas' mean per
+                                     // synchronisation; 0 = min(alpha x job learners, 1) (docs/training.md)
+  double momentum = 0.9;             // sma: momentum of the central model, [0, 1)
   int64_t start_step = 0;            // local-sgd: ssgd before this step (post-local SGD)
   bool autotune = false;             // add learners while throughput rises (Crossbow)
   double autotune_threshold = 0.05;  // relative throughput gain needed to keep a new learner

@@ -165,6 +165,9 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
       m_stream(backend.create_stream()) {
   if (options.learners < 1) throw Error("parallel.replicas_per_device must be >= 1, got " + std::to_string(options.learners));
   if (options.period < 1) throw Error("parallel.period must be >= 1, got " + std::to_string(options.period));
+  if (options.algorithm == Algorithm::sma)
+    if (const std::string why = sma_instability(options.alpha, options.centre_rate, options.momentum); !why.empty())
+      throw UsageError(why);
   if (options.ranks < 1) throw Error("learner group: the job needs at least one rank");
   if (m_options.threads <= 0) m_options.threads = backend.threads();
   if (!m_class_weights_host.empty()) {
@@ -535,8 +538,10 @@ void LearnerGroup::sync_sma(int64_t step, float lr, bool reduced) {
   // learners computed.)
   if (!reduced) sum_learners_and_reduce(false, sma_sum_name(step));
   const double t0 = now_s();
-  const float alpha = static_cast<float>(m_options.alpha);
-  const float mu = static_cast<float>(m_options.momentum);
+  const SmaCoefficients c = sma();
+  const float alpha = static_cast<float>(c.alpha);
+  const float beta = static_cast<float>(c.beta);
+  const float mu = static_cast<float>(c.mu);
   const float n = static_cast<float>(job_learners());
   const float* z = m_z.data();
   run_learners([&](Learner& l) {
@@ -546,11 +551,11 @@ void LearnerGroup::sync_sma(int64_t step, float lr, bool reduced) {
     l.optimizer->step(m_backend, *l.stream, lr);
     m_backend.synchronize(*l.stream);
   });
-  // z_new = z + alpha (W - n z) + mu (z - z_prev), built in z_prev's buffer, then swapped.
+  // z_new = z + beta (W / n - z) + mu (z - z_prev), built in z_prev's buffer, then swapped.
   float* zp = m_z_prev.data();
   m_backend.scale(*m_stream, -mu, zp, m_param_count);
-  m_backend.axpy(*m_stream, 1.0f - alpha * n + mu, z, zp, m_param_count);
-  m_backend.axpy(*m_stream, alpha, m_fused.data(), zp, m_param_count);
+  m_backend.axpy(*m_stream, 1.0f - beta + mu, z, zp, m_param_count);
+  m_backend.axpy(*m_stream, beta / n, m_fused.data(), zp, m_param_count);
   std::swap(m_z, m_z_prev);
   average_state_into_central();
   m_backend.synchronize(*m_stream);

@@ -16,11 +16,15 @@
 //    has finished them, so the allreduce overlaps the rest of the backward pass; a bucket
 //    is handed over without waiting for the ones before it, so several are in flight.
 //  - sma (Crossbow): on a synchronisation step (every `period` steps), with z the central
-//    model, W the sum of all replicas in the job and L_job the job's learner count,
+//    model, W the sum of all replicas in the job, L the job's learner count and
+//    (alpha, beta, mu) = sma_coefficients(...),
 //        c_j = alpha (w_j - z);   w_j <- w_j - c_j - lr * update_j;
-//        z   <- z + alpha (W - L_job z) + mu (z - z_prev).
-//    The correction is applied before the optimizer's update, so weight decay (if any) sees
-//    the corrected weights; with plain SGD this is exactly Crossbow's rule. Between
+//        z   <- z + beta (W / L - z) + mu (z - z_prev).
+//    beta defaults to min(alpha L, 1): Crossbow's own rule (z moves by the sum of the c_j)
+//    while alpha L <= 1, and a fixed moving rate towards the learners' mean beyond, as in
+//    EASGD, so that the centre stays stable for any L (docs/training.md, "SMA at any
+//    scale"). The correction is applied before the optimizer's update, so weight decay (if
+//    any) sees the corrected weights. Between
 //    synchronisation steps the learners take independent optimizer steps. W only needs the
 //    weights from before the update, so across ranks its allreduce runs while the learners
 //    compute their forward and backward passes (on worker threads), as in Crossbow.
@@ -45,6 +49,7 @@
 #include "src/nn/graph.hpp"
 #include "src/train/config.hpp"
 #include "src/train/optimizer.hpp"
+#include "src/train/sma.hpp"
 
 namespace squall::train {
 
@@ -107,7 +112,8 @@ struct LearnerGroupOptions {
   int ranks = 1;                // ranks in the job (all with the same learner count)
   int rank = 0;                 // this rank in the job (salts the learners' random streams)
   int64_t period = 1;           // sma / local-sgd
-  double alpha = 0.1;           // sma
+  double alpha = 0.1;           // sma: pull of each learner towards the central model
+  double centre_rate = 0;       // sma: beta; 0 = min(alpha * job learners, 1)
   double momentum = 0.9;        // sma: mu on the central model
   int64_t start_step = 0;       // local-sgd: ssgd before this step
   uint64_t seed = 1;            // parameter initialisation (the same on every learner)
@@ -200,6 +206,14 @@ class LearnerGroup {
   void sync_average_replicas(int64_t step);     // local-sgd on a synchronisation step
   void average_state_into_central();
   int job_learners() const { return m_options.ranks * learners(); }
+
+ public:
+  // SMA's coefficients for the job as it is now (the auto-tuner may change L).
+  SmaCoefficients sma() const {
+    return sma_coefficients(m_options.alpha, m_options.centre_rate, m_options.momentum, job_learners());
+  }
+
+ private:
   void phase(const char* name, int learner, double t0, double t1) const;
 
   nn::Backend& m_backend;

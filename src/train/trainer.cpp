@@ -203,6 +203,23 @@ class AutoTuner {
 
 }  // namespace
 
+// The likely causes of a divergence, naming the keys that govern them.
+std::string divergence_hint(const Config& cfg, Algorithm algorithm, const LearnerGroup& group) {
+  std::string hint = "lower optimizer.lr or add schedule.warmup_steps";
+  if (algorithm == Algorithm::sma) {
+    const SmaCoefficients c = group.sma();
+    char text[512];
+    std::snprintf(text, sizeof(text),
+                  "; sma with %d learner(s) in the job pulls each learner by parallel.alpha = %g and moves the "
+                  "central model by beta = %g (parallel.centre_rate%s) with parallel.momentum = %g: a smaller "
+                  "parallel.momentum or parallel.centre_rate damps the central model",
+                  group.learners() * group.options().ranks, c.alpha, c.beta,
+                  cfg.parallel.centre_rate > 0 ? "" : " = 0: min(alpha x learners, 1)", c.mu);
+    hint += text;
+  }
+  return hint;
+}
+
 TrainResult run_training(const Config& cfg, const std::string& origin, const RunOptions& options) {
   namespace fs = std::filesystem;
   const auto t_start = Clock::now();
@@ -240,6 +257,18 @@ TrainResult run_training(const Config& cfg, const std::string& origin, const Run
   int64_t steps_per_epoch = batches_per_epoch / learners;
   int64_t total_steps = steps_per_epoch * cfg.train.epochs;
   if (cfg.train.max_steps > 0) total_steps = std::min(total_steps, cfg.train.max_steps);
+  // A central model that never synchronises is the initial one: evaluating it would say nothing.
+  if (algorithm != Algorithm::ssgd) {
+    const int64_t first_sync = (algorithm == Algorithm::local_sgd ? cfg.parallel.start_step : 0) + cfg.parallel.period;
+    if (first_sync > total_steps)
+      throw UsageError(origin + ": parallel.period = " + std::to_string(cfg.parallel.period) +
+                       (algorithm == Algorithm::local_sgd
+                            ? " after parallel.start_step = " + std::to_string(cfg.parallel.start_step)
+                            : std::string()) +
+                       " is longer than the run (" + std::to_string(total_steps) +
+                       " steps: train.epochs, train.max_steps): the central model would never be synchronised and "
+                       "the run would evaluate the initial model");
+  }
 
   // ---- model, backend, learners ----
   nn::ModelSpec spec;
@@ -278,6 +307,7 @@ TrainResult run_training(const Config& cfg, const std::string& origin, const Run
   lg.rank = rank;
   lg.period = cfg.parallel.period;
   lg.alpha = cfg.parallel.alpha;
+  lg.centre_rate = cfg.parallel.centre_rate;
   lg.momentum = cfg.parallel.momentum;
   lg.start_step = cfg.parallel.start_step;
   lg.bucket_floats = std::max<size_t>(1, static_cast<size_t>(cfg.parallel.bucket_mb * double(1 << 20) / sizeof(float)));
@@ -347,6 +377,16 @@ TrainResult run_training(const Config& cfg, const std::string& origin, const Run
             std::to_string(batch * learners * ranks) + "), " + std::to_string(total_steps) + " steps (" +
             std::to_string(steps_per_epoch) + " per epoch), optimizer " + group.optimizer_name() + ", run dir " +
             cfg.run.dir);
+  if (algorithm == Algorithm::sma) {
+    const SmaCoefficients c = group.sma();
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "sma: %d learner(s) in the job, each pulled by alpha %g towards the central model, which moves "
+                  "by beta %g%s towards their mean with momentum %g",
+                  learners * ranks, c.alpha, c.beta, cfg.parallel.centre_rate > 0 ? "" : " (min(alpha x learners, 1))",
+                  c.mu);
+    log::info(line);
+  }
 
   // ---- loop ----
   Progress progress(root && isatty(STDOUT_FILENO) != 0, cfg.train.log_every_steps);
@@ -357,10 +397,11 @@ TrainResult run_training(const Config& cfg, const std::string& origin, const Run
   EvalPart last_eval{ConfusionMatrix(info.classes)};
   double last_eval_loss = 0;
   int64_t step = 0, samples_done = 0;
+  const int64_t planned_steps = total_steps, planned_step_samples = batch * learners * ranks;
   double eval_total_s = 0;
   const auto t_loop = Clock::now();
-  const int64_t epochs = cfg.train.max_steps > 0 ? (total_steps + steps_per_epoch - 1) / steps_per_epoch
-                                                 : cfg.train.epochs;
+  int64_t epochs = cfg.train.max_steps > 0 ? (total_steps + steps_per_epoch - 1) / steps_per_epoch
+                                           : cfg.train.epochs;
 
   auto run_eval = [&](int64_t epoch) {
     const auto t0 = Clock::now();
@@ -420,7 +461,9 @@ TrainResult run_training(const Config& cfg, const std::string& origin, const Run
         throw Error("SQUALL_FAIL_AT: rank " + std::to_string(rank) + " fails at step " + std::to_string(fail_step) +
                     " on purpose");
 
-      const double lr = schedule.lr_at(step, total_steps);
+      // The schedule follows the samples trained on, counted in steps of the initial learner
+      // count, so that the auto-tuner's changes keep warm-up, milestones and the cosine in place.
+      const double lr = schedule.lr_at(std::min(samples_done / planned_step_samples, planned_steps - 1), planned_steps);
       const auto t_step = Clock::now();
       const std::vector<float> losses = group.step(inputs, step, static_cast<float>(lr));
       for (const io::Batch* b : held) loader.release(b);
@@ -430,7 +473,8 @@ TrainResult run_training(const Config& cfg, const std::string& origin, const Run
           progress.finish();
           throw Error("training diverged: the loss is " + std::string(std::isnan(l) ? "NaN" : "infinite") +
                       " at step " + std::to_string(step + 1) + " (epoch " + std::to_string(epoch) + ", rank " +
-                      std::to_string(rank) + "); lower optimizer.lr or add schedule.warmup_steps");
+                      std::to_string(rank) + ", learning rate " + std::to_string(lr) + "); " +
+                      divergence_hint(cfg, algorithm, group));
         }
         loss += l;
       }
@@ -455,14 +499,25 @@ TrainResult run_training(const Config& cfg, const std::string& origin, const Run
       if (change != 0) {
         if (change > 0) group.add_learner(); else group.remove_learner();
         learners = group.learners();
+        // Each step now takes `learners` batches: the rest of the run takes fewer or more steps.
+        steps_per_epoch = batches_per_epoch / learners;
+        const int64_t rest_of_epoch = (batches_per_epoch - used) / learners;
+        if (cfg.train.max_steps == 0)
+          total_steps = step + rest_of_epoch + (epochs - epoch) * steps_per_epoch;
+        else
+          epochs = epoch + (std::max<int64_t>(0, total_steps - step - rest_of_epoch) + steps_per_epoch - 1) / steps_per_epoch;
         const json& d = tuner.decisions().back();
         log_metrics({{"kind", "autotune"}, {"step", step}, {"learners_before", d["learners"]},
-                     {"samples_per_s", d["samples_per_s"]}, {"decision", d["decision"]}, {"learners", learners}});
+                     {"samples_per_s", d["samples_per_s"]}, {"decision", d["decision"]}, {"learners", learners},
+                     {"steps_per_epoch", steps_per_epoch}, {"total_steps", total_steps}});
         progress.finish();
         char line[256];
-        std::snprintf(line, sizeof(line), "autotune step %lld: %d learner(s) per device ran %.0f samples/s; %s",
+        std::snprintf(line, sizeof(line),
+                      "autotune step %lld: %d learner(s) per device ran %.0f samples/s; %s (now %lld steps per epoch, "
+                      "%lld in all)",
                       static_cast<long long>(step), d["learners"].get<int>(), d["samples_per_s"].get<double>(),
-                      d["decision"].get<std::string>().c_str());
+                      d["decision"].get<std::string>().c_str(), static_cast<long long>(steps_per_epoch),
+                      static_cast<long long>(total_steps));
         log::info(line);
       }
       if (cfg.train.eval_every_steps > 0 && step % cfg.train.eval_every_steps == 0 && step != total_steps)
@@ -516,8 +571,10 @@ TrainResult run_training(const Config& cfg, const std::string& origin, const Run
   }
   json parallel{{"period", cfg.parallel.period}};
   if (algorithm == Algorithm::sma) {
-    parallel["alpha"] = cfg.parallel.alpha;
-    parallel["momentum"] = cfg.parallel.momentum;
+    const SmaCoefficients c = group.sma();
+    parallel["alpha"] = c.alpha;
+    parallel["centre_rate"] = c.beta;
+    parallel["momentum"] = c.mu;
   }
   if (algorithm == Algorithm::local_sgd) parallel["start_step"] = cfg.parallel.start_step;
   if (algorithm != Algorithm::sma && ranks > 1) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <vector>
 
 #include "tests/support/process.hpp"
 
@@ -112,6 +113,72 @@ TEST_CASE("the auto-tuner reports its decisions and ends on a learner count", "[
     if (json::parse(line).at("kind") == "autotune") ++records;
   CHECK(records >= 1);
   fs::remove_all(dir);
+}
+
+TEST_CASE("the auto-tuner's learner changes reshape the rest of the run: steps per epoch and total steps",
+          "[launch][train]") {
+  // One epoch of 8000 samples in batches of 16: 500 batches. Every step takes one batch per
+  // learner, so once the tuner adds learners the epoch has fewer steps, and the run must still
+  // end after exactly one epoch's samples.
+  const std::string dir = fresh_dir("autotune-steps");
+  const auto r = run_command(squall_bin() + " train --config " + k_sma + " --set parallel.autotune=true" +
+                             " --set parallel.replicas_per_device=1 --set parallel.max_replicas_per_device=3" +
+                             " --set train.epochs=1 --set data.train_samples=8000 --set data.test_samples=500" +
+                             " --set schedule.warmup_steps=20 --set run.dir=" + dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  std::ifstream m(dir + "/metrics.jsonl");
+  std::vector<json> changes, evals;
+  for (std::string line; std::getline(m, line);) {
+    const json j = json::parse(line);
+    if (j.at("kind") == "autotune") changes.push_back(j);
+    if (j.at("kind") == "eval") evals.push_back(j);
+  }
+  REQUIRE(changes.size() >= 1);
+  int64_t step = 0, batches = 0, learners = 1;
+  for (const json& c : changes) {
+    batches += (c.at("step").get<int64_t>() - step) * learners;
+    step = c.at("step").get<int64_t>();
+    learners = c.at("learners").get<int64_t>();
+    CHECK(c.at("steps_per_epoch") == 500 / learners);
+    // The rest of the epoch's batches, in steps of `learners`.
+    CHECK(c.at("total_steps") == step + (500 - batches) / learners);
+  }
+  const json s = read_json(dir + "/summary.json");
+  CHECK(s.at("steps") == changes.back().at("total_steps"));
+  CHECK(s.at("steps").get<int64_t>() < 500);  // more than one learner for part of the epoch
+  REQUIRE(evals.size() == 1);
+  CHECK(evals[0].at("epochs_done").get<double>() > 0.99);
+  CHECK(evals[0].at("epochs_done").get<double>() <= 1.0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("1 rank x 40 learners of sma train 2 epochs to test accuracy 0.75", "[launch][train][sma][slow]") {
+  // Crossbow's rule moved the centre by alpha x 40 = 4 times the gap and diverged at step 37.
+  const std::string dir = fresh_dir("sma40");
+  const auto r = run_command(squall_bin() + " train --config " + k_sma + " --set parallel.replicas_per_device=40" +
+                             " --set parallel.max_replicas_per_device=40 --set train.epochs=2 --set run.dir=" + dir);
+  INFO(r.out.substr(r.out.size() > 2000 ? r.out.size() - 2000 : 0) << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("sma: 40 learner(s)") && Catch::Contains("beta 1"));
+  const json s = read_json(dir + "/summary.json");
+  CHECK(s.at("replicas_per_device") == 40);
+  CHECK(s.at("parallel").at("centre_rate") == 1.0);
+  CHECK(s.at("final").at("test_accuracy").get<double>() >= 0.75);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a central model that could never move is refused, naming the keys", "[launch][train][sma]") {
+  const auto alpha = run_command(squall_bin() + " train --config " + k_sma + " --set parallel.alpha=0");
+  CHECK(alpha.exit_code == 2);
+  CHECK_THAT(alpha.err, Catch::Contains("parallel.alpha") && Catch::Contains("initial model"));
+  const auto period = run_command(squall_bin() + " train --config " + k_sma +
+                                  " --set parallel.period=1000 --set train.max_steps=500");
+  CHECK(period.exit_code == 2);
+  CHECK_THAT(period.err, Catch::Contains("parallel.period") && Catch::Contains("500 steps"));
+  const auto rate = run_command(squall_bin() + " train --config " + k_sma + " --set parallel.centre_rate=3.8");
+  CHECK(rate.exit_code == 2);
+  CHECK_THAT(rate.err, Catch::Contains("parallel.centre_rate") && Catch::Contains("unstable"));
 }
 
 TEST_CASE("a rank that fails mid-training ends the job with a line naming it", "[launch][train]") {

@@ -4,6 +4,8 @@
 // collectives suite and for ranks-per-node 1, 2 and 3.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "mpi/allreduce.hpp"
@@ -55,7 +57,11 @@ TEST_CASE("sma across ranks x 2 learners matches Crossbow's equations for every 
       for (size_t i = 0; i < z.size(); ++i) w[q][i] = w[q][i] - alpha * (w[q][i] - z[i]) - lr * g[i];
     }
     std::vector<double> z_new(z.size());
-    for (size_t i = 0; i < z.size(); ++i) z_new[i] = z[i] + alpha * (sum_w[i] - n * z[i]) + mu * (z[i] - z_prev[i]);
+    // The centre moves by beta = min(alpha n, 1) towards the learners' mean: Crossbow's sum of
+    // corrections while alpha n <= 1 (up to 3 ranks x 2 learners here),
+    // capped beyond (4 ranks).
+    const double beta = std::min(alpha * n, 1.0);
+    for (size_t i = 0; i < z.size(); ++i) z_new[i] = z[i] + beta * (sum_w[i] / n - z[i]) + mu * (z[i] - z_prev[i]);
     z_prev = z;
     z = z_new;
     INFO("ranks " << ranks << " K " << k << " step " << step);
