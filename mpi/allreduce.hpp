@@ -34,10 +34,10 @@ size_t dtype_size(DType type);
 const char* dtype_name(DType type);
 
 struct AllreduceOptions {
-  size_t chunk_bytes = 1 << 20;        // pipeline unit (at most)
-  size_t min_chunk_bytes = 256 << 10;  // ... made smaller, down to this, to have max_inflight chunks
+  size_t chunk_bytes = 256 << 10;      // pipeline unit (at most)
+  size_t min_chunk_bytes = 64 << 10;   // ... made smaller, down to this, to have max_inflight chunks
   size_t flat_chunk_bytes = 16 << 20;  // unit of the flat sum (one MPI_Allreduce per unit)
-  int max_inflight = 8;                // chunks in flight at once
+  int max_inflight = 16;               // chunks in flight at once
   double stall_warn_s = 60;     // a sum waited this long: rank 0 names the ranks that have not joined
   double stall_abort_s = 1800;  // ... and after this long the job ends
   // One MPI_Allreduce when the job has one node or one rank per node; false runs the

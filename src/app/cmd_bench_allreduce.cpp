@@ -36,8 +36,8 @@ struct BenchAllreduceArgs {
   std::vector<std::string> sizes;
   std::vector<std::string> algos{"mpi", "hier"};
   int iters = 20, warmup = 5;
-  std::string chunk = "1M", flat_chunk = "16M";
-  int inflight = 8;
+  std::string chunk = "256K", flat_chunk = "16M";
+  int inflight = 16;
   bool json = false;
 };
 
@@ -250,11 +250,11 @@ void add_bench_allreduce_command(CLI::App& bench, Context& ctx, Actions& actions
   sub->add_option("--iters", args->iters, "Timed iterations per size and algorithm (default 20)")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--warmup", args->warmup, "Untimed iterations first (default 5)")->check(CLI::Range(0, 1 << 20));
-  sub->add_option("--chunk", args->chunk, "Largest pipeline chunk of the hierarchical allreduce (default 1M)")
+  sub->add_option("--chunk", args->chunk, "Largest pipeline chunk of the hierarchical allreduce (default 256K)")
       ->check(k_size_validator);
   sub->add_option("--flat-chunk", args->flat_chunk, "Unit of the hierarchical allreduce's flat sum (default 16M)")
       ->check(k_size_validator);
-  sub->add_option("--inflight", args->inflight, "Chunks in flight at once (default 8)")->check(CLI::Range(1, 1024));
+  sub->add_option("--inflight", args->inflight, "Chunks in flight at once (default 16)")->check(CLI::Range(1, 1024));
   sub->add_flag("--json", args->json, "Print one JSON document (rank 0)");
   add_topology_options(*sub, ctx.global);
   add_stall_options(*sub, ctx.global);
