@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "src/train/data_source.hpp"
+#include "src/data/data_source.hpp"
 
 namespace squall::io {
 
@@ -23,17 +23,17 @@ struct OpenOptions {
 std::string detect_format(const std::string& path);
 
 // Native shards: every `<split>-NNNNN-of-MMMMM.h5` in `dir` (docs/formats.md), in name order.
-std::unique_ptr<train::DataSource> open_shards(const std::string& dir, const std::string& split,
+std::unique_ptr<data::DataSource> open_shards(const std::string& dir, const std::string& split,
                                                const OpenOptions& options);
 
 // DeepCAM: every `data-*.h5` in `dir` (one sample each, /climate/data [H,W,C] float32 and
 // /climate/labels_0 [H,W]); statistics from `dir/stats.h5` (or `dir/../stats.h5`).
-std::unique_ptr<train::DataSource> open_deepcam(const std::string& dir, const OpenOptions& options);
+std::unique_ptr<data::DataSource> open_deepcam(const std::string& dir, const OpenOptions& options);
 
 // The same readers over an explicit list of files (inspection, staging, tests). An empty
 // stats_path is allowed only with options.normalize == false.
-std::unique_ptr<train::DataSource> open_shard_files(const std::vector<std::string>& files, const OpenOptions& options);
-std::unique_ptr<train::DataSource> open_deepcam_files(const std::vector<std::string>& files,
+std::unique_ptr<data::DataSource> open_shard_files(const std::vector<std::string>& files, const OpenOptions& options);
+std::unique_ptr<data::DataSource> open_deepcam_files(const std::vector<std::string>& files,
                                                       const std::string& stats_path, const OpenOptions& options);
 
 // DeepCAM's stats.h5: /climate/{count,mean,sqmean,minval,maxval}, std = sqrt(sqmean - mean^2).

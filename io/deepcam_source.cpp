@@ -48,7 +48,7 @@ DeepcamFile open_deepcam_file(const std::string& path, int64_t& h, int64_t& w, i
   return f;
 }
 
-class DeepcamSource final : public train::DataSource {
+class DeepcamSource final : public data::DataSource {
  public:
   DeepcamSource(std::vector<std::string> paths, const std::string& stats_path, const OpenOptions& options)
       : m_paths(std::move(paths)), m_open(m_paths.size()) {
@@ -89,7 +89,7 @@ class DeepcamSource final : public train::DataSource {
                          std::filesystem::path(m_paths[0]).parent_path().string() + ")";
   }
 
-  const train::DatasetInfo& info() const override { return m_info; }
+  const data::DatasetInfo& info() const override { return m_info; }
   int64_t size() const override { return static_cast<int64_t>(m_paths.size()); }
   std::vector<std::string> files() const override { return m_paths; }
   std::vector<int64_t> file_offsets() const override {
@@ -121,9 +121,9 @@ class DeepcamSource final : public train::DataSource {
         auto lock = h5_lock();
         const DeepcamFile& f = file(static_cast<size_t>(index));
         if (H5Dread(f.data.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, hwc.get()) < 0)
-          throw train::BadSample(path + ": dataset /climate/data: unreadable (" + h5_error_text() + ")", path, index);
+          throw data::BadSample(path + ": dataset /climate/data: unreadable (" + h5_error_text() + ")", path, index);
         if (H5Dread(f.labels.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, lab.get()) < 0)
-          throw train::BadSample(path + ": dataset /climate/labels_0: unreadable (" + h5_error_text() + ")", path, index);
+          throw data::BadSample(path + ": dataset /climate/labels_0: unreadable (" + h5_error_text() + ")", path, index);
       }
       float* dst = images + k * static_cast<size_t>(plane * m_c);
       transpose_normalise(hwc.get(), dst, plane, path, index);
@@ -138,7 +138,7 @@ class DeepcamSource final : public train::DataSource {
         for (int64_t p = 0; p < plane; ++p) {
           const float v = lab[static_cast<size_t>(p)];
           if (!(v == 0.0f || v == 1.0f || v == 2.0f))
-            throw train::BadSample(path + ": dataset /climate/labels_0: value " + std::to_string(v) + " at pixel " +
+            throw data::BadSample(path + ": dataset /climate/labels_0: value " + std::to_string(v) + " at pixel " +
                                        std::to_string(p) + " is not 0, 1 or 2 (index " + std::to_string(index) + ")",
                                    path, index);
         }
@@ -168,7 +168,7 @@ class DeepcamSource final : public train::DataSource {
         for (int64_t p = p0; p < p1; ++p)
           for (int64_t c = 0; c < c_count; ++c)
             if (const float v = hwc[p * c_count + c]; !std::isfinite(v))
-              throw train::BadSample(path + ": dataset /climate/data: value " + std::to_string(v) + " at pixel " +
+              throw data::BadSample(path + ": dataset /climate/data: value " + std::to_string(v) + " at pixel " +
                                          std::to_string(p) + ", channel " + std::to_string(c) + " (index " +
                                          std::to_string(index) + ")",
                                      path, index);
@@ -201,7 +201,7 @@ class DeepcamSource final : public train::DataSource {
   int64_t m_h = 0, m_w = 0, m_c = 0;
   std::vector<float> m_shift, m_denom;  // normalised = (raw - shift) / denom, per channel
   std::vector<float> m_scale;           // 1 / denom
-  train::DatasetInfo m_info;
+  data::DatasetInfo m_info;
 };
 
 }  // namespace
@@ -233,12 +233,12 @@ std::string find_deepcam_stats(const std::string& dir) {
   return "";
 }
 
-std::unique_ptr<train::DataSource> open_deepcam_files(const std::vector<std::string>& files,
+std::unique_ptr<data::DataSource> open_deepcam_files(const std::vector<std::string>& files,
                                                       const std::string& stats_path, const OpenOptions& options) {
   return std::make_unique<DeepcamSource>(files, stats_path, options);
 }
 
-std::unique_ptr<train::DataSource> open_deepcam(const std::string& dir, const OpenOptions& options) {
+std::unique_ptr<data::DataSource> open_deepcam(const std::string& dir, const OpenOptions& options) {
   const std::vector<std::string> files = list_deepcam_files(dir);
   if (files.empty()) throw Error(dir + ": no DeepCAM files (data-*.h5)");
   return open_deepcam_files(files, find_deepcam_stats(dir), options);

@@ -8,7 +8,7 @@
 #include "io/dataset.hpp"
 #include "io/shard.hpp"
 #include "src/core/error.hpp"
-#include "src/train/data_source.hpp"  // DataSource, BadSample only: no link to squall_train
+#include "src/data/data_source.hpp"
 
 namespace squall::io {
 namespace {
@@ -126,8 +126,8 @@ class Inspector {
   }
 
   // Reads every sample of `source` one at a time, so that one bad sample hides no other.
-  int64_t read_all(const train::DataSource& source, const std::string& file) {
-    const train::DatasetInfo& info = source.info();
+  int64_t read_all(const data::DataSource& source, const std::string& file) {
+    const data::DatasetInfo& info = source.info();
     const int64_t per = info.sample.per_sample(), plane = info.sample.h() * info.sample.w();
     std::vector<float> image(static_cast<size_t>(per));
     std::vector<int32_t> labels(static_cast<size_t>(info.per_pixel_labels ? plane : 1));

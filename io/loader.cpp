@@ -31,7 +31,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-Loader::Loader(const train::DataSource& source, LoaderOptions options)
+Loader::Loader(const data::DataSource& source, LoaderOptions options)
     : m_source(source), m_options(std::move(options)) {
   if (m_options.batch_size < 1) throw Error("loader: batch size must be >= 1, got " + std::to_string(m_options.batch_size));
   if (m_options.workers < 0) throw Error("loader: data.workers must be >= 0, got " + std::to_string(m_options.workers));
@@ -40,7 +40,7 @@ Loader::Loader(const train::DataSource& source, LoaderOptions options)
   if (static_cast<bool>(m_options.host_alloc) != static_cast<bool>(m_options.host_free))
     throw Error("loader: host_alloc and host_free must be given together");
 
-  const train::DatasetInfo& info = m_source.info();
+  const data::DatasetInfo& info = m_source.info();
   m_sample_floats = info.sample.per_sample();
   m_sample_labels = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
 
@@ -159,7 +159,7 @@ std::exception_ptr Loader::read_batch(Slot& slot) {
       try {
         m_source.read(chunk, slot.batch.images + pos * static_cast<size_t>(m_sample_floats),
                       slot.batch.labels + pos * static_cast<size_t>(m_sample_labels));
-      } catch (const train::BadSample& bad) {
+      } catch (const data::BadSample& bad) {
         if (!m_options.skip_bad) throw;
         if (n == 1) {
           note_bad(bad, chunk[0]);
@@ -182,13 +182,13 @@ bool Loader::read_one(Slot& slot, size_t pos, int64_t index) {
     m_source.read(std::span<const int64_t>(&index, 1), slot.batch.images + pos * static_cast<size_t>(m_sample_floats),
                   slot.batch.labels + pos * static_cast<size_t>(m_sample_labels));
     return true;
-  } catch (const train::BadSample& bad) {
+  } catch (const data::BadSample& bad) {
     note_bad(bad, index);
     return false;
   }
 }
 
-void Loader::note_bad(const train::BadSample& bad, int64_t index) {
+void Loader::note_bad(const data::BadSample& bad, int64_t index) {
   std::lock_guard lock(m_bad_mutex);
   if (m_bad.insert(index).second)
     log::warn("skipping bad sample " + std::to_string(index) + " of '" + bad.file() + "': " + bad.what());

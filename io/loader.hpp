@@ -31,7 +31,7 @@
 #include <thread>
 #include <vector>
 
-#include "src/train/data_source.hpp"
+#include "src/data/data_source.hpp"
 
 namespace squall::io {
 
@@ -58,7 +58,7 @@ struct Batch {
 class Loader {
  public:
   // `source` must outlive the loader. Throws squall::Error for bad options.
-  Loader(const train::DataSource& source, LoaderOptions options);
+  Loader(const data::DataSource& source, LoaderOptions options);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -89,11 +89,11 @@ class Loader {
   std::exception_ptr read_batch(Slot& slot);
   // Reads one sample into position `pos` of `slot`; false (and reported) when it is bad.
   bool read_one(Slot& slot, size_t pos, int64_t index);
-  void note_bad(const train::BadSample& bad, int64_t index);
+  void note_bad(const data::BadSample& bad, int64_t index);
   void fill_bad_positions(Slot& slot);  // consumer thread, in batch order
   void reset_locked();                 // m_mutex held, no worker busy
 
-  const train::DataSource& m_source;
+  const data::DataSource& m_source;
   LoaderOptions m_options;
   int64_t m_sample_floats = 0, m_sample_labels = 0;
   std::vector<std::unique_ptr<Slot>> m_slots;

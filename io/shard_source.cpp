@@ -121,7 +121,7 @@ ShardFile open_shard(const std::string& path, ShardFileInfo& info) {
   return f;
 }
 
-class ShardSource final : public train::DataSource {
+class ShardSource final : public data::DataSource {
  public:
   ShardSource(const std::vector<std::string>& paths, const OpenOptions& options) {
     if (paths.empty()) throw Error("no shard files given");
@@ -179,7 +179,7 @@ class ShardSource final : public train::DataSource {
     if (!meta.source.empty()) m_info.description = meta.source + ": " + m_info.description;
   }
 
-  const train::DatasetInfo& info() const override { return m_info; }
+  const data::DatasetInfo& info() const override { return m_info; }
   int64_t size() const override { return m_offsets.back(); }
   std::vector<std::string> files() const override {
     std::vector<std::string> out;
@@ -224,29 +224,29 @@ class ShardSource final : public train::DataSource {
           const hsize_t offset[4] = {static_cast<hsize_t>(local), 0, 0, 0};
           hsize_t nbytes = 0;
           if (H5Dget_chunk_storage_size(f.images.get(), offset, &nbytes) < 0 || nbytes == 0)
-            throw train::BadSample(where("/images") + ": chunk missing (" + h5_error_text() + ")", f.path, index);
+            throw data::BadSample(where("/images") + ": chunk missing (" + h5_error_text() + ")", f.path, index);
           // An unfiltered chunk of the right size is the sample itself: read it in place.
           const bool in_place = f.deflate_filter < 0 && f.shuffle_filter < 0 && nbytes == raw_bytes;
           stored.resize(in_place ? 0 : static_cast<size_t>(nbytes));
           if (H5Dread_chunk(f.images.get(), H5P_DEFAULT, offset, &mask, in_place ? raw_out : stored.data()) < 0)
-            throw train::BadSample(where("/images") + ": unreadable chunk (" + h5_error_text() + ")", f.path, index);
+            throw data::BadSample(where("/images") + ": unreadable chunk (" + h5_error_text() + ")", f.path, index);
           if (in_place) mask = ~0u;  // nothing left to decode
           if (m_first.per_pixel_labels &&
               !read_rows(f.labels.get(), 3, local, H5T_NATIVE_INT32, lab))
-            throw train::BadSample(where("/labels") + ": unreadable chunk (" + h5_error_text() + ")", f.path, index);
+            throw data::BadSample(where("/labels") + ": unreadable chunk (" + h5_error_text() + ")", f.path, index);
         }
         if (mask != ~0u)
           decode_chunk(f, mask, stored, inflated, raw_out, raw_bytes, is_u8 ? 1 : 4, [&](const std::string& why) {
-            return train::BadSample(where("/images") + ": " + why, f.path, index);
+            return data::BadSample(where("/images") + ": " + why, f.path, index);
           });
         if (!m_first.per_pixel_labels) lab[0] = f.class_labels[static_cast<size_t>(local)];
       } else {
         auto lock = h5_lock();
         // float32 samples land in the output directly; uint8 ones in a small buffer.
         if (!read_rows(f.images.get(), 4, local, is_u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, raw_out))
-          throw train::BadSample(where("/images") + ": unreadable chunk (" + h5_error_text() + ")", f.path, index);
+          throw data::BadSample(where("/images") + ": unreadable chunk (" + h5_error_text() + ")", f.path, index);
         if (!read_rows(f.labels.get(), m_first.per_pixel_labels ? 3 : 1, local, H5T_NATIVE_INT32, lab))
-          throw train::BadSample(where("/labels") + ": unreadable chunk (" + h5_error_text() + ")", f.path, index);
+          throw data::BadSample(where("/labels") + ": unreadable chunk (" + h5_error_text() + ")", f.path, index);
       }
       for (int64_t c = 0; c < m_first.sample.c(); ++c) {
         const float shift = m_shift[static_cast<size_t>(c)], scale = m_scale[static_cast<size_t>(c)];
@@ -257,7 +257,7 @@ class ShardSource final : public train::DataSource {
         } else {
           for (int64_t p = 0; p < plane; ++p) {
             if (!std::isfinite(out[p]))
-              throw train::BadSample(where("/images") + ": value " + std::to_string(out[p]) + " at channel " +
+              throw data::BadSample(where("/images") + ": value " + std::to_string(out[p]) + " at channel " +
                                          std::to_string(c) + ", pixel " + std::to_string(p),
                                      f.path, index);
             out[p] = (out[p] - shift) * scale;
@@ -267,7 +267,7 @@ class ShardSource final : public train::DataSource {
       if (m_info.classes > 0)
         for (int64_t p = 0; p < label_count; ++p)
           if (lab[p] < 0 || lab[p] >= m_info.classes)
-            throw train::BadSample(where("/labels") + ": label " + std::to_string(lab[p]) +
+            throw data::BadSample(where("/labels") + ": label " + std::to_string(lab[p]) +
                                        (label_count > 1 ? " at pixel " + std::to_string(p) : "") + " outside [0, " +
                                        std::to_string(m_info.classes) + ")",
                                    f.path, index);
@@ -344,7 +344,7 @@ class ShardSource final : public train::DataSource {
   std::vector<ShardFile> m_files;
   std::vector<int64_t> m_offsets;
   ShardFileInfo m_first;
-  train::DatasetInfo m_info;
+  data::DatasetInfo m_info;
   std::vector<float> m_shift, m_scale;  // normalised = (raw - shift) * scale, per channel
 };
 
@@ -356,11 +356,11 @@ ShardFileInfo read_shard_info(const std::string& path) {
   return info;
 }
 
-std::unique_ptr<train::DataSource> open_shard_files(const std::vector<std::string>& files, const OpenOptions& options) {
+std::unique_ptr<data::DataSource> open_shard_files(const std::vector<std::string>& files, const OpenOptions& options) {
   return std::make_unique<ShardSource>(files, options);
 }
 
-std::unique_ptr<train::DataSource> open_shards(const std::string& dir, const std::string& split,
+std::unique_ptr<data::DataSource> open_shards(const std::string& dir, const std::string& split,
                                                const OpenOptions& options) {
   const std::vector<std::string> files = list_shards(dir, split);
   if (files.empty())

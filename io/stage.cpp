@@ -166,7 +166,7 @@ std::string expand_node_placeholder(const std::string& to, int node) {
   return out;
 }
 
-std::vector<std::string> files_to_stage(const train::DataSource& source, const Sampler& sampler, int node) {
+std::vector<std::string> files_to_stage(const data::DataSource& source, const Sampler& sampler, int node) {
   const std::vector<std::string> all = source.files();
   std::vector<std::string> out;
   std::set<std::string> dirs;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "io/sampler.hpp"
-#include "src/train/data_source.hpp"
+#include "src/data/data_source.hpp"
 
 namespace squall::io {
 
@@ -45,6 +45,6 @@ std::string expand_node_placeholder(const std::string& to, int node);
 
 // The files `node`'s ranks read under `sampler` (Sampler::files_for_node), as paths, followed
 // by the dataset's stats.h5 when one lies beside them (DeepCAM's per-channel statistics).
-std::vector<std::string> files_to_stage(const train::DataSource& source, const Sampler& sampler, int node);
+std::vector<std::string> files_to_stage(const data::DataSource& source, const Sampler& sampler, int node);
 
 }  // namespace squall::io

@@ -22,7 +22,7 @@
 #include "io/sampler.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
-#include "src/train/data_source.hpp"
+#include "src/train/datasets.hpp"
 
 namespace squall::app {
 namespace {

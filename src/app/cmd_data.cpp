@@ -16,7 +16,7 @@
 #include "io/shard.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
-#include "src/train/data_source.hpp"
+#include "src/train/datasets.hpp"
 
 namespace squall::app {
 namespace {

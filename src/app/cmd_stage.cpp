@@ -26,7 +26,7 @@
 #include "mpi/topology.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
-#include "src/train/data_source.hpp"
+#include "src/train/datasets.hpp"
 
 namespace squall::app {
 namespace {

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "src/core/error.hpp"
-#include "src/train/data_source.hpp"
+#include "src/train/datasets.hpp"
 
 namespace squall::train {
 namespace {

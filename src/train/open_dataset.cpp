@@ -2,7 +2,7 @@
 
 #include "io/dataset.hpp"
 #include "src/core/error.hpp"
-#include "src/train/data_source.hpp"
+#include "src/train/datasets.hpp"
 
 namespace squall::train {
 

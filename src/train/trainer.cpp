@@ -21,7 +21,7 @@
 #include "src/core/log.hpp"
 #include "src/cpu/cpu_info.hpp"
 #include "src/nn/graph.hpp"
-#include "src/train/data_source.hpp"
+#include "src/train/datasets.hpp"
 #include "src/train/learners.hpp"
 #include "src/train/metrics.hpp"
 #include "src/train/optimizer.hpp"

@@ -6,8 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/train/data_source.hpp"
+#include "src/train/datasets.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using Catch::Contains;
 using squall::test::run_command;
@@ -17,13 +18,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("squall-data-cli-" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : squall::test::TempDir {
+  TempDir() : squall::test::TempDir("squall-data-cli") {}
 };
 
 }  // namespace

@@ -8,7 +8,8 @@
 #include <random>
 
 #include "src/core/error.hpp"
-#include "src/train/data_source.hpp"
+#include "src/train/datasets.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using Catch::Contains;
 using squall::train::k_debian_fashion_mnist_dir;
@@ -21,14 +22,8 @@ bool have_fashion_mnist() {
          std::filesystem::exists(std::string(k_debian_fashion_mnist_dir) + "/train-labels-idx1-ubyte");
 }
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    path = std::filesystem::temp_directory_path() / ("squall-idx-" + std::to_string(std::random_device{}()));
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+struct TempDir : squall::test::TempDir {
+  TempDir() : squall::test::TempDir("squall-idx") {}
 };
 
 void put_u32(std::ofstream& f, uint32_t v) {

@@ -17,13 +17,13 @@
 using squall::io::Batch;
 using squall::io::Loader;
 using squall::io::LoaderOptions;
-using squall::train::BadSample;
+using squall::data::BadSample;
 
 namespace {
 
 constexpr int64_t k_floats = 4;  // samples are [1, 1, 2, 2]
 
-class FakeSource : public squall::train::DataSource {
+class FakeSource : public squall::data::DataSource {
  public:
   explicit FakeSource(int64_t n, std::set<int64_t> bad = {}, int sleep_ms = 0)
       : m_n(n), m_bad(std::move(bad)), m_sleep_ms(sleep_ms) {
@@ -31,7 +31,7 @@ class FakeSource : public squall::train::DataSource {
     m_info.classes = 10;
     m_info.description = "fake";
   }
-  const squall::train::DatasetInfo& info() const override { return m_info; }
+  const squall::data::DatasetInfo& info() const override { return m_info; }
   int64_t size() const override { return m_n; }
   void read(std::span<const int64_t> indices, float* images, int32_t* labels) const override {
     if (m_sleep_ms) std::this_thread::sleep_for(std::chrono::milliseconds(m_sleep_ms));
@@ -57,7 +57,7 @@ class FakeSource : public squall::train::DataSource {
   int64_t m_n;
   std::set<int64_t> m_bad;
   int m_sleep_ms;
-  squall::train::DatasetInfo m_info;
+  squall::data::DatasetInfo m_info;
   mutable std::mutex m_mutex;
   mutable std::set<int64_t> m_read;
 };

@@ -14,8 +14,9 @@
 #include "io/inspect.hpp"
 #include "io/shard.hpp"
 #include "src/core/error.hpp"
-#include "src/train/data_source.hpp"
+#include "src/train/datasets.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using Catch::Contains;
 using squall::io::OpenOptions;
@@ -28,14 +29,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("squall-shards-" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+struct TempDir : squall::test::TempDir {
+  TempDir() : squall::test::TempDir("squall-shards") {}
 };
 
 const OpenOptions k_raw{false, "zscore"};

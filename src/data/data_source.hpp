@@ -1,8 +1,10 @@
 #pragma once
 // DataSource: where samples come from. Implemented by the IDX reader (Debian's
-// Fashion-MNIST files, src/train/idx_source.cpp) and, later, by the HDF5 shard loader in
-// io/. Indices are global sample numbers in [0, size()); the sampler decides which a rank
+// Fashion-MNIST files, src/train/idx_source.cpp) and by the HDF5 shard and DeepCAM readers
+// in io/. Indices are global sample numbers in [0, size()); the sampler decides which a rank
 // reads. read() is called from loader threads: implementations must be thread-safe.
+// The interface sits below both io/ and src/train (which opens datasets through io/), so
+// that neither includes the other's headers the wrong way round.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -12,7 +14,7 @@
 #include "src/core/error.hpp"
 #include "src/nn/tensor.hpp"
 
-namespace squall::train {
+namespace squall::data {
 
 struct DatasetInfo {
   nn::Shape sample;                      // one sample, batch dimension 1: [1, c, h, w]
@@ -54,18 +56,4 @@ class DataSource {
   virtual std::vector<int64_t> file_offsets() const { return {0, size()}; }
 };
 
-// Fashion-MNIST from a folder of (optionally gzipped) IDX files, as Debian's
-// dataset-fashion-mnist installs them. split: "train" or "test". Pixels are scaled to [0,1]
-// and standardised with the training set's mean 0.2860 and std 0.3530. A missing folder or
-// file is an error that names it and says which package provides it.
-std::unique_ptr<DataSource> open_idx(const std::string& dir, const std::string& split);
-
-// Any dataset squall reads, by what the folder holds: Fashion-MNIST IDX files, native
-// shards (`split` picks train-* or test-*), or DeepCAM files. Errors name the path.
-// cache_mb: shards smaller than this are held in memory (io::OpenOptions::cache_bytes).
-std::unique_ptr<DataSource> open_dataset(const std::string& path, const std::string& split, bool normalize,
-                                         const std::string& normalization, int64_t cache_mb = 1024);
-
-inline constexpr const char* k_debian_fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
-
-}  // namespace squall::train
+}  // namespace squall::data

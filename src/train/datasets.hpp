@@ -1,0 +1,30 @@
+#pragma once
+// Opening the datasets squall trains on: Debian's Fashion-MNIST IDX files here, shards and
+// DeepCAM files through io/. The DataSource interface itself is src/data/data_source.hpp.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "src/data/data_source.hpp"
+
+namespace squall::train {
+
+using data::BadSample;
+using data::DataSource;
+using data::DatasetInfo;
+
+// Fashion-MNIST from a folder of (optionally gzipped) IDX files, as Debian's
+// dataset-fashion-mnist installs them. split: "train" or "test". Pixels are scaled to [0,1]
+// and standardised with the training set's mean 0.2860 and std 0.3530. A missing folder or
+// file is an error that names it and says which package provides it.
+std::unique_ptr<DataSource> open_idx(const std::string& dir, const std::string& split);
+
+// Any dataset squall reads, by what the folder holds: Fashion-MNIST IDX files, native
+// shards (`split` picks train-* or test-*), or DeepCAM files. Errors name the path.
+// cache_mb: shards smaller than this are held in memory (io::OpenOptions::cache_bytes).
+std::unique_ptr<DataSource> open_dataset(const std::string& path, const std::string& split, bool normalize,
+                                         const std::string& normalization, int64_t cache_mb = 1024);
+
+inline constexpr const char* k_debian_fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
+
+}  // namespace squall::train
