@@ -73,7 +73,8 @@ def cluster_mode(a):
         for run in range(a.runs):
             for rate in rates:  # rates interleaved, so a slow spell of the machine hits each
                 subprocess.run([tool, "rate", name, rate], check=True, capture_output=True)
-                cmd = [tool, "mpirun", name, "--host", hosts, "--", a.squall, "bench", "allreduce", "--json"]
+                cmd = [tool, "mpirun", name, "--host", hosts] + a.mpirun_args.split() + \
+                      ["--", a.squall, "bench", "allreduce", "--json"]
                 out = subprocess.run(cmd + a.bench_args, check=True, capture_output=True, text=True, env=env).stdout
                 doc = json.loads(out)
                 per = {}
@@ -87,10 +88,15 @@ def cluster_mode(a):
                 print(f"run {run + 1}/{a.runs} rate {rate}: done", file=sys.stderr)
     finally:
         subprocess.run([tool, "down", name], check=False, capture_output=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"nodes": a.nodes, "ranks_per_node": a.ranks_per_node, "mpirun_args": a.mpirun_args,
+                       "results": {rate: {str(b): v for b, v in per.items()} for rate, per in results.items()}},
+                      f, indent=1)
 
     n = a.nodes
     print(f"\n{n} nodes x {a.ranks_per_node} ranks over veth links ({a.runs} runs, medians; "
-          "hier/flat = flat time / hier time, the busbw ratio)\n")
+          f"hier/flat = flat time / hier time, the busbw ratio){' with ' + a.mpirun_args if a.mpirun_args else ''}\n")
     print("| link | bytes | flat MPI_Allreduce ms | hier ms | hier/flat (median, min-max) "
           "| hier bound ms | hier / its bound | flat-ring bound ms |")
     print("|---|---|---|---|---|---|---|---|")
@@ -120,6 +126,9 @@ def main():
     ap.add_argument("--nodes", type=int, default=2, help="cluster mode: nodes")
     ap.add_argument("--ranks-per-node", type=int, default=2, help="cluster mode: ranks on each node")
     ap.add_argument("--rates", default="none,10gbit,1gbit", help="cluster mode: link rates, comma-separated")
+    ap.add_argument("--json", default="", help="cluster mode: write every run's times (us) here")
+    ap.add_argument("--mpirun-args", default="", help="cluster mode: more mpirun options, e.g. to pick Open "
+                    "MPI's flat algorithm: '--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4'")
     ap.add_argument("bench_args", nargs="*", help="passed to squall bench allreduce (after --)")
     a = ap.parse_args()
     if a.cluster:

@@ -1,5 +1,5 @@
 #pragma once
-// The hierarchical allreduce (DESIGN.md "Hierarchical allreduce", docs/allreduce.md).
+// The hierarchical allreduce (docs/design.md "The hierarchical allreduce", docs/allreduce.md).
 // Level 1 (summing the learners of a device) is the caller's; this does the rest:
 //   2. reduce-scatter inside the node (node communicator),
 //   3. allreduce of every shard across nodes, among the ranks that hold it,

@@ -1,6 +1,6 @@
 #pragma once
 // The learners of one rank (one device) and the synchronisation algorithms that keep the
-// job's learners together (DESIGN.md, "The training algorithms").
+// job's learners together (docs/design.md, "Learners and the training algorithms").
 //
 // A LearnerGroup owns L learners, each a replica of the model (its own Graph, optimizer,
 // stream and random stream) that trains on its own batch. On the CPU backend each learner

@@ -1,7 +1,7 @@
 #pragma once
 // The training loop of a job: every rank drives a LearnerGroup (src/train/learners.hpp)
 // fed by its own loader, the groups synchronise through the hierarchical allreduce, rank 0
-// writes the run outputs of DESIGN.md (metrics.jsonl, summary.json, config.toml and, on
+// writes the run outputs of docs/design.md (metrics.jsonl, summary.json, config.toml and, on
 // request, timeline.json).
 #include <string>
 

@@ -1,5 +1,5 @@
 // `squall train` end to end, as a user runs it: accuracy on real data, the run outputs of
-// DESIGN.md, the NaN stop, and config errors that name the key.
+// docs/design.md, the NaN stop, and config errors that name the key.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
