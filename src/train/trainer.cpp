@@ -34,6 +34,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
+namespace fs = std::filesystem;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -201,409 +202,506 @@ class AutoTuner {
   nlohmann::json m_decisions = nlohmann::json::array();
 };
 
-}  // namespace
-
-// The likely causes of a divergence, naming the keys that govern them.
-std::string divergence_hint(const Config& cfg, Algorithm algorithm, const LearnerGroup& group) {
-  std::string hint = "lower optimizer.lr or add schedule.warmup_steps";
-  if (algorithm == Algorithm::sma) {
-    const SmaCoefficients c = group.sma();
-    char text[512];
-    std::snprintf(text, sizeof(text),
-                  "; sma with %d learner(s) in the job pulls each learner by parallel.alpha = %g and moves the "
-                  "central model by beta = %g (parallel.centre_rate%s) with parallel.momentum = %g: a smaller "
-                  "parallel.momentum or parallel.centre_rate damps the central model",
-                  group.learners() * group.options().ranks, c.alpha, c.beta,
-                  cfg.parallel.centre_rate > 0 ? "" : " = 0: min(alpha x learners, 1)", c.mu);
-    hint += text;
-  }
-  return hint;
-}
-
-TrainResult run_training(const Config& cfg, const std::string& origin, const RunOptions& options) {
-  namespace fs = std::filesystem;
-  const auto t_start = Clock::now();
-
-  // ---- the job ----
-  const mpi::Topology topo = mpi::Topology::create(options.ranks_per_node);
-  const mpi::Communicator& world = topo.world();
-  const int rank = topo.rank(), ranks = topo.world_size();
-  const bool root = rank == 0;
-  const Algorithm algorithm = parse_algorithm(cfg.parallel.algorithm);
-  const auto [fail_rank, fail_step] = fail_at_from_env();
-
-  // ---- data ----
-  auto train = open_source(cfg.data, "train", "train");
-  auto test = open_source(cfg.data, "test", "test");
-  const auto& info = train->info();
-  const int64_t n_train = cfg.data.train_samples > 0 ? std::min(cfg.data.train_samples, train->size()) : train->size();
-  const int64_t n_test = cfg.data.test_samples > 0 ? std::min(cfg.data.test_samples, test->size()) : test->size();
-  const int64_t batch = cfg.train.batch_size;
-  int learners = static_cast<int>(cfg.parallel.replicas_per_device);
-  const int max_learners = cfg.parallel.autotune ? std::max<int>(learners, static_cast<int>(cfg.parallel.max_replicas_per_device))
-                                                 : learners;
-  // Each rank reads its share of every epoch (io/sampler.hpp) and hands its learners
-  // consecutive batches: learner j of a step takes the rank's batch step*L + j.
-  std::vector<int64_t> offsets = train->file_offsets();
-  if (n_train < train->size()) offsets = {0, n_train};
-  std::vector<int> node_of_rank = world.allgather(topo.node());
-  const io::Sampler sampler(io::parse_sampling(cfg.data.sampling), offsets, io::node_sizes_from(node_of_rank),
-                            static_cast<uint64_t>(cfg.run.seed));
-  const int64_t batches_per_epoch = sampler.steps_per_epoch(batch);
-  if (batches_per_epoch < learners)
-    throw Error(origin + ": one step takes train.batch_size x replicas x ranks = " + std::to_string(batch) + " x " +
-                std::to_string(learners) + " x " + std::to_string(ranks) + " samples, more than an epoch's " +
-                std::to_string(n_train) + " training samples");
-  int64_t steps_per_epoch = batches_per_epoch / learners;
-  int64_t total_steps = steps_per_epoch * cfg.train.epochs;
-  if (cfg.train.max_steps > 0) total_steps = std::min(total_steps, cfg.train.max_steps);
-  // A central model that never synchronises is the initial one: evaluating it would say nothing.
-  if (algorithm != Algorithm::ssgd) {
-    const int64_t first_sync = (algorithm == Algorithm::local_sgd ? cfg.parallel.start_step : 0) + cfg.parallel.period;
-    if (first_sync > total_steps)
-      throw UsageError(origin + ": parallel.period = " + std::to_string(cfg.parallel.period) +
-                       (algorithm == Algorithm::local_sgd
-                            ? " after parallel.start_step = " + std::to_string(cfg.parallel.start_step)
-                            : std::string()) +
-                       " is longer than the run (" + std::to_string(total_steps) +
-                       " steps: train.epochs, train.max_steps): the central model would never be synchronised and "
-                       "the run would evaluate the initial model");
+// One training run on this rank, in the order it happens: plan() reads the data and works out
+// the steps, build() makes the model, the learners and the loader, open_outputs() the run
+// directory and the timeline, train() runs the epochs (train_step() each step, evaluate()
+// when due, reshape() after the auto-tuner changes the learner count), finish() checks the
+// central model and writes the summary.
+class TrainingRun {
+ public:
+  TrainingRun(const Config& cfg, const std::string& origin, const RunOptions& options)
+      : m_cfg(cfg),
+        m_origin(origin),
+        m_options(options),
+        m_start(Clock::now()),
+        m_topo(mpi::Topology::create(options.ranks_per_node)),
+        m_world(m_topo.world()),
+        m_rank(m_topo.rank()),
+        m_ranks(m_topo.world_size()),
+        m_root(m_rank == 0),
+        m_algorithm(parse_algorithm(cfg.parallel.algorithm)),
+        m_timeline(options.timeline) {
+    std::tie(m_fail_rank, m_fail_step) = fail_at_from_env();
   }
 
-  // ---- model, backend, learners ----
-  nn::ModelSpec spec;
-  spec.name = cfg.model.name;
-  spec.classes = cfg.model.classes > 0 ? cfg.model.classes : info.classes;
-  spec.width = cfg.model.width;
-  spec.depth = cfg.model.depth;
-  spec.aspp_rates = cfg.model.aspp_rates;
-  spec.dropout = static_cast<float>(cfg.model.dropout);
-  if (cfg.model.in_channels > 0 && cfg.model.in_channels != info.sample.c())
-    throw Error(origin + ": model.in_channels = " + std::to_string(cfg.model.in_channels) + " but the data has " +
-                std::to_string(info.sample.c()) + " channels");
-  if (!cfg.data.class_weights.empty() && static_cast<int64_t>(cfg.data.class_weights.size()) != spec.classes)
-    throw Error(origin + ": data.class_weights has " + std::to_string(cfg.data.class_weights.size()) +
-                " entries but the model has " + std::to_string(spec.classes) + " classes");
-  // Ranks on one machine share its cores (unless the launcher pinned them): count them.
-  const std::vector<int> host_of_rank = world.allgather(static_cast<int>(std::hash<std::string>{}(topo.host()) & 0x7fffffff));
-  const int ranks_on_host = static_cast<int>(std::count(host_of_rank.begin(), host_of_rank.end(), host_of_rank[static_cast<size_t>(rank)]));
-  auto backend = nn::make_cpu_backend(cfg.run.threads > 0 ? static_cast<int>(cfg.run.threads)
-                                                          : cpu::default_threads(ranks_on_host));
-  auto stream = backend->create_stream();
-  const nn::Shape sample = info.sample;
-  auto make_graph = [spec, sample] { return nn::make_model(spec, sample); };
-
-  mpi::AllreduceOptions ar_options;
-  ar_options.stall_warn_s = options.stall_warn_s;
-  ar_options.stall_abort_s = options.stall_abort_s;
-  mpi::HierAllreduce allreduce(topo, ar_options);
-  AllreduceReducer reducer(allreduce, ranks);
-  SingleRankReducer alone;
-
-  LearnerGroupOptions lg;
-  lg.algorithm = algorithm;
-  lg.learners = learners;
-  lg.ranks = ranks;
-  lg.rank = rank;
-  lg.period = cfg.parallel.period;
-  lg.alpha = cfg.parallel.alpha;
-  lg.centre_rate = cfg.parallel.centre_rate;
-  lg.momentum = cfg.parallel.momentum;
-  lg.start_step = cfg.parallel.start_step;
-  lg.bucket_floats = std::max<size_t>(1, static_cast<size_t>(cfg.parallel.bucket_mb * double(1 << 20) / sizeof(float)));
-  lg.seed = static_cast<uint64_t>(cfg.run.seed);
-  std::vector<float> class_weights(cfg.data.class_weights.begin(), cfg.data.class_weights.end());
-  const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
-  LearnerGroup group(*backend, make_graph, batch, batch * label_hw, cfg.optimizer, class_weights, lg,
-                     ranks > 1 ? static_cast<Reducer&>(reducer) : static_cast<Reducer&>(alone));
-  // The linear scaling rule scales by the batch one update averages over: the global batch
-  // under ssgd, a learner's own batch under sma and local-sgd.
-  const Schedule schedule(cfg.schedule, cfg.optimizer.lr,
-                          algorithm == Algorithm::ssgd ? batch * learners * ranks : batch, steps_per_epoch);
-
-  nn::Buffer label_buf, pred_buf, weight_buf;
-  int32_t* dev_labels = backend->allocate_labels(static_cast<size_t>(batch * label_hw), label_buf);
-  int32_t* dev_pred = backend->allocate_labels(static_cast<size_t>(batch * label_hw), pred_buf);
-  const float* dev_weights = nullptr;
-  if (!class_weights.empty()) {
-    weight_buf = backend->allocate(class_weights.size());
-    backend->copy_from_host(*stream, weight_buf.data(), class_weights.data(), class_weights.size());
-    dev_weights = weight_buf.data();
+  TrainResult run() {
+    plan();
+    build();
+    open_outputs();
+    train();
+    return finish();
   }
-  io::LoaderOptions loader_options;
-  loader_options.batch_size = batch;
-  loader_options.workers = static_cast<int>(cfg.data.workers);
-  loader_options.prefetch = std::max(static_cast<int>(cfg.data.prefetch), max_learners);
-  loader_options.skip_bad = cfg.data.skip_bad_samples;
-  io::Loader loader(*train, loader_options);
 
-  // ---- timeline ----
-  Timeline timeline(options.timeline);
-  world.barrier();
-  const double origin_s = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-  timeline.set_origin(origin_s);
-  if (timeline.enabled()) {
-    group.set_phase_hook([&timeline](const char* phase, int learner, double t0, double t1) {
-      timeline.add(phase, learner < 0 ? Timeline::k_rank_track : Timeline::learner_track(learner), t0, t1);
-    });
-    allreduce.set_level_hook([&timeline](const char* level, double t0, double t1, size_t) {
-      const std::string_view l(level);
-      if (l == "node_reduce_scatter") timeline.add("node reduce-scatter", Timeline::k_allreduce_track + 1, t0, t1);
-      else if (l == "cross_allreduce") timeline.add("cross-node allreduce", Timeline::k_allreduce_track + 2, t0, t1);
-      else if (l == "node_allgather") timeline.add("node allgather", Timeline::k_allreduce_track + 3, t0, t1);
-      else timeline.add("allreduce", Timeline::k_allreduce_track, t0, t1);
-    });
+ private:
+  static double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+  void log_metrics(const json& j) {
+    if (m_metrics) m_metrics->write(j);
   }
-  auto now_s = [] { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); };
 
-  // ---- run directory (rank 0 writes; every rank needs it to exist for nothing else) ----
-  const fs::path dir(cfg.run.dir);
-  std::unique_ptr<MetricsLog> metrics;
-  if (root) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw Error("run.dir = '" + cfg.run.dir + "': cannot create it: " + ec.message());
-    write_atomic(dir / "config.toml", to_toml(cfg));
-    metrics = std::make_unique<MetricsLog>(dir / "metrics.jsonl");
+  // ---- the data and the plan of steps ----
+  void plan() {
+    const Config& cfg = m_cfg;
+    m_train = open_source(cfg.data, "train", "train");
+    m_test = open_source(cfg.data, "test", "test");
+    m_n_train = cfg.data.train_samples > 0 ? std::min(cfg.data.train_samples, m_train->size()) : m_train->size();
+    m_n_test = cfg.data.test_samples > 0 ? std::min(cfg.data.test_samples, m_test->size()) : m_test->size();
+    m_batch = cfg.train.batch_size;
+    m_learners = static_cast<int>(cfg.parallel.replicas_per_device);
+    m_max_learners = cfg.parallel.autotune
+                         ? std::max<int>(m_learners, static_cast<int>(cfg.parallel.max_replicas_per_device))
+                         : m_learners;
+    // Each rank reads its share of every epoch (io/sampler.hpp) and hands its learners
+    // consecutive batches: learner j of a step takes the rank's batch step*L + j.
+    std::vector<int64_t> offsets = m_train->file_offsets();
+    if (m_n_train < m_train->size()) offsets = {0, m_n_train};
+    const std::vector<int> node_of_rank = m_world.allgather(m_topo.node());
+    m_sampler = std::make_unique<io::Sampler>(io::parse_sampling(cfg.data.sampling), offsets,
+                                              io::node_sizes_from(node_of_rank), static_cast<uint64_t>(cfg.run.seed));
+    m_batches_per_epoch = m_sampler->steps_per_epoch(m_batch);
+    if (m_batches_per_epoch < m_learners)
+      throw Error(m_origin + ": one step takes train.batch_size x replicas x ranks = " + std::to_string(m_batch) +
+                  " x " + std::to_string(m_learners) + " x " + std::to_string(m_ranks) +
+                  " samples, more than an epoch's " + std::to_string(m_n_train) + " training samples");
+    m_steps_per_epoch = m_batches_per_epoch / m_learners;
+    m_total_steps = m_steps_per_epoch * cfg.train.epochs;
+    if (cfg.train.max_steps > 0) m_total_steps = std::min(m_total_steps, cfg.train.max_steps);
+    m_epochs = cfg.train.max_steps > 0 ? (m_total_steps + m_steps_per_epoch - 1) / m_steps_per_epoch
+                                       : cfg.train.epochs;
+    m_planned_steps = m_total_steps;
+    m_planned_step_samples = m_batch * m_learners * m_ranks;
+    // A central model that never synchronises is the initial one: evaluating it would say nothing.
+    if (m_algorithm != Algorithm::ssgd) {
+      const int64_t first_sync =
+          (m_algorithm == Algorithm::local_sgd ? cfg.parallel.start_step : 0) + cfg.parallel.period;
+      if (first_sync > m_total_steps)
+        throw UsageError(m_origin + ": parallel.period = " + std::to_string(cfg.parallel.period) +
+                         (m_algorithm == Algorithm::local_sgd
+                              ? " after parallel.start_step = " + std::to_string(cfg.parallel.start_step)
+                              : std::string()) +
+                         " is longer than the run (" + std::to_string(m_total_steps) +
+                         " steps: train.epochs, train.max_steps): the central model would never be synchronised and "
+                         "the run would evaluate the initial model");
+    }
   }
-  auto log_metrics = [&](const json& j) {
-    if (metrics) metrics->write(j);
-  };
 
-  log::info("squall train: " + spec.name + " (" + std::to_string(group.param_count()) + " parameters) on " +
-            info.description + ", backend " + backend->name() + ", " + std::to_string(ranks) + " rank(s) on " +
-            std::to_string(topo.nodes()) + " node(s) x " + std::to_string(learners) + " learner(s), " +
-            algorithm_name(algorithm) + ", batch " + std::to_string(batch) + " per learner (global " +
-            std::to_string(batch * learners * ranks) + "), " + std::to_string(total_steps) + " steps (" +
-            std::to_string(steps_per_epoch) + " per epoch), optimizer " + group.optimizer_name() + ", run dir " +
-            cfg.run.dir);
-  if (algorithm == Algorithm::sma) {
-    const SmaCoefficients c = group.sma();
+  // ---- the model, the backend, the learners and the loader ----
+  void build() {
+    const Config& cfg = m_cfg;
+    const DatasetInfo& info = m_train->info();
+    m_spec.name = cfg.model.name;
+    m_spec.classes = cfg.model.classes > 0 ? cfg.model.classes : info.classes;
+    m_spec.width = cfg.model.width;
+    m_spec.depth = cfg.model.depth;
+    m_spec.aspp_rates = cfg.model.aspp_rates;
+    m_spec.dropout = static_cast<float>(cfg.model.dropout);
+    if (cfg.model.in_channels > 0 && cfg.model.in_channels != info.sample.c())
+      throw Error(m_origin + ": model.in_channels = " + std::to_string(cfg.model.in_channels) + " but the data has " +
+                  std::to_string(info.sample.c()) + " channels");
+    if (!cfg.data.class_weights.empty() && static_cast<int64_t>(cfg.data.class_weights.size()) != m_spec.classes)
+      throw Error(m_origin + ": data.class_weights has " + std::to_string(cfg.data.class_weights.size()) +
+                  " entries but the model has " + std::to_string(m_spec.classes) + " classes");
+    // Ranks on one machine share its cores (unless the launcher pinned them): count them.
+    const std::vector<int> host_of_rank =
+        m_world.allgather(static_cast<int>(std::hash<std::string>{}(m_topo.host()) & 0x7fffffff));
+    const int ranks_on_host = static_cast<int>(
+        std::count(host_of_rank.begin(), host_of_rank.end(), host_of_rank[static_cast<size_t>(m_rank)]));
+    m_backend = nn::make_cpu_backend(cfg.run.threads > 0 ? static_cast<int>(cfg.run.threads)
+                                                         : cpu::default_threads(ranks_on_host));
+    m_stream = m_backend->create_stream();
+    const nn::ModelSpec spec = m_spec;
+    const nn::Shape sample = info.sample;
+    auto make_graph = [spec, sample] { return nn::make_model(spec, sample); };
+
+    mpi::AllreduceOptions ar_options;
+    ar_options.stall_warn_s = m_options.stall_warn_s;
+    ar_options.stall_abort_s = m_options.stall_abort_s;
+    m_allreduce = std::make_unique<mpi::HierAllreduce>(m_topo, ar_options);
+    m_reducer = std::make_unique<AllreduceReducer>(*m_allreduce, m_ranks);
+
+    LearnerGroupOptions lg;
+    lg.algorithm = m_algorithm;
+    lg.learners = m_learners;
+    lg.ranks = m_ranks;
+    lg.rank = m_rank;
+    lg.period = cfg.parallel.period;
+    lg.alpha = cfg.parallel.alpha;
+    lg.centre_rate = cfg.parallel.centre_rate;
+    lg.momentum = cfg.parallel.momentum;
+    lg.start_step = cfg.parallel.start_step;
+    lg.bucket_floats =
+        std::max<size_t>(1, static_cast<size_t>(cfg.parallel.bucket_mb * double(1 << 20) / sizeof(float)));
+    lg.seed = static_cast<uint64_t>(cfg.run.seed);
+    std::vector<float> class_weights(cfg.data.class_weights.begin(), cfg.data.class_weights.end());
+    const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
+    m_group = std::make_unique<LearnerGroup>(
+        *m_backend, make_graph, m_batch, m_batch * label_hw, cfg.optimizer, class_weights, lg,
+        m_ranks > 1 ? static_cast<Reducer&>(*m_reducer) : static_cast<Reducer&>(m_alone));
+    // The linear scaling rule scales by the batch one update averages over: the global batch
+    // under ssgd, a learner's own batch under sma and local-sgd.
+    m_schedule = std::make_unique<Schedule>(cfg.schedule, cfg.optimizer.lr,
+                                            m_algorithm == Algorithm::ssgd ? m_batch * m_learners * m_ranks : m_batch,
+                                            m_steps_per_epoch);
+
+    m_dev_labels = m_backend->allocate_labels(static_cast<size_t>(m_batch * label_hw), m_label_buf);
+    m_dev_pred = m_backend->allocate_labels(static_cast<size_t>(m_batch * label_hw), m_pred_buf);
+    if (!class_weights.empty()) {
+      m_weight_buf = m_backend->allocate(class_weights.size());
+      m_backend->copy_from_host(*m_stream, m_weight_buf.data(), class_weights.data(), class_weights.size());
+      m_dev_weights = m_weight_buf.data();
+    }
+    io::LoaderOptions loader_options;
+    loader_options.batch_size = m_batch;
+    loader_options.workers = static_cast<int>(cfg.data.workers);
+    loader_options.prefetch = std::max(static_cast<int>(cfg.data.prefetch), m_max_learners);
+    loader_options.skip_bad = cfg.data.skip_bad_samples;
+    m_loader = std::make_unique<io::Loader>(*m_train, loader_options);
+    m_last_eval.cm = ConfusionMatrix(info.classes);
+  }
+
+  // ---- the timeline, the run directory, the opening lines ----
+  void open_outputs() {
+    m_world.barrier();
+    m_timeline.set_origin(now_s());
+    if (m_timeline.enabled()) {
+      m_group->set_phase_hook([this](const char* phase, int learner, double t0, double t1) {
+        m_timeline.add(phase, learner < 0 ? Timeline::k_rank_track : Timeline::learner_track(learner), t0, t1);
+      });
+      m_allreduce->set_level_hook([this](const char* level, double t0, double t1, size_t) {
+        const std::string_view l(level);
+        if (l == "node_reduce_scatter") m_timeline.add("node reduce-scatter", Timeline::k_allreduce_track + 1, t0, t1);
+        else if (l == "cross_allreduce") m_timeline.add("cross-node allreduce", Timeline::k_allreduce_track + 2, t0, t1);
+        else if (l == "node_allgather") m_timeline.add("node allgather", Timeline::k_allreduce_track + 3, t0, t1);
+        else m_timeline.add("allreduce", Timeline::k_allreduce_track, t0, t1);
+      });
+    }
+    // Rank 0 writes the run directory; no other rank needs it.
+    m_dir = fs::path(m_cfg.run.dir);
+    if (m_root) {
+      std::error_code ec;
+      fs::create_directories(m_dir, ec);
+      if (ec) throw Error("run.dir = '" + m_cfg.run.dir + "': cannot create it: " + ec.message());
+      write_atomic(m_dir / "config.toml", to_toml(m_cfg));
+      m_metrics = std::make_unique<MetricsLog>(m_dir / "metrics.jsonl");
+    }
+    const DatasetInfo& info = m_train->info();
+    log::info("squall train: " + m_spec.name + " (" + std::to_string(m_group->param_count()) + " parameters) on " +
+              info.description + ", backend " + m_backend->name() + ", " + std::to_string(m_ranks) + " rank(s) on " +
+              std::to_string(m_topo.nodes()) + " node(s) x " + std::to_string(m_learners) + " learner(s), " +
+              algorithm_name(m_algorithm) + ", batch " + std::to_string(m_batch) + " per learner (global " +
+              std::to_string(m_batch * m_learners * m_ranks) + "), " + std::to_string(m_total_steps) + " steps (" +
+              std::to_string(m_steps_per_epoch) + " per epoch), optimizer " + m_group->optimizer_name() +
+              ", run dir " + m_cfg.run.dir);
+    if (m_algorithm == Algorithm::sma) {
+      const SmaCoefficients c = m_group->sma();
+      char line[256];
+      std::snprintf(line, sizeof(line),
+                    "sma: %d learner(s) in the job, each pulled by alpha %g towards the central model, which moves "
+                    "by beta %g%s towards their mean with momentum %g",
+                    m_learners * m_ranks, c.alpha, c.beta,
+                    m_cfg.parallel.centre_rate > 0 ? "" : " (min(alpha x learners, 1))", c.mu);
+      log::info(line);
+    }
+  }
+
+  // ---- the epochs ----
+  void train() {
+    m_progress = std::make_unique<Progress>(m_root && isatty(STDOUT_FILENO) != 0, m_cfg.train.log_every_steps);
+    m_tuner = std::make_unique<AutoTuner>(m_cfg.parallel.autotune, m_cfg.parallel.autotune_threshold, m_max_learners,
+                                          std::max<int64_t>(10, m_steps_per_epoch / 20));
+    m_loop_start = Clock::now();
+    for (int64_t epoch = 1; epoch <= m_epochs && m_step < m_total_steps; ++epoch) {
+      std::vector<int64_t> indices =
+          m_sampler->indices(m_cfg.data.shuffle ? epoch : 0, m_topo.node(), m_topo.local_rank());
+      m_loader->start_epoch(std::move(indices), m_batches_per_epoch);
+      int64_t used = 0;  // batches of this epoch handed to the learners
+      while (used + m_learners <= m_batches_per_epoch && m_step < m_total_steps) {
+        used += m_learners;
+        train_step(epoch, used);
+        if (m_cfg.train.eval_every_steps > 0 && m_step % m_cfg.train.eval_every_steps == 0 &&
+            m_step != m_total_steps)
+          evaluate(epoch);
+      }
+      if (m_cfg.train.eval_every_steps == 0 || m_step == m_total_steps) evaluate(epoch);
+    }
+    m_progress->finish();
+    m_loop_s = seconds_since(m_loop_start);
+  }
+
+  // One step: a batch for every learner, the group's step, the logs, the auto-tuner.
+  // `used`: the epoch's batches taken so far, this step's included.
+  void train_step(int64_t epoch, int64_t used) {
+    const double t_load = now_s();
+    m_held.clear();
+    m_inputs.clear();
+    for (int j = 0; j < m_learners; ++j) {
+      const io::Batch* data = m_loader->next();
+      if (data == nullptr)
+        throw Error("loader: epoch " + std::to_string(epoch) + " ended after " +
+                    std::to_string(used - m_learners + j) + " of " + std::to_string(m_batches_per_epoch) + " batches");
+      m_held.push_back(data);
+      m_inputs.push_back({data->images, data->labels});
+    }
+    m_timeline.add("load", Timeline::k_rank_track, t_load, now_s());
+    if (m_rank == m_fail_rank && m_step + 1 == m_fail_step)
+      throw Error("SQUALL_FAIL_AT: rank " + std::to_string(m_rank) + " fails at step " + std::to_string(m_fail_step) +
+                  " on purpose");
+
+    // The schedule follows the samples trained on, counted in steps of the initial learner
+    // count, so that the auto-tuner's changes keep warm-up, milestones and the cosine in place.
+    const double lr = m_schedule->lr_at(std::min(m_samples_done / m_planned_step_samples, m_planned_steps - 1),
+                                        m_planned_steps);
+    const auto t_step = Clock::now();
+    const std::vector<float> losses = m_group->step(m_inputs, m_step, static_cast<float>(lr));
+    for (const io::Batch* b : m_held) m_loader->release(b);
+    double loss = 0;
+    for (float l : losses) {
+      if (!std::isfinite(l)) {
+        m_progress->finish();
+        throw Error("training diverged: the loss is " + std::string(std::isnan(l) ? "NaN" : "infinite") +
+                    " at step " + std::to_string(m_step + 1) + " (epoch " + std::to_string(epoch) + ", rank " +
+                    std::to_string(m_rank) + ", learning rate " + std::to_string(lr) + "); " + divergence_hint());
+      }
+      loss += l;
+    }
+    loss /= static_cast<double>(losses.size());
+    ++m_step;
+    const int64_t step_samples = m_batch * m_learners * m_ranks;
+    m_samples_done += step_samples;
+
+    m_window_loss.add(loss);
+    const double elapsed = seconds_since(m_loop_start);
+    const double rate = static_cast<double>(m_samples_done) / std::max(elapsed, 1e-9);
+    if (m_root)
+      m_progress->update({m_step, m_total_steps, static_cast<int>(epoch), static_cast<int>(m_epochs),
+                          m_window_loss.mean(), rate, elapsed});
+    if (m_step % m_cfg.train.log_every_steps == 0 || m_step == m_total_steps) {
+      m_last_train_loss = m_window_loss.mean();
+      log_metrics({{"kind", "train"}, {"step", m_step}, {"epoch", epoch}, {"loss", m_last_train_loss}, {"lr", lr},
+                   {"learners", m_learners}, {"samples_per_s", rate}});
+      m_window_loss.reset();
+    }
+    const int change = m_tuner->after_step(m_world, m_learners, step_samples, seconds_since(t_step));
+    if (change != 0) reshape(change, epoch, used);
+  }
+
+  // The auto-tuner added (+1) or removed (-1) a learner. Each step now takes `m_learners`
+  // batches, so the rest of the run takes fewer or more steps.
+  void reshape(int change, int64_t epoch, int64_t used) {
+    if (change > 0) m_group->add_learner(); else m_group->remove_learner();
+    m_learners = m_group->learners();
+    m_steps_per_epoch = m_batches_per_epoch / m_learners;
+    const int64_t rest_of_epoch = (m_batches_per_epoch - used) / m_learners;
+    if (m_cfg.train.max_steps == 0)
+      m_total_steps = m_step + rest_of_epoch + (m_epochs - epoch) * m_steps_per_epoch;
+    else
+      m_epochs = epoch + (std::max<int64_t>(0, m_total_steps - m_step - rest_of_epoch) + m_steps_per_epoch - 1) /
+                             m_steps_per_epoch;
+    const json& d = m_tuner->decisions().back();
+    log_metrics({{"kind", "autotune"}, {"step", m_step}, {"learners_before", d["learners"]},
+                 {"samples_per_s", d["samples_per_s"]}, {"decision", d["decision"]}, {"learners", m_learners},
+                 {"steps_per_epoch", m_steps_per_epoch}, {"total_steps", m_total_steps}});
+    m_progress->finish();
     char line[256];
     std::snprintf(line, sizeof(line),
-                  "sma: %d learner(s) in the job, each pulled by alpha %g towards the central model, which moves "
-                  "by beta %g%s towards their mean with momentum %g",
-                  learners * ranks, c.alpha, c.beta, cfg.parallel.centre_rate > 0 ? "" : " (min(alpha x learners, 1))",
-                  c.mu);
+                  "autotune step %lld: %d learner(s) per device ran %.0f samples/s; %s (now %lld steps per epoch, "
+                  "%lld in all)",
+                  static_cast<long long>(m_step), d["learners"].get<int>(), d["samples_per_s"].get<double>(),
+                  d["decision"].get<std::string>().c_str(), static_cast<long long>(m_steps_per_epoch),
+                  static_cast<long long>(m_total_steps));
     log::info(line);
   }
 
-  // ---- loop ----
-  Progress progress(root && isatty(STDOUT_FILENO) != 0, cfg.train.log_every_steps);
-  AutoTuner tuner(cfg.parallel.autotune, cfg.parallel.autotune_threshold, max_learners,
-                  std::max<int64_t>(10, steps_per_epoch / 20));
-  RunningMean window_loss;
-  double last_train_loss = 0;
-  EvalPart last_eval{ConfusionMatrix(info.classes)};
-  double last_eval_loss = 0;
-  int64_t step = 0, samples_done = 0;
-  const int64_t planned_steps = total_steps, planned_step_samples = batch * learners * ranks;
-  double eval_total_s = 0;
-  const auto t_loop = Clock::now();
-  int64_t epochs = cfg.train.max_steps > 0 ? (total_steps + steps_per_epoch - 1) / steps_per_epoch
-                                           : cfg.train.epochs;
-
-  auto run_eval = [&](int64_t epoch) {
+  // The central model on the test samples, split over the ranks and summed.
+  void evaluate(int64_t epoch) {
     const auto t0 = Clock::now();
     const double ts = now_s();
-    nn::Graph& g = group.eval_graph();
-    const int64_t begin = n_test * rank / ranks, end = n_test * (rank + 1) / ranks;
-    last_eval = evaluate(g, *backend, *stream, *test, begin, end, dev_labels, dev_pred, dev_weights);
-    if (ranks > 1) {
-      std::vector<double> sums(last_eval.cm.counts().size() + 2);
-      for (size_t i = 0; i < last_eval.cm.counts().size(); ++i) sums[i] = static_cast<double>(last_eval.cm.counts()[i]);
-      sums[sums.size() - 2] = last_eval.loss_sum;
-      sums.back() = last_eval.samples;
-      world.allreduce_sum(std::span<double>(sums));
-      for (size_t i = 0; i < last_eval.cm.counts().size(); ++i)
-        last_eval.cm.counts()[i] = static_cast<int64_t>(sums[i]);
-      last_eval.loss_sum = sums[sums.size() - 2];
-      last_eval.samples = sums.back();
+    nn::Graph& g = m_group->eval_graph();
+    const int64_t begin = m_n_test * m_rank / m_ranks, end = m_n_test * (m_rank + 1) / m_ranks;
+    m_last_eval =
+        squall::train::evaluate(g, *m_backend, *m_stream, *m_test, begin, end, m_dev_labels, m_dev_pred, m_dev_weights);
+    if (m_ranks > 1) {
+      const auto counts = m_last_eval.cm.counts();  // a view of the matrix
+      std::vector<double> sums(counts.size() + 2);
+      for (size_t i = 0; i < counts.size(); ++i) sums[i] = static_cast<double>(counts[i]);
+      sums[sums.size() - 2] = m_last_eval.loss_sum;
+      sums.back() = m_last_eval.samples;
+      m_world.allreduce_sum(std::span<double>(sums));
+      for (size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<int64_t>(sums[i]);
+      m_last_eval.loss_sum = sums[sums.size() - 2];
+      m_last_eval.samples = sums.back();
     }
-    last_eval_loss = last_eval.samples > 0 ? last_eval.loss_sum / last_eval.samples : 0;
+    m_last_eval_loss = m_last_eval.samples > 0 ? m_last_eval.loss_sum / m_last_eval.samples : 0;
     const double secs = seconds_since(t0);
-    timeline.add("eval", Timeline::k_rank_track, ts, now_s());
-    eval_total_s += secs;
-    const double elapsed = seconds_since(t_loop);
-    log_metrics({{"kind", "eval"}, {"step", step}, {"epoch", epoch}, {"test_loss", last_eval_loss},
-                 {"test_accuracy", last_eval.cm.accuracy()}, {"test_miou", last_eval.cm.mean_iou()}, {"eval_s", secs},
-                 {"elapsed_s", elapsed}, {"train_s", elapsed - eval_total_s},
-                 {"epochs_done", static_cast<double>(samples_done) / static_cast<double>(n_train)}});
-    progress.finish();
+    m_timeline.add("eval", Timeline::k_rank_track, ts, now_s());
+    m_eval_total_s += secs;
+    const double elapsed = seconds_since(m_loop_start);
+    log_metrics({{"kind", "eval"}, {"step", m_step}, {"epoch", epoch}, {"test_loss", m_last_eval_loss},
+                 {"test_accuracy", m_last_eval.cm.accuracy()}, {"test_miou", m_last_eval.cm.mean_iou()},
+                 {"eval_s", secs}, {"elapsed_s", elapsed}, {"train_s", elapsed - m_eval_total_s},
+                 {"epochs_done", static_cast<double>(m_samples_done) / static_cast<double>(m_n_train)}});
+    m_progress->finish();
     char line[256];
     std::snprintf(line, sizeof(line), "eval  epoch %lld step %lld: test loss %.4f accuracy %.4f mIoU %.4f (%.1f s)",
-                  static_cast<long long>(epoch), static_cast<long long>(step), last_eval_loss,
-                  last_eval.cm.accuracy(), last_eval.cm.mean_iou(), secs);
+                  static_cast<long long>(epoch), static_cast<long long>(m_step), m_last_eval_loss,
+                  m_last_eval.cm.accuracy(), m_last_eval.cm.mean_iou(), secs);
     log::info(line);
-  };
+  }
 
-  std::vector<const io::Batch*> held;
-  std::vector<LearnerBatch> inputs;
-  for (int64_t epoch = 1; epoch <= epochs && step < total_steps; ++epoch) {
-    std::vector<int64_t> indices = sampler.indices(cfg.data.shuffle ? epoch : 0, topo.node(), topo.local_rank());
-    loader.start_epoch(std::move(indices), batches_per_epoch);
-    int64_t used = 0;
-    while (used + learners <= batches_per_epoch && step < total_steps) {
-      const double t_load = now_s();
-      held.clear();
-      inputs.clear();
-      for (int j = 0; j < learners; ++j) {
-        const io::Batch* data = loader.next();
-        if (data == nullptr)
-          throw Error("loader: epoch " + std::to_string(epoch) + " ended after " + std::to_string(used + j) + " of " +
-                      std::to_string(batches_per_epoch) + " batches");
-        held.push_back(data);
-        inputs.push_back({data->images, data->labels});
-      }
-      used += learners;
-      timeline.add("load", Timeline::k_rank_track, t_load, now_s());
-      if (rank == fail_rank && step + 1 == fail_step)
-        throw Error("SQUALL_FAIL_AT: rank " + std::to_string(rank) + " fails at step " + std::to_string(fail_step) +
-                    " on purpose");
-
-      // The schedule follows the samples trained on, counted in steps of the initial learner
-      // count, so that the auto-tuner's changes keep warm-up, milestones and the cosine in place.
-      const double lr = schedule.lr_at(std::min(samples_done / planned_step_samples, planned_steps - 1), planned_steps);
-      const auto t_step = Clock::now();
-      const std::vector<float> losses = group.step(inputs, step, static_cast<float>(lr));
-      for (const io::Batch* b : held) loader.release(b);
-      double loss = 0;
-      for (float l : losses) {
-        if (!std::isfinite(l)) {
-          progress.finish();
-          throw Error("training diverged: the loss is " + std::string(std::isnan(l) ? "NaN" : "infinite") +
-                      " at step " + std::to_string(step + 1) + " (epoch " + std::to_string(epoch) + ", rank " +
-                      std::to_string(rank) + ", learning rate " + std::to_string(lr) + "); " +
-                      divergence_hint(cfg, algorithm, group));
-        }
-        loss += l;
-      }
-      loss /= static_cast<double>(losses.size());
-      ++step;
-      const int64_t step_samples = batch * learners * ranks;
-      samples_done += step_samples;
-
-      window_loss.add(loss);
-      const double elapsed = seconds_since(t_loop);
-      if (root)
-        progress.update({step, total_steps, static_cast<int>(epoch), static_cast<int>(epochs), window_loss.mean(),
-                       static_cast<double>(samples_done) / std::max(elapsed, 1e-9), elapsed});
-      if (step % cfg.train.log_every_steps == 0 || step == total_steps) {
-        last_train_loss = window_loss.mean();
-        log_metrics({{"kind", "train"}, {"step", step}, {"epoch", epoch}, {"loss", last_train_loss}, {"lr", lr},
-                     {"learners", learners}, {"samples_per_s", static_cast<double>(samples_done) / std::max(elapsed, 1e-9)}});
-        window_loss.reset();
-      }
-
-      const int change = tuner.after_step(world, learners, step_samples, seconds_since(t_step));
-      if (change != 0) {
-        if (change > 0) group.add_learner(); else group.remove_learner();
-        learners = group.learners();
-        // Each step now takes `learners` batches: the rest of the run takes fewer or more steps.
-        steps_per_epoch = batches_per_epoch / learners;
-        const int64_t rest_of_epoch = (batches_per_epoch - used) / learners;
-        if (cfg.train.max_steps == 0)
-          total_steps = step + rest_of_epoch + (epochs - epoch) * steps_per_epoch;
-        else
-          epochs = epoch + (std::max<int64_t>(0, total_steps - step - rest_of_epoch) + steps_per_epoch - 1) / steps_per_epoch;
-        const json& d = tuner.decisions().back();
-        log_metrics({{"kind", "autotune"}, {"step", step}, {"learners_before", d["learners"]},
-                     {"samples_per_s", d["samples_per_s"]}, {"decision", d["decision"]}, {"learners", learners},
-                     {"steps_per_epoch", steps_per_epoch}, {"total_steps", total_steps}});
-        progress.finish();
-        char line[256];
-        std::snprintf(line, sizeof(line),
-                      "autotune step %lld: %d learner(s) per device ran %.0f samples/s; %s (now %lld steps per epoch, "
-                      "%lld in all)",
-                      static_cast<long long>(step), d["learners"].get<int>(), d["samples_per_s"].get<double>(),
-                      d["decision"].get<std::string>().c_str(), static_cast<long long>(steps_per_epoch),
-                      static_cast<long long>(total_steps));
-        log::info(line);
-      }
-      if (cfg.train.eval_every_steps > 0 && step % cfg.train.eval_every_steps == 0 && step != total_steps)
-        run_eval(epoch);
+  // The likely causes of a divergence, naming the keys that govern them.
+  std::string divergence_hint() const {
+    std::string hint = "lower optimizer.lr or add schedule.warmup_steps";
+    if (m_algorithm == Algorithm::sma) {
+      const SmaCoefficients c = m_group->sma();
+      char text[512];
+      std::snprintf(text, sizeof(text),
+                    "; sma with %d learner(s) in the job pulls each learner by parallel.alpha = %g and moves the "
+                    "central model by beta = %g (parallel.centre_rate%s) with parallel.momentum = %g: a smaller "
+                    "parallel.momentum or parallel.centre_rate damps the central model",
+                    m_learners * m_ranks, c.alpha, c.beta,
+                    m_cfg.parallel.centre_rate > 0 ? "" : " = 0: min(alpha x learners, 1)", c.mu);
+      hint += text;
     }
-    if (cfg.train.eval_every_steps == 0 || step == total_steps) run_eval(epoch);
-  }
-  progress.finish();
-  const double loop_s = seconds_since(t_loop);
-  const double t_io = loader.io_wait_s();
-
-  // ---- the central model: the same on every rank, or the run failed ----
-  std::vector<float> host(group.param_count() + group.state_count());
-  backend->copy_to_host(*stream, host.data(), group.central_params(), group.param_count());
-  backend->copy_to_host(*stream, host.data() + group.param_count(), group.central_state(), group.state_count());
-  backend->synchronize(*stream);
-  TrainResult r;
-  r.model_checksum = fnv1a_hex(host.data(), host.size() * sizeof(float));
-  const std::vector<std::string> sums = world.gather_strings(r.model_checksum);
-  std::string mismatch;
-  for (size_t i = 0; i < sums.size(); ++i)
-    if (sums[i] != sums[0]) mismatch += (mismatch.empty() ? "" : ", ") + ("rank " + std::to_string(i) + " " + sums[i]);
-  if (!mismatch.empty())
-    throw Error("the ranks' central models differ at the end of training: rank 0 " + sums[0] + ", " + mismatch);
-
-  // ---- timeline ----
-  if (timeline.enabled()) {
-    if (timeline.dropped() > 0)
-      log::warn("timeline: " + std::to_string(timeline.dropped()) + " events past the limit were dropped");
-    const auto parts = world.gather_strings(timeline.events_json(rank, topo.host(), topo.node()));
-    if (root) write_atomic(dir / "timeline.json", Timeline::document(parts));
+    return hint;
   }
 
-  // ---- summary ----
-  const double t_compute = group.compute_seconds(), t_reduce = group.reduce_seconds();
-  r.steps = step;
-  r.train_loss = last_train_loss;
-  r.test_accuracy = last_eval.cm.accuracy();
-  r.test_loss = last_eval_loss;
-  r.wall_s = seconds_since(t_start);
-  r.samples_per_s = static_cast<double>(samples_done) / std::max(loop_s, 1e-9);
+  // ---- the end: the same central model on every rank, the timeline, the summary ----
+  TrainResult finish() {
+    const double t_io = m_loader->io_wait_s();
+    std::vector<float> host(m_group->param_count() + m_group->state_count());
+    m_backend->copy_to_host(*m_stream, host.data(), m_group->central_params(), m_group->param_count());
+    m_backend->copy_to_host(*m_stream, host.data() + m_group->param_count(), m_group->central_state(),
+                            m_group->state_count());
+    m_backend->synchronize(*m_stream);
+    TrainResult r;
+    r.model_checksum = fnv1a_hex(host.data(), host.size() * sizeof(float));
+    const std::vector<std::string> sums = m_world.gather_strings(r.model_checksum);
+    std::string mismatch;
+    for (size_t i = 0; i < sums.size(); ++i)
+      if (sums[i] != sums[0]) mismatch += (mismatch.empty() ? "" : ", ") + ("rank " + std::to_string(i) + " " + sums[i]);
+    if (!mismatch.empty())
+      throw Error("the ranks' central models differ at the end of training: rank 0 " + sums[0] + ", " + mismatch);
 
-  json final_metrics{{"train_loss", r.train_loss}, {"test_loss", r.test_loss}};
-  if (info.per_pixel_labels) {
-    final_metrics["test_miou"] = last_eval.cm.mean_iou();
-    json per_class = json::array();
-    for (double v : last_eval.cm.iou_per_class()) per_class.push_back(std::isnan(v) ? json(nullptr) : json(v));
-    final_metrics["test_iou_per_class"] = per_class;
-  } else {
-    final_metrics["test_accuracy"] = r.test_accuracy;
-  }
-  json parallel{{"period", cfg.parallel.period}};
-  if (algorithm == Algorithm::sma) {
-    const SmaCoefficients c = group.sma();
-    parallel["alpha"] = c.alpha;
-    parallel["centre_rate"] = c.beta;
-    parallel["momentum"] = c.mu;
-  }
-  if (algorithm == Algorithm::local_sgd) parallel["start_step"] = cfg.parallel.start_step;
-  if (algorithm != Algorithm::sma && ranks > 1) {
-    parallel["bucket_mb"] = cfg.parallel.bucket_mb;
-    parallel["buckets"] = group.buckets();
-    parallel["max_buckets_in_flight"] = group.max_buckets_in_flight();
-  }
-  if (cfg.parallel.autotune) parallel["autotune"] = tuner.decisions();
-  const json summary{
-      {"world_size", ranks}, {"nodes", topo.nodes()}, {"devices_per_rank", 1}, {"replicas_per_device", learners},
-      {"algorithm", algorithm_name(algorithm)}, {"parallel", parallel}, {"backend", backend->name()},
-      {"threads", backend->threads()}, {"model", spec.name}, {"parameters", group.param_count()},
-      {"optimizer", group.optimizer_name()}, {"global_batch", batch * learners * ranks}, {"batch_per_learner", batch},
-      {"epochs", epochs}, {"steps", step}, {"wall_s", r.wall_s}, {"train_loop_s", loop_s},
-      {"samples_per_s", r.samples_per_s},
-      {"time_breakdown_s", {{"compute", t_compute}, {"allreduce", t_reduce}, {"io_wait", t_io},
-                            {"allreduce_overlapped", group.overlapped_reduce_seconds()}}},
-      {"skipped_samples", loader.bad_samples()}, {"data", info.description},
-      {"final", final_metrics}, {"model_checksum", r.model_checksum}, {"config", origin}};
-  if (root) write_atomic(dir / "summary.json", summary.dump(2) + "\n");
+    if (m_timeline.enabled()) {
+      if (m_timeline.dropped() > 0)
+        log::warn("timeline: " + std::to_string(m_timeline.dropped()) + " events past the limit were dropped");
+      const auto parts = m_world.gather_strings(m_timeline.events_json(m_rank, m_topo.host(), m_topo.node()));
+      if (m_root) write_atomic(m_dir / "timeline.json", Timeline::document(parts));
+    }
 
-  char line[400];
-  std::snprintf(line, sizeof(line),
-                "done: %lld steps in %.1f s, %.0f samples/s on %d rank(s) x %d learner(s), train loss %.4f, test "
-                "accuracy %.4f (compute %.1f s, allreduce %.1f s, io_wait %.1f s); summary in %s",
-                static_cast<long long>(step), r.wall_s, r.samples_per_s, ranks, learners, r.train_loss,
-                r.test_accuracy, t_compute, t_reduce, t_io, (dir / "summary.json").c_str());
-  log::info(line);
-  return r;
+    const double t_compute = m_group->compute_seconds(), t_reduce = m_group->reduce_seconds();
+    r.steps = m_step;
+    r.train_loss = m_last_train_loss;
+    r.test_accuracy = m_last_eval.cm.accuracy();
+    r.test_loss = m_last_eval_loss;
+    r.wall_s = seconds_since(m_start);
+    r.samples_per_s = static_cast<double>(m_samples_done) / std::max(m_loop_s, 1e-9);
+    if (m_root) write_atomic(m_dir / "summary.json", summary(r, t_compute, t_reduce, t_io).dump(2) + "\n");
+
+    char line[400];
+    std::snprintf(line, sizeof(line),
+                  "done: %lld steps in %.1f s, %.0f samples/s on %d rank(s) x %d learner(s), train loss %.4f, test "
+                  "accuracy %.4f (compute %.1f s, allreduce %.1f s, io_wait %.1f s); summary in %s",
+                  static_cast<long long>(m_step), r.wall_s, r.samples_per_s, m_ranks, m_learners, r.train_loss,
+                  r.test_accuracy, t_compute, t_reduce, t_io, (m_dir / "summary.json").c_str());
+    log::info(line);
+    return r;
+  }
+
+  json summary(const TrainResult& r, double t_compute, double t_reduce, double t_io) const {
+    json final_metrics{{"train_loss", r.train_loss}, {"test_loss", r.test_loss}};
+    if (m_train->info().per_pixel_labels) {
+      final_metrics["test_miou"] = m_last_eval.cm.mean_iou();
+      json per_class = json::array();
+      for (double v : m_last_eval.cm.iou_per_class()) per_class.push_back(std::isnan(v) ? json(nullptr) : json(v));
+      final_metrics["test_iou_per_class"] = per_class;
+    } else {
+      final_metrics["test_accuracy"] = r.test_accuracy;
+    }
+    json parallel{{"period", m_cfg.parallel.period}};
+    if (m_algorithm == Algorithm::sma) {
+      const SmaCoefficients c = m_group->sma();
+      parallel["alpha"] = c.alpha;
+      parallel["centre_rate"] = c.beta;
+      parallel["momentum"] = c.mu;
+    }
+    if (m_algorithm == Algorithm::local_sgd) parallel["start_step"] = m_cfg.parallel.start_step;
+    if (m_algorithm != Algorithm::sma && m_ranks > 1) {
+      parallel["bucket_mb"] = m_cfg.parallel.bucket_mb;
+      parallel["buckets"] = m_group->buckets();
+      parallel["max_buckets_in_flight"] = m_group->max_buckets_in_flight();
+    }
+    if (m_cfg.parallel.autotune) parallel["autotune"] = m_tuner->decisions();
+    return json{{"world_size", m_ranks}, {"nodes", m_topo.nodes()}, {"devices_per_rank", 1},
+                {"replicas_per_device", m_learners}, {"algorithm", algorithm_name(m_algorithm)},
+                {"parallel", parallel}, {"backend", m_backend->name()}, {"threads", m_backend->threads()},
+                {"model", m_spec.name}, {"parameters", m_group->param_count()},
+                {"optimizer", m_group->optimizer_name()}, {"global_batch", m_batch * m_learners * m_ranks},
+                {"batch_per_learner", m_batch}, {"epochs", m_epochs}, {"steps", m_step}, {"wall_s", r.wall_s},
+                {"train_loop_s", m_loop_s}, {"samples_per_s", r.samples_per_s},
+                {"time_breakdown_s", {{"compute", t_compute}, {"allreduce", t_reduce}, {"io_wait", t_io},
+                                      {"allreduce_overlapped", m_group->overlapped_reduce_seconds()}}},
+                {"skipped_samples", m_loader->bad_samples()}, {"data", m_train->info().description},
+                {"final", final_metrics}, {"model_checksum", r.model_checksum}, {"config", m_origin}};
+  }
+
+  // The job.
+  const Config& m_cfg;
+  const std::string& m_origin;
+  const RunOptions& m_options;
+  const Clock::time_point m_start;
+  const mpi::Topology m_topo;
+  const mpi::Communicator& m_world;
+  const int m_rank, m_ranks;
+  const bool m_root;
+  const Algorithm m_algorithm;
+  int m_fail_rank = -1;
+  int64_t m_fail_step = 0;  // SQUALL_FAIL_AT
+
+  // The data and the plan (steps change when the auto-tuner changes the learner count).
+  std::unique_ptr<DataSource> m_train, m_test;
+  int64_t m_n_train = 0, m_n_test = 0, m_batch = 0;
+  int m_learners = 1, m_max_learners = 1;
+  std::unique_ptr<io::Sampler> m_sampler;
+  int64_t m_batches_per_epoch = 0, m_steps_per_epoch = 0, m_total_steps = 0, m_epochs = 0;
+  int64_t m_planned_steps = 0, m_planned_step_samples = 1;  // the schedule's frame: the initial plan
+
+  // The model and what trains it.
+  nn::ModelSpec m_spec;
+  std::unique_ptr<nn::Backend> m_backend;
+  std::unique_ptr<nn::Stream> m_stream;
+  std::unique_ptr<mpi::HierAllreduce> m_allreduce;
+  std::unique_ptr<AllreduceReducer> m_reducer;
+  SingleRankReducer m_alone;
+  std::unique_ptr<LearnerGroup> m_group;
+  std::unique_ptr<Schedule> m_schedule;
+  nn::Buffer m_label_buf, m_pred_buf, m_weight_buf;
+  int32_t* m_dev_labels = nullptr;
+  int32_t* m_dev_pred = nullptr;
+  const float* m_dev_weights = nullptr;
+  std::unique_ptr<io::Loader> m_loader;
+
+  // The outputs.
+  Timeline m_timeline;
+  fs::path m_dir;
+  std::unique_ptr<MetricsLog> m_metrics;
+  std::unique_ptr<Progress> m_progress;
+  std::unique_ptr<AutoTuner> m_tuner;
+
+  // The loop's state.
+  std::vector<const io::Batch*> m_held;
+  std::vector<LearnerBatch> m_inputs;
+  Clock::time_point m_loop_start;
+  int64_t m_step = 0, m_samples_done = 0;
+  RunningMean m_window_loss;
+  double m_last_train_loss = 0, m_last_eval_loss = 0, m_eval_total_s = 0, m_loop_s = 0;
+  EvalPart m_last_eval{ConfusionMatrix(1)};
+};
+
+}  // namespace
+
+TrainResult run_training(const Config& cfg, const std::string& origin, const RunOptions& options) {
+  return TrainingRun(cfg, origin, options).run();
 }
 
 }  // namespace squall::train
