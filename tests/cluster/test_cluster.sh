@@ -12,7 +12,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cluster=$here/cluster
 work=$(mktemp -d "${TMPDIR:-/tmp}/squall-cluster-test.XXXXXX")
-# The nodes have their own /tmp: what they share with this script lives beside the binary.
+# What the nodes write for this script to read (job output, run directories) lives beside the binary.
 shared=$(dirname "$squall")/../cluster-test-$test
 rm -rf "$shared" && mkdir -p "$shared"
 
