@@ -121,6 +121,7 @@ struct Op {
   size_t count = 0;
   DType type = DType::f32;
   Path path = Path::blocking;
+  MPI_Request gate = MPI_REQUEST_NULL;     // blocking, large: the arrival barrier
   size_t chunk = 0;                        // pipeline: elements per chunk
   size_t chunks = 0, chunks_done = 0;
   bool done = false;
@@ -178,7 +179,8 @@ struct HierAllreduce::Impl {
   LevelHook hook;
 
   int local_rank = 0, local_size = 1, nodes = 1;
-  MPI_Comm flat = MPI_COMM_NULL;                        // blocking sums over the job (every mode)
+  MPI_Comm flat = MPI_COMM_NULL;  // blocking sums over the job (every mode)
+  MPI_Comm gate = MPI_COMM_NULL;  // the arrival barriers in front of large blocking sums
   MPI_Comm rs = MPI_COMM_NULL, ag = MPI_COMM_NULL;      // node stages, one communicator each
   // Part p of every chunk is summed across nodes on parts[p - part_lo], among the ranks that
   // own it (one per node). This rank owns parts [part_lo, part_hi) of the P in a chunk.
@@ -259,8 +261,14 @@ struct HierAllreduce::Impl {
       op.done = true;
       return;
     }
-    if (mode == Mode::flat || op.count * dtype_size(op.type) <= options.small_bytes) {
+    const bool small = op.count * dtype_size(op.type) <= options.small_bytes;
+    if (mode == Mode::flat || small) {
       op.path = Path::blocking;
+      // A blocking MPI_Allreduce spins while it waits for a late rank, taking a core from the
+      // learners that compute meanwhile (they share the rank's cores): a large sum first waits
+      // for every rank at a nonblocking barrier, politely (Waiter). A small one goes straight
+      // in: its latency is the point, and it is rarely waited for while learners compute.
+      if (!small) SQUALL_MPI_CHECK(MPI_Ibarrier(gate, &op.gate));
     } else {
       op.path = Path::pipeline;
       op.chunk = chunk_elements(op);
@@ -291,6 +299,11 @@ struct HierAllreduce::Impl {
         break;
       }
     if (op == nullptr || op->path != Path::blocking || (only != nullptr && op != only)) return false;
+    if (op->gate != MPI_REQUEST_NULL) {
+      int arrived = 0;
+      SQUALL_MPI_CHECK(MPI_Test(&op->gate, &arrived, MPI_STATUS_IGNORE));
+      if (!arrived) return false;
+    }
     const size_t esize = dtype_size(op->type);
     const size_t piece = std::clamp(options.flat_chunk_bytes / esize, size_t{1}, k_max_call_elements);
     for (size_t done = 0; done < op->count;) {
@@ -546,8 +559,11 @@ HierAllreduce::HierAllreduce(const Topology& topo, AllreduceOptions options) {
       }
     }
   }
-  if (s.mode != Impl::Mode::none) SQUALL_MPI_CHECK(MPI_Comm_dup(world, &s.flat));
-  for (MPI_Comm c : {s.flat, s.rs, s.ag})
+  if (s.mode != Impl::Mode::none) {
+    SQUALL_MPI_CHECK(MPI_Comm_dup(world, &s.flat));
+    SQUALL_MPI_CHECK(MPI_Comm_dup(world, &s.gate));
+  }
+  for (MPI_Comm c : {s.flat, s.gate, s.rs, s.ag})
     if (c != MPI_COMM_NULL) SQUALL_MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
   for (MPI_Comm c : s.parts) {
     SQUALL_MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
@@ -564,7 +580,7 @@ HierAllreduce::~HierAllreduce() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (MPI_Comm* c : {&s.flat, &s.rs, &s.ag})
+  for (MPI_Comm* c : {&s.flat, &s.gate, &s.rs, &s.ag})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   for (MPI_Comm& c : s.parts)
     if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
