@@ -28,7 +28,7 @@ build: configure
 
 # The demo: who runs where, then LeNet-5 trained on Debian's Fashion-MNIST by 2 ranks x 2
 # learners with synchronous model averaging (Crossbow's SMA) through the hierarchical
-# allreduce: 5 epochs, about 15 s on two cores, ending with the test accuracy and throughput.
+# allreduce: 5 epochs, 15-35 s on two cores, ending with the test accuracy and throughput.
 demo: build
 	mpirun -np $(NP) --oversubscribe $(BUILD)/bin/squall info
 	mpirun -np $(NP) --oversubscribe $(BUILD)/bin/squall train --config configs/fashion-mnist-sma.toml
