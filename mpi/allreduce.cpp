@@ -39,8 +39,10 @@ MPI_Datatype mpi_type(DType type) {
 double clock_seconds(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
 
 // Waiting on MPI_Test without taking a core from the ranks that share it: spin for a few
-// microseconds (a stage often ends that soon), then yield, then sleep in small steps once the
-// wait is long (a late rank, not a slow transfer).
+// microseconds (a stage often ends that soon), then yield, and sleep (1 ms steps) only once
+// the wait passes a second (a late rank, not a slow transfer). A transfer over a slow link
+// takes tens of milliseconds and moves only while MPI_Test is called: sleeping in 0.1 ms
+// steps after 10 ms made the 1 Gbit/s allreduce 2-3x slower (bench/RESULTS.md).
 class Waiter {
  public:
   void progressed() { m_waiting = false; }
@@ -56,7 +58,7 @@ class Waiter {
     if (waited < 1.0)
       std::this_thread::yield();
     else
-      std::this_thread::sleep_for(std::chrono::microseconds(waited < 1.0 ? 100 : 1000));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 
  private:

@@ -242,7 +242,8 @@ StallWatch::~StallWatch() {
   MPI_Comm_free(&s.comm);
 }
 
-// The watch thread: awake every check_every_s to judge the oldest collective in progress. It alone uses the private communicator.
+// The watch thread: awake every check_every_s to judge the oldest collective in progress.
+// It alone uses the private communicator.
 void StallWatch::Impl::loop() {
   std::unique_lock lock(mutex);
   while (!stop) {
