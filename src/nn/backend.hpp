@@ -1,12 +1,19 @@
 #pragma once
-// The Backend interface: memory, streams and the operations layers are built from.
+// The Backend interface: memory, streams, events and the operations layers are built from.
 //
-// Execution model (what lets the CUDA backend fit without change):
-//  - every call takes the Stream it runs on; a learner owns one stream. Calls on one stream
-//    run in order; the CPU backend runs them synchronously on the calling thread (with its
-//    own thread pool inside), the CUDA backend enqueues them and returns at once;
-//  - pointers are backend memory (device memory for CUDA); the host only touches it through
-//    copy_from_host / copy_to_host / synchronize: no host round-trips on the hot path;
+// Execution model (docs/design.md, "Backends"):
+//  - every operation takes the Stream it runs on; a learner owns one stream. Operations on
+//    one stream run in order. The CUDA backend enqueues them and returns at once; the CPU
+//    backend runs them on the calling thread (its streams are inline, with a thread team
+//    inside each operation), so on the CPU every call has completed when it returns;
+//  - ordering across streams is by events: record(event, s1) then wait(s2, event) makes
+//    s2's later work wait for s1's earlier work, without the host waiting. The host waits
+//    only where it must read a result: synchronize(stream) or synchronize(event);
+//  - pointers are backend memory (device memory for CUDA); the host touches it only through
+//    the copy calls. Results the host needs (losses, norms, metrics) are written to backend
+//    memory and read with one copy when they are wanted, not one sync per value;
+//  - host memory that a copy reads or writes asynchronously comes from allocate_host
+//    (pinned on CUDA); other host memory is copied synchronously;
 //  - heavy operations are "plans" made once for a shape (oneDNN primitives, cuDNN
 //    descriptors and algorithm choice, workspace) and then run every step.
 //
@@ -16,29 +23,63 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "src/nn/tensor.hpp"
 
 namespace squall::nn {
 
+// Element types of backend memory. Layers compute in f32 today; bf16/f16 buffers hold
+// reduced-precision copies (convert()), i32 holds labels and predictions.
+enum class DType : uint8_t { f32, bf16, f16, i32 };
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);  // "f32" | "bf16" | "f16" | "i32"
+
+// An ordered queue of work (a cudaStream_t with its library handles; inline on the CPU).
 class Stream {
  public:
   virtual ~Stream() = default;
 };
 
-// An owning allocation of backend memory, returned to the backend's pool when destroyed.
+// A point in a stream's work (a cudaEvent_t; always complete on the CPU).
+class Event {
+ public:
+  virtual ~Event() = default;
+};
+
+// Which device a backend drives.
+struct DeviceInfo {
+  std::string backend;      // "cpu" | "cuda"
+  int index = -1;           // CUDA ordinal as this process sees it (CUDA_VISIBLE_DEVICES); -1 on the CPU
+  std::string name;         // "NVIDIA H100 80GB HBM3", or the CPU's model name
+  std::string bus_id;       // PCI bus id of a GPU ("0000:3b:00.0"), empty on the CPU
+  size_t memory_bytes = 0;  // device memory (0 on the CPU)
+};
+
+// An owning allocation of backend (or pinned host) memory, returned to the backend's pool
+// when the last copy is destroyed.
 class Buffer {
  public:
   Buffer() = default;
+  Buffer(void* data, size_t count, DType dtype, std::shared_ptr<void> owner)
+      : m_data(data), m_count(count), m_dtype(dtype), m_owner(std::move(owner)) {}
   Buffer(float* data, size_t count, std::shared_ptr<void> owner)
-      : m_data(data), m_count(count), m_owner(std::move(owner)) {}
-  float* data() const { return m_data; }
-  size_t count() const { return m_count; }  // floats
-  Tensor view(const Shape& s, size_t offset = 0) const { return Tensor{m_data + offset, s}; }
+      : Buffer(static_cast<void*>(data), count, DType::f32, std::move(owner)) {}
+  // The f32 view (most buffers); as<T>() for the others.
+  float* data() const { return static_cast<float*>(m_data); }
+  template <class T>
+  T* as() const { return static_cast<T*>(m_data); }
+  void* raw() const { return m_data; }
+  size_t count() const { return m_count; }  // elements
+  DType dtype() const { return m_dtype; }
+  size_t bytes() const { return m_count * dtype_size(m_dtype); }
+  Tensor view(const Shape& s, size_t offset = 0) const { return Tensor{data() + offset, s}; }
+  explicit operator bool() const { return m_data != nullptr; }
 
  private:
-  float* m_data = nullptr;
+  void* m_data = nullptr;
   size_t m_count = 0;
+  DType m_dtype = DType::f32;
   std::shared_ptr<void> m_owner;
 };
 
@@ -112,27 +153,120 @@ class BatchNormPlan {
                         float* dx, float* dgamma, float* dbeta) = 0;
 };
 
+// ---- fused multi-tensor updates -----------------------------------------------------------
+
+// One parameter tensor of a fused update: its weights and gradient (backend memory), its
+// size, and whether weight decay applies to it. A TensorSet's optimizer state buffers
+// (momentum, moments) hold every tensor back to back in this order.
+struct TensorRef {
+  float* w = nullptr;
+  float* g = nullptr;
+  size_t n = 0;
+  bool decay = true;
+};
+
+// A list of tensors prepared once for fused updates (on CUDA: the table uploaded to device
+// memory, and the per-tensor norm and scratch space), so that one launch updates them all.
+class TensorSet {
+ public:
+  virtual ~TensorSet() = default;
+  virtual const std::vector<TensorRef>& tensors() const = 0;
+  size_t total() const {
+    size_t t = 0;
+    for (const auto& r : tensors()) t += r.n;
+    return t;
+  }
+};
+
+// SGD (PyTorch semantics): g' = g + wd w; v = momentum v + g'; step = nesterov ? g' +
+// momentum v : v; w -= lr step. Velocity must start at zero.
+struct SgdArgs {
+  float lr = 0, momentum = 0, weight_decay = 0;
+  bool nesterov = false;
+};
+
+// Adam family (PyTorch semantics, bias-corrected with `step` >= 1). adam: coupled decay
+// (wd w added to g before the moments); adamw: decoupled (w -= lr wd w); lamb: AdamW's
+// direction u = m_hat / (sqrt(v_hat) + eps) + wd w scaled per tensor by the trust ratio
+// ||w|| / ||u|| (1 when either is 0), norms computed on the device.
+struct AdamArgs {
+  enum class Kind { adam, adamw, lamb } kind = Kind::adam;
+  float lr = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0;
+  int64_t step = 1;
+};
+
+// LARC (apex semantics), applied to the gradients before the inner optimizer: per tensor,
+// g += wd w, then g *= factor with local = eta ||w|| / (||g|| + wd ||w||) (norms of the
+// gradient before the decay is added), factor = clip ? min(local / lr, 1) : local, and 1
+// when either norm is 0. Norms stay on the device.
+struct LarcArgs {
+  float lr = 0, eta = 0.001f, weight_decay = 0;
+  bool clip = false;
+};
+
 // ---- the backend -------------------------------------------------------------------------
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // "cpu", "cuda"
+  virtual DeviceInfo device() const = 0;
+  // Whether the host (and a plain, not CUDA-aware, MPI) may read and write backend memory
+  // directly. False on CUDA: such callers stage through allocate_host buffers.
+  virtual bool host_accessible() const { return true; }
 
+  // ---- streams and events ----
   virtual std::unique_ptr<Stream> create_stream() = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+  virtual void record(Event&, Stream&) = 0;     // the event marks the stream's work so far
+  virtual void wait(Stream&, Event&) = 0;       // the stream's later work waits for the event
+  virtual void synchronize(Stream&) = 0;        // the host waits for the stream's work
+  virtual void synchronize(Event&) = 0;         // the host waits for the event
+  virtual bool ready(Event&) = 0;               // has the event's work completed?
+
   // Compute threads this backend may use in all (CPU: its OpenMP team size).
   virtual int threads() const { return 1; }
   // Binds the calling thread to `threads` compute threads (CPU: sets its own OpenMP team
   // size, so that several learners on their own threads share the cores instead of each
-  // taking all of them). Call on the thread before it builds plans. No-op where streams
-  // carry the parallelism (CUDA).
+  // taking all of them). Call on the thread before it builds plans. On CUDA it makes the
+  // backend's device current on the calling thread.
   virtual void bind_calling_thread(int threads) { (void)threads; }
-  virtual void synchronize(Stream&) = 0;
-  virtual Buffer allocate(size_t count) = 0;  // floats, 64-byte aligned, uninitialised
-  virtual void copy_from_host(Stream&, float* dst, const float* src, size_t count) = 0;
-  virtual void copy_to_host(Stream&, float* dst, const float* src, size_t count) = 0;
-  virtual void copy(Stream&, float* dst, const float* src, size_t count) = 0;
 
+  // ---- memory ----
+  // count elements of dtype, 256-byte aligned, uninitialised; from a pool (no system
+  // allocation once a training step's sizes have been seen).
+  virtual Buffer allocate(size_t count, DType dtype) = 0;
+  Buffer allocate(size_t count) { return allocate(count, DType::f32); }
+  // Host memory the backend copies to and from asynchronously (pinned on CUDA).
+  virtual Buffer allocate_host(size_t count, DType dtype) = 0;
+  // Byte copies; direction by name. Host pointers not from allocate_host are copied
+  // synchronously on CUDA (the call returns when the host memory may be reused).
+  virtual void copy_bytes_from_host(Stream&, void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_bytes_to_host(Stream&, void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_bytes(Stream&, void* dst, const void* src, size_t bytes) = 0;
+  void copy_from_host(Stream& s, float* dst, const float* src, size_t count) {
+    copy_bytes_from_host(s, dst, src, count * sizeof(float));
+  }
+  void copy_to_host(Stream& s, float* dst, const float* src, size_t count) {
+    copy_bytes_to_host(s, dst, src, count * sizeof(float));
+  }
+  void copy(Stream& s, float* dst, const float* src, size_t count) {
+    if (dst != src) copy_bytes(s, dst, src, count * sizeof(float));
+  }
+  int32_t* allocate_labels(size_t count, Buffer& owner) {
+    owner = allocate(count, DType::i32);
+    return owner.as<int32_t>();
+  }
+  void copy_labels_from_host(Stream& s, int32_t* dst, const int32_t* src, size_t count) {
+    copy_bytes_from_host(s, dst, src, count * sizeof(int32_t));
+  }
+  void copy_labels_to_host(Stream& s, int32_t* dst, const int32_t* src, size_t count) {
+    copy_bytes_to_host(s, dst, src, count * sizeof(int32_t));
+  }
+  // Element type conversion (f32 <-> bf16 / f16, round to nearest even); n elements.
+  virtual void convert(Stream&, const void* src, DType from, void* dst, DType to, size_t n) = 0;
+
+  // ---- plans ----
   virtual std::unique_ptr<ConvPlan> make_conv(const ConvDesc&) = 0;
   virtual std::unique_ptr<LinearPlan> make_linear(const LinearDesc&) = 0;
   virtual std::unique_ptr<PoolPlan> make_pool(const PoolDesc&) = 0;
@@ -145,12 +279,15 @@ class Backend {
   virtual void add(Stream&, const float* a, const float* b, float* y, size_t n) = 0;      // y = a + b
   virtual void axpy(Stream&, float alpha, const float* x, float* y, size_t n) = 0;        // y += alpha x
   virtual void scale(Stream&, float alpha, float* x, size_t n) = 0;                       // x *= alpha
+  // y = alpha x + beta y (the averaging steps: one pass instead of a scale and an axpy).
+  virtual void axpby(Stream&, float alpha, const float* x, float beta, float* y, size_t n) = 0;
   // Dropout: mask[i] = (u_i >= p) / (1 - p) from a counter-based RNG (seed, offset + i),
-  // y = x * mask. Backward: dx = dy * mask.
+  // y = x * mask. Backward: dx = dy * mask. u_i = top 24 bits of mix64(mix64(seed) +
+  // offset + i) / 2^24 (mix64: splitmix64's finaliser), the same on every backend.
   virtual void dropout_forward(Stream&, const float* x, float* y, float* mask, size_t n, float p,
                                uint64_t seed, uint64_t offset) = 0;
   virtual void multiply(Stream&, const float* a, const float* b, float* y, size_t n) = 0;  // y = a * b
-  // Copies per sample: dst[i, dst_offset + j] = src[i, j] for j < count, i < rows.
+  // Copies per sample: dst[i, dst_offset + j] = src[i, src_offset + j] for j < count, i < rows.
   virtual void copy_strided(Stream&, float* dst, int64_t dst_stride, int64_t dst_offset,
                             const float* src, int64_t src_stride, int64_t src_offset, int64_t rows,
                             int64_t count) = 0;
@@ -165,35 +302,46 @@ class Backend {
   // Softmax cross-entropy over the channel axis, per sample and per pixel (hw = 1 for
   // classification). labels: int32 class per (sample, pixel); a label < 0 is ignored.
   // weights: per-class weights or nullptr. Writes dlogits (already divided by the weight
-  // sum, i.e. the gradient of the mean loss) and returns the mean loss on the host through
-  // *loss after synchronize (the CUDA backend writes it to pinned memory).
+  // sum, i.e. the gradient of the mean loss) and the mean loss to loss[0], backend memory:
+  // it stays on the device until read. A label >= classes is an error: the CPU backend
+  // throws squall::Error naming it; the CUDA backend writes NaN to the loss.
   virtual void softmax_cross_entropy(Stream&, const float* logits, const int32_t* labels,
                                      const float* class_weights, int64_t n, int64_t classes,
                                      int64_t hw, float* dlogits, float* loss) = 0;
   // Per sample/pixel argmax over channels into int32 predictions.
   virtual void argmax_channels(Stream&, const float* x, int32_t* out, int64_t n, int64_t c, int64_t hw) = 0;
-  // ---- optimizer arithmetic on flat parameter ranges (see src/nn/optim/) ----
-  // SGD (PyTorch semantics): g' = g + wd w; v = momentum v + g'; step = nesterov ? g' +
-  // momentum v : v; w -= lr step. velocity must start at zero.
+  // confusion[label * classes + pred] += 1 for each of n (label, pred) pairs with
+  // 0 <= label < classes (others are ignored); confusion is int32 backend memory.
+  virtual void accumulate_confusion(Stream&, const int32_t* labels, const int32_t* pred, size_t n,
+                                    int64_t classes, int32_t* confusion) = 0;
+
+  // ---- optimizer arithmetic ----
+  // Single-range forms (tests and callers with one tensor):
   virtual void sgd_step(Stream&, float* w, const float* g, float* velocity, size_t n, float lr,
                         float momentum, float weight_decay, bool nesterov) = 0;
-  // Adam direction (PyTorch semantics, bias-corrected with `step` >= 1): m, v updated in
-  // place; u = m_hat / (sqrt(v_hat) + eps), plus wd w when decoupled (AdamW, LAMB). With
-  // apply: w -= lr (u + (decoupled ? 0 : 0)) and, when decoupled, w -= lr wd w; without
-  // apply: u is written to `update` and w is left alone (LAMB scales it by a trust ratio).
-  // Coupled decay (plain Adam) adds wd w to g before the moments.
+  // Adam direction on one range; with apply, w is updated (coupled or decoupled decay as
+  // `decoupled` says); without, u = m_hat / (sqrt(v_hat) + eps) (+ wd w when decoupled)
+  // is written to `update` and w is left alone.
   virtual void adam_step(Stream&, float* w, const float* g, float* m, float* v, float* update,
                          size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                          bool decoupled, int64_t step, bool apply) = 0;
-  // Sum of squares, returned to the host (synchronises the stream on a device backend).
-  virtual double sum_squares(Stream&, const float* x, size_t n) = 0;
+  // out[0] = sum of x[i]^2 (accumulated in double), backend memory.
+  virtual void sum_squares(Stream&, const float* x, size_t n, float* out) = 0;
 
-  virtual int32_t* allocate_labels(size_t count, Buffer& owner) = 0;  // int32 backend memory
-  virtual void copy_labels_from_host(Stream&, int32_t* dst, const int32_t* src, size_t count) = 0;
-  virtual void copy_labels_to_host(Stream&, int32_t* dst, const int32_t* src, size_t count) = 0;
+  // Fused forms: one launch (or two, where a norm must be complete first) for all tensors.
+  virtual std::unique_ptr<TensorSet> make_tensor_set(std::vector<TensorRef> tensors) = 0;
+  virtual void sgd_update(Stream&, TensorSet&, float* velocity, const SgdArgs&) = 0;
+  virtual void adam_update(Stream&, TensorSet&, float* m, float* v, const AdamArgs&) = 0;
+  virtual void larc_scale(Stream&, TensorSet&, const LarcArgs&) = 0;
 };
 
 // The CPU backend (the reference). threads: 0 = every core this process may use.
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
+
+// run.backend: "cpu", "cuda" or "auto" (cuda when this build has it and a device is
+// visible, else cpu). local_rank picks the GPU (local_rank modulo the visible devices);
+// threads is the CPU backend's team size. "cuda" that cannot be had throws
+// squall::UsageError saying why (no device, or a build without CUDA).
+std::unique_ptr<Backend> make_backend(const std::string& kind, int local_rank, int threads);
 
 }  // namespace squall::nn

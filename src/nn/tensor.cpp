@@ -4,6 +4,26 @@
 
 namespace squall::nn {
 
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::bf16: return 2;
+    case DType::f16: return 2;
+    case DType::i32: return 4;
+  }
+  return 4;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+    case DType::i32: return "i32";
+  }
+  return "?";
+}
+
 std::string Shape::str() const {
   std::string s = "[";
   for (int i = 0; i < rank; ++i) s += (i ? "," : "") + std::to_string(dims[static_cast<size_t>(i)]);

@@ -1,0 +1,72 @@
+#pragma once
+// The CUDA backend: squall::nn::Backend on one GPU (docs/design.md, "Backends").
+//
+// - A CudaStream is a cudaStream_t with its own cuDNN and cuBLAS handles and its own cuDNN
+//   workspace, so that each learner (one stream each) runs its layers independently of the
+//   others on the same device (Crossbow's learners on streams).
+// - Memory comes from a caching pool (DevicePool): freed blocks are kept by size and reused,
+//   so after the first step of training no cudaMalloc or cudaFree runs.
+// - Plans (cuda/plans.hpp) choose cuDNN algorithms once per shape, cached for the process.
+// - Kernels of our own are in cuda/kernels.cuh; every one takes the stream it runs on.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "src/nn/backend.hpp"
+
+namespace squall::cuda {
+
+using namespace squall::nn;
+
+// A learner's stream: the CUDA stream, the library handles bound to it, and a workspace
+// that grows (stream-ordered, first step only) to the largest size a plan asks for.
+class CudaStream final : public Stream {
+ public:
+  explicit CudaStream(int device);
+  ~CudaStream() override;
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  cudaStream_t stream() const { return m_stream; }
+  cudnnHandle_t cudnn() const { return m_cudnn; }
+  cublasHandle_t cublas() const { return m_cublas; }
+  int device() const { return m_device; }
+  // At least `bytes` of device scratch, valid for work enqueued on this stream until the
+  // next call; growing it waits for the stream's earlier work first.
+  void* workspace(size_t bytes);
+
+ private:
+  int m_device;
+  cudaStream_t m_stream = nullptr;
+  cudnnHandle_t m_cudnn = nullptr;
+  cublasHandle_t m_cublas = nullptr;
+  void* m_workspace = nullptr;
+  size_t m_workspace_bytes = 0;
+};
+
+inline CudaStream& cuda_stream(Stream& s) { return static_cast<CudaStream&>(s); }
+inline cudaStream_t raw(Stream& s) { return static_cast<CudaStream&>(s).stream(); }
+
+class CudaEvent final : public Event {
+ public:
+  CudaEvent();
+  ~CudaEvent() override;
+  cudaEvent_t event() const { return m_event; }
+
+ private:
+  cudaEvent_t m_event = nullptr;
+};
+
+// Number of CUDA devices this process can use (0 when there is no driver or no device);
+// why_none says why when it is 0.
+int visible_devices(std::string* why_none = nullptr);
+
+// The backend on device `index` (an ordinal as CUDA_VISIBLE_DEVICES leaves them).
+// Throws squall::UsageError when there is no such device.
+std::unique_ptr<Backend> make_cuda_backend(int index);
+
+}  // namespace squall::cuda

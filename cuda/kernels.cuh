@@ -1,0 +1,84 @@
+#pragma once
+// squall's own CUDA kernels (cuda/*.cu). Plain functions on raw device pointers: every one
+// enqueues on `s` and returns without waiting; none allocates (scratch comes from the
+// caller). Semantics are those of the matching squall::nn::Backend call (src/nn/backend.hpp),
+// which the CPU backend defines as the reference.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace squall::cuda::kernels {
+
+// ---- element-wise (elementwise.cu) ----
+void fill(cudaStream_t s, float* x, size_t n, float value);
+void relu_forward(cudaStream_t s, const float* x, float* y, size_t n);
+void relu_backward(cudaStream_t s, const float* y, const float* dy, float* dx, size_t n);
+void add(cudaStream_t s, const float* a, const float* b, float* y, size_t n);
+void axpy(cudaStream_t s, float alpha, const float* x, float* y, size_t n);
+void scale(cudaStream_t s, float alpha, float* x, size_t n);
+void axpby(cudaStream_t s, float alpha, const float* x, float beta, float* y, size_t n);
+void multiply(cudaStream_t s, const float* a, const float* b, float* y, size_t n);
+void dropout_forward(cudaStream_t s, const float* x, float* y, float* mask, size_t n, float p, uint64_t seed,
+                     uint64_t offset);
+void copy_strided(cudaStream_t s, float* dst, int64_t dst_stride, int64_t dst_offset, const float* src,
+                  int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count);
+// dtype: 0 f32, 1 bf16, 2 f16 (nn::DType's order); round to nearest even.
+void convert(cudaStream_t s, const void* src, int from, void* dst, int to, size_t n);
+
+// ---- resampling and pooling (resample.cu) ----
+void global_avg_pool_forward(cudaStream_t s, const float* x, float* y, int64_t nc, int64_t hw);
+void global_avg_pool_backward(cudaStream_t s, const float* dy, float* dx, int64_t nc, int64_t hw);
+void bilinear_forward(cudaStream_t s, const float* x, float* y, int64_t nc, int64_t h, int64_t w, int64_t oh,
+                      int64_t ow);
+// Gathers (one thread per input element, no atomics): deterministic.
+void bilinear_backward(cudaStream_t s, const float* dy, float* dx, int64_t nc, int64_t h, int64_t w, int64_t oh,
+                       int64_t ow);
+
+// ---- loss and metrics (loss.cu) ----
+// scratch: at least loss_scratch_floats(n * hw) floats of device memory.
+size_t loss_scratch_floats(int64_t pixels);
+void softmax_cross_entropy(cudaStream_t s, const float* logits, const int32_t* labels, const float* class_weights,
+                           int64_t n, int64_t classes, int64_t hw, float* dlogits, float* loss, float* scratch);
+void argmax_channels(cudaStream_t s, const float* x, int32_t* out, int64_t n, int64_t c, int64_t hw);
+void accumulate_confusion(cudaStream_t s, const int32_t* labels, const int32_t* pred, size_t n, int64_t classes,
+                          int32_t* confusion);
+// out[0] = sum x^2; scratch: at least reduce_scratch_floats(n) floats.
+size_t reduce_scratch_floats(size_t n);
+void sum_squares(cudaStream_t s, const float* x, size_t n, float* out, float* scratch);
+
+// ---- optimizers (optim.cu) ----
+// One tensor of a fused update, as uploaded to the device.
+struct DeviceTensor {
+  float* w;
+  float* g;
+  uint64_t n;
+  uint64_t state_offset;  // into the flat state buffers (momentum, moments, update scratch)
+  float decay;            // 1 when weight decay applies, else 0
+  float pad;
+};
+// Work split: `chunks` chunks of at most chunk_elems elements; chunk_tensor[c] is the tensor
+// chunk c belongs to and chunk_begin[c] its first element within it. Built on the host once.
+struct ChunkTable {
+  const DeviceTensor* tensors;  // device
+  const int32_t* chunk_tensor;  // device
+  const uint64_t* chunk_begin;  // device
+  int32_t chunks;
+  int32_t tensor_count;
+  int32_t chunk_elems;
+};
+void sgd_step(cudaStream_t s, float* w, const float* g, float* velocity, size_t n, float lr, float momentum,
+              float weight_decay, bool nesterov);
+void adam_step(cudaStream_t s, float* w, const float* g, float* m, float* v, float* update, size_t n, float lr,
+               float beta1, float beta2, float eps, float weight_decay, bool decoupled, int64_t step, bool apply);
+void sgd_update(cudaStream_t s, const ChunkTable& t, float* velocity, float lr, float momentum, float weight_decay,
+                bool nesterov);
+// kind: 0 adam, 1 adamw, 2 lamb. lamb needs update (total floats) and norms (2 * tensor_count
+// floats: ||w||^2 and ||u||^2 per tensor), both device scratch.
+void adam_update(cudaStream_t s, const ChunkTable& t, float* m, float* v, int kind, float lr, float beta1,
+                 float beta2, float eps, float weight_decay, int64_t step, float* update, float* norms);
+// norms: 2 * tensor_count floats of device scratch.
+void larc_scale(cudaStream_t s, const ChunkTable& t, float lr, float eta, float weight_decay, bool clip,
+                float* norms);
+
+}  // namespace squall::cuda::kernels
