@@ -61,12 +61,7 @@ class CudaEvent final : public Event {
   cudaEvent_t m_event = nullptr;
 };
 
-// Number of CUDA devices this process can use (0 when there is no driver or no device);
-// why_none says why when it is 0.
-int visible_devices(std::string* why_none = nullptr);
-
-// The backend on device `index` (an ordinal as CUDA_VISIBLE_DEVICES leaves them).
-// Throws squall::UsageError when there is no such device.
-std::unique_ptr<Backend> make_cuda_backend(int index);
+// The factory is squall::nn::make_cuda_backend (src/nn/backend.hpp), so that callers
+// outside cuda/ need no CUDA header.
 
 }  // namespace squall::cuda

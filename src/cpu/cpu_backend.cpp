@@ -72,46 +72,45 @@ void CpuBackend::bind_calling_thread(int threads) {
   omp_set_num_threads(std::max(1, threads));
 }
 
+namespace {
+class CpuEvent final : public Event {};
+}  // namespace
+
+DeviceInfo CpuBackend::device() const {
+  DeviceInfo d;
+  d.backend = "cpu";
+  d.name = cpu_model_name() + " (" + std::to_string(m_threads) + " threads)";
+  return d;
+}
+
 std::unique_ptr<Stream> CpuBackend::create_stream() { return std::make_unique<CpuStream>(m_engine); }
+
+std::unique_ptr<Event> CpuBackend::create_event() { return std::make_unique<CpuEvent>(); }
 
 void CpuBackend::synchronize(Stream& s) { dnnl_stream(s).wait(); }
 
-Buffer CpuBackend::allocate(size_t count) {
+Buffer CpuBackend::allocate(size_t count, DType dtype) {
   // aligned_alloc wants a multiple of the alignment; an empty buffer still gets a real block
   // so that data() is never null for a valid Buffer.
-  size_t bytes = count * sizeof(float);
+  size_t bytes = count * dtype_size(dtype);
   bytes = (bytes + MemoryPool::kAlignment - 1) / MemoryPool::kAlignment * MemoryPool::kAlignment;
   if (bytes == 0) bytes = MemoryPool::kAlignment;
   std::shared_ptr<MemoryPool> pool = m_pool;
   void* p = pool->take(bytes);
   std::shared_ptr<void> owner(p, [pool, bytes](void* q) { pool->give(q, bytes); });
-  return Buffer(static_cast<float*>(p), count, std::move(owner));
+  return Buffer(p, count, dtype, std::move(owner));
 }
 
-void CpuBackend::copy_from_host(Stream&, float* dst, const float* src, size_t count) {
-  if (count) std::memcpy(dst, src, count * sizeof(float));
+void CpuBackend::copy_bytes_from_host(Stream&, void* dst, const void* src, size_t bytes) {
+  if (bytes && dst != src) std::memcpy(dst, src, bytes);
 }
 
-void CpuBackend::copy_to_host(Stream&, float* dst, const float* src, size_t count) {
-  if (count) std::memcpy(dst, src, count * sizeof(float));
+void CpuBackend::copy_bytes_to_host(Stream&, void* dst, const void* src, size_t bytes) {
+  if (bytes && dst != src) std::memcpy(dst, src, bytes);
 }
 
-void CpuBackend::copy(Stream&, float* dst, const float* src, size_t count) {
-  if (count && dst != src) std::memmove(dst, src, count * sizeof(float));
-}
-
-int32_t* CpuBackend::allocate_labels(size_t count, Buffer& owner) {
-  static_assert(sizeof(int32_t) == sizeof(float), "labels share float-sized storage");
-  owner = allocate(count);
-  return reinterpret_cast<int32_t*>(owner.data());
-}
-
-void CpuBackend::copy_labels_from_host(Stream&, int32_t* dst, const int32_t* src, size_t count) {
-  if (count) std::memcpy(dst, src, count * sizeof(int32_t));
-}
-
-void CpuBackend::copy_labels_to_host(Stream&, int32_t* dst, const int32_t* src, size_t count) {
-  if (count) std::memcpy(dst, src, count * sizeof(int32_t));
+void CpuBackend::copy_bytes(Stream&, void* dst, const void* src, size_t bytes) {
+  if (bytes && dst != src) std::memmove(dst, src, bytes);
 }
 
 }  // namespace squall::cpu

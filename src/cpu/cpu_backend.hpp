@@ -1,8 +1,10 @@
 #pragma once
 // The CPU backend: the reference implementation of squall::nn::Backend. Heavy kernels come
 // from oneDNN (convolution, inner product, pooling, batch normalisation); element-wise work
-// is OpenMP-parallel loops. Calls run synchronously on the calling thread; a CpuStream
-// carries the oneDNN stream. Its methods are defined across src/cpu/*.cpp by concern.
+// is OpenMP-parallel loops. Calls run synchronously on the calling thread (streams are
+// inline: a CpuStream carries the oneDNN stream, and every call has completed when it
+// returns, so events are always complete and waits cost nothing). Its methods are defined
+// across src/cpu/*.cpp by concern.
 #include <memory>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -30,16 +32,22 @@ class CpuBackend : public Backend {
   dnnl::engine& engine() { return m_engine; }
   static dnnl::stream& dnnl_stream(Stream& s) { return static_cast<CpuStream&>(s).stream; }
 
-  // memory and streams: cpu_backend.cpp
+  // device, memory, streams and events: cpu_backend.cpp
+  DeviceInfo device() const override;
   std::unique_ptr<Stream> create_stream() override;
+  std::unique_ptr<Event> create_event() override;
+  void record(Event&, Stream&) override {}
+  void wait(Stream&, Event&) override {}
   void synchronize(Stream&) override;
-  Buffer allocate(size_t count) override;
-  void copy_from_host(Stream&, float* dst, const float* src, size_t count) override;
-  void copy_to_host(Stream&, float* dst, const float* src, size_t count) override;
-  void copy(Stream&, float* dst, const float* src, size_t count) override;
-  int32_t* allocate_labels(size_t count, Buffer& owner) override;
-  void copy_labels_from_host(Stream&, int32_t* dst, const int32_t* src, size_t count) override;
-  void copy_labels_to_host(Stream&, int32_t* dst, const int32_t* src, size_t count) override;
+  void synchronize(Event&) override {}
+  bool ready(Event&) override { return true; }
+  using Backend::allocate;
+  Buffer allocate(size_t count, DType dtype) override;
+  Buffer allocate_host(size_t count, DType dtype) override { return allocate(count, dtype); }
+  void copy_bytes_from_host(Stream&, void* dst, const void* src, size_t bytes) override;
+  void copy_bytes_to_host(Stream&, void* dst, const void* src, size_t bytes) override;
+  void copy_bytes(Stream&, void* dst, const void* src, size_t bytes) override;
+  void convert(Stream&, const void* src, DType from, void* dst, DType to, size_t n) override;
 
   // oneDNN plans: cpu_conv.cpp, cpu_linear.cpp, cpu_pool.cpp, cpu_batch_norm.cpp
   std::unique_ptr<ConvPlan> make_conv(const ConvDesc&) override;
@@ -54,6 +62,7 @@ class CpuBackend : public Backend {
   void add(Stream&, const float* a, const float* b, float* y, size_t n) override;
   void axpy(Stream&, float alpha, const float* x, float* y, size_t n) override;
   void scale(Stream&, float alpha, float* x, size_t n) override;
+  void axpby(Stream&, float alpha, const float* x, float beta, float* y, size_t n) override;
   void dropout_forward(Stream&, const float* x, float* y, float* mask, size_t n, float p, uint64_t seed,
                        uint64_t offset) override;
   void multiply(Stream&, const float* a, const float* b, float* y, size_t n) override;
@@ -68,6 +77,8 @@ class CpuBackend : public Backend {
   void softmax_cross_entropy(Stream&, const float* logits, const int32_t* labels, const float* class_weights,
                              int64_t n, int64_t classes, int64_t hw, float* dlogits, float* loss) override;
   void argmax_channels(Stream&, const float* x, int32_t* out, int64_t n, int64_t c, int64_t hw) override;
+  void accumulate_confusion(Stream&, const int32_t* labels, const int32_t* pred, size_t n, int64_t classes,
+                            int32_t* confusion) override;
 
   // optimizer arithmetic: cpu_optim.cpp
   void sgd_step(Stream&, float* w, const float* g, float* velocity, size_t n, float lr, float momentum,
@@ -75,7 +86,13 @@ class CpuBackend : public Backend {
   void adam_step(Stream&, float* w, const float* g, float* m, float* v, float* update, size_t n, float lr,
                  float beta1, float beta2, float eps, float weight_decay, bool decoupled, int64_t step,
                  bool apply) override;
-  double sum_squares(Stream&, const float* x, size_t n) override;
+  void sum_squares(Stream&, const float* x, size_t n, float* out) override;
+  // fused forms (loops over the tensors, the same arithmetic as the single-range ones):
+  // cpu_optim.cpp
+  std::unique_ptr<TensorSet> make_tensor_set(std::vector<TensorRef> tensors) override;
+  void sgd_update(Stream&, TensorSet&, float* velocity, const SgdArgs&) override;
+  void adam_update(Stream&, TensorSet&, float* m, float* v, const AdamArgs&) override;
+  void larc_scale(Stream&, TensorSet&, const LarcArgs&) override;
 
  private:
   int m_threads;

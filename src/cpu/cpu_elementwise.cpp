@@ -64,6 +64,93 @@ void CpuBackend::scale(Stream&, float alpha, float* x, size_t n) {
   for (int64_t i = 0; i < m; ++i) x[i] *= alpha;
 }
 
+void CpuBackend::axpby(Stream&, float alpha, const float* x, float beta, float* y, size_t n) {
+  const int64_t m = as_signed(n);
+#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < m; ++i) y[i] = alpha * x[i] + beta * y[i];
+}
+
+namespace {
+
+// IEEE binary16 and bfloat16 from float and back, rounding to nearest even, as the CUDA
+// intrinsics (__float2bfloat16_rn, __float2half_rn) do; NaN stays NaN.
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);             // NaN
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);            // overflow: inf
+  if (abs < 0x38800000u) {                                                         // subnormal or zero
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);                      // below half the smallest
+    const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+    const int shift = 126 - static_cast<int>(abs >> 23);                           // 14..24
+    uint32_t h = mant >> shift;
+    const uint32_t rest = mant & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (h & 1u))) ++h;
+    return static_cast<uint16_t>(sign | h);
+  }
+  uint32_t h = ((abs - 0x38000000u) >> 13);                                        // rebias 127 -> 15
+  const uint32_t rest = abs & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+float from_f16(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  float f;
+  if (exp == 0) {
+    f = std::ldexp(static_cast<float>(mant), -24);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u |= sign;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  const uint32_t u = sign | (exp == 31 ? (0xffu << 23) | (mant << 13) : ((exp + 112u) << 23) | (mant << 13));
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace
+
+void CpuBackend::convert(Stream&, const void* src, DType from, void* dst, DType to, size_t n) {
+  auto supported = [](DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; };
+  if (!supported(from) || !supported(to))
+    throw Error(std::string("convert: ") + dtype_name(from) + " -> " + dtype_name(to) + " is not a float conversion");
+  const int64_t m = as_signed(n);
+  if (from == to) {
+    if (src != dst) std::memmove(dst, src, n * dtype_size(from));
+    return;
+  }
+#pragma omp parallel for if (m >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < m; ++i) {
+    float f;
+    if (from == DType::f32) f = static_cast<const float*>(src)[i];
+    else if (from == DType::bf16) f = from_bf16(static_cast<const uint16_t*>(src)[i]);
+    else f = from_f16(static_cast<const uint16_t*>(src)[i]);
+    if (to == DType::f32) static_cast<float*>(dst)[i] = f;
+    else if (to == DType::bf16) static_cast<uint16_t*>(dst)[i] = to_bf16(f);
+    else static_cast<uint16_t*>(dst)[i] = to_f16(f);
+  }
+}
+
 // The mask is a pure function of (seed, offset + i): u_i = top 24 bits of
 // mix64(mix64(seed) + offset + i) / 2^24, kept when u_i >= p. Any backend evaluating this
 // formula draws the same mask, and a run resumed at the same offset repeats it.

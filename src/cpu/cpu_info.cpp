@@ -38,6 +38,17 @@ int affinity_cpus() {
 
 }  // namespace
 
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
+    }
+  return "cpu";
+}
+
 int cgroup_cpu_limit(const std::string& root) {
   // cgroup v2: "<quota> <period>" or "max <period>".
   if (std::ifstream f(root + "/cpu.max"); f) {

@@ -5,6 +5,9 @@ namespace squall::cpu {
 
 std::string dnn_library();   // "oneDNN 2.6.3 (cpu runtime: OMP)"
 
+// The processor's model name from /proc/cpuinfo ("AMD EPYC 7B13"), or "cpu".
+std::string cpu_model_name();
+
 // Cores this process may really use: its affinity mask, capped by a cgroup CPU quota
 // (containers and batch systems often show every host core but grant only a few).
 // Running more OpenMP threads than this makes spinning barriers crawl.

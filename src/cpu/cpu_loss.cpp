@@ -82,4 +82,13 @@ void CpuBackend::argmax_channels(Stream&, const float* x, int32_t* out, int64_t 
   }
 }
 
+void CpuBackend::accumulate_confusion(Stream&, const int32_t* labels, const int32_t* pred, size_t n,
+                                      int64_t classes, int32_t* confusion) {
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t y = labels[i], p = pred[i];
+    if (y < 0 || y >= classes || p < 0 || p >= classes) continue;
+    ++confusion[y * classes + p];
+  }
+}
+
 }  // namespace squall::cpu

@@ -1,6 +1,8 @@
 // Optimizer arithmetic on flat parameter ranges, element for element as torch.optim does it
 // (SGD with dampening 0, Adam/AdamW without amsgrad), so a run can be checked against PyTorch.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "src/core/error.hpp"
 #include "src/cpu/cpu_backend.hpp"
@@ -56,12 +58,90 @@ void CpuBackend::adam_step(Stream&, float* w, const float* g, float* m, float* v
   }
 }
 
-double CpuBackend::sum_squares(Stream&, const float* x, size_t n) {
+void CpuBackend::sum_squares(Stream&, const float* x, size_t n, float* out) {
+  const int64_t m = static_cast<int64_t>(n);
+  double sum = 0.0;
+#pragma omp parallel for simd if (m >= kParallelMin) schedule(static) reduction(+ : sum)
+  for (int64_t i = 0; i < m; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  *out = static_cast<float>(sum);
+}
+
+// ---- fused forms: the tensors one after the other, with the single-range arithmetic -------
+
+namespace {
+
+double squares(const float* x, size_t n) {
   const int64_t m = static_cast<int64_t>(n);
   double sum = 0.0;
 #pragma omp parallel for simd if (m >= kParallelMin) schedule(static) reduction(+ : sum)
   for (int64_t i = 0; i < m; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   return sum;
+}
+
+class CpuTensorSet final : public TensorSet {
+ public:
+  explicit CpuTensorSet(std::vector<TensorRef> t) : m_tensors(std::move(t)) {
+    for (const auto& r : m_tensors) m_largest = std::max(m_largest, r.n);
+  }
+  const std::vector<TensorRef>& tensors() const override { return m_tensors; }
+  float* scratch() {  // LAMB's update direction, one tensor at a time
+    if (m_scratch.size() < m_largest) m_scratch.resize(m_largest);
+    return m_scratch.data();
+  }
+
+ private:
+  std::vector<TensorRef> m_tensors;
+  size_t m_largest = 0;
+  std::vector<float> m_scratch;
+};
+
+}  // namespace
+
+std::unique_ptr<TensorSet> CpuBackend::make_tensor_set(std::vector<TensorRef> tensors) {
+  for (const auto& t : tensors)
+    if (t.n > 0 && (!t.w || !t.g)) throw Error("tensor set: a tensor has no parameter or gradient memory");
+  return std::make_unique<CpuTensorSet>(std::move(tensors));
+}
+
+void CpuBackend::sgd_update(Stream& s, TensorSet& set, float* velocity, const SgdArgs& a) {
+  size_t off = 0;
+  for (const auto& t : set.tensors()) {
+    sgd_step(s, t.w, t.g, velocity + off, t.n, a.lr, a.momentum, t.decay ? a.weight_decay : 0.0f, a.nesterov);
+    off += t.n;
+  }
+}
+
+void CpuBackend::adam_update(Stream& s, TensorSet& set, float* m, float* v, const AdamArgs& a) {
+  using Kind = AdamArgs::Kind;
+  size_t off = 0;
+  float* u = a.kind == Kind::lamb ? static_cast<CpuTensorSet&>(set).scratch() : nullptr;
+  for (const auto& t : set.tensors()) {
+    const float wd = t.decay ? a.weight_decay : 0.0f;
+    if (a.kind != Kind::lamb) {
+      adam_step(s, t.w, t.g, m + off, v + off, nullptr, t.n, a.lr, a.beta1, a.beta2, a.eps, wd,
+                a.kind == Kind::adamw, a.step, true);
+    } else {
+      adam_step(s, t.w, t.g, m + off, v + off, u, t.n, a.lr, a.beta1, a.beta2, a.eps, wd, true, a.step, false);
+      const double w_norm = std::sqrt(squares(t.w, t.n)), u_norm = std::sqrt(squares(u, t.n));
+      const double trust = (w_norm > 0 && u_norm > 0) ? w_norm / u_norm : 1.0;
+      axpy(s, static_cast<float>(-static_cast<double>(a.lr) * trust), u, t.w, t.n);
+    }
+    off += t.n;
+  }
+}
+
+void CpuBackend::larc_scale(Stream& s, TensorSet& set, const LarcArgs& a) {
+  for (const auto& t : set.tensors()) {
+    const double wd = t.decay ? a.weight_decay : 0.0;
+    const double w_norm = std::sqrt(squares(t.w, t.n)), g_norm = std::sqrt(squares(t.g, t.n));
+    double factor = 1.0;
+    if (w_norm > 0 && g_norm > 0) {
+      const double local = a.eta * w_norm / (g_norm + wd * w_norm);
+      factor = a.clip ? std::min(local / a.lr, 1.0) : local;
+    }
+    if (wd > 0) axpy(s, static_cast<float>(wd), t.w, t.g, t.n);
+    if (factor != 1.0) scale(s, static_cast<float>(factor), t.g, t.n);
+  }
 }
 
 }  // namespace squall::cpu

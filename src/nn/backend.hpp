@@ -223,6 +223,7 @@ class Backend {
   virtual void synchronize(Stream&) = 0;        // the host waits for the stream's work
   virtual void synchronize(Event&) = 0;         // the host waits for the event
   virtual bool ready(Event&) = 0;               // has the event's work completed?
+  virtual void synchronize_all() {}             // the host waits for every stream (tests, shutdown)
 
   // Compute threads this backend may use in all (CPU: its OpenMP team size).
   virtual int threads() const { return 1; }
@@ -338,10 +339,16 @@ class Backend {
 // The CPU backend (the reference). threads: 0 = every core this process may use.
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
 
+// The CUDA backend on visible device `device` (cuda/cuda_backend.cpp; in a build without
+// CUDA, src/train/cuda_absent.cpp, which throws). cuda_device_count: the GPUs this process can
+// use, 0 with the reason in *why_none when there are none (no driver, no device, not built).
+int cuda_device_count(std::string* why_none = nullptr);
+std::unique_ptr<Backend> make_cuda_backend(int device);
+
 // run.backend: "cpu", "cuda" or "auto" (cuda when this build has it and a device is
 // visible, else cpu). local_rank picks the GPU (local_rank modulo the visible devices);
-// threads is the CPU backend's team size. "cuda" that cannot be had throws
-// squall::UsageError saying why (no device, or a build without CUDA).
+// threads is the CPU backend's team size. "cuda" that cannot be had throws squall::Error
+// saying why (no device, or a build without CUDA); an unknown kind, squall::UsageError.
 std::unique_ptr<Backend> make_backend(const std::string& kind, int local_rank, int threads);
 
 }  // namespace squall::nn

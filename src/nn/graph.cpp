@@ -176,15 +176,9 @@ void Graph::backward(Stream& stream, const std::function<void(size_t)>& on_param
       Node& src = *m_nodes[static_cast<size_t>(i)];
       m_backend->add(stream, src.grad.data, m_scratch.data(), src.grad.data, static_cast<size_t>(src.shape.numel()));
     }
-    if (on_params_ready && n.has_params) {
-      m_backend->synchronize(stream);
-      on_params_ready(n.param_begin);
-    }
+    if (on_params_ready && n.has_params) on_params_ready(n.param_begin);
   }
-  if (on_params_ready) {
-    m_backend->synchronize(stream);
-    on_params_ready(0);
-  }
+  if (on_params_ready) on_params_ready(0);
 }
 
 }  // namespace squall::nn

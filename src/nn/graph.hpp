@@ -61,10 +61,11 @@ class Graph {
   Shape output_shape() const;  // with the batch dimension
 
   void forward(Stream& stream, const RunMode& mode);
-  // on_params_ready(offset), when given, is called after each node with parameters and once
-  // more at the end (offset 0): every gradient at arena offset >= `offset` is final (the
+  // on_params_ready(offset), when given, is called after each node with parameters has been
+  // enqueued, and once more at the end (offset 0): once the stream's work so far completes
+  // (the caller records an event), every gradient at arena offset >= `offset` is final (the
   // arena is in node order and backward visits nodes in reverse), so a caller may start
-  // reducing those while the earlier layers still compute. The stream is synchronised first.
+  // reducing those while the earlier layers still compute. Nothing here waits.
   void backward(Stream& stream, const std::function<void(size_t offset)>& on_params_ready = nullptr);
 
   // Flat arenas: parameters, their gradients (same layout), and non-learned state.

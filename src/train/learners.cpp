@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -145,9 +146,16 @@ struct LearnerGroup::Learner {
   nn::Buffer labels_owner;
   int32_t* labels = nullptr;
   nn::RunMode mode;
+  nn::Buffer loss_dev;    // the loss of its last pass, backend memory
+  nn::Buffer loss_host;   // ... copied here (pinned) at the end of the pass
+  nn::Buffer stage;       // pinned staging for the batch (backends whose memory the host cannot use)
   float loss = 0;
   double pass_end = 0;  // when its backward pass ended (steady seconds)
-  std::atomic<size_t> ready_from{0};  // gradients at arena offsets >= this are final
+  // ssgd across ranks: the backward hook's marks. Mark i: gradients at arena offsets >=
+  // offset[i] are written once event i has completed. marks_done counts the published ones.
+  std::vector<size_t> mark_offset;
+  std::vector<std::unique_ptr<nn::Event>> mark_event;
+  std::atomic<int> marks_done{0};
 };
 
 LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph,
@@ -162,7 +170,8 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
       m_options(options),
       m_reducer(reducer),
       m_pool(std::make_unique<Pool>()),
-      m_stream(backend.create_stream()) {
+      m_stream(backend.create_stream()),
+      m_group_event(backend.create_event()) {
   if (options.learners < 1) throw Error("parallel.replicas_per_device must be >= 1, got " + std::to_string(options.learners));
   if (options.period < 1) throw Error("parallel.period must be >= 1, got " + std::to_string(options.period));
   if (options.algorithm == Algorithm::sma)
@@ -186,6 +195,10 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
   m_state_count = m_learners[0]->graph->state_count();
   plan_buckets();
   m_fused = backend.allocate(m_param_count + m_state_count);
+  // A device backend whose memory a plain MPI cannot read stages the sums through pinned host
+  // memory (part 2 of the GPU path puts them on NCCL and CUDA-aware MPI instead).
+  if (!backend.host_accessible() && options.ranks > 1)
+    m_fused_host = backend.allocate_host(m_param_count + m_state_count, nn::DType::f32);
   if (options.algorithm != Algorithm::ssgd) {
     m_z = backend.allocate(m_param_count);
     m_z_prev = backend.allocate(m_param_count);
@@ -214,6 +227,14 @@ std::unique_ptr<LearnerGroup::Learner> LearnerGroup::make_learner(int index) {
     l->graph->build(m_backend, m_batch, m_options.seed);
     l->stream = m_backend.create_stream();
     l->labels = m_backend.allocate_labels(static_cast<size_t>(m_label_count), l->labels_owner);
+    l->loss_dev = m_backend.allocate(1);
+    l->loss_host = m_backend.allocate_host(1, nn::DType::f32);
+    if (!m_backend.host_accessible())
+      l->stage = m_backend.allocate_host(static_cast<size_t>(l->graph->input().numel() + m_label_count), nn::DType::f32);
+    for (int i = 0; i <= l->graph->size(); ++i) {
+      l->mark_offset.push_back(0);
+      l->mark_event.push_back(m_backend.create_event());
+    }
     std::vector<ParamGroup> groups;
     for (const auto& p : l->graph->param_info())
       groups.push_back({l->graph->params() + p.offset, l->graph->grads() + p.offset, p.count,
@@ -290,22 +311,43 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
     const LearnerBatch& in = batches[static_cast<size_t>(l.index)];
     nn::Graph& g = *l.graph;
     const double t0 = now_s();
-    m_backend.copy_from_host(*l.stream, g.input().data, in.images, static_cast<size_t>(g.input().numel()));
-    m_backend.copy_labels_from_host(*l.stream, l.labels, in.labels, static_cast<size_t>(m_label_count));
+    m_backend.wait(*l.stream, *m_group_event);  // the group's last work on this replica
+    const auto pixels = static_cast<size_t>(g.input().numel());
+    const auto label_count = static_cast<size_t>(m_label_count);
+    if (l.stage) {  // pinned staging, so that the copies run asynchronously
+      std::memcpy(l.stage.data(), in.images, pixels * sizeof(float));
+      std::memcpy(l.stage.data() + pixels, in.labels, label_count * sizeof(int32_t));
+      m_backend.copy_from_host(*l.stream, g.input().data, l.stage.data(), pixels);
+      m_backend.copy_bytes_from_host(*l.stream, l.labels, l.stage.data() + pixels, label_count * sizeof(int32_t));
+    } else {
+      m_backend.copy_from_host(*l.stream, g.input().data, in.images, pixels);
+      m_backend.copy_labels_from_host(*l.stream, l.labels, in.labels, label_count);
+    }
     l.mode.step = static_cast<uint64_t>(step);
     g.forward(*l.stream, l.mode);
     const auto out = g.output_shape();
     m_backend.softmax_cross_entropy(*l.stream, g.output().data, l.labels, weights, out.n(), out.c(),
-                                    out.h() * out.w(), g.output_grad().data, &l.loss);
-    m_backend.synchronize(*l.stream);
+                                    out.h() * out.w(), g.output_grad().data, l.loss_dev.data());
+    m_backend.copy_to_host(*l.stream, l.loss_host.data(), l.loss_dev.data(), 1);
+    // The forward/backward split of the timeline needs the forward pass complete; without a
+    // timeline a device learner does not wait here.
+    if (m_hook) m_backend.synchronize(*l.stream);
     const double t1 = now_s();
     phase("forward", l.index, t0, t1);
     if (grads_overlapped) {
-      g.backward(*l.stream, [&l](size_t offset) { l.ready_from.store(offset, std::memory_order_release); });
+      l.marks_done.store(0, std::memory_order_relaxed);
+      g.backward(*l.stream, [&](size_t offset) {
+        const int i = l.marks_done.load(std::memory_order_relaxed);
+        l.mark_offset[static_cast<size_t>(i)] = offset;
+        m_backend.record(*l.mark_event[static_cast<size_t>(i)], *l.stream);
+        l.marks_done.store(i + 1, std::memory_order_release);
+      });
     } else {
       g.backward(*l.stream);
     }
+    // The learner's own thread waits for its own stream: the other learners go on.
     m_backend.synchronize(*l.stream);
+    l.loss = l.loss_host.data()[0];
     l.pass_end = now_s();
     phase("backward", l.index, t1, l.pass_end);
   };
@@ -317,6 +359,7 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
   if (overlapped) {
     const double t0 = now_s();
     device_sum(false, false, true);
+    m_backend.record(*m_group_event, *m_stream);  // the passes write the state just read
     m_pool->start(tasks_for(pass));
     device_sum(false, true, false);  // the learners only read their parameters now
     const double t1 = now_s();
@@ -339,6 +382,7 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
   auto local_updates = [&] {
     const double t0 = now_s();
     run_learners([&](Learner& l) {
+      m_backend.wait(*l.stream, *m_group_event);
       l.optimizer->step(m_backend, *l.stream, lr);
       m_backend.synchronize(*l.stream);
     });
@@ -366,6 +410,9 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
       if (is_sync_step(step)) sync_average_replicas(step);
       break;
   }
+  // One wait per step for the group's stream: the caller may read the central model now.
+  m_backend.record(*m_group_event, *m_stream);
+  m_backend.synchronize(*m_stream);
   m_eval_current = false;
   m_compute_s += (now_s() - t_start) - (m_reduce_s - reduce_before);
   return losses;
@@ -387,13 +434,30 @@ void LearnerGroup::device_sum(bool gradients, bool params_part, bool state_part)
       m_backend.add(*m_stream, fused + m_param_count, m_learners[j]->graph->state(), fused + m_param_count,
                     m_state_count);
   }
+}
+
+// Hands fused[lo, hi) to the Reducer once the group stream's work on it is done; through
+// the pinned mirror when the Reducer cannot read backend memory.
+Reducer::Ticket LearnerGroup::start_reduce(size_t lo, size_t hi, const std::string& what) {
+  if (!m_fused_host) {
+    m_backend.synchronize(*m_stream);  // no-op on the CPU
+    return m_reducer.start(m_fused.data() + lo, hi - lo, what);
+  }
+  m_backend.copy_to_host(*m_stream, m_fused_host.data() + lo, m_fused.data() + lo, hi - lo);
   m_backend.synchronize(*m_stream);
+  return m_reducer.start(m_fused_host.data() + lo, hi - lo, what);
+}
+
+// After the sum of fused[lo, hi) has completed: back into backend memory (when staged).
+void LearnerGroup::finish_reduce(size_t lo, size_t hi) {
+  if (m_fused_host) m_backend.copy_from_host(*m_stream, m_fused.data() + lo, m_fused_host.data() + lo, hi - lo);
 }
 
 // Levels 2-4: the Reducer sums the fused buffer over the job. Returns when it ended.
 double LearnerGroup::reduce(const std::string& what) {
   const double t0 = now_s();
-  m_reducer.sum(m_fused.data(), m_param_count + m_state_count, what);
+  m_reducer.wait(start_reduce(0, m_param_count + m_state_count, what));
+  finish_reduce(0, m_param_count + m_state_count);
   const double t1 = now_s();
   phase("allreduce", -1, t0, t1);
   return t1;
@@ -429,21 +493,27 @@ void LearnerGroup::plan_buckets() {
 
 // ssgd across ranks. The learners' passes run on the workers; this thread hands each bucket
 // to the Reducer as soon as every learner's backward pass has finished its tensors (the
-// backward hook moves each learner's ready_from down past every node with parameters), and
+// backward hook publishes a mark, an offset and an event, after every node with parameters), and
 // drives the sums in flight meanwhile, without waiting for one before starting the next.
 void LearnerGroup::reduce_gradients_overlapped(int64_t step, const std::function<void(Learner&)>& pass) {
-  for (auto& l : m_learners) l->ready_from.store(m_param_count, std::memory_order_relaxed);
+  for (auto& l : m_learners) l->marks_done.store(0, std::memory_order_relaxed);
   m_pool->start(tasks_for(pass));
   float* fused = m_fused.data();
   const std::string name = "gradients step " + std::to_string(step + 1);
   struct Flight {
     Reducer::Ticket ticket;
+    size_t lo, hi;
     double begin, end;  // handed over; seen complete (0: not yet)
   };
   std::vector<Flight> flights;
+  // Every learner has published a mark at or below lo whose work has completed.
   auto ready = [&](size_t lo) {
-    for (const auto& l : m_learners)
-      if (l->ready_from.load(std::memory_order_acquire) > lo) return false;
+    for (const auto& l : m_learners) {
+      const int done = l->marks_done.load(std::memory_order_acquire);
+      int i = 0;
+      while (i < done && l->mark_offset[static_cast<size_t>(i)] > lo) ++i;
+      if (i == done || !m_backend.ready(*l->mark_event[static_cast<size_t>(i)])) return false;
+    }
     return true;
   };
   auto hand_over = [&](size_t lo, size_t hi, const std::string& what) {
@@ -451,10 +521,10 @@ void LearnerGroup::reduce_gradients_overlapped(int64_t step, const std::function
     m_backend.copy(*m_stream, fused + lo, m_learners[0]->graph->grads() + lo, hi - lo);
     for (size_t j = 1; j < m_learners.size(); ++j)
       m_backend.add(*m_stream, fused + lo, m_learners[j]->graph->grads() + lo, fused + lo, hi - lo);
-    m_backend.synchronize(*m_stream);
+    const Reducer::Ticket ticket = start_reduce(lo, hi, what);
     const double t1 = now_s();
     phase("device_sum", -1, t0, t1);
-    flights.push_back({m_reducer.start(fused + lo, hi - lo, what), t1, 0});
+    flights.push_back({ticket, lo, hi, t1, 0});
   };
   // Drives the sums in flight; true when one completed.
   auto drive = [&] {
@@ -462,6 +532,7 @@ void LearnerGroup::reduce_gradients_overlapped(int64_t step, const std::function
     for (auto& f : flights)
       if (f.end == 0 && m_reducer.test(f.ticket)) {
         f.end = now_s();
+        finish_reduce(f.lo, f.hi);
         phase("allreduce", -1, f.begin, f.end);
         moved = true;
       }
@@ -499,12 +570,14 @@ void LearnerGroup::reduce_gradients_overlapped(int64_t step, const std::function
   double passes_end = 0;
   for (const auto& l : m_learners) passes_end = std::max(passes_end, l->pass_end);
   device_sum(true, false, true);
-  flights.push_back({m_reducer.start(fused + m_param_count, m_state_count, name + " state"), now_s(), 0});
+  const size_t all = m_param_count + m_state_count;
+  flights.push_back({start_reduce(m_param_count, all, name + " state"), m_param_count, all, now_s(), 0});
   note_in_flight();
   for (auto& f : flights)
     if (f.end == 0) {
       m_reducer.wait(f.ticket);
       f.end = now_s();
+      finish_reduce(f.lo, f.hi);
       phase("allreduce", -1, f.begin, f.end);
     }
   // The part of each sum that ran after the passes had ended was exposed; the rest was hidden.
@@ -528,7 +601,7 @@ void LearnerGroup::sync_gradients(int64_t step, float lr, bool reduced) {
     if (l->index != 0) m_backend.copy(*m_stream, l->graph->params(), first.graph->params(), m_param_count);
     m_backend.copy(*m_stream, l->graph->state(), fused + m_param_count, m_state_count);
   }
-  m_backend.synchronize(*m_stream);
+  m_backend.record(*m_group_event, *m_stream);
   phase("update", -1, t0, now_s());
 }
 
@@ -544,21 +617,21 @@ void LearnerGroup::sync_sma(int64_t step, float lr, bool reduced) {
   const float mu = static_cast<float>(c.mu);
   const float n = static_cast<float>(job_learners());
   const float* z = m_z.data();
+  m_backend.record(*m_group_event, *m_stream);  // the sum has read the replicas
   run_learners([&](Learner& l) {
     float* w = l.graph->params();
-    m_backend.scale(*l.stream, 1.0f - alpha, w, m_param_count);  // w - alpha (w - z)
-    m_backend.axpy(*l.stream, alpha, z, w, m_param_count);
+    m_backend.wait(*l.stream, *m_group_event);
+    m_backend.axpby(*l.stream, alpha, z, 1.0f - alpha, w, m_param_count);  // w - alpha (w - z)
     l.optimizer->step(m_backend, *l.stream, lr);
     m_backend.synchronize(*l.stream);
   });
   // z_new = z + beta (W / n - z) + mu (z - z_prev), built in z_prev's buffer, then swapped.
   float* zp = m_z_prev.data();
-  m_backend.scale(*m_stream, -mu, zp, m_param_count);
-  m_backend.axpy(*m_stream, 1.0f - beta + mu, z, zp, m_param_count);
+  m_backend.axpby(*m_stream, 1.0f - beta + mu, z, -mu, zp, m_param_count);
   m_backend.axpy(*m_stream, beta / n, m_fused.data(), zp, m_param_count);
   std::swap(m_z, m_z_prev);
   average_state_into_central();
-  m_backend.synchronize(*m_stream);
+  m_backend.record(*m_group_event, *m_stream);
   phase("update", -1, t0, now_s());
 }
 
@@ -570,7 +643,7 @@ void LearnerGroup::start_local_phase() {
     if (l->index != 0) copy_optimizer_state(first, *l);
   m_backend.copy(*m_stream, m_z.data(), first.graph->params(), m_param_count);
   m_backend.copy(*m_stream, m_central_state.data(), first.graph->state(), m_state_count);
-  m_backend.synchronize(*m_stream);
+  m_backend.record(*m_group_event, *m_stream);
   m_local_started = true;
 }
 
@@ -585,7 +658,7 @@ void LearnerGroup::sync_average_replicas(int64_t step) {
   }
   m_backend.copy(*m_stream, m_z.data(), fused, m_param_count);
   m_backend.copy(*m_stream, m_central_state.data(), fused + m_param_count, m_state_count);
-  m_backend.synchronize(*m_stream);
+  m_backend.record(*m_group_event, *m_stream);
   phase("update", -1, t0, now_s());
 }
 

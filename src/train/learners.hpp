@@ -196,6 +196,8 @@ class LearnerGroup {
   static std::string sma_sum_name(int64_t step);
   void device_sum(bool gradients, bool params_part, bool state_part);
   double reduce(const std::string& what);
+  Reducer::Ticket start_reduce(size_t lo, size_t hi, const std::string& what);
+  void finish_reduce(size_t lo, size_t hi);
   void sum_learners_and_reduce(bool gradients, const std::string& what);
   bool syncs_gradients(int64_t step) const;     // ssgd, or local-sgd before start_step
   void plan_buckets();
@@ -227,7 +229,10 @@ class LearnerGroup {
 
   std::vector<std::unique_ptr<Learner>> m_learners;
   std::unique_ptr<Pool> m_pool;
-  std::unique_ptr<nn::Stream> m_stream;        // the caller's: sums and central updates
+  std::unique_ptr<nn::Stream> m_stream;        // the group's: sums and central updates
+  std::unique_ptr<nn::Event> m_group_event;    // the group stream's last work on the replicas;
+                                               // a learner's stream waits for it before its own
+  nn::Buffer m_fused_host;                     // pinned mirror of m_fused (staged reductions)
   nn::Buffer m_class_weights;                  // backend copy of the class weights (or empty)
   nn::Buffer m_fused;                          // [param_count + state_count]
   nn::Buffer m_z, m_z_prev, m_central_state;   // sma / local-sgd central model

@@ -17,7 +17,6 @@ class OptimizerBase : public Optimizer {
         throw Error("optimizer: parameter group '" + g.name + "' has no parameter or gradient memory");
       m_offsets.push_back(m_total);
       m_total += g.n;
-      m_largest = std::max(m_largest, g.n);
     }
   }
   int64_t steps() const override { return m_steps; }
@@ -29,34 +28,36 @@ class OptimizerBase : public Optimizer {
   // a model without parameters still gets a valid pointer).
   static nn::Buffer zeroed(nn::Backend& backend, size_t count) {
     nn::Buffer b = backend.allocate(std::max<size_t>(count, 1));
-    auto stream = backend.create_stream();
+    auto stream = backend.create_stream();  // before training: a one-off stream is fine
     backend.fill(*stream, b.data(), b.count(), 0.0f);
     backend.synchronize(*stream);
     return b;
   }
-  float decay_of(const ParamGroup& g, double weight_decay) const {
-    return g.weight_decay ? static_cast<float>(weight_decay) : 0.0f;
+  std::vector<nn::TensorRef> refs() const {
+    std::vector<nn::TensorRef> r;
+    for (const auto& g : m_groups) r.push_back({g.w, g.g, g.n, g.weight_decay});
+    return r;
   }
 
   std::vector<ParamGroup> m_groups;
   std::vector<size_t> m_offsets;
   size_t m_total = 0;
-  size_t m_largest = 0;
   int64_t m_steps = 0;
 };
 
 class Sgd final : public OptimizerBase {
  public:
   Sgd(const OptimizerConfig& c, nn::Backend& backend, std::vector<ParamGroup> groups)
-      : OptimizerBase(std::move(groups)), m_config(c), m_velocity(zeroed(backend, m_total)) {}
+      : OptimizerBase(std::move(groups)), m_config(c), m_velocity(zeroed(backend, m_total)),
+        m_set(backend.make_tensor_set(refs())) {}
 
   void step(nn::Backend& backend, nn::Stream& stream, float lr) override {
-    for (size_t i = 0; i < m_groups.size(); ++i) {
-      const auto& g = m_groups[i];
-      backend.sgd_step(stream, g.w, g.g, m_velocity.data() + m_offsets[i], g.n, lr,
-                       static_cast<float>(m_config.momentum), decay_of(g, m_config.weight_decay),
-                       m_config.nesterov);
-    }
+    nn::SgdArgs a;
+    a.lr = lr;
+    a.momentum = static_cast<float>(m_config.momentum);
+    a.weight_decay = static_cast<float>(m_config.weight_decay);
+    a.nesterov = m_config.nesterov;
+    backend.sgd_update(stream, *m_set, m_velocity.data(), a);
     ++m_steps;
   }
   std::string name() const override { return "sgd"; }
@@ -65,43 +66,31 @@ class Sgd final : public OptimizerBase {
  private:
   OptimizerConfig m_config;
   nn::Buffer m_velocity;
+  std::unique_ptr<nn::TensorSet> m_set;
 };
 
 // Adam (coupled L2 decay), AdamW (decoupled decay) and LAMB (AdamW's direction scaled per
-// tensor by the trust ratio) share the moments.
+// tensor by the trust ratio, computed on the device) share the moments.
 class AdamFamily final : public OptimizerBase {
  public:
   enum class Kind { adam, adamw, lamb };
 
   AdamFamily(Kind kind, const OptimizerConfig& c, nn::Backend& backend, std::vector<ParamGroup> groups)
       : OptimizerBase(std::move(groups)), m_kind(kind), m_config(c),
-        m_m(zeroed(backend, m_total)), m_v(zeroed(backend, m_total)) {
-    if (kind == Kind::lamb) m_update = backend.allocate(std::max<size_t>(m_largest, 1));
-  }
+        m_m(zeroed(backend, m_total)), m_v(zeroed(backend, m_total)), m_set(backend.make_tensor_set(refs())) {}
 
   void step(nn::Backend& backend, nn::Stream& stream, float lr) override {
     ++m_steps;  // bias correction counts from 1
-    const auto b1 = static_cast<float>(m_config.beta1), b2 = static_cast<float>(m_config.beta2);
-    const auto eps = static_cast<float>(m_config.eps);
-    const bool decoupled = m_kind != Kind::adam;
-    for (size_t i = 0; i < m_groups.size(); ++i) {
-      const auto& g = m_groups[i];
-      float* m = m_m.data() + m_offsets[i];
-      float* v = m_v.data() + m_offsets[i];
-      const float wd = decay_of(g, m_config.weight_decay);
-      if (m_kind != Kind::lamb) {
-        backend.adam_step(stream, g.w, g.g, m, v, nullptr, g.n, lr, b1, b2, eps, wd, decoupled, m_steps, true);
-        continue;
-      }
-      // LAMB: u = m_hat / (sqrt(v_hat) + eps) + wd w; w -= lr * trust * u. The norms come
-      // back to the host (a sync per tensor on a device; fine at LAMB's large batches).
-      float* u = m_update.data();
-      backend.adam_step(stream, g.w, g.g, m, v, u, g.n, lr, b1, b2, eps, wd, true, m_steps, false);
-      const double w_norm = std::sqrt(backend.sum_squares(stream, g.w, g.n));
-      const double u_norm = std::sqrt(backend.sum_squares(stream, u, g.n));
-      const double trust = lamb_trust_ratio(w_norm, u_norm);
-      backend.axpy(stream, static_cast<float>(-static_cast<double>(lr) * trust), u, g.w, g.n);
-    }
+    nn::AdamArgs a;
+    a.kind = m_kind == Kind::adam ? nn::AdamArgs::Kind::adam
+             : m_kind == Kind::adamw ? nn::AdamArgs::Kind::adamw : nn::AdamArgs::Kind::lamb;
+    a.lr = lr;
+    a.beta1 = static_cast<float>(m_config.beta1);
+    a.beta2 = static_cast<float>(m_config.beta2);
+    a.eps = static_cast<float>(m_config.eps);
+    a.weight_decay = static_cast<float>(m_config.weight_decay);
+    a.step = m_steps;
+    backend.adam_update(stream, *m_set, m_m.data(), m_v.data(), a);
   }
   std::string name() const override {
     return m_kind == Kind::adam ? "adam" : m_kind == Kind::adamw ? "adamw" : "lamb";
@@ -114,24 +103,28 @@ class AdamFamily final : public OptimizerBase {
   Kind m_kind;
   OptimizerConfig m_config;
   nn::Buffer m_m, m_v;
-  nn::Buffer m_update;  // LAMB scratch: one tensor's update direction
+  std::unique_ptr<nn::TensorSet> m_set;
 };
 
 // LARC (apex semantics): the weight decay is folded into the gradient here, the gradient is
-// scaled by the per-tensor factor, and the inner optimizer runs without weight decay.
+// scaled by the per-tensor factor (norms on the device), and the inner optimizer runs
+// without weight decay.
 class Larc final : public Optimizer {
  public:
-  Larc(const OptimizerConfig& c, std::unique_ptr<Optimizer> inner) : m_config(c), m_inner(std::move(inner)) {}
+  Larc(const OptimizerConfig& c, nn::Backend& backend, std::unique_ptr<Optimizer> inner)
+      : m_config(c), m_inner(std::move(inner)) {
+    std::vector<nn::TensorRef> refs;
+    for (const auto& g : m_inner->groups()) refs.push_back({g.w, g.g, g.n, g.weight_decay});
+    m_set = backend.make_tensor_set(std::move(refs));
+  }
 
   void step(nn::Backend& backend, nn::Stream& stream, float lr) override {
-    for (const auto& g : m_inner->groups()) {
-      const double wd = g.weight_decay ? m_config.weight_decay : 0.0;
-      const double w_norm = std::sqrt(backend.sum_squares(stream, g.w, g.n));
-      const double g_norm = std::sqrt(backend.sum_squares(stream, g.g, g.n));
-      const double factor = larc_factor(w_norm, g_norm, wd, m_config.larc_eta, m_config.larc_clip, lr);
-      if (wd > 0) backend.axpy(stream, static_cast<float>(wd), g.w, g.g, g.n);
-      if (factor != 1.0) backend.scale(stream, static_cast<float>(factor), g.g, g.n);
-    }
+    nn::LarcArgs a;
+    a.lr = lr;
+    a.eta = static_cast<float>(m_config.larc_eta);
+    a.weight_decay = static_cast<float>(m_config.weight_decay);
+    a.clip = m_config.larc_clip;
+    backend.larc_scale(stream, *m_set, a);
     m_inner->step(backend, stream, lr);
   }
   std::string name() const override { return "larc(" + m_inner->name() + ")"; }
@@ -143,6 +136,7 @@ class Larc final : public Optimizer {
  private:
   OptimizerConfig m_config;
   std::unique_ptr<Optimizer> m_inner;
+  std::unique_ptr<nn::TensorSet> m_set;
 };
 
 }  // namespace
@@ -168,7 +162,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, nn::Bac
   else if (config.name == "adamw") opt = std::make_unique<AdamFamily>(Kind::adamw, inner, backend, std::move(groups));
   else if (config.name == "lamb") opt = std::make_unique<AdamFamily>(Kind::lamb, inner, backend, std::move(groups));
   else throw Error("optimizer.name must be one of sgd | adam | adamw | lamb (got \"" + config.name + "\")");
-  if (config.larc) opt = std::make_unique<Larc>(config, std::move(opt));
+  if (config.larc) opt = std::make_unique<Larc>(config, backend, std::move(opt));
   return opt;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Optimizers over parameter groups (one group per parameter tensor). The Backend does the
-// arithmetic (sgd_step, adam_step, sum_squares, axpy, scale) so that the same code updates
-// host memory on the CPU backend and device memory on CUDA.
+// arithmetic with its fused multi-tensor updates (sgd_update, adam_update, larc_scale: one
+// launch for every tensor on CUDA, per-tensor norms kept on the device), so that the same
+// code updates host memory on the CPU backend and device memory on CUDA without a host sync.
 //
 // Groups are per tensor, although a model keeps all its parameters in one arena, because
 // LARS/LARC and LAMB compute a trust ratio per tensor, and because biases and normalisation

@@ -93,8 +93,15 @@ EvalPart evaluate(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const DataS
   const int64_t per_sample = info.sample.per_sample();
   const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
   std::vector<float> images(static_cast<size_t>(batch * per_sample));
-  std::vector<int32_t> labels(static_cast<size_t>(batch * label_hw)), pred(labels.size());
+  std::vector<int32_t> labels(static_cast<size_t>(batch * label_hw));
   EvalPart part{ConfusionMatrix(info.classes)};
+  // The loss sum and the confusion matrix accumulate in backend memory and are read once at
+  // the end: no host round trip per batch.
+  const auto classes = static_cast<size_t>(info.classes);
+  nn::Buffer loss = be.allocate(2);  // [this batch's mean loss, the sum over samples]
+  nn::Buffer confusion = be.allocate(classes * classes, nn::DType::i32);
+  be.fill(stream, loss.data(), 2, 0.0f);
+  be.fill(stream, reinterpret_cast<float*>(confusion.as<int32_t>()), classes * classes, 0.0f);  // 0.0f is all zero bits
   std::vector<int64_t> idx;
   nn::RunMode mode;
   mode.train = false;
@@ -104,21 +111,27 @@ EvalPart evaluate(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const DataS
     for (int64_t i = 0; i < batch; ++i) idx[static_cast<size_t>(i)] = start + std::min(i, valid - 1);
     test.read(idx, images.data(), labels.data());
     std::fill(labels.begin() + valid * label_hw, labels.end(), -1);  // padding: ignored
+    // Pageable host memory: these copies have read it when they return, so the next
+    // batch may overwrite it.
     be.copy_from_host(stream, g.input().data, images.data(), images.size());
     be.copy_labels_from_host(stream, dev_labels, labels.data(), labels.size());
     g.forward(stream, mode);
-    float batch_loss = 0;
     const auto out = g.output_shape();
     be.softmax_cross_entropy(stream, g.output().data, dev_labels, class_weights, out.n(), out.c(),
-                             out.h() * out.w(), g.output_grad().data, &batch_loss);
+                             out.h() * out.w(), g.output_grad().data, loss.data());
+    be.axpy(stream, static_cast<float>(valid), loss.data(), loss.data() + 1, 1);
     be.argmax_channels(stream, g.output().data, dev_pred, out.n(), out.c(), out.h() * out.w());
-    be.copy_labels_to_host(stream, pred.data(), dev_pred, pred.size());
-    be.synchronize(stream);
-    part.loss_sum += static_cast<double>(batch_loss) * static_cast<double>(valid);
+    be.accumulate_confusion(stream, dev_labels, dev_pred, static_cast<size_t>(valid * label_hw), info.classes,
+                            confusion.as<int32_t>());
     part.samples += static_cast<double>(valid);
-    part.cm.add(std::span<const int32_t>(pred.data(), static_cast<size_t>(valid * label_hw)),
-                std::span<const int32_t>(labels.data(), static_cast<size_t>(valid * label_hw)));
   }
+  float host_loss[2] = {0, 0};
+  std::vector<int32_t> counts(classes * classes);
+  be.copy_to_host(stream, host_loss, loss.data(), 2);
+  be.copy_labels_to_host(stream, counts.data(), confusion.as<int32_t>(), counts.size());
+  be.synchronize(stream);
+  part.loss_sum = static_cast<double>(host_loss[1]);
+  for (size_t i = 0; i < counts.size(); ++i) part.cm.counts()[i] += counts[i];
   return part;
 }
 
@@ -306,8 +319,12 @@ class TrainingRun {
         m_world.allgather(static_cast<int>(std::hash<std::string>{}(m_topo.host()) & 0x7fffffff));
     const int ranks_on_host = static_cast<int>(
         std::count(host_of_rank.begin(), host_of_rank.end(), host_of_rank[static_cast<size_t>(m_rank)]));
-    m_backend = nn::make_cpu_backend(cfg.run.threads > 0 ? static_cast<int>(cfg.run.threads)
-                                                         : cpu::default_threads(ranks_on_host));
+    // This rank's place among the ranks of its host picks its GPU (run.backend = cuda/auto).
+    const int host_local_rank = static_cast<int>(
+        std::count(host_of_rank.begin(), host_of_rank.begin() + m_rank, host_of_rank[static_cast<size_t>(m_rank)]));
+    m_backend = nn::make_backend(cfg.run.backend, host_local_rank,
+                                 cfg.run.threads > 0 ? static_cast<int>(cfg.run.threads)
+                                                     : cpu::default_threads(ranks_on_host));
     m_stream = m_backend->create_stream();
     const nn::ModelSpec spec = m_spec;
     const nn::Shape sample = info.sample;

@@ -17,6 +17,7 @@
 #include "src/nn/backend.hpp"
 #include "src/nn/init.hpp"
 #include "src/nn/layer.hpp"
+#include "tests/support/test_backend.hpp"
 
 namespace squall::test {
 
@@ -199,7 +200,7 @@ inline void check_layer_gradients(nn::Backend& backend, std::unique_ptr<nn::Laye
   const Floats y = run.forward(opt.mode);
   const Doubles y_ref = naive(x, p);
   REQUIRE(static_cast<int64_t>(y_ref.size()) == run.output_shape().numel());
-  require_close(y, y_ref, opt.forward_tol, name + " forward");
+  require_close(y, y_ref, opt.forward_tol * slack(), name + " forward");
 
   const Floats r = random_floats(rng, run.output_shape().numel());
   run.backward(r);
@@ -224,9 +225,9 @@ inline void check_layer_gradients(nn::Backend& backend, std::unique_ptr<nn::Laye
     return g;
   };
   for (size_t i = 0; i < x.size(); ++i)
-    require_close(run.dinput(i), numeric_gradient(x[i]), opt.gradient_tol, name + " d(input " + std::to_string(i) + ")");
+    require_close(run.dinput(i), numeric_gradient(x[i]), opt.gradient_tol * slack(), name + " d(input " + std::to_string(i) + ")");
   for (size_t i = 0; i < p.size(); ++i)
-    require_close(run.grad(i), numeric_gradient(p[i]), opt.gradient_tol, name + " d(" + run.param_specs()[i].name + ")");
+    require_close(run.grad(i), numeric_gradient(p[i]), opt.gradient_tol * slack(), name + " d(" + run.param_specs()[i].name + ")");
 }
 
 }  // namespace squall::test

@@ -12,6 +12,7 @@
 #include "src/nn/graph.hpp"
 #include "src/nn/layer.hpp"
 #include "src/train/learners.hpp"
+#include "tests/support/test_backend.hpp"
 
 namespace squall::test {
 
@@ -63,13 +64,21 @@ inline train::OptimizerConfig plain_sgd() {
   return o;
 }
 
-inline double max_diff(const float* got, const std::vector<double>& want) {
+// n floats of memory of the backend under test, on the host (a copy when that is a GPU).
+inline std::vector<float> on_host(const float* p, size_t n) {
+  if constexpr (k_testing_gpu) return download(test_backend(), p, n);
+  return std::vector<float>(p, p + n);
+}
+
+inline double max_diff(const float* got_mem, const std::vector<double>& want) {
+  const std::vector<float> got = on_host(got_mem, want.size());
   double d = 0;
   for (size_t i = 0; i < want.size(); ++i) d = std::max(d, std::abs(static_cast<double>(got[i]) - want[i]));
   return d;
 }
 
-inline double max_diff(const float* a, const float* b, size_t n) {
+inline double max_diff(const float* a_mem, const float* b_mem, size_t n) {
+  const std::vector<float> a = on_host(a_mem, n), b = on_host(b_mem, n);
   double d = 0;
   for (size_t i = 0; i < n; ++i) d = std::max(d, std::abs(static_cast<double>(a[i]) - b[i]));
   return d;

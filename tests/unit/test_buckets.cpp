@@ -68,7 +68,7 @@ TEST_CASE("ssgd hands over every gradient bucket before the first completes, and
   // A bucket completes on test() only after many polls (or in wait): with one bucket per tensor
   // (weight, bias) both are in flight at once, plus the BatchNorm-state part.
   const int test_calls = GENERATE(1000000, 3);
-  auto backend = nn::make_cpu_backend(2);
+  auto backend = test::make_test_backend(2);
   LazyTwinReducer twin(test_calls);
   train::SingleRankReducer alone;
   const int L = 2;
@@ -102,7 +102,7 @@ TEST_CASE("ssgd hands over every gradient bucket before the first completes, and
 }
 
 TEST_CASE("bucket_floats sets the bucket boundaries at whole tensors, last layers first", "[learners][buckets]") {
-  auto backend = nn::make_cpu_backend(1);
+  auto backend = test::make_test_backend(1);
   LazyTwinReducer twin(1);
   LearnerGroupOptions o;
   o.learners = 1;

@@ -10,6 +10,7 @@
 #include "src/nn/init.hpp"
 #include "src/nn/layer.hpp"
 #include "tests/support/layer_harness.hpp"
+#include "tests/support/test_backend.hpp"
 
 namespace nn = squall::nn;
 using squall::test::Doubles;
@@ -19,10 +20,8 @@ using squall::test::check_layer_gradients;
 
 namespace {
 
-nn::Backend& cpu() {
-  static std::unique_ptr<nn::Backend> backend = nn::make_cpu_backend(1);
-  return *backend;
-}
+// The backend under test (tests/support/test_backend.hpp).
+nn::Backend& cpu() { return squall::test::test_backend(); }
 
 struct Dims {
   int64_t n, c, h, w;

@@ -22,12 +22,15 @@ using train::LearnerGroupOptions;
 
 namespace {
 
-std::vector<double> to_double(const float* p, size_t n) { return std::vector<double>(p, p + n); }
+std::vector<double> to_double(const float* p, size_t n) {
+  const std::vector<float> host = test::on_host(p, n);
+  return std::vector<double>(host.begin(), host.end());
+}
 
 }  // namespace
 
 TEST_CASE("sma on one rank follows Crossbow's equations step by step", "[learners]") {
-  auto backend = nn::make_cpu_backend(2);
+  auto backend = test::make_test_backend(2);
   train::SingleRankReducer alone;
   const int L = 3;
   const int64_t b = 4;
@@ -81,7 +84,7 @@ TEST_CASE("sma on one rank follows Crossbow's equations step by step", "[learner
 }
 
 TEST_CASE("ssgd: L learners of batch b equal one learner of batch L*b on the same samples", "[learners]") {
-  auto backend = nn::make_cpu_backend(2);
+  auto backend = test::make_test_backend(2);
   train::SingleRankReducer alone;
   const int L = 3;
   const int64_t b = 4;
@@ -137,7 +140,7 @@ TEST_CASE("ssgd: L learners of batch b equal one learner of batch L*b on the sam
 }
 
 TEST_CASE("local-sgd: ssgd before start_step, then replicas replaced by their average every period", "[learners]") {
-  auto backend = nn::make_cpu_backend(2);
+  auto backend = test::make_test_backend(2);
   train::SingleRankReducer alone;
   const int L = 2;
   const int64_t b = 3;
@@ -175,7 +178,7 @@ TEST_CASE("local-sgd: ssgd before start_step, then replicas replaced by their av
 }
 
 TEST_CASE("the central model's BatchNorm statistics are the learners' average", "[learners]") {
-  auto backend = nn::make_cpu_backend(2);
+  auto backend = test::make_test_backend(2);
   train::SingleRankReducer alone;
   auto make = [] {
     auto g = std::make_unique<nn::Graph>(nn::Shape(1, 2, 2, 2));
@@ -205,7 +208,8 @@ TEST_CASE("the central model's BatchNorm statistics are the learners' average", 
   c.step({{images.data() + b * 8, labels.data() + b}}, 0, 0.1f);
   const size_t n = group.state_count();
   std::vector<double> want(n);
-  for (size_t i = 0; i < n; ++i) want[i] = (a.replica_graph(0).state()[i] + c.replica_graph(0).state()[i]) / 2.0;
+  const auto sa = test::on_host(a.replica_graph(0).state(), n), sc = test::on_host(c.replica_graph(0).state(), n);
+  for (size_t i = 0; i < n; ++i) want[i] = (sa[i] + sc[i]) / 2.0;
   INFO("algorithm " << train::algorithm_name(algorithm));
   CHECK(test::max_diff(group.central_state(), want) < 1e-6);
   CHECK(test::max_diff(group.central_state(), before) > 1e-3);  // the statistics did move
@@ -216,7 +220,7 @@ TEST_CASE("the central model's BatchNorm statistics are the learners' average", 
 }
 
 TEST_CASE("an added learner starts from the central model and keeps ssgd replicas identical", "[learners]") {
-  auto backend = nn::make_cpu_backend(2);
+  auto backend = test::make_test_backend(2);
   train::SingleRankReducer alone;
   const int64_t b = 2;
   train::OptimizerConfig sgd = test::plain_sgd();

@@ -7,6 +7,7 @@
 
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
+#include "tests/support/test_backend.hpp"
 #include "src/nn/graph.hpp"
 
 using namespace squall::nn;
@@ -42,6 +43,7 @@ std::pair<float, float> fit_one_batch(Graph& g, Backend& be, int steps, float lr
   be.copy_labels_from_host(*stream, dev_labels, labels.data(), labels.size());
   Buffer velocity = be.allocate(g.param_count());
   be.fill(*stream, velocity.data(), g.param_count(), 0.0f);
+  Buffer loss_dev = be.allocate(1);
   float first = 0, last = 0;
   RunMode mode;
   for (int s = 0; s < steps; ++s) {
@@ -49,7 +51,9 @@ std::pair<float, float> fit_one_batch(Graph& g, Backend& be, int steps, float lr
     mode.step = static_cast<uint64_t>(s);
     g.forward(*stream, mode);
     float loss = 0;
-    be.softmax_cross_entropy(*stream, g.output().data, dev_labels, nullptr, out.n(), out.c(), hw, g.output_grad().data, &loss);
+    be.softmax_cross_entropy(*stream, g.output().data, dev_labels, nullptr, out.n(), out.c(), hw, g.output_grad().data,
+                             loss_dev.data());
+    be.copy_to_host(*stream, &loss, loss_dev.data(), 1);
     be.synchronize(*stream);
     if (s == 0) first = loss;
     last = loss;
@@ -117,7 +121,7 @@ TEST_CASE("models that cannot take an input say why", "[models]") {
 }
 
 TEST_CASE("every model learns a fixed batch", "[models][slow]") {
-  auto be = make_cpu_backend(0);
+  auto be = squall::test::make_test_backend(0);
   struct Case { ModelSpec spec; Shape in; int64_t batch; float lr; };
   ModelSpec lenet = spec_of("lenet5", 10), resnet = spec_of("resnet20", 10), unet = spec_of("unet", 3),
             deeplab = spec_of("deeplabv3plus", 3);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "src/nn/backend.hpp"
+#include "tests/support/test_backend.hpp"
 #include "src/train/optimizer.hpp"
 #include "src/train/schedule.hpp"
 
@@ -105,9 +106,9 @@ std::vector<Vec> reference(const OptimizerConfig& c, const Problem& p) {
   return w;
 }
 
-// The same problem through make_optimizer on the CPU backend.
+// The same problem through make_optimizer on the backend under test.
 std::vector<Vec> run_squall(const OptimizerConfig& c, const Problem& p) {
-  auto be = squall::nn::make_cpu_backend(1);
+  auto be = squall::test::make_test_backend(1);
   auto stream = be->create_stream();
   size_t total = 0;
   for (const auto& t : p.w) total += t.size();
@@ -148,7 +149,7 @@ void check_against_reference(const OptimizerConfig& c) {
     INFO("tensor " << t);
     for (size_t i = 0; i < want[t].size(); ++i) {
       INFO("element " << i);
-      CHECK(got[t][i] == Approx(want[t][i]).epsilon(1e-5).margin(1e-6));
+      CHECK(got[t][i] == Approx(want[t][i]).epsilon(1e-5 * squall::test::slack()).margin(1e-6 * squall::test::slack()));
     }
   }
 }
@@ -213,7 +214,7 @@ TEST_CASE("trust ratios", "[optim]") {
 }
 
 TEST_CASE("optimizer state is exposed and named", "[optim]") {
-  auto be = squall::nn::make_cpu_backend(1);
+  auto be = squall::test::make_test_backend(1);
   auto w = be->allocate(10), g = be->allocate(10);
   std::vector<ParamGroup> groups = {{w.data(), g.data(), 4, true, "a"}, {w.data() + 4, g.data() + 4, 6, false, "b"}};
   auto sgd = squall::train::make_optimizer(config("sgd"), *be, groups);

@@ -1,4 +1,5 @@
-// The CPU backend against naive double-precision references written here as plain loops:
+// The backend under test (tests/support/test_backend.hpp: the CPU here, the CUDA backend in
+// squall_gpu_tests) against naive double-precision references written here as plain loops:
 // every op forward and backward, on small odd shapes that exercise strides, padding,
 // dilation and the transposed convolution's output padding.
 #include <catch2/catch.hpp>
@@ -14,6 +15,7 @@
 
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
+#include "tests/support/test_backend.hpp"
 
 using namespace squall::nn;
 
@@ -22,10 +24,7 @@ namespace {
 using Vec = std::vector<float>;
 using DVec = std::vector<double>;
 
-Backend& backend() {
-  static std::unique_ptr<Backend> b = make_cpu_backend(0);
-  return *b;
-}
+Backend& backend() { return squall::test::test_backend(); }
 
 Stream& stream() {
   static std::unique_ptr<Stream> s = backend().create_stream();
@@ -71,14 +70,15 @@ struct DeviceVec {
   }
 };
 
-constexpr double kTol = 1e-4;
+const double kTol = 1e-4 * squall::test::slack();
 
 }  // namespace
 
 // ---- memory --------------------------------------------------------------------------------
 
-TEST_CASE("cpu backend allocates aligned memory and copies", "[cpu]") {
-  CHECK(backend().name() == "cpu");
+TEST_CASE("backend allocates memory and copies", "[cpu]") {
+  CHECK(backend().name() == (squall::test::k_testing_gpu ? "cuda" : "cpu"));
+  CHECK(backend().device().backend == backend().name());
   for (size_t n : {size_t{0}, size_t{1}, size_t{17}, size_t{1000}}) {
     Buffer b = backend().allocate(n);
     CHECK(b.count() == n);
@@ -96,12 +96,13 @@ TEST_CASE("cpu backend allocates aligned memory and copies", "[cpu]") {
   std::vector<int32_t> out(5, 99);
   backend().copy_labels_from_host(stream(), labels, in.data(), 5);
   backend().copy_labels_to_host(stream(), out.data(), labels, 5);
+  backend().synchronize(stream());
   CHECK(out == in);
 }
 
 // ---- element-wise -------------------------------------------------------------------------
 
-TEST_CASE("cpu element-wise ops match the reference", "[cpu]") {
+TEST_CASE("backend: element-wise ops match the reference", "[cpu]") {
   // Both sizes: below and above the serial/parallel threshold.
   for (size_t n : {size_t{37}, size_t{40001}}) {
     const Vec a = random_vec(n, 2), b = random_vec(n, 3);
@@ -140,11 +141,13 @@ TEST_CASE("cpu element-wise ops match the reference", "[cpu]") {
 
     double ss = 0;
     for (float x : a) ss += double(x) * x;
-    CHECK(backend().sum_squares(stream(), da.data(), n) == Approx(ss).epsilon(1e-12));
+    DeviceVec out(1);
+    backend().sum_squares(stream(), da.data(), n, out.data());
+    CHECK(out.host()[0] == Approx(ss).epsilon(1e-6));
   }
 }
 
-TEST_CASE("cpu dropout draws a reproducible, counter-based mask", "[cpu]") {
+TEST_CASE("backend: dropout draws a reproducible, counter-based mask", "[cpu]") {
   const size_t n = 50001;
   const float p = 0.3f;
   const Vec x = random_vec(n, 4);
@@ -174,7 +177,7 @@ TEST_CASE("cpu dropout draws a reproducible, counter-based mask", "[cpu]") {
                   squall::Error);
 }
 
-TEST_CASE("cpu copy_strided and global average pooling", "[cpu]") {
+TEST_CASE("backend: copy_strided and global average pooling", "[cpu]") {
   const int64_t rows = 3, src_stride = 7, dst_stride = 11, count = 4;
   const Vec src = random_vec(rows * src_stride, 5);
   Vec dst0 = random_vec(rows * dst_stride, 6);
@@ -229,7 +232,7 @@ DVec bilinear_ref(const DVec& x, int64_t nc, int64_t h, int64_t w, int64_t oh, i
 
 }  // namespace
 
-TEST_CASE("cpu bilinear resize matches PyTorch's align_corners=false, forward and backward", "[cpu]") {
+TEST_CASE("backend: bilinear resize matches PyTorch's align_corners=false, forward and backward", "[cpu]") {
   struct Case { int64_t nc, h, w, oh, ow; };
   for (const Case c : {Case{6, 5, 4, 11, 9}, Case{3, 9, 7, 4, 3}, Case{2, 3, 5, 3, 5}, Case{2, 4, 4, 8, 8}}) {
     const Vec x = random_vec(c.nc * c.h * c.w, 9);
@@ -280,7 +283,7 @@ double ce_ref(const DVec& x, const std::vector<int32_t>& labels, const float* we
 
 }  // namespace
 
-TEST_CASE("cpu softmax cross-entropy with class weights and ignored labels", "[cpu]") {
+TEST_CASE("backend: softmax cross-entropy with class weights and ignored labels", "[cpu]") {
   struct Case { int64_t n, k, hw; bool weighted; };
   for (const Case c : {Case{5, 7, 1, false}, Case{5, 7, 1, true}, Case{2, 3, 35, true}, Case{3, 4, 6000, false}}) {
     const Vec x = random_vec(c.n * c.k * c.hw, 11, -4.0f, 4.0f);
@@ -295,10 +298,10 @@ TEST_CASE("cpu softmax cross-entropy with class weights and ignored labels", "[c
     Buffer lab_owner;
     int32_t* dl = backend().allocate_labels(labels.size(), lab_owner);
     backend().copy_labels_from_host(stream(), dl, labels.data(), labels.size());
-    float loss = -1;
+    DeviceVec loss_d(1);
     backend().softmax_cross_entropy(stream(), dx_.data(), dl, c.weighted ? dw.data() : nullptr, c.n, c.k, c.hw,
-                                    grad.data(), &loss);
-    backend().synchronize(stream());
+                                    grad.data(), loss_d.data());
+    const float loss = loss_d.host()[0];  // the loss stays in backend memory until read
     DVec want_grad;
     const DVec xd = to_double(x);
     const double want = ce_ref(xd, labels, w, c.n, c.k, c.hw, &want_grad);
@@ -315,18 +318,18 @@ TEST_CASE("cpu softmax cross-entropy with class weights and ignored labels", "[c
   }
 }
 
-TEST_CASE("cpu softmax cross-entropy rejects labels out of range", "[cpu]") {
+TEST_CASE("cpu softmax cross-entropy rejects labels out of range", "[cpu][cpu-only]") {
   DeviceVec x(Vec{0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f}), grad(6);
   Buffer owner;
   int32_t* dl = backend().allocate_labels(2, owner);
   const std::vector<int32_t> labels{1, 3};
   backend().copy_labels_from_host(stream(), dl, labels.data(), 2);
-  float loss = 0;
-  CHECK_THROWS_WITH(backend().softmax_cross_entropy(stream(), x.data(), dl, nullptr, 2, 3, 1, grad.data(), &loss),
+  DeviceVec loss(1);
+  CHECK_THROWS_WITH(backend().softmax_cross_entropy(stream(), x.data(), dl, nullptr, 2, 3, 1, grad.data(), loss.data()),
                     Catch::Contains("label 3"));
 }
 
-TEST_CASE("cpu argmax over channels", "[cpu]") {
+TEST_CASE("backend: argmax over channels", "[cpu]") {
   const int64_t n = 2, c = 5, hw = 13;
   const Vec x = random_vec(n * c * hw, 14);
   DeviceVec dx_(x);
@@ -346,7 +349,7 @@ TEST_CASE("cpu argmax over channels", "[cpu]") {
 
 // ---- optimizers ---------------------------------------------------------------------------
 
-TEST_CASE("cpu sgd_step follows torch.optim.SGD", "[cpu]") {
+TEST_CASE("backend: sgd_step follows torch.optim.SGD", "[cpu]") {
   struct Case { float momentum, wd; bool nesterov; };
   const size_t n = 101;
   for (const Case c : {Case{0.0f, 0.0f, false}, Case{0.9f, 0.0f, false}, Case{0.9f, 1e-2f, false},
@@ -401,7 +404,7 @@ struct AdamRef {
 
 }  // namespace
 
-TEST_CASE("cpu adam_step follows torch.optim.Adam, AdamW and the LAMB direction", "[cpu]") {
+TEST_CASE("backend: adam_step follows torch.optim.Adam, AdamW and the LAMB direction", "[cpu]") {
   const size_t n = 77;
   const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
   struct Case { float wd; bool decoupled; bool apply; };
@@ -468,7 +471,7 @@ void for_each_tap(const ConvDesc& d, const std::function<void(size_t, size_t, si
 
 }  // namespace
 
-TEST_CASE("cpu convolution and transposed convolution, forward and backward", "[cpu]") {
+TEST_CASE("backend: convolution and transposed convolution, forward and backward", "[cpu]") {
   auto conv = [](int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t r, int64_t s, int64_t stride,
                  int64_t pad, int64_t dil, bool bias, bool transposed, int64_t out_pad) {
     ConvDesc d;
@@ -533,7 +536,7 @@ TEST_CASE("cpu convolution and transposed convolution, forward and backward", "[
   }
 }
 
-TEST_CASE("cpu convolution rejects a kernel larger than its input", "[cpu]") {
+TEST_CASE("backend: convolution rejects a kernel larger than its input", "[cpu]") {
   ConvDesc d;
   d.h = d.w = 2;
   d.r = d.s = 5;
@@ -542,7 +545,7 @@ TEST_CASE("cpu convolution rejects a kernel larger than its input", "[cpu]") {
 
 // ---- linear -------------------------------------------------------------------------------
 
-TEST_CASE("cpu linear forward and backward", "[cpu]") {
+TEST_CASE("backend: linear forward and backward", "[cpu]") {
   for (bool bias : {true, false}) {
     LinearDesc d;
     d.n = 3, d.in = 7, d.out = 5, d.bias = bias;
@@ -573,7 +576,7 @@ TEST_CASE("cpu linear forward and backward", "[cpu]") {
 
 // ---- pooling --------------------------------------------------------------------------------
 
-TEST_CASE("cpu max and average pooling (padding excluded), forward and backward", "[cpu]") {
+TEST_CASE("backend: max and average pooling (padding excluded), forward and backward", "[cpu]") {
   struct Case { int64_t r, s, stride, pad; PoolKind kind; };
   for (const Case c : {Case{3, 3, 2, 1, PoolKind::max}, Case{3, 3, 2, 1, PoolKind::average},
                        Case{2, 2, 2, 0, PoolKind::max}, Case{2, 2, 2, 0, PoolKind::average},
@@ -628,7 +631,7 @@ TEST_CASE("cpu max and average pooling (padding excluded), forward and backward"
 
 // ---- batch normalisation --------------------------------------------------------------------
 
-TEST_CASE("cpu batch norm: training, running statistics, inference and backward", "[cpu]") {
+TEST_CASE("backend: batch norm: training, running statistics, inference and backward", "[cpu]") {
   BatchNormDesc d;
   d.n = 2, d.c = 3, d.h = 7, d.w = 5, d.eps = 1e-5f, d.momentum = 0.1f;
   const int64_t hw = d.h * d.w, m = d.n * hw, total = d.n * d.c * hw;
@@ -685,7 +688,7 @@ TEST_CASE("cpu batch norm: training, running statistics, inference and backward"
 
 // ---- threads ------------------------------------------------------------------------------
 
-TEST_CASE("cpu backend with an explicit thread count computes the same", "[cpu]") {
+TEST_CASE("cpu backend with an explicit thread count computes the same", "[cpu][cpu-only]") {
   // The thread count is process state (OpenMP's); put it back for the tests that follow.
   const int before = omp_get_max_threads();
   auto one = make_cpu_backend(1);
@@ -697,8 +700,190 @@ TEST_CASE("cpu backend with an explicit thread count computes the same", "[cpu]"
   one->copy_from_host(*s, b.data(), a.data(), n);
   double want = 0;
   for (float v : a) want += double(v) * v;
-  CHECK(one->sum_squares(*s, b.data(), n) == Approx(want).epsilon(1e-12));
+  float got = 0;
+  one->sum_squares(*s, b.data(), n, &got);  // CPU backend memory is host memory
+  CHECK(got == Approx(want).epsilon(1e-6));
   CHECK_THROWS_AS(make_cpu_backend(-1), squall::Error);
   make_cpu_backend(before);
   CHECK(omp_get_max_threads() == before);
+}
+
+// ---- streams, events, types, metrics and fused updates ------------------------------------
+
+TEST_CASE("backend: an event orders one stream's work after another's", "[cpu]") {
+  // Stream a fills a large buffer and records; stream b waits for the event and then copies
+  // the buffer. Without the wait, b could copy before a's fill ran (on a device).
+  auto a = backend().create_stream(), b = backend().create_stream();
+  auto done = backend().create_event();
+  const size_t n = size_t{1} << 22;
+  DeviceVec x(n), y(n);
+  backend().fill(*a, x.data(), n, 0.0f);
+  backend().synchronize(*a);
+  for (int round = 1; round <= 3; ++round) {
+    backend().fill(*a, x.data(), n, static_cast<float>(round));
+    backend().record(*done, *a);
+    backend().wait(*b, *done);
+    backend().copy(*b, y.data(), x.data(), n);
+    backend().synchronize(*b);
+    const Vec got = y.host();
+    CHECK(got.front() == static_cast<float>(round));
+    CHECK(got.back() == static_cast<float>(round));
+  }
+  backend().synchronize(*done);
+  CHECK(backend().ready(*done));
+}
+
+TEST_CASE("backend: axpby and the averaging arithmetic", "[cpu]") {
+  const size_t n = 70001;
+  const Vec x = random_vec(n, 70), y0 = random_vec(n, 71);
+  DeviceVec dx(x), dy(y0);
+  backend().axpby(stream(), 0.25f, dx.data(), -1.5f, dy.data(), n);
+  DVec want(n);
+  for (size_t i = 0; i < n; ++i) want[i] = 0.25 * x[i] - 1.5 * y0[i];
+  CHECK(max_error(dy.host(), want) < 1e-6);
+}
+
+TEST_CASE("backend: f32 <-> bf16 / f16 conversion rounds to nearest even", "[cpu]") {
+  // Values chosen to round differently under truncation and round-to-nearest-even, plus
+  // subnormals, overflow and the extremes of each format.
+  const Vec src{1.0f, -2.5f, 1.00390625f /* 1 + 2^-8: a bf16 tie, even stays 1 */, 1.01171875f /* 1 + 3*2^-8: up */,
+                65504.0f, 70000.0f, 6.0e-8f, 1e-3f, 3.14159265f, 0.0f, -0.0f};
+  DeviceVec d(src), back(src.size());
+  for (DType t : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(t));
+    Buffer half = backend().allocate(src.size(), t);
+    CHECK(half.bytes() == src.size() * 2);
+    backend().convert(stream(), d.data(), DType::f32, half.raw(), t, src.size());
+    backend().convert(stream(), half.raw(), t, back.data(), DType::f32, src.size());
+    const Vec got = back.host();
+    CHECK(got[0] == 1.0f);
+    CHECK(got[1] == -2.5f);
+    CHECK(got[9] == 0.0f);
+    CHECK(std::signbit(got[10]));
+    for (size_t i = 0; i < src.size(); ++i) {
+      if (t == DType::f16 && std::abs(src[i]) > 65504.0f) {
+        CHECK(std::isinf(got[i]));  // beyond the largest half: infinity
+        continue;
+      }
+      const double rel = t == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;  // half an ulp of the format
+      CHECK(std::abs(got[i] - src[i]) <= rel * std::abs(src[i]) + (t == DType::f16 ? 6e-8 : 0.0));
+    }
+    if (t == DType::bf16) {
+      CHECK(got[2] == 1.0f);          // tie to even
+      CHECK(got[3] == 1.015625f);     // 1 + 4*2^-8
+    } else {
+      CHECK(got[4] == 65504.0f);
+      CHECK(got[6] == Approx(5.9604645e-8f));  // the smallest subnormal half
+    }
+  }
+}
+
+TEST_CASE("backend: the confusion matrix accumulates in backend memory", "[cpu]") {
+  const std::vector<int32_t> labels{0, 1, 2, 2, -1, 1, 3 /* out of range: ignored */, 0};
+  const std::vector<int32_t> pred{0, 2, 2, 2, 1, 1, 0, 1};
+  Buffer lo, po;
+  int32_t* dl = backend().allocate_labels(labels.size(), lo);
+  int32_t* dp = backend().allocate_labels(pred.size(), po);
+  backend().copy_labels_from_host(stream(), dl, labels.data(), labels.size());
+  backend().copy_labels_from_host(stream(), dp, pred.data(), pred.size());
+  Buffer cm = backend().allocate(9, DType::i32);
+  backend().fill(stream(), reinterpret_cast<float*>(cm.raw()), 9, 0.0f);
+  for (int round = 0; round < 2; ++round)
+    backend().accumulate_confusion(stream(), dl, dp, labels.size(), 3, cm.as<int32_t>());
+  std::vector<int32_t> got(9);
+  backend().copy_labels_to_host(stream(), got.data(), cm.as<int32_t>(), 9);
+  backend().synchronize(stream());
+  // [label][pred], twice over: (0,0) (1,2) (2,2) (2,2) (1,1) (0,1)
+  CHECK(got == std::vector<int32_t>{2, 2, 0, 0, 2, 2, 0, 0, 4});
+}
+
+TEST_CASE("backend: fused updates equal the single-range forms tensor by tensor", "[cpu]") {
+  // Three tensors of awkward sizes (one spans several fused chunks), one without decay.
+  const std::vector<size_t> sizes{7, 65536 * 2 + 3, 129};
+  size_t total = 0;
+  for (size_t n : sizes) total += n;
+  const Vec w0 = random_vec(total, 80), g0 = random_vec(total, 81);
+  auto run = [&](bool fused, int which) {  // which: 0 sgd, 1 adam, 2 adamw, 3 lamb, 4 larc+sgd
+    DeviceVec w(w0), g(g0), s1(total), s2(total);
+    backend().fill(stream(), s1.data(), total, 0.0f);
+    backend().fill(stream(), s2.data(), total, 0.0f);
+    std::vector<TensorRef> refs;
+    size_t off = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      refs.push_back({w.data() + off, g.data() + off, sizes[i], i != 2});
+      off += sizes[i];
+    }
+    auto set = backend().make_tensor_set(refs);
+    CHECK(set->total() == total);
+    DeviceVec u(total), norm(1);
+    for (int step = 1; step <= 3; ++step) {
+      if (which == 0 || which == 4) {
+        if (which == 4) {
+          LarcArgs a;
+          a.lr = 0.1f, a.eta = 0.02f, a.weight_decay = 0.01f, a.clip = step == 2;
+          if (fused) {
+            backend().larc_scale(stream(), *set, a);
+          } else {
+            for (const auto& r : refs) {  // the arithmetic spelt out with the single-range calls
+              const float wd = r.decay ? a.weight_decay : 0.0f;
+              backend().sum_squares(stream(), r.w, r.n, norm.data());
+              const double wn = std::sqrt(norm.host()[0]);
+              backend().sum_squares(stream(), r.g, r.n, norm.data());
+              const double gn = std::sqrt(norm.host()[0]);
+              double f = a.eta * wn / (gn + wd * wn);
+              if (a.clip) f = std::min(f / a.lr, 1.0);
+              backend().axpy(stream(), wd, r.w, r.g, r.n);
+              backend().scale(stream(), static_cast<float>(f), r.g, r.n);
+            }
+          }
+        }
+        SgdArgs a;
+        a.lr = 0.05f, a.momentum = 0.9f, a.weight_decay = 0.01f, a.nesterov = step == 3;
+        if (fused) {
+          backend().sgd_update(stream(), *set, s1.data(), a);
+        } else {
+          size_t o = 0;
+          for (const auto& r : refs) {
+            backend().sgd_step(stream(), r.w, r.g, s1.data() + o, r.n, a.lr, a.momentum, r.decay ? a.weight_decay : 0.0f,
+                               a.nesterov);
+            o += r.n;
+          }
+        }
+      } else {
+        AdamArgs a;
+        a.kind = which == 1 ? AdamArgs::Kind::adam : which == 2 ? AdamArgs::Kind::adamw : AdamArgs::Kind::lamb;
+        a.lr = 0.01f, a.weight_decay = 0.05f, a.step = step;
+        if (fused) {
+          backend().adam_update(stream(), *set, s1.data(), s2.data(), a);
+        } else {
+          size_t o = 0;
+          for (const auto& r : refs) {
+            const float wd = r.decay ? a.weight_decay : 0.0f;
+            if (which != 3) {
+              backend().adam_step(stream(), r.w, r.g, s1.data() + o, s2.data() + o, nullptr, r.n, a.lr, a.beta1, a.beta2,
+                                  a.eps, wd, which == 2, step, true);
+            } else {
+              backend().adam_step(stream(), r.w, r.g, s1.data() + o, s2.data() + o, u.data(), r.n, a.lr, a.beta1,
+                                  a.beta2, a.eps, wd, true, step, false);
+              backend().sum_squares(stream(), r.w, r.n, norm.data());
+              const double wn = std::sqrt(norm.host()[0]);
+              backend().sum_squares(stream(), u.data(), r.n, norm.data());
+              const double un = std::sqrt(norm.host()[0]);
+              const double trust = wn > 0 && un > 0 ? wn / un : 1.0;
+              backend().axpy(stream(), static_cast<float>(-a.lr * trust), u.data(), r.w, r.n);
+            }
+            o += r.n;
+          }
+        }
+      }
+    }
+    return std::make_pair(w.host(), g.host());
+  };
+  for (int which = 0; which <= 4; ++which) {
+    INFO("optimizer " << which);
+    const auto fused = run(true, which), single = run(false, which);
+    CHECK(max_error(fused.first, to_double(single.first)) < 1e-5 * squall::test::slack());
+    CHECK(max_error(fused.second, to_double(single.second)) < 1e-5 * squall::test::slack());
+    CHECK(fused.first != w0);  // it moved
+  }
 }

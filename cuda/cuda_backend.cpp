@@ -1,0 +1,416 @@
+// CudaBackend: device selection, the memory pools, streams and events, copies, and the
+// dispatch of every operation to a plan (plans.hpp) or a kernel (kernels.cuh).
+#include "cuda/cuda_backend.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda/check.cuh"
+#include "cuda/kernels.cuh"
+#include "cuda/plans.hpp"
+#include "src/core/error.hpp"
+
+namespace squall::cuda {
+
+// ---- streams and events ------------------------------------------------------------------
+
+CudaStream::CudaStream(int device) : m_device(device) {
+  SQUALL_CUDA_CHECK(cudaSetDevice(device));
+  // Non-blocking: a learner's stream never waits for the legacy default stream.
+  SQUALL_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
+  SQUALL_CUDNN_CHECK(cudnnCreate(&m_cudnn));
+  SQUALL_CUDNN_CHECK(cudnnSetStream(m_cudnn, m_stream));
+  SQUALL_CUBLAS_CHECK(cublasCreate(&m_cublas));
+  SQUALL_CUBLAS_CHECK(cublasSetStream(m_cublas, m_stream));
+  // fp32 as fp32 (no TF32): results agree with the CPU reference; part 2 brings reduced precision.
+  SQUALL_CUBLAS_CHECK(cublasSetMathMode(m_cublas, CUBLAS_DEFAULT_MATH));
+}
+
+CudaStream::~CudaStream() {
+  // Destructors do not throw: a failure here is reported and ignored.
+  if (m_stream) cudaStreamSynchronize(m_stream);
+  if (m_workspace) cudaFree(m_workspace);
+  if (m_cublas) cublasDestroy(m_cublas);
+  if (m_cudnn) cudnnDestroy(m_cudnn);
+  if (m_stream) cudaStreamDestroy(m_stream);
+}
+
+void* CudaStream::workspace(size_t bytes) {
+  if (bytes <= m_workspace_bytes) return m_workspace;
+  // Grows in the first step only (plans ask for the same sizes every step): the old block
+  // may still be in use by work on this stream, so that work completes first.
+  SQUALL_CUDA_CHECK(cudaStreamSynchronize(m_stream));
+  if (m_workspace) SQUALL_CUDA_CHECK(cudaFree(m_workspace));
+  m_workspace = nullptr;
+  const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);  // whole MiB
+  SQUALL_CUDA_CHECK(cudaMalloc(&m_workspace, rounded));
+  m_workspace_bytes = rounded;
+  return m_workspace;
+}
+
+CudaEvent::CudaEvent() { SQUALL_CUDA_CHECK(cudaEventCreateWithFlags(&m_event, cudaEventDisableTiming)); }
+
+CudaEvent::~CudaEvent() {
+  if (m_event) cudaEventDestroy(m_event);
+}
+
+namespace {
+
+cudaEvent_t raw_event(Event& e) { return static_cast<CudaEvent&>(e).event(); }
+
+// ---- memory: size-keyed caching pools (device, pinned host) -------------------------------
+//
+// Freed blocks are kept by rounded size and handed out again, so once a step's buffers
+// have been seen no cudaMalloc runs. A Buffer is returned to its pool when its last copy
+// is destroyed: it must outlive the work enqueued on it (the trainer's buffers live as
+// long as the model; temporaries are released after a synchronize).
+class Pool {
+ public:
+  enum class Kind { device, pinned };
+  Pool(Kind kind, int device) : m_kind(kind), m_device(device) {}
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+  ~Pool() {
+    for (auto& [bytes, blocks] : m_free)
+      for (void* p : blocks) m_kind == Kind::device ? (void)cudaFree(p) : (void)cudaFreeHost(p);
+  }
+
+  static size_t round(size_t bytes) {
+    const size_t quantum = bytes < (size_t{1} << 20) ? 512 : (size_t{1} << 20);
+    return std::max(quantum, (bytes + quantum - 1) / quantum * quantum);
+  }
+
+  void* take(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      auto it = m_free.find(bytes);
+      if (it != m_free.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        return p;
+      }
+    }
+    void* p = nullptr;
+    cudaError_t e;
+    if (m_kind == Kind::device) {
+      SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
+      e = cudaMalloc(&p, bytes);
+      if (e == cudaErrorMemoryAllocation) {  // give the cached blocks back and try once more
+        cudaGetLastError();
+        release_cached();
+        e = cudaMalloc(&p, bytes);
+      }
+    } else {
+      e = cudaMallocHost(&p, bytes);
+    }
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      throw Error(std::string("cuda backend: cannot allocate ") + std::to_string(bytes >> 20) + " MiB of " +
+                  (m_kind == Kind::device ? "device" : "pinned host") + " memory on GPU " +
+                  std::to_string(m_device) + " (" + cudaGetErrorString(e) + "; " + std::to_string(free_b >> 20) +
+                  " of " + std::to_string(total_b >> 20) + " MiB free): lower the batch or the learners per GPU");
+    }
+    return p;
+  }
+
+  void give(void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_free[bytes].push_back(p);
+  }
+
+ private:
+  void release_cached() {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    cudaDeviceSynchronize();
+    for (auto& [bytes, blocks] : m_free)
+      for (void* p : blocks) cudaFree(p);
+    m_free.clear();
+  }
+
+  Kind m_kind;
+  int m_device;
+  std::mutex m_mutex;
+  std::unordered_map<size_t, std::vector<void*>> m_free;
+};
+
+Buffer pooled(const std::shared_ptr<Pool>& pool, size_t count, DType dtype) {
+  const size_t bytes = Pool::round(count * dtype_size(dtype));
+  void* p = pool->take(bytes);
+  std::shared_ptr<void> owner(p, [pool, bytes](void* q) { pool->give(q, bytes); });
+  return Buffer(p, count, dtype, std::move(owner));
+}
+
+// ---- fused updates: the tensor table on the device ------------------------------------------
+
+class CudaTensorSet final : public TensorSet {
+ public:
+  static constexpr int32_t k_chunk = 65536;  // elements per chunk of the fused kernels
+
+  CudaTensorSet(std::vector<TensorRef> tensors, const std::shared_ptr<Pool>& pool)
+      : m_tensors(std::move(tensors)) {
+    std::vector<kernels::DeviceTensor> table;
+    std::vector<int32_t> chunk_tensor;
+    std::vector<uint64_t> chunk_begin;
+    uint64_t offset = 0;
+    for (size_t i = 0; i < m_tensors.size(); ++i) {
+      const auto& t = m_tensors[i];
+      table.push_back({t.w, t.g, t.n, offset, t.decay ? 1.0f : 0.0f, 0.0f});
+      for (uint64_t b = 0; b < t.n; b += k_chunk) {
+        chunk_tensor.push_back(static_cast<int32_t>(i));
+        chunk_begin.push_back(b);
+      }
+      offset += t.n;
+    }
+    m_table_buf = pooled(pool, std::max<size_t>(table.size() * sizeof(kernels::DeviceTensor), 1), DType::f32);
+    m_chunk_tensor_buf = pooled(pool, std::max<size_t>(chunk_tensor.size(), 1), DType::i32);
+    m_chunk_begin_buf = pooled(pool, std::max<size_t>(chunk_begin.size() * 2, 1), DType::i32);
+    // Before training: plain synchronous copies.
+    if (!table.empty())
+      SQUALL_CUDA_CHECK(cudaMemcpy(m_table_buf.raw(), table.data(), table.size() * sizeof(table[0]), cudaMemcpyHostToDevice));
+    if (!chunk_tensor.empty()) {
+      SQUALL_CUDA_CHECK(cudaMemcpy(m_chunk_tensor_buf.raw(), chunk_tensor.data(), chunk_tensor.size() * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice));
+      SQUALL_CUDA_CHECK(cudaMemcpy(m_chunk_begin_buf.raw(), chunk_begin.data(), chunk_begin.size() * sizeof(uint64_t),
+                                   cudaMemcpyHostToDevice));
+    }
+    m_chunks.tensors = static_cast<const kernels::DeviceTensor*>(m_table_buf.raw());
+    m_chunks.chunk_tensor = m_chunk_tensor_buf.as<int32_t>();
+    m_chunks.chunk_begin = static_cast<const uint64_t*>(m_chunk_begin_buf.raw());
+    m_chunks.chunks = static_cast<int32_t>(chunk_tensor.size());
+    m_chunks.tensor_count = static_cast<int32_t>(m_tensors.size());
+    m_chunks.chunk_elems = k_chunk;
+    m_total = offset;
+    m_pool = pool;
+  }
+
+  const std::vector<TensorRef>& tensors() const override { return m_tensors; }
+  const kernels::ChunkTable& chunks() const { return m_chunks; }
+  // LAMB's update direction (every tensor) and the per-tensor norms: made on first use.
+  float* update() {
+    if (!m_update) m_update = pooled(m_pool, std::max<uint64_t>(m_total, 1), DType::f32);
+    return m_update.data();
+  }
+  float* norms() {
+    if (!m_norms) m_norms = pooled(m_pool, std::max<size_t>(kernels::norm_scratch_floats(m_chunks), 1), DType::f32);
+    return m_norms.data();
+  }
+
+ private:
+  std::vector<TensorRef> m_tensors;
+  Buffer m_table_buf, m_chunk_tensor_buf, m_chunk_begin_buf, m_update, m_norms;
+  kernels::ChunkTable m_chunks{};
+  uint64_t m_total = 0;
+  std::shared_ptr<Pool> m_pool;
+};
+
+// ---- the backend -------------------------------------------------------------------------------
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device)
+      : m_device(device),
+        m_pool(std::make_shared<Pool>(Pool::Kind::device, device)),
+        m_pinned(std::make_shared<Pool>(Pool::Kind::pinned, device)) {
+    SQUALL_CUDA_CHECK(cudaSetDevice(device));
+    cudaDeviceProp prop{};
+    SQUALL_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    m_info.backend = "cuda";
+    m_info.index = device;
+    m_info.name = prop.name;
+    m_info.memory_bytes = prop.totalGlobalMem;
+    char bus[32] = {0};
+    if (cudaDeviceGetPCIBusId(bus, sizeof(bus), device) == cudaSuccess) m_info.bus_id = bus;
+  }
+
+  std::string name() const override { return "cuda"; }
+  DeviceInfo device() const override { return m_info; }
+  bool host_accessible() const override { return false; }
+  void bind_calling_thread(int) override { SQUALL_CUDA_CHECK(cudaSetDevice(m_device)); }
+
+  std::unique_ptr<Stream> create_stream() override { return std::make_unique<CudaStream>(m_device); }
+  std::unique_ptr<Event> create_event() override {
+    SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
+    return std::make_unique<CudaEvent>();
+  }
+  void record(Event& e, Stream& s) override { SQUALL_CUDA_CHECK(cudaEventRecord(raw_event(e), raw(s))); }
+  void wait(Stream& s, Event& e) override { SQUALL_CUDA_CHECK(cudaStreamWaitEvent(raw(s), raw_event(e), 0)); }
+  void synchronize(Stream& s) override { SQUALL_CUDA_CHECK(cudaStreamSynchronize(raw(s))); }
+  void synchronize(Event& e) override { SQUALL_CUDA_CHECK(cudaEventSynchronize(raw_event(e))); }
+  void synchronize_all() override {
+    SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
+    SQUALL_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  bool ready(Event& e) override {
+    const cudaError_t r = cudaEventQuery(raw_event(e));
+    if (r == cudaErrorNotReady) return false;
+    SQUALL_CUDA_CHECK(r);
+    return true;
+  }
+
+  using Backend::allocate;
+  Buffer allocate(size_t count, DType dtype) override { return pooled(m_pool, count, dtype); }
+  Buffer allocate_host(size_t count, DType dtype) override { return pooled(m_pinned, count, dtype); }
+  // cudaMemcpyAsync with unified addressing: pinned host memory is copied asynchronously;
+  // pageable memory is staged by the driver, and the call returns once it may be reused.
+  void copy_bytes_from_host(Stream& s, void* dst, const void* src, size_t bytes) override {
+    if (bytes) SQUALL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, raw(s)));
+  }
+  void copy_bytes_to_host(Stream& s, void* dst, const void* src, size_t bytes) override {
+    if (bytes) SQUALL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, raw(s)));
+  }
+  void copy_bytes(Stream& s, void* dst, const void* src, size_t bytes) override {
+    if (bytes && dst != src) SQUALL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, raw(s)));
+  }
+  void convert(Stream& s, const void* src, DType from, void* dst, DType to, size_t n) override {
+    auto code = [](DType t) {
+      if (t == DType::i32) throw Error("convert: i32 is not a float type");
+      return static_cast<int>(t);
+    };
+    kernels::convert(raw(s), src, code(from), dst, code(to), n);
+  }
+
+  std::unique_ptr<ConvPlan> make_conv(const ConvDesc& d) override { return on_device([&] { return make_cudnn_conv(d); }); }
+  std::unique_ptr<LinearPlan> make_linear(const LinearDesc& d) override {
+    return on_device([&] { return make_cublas_linear(d); });
+  }
+  std::unique_ptr<PoolPlan> make_pool(const PoolDesc& d) override { return on_device([&] { return make_cudnn_pool(d); }); }
+  std::unique_ptr<BatchNormPlan> make_batch_norm(const BatchNormDesc& d) override {
+    return on_device([&] { return make_cudnn_batch_norm(d); });
+  }
+
+  void fill(Stream& s, float* x, size_t n, float v) override { kernels::fill(raw(s), x, n, v); }
+  void relu_forward(Stream& s, const float* x, float* y, size_t n) override { kernels::relu_forward(raw(s), x, y, n); }
+  void relu_backward(Stream& s, const float* y, const float* dy, float* dx, size_t n) override {
+    kernels::relu_backward(raw(s), y, dy, dx, n);
+  }
+  void add(Stream& s, const float* a, const float* b, float* y, size_t n) override { kernels::add(raw(s), a, b, y, n); }
+  void axpy(Stream& s, float alpha, const float* x, float* y, size_t n) override { kernels::axpy(raw(s), alpha, x, y, n); }
+  void scale(Stream& s, float alpha, float* x, size_t n) override { kernels::scale(raw(s), alpha, x, n); }
+  void axpby(Stream& s, float alpha, const float* x, float beta, float* y, size_t n) override {
+    kernels::axpby(raw(s), alpha, x, beta, y, n);
+  }
+  void dropout_forward(Stream& s, const float* x, float* y, float* mask, size_t n, float p, uint64_t seed,
+                       uint64_t offset) override {
+    if (!(p >= 0.0f && p <= 1.0f)) throw Error("dropout: probability must be in [0, 1], got " + std::to_string(p));
+    kernels::dropout_forward(raw(s), x, y, mask, n, p, seed, offset);
+  }
+  void multiply(Stream& s, const float* a, const float* b, float* y, size_t n) override {
+    kernels::multiply(raw(s), a, b, y, n);
+  }
+  void copy_strided(Stream& s, float* dst, int64_t dst_stride, int64_t dst_offset, const float* src, int64_t src_stride,
+                    int64_t src_offset, int64_t rows, int64_t count) override {
+    kernels::copy_strided(raw(s), dst, dst_stride, dst_offset, src, src_stride, src_offset, rows, count);
+  }
+  void global_avg_pool_forward(Stream& s, const float* x, float* y, int64_t nc, int64_t hw) override {
+    kernels::global_avg_pool_forward(raw(s), x, y, nc, hw);
+  }
+  void global_avg_pool_backward(Stream& s, const float* dy, float* dx, int64_t nc, int64_t hw) override {
+    kernels::global_avg_pool_backward(raw(s), dy, dx, nc, hw);
+  }
+  void bilinear_forward(Stream& s, const float* x, float* y, int64_t nc, int64_t h, int64_t w, int64_t oh,
+                        int64_t ow) override {
+    kernels::bilinear_forward(raw(s), x, y, nc, h, w, oh, ow);
+  }
+  void bilinear_backward(Stream& s, const float* dy, float* dx, int64_t nc, int64_t h, int64_t w, int64_t oh,
+                         int64_t ow) override {
+    kernels::bilinear_backward(raw(s), dy, dx, nc, h, w, oh, ow);
+  }
+  void softmax_cross_entropy(Stream& s, const float* logits, const int32_t* labels, const float* class_weights,
+                             int64_t n, int64_t classes, int64_t hw, float* dlogits, float* loss) override {
+    // Scratch from the stream's workspace: the work on one stream runs in order, so the
+    // cuDNN calls and this loss can share it.
+    auto& cs = cuda_stream(s);
+    auto* scratch = static_cast<float*>(cs.workspace(kernels::loss_scratch_floats(n * hw) * sizeof(float)));
+    kernels::softmax_cross_entropy(cs.stream(), logits, labels, class_weights, n, classes, hw, dlogits, loss, scratch);
+  }
+  void argmax_channels(Stream& s, const float* x, int32_t* out, int64_t n, int64_t c, int64_t hw) override {
+    kernels::argmax_channels(raw(s), x, out, n, c, hw);
+  }
+  void accumulate_confusion(Stream& s, const int32_t* labels, const int32_t* pred, size_t n, int64_t classes,
+                            int32_t* confusion) override {
+    kernels::accumulate_confusion(raw(s), labels, pred, n, classes, confusion);
+  }
+
+  void sgd_step(Stream& s, float* w, const float* g, float* velocity, size_t n, float lr, float momentum,
+                float weight_decay, bool nesterov) override {
+    kernels::sgd_step(raw(s), w, g, velocity, n, lr, momentum, weight_decay, nesterov);
+  }
+  void adam_step(Stream& s, float* w, const float* g, float* m, float* v, float* update, size_t n, float lr, float beta1,
+                 float beta2, float eps, float weight_decay, bool decoupled, int64_t step, bool apply) override {
+    if (step < 1) throw Error("adam_step: step must be >= 1 (bias correction), got " + std::to_string(step));
+    if (!apply && !update) throw Error("adam_step: apply=false needs an update buffer");
+    kernels::adam_step(raw(s), w, g, m, v, update, n, lr, beta1, beta2, eps, weight_decay, decoupled, step, apply);
+  }
+  void sum_squares(Stream& s, const float* x, size_t n, float* out) override {
+    auto& cs = cuda_stream(s);
+    auto* scratch = static_cast<float*>(cs.workspace(kernels::reduce_scratch_floats(n) * sizeof(float)));
+    kernels::sum_squares(cs.stream(), x, n, out, scratch);
+  }
+
+  std::unique_ptr<TensorSet> make_tensor_set(std::vector<TensorRef> tensors) override {
+    for (const auto& t : tensors)
+      if (t.n > 0 && (!t.w || !t.g)) throw Error("tensor set: a tensor has no parameter or gradient memory");
+    SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
+    return std::make_unique<CudaTensorSet>(std::move(tensors), m_pool);
+  }
+  void sgd_update(Stream& s, TensorSet& set, float* velocity, const SgdArgs& a) override {
+    auto& t = static_cast<CudaTensorSet&>(set);
+    if (t.chunks().chunks == 0) return;
+    kernels::sgd_update(raw(s), t.chunks(), velocity, a.lr, a.momentum, a.weight_decay, a.nesterov);
+  }
+  void adam_update(Stream& s, TensorSet& set, float* m, float* v, const AdamArgs& a) override {
+    auto& t = static_cast<CudaTensorSet&>(set);
+    if (t.chunks().chunks == 0) return;
+    const bool lamb = a.kind == AdamArgs::Kind::lamb;
+    const int kind = a.kind == AdamArgs::Kind::adam ? 0 : a.kind == AdamArgs::Kind::adamw ? 1 : 2;
+    kernels::adam_update(raw(s), t.chunks(), m, v, kind, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step,
+                         lamb ? t.update() : nullptr, lamb ? t.norms() : nullptr);
+  }
+  void larc_scale(Stream& s, TensorSet& set, const LarcArgs& a) override {
+    auto& t = static_cast<CudaTensorSet&>(set);
+    if (t.chunks().chunks == 0) return;
+    kernels::larc_scale(raw(s), t.chunks(), a.lr, a.eta, a.weight_decay, a.clip, t.norms());
+  }
+
+ private:
+  template <class F>
+  auto on_device(F&& make) {
+    SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
+    return make();
+  }
+
+  int m_device;
+  DeviceInfo m_info;
+  std::shared_ptr<Pool> m_pool, m_pinned;
+};
+
+}  // namespace
+}  // namespace squall::cuda
+
+namespace squall::nn {
+
+int cuda_device_count(std::string* why_none) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    if (why_none) *why_none = std::string("CUDA reports \"") + cudaGetErrorString(e) + "\"";
+    cudaGetLastError();  // not sticky: clear it
+    return 0;
+  }
+  if (count == 0 && why_none) *why_none = "no CUDA device is visible (check CUDA_VISIBLE_DEVICES)";
+  return count;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  const int count = cuda_device_count();
+  if (device < 0 || device >= count)
+    throw Error("cuda backend: no GPU " + std::to_string(device) + " (" + std::to_string(count) + " visible)");
+  return std::make_unique<squall::cuda::CudaBackend>(device);
+}
+
+}  // namespace squall::nn

@@ -1,0 +1,50 @@
+#pragma once
+// The backend a shared test file runs on. squall_unit_tests compiles these files against the
+// CPU backend; squall_gpu_tests (tests/gpu/) compiles the same files with SQUALL_TEST_GPU
+// defined and runs them on the CUDA backend, so every layer, loss, optimizer and learner
+// case checks the GPU against the same references as the CPU. Cases that are about the CPU
+// backend itself carry the [cpu-only] tag, which the GPU binary excludes.
+//
+// Tolerances: the references are double-precision host computations, which the CPU matches
+// within the tolerance each test states. The GPU sums in another order (cuDNN, cuBLAS and
+// tree reductions), so a test scales its float tolerance by slack(): 1 on the CPU, 8 on the
+// GPU (still far below any real error: a wrong index or a missed term is O(1)).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/nn/backend.hpp"
+
+namespace squall::test {
+
+#ifdef SQUALL_TEST_GPU
+inline constexpr bool k_testing_gpu = true;
+#else
+inline constexpr bool k_testing_gpu = false;
+#endif
+
+// A fresh backend of the kind under test (threads: the CPU backend's team size).
+inline std::unique_ptr<nn::Backend> make_test_backend(int threads = 0) {
+  if constexpr (k_testing_gpu) return nn::make_cuda_backend(0);
+  return nn::make_cpu_backend(threads);
+}
+
+// One shared backend and stream for a whole test binary.
+inline nn::Backend& test_backend() {
+  static std::unique_ptr<nn::Backend> b = make_test_backend(0);
+  return *b;
+}
+
+inline double slack() { return k_testing_gpu ? 8.0 : 1.0; }
+
+// n floats of backend memory, on the host (waits for the stream's work).
+inline std::vector<float> download(nn::Backend& be, const float* src, size_t n) {
+  auto stream = be.create_stream();
+  be.synchronize_all();
+  std::vector<float> host(n);
+  be.copy_to_host(*stream, host.data(), src, n);
+  be.synchronize(*stream);
+  return host;
+}
+
+}  // namespace squall::test
