@@ -58,7 +58,9 @@ struct DeviceTensor {
   float pad;
 };
 // Work split: `chunks` chunks of at most chunk_elems elements; chunk_tensor[c] is the tensor
-// chunk c belongs to and chunk_begin[c] its first element within it. Built on the host once.
+// chunk c belongs to and chunk_begin[c] its first element within it. Built on the host once,
+// in tensor order: chunk_tensor never decreases with c (the per-tensor norms find a tensor's
+// chunks by binary search). A tensor with n == 0 has no chunk.
 struct ChunkTable {
   const DeviceTensor* tensors;  // device
   const int32_t* chunk_tensor;  // device
@@ -73,11 +75,16 @@ void adam_step(cudaStream_t s, float* w, const float* g, float* m, float* v, flo
                float beta1, float beta2, float eps, float weight_decay, bool decoupled, int64_t step, bool apply);
 void sgd_update(cudaStream_t s, const ChunkTable& t, float* velocity, float lr, float momentum, float weight_decay,
                 bool nesterov);
-// kind: 0 adam, 1 adamw, 2 lamb. lamb needs update (total floats) and norms (2 * tensor_count
-// floats: ||w||^2 and ||u||^2 per tensor), both device scratch.
+// Scratch for the per-tensor norms of lamb and larc: per-chunk partial sums of squares, then
+// per-tensor sums, each a double kept in two floats (so no float atomics: deterministic).
+size_t norms_scratch_floats(int32_t chunks, int32_t tensor_count);  // 4 * chunks + 4 * tensor_count
+// kind: 0 adam, 1 adamw, 2 lamb. lamb needs update (total floats, indexed by state_offset) and
+// norms (norms_scratch_floats(t.chunks, t.tensor_count) floats), both device scratch; adam
+// and adamw may pass nullptr for both. Three launches for lamb (direction and partial norms,
+// per-tensor norms, apply), one for the others.
 void adam_update(cudaStream_t s, const ChunkTable& t, float* m, float* v, int kind, float lr, float beta1,
                  float beta2, float eps, float weight_decay, int64_t step, float* update, float* norms);
-// norms: 2 * tensor_count floats of device scratch.
+// norms: norms_scratch_floats(t.chunks, t.tensor_count) floats of device scratch.
 void larc_scale(cudaStream_t s, const ChunkTable& t, float lr, float eta, float weight_decay, bool clip,
                 float* norms);
 

@@ -1,0 +1,73 @@
+#pragma once
+// Helpers shared by the kernel files (cuda/*.cu) and nothing else: launch shapes, the
+// deterministic block reduction, doubles kept in float scratch, the dropout mixer.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace squall::cuda::kernels::detail {
+
+// Threads per block for every kernel here (the reductions rely on it: a multiple of 32,
+// at most 1024).
+constexpr int kThreads = 256;
+// Most blocks an element-wise grid-stride launch uses; past that each thread loops.
+constexpr size_t kMaxBlocks = 32768;
+
+inline unsigned grid_for(size_t n, size_t cap = kMaxBlocks) {
+  const size_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::max<size_t>(1, std::min(blocks, cap)));
+}
+
+// First index and stride of a 1-D grid-stride loop, in 64 bits.
+__device__ __forceinline__ size_t global_index() {
+  return static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ size_t global_stride() { return static_cast<size_t>(gridDim.x) * blockDim.x; }
+
+// Sum of one double per thread over the block, in a fixed order (shuffles within a warp,
+// then the warps' sums in warp order): the same input gives the same bits every run.
+// Every thread of the block must call it; the result is valid in thread 0.
+// `shared` holds at least blockDim.x / 32 doubles and may be reused after the call.
+__device__ __forceinline__ double block_sum(double x, double* shared) {
+  for (int off = 16; off > 0; off >>= 1) x += __shfl_down_sync(0xffffffffu, x, off);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // `shared` may still be read by a previous call
+  if (lane == 0) shared[warp] = x;
+  __syncthreads();
+  double total = 0.0;
+  if (threadIdx.x == 0) {
+    const int warps = (blockDim.x + 31) >> 5;
+    for (int i = 0; i < warps; ++i) total += shared[i];
+  }
+  return total;
+}
+
+// A double stored in two floats of scratch (hi = the double rounded to float, lo = the
+// rest): about 48 significant bits, and no alignment asked of the caller's float pointer.
+__device__ __forceinline__ void store_double(float* p, double d) {
+  const float hi = static_cast<float>(d);
+  p[0] = hi;
+  p[1] = isfinite(hi) ? static_cast<float>(d - static_cast<double>(hi)) : 0.0f;
+}
+__device__ __forceinline__ double load_double(const float* p) {
+  return static_cast<double>(p[0]) + static_cast<double>(p[1]);
+}
+
+// Blocks of a two-pass reduction over n items: depends on n only, so the summation order
+// (and the result's bits) does not depend on the device.
+constexpr size_t kReduceItemsPerThread = 8;
+constexpr size_t kMaxReduceBlocks = 1024;
+inline unsigned reduce_blocks(size_t n) {
+  return grid_for((n + kReduceItemsPerThread - 1) / kReduceItemsPerThread, kMaxReduceBlocks);
+}
+
+// splitmix64's finaliser, as src/cpu/cpu_elementwise.cpp.
+__host__ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace squall::cuda::kernels::detail
