@@ -196,7 +196,7 @@ class CudaTensorSet final : public TensorSet {
     return m_update.data();
   }
   float* norms() {
-    if (!m_norms) m_norms = pooled(m_pool, std::max<size_t>(kernels::norm_scratch_floats(m_chunks), 1), DType::f32);
+    if (!m_norms) m_norms = pooled(m_pool, std::max<size_t>(kernels::norms_scratch_floats(m_chunks.chunks, m_chunks.tensor_count), 1), DType::f32);
     return m_norms.data();
   }
 
@@ -274,13 +274,22 @@ class CudaBackend final : public Backend {
     kernels::convert(raw(s), src, code(from), dst, code(to), n);
   }
 
-  std::unique_ptr<ConvPlan> make_conv(const ConvDesc& d) override { return on_device([&] { return make_cudnn_conv(d); }); }
-  std::unique_ptr<LinearPlan> make_linear(const LinearDesc& d) override {
-    return on_device([&] { return make_cublas_linear(d); });
+  // Plans are made on this backend's device (cuDNN's algorithm search runs there).
+  std::unique_ptr<ConvPlan> make_conv(const ConvDesc& d) override {
+    bind_calling_thread(0);
+    return make_cudnn_conv(d);
   }
-  std::unique_ptr<PoolPlan> make_pool(const PoolDesc& d) override { return on_device([&] { return make_cudnn_pool(d); }); }
+  std::unique_ptr<LinearPlan> make_linear(const LinearDesc& d) override {
+    bind_calling_thread(0);
+    return make_cublas_linear(d);
+  }
+  std::unique_ptr<PoolPlan> make_pool(const PoolDesc& d) override {
+    bind_calling_thread(0);
+    return make_cudnn_pool(d);
+  }
   std::unique_ptr<BatchNormPlan> make_batch_norm(const BatchNormDesc& d) override {
-    return on_device([&] { return make_cudnn_batch_norm(d); });
+    bind_calling_thread(0);
+    return make_cudnn_batch_norm(d);
   }
 
   void fill(Stream& s, float* x, size_t n, float v) override { kernels::fill(raw(s), x, n, v); }
@@ -378,12 +387,6 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  template <class F>
-  auto on_device(F&& make) {
-    SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
-    return make();
-  }
-
   int m_device;
   DeviceInfo m_info;
   std::shared_ptr<Pool> m_pool, m_pinned;
