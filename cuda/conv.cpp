@@ -14,8 +14,11 @@
 //
 // Algorithms are chosen once per (problem, direction, device) for the process by
 // cudnnFind*Algorithm (cuDNN benchmarks every algorithm, allocating its own buffers), at
-// plan creation; the fastest one that succeeded, uses FMA math (no TF32: fp32 results agree
-// with the CPU backend) and needs at most kWorkspaceCap of workspace is kept. A second plan
+// plan creation; the fastest one that succeeded, is not a tensor-core variant and needs at
+// most kWorkspaceCap of workspace is kept. The descriptor's math type is CUDNN_FMA_MATH and
+// stays so (no TF32: f32 results agree with the CPU backend). Should Find fail, cuDNN's
+// heuristics choose, and failing those the always-available algorithm (with a warning).
+// The choices so far can be listed (detail::conv_algorithm_choices). A second plan
 // of the same shape (another learner, or the same layer shape elsewhere in the model)
 // reuses the choice. The workspace is the stream's (CudaStream::workspace), asked for at
 // run time with the largest of the plan's three sizes.
@@ -88,102 +91,103 @@ struct Problem {
   AlgoKey key;  // without the direction (set per choice)
 };
 
-// The first acceptable result: cuDNN returns them fastest first.
+// The usable results of a Find or heuristic query, best first (cuDNN sorts them fastest
+// first): succeeded, within the workspace cap, and not a tensor-core variant. Results cuDNN
+// labels FMA come first; results labelled DEFAULT follow (the same kernels before Ampere;
+// some cuDNN versions label plain fp32 kernels so). The plan runs every algorithm with the
+// descriptor's FMA math type, never the label's, so TF32 is never used.
 template <class Perf>
-bool pick(const Perf* perf, int count, const char* how, AlgoChoice& out) {
-  for (int i = 0; i < count; ++i) {
-    const Perf& p = perf[i];
-    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kWorkspaceCap || p.mathType != CUDNN_FMA_MATH) continue;
-    out.algo = static_cast<int>(p.algo);
-    out.workspace = p.memory;
-    out.time_ms = p.time;
-    out.deterministic = p.determinism == CUDNN_DETERMINISTIC;
-    out.how = how;
-    return true;
+void add_candidates(const Perf* perf, int count, const char* how, std::vector<AlgoChoice>& out) {
+  for (const cudnnMathType_t label : {CUDNN_FMA_MATH, CUDNN_DEFAULT_MATH}) {
+    for (int i = 0; i < count; ++i) {
+      const Perf& p = perf[i];
+      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kWorkspaceCap || p.mathType != label) continue;
+      AlgoChoice c;
+      c.algo = static_cast<int>(p.algo);
+      c.workspace = p.memory;
+      c.time_ms = how[0] == 'f' ? p.time : -1.0f;
+      c.deterministic = p.determinism == CUDNN_DETERMINISTIC;
+      c.how = how;
+      out.push_back(c);
+    }
   }
-  return false;
 }
 
-AlgoChoice find_forward(cudnnHandle_t h, const Problem& p) {
-  constexpr int kMax = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-  cudnnConvolutionFwdAlgoPerf_t perf[kMax];
+// Candidates for one direction: benchmarked (Find), then cuDNN's heuristics (should Find
+// fail, e.g. for want of memory for its own buffers), then the always-available algorithm.
+std::vector<AlgoChoice> candidates(cudnnHandle_t h, const Problem& p, Direction dir) {
+  std::vector<AlgoChoice> out;
   int count = 0;
-  AlgoChoice c;
-  if (cudnnFindConvolutionForwardAlgorithm(h, p.in, p.filter, p.conv, p.out, kMax, &count, perf) ==
-          CUDNN_STATUS_SUCCESS &&
-      pick(perf, count, "find", c))
-    return c;
-  count = 0;
-  if (cudnnGetConvolutionForwardAlgorithm_v7(h, p.in, p.filter, p.conv, p.out, kMax, &count, perf) ==
-          CUDNN_STATUS_SUCCESS &&
-      pick(perf, count, "heuristic", c))
-    return c;
-  c = AlgoChoice{};
-  c.algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-  c.deterministic = true;
-  c.how = "default";
-  return c;
+  switch (dir) {
+    case Direction::forward: {
+      constexpr int kMax = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+      cudnnConvolutionFwdAlgoPerf_t perf[kMax];
+      if (cudnnFindConvolutionForwardAlgorithm(h, p.in, p.filter, p.conv, p.out, kMax, &count, perf) ==
+          CUDNN_STATUS_SUCCESS)
+        add_candidates(perf, count, "find", out);
+      count = 0;
+      if (cudnnGetConvolutionForwardAlgorithm_v7(h, p.in, p.filter, p.conv, p.out, kMax, &count, perf) ==
+          CUDNN_STATUS_SUCCESS)
+        add_candidates(perf, count, "heuristic", out);
+      AlgoChoice c;
+      c.algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+      c.deterministic = true;
+      c.how = "default";
+      out.push_back(c);
+      break;
+    }
+    case Direction::backward_data: {
+      constexpr int kMax = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+      cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
+      if (cudnnFindConvolutionBackwardDataAlgorithm(h, p.filter, p.out, p.conv, p.in, kMax, &count, perf) ==
+          CUDNN_STATUS_SUCCESS)
+        add_candidates(perf, count, "find", out);
+      count = 0;
+      if (cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.filter, p.out, p.conv, p.in, kMax, &count, perf) ==
+          CUDNN_STATUS_SUCCESS)
+        add_candidates(perf, count, "heuristic", out);
+      AlgoChoice c;
+      c.algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+      c.how = "default";
+      out.push_back(c);
+      break;
+    }
+    case Direction::backward_filter: {
+      constexpr int kMax = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
+      if (cudnnFindConvolutionBackwardFilterAlgorithm(h, p.in, p.out, p.conv, p.filter, kMax, &count, perf) ==
+          CUDNN_STATUS_SUCCESS)
+        add_candidates(perf, count, "find", out);
+      count = 0;
+      if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.in, p.out, p.conv, p.filter, kMax, &count, perf) ==
+          CUDNN_STATUS_SUCCESS)
+        add_candidates(perf, count, "heuristic", out);
+      AlgoChoice c;
+      c.algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
+      c.how = "default";
+      out.push_back(c);
+      break;
+    }
+  }
+  return out;
 }
 
-AlgoChoice find_backward_data(cudnnHandle_t h, const Problem& p) {
-  constexpr int kMax = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
-  cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
-  int count = 0;
-  AlgoChoice c;
-  if (cudnnFindConvolutionBackwardDataAlgorithm(h, p.filter, p.out, p.conv, p.in, kMax, &count, perf) ==
-          CUDNN_STATUS_SUCCESS &&
-      pick(perf, count, "find", c))
-    return c;
-  count = 0;
-  if (cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.filter, p.out, p.conv, p.in, kMax, &count, perf) ==
-          CUDNN_STATUS_SUCCESS &&
-      pick(perf, count, "heuristic", c))
-    return c;
-  c = AlgoChoice{};
-  c.algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
-  c.how = "default";
-  return c;
-}
-
-AlgoChoice find_backward_filter(cudnnHandle_t h, const Problem& p) {
-  constexpr int kMax = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
-  cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
-  int count = 0;
-  AlgoChoice c;
-  if (cudnnFindConvolutionBackwardFilterAlgorithm(h, p.in, p.out, p.conv, p.filter, kMax, &count, perf) ==
-          CUDNN_STATUS_SUCCESS &&
-      pick(perf, count, "find", c))
-    return c;
-  count = 0;
-  if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.in, p.out, p.conv, p.filter, kMax, &count, perf) ==
-          CUDNN_STATUS_SUCCESS &&
-      pick(perf, count, "heuristic", c))
-    return c;
-  c = AlgoChoice{};
-  c.algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
-  c.how = "default";
-  return c;
-}
-
-// The workspace the chosen algorithm needs, as cuDNN states it for this problem (at least
-// what Find reported).
-size_t workspace_size(cudnnHandle_t h, const Problem& p, Direction dir, const AlgoChoice& c) {
-  size_t bytes = 0;
+// The workspace an algorithm needs for this problem under the descriptor's (FMA) math type,
+// as cuDNN states it; the status says whether cuDNN supports the algorithm there at all.
+cudnnStatus_t workspace_size(cudnnHandle_t h, const Problem& p, Direction dir, int algo, size_t* bytes) {
+  *bytes = 0;
   switch (dir) {
     case Direction::forward:
-      SQUALL_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
-          h, p.in, p.filter, p.conv, p.out, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), &bytes));
-      break;
+      return cudnnGetConvolutionForwardWorkspaceSize(h, p.in, p.filter, p.conv, p.out,
+                                                     static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
     case Direction::backward_data:
-      SQUALL_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
-          h, p.filter, p.out, p.conv, p.in, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), &bytes));
-      break;
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.filter, p.out, p.conv, p.in,
+                                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
     case Direction::backward_filter:
-      SQUALL_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-          h, p.in, p.out, p.conv, p.filter, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), &bytes));
-      break;
+      return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          h, p.in, p.out, p.conv, p.filter, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
   }
-  return std::max(bytes, c.workspace);
+  return CUDNN_STATUS_BAD_PARAM;
 }
 
 std::string problem_str(const AlgoKey& k) {
@@ -209,16 +213,28 @@ AlgoChoice choose(const Problem& p, Direction dir) {
   const int device = key[0];
   cudnnHandle_t& h = cache.handles[device];
   if (h == nullptr) SQUALL_CUDNN_CHECK(cudnnCreate(&h));
-  AlgoChoice c;
-  switch (dir) {
-    case Direction::forward: c = find_forward(h, p); break;
-    case Direction::backward_data: c = find_backward_data(h, p); break;
-    case Direction::backward_filter: c = find_backward_filter(h, p); break;
+  // The first candidate cuDNN accepts under the FMA descriptor, within the cap; the last
+  // candidate (the always-available algorithm) is taken whatever its workspace.
+  const std::vector<AlgoChoice> all = candidates(h, p, dir);
+  AlgoChoice c = all.back();
+  bool found = false;
+  for (const AlgoChoice& cand : all) {
+    size_t bytes = 0;
+    if (workspace_size(h, p, dir, cand.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
+    if (&cand != &all.back() && bytes > kWorkspaceCap) continue;
+    c = cand;
+    c.workspace = std::max(bytes, cand.workspace);
+    found = true;
+    break;
   }
-  c.workspace = workspace_size(h, p, dir, c);
+  if (!found) {  // not even the always-available algorithm: cuDNN says why, and that is fatal
+    size_t bytes = 0;
+    SQUALL_CUDNN_CHECK(workspace_size(h, p, dir, c.algo, &bytes));
+    c.workspace = bytes;
+  }
   if (std::string(c.how) != "find")
     log::warn(std::string("cuDNN convolution ") + direction_name(dir) + " " + problem_str(key) +
-              ": no benchmarked FMA algorithm within the workspace cap, using " + c.how + " algorithm " +
+              ": no benchmarked FMA algorithm within the workspace cap, using the " + c.how + " algorithm " +
               std::to_string(c.algo));
   cache.choices.emplace(key, c);
   return c;
