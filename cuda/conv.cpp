@@ -1,0 +1,387 @@
+// Convolution plans on cuDNN's descriptor API, NCHW f32.
+//
+// A convolution is described to cuDNN as one "forward problem" in -> out with a filter
+// [K, C, r, s] (cross-correlation, as PyTorch and oneDNN):
+//  - ordinary:   in = x [n, c, h, w], out = y [n, k, p, q], filter = w [k, c, r, s];
+//  - transposed: in = y [n, k, p, q], out = x [n, c, h, w], filter = w [c, k, r, s]
+//    (PyTorch's ConvTranspose2d layout is exactly the filter of that forward problem).
+// The three cuDNN calls of the problem then serve both kinds:
+//                      ordinary                    transposed
+//   forward            ConvolutionForward          ConvolutionBackwardData
+//   backward_data      ConvolutionBackwardData     ConvolutionForward
+//   backward_weights   BackwardFilter(x, dy)       BackwardFilter(dy, x)
+// Bias: AddTensor forward, ConvolutionBackwardBias for db (over y's channels, both kinds).
+//
+// Algorithms are chosen once per (problem, direction, device) for the process by
+// cudnnFind*Algorithm (cuDNN benchmarks every algorithm, allocating its own buffers), at
+// plan creation; the fastest one that succeeded, is not a tensor-core variant and needs at
+// most kWorkspaceCap of workspace is kept. The descriptor's math type is CUDNN_FMA_MATH and
+// stays so (no TF32: f32 results agree with the CPU backend). Should Find fail, cuDNN's
+// heuristics choose, and failing those the always-available algorithm (with a warning).
+// The choices so far can be listed (detail::conv_algorithm_choices). A second plan
+// of the same shape (another learner, or the same layer shape elsewhere in the model)
+// reuses the choice. The workspace is the stream's (CudaStream::workspace), asked for at
+// run time with the largest of the plan's three sizes.
+#include <algorithm>
+#include <array>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_backend.hpp"
+#include "cuda/cudnn_util.hpp"
+#include "cuda/plans.hpp"
+#include "src/core/error.hpp"
+#include "src/core/log.hpp"
+
+namespace squall::cuda {
+
+namespace {
+
+using detail::ConvolutionDescriptor;
+using detail::FilterDescriptor;
+using detail::kOne;
+using detail::kZero;
+using detail::TensorDescriptor;
+using detail::to_int;
+
+constexpr size_t kWorkspaceCap = size_t{512} << 20;
+
+enum class Direction : int { forward = 0, backward_data = 1, backward_filter = 2 };
+
+const char* direction_name(Direction d) {
+  switch (d) {
+    case Direction::forward: return "forward";
+    case Direction::backward_data: return "backward-data";
+    case Direction::backward_filter: return "backward-filter";
+  }
+  return "?";
+}
+
+// The choice for one (problem, direction), as recorded in the process-wide cache.
+struct AlgoChoice {
+  int algo = 0;            // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
+  size_t workspace = 0;    // bytes
+  float time_ms = -1;      // cuDNN's measurement; -1 when not benchmarked
+  bool deterministic = false;
+  const char* how = "";    // "find", "heuristic", "default"
+};
+
+// device, in (n, c, h, w), filter (K, C, r, s), pad, stride, dilation (h, w each), direction
+using AlgoKey = std::array<int, 16>;
+
+struct AlgoCache {
+  std::mutex mutex;
+  std::map<AlgoKey, AlgoChoice> choices;
+  std::map<int, cudnnHandle_t> handles;  // per device, for Find (on the default stream)
+};
+
+// Never destroyed: handles must not be torn down after the CUDA runtime at exit.
+AlgoCache& algo_cache() {
+  static AlgoCache* cache = new AlgoCache;
+  return *cache;
+}
+
+// The forward problem cuDNN sees, with its descriptors (owned by the plan).
+struct Problem {
+  cudnnTensorDescriptor_t in, out;
+  cudnnFilterDescriptor_t filter;
+  cudnnConvolutionDescriptor_t conv;
+  AlgoKey key;  // without the direction (set per choice)
+};
+
+// The usable results of a Find or heuristic query, best first (cuDNN sorts them fastest
+// first): succeeded, within the workspace cap, and not a tensor-core variant. Results cuDNN
+// labels FMA come first; results labelled DEFAULT follow (the same kernels before Ampere;
+// some cuDNN versions label plain fp32 kernels so). The plan runs every algorithm with the
+// descriptor's FMA math type, never the label's, so TF32 is never used.
+template <class Perf>
+void add_candidates(const Perf* perf, int count, const char* how, std::vector<AlgoChoice>& out) {
+  for (const cudnnMathType_t label : {CUDNN_FMA_MATH, CUDNN_DEFAULT_MATH}) {
+    for (int i = 0; i < count; ++i) {
+      const Perf& p = perf[i];
+      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kWorkspaceCap || p.mathType != label) continue;
+      AlgoChoice c;
+      c.algo = static_cast<int>(p.algo);
+      c.workspace = p.memory;
+      c.time_ms = how[0] == 'f' ? p.time : -1.0f;
+      c.deterministic = p.determinism == CUDNN_DETERMINISTIC;
+      c.how = how;
+      out.push_back(c);
+    }
+  }
+}
+
+// Candidates for one direction: benchmarked (Find), then cuDNN's heuristics (should Find
+// fail, e.g. for want of memory for its own buffers), then the always-available algorithm.
+std::vector<AlgoChoice> candidates(cudnnHandle_t h, const Problem& p, Direction dir) {
+  std::vector<AlgoChoice> out;
+  int count = 0;
+  switch (dir) {
+    case Direction::forward: {
+      constexpr int kMax = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+      cudnnConvolutionFwdAlgoPerf_t perf[kMax];
+      if (cudnnFindConvolutionForwardAlgorithm(h, p.in, p.filter, p.conv, p.out, kMax, &count, perf) ==
+          CUDNN_STATUS_SUCCESS)
+        add_candidates(perf, count, "find", out);
+      count = 0;
+      if (cudnnGetConvolutionForwardAlgorithm_v7(h, p.in, p.filter, p.conv, p.out, kMax, &count, perf) ==
+          CUDNN_STATUS_SUCCESS)
+        add_candidates(perf, count, "heuristic", out);
+      AlgoChoice c;
+      c.algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+      c.deterministic = true;
+      c.how = "default";
+      out.push_back(c);
+      break;
+    }
+    case Direction::backward_data: {
+      constexpr int kMax = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+      cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
+      if (cudnnFindConvolutionBackwardDataAlgorithm(h, p.filter, p.out, p.conv, p.in, kMax, &count, perf) ==
+          CUDNN_STATUS_SUCCESS)
+        add_candidates(perf, count, "find", out);
+      count = 0;
+      if (cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.filter, p.out, p.conv, p.in, kMax, &count, perf) ==
+          CUDNN_STATUS_SUCCESS)
+        add_candidates(perf, count, "heuristic", out);
+      AlgoChoice c;
+      c.algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+      c.how = "default";
+      out.push_back(c);
+      break;
+    }
+    case Direction::backward_filter: {
+      constexpr int kMax = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
+      if (cudnnFindConvolutionBackwardFilterAlgorithm(h, p.in, p.out, p.conv, p.filter, kMax, &count, perf) ==
+          CUDNN_STATUS_SUCCESS)
+        add_candidates(perf, count, "find", out);
+      count = 0;
+      if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.in, p.out, p.conv, p.filter, kMax, &count, perf) ==
+          CUDNN_STATUS_SUCCESS)
+        add_candidates(perf, count, "heuristic", out);
+      AlgoChoice c;
+      c.algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
+      c.how = "default";
+      out.push_back(c);
+      break;
+    }
+  }
+  return out;
+}
+
+// The workspace an algorithm needs for this problem under the descriptor's (FMA) math type,
+// as cuDNN states it; the status says whether cuDNN supports the algorithm there at all.
+cudnnStatus_t workspace_size(cudnnHandle_t h, const Problem& p, Direction dir, int algo, size_t* bytes) {
+  *bytes = 0;
+  switch (dir) {
+    case Direction::forward:
+      return cudnnGetConvolutionForwardWorkspaceSize(h, p.in, p.filter, p.conv, p.out,
+                                                     static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
+    case Direction::backward_data:
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.filter, p.out, p.conv, p.in,
+                                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
+    case Direction::backward_filter:
+      return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          h, p.in, p.out, p.conv, p.filter, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
+  }
+  return CUDNN_STATUS_BAD_PARAM;
+}
+
+std::string problem_str(const AlgoKey& k) {
+  // in [n,c,h,w] filter [K,C,r,s] pad ph,pw stride sh,sw dilation dh,dw
+  static const char* const kLabels[] = {"in [", ",", ",", ",", "] filter [", ",", ",", ",",
+                                        "] pad ", ",", " stride ", ",", " dilation ", ","};
+  std::string s;
+  for (size_t i = 0; i < 14; ++i) {
+    s += kLabels[i];
+    s += std::to_string(k[i + 1]);
+  }
+  return s;
+}
+
+// The algorithm for (problem, direction) on the current device: from the cache, or found
+// now (benchmarked by cuDNN, host-blocking) and cached for the process.
+AlgoChoice choose(const Problem& p, Direction dir) {
+  AlgoKey key = p.key;
+  key[15] = static_cast<int>(dir);
+  AlgoCache& cache = algo_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);  // also serialises use of the Find handles
+  if (auto it = cache.choices.find(key); it != cache.choices.end()) return it->second;
+  const int device = key[0];
+  cudnnHandle_t& h = cache.handles[device];
+  if (h == nullptr) SQUALL_CUDNN_CHECK(cudnnCreate(&h));
+  // The first candidate cuDNN accepts under the FMA descriptor, within the cap; the last
+  // candidate (the always-available algorithm) is taken whatever its workspace.
+  const std::vector<AlgoChoice> all = candidates(h, p, dir);
+  AlgoChoice c = all.back();
+  bool found = false;
+  for (const AlgoChoice& cand : all) {
+    size_t bytes = 0;
+    if (workspace_size(h, p, dir, cand.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
+    if (&cand != &all.back() && bytes > kWorkspaceCap) continue;
+    c = cand;
+    c.workspace = std::max(bytes, cand.workspace);
+    found = true;
+    break;
+  }
+  if (!found) {  // not even the always-available algorithm: cuDNN says why, and that is fatal
+    size_t bytes = 0;
+    SQUALL_CUDNN_CHECK(workspace_size(h, p, dir, c.algo, &bytes));
+    c.workspace = bytes;
+  }
+  if (std::string(c.how) != "find")
+    log::warn(std::string("cuDNN convolution ") + direction_name(dir) + " " + problem_str(key) +
+              ": no benchmarked FMA algorithm within the workspace cap, using the " + c.how + " algorithm " +
+              std::to_string(c.algo));
+  cache.choices.emplace(key, c);
+  return c;
+}
+
+class CudnnConvPlan final : public nn::ConvPlan {
+ public:
+  explicit CudnnConvPlan(const nn::ConvDesc& d) : m_desc(d) {
+    if (d.n < 1 || d.c < 1 || d.h < 1 || d.w < 1 || d.k < 1 || d.r < 1 || d.s < 1 || d.stride_h < 1 ||
+        d.stride_w < 1 || d.dil_h < 1 || d.dil_w < 1 || d.pad_h < 0 || d.pad_w < 0 || d.out_pad_h < 0 ||
+        d.out_pad_w < 0)
+      throw Error("conv: invalid description (n=" + std::to_string(d.n) + " c=" + std::to_string(d.c) +
+                  " h=" + std::to_string(d.h) + " w=" + std::to_string(d.w) + " k=" + std::to_string(d.k) +
+                  " kernel " + std::to_string(d.r) + "x" + std::to_string(d.s) + ")");
+    const nn::Shape out = d.output();
+    if (out.h() < 1 || out.w() < 1)
+      throw Error("conv: kernel " + std::to_string(d.r) + "x" + std::to_string(d.s) + " does not fit input " +
+                  std::to_string(d.h) + "x" + std::to_string(d.w) + " (output " + out.str() + ")");
+    const char* what = "conv";
+    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, what);
+    detail::set_nchw(m_y, out.n(), out.c(), out.h(), out.w(), what);
+    // Filter of the forward problem: [k, c, r, s], or [c, k, r, s] when transposed (= weight()).
+    const nn::Shape ws = d.weight();
+    SQUALL_CUDNN_CHECK(cudnnSetFilter4dDescriptor(m_w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(ws.n(), what),
+                                                  to_int(ws.c(), what), to_int(ws.h(), what),
+                                                  to_int(ws.w(), what)));
+    SQUALL_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(m_conv, to_int(d.pad_h, what), to_int(d.pad_w, what),
+                                                       to_int(d.stride_h, what), to_int(d.stride_w, what),
+                                                       to_int(d.dil_h, what), to_int(d.dil_w, what),
+                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    // FMA only: no TF32 tensor-core kernels, so that f32 results agree with the CPU backend.
+    SQUALL_CUDNN_CHECK(cudnnSetConvolutionMathType(m_conv, CUDNN_FMA_MATH));
+    if (d.bias) detail::set_nchw(m_b, 1, d.k, 1, 1, what);
+
+    // The forward problem's input and output (see the top of the file).
+    m_in = d.transposed ? m_y.get() : m_x.get();
+    m_out = d.transposed ? m_x.get() : m_y.get();
+    const nn::Shape in_shape = d.transposed ? out : nn::Shape(d.n, d.c, d.h, d.w);
+    const nn::Shape out_shape = d.transposed ? nn::Shape(d.n, d.c, d.h, d.w) : out;
+    int on = 0, oc = 0, oh = 0, ow = 0;
+    SQUALL_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(m_conv, m_in, m_w, &on, &oc, &oh, &ow));
+    if (on != out_shape.n() || oc != out_shape.c() || oh != out_shape.h() || ow != out_shape.w())
+      throw Error(std::string("conv: cuDNN's ") + (d.transposed ? "transposed " : "") + "convolution of " +
+                  nn::Shape(d.n, d.c, d.h, d.w).str() + " gives [" + std::to_string(on) + "," + std::to_string(oc) +
+                  "," + std::to_string(oh) + "," + std::to_string(ow) + "] where " + out_shape.str() +
+                  " is expected" + (d.transposed ? " (output padding must be smaller than the stride)" : ""));
+
+    int device = 0;
+    SQUALL_CUDA_CHECK(cudaGetDevice(&device));
+    Problem p{m_in, m_out, m_w, m_conv, {}};
+    p.key = {device,
+             to_int(in_shape.n(), what),
+             to_int(in_shape.c(), what),
+             to_int(in_shape.h(), what),
+             to_int(in_shape.w(), what),
+             to_int(ws.n(), what),
+             to_int(ws.c(), what),
+             to_int(ws.h(), what),
+             to_int(ws.w(), what),
+             to_int(d.pad_h, what),
+             to_int(d.pad_w, what),
+             to_int(d.stride_h, what),
+             to_int(d.stride_w, what),
+             to_int(d.dil_h, what),
+             to_int(d.dil_w, what),
+             0};
+    m_fwd = choose(p, Direction::forward);
+    m_bwd_data = choose(p, Direction::backward_data);
+    m_bwd_filter = choose(p, Direction::backward_filter);
+    m_workspace = std::max({m_fwd.workspace, m_bwd_data.workspace, m_bwd_filter.workspace});
+  }
+
+  void forward(nn::Stream& s, const float* x, const float* w, const float* b, float* y) override {
+    CudaStream& cs = cuda_stream(s);
+    void* ws = workspace(cs);
+    if (m_desc.transposed)
+      problem_backward_data(cs, w, x, y, ws);
+    else
+      problem_forward(cs, x, w, y, ws);
+    if (m_desc.bias && b != nullptr) SQUALL_CUDNN_CHECK(cudnnAddTensor(cs.cudnn(), &kOne, m_b, b, &kOne, m_y, y));
+  }
+
+  void backward_data(nn::Stream& s, const float* dy, const float* w, float* dx) override {
+    if (dx == nullptr) return;
+    CudaStream& cs = cuda_stream(s);
+    void* ws = workspace(cs);
+    if (m_desc.transposed)
+      problem_forward(cs, dy, w, dx, ws);
+    else
+      problem_backward_data(cs, w, dy, dx, ws);
+  }
+
+  void backward_weights(nn::Stream& s, const float* x, const float* dy, float* dw, float* db) override {
+    CudaStream& cs = cuda_stream(s);
+    void* ws = workspace(cs);
+    // The forward problem's input and output gradient: (x, dy), or (dy, x) when transposed.
+    const float* in = m_desc.transposed ? dy : x;
+    const float* dout = m_desc.transposed ? x : dy;
+    SQUALL_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+        cs.cudnn(), &kOne, m_in, in, m_out, dout, m_conv,
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(m_bwd_filter.algo), ws, m_workspace, &kZero, m_w, dw));
+    if (m_desc.bias && db != nullptr)
+      SQUALL_CUDNN_CHECK(cudnnConvolutionBackwardBias(cs.cudnn(), &kOne, m_y, dy, &kZero, m_b, db));
+  }
+
+ private:
+  void* workspace(CudaStream& cs) const { return m_workspace > 0 ? cs.workspace(m_workspace) : nullptr; }
+
+  // out = conv(in, w) of the forward problem.
+  void problem_forward(CudaStream& cs, const float* in, const float* w, float* out, void* ws) {
+    SQUALL_CUDNN_CHECK(cudnnConvolutionForward(cs.cudnn(), &kOne, m_in, in, m_w, w, m_conv,
+                                               static_cast<cudnnConvolutionFwdAlgo_t>(m_fwd.algo), ws,
+                                               m_workspace, &kZero, m_out, out));
+  }
+  // d_in = conv^T(d_out, w) of the forward problem.
+  void problem_backward_data(CudaStream& cs, const float* w, const float* d_out, float* d_in, void* ws) {
+    SQUALL_CUDNN_CHECK(cudnnConvolutionBackwardData(cs.cudnn(), &kOne, m_w, w, m_out, d_out, m_conv,
+                                                    static_cast<cudnnConvolutionBwdDataAlgo_t>(m_bwd_data.algo),
+                                                    ws, m_workspace, &kZero, m_in, d_in));
+  }
+
+  nn::ConvDesc m_desc;
+  TensorDescriptor m_x, m_y, m_b;  // our x and y; bias [1, k, 1, 1]
+  FilterDescriptor m_w;
+  ConvolutionDescriptor m_conv;
+  cudnnTensorDescriptor_t m_in = nullptr, m_out = nullptr;  // the forward problem's (m_x / m_y)
+  AlgoChoice m_fwd, m_bwd_data, m_bwd_filter;
+  size_t m_workspace = 0;  // the largest of the three
+};
+
+}  // namespace
+
+std::vector<std::string> detail::conv_algorithm_choices() {
+  AlgoCache& cache = algo_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  std::vector<std::string> lines;
+  for (const auto& [key, c] : cache.choices) {
+    std::string line = "device " + std::to_string(key[0]) + " " + direction_name(static_cast<Direction>(key[15])) +
+                       " " + problem_str(key) + ": algorithm " + std::to_string(c.algo) + " (" + c.how;
+    if (c.time_ms >= 0) line += ", " + std::to_string(c.time_ms) + " ms";
+    line += ", workspace " + std::to_string(c.workspace) + " bytes";
+    line += c.deterministic ? ", deterministic)" : ", not deterministic)";
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+std::unique_ptr<nn::ConvPlan> make_cudnn_conv(const nn::ConvDesc& d) { return std::make_unique<CudnnConvPlan>(d); }
+
+}  // namespace squall::cuda

@@ -1,0 +1,87 @@
+// Pooling plans on cuDNN, NCHW f32. Max pooling is CUDNN_POOLING_MAX_DETERMINISTIC; average
+// pooling divides by the number of input elements in the window, padding excluded
+// (CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, PyTorch's count_include_pad=False).
+//
+// cuDNN keeps no state between forward and backward: its backward takes x and y again (max
+// pooling finds each window's maximum anew). The PoolPlan interface gives backward only dy,
+// so the plan remembers x and y of the last training forward; the graph keeps both alive
+// until the layer's backward has run.
+#include <string>
+
+#include "cuda/cuda_backend.hpp"
+#include "cuda/cudnn_util.hpp"
+#include "cuda/plans.hpp"
+#include "src/core/error.hpp"
+
+namespace squall::cuda {
+
+namespace {
+
+using detail::kOne;
+using detail::kZero;
+using detail::PoolingDescriptor;
+using detail::TensorDescriptor;
+using detail::to_int;
+
+class CudnnPoolPlan final : public nn::PoolPlan {
+ public:
+  explicit CudnnPoolPlan(const nn::PoolDesc& d) : m_desc(d) {
+    const nn::Shape out = d.output();
+    if (d.n < 1 || d.c < 1 || d.r < 1 || d.s < 1 || d.stride_h < 1 || d.stride_w < 1 || d.pad_h < 0 ||
+        d.pad_w < 0 || out.h() < 1 || out.w() < 1)
+      throw Error("pool: invalid description: input " + nn::Shape(d.n, d.c, d.h, d.w).str() + ", window " +
+                  std::to_string(d.r) + "x" + std::to_string(d.s) + ", output " + out.str());
+    if (d.pad_h * 2 > d.r || d.pad_w * 2 > d.s)
+      throw Error("pool: padding must be at most half the window (PyTorch's rule), got pad " +
+                  std::to_string(d.pad_h) + "x" + std::to_string(d.pad_w) + " for window " +
+                  std::to_string(d.r) + "x" + std::to_string(d.s));
+    const char* what = "pool";
+    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, what);
+    detail::set_nchw(m_y, out.n(), out.c(), out.h(), out.w(), what);
+    const cudnnPoolingMode_t mode = d.kind == nn::PoolKind::max ? CUDNN_POOLING_MAX_DETERMINISTIC
+                                                                : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+    SQUALL_CUDNN_CHECK(cudnnSetPooling2dDescriptor(m_pool, mode, CUDNN_NOT_PROPAGATE_NAN, to_int(d.r, what),
+                                                   to_int(d.s, what), to_int(d.pad_h, what), to_int(d.pad_w, what),
+                                                   to_int(d.stride_h, what), to_int(d.stride_w, what)));
+    // cuDNN's output size (floor mode) must be PyTorch's, which PoolDesc::output() computes.
+    int on = 0, oc = 0, oh = 0, ow = 0;
+    SQUALL_CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(m_pool, m_x, &on, &oc, &oh, &ow));
+    if (on != out.n() || oc != out.c() || oh != out.h() || ow != out.w())
+      throw Error("pool: cuDNN's pooling of " + nn::Shape(d.n, d.c, d.h, d.w).str() + " gives [" +
+                  std::to_string(on) + "," + std::to_string(oc) + "," + std::to_string(oh) + "," +
+                  std::to_string(ow) + "] where " + out.str() + " is expected");
+  }
+
+  void forward(nn::Stream& s, const float* x, float* y, bool train) override {
+    SQUALL_CUDNN_CHECK(cudnnPoolingForward(cuda_stream(s).cudnn(), m_pool, &kOne, m_x, x, &kZero, m_y, y));
+    if (train) {
+      m_saved_x = x;
+      m_saved_y = y;
+    }
+  }
+
+  void backward(nn::Stream& s, const float* dy, float* dx) override {
+    if (dx == nullptr) return;
+    const bool max = m_desc.kind == nn::PoolKind::max;
+    if (max && m_saved_x == nullptr)
+      throw Error("pool: max-pooling backward needs a forward with train=true first (it keeps the argmax)");
+    // Average pooling reads neither x nor y; valid pointers are passed all the same.
+    const float* x = m_saved_x != nullptr ? m_saved_x : dx;
+    const float* y = m_saved_y != nullptr ? m_saved_y : dy;
+    SQUALL_CUDNN_CHECK(cudnnPoolingBackward(cuda_stream(s).cudnn(), m_pool, &kOne, m_y, y, m_y, dy, m_x, x, &kZero,
+                                            m_x, dx));
+  }
+
+ private:
+  nn::PoolDesc m_desc;
+  TensorDescriptor m_x, m_y;
+  PoolingDescriptor m_pool;
+  const float* m_saved_x = nullptr;  // x and y of the last training forward, for backward
+  const float* m_saved_y = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<nn::PoolPlan> make_cudnn_pool(const nn::PoolDesc& d) { return std::make_unique<CudnnPoolPlan>(d); }
+
+}  // namespace squall::cuda
