@@ -398,6 +398,12 @@ class CudaBackend final : public Backend {
 namespace squall::nn {
 
 int cuda_device_count(std::string* why_none) {
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) {
+    cudaGetLastError();
+    if (why_none) *why_none = "no NVIDIA driver is loaded on this machine";
+    return 0;
+  }
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {

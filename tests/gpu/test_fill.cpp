@@ -5,7 +5,7 @@
 #include "cuda/check.cuh"
 #include "cuda/fill.cuh"
 
-TEST_CASE("fill kernel writes every element, odd sizes included", "[gpu]") {
+TEST_CASE("fill kernel writes every element, odd sizes included", "[cuda]") {
   for (size_t n : {size_t{0}, size_t{1}, size_t{1000003}}) {
     float* d = nullptr;
     SQUALL_CUDA_CHECK(cudaMalloc(&d, (n + 1) * sizeof(float)));
