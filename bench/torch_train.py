@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""PyTorch peer for bench/cpu_training.sh: trains the same model as squall on the same
-Fashion-MNIST samples (same normalisation, batch and thread count) and prints one JSON
-line with the training throughput. Reads Debian's IDX files directly."""
+"""PyTorch peer for bench/cpu_training.py and bench/gpu_training.py: trains the same model as
+squall on the same Fashion-MNIST samples (same normalisation, batch and thread count) and
+prints one JSON line with the training throughput. Reads Debian's IDX files directly.
+--device cuda trains on the GPU in eager mode, fp32 without TF32 (squall's precision)."""
 import argparse
 import gzip
 import json
@@ -87,15 +88,23 @@ def main():
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
+    dev = torch.device(args.device)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = True  # squall also picks its algorithms by measurement
     x, y = load(args.data)
-    model = LeNet5() if args.model == "lenet5" else ResNet20()
+    x, y = x.to(dev), y.to(dev)
+    model = (LeNet5() if args.model == "lenet5" else ResNet20()).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     model.train()
     n = x.shape[0]
-    perm = torch.randperm(n)
+    perm = torch.randperm(n, device=dev)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
     def step(i):
         idx = perm[(i * args.batch) % (n - args.batch):][:args.batch]
@@ -107,12 +116,14 @@ def main():
 
     for i in range(args.warmup):
         step(i)
+    sync()
     t0 = time.perf_counter()
     for i in range(args.steps):
         loss = step(args.warmup + i)
+    sync()
     dt = time.perf_counter() - t0
     print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "model": args.model, "batch": args.batch,
-                      "threads": args.threads, "steps": args.steps,
+                      "threads": args.threads, "steps": args.steps, "device": args.device,
                       "samples_per_s": args.steps * args.batch / dt, "final_loss": float(loss)}))
 
 

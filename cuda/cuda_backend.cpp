@@ -12,6 +12,7 @@
 #include "cuda/kernels.cuh"
 #include "cuda/plans.hpp"
 #include "src/core/error.hpp"
+#include "src/core/log.hpp"
 
 namespace squall::cuda {
 
@@ -208,6 +209,22 @@ class CudaTensorSet final : public TensorSet {
   std::shared_ptr<Pool> m_pool;
 };
 
+// ---- capture: a CUDA graph of one stream's work ---------------------------------------------
+
+class CudaCaptured final : public Captured {
+ public:
+  CudaCaptured(cudaGraph_t graph, cudaGraphExec_t exec) : m_graph(graph), m_exec(exec) {}
+  ~CudaCaptured() override {
+    if (m_exec) cudaGraphExecDestroy(m_exec);
+    if (m_graph) cudaGraphDestroy(m_graph);
+  }
+  cudaGraphExec_t exec() const { return m_exec; }
+
+ private:
+  cudaGraph_t m_graph;
+  cudaGraphExec_t m_exec;
+};
+
 // ---- the backend -------------------------------------------------------------------------------
 
 class CudaBackend final : public Backend {
@@ -250,6 +267,29 @@ class CudaBackend final : public Backend {
     if (r == cudaErrorNotReady) return false;
     SQUALL_CUDA_CHECK(r);
     return true;
+  }
+
+  bool can_capture() const override { return true; }
+  void begin_capture(Stream& s) override {
+    // Thread-local: the other learners' threads keep enqueueing on their own streams.
+    SQUALL_CUDA_CHECK(cudaStreamBeginCapture(raw(s), cudaStreamCaptureModeThreadLocal));
+  }
+  std::unique_ptr<Captured> end_capture(Stream& s) override {
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(raw(s), &graph);
+    cudaGraphExec_t exec = nullptr;
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      if (graph) cudaGraphDestroy(graph);
+      log::warn(std::string("cuda backend: capturing a learner's step failed (") + cudaGetErrorString(e) +
+           "); it runs without a CUDA graph");
+      return nullptr;
+    }
+    return std::make_unique<CudaCaptured>(graph, exec);
+  }
+  void replay(Captured& c, Stream& s) override {
+    SQUALL_CUDA_CHECK(cudaGraphLaunch(static_cast<CudaCaptured&>(c).exec(), raw(s)));
   }
 
   using Backend::allocate;

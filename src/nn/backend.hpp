@@ -153,6 +153,15 @@ class BatchNormPlan {
                         float* dx, float* dgamma, float* dbeta) = 0;
 };
 
+// One stream's work captured once and replayed as a single launch (a CUDA graph). Replay
+// repeats the captured operations with the same pointers and scalar arguments: what
+// changes between replays must change in memory (the batch copied into the same staging
+// buffer), not in arguments.
+class Captured {
+ public:
+  virtual ~Captured() = default;
+};
+
 // ---- fused multi-tensor updates -----------------------------------------------------------
 
 // One parameter tensor of a fused update: its weights and gradient (backend memory), its
@@ -224,6 +233,16 @@ class Backend {
   virtual void synchronize(Event&) = 0;         // the host waits for the event
   virtual bool ready(Event&) = 0;               // has the event's work completed?
   virtual void synchronize_all() {}             // the host waits for every stream (tests, shutdown)
+
+  // ---- capture (CUDA graphs) ----
+  // can_capture(): whether begin_capture/end_capture/replay work (false on the CPU, where
+  // there is no launch cost to save). Between begin_capture and end_capture the stream's
+  // work is recorded, not run; it must not allocate or wait on the host. end_capture
+  // returns nullptr (after a warning) when the backend could not capture the work.
+  virtual bool can_capture() const { return false; }
+  virtual void begin_capture(Stream&);
+  virtual std::unique_ptr<Captured> end_capture(Stream&);
+  virtual void replay(Captured&, Stream&);
 
   // Compute threads this backend may use in all (CPU: its OpenMP team size).
   virtual int threads() const { return 1; }

@@ -2,6 +2,8 @@
 
 #include "src/nn/backend.hpp"
 
+#include "src/core/error.hpp"
+
 namespace squall::nn {
 
 size_t dtype_size(DType t) {
@@ -13,6 +15,10 @@ size_t dtype_size(DType t) {
   }
   return 4;
 }
+
+void Backend::begin_capture(Stream&) { throw Error("the " + name() + " backend cannot capture work"); }
+std::unique_ptr<Captured> Backend::end_capture(Stream&) { throw Error("the " + name() + " backend cannot capture work"); }
+void Backend::replay(Captured&, Stream&) { throw Error("the " + name() + " backend cannot replay work"); }
 
 const char* dtype_name(DType t) {
   switch (t) {

@@ -102,6 +102,7 @@ struct ParallelConfig {
   double autotune_threshold = 0.05;  // relative throughput gain needed to keep a new learner
   int64_t max_replicas_per_device = 8;
   double bucket_mb = 1.0;            // ssgd across ranks: gradients reduced in buckets of at least this many MiB
+  bool cuda_graphs = false;          // CUDA backend: capture each learner's pass once, replay it every step
   bool operator==(const ParallelConfig&) const = default;
 };
 

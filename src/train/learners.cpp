@@ -156,6 +156,10 @@ struct LearnerGroup::Learner {
   std::vector<size_t> mark_offset;
   std::vector<std::unique_ptr<nn::Event>> mark_event;
   std::atomic<int> marks_done{0};
+  // parallel.cuda_graphs: the pass (copies from `stage`, forward, loss, backward) captured
+  // once and replayed; capture_failed: the backend could not capture it, run eagerly.
+  std::unique_ptr<nn::Captured> captured;
+  bool capture_failed = false;
 };
 
 LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph,
@@ -178,6 +182,8 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
     if (const std::string why = sma_instability(options.alpha, options.centre_rate, options.momentum); !why.empty())
       throw UsageError(why);
   if (options.ranks < 1) throw Error("learner group: the job needs at least one rank");
+  if (options.graphs && !backend.can_capture())
+    throw Error("learner group: the " + backend.name() + " backend cannot capture a learner's pass");
   if (m_options.threads <= 0) m_options.threads = backend.threads();
   if (!m_class_weights_host.empty()) {
     m_class_weights = backend.allocate(m_class_weights_host.size());
@@ -317,6 +323,27 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
     if (l.stage) {  // pinned staging, so that the copies run asynchronously
       std::memcpy(l.stage.data(), in.images, pixels * sizeof(float));
       std::memcpy(l.stage.data() + pixels, in.labels, label_count * sizeof(int32_t));
+    }
+    // parallel.cuda_graphs: a plain pass (no timeline, no per-layer buckets) is captured at the
+    // second step (the first has grown every workspace and chosen every algorithm) and
+    // replayed from then on. Its copies read the pinned staging buffer, refilled above.
+    const bool plain = m_options.graphs && l.stage && !m_hook && !grads_overlapped && !l.capture_failed;
+    if (plain && !l.captured && step > 0) {
+      m_backend.begin_capture(*l.stream);
+      enqueue_pass(l, weights);
+      l.captured = m_backend.end_capture(*l.stream);
+      l.capture_failed = !l.captured;
+      if (l.capture_failed) enqueue_pass(l, weights);  // this step, eagerly
+    }
+    if (plain && l.captured) {
+      m_backend.replay(*l.captured, *l.stream);
+      m_backend.synchronize(*l.stream);
+      l.loss = l.loss_host.data()[0];
+      l.pass_end = now_s();
+      phase("backward", l.index, t0, l.pass_end);  // forward and backward are one launch
+      return;
+    }
+    if (l.stage) {
       m_backend.copy_from_host(*l.stream, g.input().data, l.stage.data(), pixels);
       m_backend.copy_bytes_from_host(*l.stream, l.labels, l.stage.data() + pixels, label_count * sizeof(int32_t));
     } else {
@@ -416,6 +443,28 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
   m_eval_current = false;
   m_compute_s += (now_s() - t_start) - (m_reduce_s - reduce_before);
   return losses;
+}
+
+// The whole of a learner's pass as one sequence of stream work (what parallel.cuda_graphs
+// captures): the batch from the staging buffer, forward, loss, the loss to the host, backward.
+void LearnerGroup::enqueue_pass(Learner& l, const float* weights) {
+  nn::Graph& g = *l.graph;
+  const auto pixels = static_cast<size_t>(g.input().numel());
+  const auto label_count = static_cast<size_t>(m_label_count);
+  m_backend.copy_from_host(*l.stream, g.input().data, l.stage.data(), pixels);
+  m_backend.copy_bytes_from_host(*l.stream, l.labels, l.stage.data() + pixels, label_count * sizeof(int32_t));
+  g.forward(*l.stream, l.mode);
+  const auto out = g.output_shape();
+  m_backend.softmax_cross_entropy(*l.stream, g.output().data, l.labels, weights, out.n(), out.c(), out.h() * out.w(),
+                                  g.output_grad().data, l.loss_dev.data());
+  m_backend.copy_to_host(*l.stream, l.loss_host.data(), l.loss_dev.data(), 1);
+  g.backward(*l.stream);
+}
+
+int LearnerGroup::captured_learners() const {
+  int n = 0;
+  for (const auto& l : m_learners) n += l->captured ? 1 : 0;
+  return n;
 }
 
 // Level 1 of the allreduce: fused[0:P] = sum over learners of their gradients or

@@ -121,6 +121,9 @@ struct LearnerGroupOptions {
   size_t bucket_floats = size_t{1} << 18;  // ssgd across ranks: gradients reduced in buckets of
                                            // at least this many floats (1 MiB; parallel.bucket_mb)
                                            // during the backward pass, several in flight at once
+  bool graphs = false;          // capture each learner's pass once (after a warm-up step) and replay
+                                // it (a CUDA graph); steps with a timeline or per-layer buckets run
+                                // eagerly. Needs a backend that can_capture() and a model without dropout.
 };
 
 // One learner's input for a step: host memory, [batch, c, h, w] images and labels.
@@ -181,6 +184,8 @@ class LearnerGroup {
   // the Reducer's hands at once (handed over, not yet complete) since construction.
   size_t buckets() const { return m_buckets.size(); }
   int max_buckets_in_flight() const { return m_max_buckets_in_flight; }
+  // Learners whose pass is being replayed from a capture (parallel.cuda_graphs).
+  int captured_learners() const;
 
  private:
   struct Learner;
@@ -195,6 +200,7 @@ class LearnerGroup {
   void copy_optimizer_state(const Learner& from, Learner& to);
   static std::string sma_sum_name(int64_t step);
   void device_sum(bool gradients, bool params_part, bool state_part);
+  void enqueue_pass(Learner& l, const float* weights);
   double reduce(const std::string& what);
   Reducer::Ticket start_reduce(size_t lo, size_t hi, const std::string& what);
   void finish_reduce(size_t lo, size_t hi);

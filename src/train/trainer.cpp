@@ -349,6 +349,9 @@ class TrainingRun {
     lg.bucket_floats =
         std::max<size_t>(1, static_cast<size_t>(cfg.parallel.bucket_mb * double(1 << 20) / sizeof(float)));
     lg.seed = static_cast<uint64_t>(cfg.run.seed);
+    lg.graphs = cfg.parallel.cuda_graphs && m_backend->can_capture();
+    if (cfg.parallel.cuda_graphs && !lg.graphs && m_rank == 0)
+      log::warn("parallel.cuda_graphs has no effect on the " + m_backend->name() + " backend (nothing to capture)");
     std::vector<float> class_weights(cfg.data.class_weights.begin(), cfg.data.class_weights.end());
     const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
     m_group = std::make_unique<LearnerGroup>(
@@ -403,7 +406,11 @@ class TrainingRun {
     }
     const DatasetInfo& info = m_train->info();
     log::info("squall train: " + m_spec.name + " (" + std::to_string(m_group->param_count()) + " parameters) on " +
-              info.description + ", backend " + m_backend->name() + ", " + std::to_string(m_ranks) + " rank(s) on " +
+              info.description + ", backend " + m_backend->name() +
+                  (m_backend->device().index >= 0 ? " (" + m_backend->device().name + ", GPU " +
+                                                        std::to_string(m_backend->device().index) + ")"
+                                                  : std::string()) +
+                  ", " + std::to_string(m_ranks) + " rank(s) on " +
               std::to_string(m_topo.nodes()) + " node(s) x " + std::to_string(m_learners) + " learner(s), " +
               algorithm_name(m_algorithm) + ", batch " + std::to_string(m_batch) + " per learner (global " +
               std::to_string(m_batch * m_learners * m_ranks) + "), " + std::to_string(m_total_steps) + " steps (" +
@@ -648,10 +655,12 @@ class TrainingRun {
       parallel["buckets"] = m_group->buckets();
       parallel["max_buckets_in_flight"] = m_group->max_buckets_in_flight();
     }
+    if (m_group->options().graphs) parallel["captured_learners"] = m_group->captured_learners();
     if (m_cfg.parallel.autotune) parallel["autotune"] = m_tuner->decisions();
     return json{{"world_size", m_ranks}, {"nodes", m_topo.nodes()}, {"devices_per_rank", 1},
                 {"replicas_per_device", m_learners}, {"algorithm", algorithm_name(m_algorithm)},
-                {"parallel", parallel}, {"backend", m_backend->name()}, {"threads", m_backend->threads()},
+                {"parallel", parallel}, {"backend", m_backend->name()}, {"device", m_backend->device().name},
+                {"threads", m_backend->threads()},
                 {"model", m_spec.name}, {"parameters", m_group->param_count()},
                 {"optimizer", m_group->optimizer_name()}, {"global_batch", m_batch * m_learners * m_ranks},
                 {"batch_per_learner", m_batch}, {"epochs", m_epochs}, {"steps", m_step}, {"wall_s", r.wall_s},
