@@ -212,3 +212,37 @@ TEST_CASE("bad parallel settings are refused with the key named", "[launch][trai
   CHECK(big.exit_code != 0);
   CHECK_THAT(big.err, Catch::Contains("batch_size"));
 }
+
+TEST_CASE("run.backend: cuda trains on a GPU or exits 1 saying why; auto falls back to the CPU", "[launch][train][backend]") {
+  const std::string lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
+  const std::string quick = " --set train.max_steps=5 --set data.test_samples=256 --set train.log_every_steps=5";
+  {
+    const std::string dir = fresh_dir("cuda");
+    const auto r = run_command(squall_bin() + " train --config " + lenet + quick + " --set run.backend=cuda --set run.dir=" + dir);
+    INFO(r.out << r.err);
+    if (r.exit_code == 0) {  // a machine with a GPU: it trained there
+      CHECK(read_json(dir + "/summary.json").at("backend") == "cuda");
+    } else {
+      CHECK(r.exit_code == 1);  // not a usage error: the same command is right on a GPU node
+      CHECK_THAT(r.err, Catch::Contains("run.backend = cuda, but no GPU can be used: "));
+      CHECK_THAT(r.err, Catch::Contains("run.backend = cpu or auto"));
+      CHECK_FALSE(fs::exists(dir + "/summary.json"));
+    }
+  }
+  {
+    const std::string dir = fresh_dir("auto");
+    const auto r = run_command(squall_bin() + " train --config " + lenet + quick + " --set run.backend=auto --set run.dir=" + dir);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    const json s = read_json(dir + "/summary.json");
+    CHECK((s.at("backend") == "cpu" || s.at("backend") == "cuda"));
+    CHECK(!s.at("device").get<std::string>().empty());
+  }
+  {
+    const auto r = run_command(squall_bin() + " train --config " + lenet + quick +
+                               " --set run.backend=cuda --set parallel.cuda_graphs=true --set model.dropout=0.5 --set run.dir=" +
+                               fresh_dir("graphs"));
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("parallel.cuda_graphs") && Catch::Contains("dropout"));
+  }
+}
