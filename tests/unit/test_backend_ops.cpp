@@ -27,7 +27,7 @@ using DVec = std::vector<double>;
 Backend& backend() { return squall::test::test_backend(); }
 
 Stream& stream() {
-  static std::unique_ptr<Stream> s = backend().create_stream();
+  static Stream* s = backend().create_stream().release();  // never destroyed: see test_backend()
   return *s;
 }
 
