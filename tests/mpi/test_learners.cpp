@@ -28,7 +28,7 @@ TEST_CASE("sma across ranks x 2 learners matches Crossbow's equations for every 
   ar_options.chunk_bytes = 16;  // several pipeline chunks even for this tiny model
   mpi::HierAllreduce ar(topo, ar_options);
   train::AllreduceReducer reducer(ar, ranks);
-  auto backend = nn::make_cpu_backend(1);
+  auto backend = test::make_test_backend(1);
   const int L = 2;
   const int64_t b = 3;
   const double alpha = 0.15, mu = 0.8, lr = 0.25;
@@ -43,7 +43,8 @@ TEST_CASE("sma across ranks x 2 learners matches Crossbow's equations for every 
   LearnerGroup group(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o, reducer);
 
   const int n = ranks * L;  // learners in the job; learner (r, j) is n-index r*L + j
-  std::vector<double> z(group.central_params(), group.central_params() + test::k_tiny_params), z_prev = z;
+  const std::vector<float> z0 = test::on_host(group.central_params(), test::k_tiny_params);
+  std::vector<double> z(z0.begin(), z0.end()), z_prev = z;
   std::vector<std::vector<double>> w(static_cast<size_t>(n), z);
   for (int64_t step = 0; step < 5; ++step) {
     const test::TinyStep mine = test::tiny_step(me, L, step, b);
@@ -80,7 +81,7 @@ TEST_CASE("ssgd across ranks x 2 learners equals one learner on the job's whole 
   mpi::HierAllreduce ar(topo);
   train::AllreduceReducer reducer(ar, ranks);
   train::SingleRankReducer alone;
-  auto backend = nn::make_cpu_backend(1);
+  auto backend = test::make_test_backend(1);
   const int L = 2;
   const int64_t b = 2;
   train::OptimizerConfig sgd = test::plain_sgd();
@@ -103,7 +104,8 @@ TEST_CASE("ssgd across ranks x 2 learners equals one learner on the job's whole 
       all.labels.insert(all.labels.end(), d.labels.begin(), d.labels.end());
     }
     whole.step({{all.images.data(), all.labels.data()}}, step, 0.3f);
-    const std::vector<double> want(whole.central_params(), whole.central_params() + test::k_tiny_params);
+    const std::vector<float> whole_host = test::on_host(whole.central_params(), test::k_tiny_params);
+    const std::vector<double> want(whole_host.begin(), whole_host.end());
     INFO("ranks " << ranks << " K " << k << " bucket " << bucket << " step " << step);
     CHECK(test::max_diff(group.central_params(), want) < 1e-6);
     for (int j = 1; j < L; ++j) CHECK(test::max_diff(group.replica_params(j), want) < 1e-6);
