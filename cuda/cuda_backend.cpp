@@ -31,7 +31,9 @@ CudaStream::CudaStream(int device) : m_device(device) {
 }
 
 CudaStream::~CudaStream() {
-  // Destructors do not throw: a failure here is reported and ignored.
+  // Destructors do not throw: a failure here is ignored. The device first: the destroying
+  // thread need not be one that was bound to it.
+  cudaSetDevice(m_device);
   if (m_stream) cudaStreamSynchronize(m_stream);
   if (m_workspace) cudaFree(m_workspace);
   if (m_cublas) cublasDestroy(m_cublas);
@@ -43,11 +45,19 @@ void* CudaStream::workspace(size_t bytes) {
   if (bytes <= m_workspace_bytes) return m_workspace;
   // Grows in the first step only (plans ask for the same sizes every step): the old block
   // may still be in use by work on this stream, so that work completes first.
+  SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
   SQUALL_CUDA_CHECK(cudaStreamSynchronize(m_stream));
   if (m_workspace) SQUALL_CUDA_CHECK(cudaFree(m_workspace));
   m_workspace = nullptr;
+  m_workspace_bytes = 0;
   const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);  // whole MiB
-  SQUALL_CUDA_CHECK(cudaMalloc(&m_workspace, rounded));
+  if (const cudaError_t e = cudaMalloc(&m_workspace, rounded); e != cudaSuccess) {
+    cudaGetLastError();
+    m_workspace = nullptr;
+    throw Error("cuda backend: cannot allocate a " + std::to_string(rounded >> 20) + " MiB workspace on GPU " +
+                std::to_string(m_device) + " (" + cudaGetErrorString(e) +
+                "): lower the batch or the learners per GPU");
+  }
   m_workspace_bytes = rounded;
   return m_workspace;
 }
@@ -75,6 +85,7 @@ class Pool {
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
   ~Pool() {
+    cudaSetDevice(m_device);
     for (auto& [bytes, blocks] : m_free)
       for (void* p : blocks) m_kind == Kind::device ? (void)cudaFree(p) : (void)cudaFreeHost(p);
   }
