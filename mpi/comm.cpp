@@ -1,9 +1,13 @@
 #include "mpi/comm.hpp"
+#include "mpi/device_allreduce.hpp"
 
 #include <numeric>
 
 #include "mpi/check.hpp"
 #include "mpi/comm_native.hpp"
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI: MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support
+#endif
 
 namespace squall::mpi {
 namespace {
@@ -91,6 +95,14 @@ std::vector<std::string> Communicator::gather_strings(const std::string& mine, i
     for (int r = 0; r < n; ++r) out.push_back(all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lens[r])));
   }
   return out;
+}
+
+bool mpi_is_cuda_aware() {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;  // the library says nothing about CUDA: treat device pointers as unsupported
+#endif
 }
 
 std::string Communicator::broadcast_string(const std::string& value, int root) const {

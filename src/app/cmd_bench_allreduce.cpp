@@ -11,7 +11,13 @@
 //   algos: mpi            MPI_Allreduce on the world communicator
 //          hier           HierAllreduce with its defaults (one MPI_Allreduce on a one-level job)
 //          hier-pipeline  HierAllreduce running its pipeline even on a one-level job
+//          nccl           (CUDA builds) ncclAllReduce over the job, on device buffers
+//          device-hier    (CUDA builds) NCCL inside the node, MPI across nodes, on device buffers
+//                         (mpi/device_allreduce.hpp)
+// Device algorithms sum the same data copied into GPU memory (the copies are not timed); a
+// rank uses GPU (its rank on its host) mod (the GPUs it sees), as training does.
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mpi/allreduce.hpp"
+#include "mpi/device_allreduce.hpp"
 #include "mpi/topology.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
@@ -129,11 +136,21 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
 
   // One reducer per algo that needs one, made in the same order on every rank.
   std::vector<std::unique_ptr<mpi::HierAllreduce>> reducers;
+  std::vector<std::unique_ptr<mpi::DeviceAllreduce>> device_reducers;
+  const std::vector<int> hosts =
+      world.allgather(static_cast<int>(std::hash<std::string>{}(topo.host()) & 0x7fffffff));
+  const int host_local_rank = static_cast<int>(
+      std::count(hosts.begin(), hosts.begin() + topo.rank(), hosts[static_cast<size_t>(topo.rank())]));
   for (const std::string& algo : a.algos) {
-    if (algo == "mpi")
+    device_reducers.emplace_back();
+    if (algo == "mpi") {
       reducers.emplace_back();
-    else
+    } else if (algo == "hier" || algo == "hier-pipeline") {
       reducers.push_back(std::make_unique<mpi::HierAllreduce>(topo, algo == "hier" ? options : pipeline_options));
+    } else {
+      reducers.emplace_back();
+      device_reducers.back() = mpi::make_device_allreduce(algo, topo, host_local_rank, options);
+    }
   }
 
   std::vector<Result> results;
@@ -152,13 +169,19 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
     for (int it = 0; it < a.warmup + a.iters; ++it) {
       for (size_t k = 0; k < a.algos.size(); ++k) {
         std::memcpy(work.data(), input.data(), bytes);
+        mpi::DeviceAllreduce* device = device_reducers[k].get();
+        float* dev = device ? device->device_buffer(count) : nullptr;
+        if (device) device->upload(dev, input.data(), count);
         world.barrier();
         const auto t0 = std::chrono::steady_clock::now();
-        if (reducers[k])
+        if (device)
+          device->sum(dev, count, what);
+        else if (reducers[k])
           reducers[k]->sum(work.data(), count, what);
         else
           mpi::plain_allreduce_sum(world, work.data(), count, mpi::DType::f32);
         const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (device) device->download(work.data(), dev, count);
         if (it >= a.warmup) times[k * static_cast<size_t>(a.iters) + static_cast<size_t>(it - a.warmup)] = dt;
         if (wrong == 0 && std::memcmp(work.data(), reference.data(), bytes) != 0) {
           size_t i = 0;
@@ -210,8 +233,10 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
              {"flat_chunk_bytes", options.flat_chunk_bytes},
              {"max_inflight", options.max_inflight},
              {"results", json::array()}};
-    for (size_t k = 0; k < a.algos.size(); ++k)
+    for (size_t k = 0; k < a.algos.size(); ++k) {
       if (reducers[k]) doc["modes"][a.algos[k]] = reducers[k]->mode();
+      if (device_reducers[k]) doc["modes"][a.algos[k]] = device_reducers[k]->mode();
+    }
     for (const Result& r : results) {
       json j{{"algo", r.algo},   {"bytes", r.bytes},       {"ranks", n},
              {"time_us", r.time_us}, {"algbw_GBps", r.algbw}, {"busbw_GBps", r.busbw}};
@@ -231,6 +256,8 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
             (hier->parts() > 0 ? ", " + std::to_string(hier->parts()) + " part(s) per chunk" : "") + ", chunk " +
             std::to_string(options.chunk_bytes) + " B, " + std::to_string(options.max_inflight) +
             " in flight, flat chunk " + std::to_string(options.flat_chunk_bytes) + " B\n";
+  for (size_t k = 0; k < a.algos.size(); ++k)
+    if (device_reducers[k]) head += "# " + a.algos[k] + ": " + device_reducers[k]->mode() + ", on device buffers\n";
   std::cout << head << text_table(results) << std::flush;
   return 0;
 }
@@ -244,9 +271,14 @@ void add_bench_allreduce_command(CLI::App& bench, Context& ctx, Actions& actions
                   "Buffer sizes in bytes, comma-separated, K/M/G suffixes (default 4 B to 64M by x4)")
       ->delimiter(',')
       ->check(k_size_validator);
-  sub->add_option("--algos", args->algos, "Algorithms, comma-separated: mpi, hier, hier-pipeline (default mpi,hier)")
+  // The device algorithms exist in CUDA builds only; --help lists what this build has.
+  std::vector<std::string> algos{"mpi", "hier", "hier-pipeline"};
+  for (const std::string& d : mpi::device_allreduce_names()) algos.push_back(d);
+  std::string algo_list;
+  for (const std::string& d : algos) algo_list += (algo_list.empty() ? "" : ", ") + d;
+  sub->add_option("--algos", args->algos, "Algorithms, comma-separated: " + algo_list + " (default mpi,hier)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"mpi", "hier", "hier-pipeline"}));
+      ->check(CLI::IsMember(algos));
   sub->add_option("--iters", args->iters, "Timed iterations per size and algorithm (default 20)")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--warmup", args->warmup, "Untimed iterations first (default 5)")->check(CLI::Range(0, 1 << 20));

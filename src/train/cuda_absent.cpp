@@ -1,5 +1,7 @@
 // Linked instead of the cuda/ library when squall is built without the CUDA backend: the
-// probe reports why, and the factory is never reached (make_backend checks the count).
+// probe reports why, the backend factory is never reached (make_backend checks the count),
+// and there are no device-buffer allreduces.
+#include "mpi/device_allreduce.hpp"
 #include "src/core/cuda_probe.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
@@ -27,3 +29,16 @@ std::unique_ptr<Backend> make_cuda_backend(int) { throw Error(k_not_built); }
 
 }  // namespace nn
 }  // namespace squall
+
+// Device-buffer allreduces need the CUDA backend (cuda/nccl.cpp).
+
+namespace squall::mpi {
+
+std::vector<std::string> device_allreduce_names() { return {}; }
+
+std::unique_ptr<DeviceAllreduce> make_device_allreduce(const std::string& name, const Topology&, int,
+                                                       const AllreduceOptions&) {
+  throw Error(name + ": squall was built without the CUDA backend");
+}
+
+}  // namespace squall::mpi

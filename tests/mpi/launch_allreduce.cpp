@@ -121,3 +121,35 @@ TEST_CASE("bad bench allreduce flags exit 2 and name the flag", "[launch][allred
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("SQUALL_STALL_AT"));
 }
+
+// The device algorithms (CUDA builds): on a GPU they match MPI_Allreduce (the bench fails
+// otherwise) and name their mode; without one, every rank exits 1 naming why, and none
+// hangs. device-hier on 2 emulated nodes of one rank: each node's NCCL communicator holds
+// one rank, so both ranks may share the one GPU of a test machine (NCCL refuses two ranks of
+// one communicator on one GPU); flat nccl therefore runs on one rank only.
+TEST_CASE("bench allreduce on device buffers: nccl and device-hier, or a clear refusal", "[launch][allreduce][gpu]") {
+  const auto help = run_command(squall_bin() + " bench allreduce --help");
+  if (help.out.find("device-hier") == std::string::npos) {  // a build without CUDA
+    const auto r = run_command(squall_bin() + " bench allreduce --algos nccl");
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("--algos"));
+    return;
+  }
+  struct Case {
+    int np;
+    std::string flags;
+  };
+  for (const Case& c : {Case{1, "--algos mpi,nccl --sizes 4,1M,5M"},
+                        Case{2, "--algos mpi,device-hier --ranks-per-node 1 --sizes 4,12,1M,5M --chunk 64K --inflight 4"}}) {
+    INFO(c.flags);
+    const auto r = run_command(mpiexec(c.np) + " " + squall_bin() + " bench allreduce --json --iters 3 --warmup 1 " + c.flags);
+    if (r.exit_code == 0) {
+      const json doc = json::parse(r.out);
+      CHECK(doc.at("results").size() == 2 * (c.np == 1 ? 3 : 4));
+      CHECK(doc.at("modes").size() == 1);
+    } else {
+      CHECK(r.exit_code == 1);
+      CHECK_THAT(r.err, Catch::Contains("sums device buffers, but no GPU can be used here"));
+    }
+  }
+}

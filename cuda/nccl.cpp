@@ -1,0 +1,266 @@
+// Device-buffer allreduces over NCCL and MPI (mpi/device_allreduce.hpp, docs/allreduce.md).
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda/check.cuh"
+#include "mpi/comm.hpp"
+#include "mpi/device_allreduce.hpp"
+#include "mpi/stall.hpp"
+#include "mpi/topology.hpp"
+#include "src/core/error.hpp"
+#include "src/nn/backend.hpp"
+
+namespace squall::mpi {
+namespace {
+
+// An NCCL communicator over the ranks of `comm`: rank 0 makes the unique id, MPI broadcasts it.
+class NcclComm {
+ public:
+  NcclComm(const Communicator& comm, int device) {
+    ncclUniqueId id;
+    if (comm.rank() == 0) SQUALL_NCCL_CHECK(ncclGetUniqueId(&id));
+    const std::string bytes = comm.broadcast_string(
+        comm.rank() == 0 ? std::string(reinterpret_cast<const char*>(&id), sizeof(id)) : std::string(), 0);
+    if (bytes.size() != sizeof(id)) throw Error("nccl: the unique id broadcast over MPI has the wrong size");
+    std::memcpy(&id, bytes.data(), sizeof(id));
+    SQUALL_CUDA_CHECK(cudaSetDevice(device));
+    SQUALL_NCCL_CHECK(ncclCommInitRank(&m_comm, comm.size(), id, comm.rank()));
+  }
+  ~NcclComm() {
+    if (m_comm) ncclCommDestroy(m_comm);
+  }
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+  ncclComm_t get() const { return m_comm; }
+  // Marks the communicator unusable after an asynchronous error (ncclCommAbort frees it).
+  void abort() {
+    if (m_comm) ncclCommAbort(m_comm);
+    m_comm = nullptr;
+  }
+
+ private:
+  ncclComm_t m_comm = nullptr;
+};
+
+// Host waits for `event`, polling NCCL's asynchronous error state of every communicator in
+// `comms`: a failed or aborted peer ends the job here instead of hanging it.
+void wait_polling(cudaEvent_t event, const std::vector<NcclComm*>& comms, std::string_view what) {
+  for (int idle = 0;; ++idle) {
+    const cudaError_t e = cudaEventQuery(event);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) SQUALL_CUDA_CHECK(e);
+    for (NcclComm* c : comms) {
+      ncclResult_t async = ncclSuccess;
+      if (c->get() && ncclCommGetAsyncError(c->get(), &async) == ncclSuccess && async != ncclSuccess &&
+          async != ncclInProgress) {
+        const std::string why = ncclGetErrorString(async);
+        c->abort();
+        fatal("NCCL failed during " + std::string(what) + ": " + why, __FILE__, __LINE__);
+      }
+    }
+    if (idle < 1000) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
+class Base : public DeviceAllreduce {
+ public:
+  Base(const Topology& topo, int device, const AllreduceOptions& o)
+      : m_device(device), m_options(o), m_stall(topo, o.stall_warn_s, o.stall_abort_s) {
+    SQUALL_CUDA_CHECK(cudaSetDevice(device));
+    SQUALL_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
+    SQUALL_CUDA_CHECK(cudaEventCreateWithFlags(&m_done, cudaEventDisableTiming));
+  }
+  ~Base() override {
+    cudaSetDevice(m_device);
+    if (m_buffer) cudaFree(m_buffer);
+    for (cudaEvent_t e : m_chunk_events) cudaEventDestroy(e);
+    cudaEventDestroy(m_done);
+    cudaStreamDestroy(m_stream);
+  }
+  float* device_buffer(size_t count) override {
+    if (count > m_buffer_count) {
+      SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
+      if (m_buffer) SQUALL_CUDA_CHECK(cudaFree(m_buffer));
+      SQUALL_CUDA_CHECK(cudaMalloc(&m_buffer, std::max<size_t>(count, 1) * sizeof(float)));
+      m_buffer_count = count;
+    }
+    return m_buffer;
+  }
+  void upload(float* device, const float* host, size_t count) override {
+    SQUALL_CUDA_CHECK(cudaMemcpy(device, host, count * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  void download(float* host, const float* device, size_t count) override {
+    SQUALL_CUDA_CHECK(cudaMemcpy(host, device, count * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+
+ protected:
+  int m_device;
+  AllreduceOptions m_options;
+  StallWatch m_stall;
+  int64_t m_calls = 0;
+  cudaStream_t m_stream = nullptr;
+  cudaEvent_t m_done = nullptr;
+  std::vector<cudaEvent_t> m_chunk_events;
+  float* m_buffer = nullptr;
+  size_t m_buffer_count = 0;
+};
+
+// One NCCL communicator over the job.
+class FlatNccl final : public Base {
+ public:
+  FlatNccl(const Topology& topo, int device, const AllreduceOptions& o)
+      : Base(topo, device, o), m_comm(topo.world(), device) {}
+  std::string mode() const override { return "nccl"; }
+  void sum(float* data, size_t count, std::string_view what) override {
+    const int64_t call = ++m_calls;
+    m_stall.enter(call, what);
+    SQUALL_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, m_comm.get(), m_stream));
+    SQUALL_CUDA_CHECK(cudaEventRecord(m_done, m_stream));
+    wait_polling(m_done, {&m_comm}, what);
+    m_stall.leave(call);
+  }
+
+ private:
+  NcclComm m_comm;
+};
+
+// NCCL inside the node, MPI across nodes, chunk by chunk: the stream runs the
+// reduce-scatters of the next chunks (and copies their shards out) while the host sums
+// earlier shards across nodes; the allgathers follow as each shard comes back.
+class DeviceHier final : public Base {
+ public:
+  DeviceHier(const Topology& topo, int device, const AllreduceOptions& o)
+      : Base(topo, device, o), m_topo(topo), m_node(topo.node_comm(), device), m_aware(mpi_is_cuda_aware()) {
+    const std::vector<int> sizes = topo.world().allgather(topo.local_size());
+    if (std::any_of(sizes.begin(), sizes.end(), [&](int s) { return s != sizes[0]; }))
+      throw Error("device-hier needs nodes with the same number of ranks (this job's nodes differ); use nccl");
+  }
+  ~DeviceHier() override {
+    if (m_host) cudaFreeHost(m_host);
+  }
+  std::string mode() const override {
+    return std::string("device-hier (across nodes: ") + (m_aware ? "CUDA-aware MPI" : "MPI through pinned memory") + ")";
+  }
+
+  void sum(float* data, size_t count, std::string_view what) override {
+    const int64_t call = ++m_calls;
+    m_stall.enter(call, what);
+    const size_t local = static_cast<size_t>(m_topo.local_size());
+    const size_t rank = static_cast<size_t>(m_topo.local_rank());
+    // Chunks of whole shards: chunk = local * shard floats; a tail of < local floats is summed
+    // by an allreduce inside the node and one across nodes.
+    const size_t shard_max = std::max<size_t>(1, m_options.chunk_bytes / sizeof(float) / local);
+    const size_t body = count / local * local;
+    struct Chunk {
+      size_t offset, shard;
+    };
+    std::vector<Chunk> chunks;
+    for (size_t off = 0; off < body;) {
+      const size_t shard = std::min(shard_max, (body - off) / local);
+      chunks.push_back({off, shard});
+      off += shard * local;
+    }
+    ensure(chunks.size(), shard_max, count - body);
+    const int depth = std::max(1, m_options.max_inflight);
+    size_t issued = 0;
+    auto issue = [&](size_t k) {  // reduce-scatter chunk k into its shard, then copy the shard out
+      const Chunk& c = chunks[k];
+      float* shard_dev = data + c.offset + rank * c.shard;
+      SQUALL_NCCL_CHECK(ncclReduceScatter(data + c.offset, shard_dev, c.shard, ncclFloat32, ncclSum, m_node.get(), m_stream));
+      if (!m_aware)
+        SQUALL_CUDA_CHECK(cudaMemcpyAsync(host_slot(k), shard_dev, c.shard * sizeof(float), cudaMemcpyDeviceToHost, m_stream));
+      SQUALL_CUDA_CHECK(cudaEventRecord(m_chunk_events[k % m_chunk_events.size()], m_stream));
+    };
+    for (; issued < chunks.size() && issued < static_cast<size_t>(depth); ++issued) issue(issued);
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      const Chunk& c = chunks[k];
+      float* shard_dev = data + c.offset + rank * c.shard;
+      wait_polling(m_chunk_events[k % m_chunk_events.size()], {&m_node}, what);
+      if (m_aware) {
+        plain_allreduce_sum(m_topo.cross_comm(), shard_dev, c.shard, DType::f32);
+      } else {
+        plain_allreduce_sum(m_topo.cross_comm(), host_slot(k), c.shard, DType::f32);
+        SQUALL_CUDA_CHECK(cudaMemcpyAsync(shard_dev, host_slot(k), c.shard * sizeof(float), cudaMemcpyHostToDevice, m_stream));
+      }
+      SQUALL_NCCL_CHECK(ncclAllGather(shard_dev, data + c.offset, c.shard, ncclFloat32, m_node.get(), m_stream));
+      if (issued < chunks.size()) issue(issued++);
+    }
+    if (count > body) {  // the tail: inside the node, then across
+      float* tail = data + body;
+      const size_t n = count - body;
+      SQUALL_NCCL_CHECK(ncclAllReduce(tail, tail, n, ncclFloat32, ncclSum, m_node.get(), m_stream));
+      if (m_aware) {
+        SQUALL_CUDA_CHECK(cudaEventRecord(m_done, m_stream));
+        wait_polling(m_done, {&m_node}, what);
+        plain_allreduce_sum(m_topo.cross_comm(), tail, n, DType::f32);
+      } else {
+        float* h = m_host + m_tail_offset;
+        SQUALL_CUDA_CHECK(cudaMemcpyAsync(h, tail, n * sizeof(float), cudaMemcpyDeviceToHost, m_stream));
+        SQUALL_CUDA_CHECK(cudaEventRecord(m_done, m_stream));
+        wait_polling(m_done, {&m_node}, what);
+        plain_allreduce_sum(m_topo.cross_comm(), h, n, DType::f32);
+        SQUALL_CUDA_CHECK(cudaMemcpyAsync(tail, h, n * sizeof(float), cudaMemcpyHostToDevice, m_stream));
+      }
+    }
+    SQUALL_CUDA_CHECK(cudaEventRecord(m_done, m_stream));
+    wait_polling(m_done, {&m_node}, what);
+    m_stall.leave(call);
+  }
+
+ private:
+  // Pinned host slots, one per chunk in flight, and the tail's; events per slot.
+  void ensure(size_t chunks, size_t shard_max, size_t tail) {
+    const size_t slots = std::min<size_t>(std::max<size_t>(chunks, 1), static_cast<size_t>(std::max(1, m_options.max_inflight)));
+    while (m_chunk_events.size() < slots) {
+      cudaEvent_t e;
+      SQUALL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      m_chunk_events.push_back(e);
+    }
+    const size_t need = slots * shard_max + tail;
+    if (!m_aware && need > m_host_count) {
+      if (m_host) SQUALL_CUDA_CHECK(cudaFreeHost(m_host));
+      SQUALL_CUDA_CHECK(cudaMallocHost(&m_host, std::max<size_t>(need, 1) * sizeof(float)));
+      m_host_count = need;
+    }
+    m_slot_floats = shard_max;
+    m_tail_offset = slots * shard_max;
+  }
+  // Slot k % slots: chunk k + slots is issued only after chunk k's shard has come back, since
+  // issue(k + depth) follows the allgather of chunk k on the same stream and in the host loop.
+  float* host_slot(size_t k) { return m_host + (k % m_chunk_events.size()) * m_slot_floats; }
+
+  const Topology& m_topo;
+  NcclComm m_node;
+  bool m_aware;
+  float* m_host = nullptr;
+  size_t m_host_count = 0, m_slot_floats = 0, m_tail_offset = 0;
+};
+
+}  // namespace
+
+std::vector<std::string> device_allreduce_names() { return {"nccl", "device-hier"}; }
+
+std::unique_ptr<DeviceAllreduce> make_device_allreduce(const std::string& name, const Topology& topo, int device,
+                                                       const AllreduceOptions& options) {
+  std::string why;
+  const int devices = nn::cuda_device_count(&why);
+  // Every rank decides together, so that none is left alone in a collective.
+  if (topo.world().allreduce_min(devices > 0 ? 1 : 0) == 0)
+    throw Error(name + " sums device buffers, but " +
+                (devices == 0 ? "no GPU can be used here: " + why : std::string("another rank has no GPU")));
+  if (name == "nccl") return std::make_unique<FlatNccl>(topo, device % devices, options);
+  if (name == "device-hier") return std::make_unique<DeviceHier>(topo, device % devices, options);
+  throw Error("no device allreduce named '" + name + "' (nccl, device-hier)");
+}
+
+}  // namespace squall::mpi
