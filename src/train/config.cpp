@@ -101,6 +101,7 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "max_replicas_per_device", &c.parallel.max_replicas_per_device},
       {"parallel", "bucket_mb", &c.parallel.bucket_mb},
       {"parallel", "cuda_graphs", &c.parallel.cuda_graphs},
+      {"parallel", "device_allreduce", &c.parallel.device_allreduce},
 
       {"checkpoint", "every_steps", &c.checkpoint.every_steps},
       {"checkpoint", "keep", &c.checkpoint.keep},
@@ -477,6 +478,7 @@ void validate(const Config& c, const std::string& origin) {
   k.non_negative(p.start_step, "parallel.start_step");
   k.non_negative(p.autotune_threshold, "parallel.autotune_threshold");
   k.positive(p.bucket_mb, "parallel.bucket_mb");
+  k.one_of(p.device_allreduce, "parallel.device_allreduce", {"host", "nccl", "device-hier"});
   // A replayed pass repeats its arguments, and dropout's mask is drawn from the step number.
   k.require(!(p.cuda_graphs && c.model.dropout > 0), "parallel.cuda_graphs",
             "replays one captured pass, which would repeat one dropout mask every step: set model.dropout = 0 "

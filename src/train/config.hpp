@@ -103,6 +103,7 @@ struct ParallelConfig {
   int64_t max_replicas_per_device = 8;
   double bucket_mb = 1.0;            // ssgd across ranks: gradients reduced in buckets of at least this many MiB
   bool cuda_graphs = false;          // CUDA backend: capture each learner's pass once, replay it every step
+  std::string device_allreduce = "host";  // CUDA backend, several ranks: host | nccl | device-hier
   bool operator==(const ParallelConfig&) const = default;
 };
 

@@ -203,7 +203,7 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
   m_fused = backend.allocate(m_param_count + m_state_count);
   // A device backend whose memory a plain MPI cannot read stages the sums through pinned host
   // memory (part 2 of the GPU path puts them on NCCL and CUDA-aware MPI instead).
-  if (!backend.host_accessible() && options.ranks > 1)
+  if (!backend.host_accessible() && options.ranks > 1 && !reducer.takes_device_memory())
     m_fused_host = backend.allocate_host(m_param_count + m_state_count, nn::DType::f32);
   if (options.algorithm != Algorithm::ssgd) {
     m_z = backend.allocate(m_param_count);

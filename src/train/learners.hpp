@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "mpi/allreduce.hpp"
+#include "mpi/device_allreduce.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
 #include "src/train/config.hpp"
@@ -70,6 +71,9 @@ class Reducer {
   virtual bool test(Ticket ticket) = 0;
   virtual void wait(Ticket ticket) = 0;
   virtual int ranks() const = 0;
+  // Whether start() takes backend memory of a device backend directly (NCCL); otherwise the
+  // group hands it host memory (a pinned mirror) when the backend's is not host-readable.
+  virtual bool takes_device_memory() const { return false; }
   void sum(float* data, size_t count, std::string_view what) { wait(start(data, count, what)); }
 };
 
@@ -99,6 +103,27 @@ class AllreduceReducer final : public Reducer {
  private:
   mpi::HierAllreduce& m_allreduce;
   int m_ranks;
+};
+
+// The Reducer of a CUDA job whose sums stay on the GPU (parallel.device_allreduce: NCCL, or
+// NCCL inside the node and MPI across). Each sum completes inside start(): the group's
+// thread waits for it while the learners' threads go on with their backward passes.
+class DeviceReducer final : public Reducer {
+ public:
+  DeviceReducer(mpi::DeviceAllreduce& allreduce, int ranks) : m_allreduce(allreduce), m_ranks(ranks) {}
+  Ticket start(float* data, size_t count, std::string_view what) override {
+    m_allreduce.sum(data, count, what);
+    return ++m_started;
+  }
+  bool test(Ticket) override { return true; }
+  void wait(Ticket) override {}
+  int ranks() const override { return m_ranks; }
+  bool takes_device_memory() const override { return true; }
+
+ private:
+  mpi::DeviceAllreduce& m_allreduce;
+  int m_ranks;
+  Ticket m_started = 0;
 };
 
 // What happens around each phase, for the timeline: phase is "forward", "backward",

@@ -335,6 +335,17 @@ class TrainingRun {
     ar_options.stall_abort_s = m_options.stall_abort_s;
     m_allreduce = std::make_unique<mpi::HierAllreduce>(m_topo, ar_options);
     m_reducer = std::make_unique<AllreduceReducer>(*m_allreduce, m_ranks);
+    // parallel.device_allreduce: a CUDA job of several ranks may sum on the GPUs instead of
+    // through pinned host memory (docs/allreduce.md, "On device buffers").
+    if (cfg.parallel.device_allreduce != "host" && m_ranks > 1) {
+      if (m_backend->name() != "cuda")
+        throw UsageError(m_origin + ": parallel.device_allreduce = " + cfg.parallel.device_allreduce +
+                         " sums GPU memory, but this job trains on the " + m_backend->name() +
+                         " backend (set run.backend = cuda, or parallel.device_allreduce = host)");
+      m_device_allreduce =
+          mpi::make_device_allreduce(cfg.parallel.device_allreduce, m_topo, m_backend->device().index, ar_options);
+      m_device_reducer = std::make_unique<DeviceReducer>(*m_device_allreduce, m_ranks);
+    }
 
     LearnerGroupOptions lg;
     lg.algorithm = m_algorithm;
@@ -356,7 +367,9 @@ class TrainingRun {
     const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
     m_group = std::make_unique<LearnerGroup>(
         *m_backend, make_graph, m_batch, m_batch * label_hw, cfg.optimizer, class_weights, lg,
-        m_ranks > 1 ? static_cast<Reducer&>(*m_reducer) : static_cast<Reducer&>(m_alone));
+        m_ranks == 1         ? static_cast<Reducer&>(m_alone)
+        : m_device_reducer ? static_cast<Reducer&>(*m_device_reducer)
+                           : static_cast<Reducer&>(*m_reducer));
     // The linear scaling rule scales by the batch one update averages over: the global batch
     // under ssgd, a learner's own batch under sma and local-sgd.
     m_schedule = std::make_unique<Schedule>(cfg.schedule, cfg.optimizer.lr,
@@ -656,6 +669,7 @@ class TrainingRun {
       parallel["max_buckets_in_flight"] = m_group->max_buckets_in_flight();
     }
     if (m_group->options().graphs) parallel["captured_learners"] = m_group->captured_learners();
+    if (m_device_allreduce) parallel["device_allreduce"] = m_device_allreduce->mode();
     if (m_cfg.parallel.autotune) parallel["autotune"] = m_tuner->decisions();
     return json{{"world_size", m_ranks}, {"nodes", m_topo.nodes()}, {"devices_per_rank", 1},
                 {"replicas_per_device", m_learners}, {"algorithm", algorithm_name(m_algorithm)},
@@ -698,6 +712,8 @@ class TrainingRun {
   std::unique_ptr<nn::Stream> m_stream;
   std::unique_ptr<mpi::HierAllreduce> m_allreduce;
   std::unique_ptr<AllreduceReducer> m_reducer;
+  std::unique_ptr<mpi::DeviceAllreduce> m_device_allreduce;  // parallel.device_allreduce (CUDA)
+  std::unique_ptr<DeviceReducer> m_device_reducer;
   SingleRankReducer m_alone;
   std::unique_ptr<LearnerGroup> m_group;
   std::unique_ptr<Schedule> m_schedule;

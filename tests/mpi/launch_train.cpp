@@ -246,3 +246,29 @@ TEST_CASE("run.backend: cuda trains on a GPU or exits 1 saying why; auto falls b
     CHECK_THAT(r.err, Catch::Contains("parallel.cuda_graphs") && Catch::Contains("dropout"));
   }
 }
+
+TEST_CASE("parallel.device_allreduce: sums on the GPU across ranks, or a clear refusal", "[launch][train][backend][gpu]") {
+  const std::string lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
+  const std::string quick = " --set train.max_steps=6 --set data.test_samples=256 --set train.log_every_steps=6";
+  {  // the CPU backend has no GPU memory to sum: a usage error naming both keys, on every rank
+    const auto r = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + lenet + quick +
+                               " --set parallel.device_allreduce=nccl --set run.dir=" + fresh_dir("devar-cpu"));
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("parallel.device_allreduce = nccl") && Catch::Contains("run.backend = cuda"));
+  }
+  {  // CUDA: device-hier on 2 emulated nodes of one rank (both may share one GPU)
+    const std::string dir = fresh_dir("devar-cuda");
+    const auto r = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + lenet + quick +
+                               " --ranks-per-node 1 --set run.backend=cuda --set parallel.device_allreduce=device-hier"
+                               " --set run.dir=" + dir);
+    INFO(r.out << r.err);
+    if (r.exit_code == 0) {
+      const json s = read_json(dir + "/summary.json");
+      CHECK(s.at("backend") == "cuda");
+      CHECK_THAT(s.at("parallel").at("device_allreduce").get<std::string>(), Catch::StartsWith("device-hier"));
+    } else {
+      CHECK(r.exit_code == 1);
+      CHECK_THAT(r.err, Catch::Contains("no GPU can be used"));
+    }
+  }
+}
