@@ -226,14 +226,17 @@ class DeviceHier final : public Base {
       SQUALL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       m_chunk_events.push_back(e);
     }
-    const size_t need = slots * shard_max + tail;
+    // Slots as events: never fewer than this sum's chunks in flight, and the same count for
+    // the slot and the event of chunk k (k mod it).
+    const size_t have = m_chunk_events.size();
+    const size_t need = have * shard_max + tail;
     if (!m_aware && need > m_host_count) {
       if (m_host) SQUALL_CUDA_CHECK(cudaFreeHost(m_host));
       SQUALL_CUDA_CHECK(cudaMallocHost(&m_host, std::max<size_t>(need, 1) * sizeof(float)));
       m_host_count = need;
     }
     m_slot_floats = shard_max;
-    m_tail_offset = slots * shard_max;
+    m_tail_offset = have * shard_max;
   }
   // Slot k % slots: chunk k + slots is issued only after chunk k's shard has come back, since
   // issue(k + depth) follows the allgather of chunk k on the same stream and in the host loop.
