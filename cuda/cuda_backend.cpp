@@ -22,12 +22,26 @@ CudaStream::CudaStream(int device) : m_device(device) {
   SQUALL_CUDA_CHECK(cudaSetDevice(device));
   // Non-blocking: a learner's stream never waits for the legacy default stream.
   SQUALL_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
-  SQUALL_CUDNN_CHECK(cudnnCreate(&m_cudnn));
-  SQUALL_CUDNN_CHECK(cudnnSetStream(m_cudnn, m_stream));
-  SQUALL_CUBLAS_CHECK(cublasCreate(&m_cublas));
-  SQUALL_CUBLAS_CHECK(cublasSetStream(m_cublas, m_stream));
-  // fp32 as fp32 (no TF32): results agree with the CPU reference; part 2 brings reduced precision.
-  SQUALL_CUBLAS_CHECK(cublasSetMathMode(m_cublas, CUBLAS_DEFAULT_MATH));
+}
+
+cudnnHandle_t CudaStream::cudnn() {
+  if (!m_cudnn) {
+    SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
+    SQUALL_CUDNN_CHECK(cudnnCreate(&m_cudnn));
+    SQUALL_CUDNN_CHECK(cudnnSetStream(m_cudnn, m_stream));
+  }
+  return m_cudnn;
+}
+
+cublasHandle_t CudaStream::cublas() {
+  if (!m_cublas) {
+    SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
+    SQUALL_CUBLAS_CHECK(cublasCreate(&m_cublas));
+    SQUALL_CUBLAS_CHECK(cublasSetStream(m_cublas, m_stream));
+    // fp32 as fp32 (no TF32): results agree with the CPU reference.
+    SQUALL_CUBLAS_CHECK(cublasSetMathMode(m_cublas, CUBLAS_DEFAULT_MATH));
+  }
+  return m_cublas;
 }
 
 CudaStream::~CudaStream() {

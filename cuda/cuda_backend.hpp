@@ -32,8 +32,10 @@ class CudaStream final : public Stream {
   CudaStream& operator=(const CudaStream&) = delete;
 
   cudaStream_t stream() const { return m_stream; }
-  cudnnHandle_t cudnn() const { return m_cudnn; }
-  cublasHandle_t cublas() const { return m_cublas; }
+  // The library handles are made on first use (a stream that only copies, such as a
+  // one-off stream for initial values, never pays for them) and bound to this stream.
+  cudnnHandle_t cudnn();
+  cublasHandle_t cublas();
   int device() const { return m_device; }
   // At least `bytes` of device scratch, valid for work enqueued on this stream until the
   // next call; growing it waits for the stream's earlier work first.
