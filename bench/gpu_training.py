@@ -10,7 +10,7 @@ and Crossbow's reason to exist: several learners on one GPU against one.
 2. Learners: resnet20 at batch 32 per learner with 1 and with 4 learners on the GPU
    (parallel.replicas_per_device, ssgd), samples/s of each and the ratio. Goal: >= 1.5.
 
-Both skip, saying so, where no GPU can be used (torch.cuda.is_available() is false, or
+Both skip, saying so (exit status 77), where no GPU can be used (torch.cuda.is_available() is false, or
 squall reports that no GPU can be used). Run with an interpreter that imports torch:
 
     python3 bench/gpu_training.py --squall build/bin/squall --runs 3
@@ -70,10 +70,10 @@ def main():
         import torch
     except ImportError:
         print("SKIP: this interpreter cannot import torch")
-        return 0
+        return 77
     if not torch.cuda.is_available():
         print("SKIP: PyTorch sees no GPU here")
-        return 0
+        return 77
     device = torch.cuda.get_device_name(0)
     rows, scaling = [], []
     try:
@@ -94,7 +94,7 @@ def main():
                 scaling.append({"learners": learners, "samples_per_s": statistics.median(runs)})
     except NoGpu as e:
         print(f"SKIP: {e}")
-        return 0
+        return 77
     if args.json:
         print(json.dumps({"device": device, "per_step": rows, "learners": scaling}))
         return 0
