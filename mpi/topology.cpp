@@ -1,8 +1,12 @@
 #include "mpi/topology.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "mpi/check.hpp"
 #include "mpi/comm_native.hpp"
@@ -47,6 +51,11 @@ Topology Topology::with_plan(const NodePlan& plan, int ranks_per_node) {
   t.m_nodes = plan.nodes;
   t.m_node = t.m_world.split(t.m_slot.node, t.m_slot.local_rank);
   t.m_cross = t.m_world.split(t.m_slot.local_rank, t.m_slot.node);
+  const std::vector<int> hosts =
+      t.m_world.allgather(static_cast<int>(std::hash<std::string>{}(t.m_host) & 0x7fffffff));
+  const int mine = hosts[static_cast<size_t>(t.rank())];
+  t.m_host_rank = static_cast<int>(std::count(hosts.begin(), hosts.begin() + t.rank(), mine));
+  t.m_host_ranks = static_cast<int>(std::count(hosts.begin(), hosts.end(), mine));
   return t;
 }
 

@@ -31,6 +31,10 @@ class Topology {
   int ranks_per_node() const { return m_ranks_per_node; }  // 0 when not emulated
   bool emulated() const { return m_ranks_per_node > 0; }
   const std::string& host() const { return m_host; }
+  // This rank's place among the ranks on its machine (same host name), and their count,
+  // whatever --ranks-per-node emulates: what picks a rank's GPU and its share of the cores.
+  int host_rank() const { return m_host_rank; }
+  int host_ranks() const { return m_host_ranks; }
 
   const Communicator& world() const { return m_world; }
   const Communicator& node_comm() const { return m_node; }
@@ -44,6 +48,7 @@ class Topology {
   int m_nodes = 1;
   int m_ranks_per_node = 0;
   std::string m_host;
+  int m_host_rank = 0, m_host_ranks = 1;
 };
 
 // Resolves the emulation setting: the flag when given (>= 0), else SQUALL_RANKS_PER_NODE,

@@ -17,7 +17,6 @@
 // Device algorithms sum the same data copied into GPU memory (the copies are not timed); a
 // rank uses GPU (its rank on its host) mod (the GPUs it sees), as training does.
 #include <algorithm>
-#include <functional>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -137,10 +136,6 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
   // One reducer per algo that needs one, made in the same order on every rank.
   std::vector<std::unique_ptr<mpi::HierAllreduce>> reducers;
   std::vector<std::unique_ptr<mpi::DeviceAllreduce>> device_reducers;
-  const std::vector<int> hosts =
-      world.allgather(static_cast<int>(std::hash<std::string>{}(topo.host()) & 0x7fffffff));
-  const int host_local_rank = static_cast<int>(
-      std::count(hosts.begin(), hosts.begin() + topo.rank(), hosts[static_cast<size_t>(topo.rank())]));
   for (const std::string& algo : a.algos) {
     device_reducers.emplace_back();
     if (algo == "mpi") {
@@ -149,7 +144,7 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
       reducers.push_back(std::make_unique<mpi::HierAllreduce>(topo, algo == "hier" ? options : pipeline_options));
     } else {
       reducers.emplace_back();
-      device_reducers.back() = mpi::make_device_allreduce(algo, topo, host_local_rank, options);
+      device_reducers.back() = mpi::make_device_allreduce(algo, topo, topo.host_rank(), options);
     }
   }
 

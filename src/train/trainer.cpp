@@ -314,17 +314,11 @@ class TrainingRun {
     if (!cfg.data.class_weights.empty() && static_cast<int64_t>(cfg.data.class_weights.size()) != m_spec.classes)
       throw Error(m_origin + ": data.class_weights has " + std::to_string(cfg.data.class_weights.size()) +
                   " entries but the model has " + std::to_string(m_spec.classes) + " classes");
-    // Ranks on one machine share its cores (unless the launcher pinned them): count them.
-    const std::vector<int> host_of_rank =
-        m_world.allgather(static_cast<int>(std::hash<std::string>{}(m_topo.host()) & 0x7fffffff));
-    const int ranks_on_host = static_cast<int>(
-        std::count(host_of_rank.begin(), host_of_rank.end(), host_of_rank[static_cast<size_t>(m_rank)]));
-    // This rank's place among the ranks of its host picks its GPU (run.backend = cuda/auto).
-    const int host_local_rank = static_cast<int>(
-        std::count(host_of_rank.begin(), host_of_rank.begin() + m_rank, host_of_rank[static_cast<size_t>(m_rank)]));
-    m_backend = nn::make_backend(cfg.run.backend, host_local_rank,
+    // Ranks on one machine share its cores (unless the launcher pinned them), and a rank's
+    // place among them picks its GPU (run.backend = cuda/auto).
+    m_backend = nn::make_backend(cfg.run.backend, m_topo.host_rank(),
                                  cfg.run.threads > 0 ? static_cast<int>(cfg.run.threads)
-                                                     : cpu::default_threads(ranks_on_host));
+                                                     : cpu::default_threads(m_topo.host_ranks()));
     m_stream = m_backend->create_stream();
     const nn::ModelSpec spec = m_spec;
     const nn::Shape sample = info.sample;

@@ -40,6 +40,11 @@ TEST_CASE("world, node and cross-node communicators for several K", "[mpi][topol
 
     // Every rank agrees on the number of nodes.
     CHECK(world.allreduce_min(t.nodes()) == world.allreduce_max(t.nodes()));
+
+    // The machine, whatever K emulates: every rank is on this one, in world order (what
+    // picks a rank's GPU and its share of the cores).
+    CHECK(t.host_rank() == me);
+    CHECK(t.host_ranks() == n);
   }
 }
 
