@@ -318,22 +318,23 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
     nn::Graph& g = *l.graph;
     const double t0 = now_s();
     m_backend.wait(*l.stream, *m_group_event);  // the group's last work on this replica
-    const auto pixels = static_cast<size_t>(g.input().numel());
-    const auto label_count = static_cast<size_t>(m_label_count);
     if (l.stage) {  // pinned staging, so that the copies run asynchronously
+      const auto pixels = static_cast<size_t>(g.input().numel());
       std::memcpy(l.stage.data(), in.images, pixels * sizeof(float));
-      std::memcpy(l.stage.data() + pixels, in.labels, label_count * sizeof(int32_t));
+      std::memcpy(l.stage.data() + pixels, in.labels, static_cast<size_t>(m_label_count) * sizeof(int32_t));
     }
+    l.mode.step = static_cast<uint64_t>(step);
     // parallel.cuda_graphs: a plain pass (no timeline, no per-layer buckets) is captured at the
     // second step (the first has grown every workspace and chosen every algorithm) and
-    // replayed from then on. Its copies read the pinned staging buffer, refilled above.
+    // replayed from then on. Its copies read the pinned staging buffer, refilled above. A
+    // pass that could not be captured runs eagerly below, this step and later.
     const bool plain = m_options.graphs && l.stage && !m_hook && !grads_overlapped && !l.capture_failed;
     if (plain && !l.captured && step > 0) {
       m_backend.begin_capture(*l.stream);
-      enqueue_pass(l, weights);
+      enqueue_forward(l, in, weights);
+      g.backward(*l.stream);
       l.captured = m_backend.end_capture(*l.stream);
       l.capture_failed = !l.captured;
-      if (l.capture_failed) enqueue_pass(l, weights);  // this step, eagerly
     }
     if (plain && l.captured) {
       m_backend.replay(*l.captured, *l.stream);
@@ -343,19 +344,7 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
       phase("backward", l.index, t0, l.pass_end);  // forward and backward are one launch
       return;
     }
-    if (l.stage) {
-      m_backend.copy_from_host(*l.stream, g.input().data, l.stage.data(), pixels);
-      m_backend.copy_bytes_from_host(*l.stream, l.labels, l.stage.data() + pixels, label_count * sizeof(int32_t));
-    } else {
-      m_backend.copy_from_host(*l.stream, g.input().data, in.images, pixels);
-      m_backend.copy_labels_from_host(*l.stream, l.labels, in.labels, label_count);
-    }
-    l.mode.step = static_cast<uint64_t>(step);
-    g.forward(*l.stream, l.mode);
-    const auto out = g.output_shape();
-    m_backend.softmax_cross_entropy(*l.stream, g.output().data, l.labels, weights, out.n(), out.c(),
-                                    out.h() * out.w(), g.output_grad().data, l.loss_dev.data());
-    m_backend.copy_to_host(*l.stream, l.loss_host.data(), l.loss_dev.data(), 1);
+    enqueue_forward(l, in, weights);
     // The forward/backward split of the timeline needs the forward pass complete; without a
     // timeline a device learner does not wait here.
     if (m_hook) m_backend.synchronize(*l.stream);
@@ -437,7 +426,8 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
       if (is_sync_step(step)) sync_average_replicas(step);
       break;
   }
-  // One wait per step for the group's stream: the caller may read the central model now.
+  // One wait per step for the group's stream: the caller may read the central model now, and
+  // the learners' next work is ordered after the group's updates of their replicas.
   m_backend.record(*m_group_event, *m_stream);
   m_backend.synchronize(*m_stream);
   m_eval_current = false;
@@ -445,20 +435,25 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
   return losses;
 }
 
-// The whole of a learner's pass as one sequence of stream work (what parallel.cuda_graphs
-// captures): the batch from the staging buffer, forward, loss, the loss to the host, backward.
-void LearnerGroup::enqueue_pass(Learner& l, const float* weights) {
+// A learner's pass up to its backward: the batch into backend memory (from the pinned
+// staging buffer when the learner has one, which is also what a captured pass replays),
+// forward, loss, and the loss on its way to the host.
+void LearnerGroup::enqueue_forward(Learner& l, const LearnerBatch& in, const float* weights) {
   nn::Graph& g = *l.graph;
   const auto pixels = static_cast<size_t>(g.input().numel());
   const auto label_count = static_cast<size_t>(m_label_count);
-  m_backend.copy_from_host(*l.stream, g.input().data, l.stage.data(), pixels);
-  m_backend.copy_bytes_from_host(*l.stream, l.labels, l.stage.data() + pixels, label_count * sizeof(int32_t));
+  if (l.stage) {
+    m_backend.copy_from_host(*l.stream, g.input().data, l.stage.data(), pixels);
+    m_backend.copy_bytes_from_host(*l.stream, l.labels, l.stage.data() + pixels, label_count * sizeof(int32_t));
+  } else {
+    m_backend.copy_from_host(*l.stream, g.input().data, in.images, pixels);
+    m_backend.copy_labels_from_host(*l.stream, l.labels, in.labels, label_count);
+  }
   g.forward(*l.stream, l.mode);
   const auto out = g.output_shape();
   m_backend.softmax_cross_entropy(*l.stream, g.output().data, l.labels, weights, out.n(), out.c(), out.h() * out.w(),
                                   g.output_grad().data, l.loss_dev.data());
   m_backend.copy_to_host(*l.stream, l.loss_host.data(), l.loss_dev.data(), 1);
-  g.backward(*l.stream);
 }
 
 int LearnerGroup::captured_learners() const {
@@ -650,7 +645,6 @@ void LearnerGroup::sync_gradients(int64_t step, float lr, bool reduced) {
     if (l->index != 0) m_backend.copy(*m_stream, l->graph->params(), first.graph->params(), m_param_count);
     m_backend.copy(*m_stream, l->graph->state(), fused + m_param_count, m_state_count);
   }
-  m_backend.record(*m_group_event, *m_stream);
   phase("update", -1, t0, now_s());
 }
 
@@ -680,7 +674,6 @@ void LearnerGroup::sync_sma(int64_t step, float lr, bool reduced) {
   m_backend.axpy(*m_stream, beta / n, m_fused.data(), zp, m_param_count);
   std::swap(m_z, m_z_prev);
   average_state_into_central();
-  m_backend.record(*m_group_event, *m_stream);
   phase("update", -1, t0, now_s());
 }
 
@@ -707,7 +700,6 @@ void LearnerGroup::sync_average_replicas(int64_t step) {
   }
   m_backend.copy(*m_stream, m_z.data(), fused, m_param_count);
   m_backend.copy(*m_stream, m_central_state.data(), fused + m_param_count, m_state_count);
-  m_backend.record(*m_group_event, *m_stream);
   phase("update", -1, t0, now_s());
 }
 

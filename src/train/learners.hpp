@@ -225,7 +225,7 @@ class LearnerGroup {
   void copy_optimizer_state(const Learner& from, Learner& to);
   static std::string sma_sum_name(int64_t step);
   void device_sum(bool gradients, bool params_part, bool state_part);
-  void enqueue_pass(Learner& l, const float* weights);
+  void enqueue_forward(Learner& l, const LearnerBatch& in, const float* weights);
   double reduce(const std::string& what);
   Reducer::Ticket start_reduce(size_t lo, size_t hi, const std::string& what);
   void finish_reduce(size_t lo, size_t hi);

@@ -8,6 +8,13 @@
 namespace squall::train {
 namespace {
 
+// The groups as the backend's fused updates take them.
+std::vector<nn::TensorRef> tensor_refs(const std::vector<ParamGroup>& groups) {
+  std::vector<nn::TensorRef> refs;
+  for (const auto& g : groups) refs.push_back({g.w, g.g, g.n, g.weight_decay});
+  return refs;
+}
+
 // Groups, their offsets into the flat state buffers, and the step count.
 class OptimizerBase : public Optimizer {
  public:
@@ -33,11 +40,6 @@ class OptimizerBase : public Optimizer {
     backend.synchronize(*stream);
     return b;
   }
-  std::vector<nn::TensorRef> refs() const {
-    std::vector<nn::TensorRef> r;
-    for (const auto& g : m_groups) r.push_back({g.w, g.g, g.n, g.weight_decay});
-    return r;
-  }
 
   std::vector<ParamGroup> m_groups;
   std::vector<size_t> m_offsets;
@@ -49,7 +51,7 @@ class Sgd final : public OptimizerBase {
  public:
   Sgd(const OptimizerConfig& c, nn::Backend& backend, std::vector<ParamGroup> groups)
       : OptimizerBase(std::move(groups)), m_config(c), m_velocity(zeroed(backend, m_total)),
-        m_set(backend.make_tensor_set(refs())) {}
+        m_set(backend.make_tensor_set(tensor_refs(m_groups))) {}
 
   void step(nn::Backend& backend, nn::Stream& stream, float lr) override {
     nn::SgdArgs a;
@@ -77,7 +79,8 @@ class AdamFamily final : public OptimizerBase {
 
   AdamFamily(Kind kind, const OptimizerConfig& c, nn::Backend& backend, std::vector<ParamGroup> groups)
       : OptimizerBase(std::move(groups)), m_kind(kind), m_config(c),
-        m_m(zeroed(backend, m_total)), m_v(zeroed(backend, m_total)), m_set(backend.make_tensor_set(refs())) {}
+        m_m(zeroed(backend, m_total)), m_v(zeroed(backend, m_total)),
+        m_set(backend.make_tensor_set(tensor_refs(m_groups))) {}
 
   void step(nn::Backend& backend, nn::Stream& stream, float lr) override {
     ++m_steps;  // bias correction counts from 1
@@ -112,11 +115,7 @@ class AdamFamily final : public OptimizerBase {
 class Larc final : public Optimizer {
  public:
   Larc(const OptimizerConfig& c, nn::Backend& backend, std::unique_ptr<Optimizer> inner)
-      : m_config(c), m_inner(std::move(inner)) {
-    std::vector<nn::TensorRef> refs;
-    for (const auto& g : m_inner->groups()) refs.push_back({g.w, g.g, g.n, g.weight_decay});
-    m_set = backend.make_tensor_set(std::move(refs));
-  }
+      : m_config(c), m_inner(std::move(inner)), m_set(backend.make_tensor_set(tensor_refs(m_inner->groups()))) {}
 
   void step(nn::Backend& backend, nn::Stream& stream, float lr) override {
     nn::LarcArgs a;
