@@ -57,28 +57,43 @@ class CpuBackend : public Backend {
 
   // element-wise, resampling, loss: cpu_elementwise.cpp, cpu_loss.cpp
   void fill(Stream&, float* x, size_t n, float value) override;
-  void relu_forward(Stream&, const float* x, float* y, size_t n) override;
-  void relu_backward(Stream&, const float* y, const float* dy, float* dx, size_t n) override;
-  void add(Stream&, const float* a, const float* b, float* y, size_t n) override;
   void axpy(Stream&, float alpha, const float* x, float* y, size_t n) override;
   void scale(Stream&, float alpha, float* x, size_t n) override;
   void axpby(Stream&, float alpha, const float* x, float beta, float* y, size_t n) override;
-  void dropout_forward(Stream&, const float* x, float* y, float* mask, size_t n, float p, uint64_t seed,
-                       uint64_t offset) override;
-  void multiply(Stream&, const float* a, const float* b, float* y, size_t n) override;
-  void copy_strided(Stream&, float* dst, int64_t dst_stride, int64_t dst_offset, const float* src,
-                    int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) override;
-  void global_avg_pool_forward(Stream&, const float* x, float* y, int64_t nc, int64_t hw) override;
-  void global_avg_pool_backward(Stream&, const float* dy, float* dx, int64_t nc, int64_t hw) override;
-  void bilinear_forward(Stream&, const float* x, float* y, int64_t nc, int64_t h, int64_t w, int64_t oh,
-                        int64_t ow) override;
-  void bilinear_backward(Stream&, const float* dy, float* dx, int64_t nc, int64_t h, int64_t w, int64_t oh,
-                         int64_t ow) override;
-  void softmax_cross_entropy(Stream&, const float* logits, const int32_t* labels, const float* class_weights,
-                             int64_t n, int64_t classes, int64_t hw, float* dlogits, float* loss) override;
-  void argmax_channels(Stream&, const float* x, int32_t* out, int64_t n, int64_t c, int64_t hw) override;
   void accumulate_confusion(Stream&, const int32_t* labels, const int32_t* pred, size_t n, int64_t classes,
                             int32_t* confusion) override;
+  // The typed calls: f32 runs the loops below directly; bf16/f16 widen their inputs to f32,
+  // run the same loops and round the outputs (cpu_precision.cpp).
+  using Backend::relu_forward;
+  using Backend::relu_backward;
+  using Backend::add;
+  using Backend::dropout_forward;
+  using Backend::multiply;
+  using Backend::copy_strided;
+  using Backend::global_avg_pool_forward;
+  using Backend::global_avg_pool_backward;
+  using Backend::bilinear_forward;
+  using Backend::bilinear_backward;
+  using Backend::softmax_cross_entropy;
+  using Backend::argmax_channels;
+  void relu_forward(Stream&, DType, const void* x, void* y, size_t n) override;
+  void relu_backward(Stream&, DType, const void* y, const void* dy, void* dx, size_t n) override;
+  void add(Stream&, DType, const void* a, const void* b, void* y, size_t n) override;
+  void dropout_forward(Stream&, DType, const void* x, void* y, void* mask, size_t n, float p, uint64_t seed,
+                       uint64_t offset) override;
+  void multiply(Stream&, DType, const void* a, const void* b, void* y, size_t n) override;
+  void copy_strided(Stream&, DType, void* dst, int64_t dst_stride, int64_t dst_offset, const void* src,
+                    int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) override;
+  void global_avg_pool_forward(Stream&, DType, const void* x, void* y, int64_t nc, int64_t hw) override;
+  void global_avg_pool_backward(Stream&, DType, const void* dy, void* dx, int64_t nc, int64_t hw) override;
+  void bilinear_forward(Stream&, DType, const void* x, void* y, int64_t nc, int64_t h, int64_t w, int64_t oh,
+                        int64_t ow) override;
+  void bilinear_backward(Stream&, DType, const void* dy, void* dx, int64_t nc, int64_t h, int64_t w, int64_t oh,
+                         int64_t ow) override;
+  void softmax_cross_entropy(Stream&, DType, const void* logits, const int32_t* labels, const float* class_weights,
+                             int64_t n, int64_t classes, int64_t hw, void* dlogits, float* loss,
+                             const float* grad_scale) override;
+  void argmax_channels(Stream&, DType, const void* x, int32_t* out, int64_t n, int64_t c, int64_t hw) override;
 
   // optimizer arithmetic: cpu_optim.cpp
   void sgd_step(Stream&, float* w, const float* g, float* velocity, size_t n, float lr, float momentum,
@@ -95,9 +110,39 @@ class CpuBackend : public Backend {
   void larc_scale(Stream&, TensorSet&, const LarcArgs&) override;
 
  private:
+  // f32 loops: cpu_elementwise.cpp, cpu_loss.cpp
+  void relu_forward_f32(Stream&, const float* x, float* y, size_t n);
+  void relu_backward_f32(Stream&, const float* y, const float* dy, float* dx, size_t n);
+  void add_f32(Stream&, const float* a, const float* b, float* y, size_t n);
+  void dropout_forward_f32(Stream&, const float* x, float* y, float* mask, size_t n, float p, uint64_t seed,
+                           uint64_t offset);
+  void multiply_f32(Stream&, const float* a, const float* b, float* y, size_t n);
+  void copy_strided_f32(Stream&, float* dst, int64_t dst_stride, int64_t dst_offset, const float* src,
+                        int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count);
+  void global_avg_pool_forward_f32(Stream&, const float* x, float* y, int64_t nc, int64_t hw);
+  void global_avg_pool_backward_f32(Stream&, const float* dy, float* dx, int64_t nc, int64_t hw);
+  void bilinear_forward_f32(Stream&, const float* x, float* y, int64_t nc, int64_t h, int64_t w, int64_t oh,
+                            int64_t ow);
+  void bilinear_backward_f32(Stream&, const float* dy, float* dx, int64_t nc, int64_t h, int64_t w, int64_t oh,
+                             int64_t ow);
+  void softmax_cross_entropy_f32(Stream&, const float* logits, const int32_t* labels, const float* class_weights,
+                                 int64_t n, int64_t classes, int64_t hw, float* dlogits, float* loss,
+                                 const float* grad_scale);
+  void argmax_channels_f32(Stream&, const float* x, int32_t* out, int64_t n, int64_t c, int64_t hw);
+
   int m_threads;
   dnnl::engine m_engine;
   std::shared_ptr<MemoryPool> m_pool;  // shared with every live Buffer's deleter
 };
+
+// Reduced-precision plans (cpu_precision.cpp): the f32 plan `inner` run on widened copies of
+// bf16/f16 activations, with the weights rounded to the activation type first and the
+// outputs (activations, and weight gradients) rounded to it after, so that the results are
+// those of a GPU computing in that type with f32 accumulation, up to summation order.
+std::unique_ptr<ConvPlan> make_reduced_conv(CpuBackend&, const ConvDesc&, std::unique_ptr<ConvPlan> inner);
+std::unique_ptr<LinearPlan> make_reduced_linear(CpuBackend&, const LinearDesc&, std::unique_ptr<LinearPlan> inner);
+std::unique_ptr<PoolPlan> make_reduced_pool(CpuBackend&, const PoolDesc&, std::unique_ptr<PoolPlan> inner);
+std::unique_ptr<BatchNormPlan> make_reduced_batch_norm(CpuBackend&, const BatchNormDesc&,
+                                                      std::unique_ptr<BatchNormPlan> inner);
 
 }  // namespace squall::cpu

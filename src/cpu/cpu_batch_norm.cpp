@@ -26,8 +26,10 @@ class CpuBatchNormPlan final : public BatchNormPlan {
                   " eps=" + std::to_string(d.eps));
   }
 
-  void forward(Stream&, const float* x, const float* gamma, const float* beta, float* running_mean,
-               float* running_var, float* y, bool train) override {
+  void forward(Stream&, const void* xv, const float* gamma, const float* beta, float* running_mean,
+               float* running_var, void* yv, bool train) override {
+    const auto* x = static_cast<const float*>(xv);
+    auto* y = static_cast<float*>(yv);
     const int64_t n = m_desc.n, c = m_desc.c, hw = m_desc.h * m_desc.w;
     const int64_t count = n * hw;
     if (train && count < 2)
@@ -74,8 +76,11 @@ class CpuBatchNormPlan final : public BatchNormPlan {
     m_have_batch_stats = train;
   }
 
-  void backward(Stream&, const float* x, const float* dy, const float* gamma, float* dx, float* dgamma,
+  void backward(Stream&, const void* xv, const void* dyv, const float* gamma, void* dxv, float* dgamma,
                 float* dbeta) override {
+    const auto* x = static_cast<const float*>(xv);
+    const auto* dy = static_cast<const float*>(dyv);
+    auto* dx = static_cast<float*>(dxv);
     if (!m_have_batch_stats) throw Error("batch norm: backward needs a forward with train=true first");
     const int64_t n = m_desc.n, c = m_desc.c, hw = m_desc.h * m_desc.w;
     const double count = static_cast<double>(n * hw);
@@ -121,6 +126,11 @@ class CpuBatchNormPlan final : public BatchNormPlan {
 }  // namespace
 
 std::unique_ptr<BatchNormPlan> CpuBackend::make_batch_norm(const BatchNormDesc& d) {
+  if (d.dtype != DType::f32) {
+    BatchNormDesc f32 = d;
+    f32.dtype = DType::f32;
+    return make_reduced_batch_norm(*this, d, std::make_unique<CpuBatchNormPlan>(f32));
+  }
   return std::make_unique<CpuBatchNormPlan>(d);
 }
 

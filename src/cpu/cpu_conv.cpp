@@ -75,7 +75,9 @@ class CpuConvPlan final : public ConvPlan {
       build<DirectConv>(engine, d, out);
   }
 
-  void forward(Stream& s, const float* x, const float* w, const float* b, float* y) override {
+  void forward(Stream& s, const void* xv, const float* w, const float* b, void* yv) override {
+    const auto* x = static_cast<const float*>(xv);
+    auto* y = static_cast<float*>(yv);
     auto& st = CpuBackend::dnnl_stream(s);
     m_f_src.bind(x);
     m_f_src.stage_in(st);
@@ -90,7 +92,9 @@ class CpuConvPlan final : public ConvPlan {
     m_staged_dy = nullptr;
   }
 
-  void backward_data(Stream& s, const float* dy, const float* w, float* dx) override {
+  void backward_data(Stream& s, const void* dyv, const float* w, void* dxv) override {
+    const auto* dy = static_cast<const float*>(dyv);
+    auto* dx = static_cast<float*>(dxv);
     auto& st = CpuBackend::dnnl_stream(s);
     stage_dy(st, m_d_dy, dy);
     m_d_wei.bind(w);
@@ -100,7 +104,9 @@ class CpuConvPlan final : public ConvPlan {
     m_d_dx.stage_out(st);
   }
 
-  void backward_weights(Stream& s, const float* x, const float* dy, float* dw, float* db) override {
+  void backward_weights(Stream& s, const void* xv, const void* dyv, float* dw, float* db) override {
+    const auto* x = static_cast<const float*>(xv);
+    const auto* dy = static_cast<const float*>(dyv);
     auto& st = CpuBackend::dnnl_stream(s);
     // The forward already staged x into the same layout: reuse it when it is the same tensor.
     const bool reuse_src = m_share_src && x == m_forward_x;
@@ -217,6 +223,11 @@ class CpuConvPlan final : public ConvPlan {
 }  // namespace
 
 std::unique_ptr<ConvPlan> CpuBackend::make_conv(const ConvDesc& d) {
+  if (d.dtype != DType::f32) {
+    ConvDesc f32 = d;
+    f32.dtype = DType::f32;
+    return make_reduced_conv(*this, d, std::make_unique<CpuConvPlan>(m_engine, f32));
+  }
   return std::make_unique<CpuConvPlan>(m_engine, d);
 }
 

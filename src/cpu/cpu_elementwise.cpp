@@ -34,19 +34,19 @@ void CpuBackend::fill(Stream&, float* x, size_t n, float value) {
   for (int64_t i = 0; i < m; ++i) x[i] = value;
 }
 
-void CpuBackend::relu_forward(Stream&, const float* x, float* y, size_t n) {
+void CpuBackend::relu_forward_f32(Stream&, const float* x, float* y, size_t n) {
   const int64_t m = as_signed(n);
 #pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
   for (int64_t i = 0; i < m; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-void CpuBackend::relu_backward(Stream&, const float* y, const float* dy, float* dx, size_t n) {
+void CpuBackend::relu_backward_f32(Stream&, const float* y, const float* dy, float* dx, size_t n) {
   const int64_t m = as_signed(n);
 #pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
   for (int64_t i = 0; i < m; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
-void CpuBackend::add(Stream&, const float* a, const float* b, float* y, size_t n) {
+void CpuBackend::add_f32(Stream&, const float* a, const float* b, float* y, size_t n) {
   const int64_t m = as_signed(n);
 #pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
   for (int64_t i = 0; i < m; ++i) y[i] = a[i] + b[i];
@@ -154,7 +154,7 @@ void CpuBackend::convert(Stream&, const void* src, DType from, void* dst, DType 
 // The mask is a pure function of (seed, offset + i): u_i = top 24 bits of
 // mix64(mix64(seed) + offset + i) / 2^24, kept when u_i >= p. Any backend evaluating this
 // formula draws the same mask, and a run resumed at the same offset repeats it.
-void CpuBackend::dropout_forward(Stream&, const float* x, float* y, float* mask, size_t n, float p,
+void CpuBackend::dropout_forward_f32(Stream&, const float* x, float* y, float* mask, size_t n, float p,
                                  uint64_t seed, uint64_t offset) {
   if (!(p >= 0.0f && p <= 1.0f)) throw Error("dropout: probability must be in [0, 1], got " + std::to_string(p));
   const int64_t m = as_signed(n);
@@ -169,13 +169,13 @@ void CpuBackend::dropout_forward(Stream&, const float* x, float* y, float* mask,
   }
 }
 
-void CpuBackend::multiply(Stream&, const float* a, const float* b, float* y, size_t n) {
+void CpuBackend::multiply_f32(Stream&, const float* a, const float* b, float* y, size_t n) {
   const int64_t m = as_signed(n);
 #pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
   for (int64_t i = 0; i < m; ++i) y[i] = a[i] * b[i];
 }
 
-void CpuBackend::copy_strided(Stream&, float* dst, int64_t dst_stride, int64_t dst_offset, const float* src,
+void CpuBackend::copy_strided_f32(Stream&, float* dst, int64_t dst_stride, int64_t dst_offset, const float* src,
                               int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) {
   if (rows <= 0 || count <= 0) return;
 #pragma omp parallel for if (rows * count >= kParallelMin) schedule(static)
@@ -184,7 +184,7 @@ void CpuBackend::copy_strided(Stream&, float* dst, int64_t dst_stride, int64_t d
                 static_cast<size_t>(count) * sizeof(float));
 }
 
-void CpuBackend::global_avg_pool_forward(Stream&, const float* x, float* y, int64_t nc, int64_t hw) {
+void CpuBackend::global_avg_pool_forward_f32(Stream&, const float* x, float* y, int64_t nc, int64_t hw) {
   const float inv = 1.0f / static_cast<float>(hw);
 #pragma omp parallel for if (nc * hw >= kParallelMin) schedule(static)
   for (int64_t i = 0; i < nc; ++i) {
@@ -196,7 +196,7 @@ void CpuBackend::global_avg_pool_forward(Stream&, const float* x, float* y, int6
   }
 }
 
-void CpuBackend::global_avg_pool_backward(Stream&, const float* dy, float* dx, int64_t nc, int64_t hw) {
+void CpuBackend::global_avg_pool_backward_f32(Stream&, const float* dy, float* dx, int64_t nc, int64_t hw) {
   const float inv = 1.0f / static_cast<float>(hw);
 #pragma omp parallel for if (nc * hw >= kParallelMin) schedule(static)
   for (int64_t i = 0; i < nc; ++i) {
@@ -228,7 +228,7 @@ inline Tap source_tap(int64_t d, int64_t in, int64_t out) {
 
 }  // namespace
 
-void CpuBackend::bilinear_forward(Stream&, const float* x, float* y, int64_t nc, int64_t h, int64_t w,
+void CpuBackend::bilinear_forward_f32(Stream&, const float* x, float* y, int64_t nc, int64_t h, int64_t w,
                                   int64_t oh, int64_t ow) {
 #pragma omp parallel for if (nc * oh * ow >= kParallelMin) schedule(static)
   for (int64_t row = 0; row < nc * oh; ++row) {
@@ -244,7 +244,7 @@ void CpuBackend::bilinear_forward(Stream&, const float* x, float* y, int64_t nc,
   }
 }
 
-void CpuBackend::bilinear_backward(Stream&, const float* dy, float* dx, int64_t nc, int64_t h, int64_t w,
+void CpuBackend::bilinear_backward_f32(Stream&, const float* dy, float* dx, int64_t nc, int64_t h, int64_t w,
                                    int64_t oh, int64_t ow) {
   // Scatter per plane: planes are independent, so threads never write the same element.
 #pragma omp parallel for if (nc * oh * ow >= kParallelMin) schedule(static)

@@ -58,7 +58,9 @@ class CpuLinearPlan final : public LinearPlan {
     }
   }
 
-  void forward(Stream& s, const float* x, const float* w, const float* b, float* y) override {
+  void forward(Stream& s, const void* xv, const float* w, const float* b, void* yv) override {
+    const auto* x = static_cast<const float*>(xv);
+    auto* y = static_cast<float*>(yv);
     m_src.set_data_handle(bind(x));
     m_wei.set_data_handle(bind(w));
     if (m_desc.bias) m_bias.set_data_handle(bind(b));
@@ -66,14 +68,18 @@ class CpuLinearPlan final : public LinearPlan {
     m_fwd.execute(CpuBackend::dnnl_stream(s), m_fwd_args);
   }
 
-  void backward_data(Stream& s, const float* dy, const float* w, float* dx) override {
+  void backward_data(Stream& s, const void* dyv, const float* w, void* dxv) override {
+    const auto* dy = static_cast<const float*>(dyv);
+    auto* dx = static_cast<float*>(dxv);
     m_dst.set_data_handle(bind(dy));
     m_wei.set_data_handle(bind(w));
     m_src.set_data_handle(dx);
     m_bwd_data.execute(CpuBackend::dnnl_stream(s), m_bwd_data_args);
   }
 
-  void backward_weights(Stream& s, const float* x, const float* dy, float* dw, float* db) override {
+  void backward_weights(Stream& s, const void* xv, const void* dyv, float* dw, float* db) override {
+    const auto* x = static_cast<const float*>(xv);
+    const auto* dy = static_cast<const float*>(dyv);
     m_src.set_data_handle(bind(x));
     m_dst.set_data_handle(bind(dy));
     m_wei.set_data_handle(dw);
@@ -92,6 +98,11 @@ class CpuLinearPlan final : public LinearPlan {
 }  // namespace
 
 std::unique_ptr<LinearPlan> CpuBackend::make_linear(const LinearDesc& d) {
+  if (d.dtype != DType::f32) {
+    LinearDesc f32 = d;
+    f32.dtype = DType::f32;
+    return make_reduced_linear(*this, d, std::make_unique<CpuLinearPlan>(m_engine, f32));
+  }
   return std::make_unique<CpuLinearPlan>(m_engine, d);
 }
 

@@ -18,9 +18,9 @@ constexpr int64_t kParallelMin = 16384;
 // loss = sum_i w[y_i] * -log softmax(x_i)[y_i] / sum_i w[y_i] over the pixels not ignored.
 // When every label is ignored the weight sum is 0; PyTorch returns NaN there, we return a
 // zero loss and zero gradient so that one empty batch does not poison the weights.
-void CpuBackend::softmax_cross_entropy(Stream&, const float* logits, const int32_t* labels,
+void CpuBackend::softmax_cross_entropy_f32(Stream&, const float* logits, const int32_t* labels,
                                        const float* class_weights, int64_t n, int64_t classes, int64_t hw,
-                                       float* dlogits, float* loss) {
+                                       float* dlogits, float* loss, const float* grad_scale) {
   if (classes <= 0 || hw <= 0 || n < 0)
     throw Error("softmax_cross_entropy: bad shape n=" + std::to_string(n) + " classes=" +
                 std::to_string(classes) + " hw=" + std::to_string(hw));
@@ -57,7 +57,8 @@ void CpuBackend::softmax_cross_entropy(Stream&, const float* logits, const int32
   if (bad_label >= 0)
     throw Error("softmax_cross_entropy: label " + std::to_string(labels[bad_label]) + " at position " +
                 std::to_string(bad_label) + " is outside [0, " + std::to_string(classes) + ")");
-  const float inv_w = weight_sum != 0.0 ? static_cast<float>(1.0 / weight_sum) : 0.0f;
+  const float inv_w =
+      weight_sum != 0.0 ? static_cast<float>(1.0 / weight_sum) * (grad_scale ? *grad_scale : 1.0f) : 0.0f;
   const int64_t total = pixels * classes;
 #pragma omp parallel for simd if (total >= kParallelMin) schedule(static)
   for (int64_t j = 0; j < total; ++j) dlogits[j] *= inv_w;
@@ -65,7 +66,7 @@ void CpuBackend::softmax_cross_entropy(Stream&, const float* logits, const int32
 }
 
 // Ties go to the lowest class index, as torch.argmax does.
-void CpuBackend::argmax_channels(Stream&, const float* x, int32_t* out, int64_t n, int64_t c, int64_t hw) {
+void CpuBackend::argmax_channels_f32(Stream&, const float* x, int32_t* out, int64_t n, int64_t c, int64_t hw) {
   const int64_t pixels = n * hw;
 #pragma omp parallel for if (pixels * c >= kParallelMin) schedule(static)
   for (int64_t pix = 0; pix < pixels; ++pix) {

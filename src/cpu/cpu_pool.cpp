@@ -69,7 +69,9 @@ class CpuPoolPlan final : public PoolPlan {
     }
   }
 
-  void forward(Stream& s, const float* x, float* y, bool train) override {
+  void forward(Stream& s, const void* xv, void* yv, bool train) override {
+    const auto* x = static_cast<const float*>(xv);
+    auto* y = static_cast<float*>(yv);
     m_src.set_data_handle(bind(x));
     m_dst.set_data_handle(y);
     if (train) {
@@ -80,7 +82,9 @@ class CpuPoolPlan final : public PoolPlan {
     }
   }
 
-  void backward(Stream& s, const float* dy, float* dx) override {
+  void backward(Stream& s, const void* dyv, void* dxv) override {
+    const auto* dy = static_cast<const float*>(dyv);
+    auto* dx = static_cast<float*>(dxv);
     if (m_desc.kind == PoolKind::max && !m_have_workspace)
       throw Error("pool: max-pooling backward needs a forward with train=true first (it keeps the argmax)");
     m_dst.set_data_handle(bind(dy));
@@ -100,6 +104,13 @@ class CpuPoolPlan final : public PoolPlan {
 
 }  // namespace
 
-std::unique_ptr<PoolPlan> CpuBackend::make_pool(const PoolDesc& d) { return std::make_unique<CpuPoolPlan>(m_engine, d); }
+std::unique_ptr<PoolPlan> CpuBackend::make_pool(const PoolDesc& d) {
+  if (d.dtype != DType::f32) {
+    PoolDesc f32 = d;
+    f32.dtype = DType::f32;
+    return make_reduced_pool(*this, d, std::make_unique<CpuPoolPlan>(m_engine, f32));
+  }
+  return std::make_unique<CpuPoolPlan>(m_engine, d);
+}
 
 }  // namespace squall::cpu

@@ -29,11 +29,12 @@
 
 namespace squall::nn {
 
-// Element types of backend memory. Layers compute in f32 today; bf16/f16 buffers hold
-// reduced-precision copies (convert()), i32 holds labels and predictions.
-enum class DType : uint8_t { f32, bf16, f16, i32 };
-size_t dtype_size(DType t);
-const char* dtype_name(DType t);  // "f32" | "bf16" | "f16" | "i32"
+// Precision (docs/design.md, "Precision"): parameters, gradients and optimizer state are
+// f32 everywhere. Activations and their gradients are of one DType per model, the `dtype`
+// of the plan descriptions and of the element-wise calls below: f32, or bf16/f16 for mixed
+// precision. Plans take f32 parameters and convert them to the activation type themselves
+// (weights in forward, weight gradients back to f32 in backward), and every operation on
+// reduced-precision data computes and accumulates in f32.
 
 // An ordered queue of work (a cudaStream_t with its library handles; inline on the CPU).
 class Stream {
@@ -73,7 +74,10 @@ class Buffer {
   size_t count() const { return m_count; }  // elements
   DType dtype() const { return m_dtype; }
   size_t bytes() const { return m_count * dtype_size(m_dtype); }
-  Tensor view(const Shape& s, size_t offset = 0) const { return Tensor{data() + offset, s}; }
+  // A tensor of this buffer's type, `offset` elements from its start.
+  Tensor view(const Shape& s, size_t offset = 0) const {
+    return Tensor{static_cast<char*>(m_data) + offset * dtype_size(m_dtype), s, m_dtype};
+  }
   explicit operator bool() const { return m_data != nullptr; }
 
  private:
@@ -93,6 +97,7 @@ struct ConvDesc {
   bool bias = true;
   bool transposed = false;              // transposed convolution (weights [c, k, r, s])
   int64_t out_pad_h = 0, out_pad_w = 0; // transposed only: extra rows/cols at the end
+  DType dtype = DType::f32;             // x, y, dx, dy (w, b, dw, db are f32)
   Shape output() const;                 // [n, k, p, q]
   Shape weight() const;                 // [k, c, r, s], or [c, k, r, s] when transposed
 };
@@ -100,23 +105,26 @@ struct ConvDesc {
 class ConvPlan {
  public:
   virtual ~ConvPlan() = default;
-  virtual void forward(Stream&, const float* x, const float* w, const float* b, float* y) = 0;
-  virtual void backward_data(Stream&, const float* dy, const float* w, float* dx) = 0;
-  virtual void backward_weights(Stream&, const float* x, const float* dy, float* dw, float* db) = 0;
+  virtual void forward(Stream&, const void* x, const float* w, const float* b, void* y) = 0;
+  // Uses the reduced-precision copy of w that forward made (w must not change in between).
+  virtual void backward_data(Stream&, const void* dy, const float* w, void* dx) = 0;
+  virtual void backward_weights(Stream&, const void* x, const void* dy, float* dw, float* db) = 0;
 };
 
 // y[n, out] = x[n, in] · w[out, in]^T + b[out]
 struct LinearDesc {
   int64_t n = 1, in = 1, out = 1;
   bool bias = true;
+  DType dtype = DType::f32;  // x, y, dx, dy
 };
 
 class LinearPlan {
  public:
   virtual ~LinearPlan() = default;
-  virtual void forward(Stream&, const float* x, const float* w, const float* b, float* y) = 0;
-  virtual void backward_data(Stream&, const float* dy, const float* w, float* dx) = 0;
-  virtual void backward_weights(Stream&, const float* x, const float* dy, float* dw, float* db) = 0;
+  virtual void forward(Stream&, const void* x, const float* w, const float* b, void* y) = 0;
+  // Uses the reduced-precision copy of w that forward made (w must not change in between).
+  virtual void backward_data(Stream&, const void* dy, const float* w, void* dx) = 0;
+  virtual void backward_weights(Stream&, const void* x, const void* dy, float* dw, float* db) = 0;
 };
 
 enum class PoolKind { max, average };  // average excludes padding from the count
@@ -125,6 +133,7 @@ struct PoolDesc {
   int64_t n = 1, c = 1, h = 1, w = 1;
   int64_t r = 2, s = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;
   PoolKind kind = PoolKind::max;
+  DType dtype = DType::f32;  // x, y, dx, dy
   Shape output() const;
 };
 
@@ -132,14 +141,15 @@ class PoolPlan {
  public:
   virtual ~PoolPlan() = default;
   // train: keep what backward needs (the argmax for max pooling) in the plan's workspace.
-  virtual void forward(Stream&, const float* x, float* y, bool train) = 0;
-  virtual void backward(Stream&, const float* dy, float* dx) = 0;
+  virtual void forward(Stream&, const void* x, void* y, bool train) = 0;
+  virtual void backward(Stream&, const void* dy, void* dx) = 0;
 };
 
 struct BatchNormDesc {
   int64_t n = 1, c = 1, h = 1, w = 1;
   float eps = 1e-5f;
   float momentum = 0.1f;  // running = (1 - momentum) * running + momentum * batch (PyTorch's)
+  DType dtype = DType::f32;  // x, y, dx, dy (gamma, beta, running statistics are f32)
 };
 
 class BatchNormPlan {
@@ -147,10 +157,10 @@ class BatchNormPlan {
   virtual ~BatchNormPlan() = default;
   // train: normalise with batch statistics, keep them for backward, update running stats
   // (unbiased variance, as PyTorch). eval: normalise with the running statistics.
-  virtual void forward(Stream&, const float* x, const float* gamma, const float* beta,
-                       float* running_mean, float* running_var, float* y, bool train) = 0;
-  virtual void backward(Stream&, const float* x, const float* dy, const float* gamma,
-                        float* dx, float* dgamma, float* dbeta) = 0;
+  virtual void forward(Stream&, const void* x, const float* gamma, const float* beta,
+                       float* running_mean, float* running_var, void* y, bool train) = 0;
+  virtual void backward(Stream&, const void* x, const void* dy, const float* gamma,
+                        void* dx, float* dgamma, float* dbeta) = 0;
 };
 
 // One stream's work captured once and replayed as a single launch (a CUDA graph). Replay
@@ -292,48 +302,91 @@ class Backend {
   virtual std::unique_ptr<PoolPlan> make_pool(const PoolDesc&) = 0;
   virtual std::unique_ptr<BatchNormPlan> make_batch_norm(const BatchNormDesc&) = 0;
 
-  // Element-wise and data-movement operations; n = element count.
+  // Element-wise and data-movement operations; n = element count. The calls that take a
+  // DType work on activations of that type (f32, bf16 or f16); the others on f32 only.
+  // Each typed call has an f32 overload for callers with f32 data.
   virtual void fill(Stream&, float* x, size_t n, float value) = 0;
-  virtual void relu_forward(Stream&, const float* x, float* y, size_t n) = 0;
-  virtual void relu_backward(Stream&, const float* y, const float* dy, float* dx, size_t n) = 0;
-  virtual void add(Stream&, const float* a, const float* b, float* y, size_t n) = 0;      // y = a + b
+  virtual void relu_forward(Stream&, DType, const void* x, void* y, size_t n) = 0;
+  virtual void relu_backward(Stream&, DType, const void* y, const void* dy, void* dx, size_t n) = 0;
+  virtual void add(Stream&, DType, const void* a, const void* b, void* y, size_t n) = 0;  // y = a + b
   virtual void axpy(Stream&, float alpha, const float* x, float* y, size_t n) = 0;        // y += alpha x
   virtual void scale(Stream&, float alpha, float* x, size_t n) = 0;                       // x *= alpha
   // y = alpha x + beta y (the averaging steps: one pass instead of a scale and an axpy).
   virtual void axpby(Stream&, float alpha, const float* x, float beta, float* y, size_t n) = 0;
   // Dropout: mask[i] = (u_i >= p) / (1 - p) from a counter-based RNG (seed, offset + i),
-  // y = x * mask. Backward: dx = dy * mask. u_i = top 24 bits of mix64(mix64(seed) +
-  // offset + i) / 2^24 (mix64: splitmix64's finaliser), the same on every backend.
-  virtual void dropout_forward(Stream&, const float* x, float* y, float* mask, size_t n, float p,
+  // y = x * mask (x, y and mask of the DType). Backward: dx = dy * mask. u_i = top 24 bits
+  // of mix64(mix64(seed) + offset + i) / 2^24 (mix64: splitmix64's finaliser), the same on
+  // every backend.
+  virtual void dropout_forward(Stream&, DType, const void* x, void* y, void* mask, size_t n, float p,
                                uint64_t seed, uint64_t offset) = 0;
-  virtual void multiply(Stream&, const float* a, const float* b, float* y, size_t n) = 0;  // y = a * b
-  // Copies per sample: dst[i, dst_offset + j] = src[i, src_offset + j] for j < count, i < rows.
-  virtual void copy_strided(Stream&, float* dst, int64_t dst_stride, int64_t dst_offset,
-                            const float* src, int64_t src_stride, int64_t src_offset, int64_t rows,
+  virtual void multiply(Stream&, DType, const void* a, const void* b, void* y, size_t n) = 0;  // y = a * b
+  // Copies per sample: dst[i, dst_offset + j] = src[i, src_offset + j] for j < count, i < rows
+  // (strides, offsets and count in elements).
+  virtual void copy_strided(Stream&, DType, void* dst, int64_t dst_stride, int64_t dst_offset,
+                            const void* src, int64_t src_stride, int64_t src_offset, int64_t rows,
                             int64_t count) = 0;
   // Global average pooling [n, c, h, w] -> [n, c], and its backward.
-  virtual void global_avg_pool_forward(Stream&, const float* x, float* y, int64_t nc, int64_t hw) = 0;
-  virtual void global_avg_pool_backward(Stream&, const float* dy, float* dx, int64_t nc, int64_t hw) = 0;
+  virtual void global_avg_pool_forward(Stream&, DType, const void* x, void* y, int64_t nc, int64_t hw) = 0;
+  virtual void global_avg_pool_backward(Stream&, DType, const void* dy, void* dx, int64_t nc, int64_t hw) = 0;
   // Bilinear resize [n, c, h, w] -> [n, c, oh, ow], align_corners = false (PyTorch default).
-  virtual void bilinear_forward(Stream&, const float* x, float* y, int64_t nc, int64_t h, int64_t w,
+  virtual void bilinear_forward(Stream&, DType, const void* x, void* y, int64_t nc, int64_t h, int64_t w,
                                 int64_t oh, int64_t ow) = 0;
-  virtual void bilinear_backward(Stream&, const float* dy, float* dx, int64_t nc, int64_t h, int64_t w,
+  virtual void bilinear_backward(Stream&, DType, const void* dy, void* dx, int64_t nc, int64_t h, int64_t w,
                                  int64_t oh, int64_t ow) = 0;
   // Softmax cross-entropy over the channel axis, per sample and per pixel (hw = 1 for
-  // classification). labels: int32 class per (sample, pixel); a label < 0 is ignored.
-  // weights: per-class weights or nullptr. Writes dlogits (already divided by the weight
-  // sum, i.e. the gradient of the mean loss) and the mean loss to loss[0], backend memory:
-  // it stays on the device until read. A label >= classes is an error: the CPU backend
-  // throws squall::Error naming it; the CUDA backend writes NaN to the loss.
-  virtual void softmax_cross_entropy(Stream&, const float* logits, const int32_t* labels,
+  // classification), computed in f32 from logits of the DType. labels: int32 class per
+  // (sample, pixel); a label < 0 is ignored. weights: per-class weights or nullptr. Writes
+  // dlogits (of the DType: the gradient of the mean loss, times *grad_scale when grad_scale
+  // is not null, the loss scale of fp16 training, read from backend memory so that a
+  // captured pass sees its current value) and the mean loss (unscaled) to loss[0], backend
+  // memory: it stays on the device until read. A label >= classes is an error: the CPU
+  // backend throws squall::Error naming it; the CUDA backend writes NaN to the loss.
+  virtual void softmax_cross_entropy(Stream&, DType, const void* logits, const int32_t* labels,
                                      const float* class_weights, int64_t n, int64_t classes,
-                                     int64_t hw, float* dlogits, float* loss) = 0;
+                                     int64_t hw, void* dlogits, float* loss, const float* grad_scale) = 0;
   // Per sample/pixel argmax over channels into int32 predictions.
-  virtual void argmax_channels(Stream&, const float* x, int32_t* out, int64_t n, int64_t c, int64_t hw) = 0;
+  virtual void argmax_channels(Stream&, DType, const void* x, int32_t* out, int64_t n, int64_t c, int64_t hw) = 0;
   // confusion[label * classes + pred] += 1 for each of n (label, pred) pairs with
   // 0 <= label < classes (others are ignored); confusion is int32 backend memory.
   virtual void accumulate_confusion(Stream&, const int32_t* labels, const int32_t* pred, size_t n,
                                     int64_t classes, int32_t* confusion) = 0;
+
+  // f32 forms of the typed calls.
+  void relu_forward(Stream& s, const float* x, float* y, size_t n) { relu_forward(s, DType::f32, x, y, n); }
+  void relu_backward(Stream& s, const float* y, const float* dy, float* dx, size_t n) {
+    relu_backward(s, DType::f32, y, dy, dx, n);
+  }
+  void add(Stream& s, const float* a, const float* b, float* y, size_t n) { add(s, DType::f32, a, b, y, n); }
+  void dropout_forward(Stream& s, const float* x, float* y, float* mask, size_t n, float p, uint64_t seed,
+                       uint64_t offset) {
+    dropout_forward(s, DType::f32, x, y, mask, n, p, seed, offset);
+  }
+  void multiply(Stream& s, const float* a, const float* b, float* y, size_t n) { multiply(s, DType::f32, a, b, y, n); }
+  void copy_strided(Stream& s, float* dst, int64_t dst_stride, int64_t dst_offset, const float* src,
+                    int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) {
+    copy_strided(s, DType::f32, dst, dst_stride, dst_offset, src, src_stride, src_offset, rows, count);
+  }
+  void global_avg_pool_forward(Stream& s, const float* x, float* y, int64_t nc, int64_t hw) {
+    global_avg_pool_forward(s, DType::f32, x, y, nc, hw);
+  }
+  void global_avg_pool_backward(Stream& s, const float* dy, float* dx, int64_t nc, int64_t hw) {
+    global_avg_pool_backward(s, DType::f32, dy, dx, nc, hw);
+  }
+  void bilinear_forward(Stream& s, const float* x, float* y, int64_t nc, int64_t h, int64_t w, int64_t oh,
+                        int64_t ow) {
+    bilinear_forward(s, DType::f32, x, y, nc, h, w, oh, ow);
+  }
+  void bilinear_backward(Stream& s, const float* dy, float* dx, int64_t nc, int64_t h, int64_t w, int64_t oh,
+                         int64_t ow) {
+    bilinear_backward(s, DType::f32, dy, dx, nc, h, w, oh, ow);
+  }
+  void softmax_cross_entropy(Stream& s, const float* logits, const int32_t* labels, const float* class_weights,
+                             int64_t n, int64_t classes, int64_t hw, float* dlogits, float* loss) {
+    softmax_cross_entropy(s, DType::f32, logits, labels, class_weights, n, classes, hw, dlogits, loss, nullptr);
+  }
+  void argmax_channels(Stream& s, const float* x, int32_t* out, int64_t n, int64_t c, int64_t hw) {
+    argmax_channels(s, DType::f32, x, out, n, c, hw);
+  }
 
   // ---- optimizer arithmetic ----
   // Single-range forms (tests and callers with one tensor):

@@ -71,12 +71,19 @@ void Graph::setup(int64_t batch) {
   }
 }
 
+void Graph::set_dtype(DType t) {
+  if (t != DType::f32 && t != DType::bf16 && t != DType::f16)
+    throw Error(std::string("graph: activations cannot be of type ") + dtype_name(t));
+  if (built()) throw Error("graph: the activation type must be set before build()");
+  m_dtype = t;
+}
+
 void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
   setup(batch);
   m_backend = &backend;
-  size_t activation_floats = 0, largest = 0;
+  size_t activation_count = 0, largest = 0;
   for (const auto& n : m_nodes) {
-    activation_floats += 2 * static_cast<size_t>(n->shape.numel());
+    activation_count += 2 * static_cast<size_t>(n->shape.numel());
     largest = std::max(largest, static_cast<size_t>(n->shape.numel()));
   }
 
@@ -84,8 +91,9 @@ void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
   m_params = backend.allocate(std::max<size_t>(m_param_count, 1));
   m_grads = backend.allocate(std::max<size_t>(m_param_count, 1));
   m_state = backend.allocate(std::max<size_t>(m_state_count, 1));
-  m_activations = backend.allocate(activation_floats);
-  m_scratch = backend.allocate(largest);
+  m_activations = backend.allocate(activation_count, m_dtype);
+  m_scratch = backend.allocate(largest, m_dtype);
+  m_input_f32 = m_dtype == DType::f32 ? Buffer{} : backend.allocate(static_cast<size_t>(m_nodes[0]->shape.numel()));
   size_t off = 0;
   for (auto& n : m_nodes) {
     n->value = m_activations.view(n->shape, off);
@@ -114,6 +122,7 @@ void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
   size_t pi = 0, si = 0;
   for (int id = 1; id < size(); ++id) {
     Layer& layer = *m_nodes[static_cast<size_t>(id)]->layer;
+    layer.set_dtype(m_dtype);
     std::vector<Tensor> params, grads, state;
     for (size_t k = 0; k < layer.param_specs().size(); ++k, ++pi) {
       params.push_back(m_params.view(m_param_info[pi].shape, m_param_info[pi].offset));
@@ -125,7 +134,9 @@ void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
   }
 }
 
-Tensor Graph::input() const { return m_nodes[0]->value; }
+Tensor Graph::input() const {
+  return m_input_f32 ? m_input_f32.view(m_nodes[0]->shape) : m_nodes[0]->value;
+}
 Tensor Graph::output() const { return m_nodes[static_cast<size_t>(m_output)]->value; }
 Tensor Graph::output_grad() const { return m_nodes[static_cast<size_t>(m_output)]->grad; }
 Shape Graph::output_shape() const { return m_nodes[static_cast<size_t>(m_output)]->shape; }
@@ -133,6 +144,10 @@ Shape Graph::output_shape() const { return m_nodes[static_cast<size_t>(m_output)
 void Graph::forward(Stream& stream, const RunMode& run_mode) {
   RunMode mode = run_mode;
   std::vector<Tensor>& in = m_in;
+  if (m_input_f32) {
+    const Tensor& x = m_nodes[0]->value;
+    m_backend->convert(stream, m_input_f32.raw(), DType::f32, x.data, m_dtype, static_cast<size_t>(x.numel()));
+  }
   for (int id = 1; id < size(); ++id) {
     Node& n = *m_nodes[static_cast<size_t>(id)];
     in.clear();
@@ -158,7 +173,7 @@ void Graph::backward(Stream& stream, const std::function<void(size_t)>& on_param
       Node& src = *m_nodes[static_cast<size_t>(i)];
       in.push_back(src.value);
       if (i == k_input) {
-        din.push_back(Tensor{nullptr, src.shape});
+        din.push_back(Tensor{nullptr, src.shape, m_dtype});
       } else if (!src.grad_written) {
         din.push_back(src.grad);
       } else {
@@ -174,7 +189,8 @@ void Graph::backward(Stream& stream, const std::function<void(size_t)>& on_param
       if (i != k_input) m_nodes[static_cast<size_t>(i)]->grad_written = true;
     for (int i : pending_add) {
       Node& src = *m_nodes[static_cast<size_t>(i)];
-      m_backend->add(stream, src.grad.data, m_scratch.data(), src.grad.data, static_cast<size_t>(src.shape.numel()));
+      m_backend->add(stream, m_dtype, src.grad.data, m_scratch.raw(), src.grad.data,
+                     static_cast<size_t>(src.shape.numel()));
     }
     if (on_params_ready && n.has_params) on_params_ready(n.param_begin);
   }

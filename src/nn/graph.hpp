@@ -50,14 +50,18 @@ class Graph {
   // Shapes only: runs every layer's setup for this batch size and counts the parameters,
   // allocating nothing (to check a model at a size this machine cannot hold).
   void setup(int64_t batch);
+  // The activations' type (docs/design.md, "Precision"): f32 (the default), or bf16/f16
+  // for mixed precision, where parameters, gradients and the input stay f32. Set before build().
+  void set_dtype(DType t);
+  DType dtype() const { return m_dtype; }
   // Materialise; `seed` initialises the parameters (PyTorch-style per layer type).
   void build(Backend& backend, int64_t batch, uint64_t seed);
   bool built() const { return m_backend != nullptr; }
   int64_t batch() const { return m_batch; }
 
-  Tensor input() const;        // copy a batch here before forward()
-  Tensor output() const;       // logits after forward()
-  Tensor output_grad() const;  // the loss writes d(loss)/d(logits) here before backward()
+  Tensor input() const;        // copy a batch here before forward() (f32 at any dtype())
+  Tensor output() const;       // logits after forward() (of dtype())
+  Tensor output_grad() const;  // the loss writes d(loss)/d(logits) here before backward() (of dtype())
   Shape output_shape() const;  // with the batch dimension
 
   void forward(Stream& stream, const RunMode& mode);
@@ -85,7 +89,9 @@ class Graph {
   std::vector<ParamSpec> m_param_specs, m_state_specs;  // in arena order
   Backend* m_backend = nullptr;
   int64_t m_batch = 0;
+  DType m_dtype = DType::f32;
   Buffer m_params, m_grads, m_state, m_activations, m_scratch;
+  Buffer m_input_f32;  // reduced precision: the f32 input, converted at the start of forward
   size_t m_param_count = 0, m_state_count = 0;
   std::vector<ParamInfo> m_param_info, m_state_info;
   std::vector<Tensor> m_in, m_din;  // per-node argument lists, kept to avoid per-step allocation

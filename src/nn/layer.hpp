@@ -47,6 +47,11 @@ class Layer {
   virtual std::vector<ParamSpec> param_specs() const { return {}; }
   virtual std::vector<ParamSpec> state_specs() const { return {}; }  // not learned (running stats)
 
+  // The type of the activations (inputs, outputs and their gradients), set by the graph
+  // before build(): f32, or bf16/f16 for mixed precision. Parameters are f32 regardless.
+  void set_dtype(DType t) { m_dtype = t; }
+  DType dtype() const { return m_dtype; }
+
   virtual void build(Backend& backend, const std::vector<Tensor>& params,
                      const std::vector<Tensor>& grads, const std::vector<Tensor>& state) = 0;
   virtual void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out,
@@ -54,6 +59,9 @@ class Layer {
   // din[i].data == nullptr: the gradient of input i is not needed (e.g. the model input).
   virtual void backward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out,
                         const Tensor& dout, const std::vector<Tensor>& din) = 0;
+
+ protected:
+  DType m_dtype = DType::f32;
 };
 
 // ---- factories (src/nn/layers/*.cpp) --------------------------------------------------------

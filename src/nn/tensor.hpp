@@ -2,13 +2,21 @@
 // Tensors are non-owning views: a pointer into memory the backend owns (host memory on the
 // CPU backend, device memory on CUDA) and a shape. Storage is allocated once per model
 // and batch size (parameters in one flat arena, activations in a plan), never per step.
-// Layout is NCHW, float32; a 2-D tensor is (N, F).
+// Layout is NCHW; a 2-D tensor is (N, F). Parameters and their gradients are always f32;
+// activations are f32, or bf16/f16 under mixed precision (docs/design.md, "Precision").
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 namespace squall::nn {
+
+// Element types of backend memory: f32 for parameters, gradients, optimizer state and
+// fp32 activations; bf16/f16 for the activations of a mixed-precision model; i32 for
+// labels and predictions.
+enum class DType : uint8_t { f32, bf16, f16, i32 };
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);  // "f32" | "bf16" | "f16" | "i32"
 
 struct Shape {
   std::array<int64_t, 4> dims{0, 0, 0, 0};
@@ -36,11 +44,14 @@ struct Shape {
 };
 
 struct Tensor {
-  float* data = nullptr;
+  void* data = nullptr;
   Shape shape;
+  DType dtype = DType::f32;
 
   int64_t numel() const { return shape.numel(); }
-  size_t bytes() const { return static_cast<size_t>(numel()) * sizeof(float); }
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  // The f32 view, for tensors that are f32 by contract (parameters, gradients, state).
+  float* f32() const { return static_cast<float*>(data); }
 };
 
 }  // namespace squall::nn

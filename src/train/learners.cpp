@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -148,6 +150,8 @@ struct LearnerGroup::Learner {
   nn::RunMode mode;
   nn::Buffer loss_dev;    // the loss of its last pass, backend memory
   nn::Buffer loss_host;   // ... copied here (pinned) at the end of the pass
+  nn::Buffer norm_dev, norm_host;  // dynamic loss scaling: its gradients' sum of squares
+  bool overflow = false;           // ... was not finite this step (its update was skipped)
   nn::Buffer stage;       // pinned staging for the batch (backends whose memory the host cannot use)
   float loss = 0;
   double pass_end = 0;  // when its backward pass ended (steady seconds)
@@ -185,6 +189,15 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
   if (options.graphs && !backend.can_capture())
     throw Error("learner group: the " + backend.name() + " backend cannot capture a learner's pass");
   if (m_options.threads <= 0) m_options.threads = backend.threads();
+  if (options.loss_scaling.dynamic) {
+    if (!(options.loss_scaling.initial > 0.0f) || options.loss_scaling.growth_interval < 1)
+      throw UsageError("loss scaling: the initial scale must be positive and the growth interval at least 1");
+    m_loss_scale = options.loss_scaling.initial;
+    m_loss_scale_dev = backend.allocate(1);
+    backend.copy_from_host(*m_stream, m_loss_scale_dev.data(), &m_loss_scale, 1);
+    m_norm_dev = backend.allocate(1);
+    m_norm_host = backend.allocate_host(1, nn::DType::f32);
+  }
   if (!m_class_weights_host.empty()) {
     m_class_weights = backend.allocate(m_class_weights_host.size());
     backend.copy_from_host(*m_stream, m_class_weights.data(), m_class_weights_host.data(), m_class_weights_host.size());
@@ -230,11 +243,16 @@ std::unique_ptr<LearnerGroup::Learner> LearnerGroup::make_learner(int index) {
     // their thread teams when their plans are made.
     m_backend.bind_calling_thread(m_pool->size() > 0 ? threads_per_learner() : m_options.threads);
     l->graph = m_make_graph();
+    l->graph->set_dtype(m_options.precision);
     l->graph->build(m_backend, m_batch, m_options.seed);
     l->stream = m_backend.create_stream();
     l->labels = m_backend.allocate_labels(static_cast<size_t>(m_label_count), l->labels_owner);
     l->loss_dev = m_backend.allocate(1);
     l->loss_host = m_backend.allocate_host(1, nn::DType::f32);
+    if (m_options.loss_scaling.dynamic) {
+      l->norm_dev = m_backend.allocate(1);
+      l->norm_host = m_backend.allocate_host(1, nn::DType::f32);
+    }
     if (!m_backend.host_accessible())
       l->stage = m_backend.allocate_host(static_cast<size_t>(l->graph->input().numel() + m_label_count), nn::DType::f32);
     for (int i = 0; i <= l->graph->size(); ++i) {
@@ -395,11 +413,13 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
   std::vector<float> losses;
   for (const auto& l : m_learners) losses.push_back(l->loss);
 
+  m_step_overflow = false;
+  for (auto& l : m_learners) l->overflow = false;
   auto local_updates = [&] {
     const double t0 = now_s();
     run_learners([&](Learner& l) {
       m_backend.wait(*l.stream, *m_group_event);
-      l.optimizer->step(m_backend, *l.stream, lr);
+      local_update(l, lr);
       m_backend.synchronize(*l.stream);
     });
     phase("update", -1, t0, now_s());
@@ -426,6 +446,10 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
       if (is_sync_step(step)) sync_average_replicas(step);
       break;
   }
+  if (m_options.loss_scaling.dynamic) {
+    for (const auto& l : m_learners) m_step_overflow = m_step_overflow || l->overflow;
+    update_loss_scale(m_step_overflow);
+  }
   // One wait per step for the group's stream: the caller may read the central model now, and
   // the learners' next work is ordered after the group's updates of their replicas.
   m_backend.record(*m_group_event, *m_stream);
@@ -443,16 +467,17 @@ void LearnerGroup::enqueue_forward(Learner& l, const LearnerBatch& in, const flo
   const auto pixels = static_cast<size_t>(g.input().numel());
   const auto label_count = static_cast<size_t>(m_label_count);
   if (l.stage) {
-    m_backend.copy_from_host(*l.stream, g.input().data, l.stage.data(), pixels);
+    m_backend.copy_from_host(*l.stream, g.input().f32(), l.stage.data(), pixels);
     m_backend.copy_bytes_from_host(*l.stream, l.labels, l.stage.data() + pixels, label_count * sizeof(int32_t));
   } else {
-    m_backend.copy_from_host(*l.stream, g.input().data, in.images, pixels);
+    m_backend.copy_from_host(*l.stream, g.input().f32(), in.images, pixels);
     m_backend.copy_labels_from_host(*l.stream, l.labels, in.labels, label_count);
   }
   g.forward(*l.stream, l.mode);
   const auto out = g.output_shape();
-  m_backend.softmax_cross_entropy(*l.stream, g.output().data, l.labels, weights, out.n(), out.c(), out.h() * out.w(),
-                                  g.output_grad().data, l.loss_dev.data());
+  m_backend.softmax_cross_entropy(*l.stream, g.dtype(), g.output().data, l.labels, weights, out.n(), out.c(),
+                                  out.h() * out.w(), g.output_grad().data, l.loss_dev.data(),
+                                  m_loss_scale_dev ? m_loss_scale_dev.data() : nullptr);
   m_backend.copy_to_host(*l.stream, l.loss_host.data(), l.loss_dev.data(), 1);
 }
 
@@ -637,12 +662,21 @@ void LearnerGroup::sync_gradients(int64_t step, float lr, bool reduced) {
   const double t0 = now_s();
   float* fused = m_fused.data();
   const float inv = 1.0f / static_cast<float>(job_learners());
-  m_backend.scale(*m_stream, inv, fused, m_param_count + m_state_count);
+  // The gradients' mean, unscaled by the loss scale (1 without loss scaling); the state's mean.
+  m_backend.scale(*m_stream, inv / m_loss_scale, fused, m_param_count);
+  m_backend.scale(*m_stream, inv, fused + m_param_count, m_state_count);
+  // The sum over the job carries any learner's overflow to every rank, so that every rank
+  // takes the same decision.
+  const bool skip = m_options.loss_scaling.dynamic &&
+                    !gradients_finite(*m_stream, fused, m_param_count, m_norm_dev.data(), m_norm_host.data());
+  m_step_overflow = skip;
   Learner& first = *m_learners[0];
-  m_backend.copy(*m_stream, first.graph->grads(), fused, m_param_count);
-  first.optimizer->step(m_backend, *m_stream, lr);
+  if (!skip) {
+    m_backend.copy(*m_stream, first.graph->grads(), fused, m_param_count);
+    first.optimizer->step(m_backend, *m_stream, lr);
+  }
   for (auto& l : m_learners) {
-    if (l->index != 0) m_backend.copy(*m_stream, l->graph->params(), first.graph->params(), m_param_count);
+    if (l->index != 0 && !skip) m_backend.copy(*m_stream, l->graph->params(), first.graph->params(), m_param_count);
     m_backend.copy(*m_stream, l->graph->state(), fused + m_param_count, m_state_count);
   }
   phase("update", -1, t0, now_s());
@@ -665,7 +699,7 @@ void LearnerGroup::sync_sma(int64_t step, float lr, bool reduced) {
     float* w = l.graph->params();
     m_backend.wait(*l.stream, *m_group_event);
     m_backend.axpby(*l.stream, alpha, z, 1.0f - alpha, w, m_param_count);  // w - alpha (w - z)
-    l.optimizer->step(m_backend, *l.stream, lr);
+    local_update(l, lr);
     m_backend.synchronize(*l.stream);
   });
   // z_new = z + beta (W / n - z) + mu (z - z_prev), built in z_prev's buffer, then swapped.
@@ -675,6 +709,41 @@ void LearnerGroup::sync_sma(int64_t step, float lr, bool reduced) {
   std::swap(m_z, m_z_prev);
   average_state_into_central();
   phase("update", -1, t0, now_s());
+}
+
+bool LearnerGroup::gradients_finite(nn::Stream& stream, const float* g, size_t n, float* dev, float* host) {
+  m_backend.sum_squares(stream, g, n, dev);
+  m_backend.copy_to_host(stream, host, dev, 1);
+  m_backend.synchronize(stream);
+  return std::isfinite(host[0]);
+}
+
+bool LearnerGroup::local_update(Learner& l, float lr) {
+  if (m_options.loss_scaling.dynamic) {
+    float* g = l.graph->grads();
+    if (!gradients_finite(*l.stream, g, m_param_count, l.norm_dev.data(), l.norm_host.data())) {
+      l.overflow = true;
+      return false;
+    }
+    m_backend.scale(*l.stream, 1.0f / m_loss_scale, g, m_param_count);
+  }
+  l.optimizer->step(m_backend, *l.stream, lr);
+  return true;
+}
+
+// PyTorch's GradScaler rule: halve on overflow, double after growth_interval clean steps.
+void LearnerGroup::update_loss_scale(bool overflow) {
+  const float before = m_loss_scale;
+  if (overflow) {
+    ++m_skipped_steps;
+    m_good_steps = 0;
+    m_loss_scale = std::max(m_loss_scale * 0.5f, std::numeric_limits<float>::min());
+  } else if (++m_good_steps >= m_options.loss_scaling.growth_interval) {
+    m_good_steps = 0;
+    const float grown = m_loss_scale * 2.0f;
+    if (std::isfinite(grown)) m_loss_scale = grown;
+  }
+  if (m_loss_scale != before) m_backend.copy_from_host(*m_stream, m_loss_scale_dev.data(), &m_loss_scale, 1);
 }
 
 void LearnerGroup::start_local_phase() {
@@ -734,6 +803,7 @@ nn::Graph& LearnerGroup::eval_graph() {
   if (!m_eval) {
     m_backend.bind_calling_thread(m_options.threads);
     m_eval = m_make_graph();
+    m_eval->set_dtype(m_options.precision);
     m_eval->build(m_backend, m_batch, m_options.seed);
   }
   if (!m_eval_current) {

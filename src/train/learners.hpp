@@ -131,6 +131,16 @@ class DeviceReducer final : public Reducer {
 // the steady clock.
 using PhaseHook = std::function<void(const char* phase, int learner, double t_begin, double t_end)>;
 
+// fp16 training's dynamic loss scaling (docs/training.md, "Mixed precision"): the loss
+// gradient is multiplied by the scale S so that small gradients survive in f16; the weight
+// gradients are divided by S before the update. A step whose gradients are not finite is
+// skipped (no update) and S halves; after `growth_interval` good steps in a row S doubles.
+struct LossScaling {
+  bool dynamic = false;
+  float initial = 65536.0f;
+  int64_t growth_interval = 2000;
+};
+
 struct LearnerGroupOptions {
   Algorithm algorithm = Algorithm::ssgd;
   int learners = 1;             // replicas on this device
@@ -146,6 +156,8 @@ struct LearnerGroupOptions {
   size_t bucket_floats = size_t{1} << 18;  // ssgd across ranks: gradients reduced in buckets of
                                            // at least this many floats (1 MiB; parallel.bucket_mb)
                                            // during the backward pass, several in flight at once
+  nn::DType precision = nn::DType::f32;  // the activations' type (train.precision)
+  LossScaling loss_scaling;     // fp16: dynamic loss scaling
   bool graphs = false;          // capture each learner's pass once (after a warm-up step) and replay
                                 // it (a CUDA graph); steps with a timeline or per-layer buckets run
                                 // eagerly. Needs a backend that can_capture() and a model without dropout.
@@ -211,6 +223,11 @@ class LearnerGroup {
   int max_buckets_in_flight() const { return m_max_buckets_in_flight; }
   // Learners whose pass is being replayed from a capture (parallel.cuda_graphs).
   int captured_learners() const;
+  // Dynamic loss scaling: the scale the next step uses, and the steps skipped so far
+  // (in ssgd a step of the job; in sma/local-sgd a step in which one of this group's
+  // learners skipped its update).
+  float loss_scale() const { return m_loss_scale; }
+  int64_t skipped_steps() const { return m_skipped_steps; }
 
  private:
   struct Learner;
@@ -238,6 +255,13 @@ class LearnerGroup {
   void start_local_phase();                     // local-sgd at start_step
   void sync_average_replicas(int64_t step);     // local-sgd on a synchronisation step
   void average_state_into_central();
+  // Dynamic loss scaling: whether the n gradients at g (backend memory) are finite; waits
+  // for `stream`. And the scale's update at the end of a step.
+  bool gradients_finite(nn::Stream& stream, const float* g, size_t n, float* dev, float* host);
+  void update_loss_scale(bool overflow);
+  // A learner's update under local steps (sma, local-sgd): unscale and check its gradients
+  // first when loss scaling is on; false when the update was skipped.
+  bool local_update(Learner& l, float lr);
   int job_learners() const { return m_options.ranks * learners(); }
 
  public:
@@ -271,6 +295,11 @@ class LearnerGroup {
   std::unique_ptr<nn::Graph> m_eval;
   bool m_eval_current = false;
   bool m_local_started = false;                // local-sgd: past start_step
+  float m_loss_scale = 1.0f;                   // dynamic loss scaling: S, on the host ...
+  nn::Buffer m_loss_scale_dev;                 // ... and in backend memory, for the loss
+  nn::Buffer m_norm_dev, m_norm_host;          // the group's finite check (ssgd)
+  int64_t m_good_steps = 0, m_skipped_steps = 0;
+  bool m_step_overflow = false;                // this step's verdict
   PhaseHook m_hook;
   double m_reduce_s = 0, m_overlapped_s = 0, m_compute_s = 0;
   int m_max_buckets_in_flight = 0;

@@ -113,14 +113,14 @@ EvalPart evaluate(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const DataS
     std::fill(labels.begin() + valid * label_hw, labels.end(), -1);  // padding: ignored
     // Pageable host memory: these copies have read it when they return, so the next
     // batch may overwrite it.
-    be.copy_from_host(stream, g.input().data, images.data(), images.size());
+    be.copy_from_host(stream, g.input().f32(), images.data(), images.size());
     be.copy_labels_from_host(stream, dev_labels, labels.data(), labels.size());
     g.forward(stream, mode);
     const auto out = g.output_shape();
-    be.softmax_cross_entropy(stream, g.output().data, dev_labels, class_weights, out.n(), out.c(),
-                             out.h() * out.w(), g.output_grad().data, loss.data());
+    be.softmax_cross_entropy(stream, g.dtype(), g.output().data, dev_labels, class_weights, out.n(), out.c(),
+                             out.h() * out.w(), g.output_grad().data, loss.data(), nullptr);
     be.axpy(stream, static_cast<float>(valid), loss.data(), loss.data() + 1, 1);
-    be.argmax_channels(stream, g.output().data, dev_pred, out.n(), out.c(), out.h() * out.w());
+    be.argmax_channels(stream, g.dtype(), g.output().data, dev_pred, out.n(), out.c(), out.h() * out.w());
     be.accumulate_confusion(stream, dev_labels, dev_pred, static_cast<size_t>(valid * label_hw), info.classes,
                             confusion.as<int32_t>());
     part.samples += static_cast<double>(valid);

@@ -73,13 +73,13 @@ DeviceTensor upload(Backend& be, Stream& s, const Shape& shape, const float* hos
   DeviceTensor d;
   d.buf = be.allocate(static_cast<size_t>(std::max<int64_t>(shape.numel(), 1)));
   d.t = d.buf.view(shape);
-  if (host) be.copy_from_host(s, d.t.data, host, static_cast<size_t>(shape.numel()));
+  if (host) be.copy_from_host(s, d.t.f32(), host, static_cast<size_t>(shape.numel()));
   return d;
 }
 
 std::vector<float> download(Backend& be, Stream& s, const Tensor& t) {
   std::vector<float> h(static_cast<size_t>(t.numel()));
-  be.copy_to_host(s, h.data(), t.data, h.size());
+  be.copy_to_host(s, h.data(), t.f32(), h.size());
   be.synchronize(s);
   return h;
 }
@@ -181,10 +181,10 @@ TEST_CASE("softmax cross-entropy matches PyTorch (class weights, ignored labels,
     const float* w = nullptr;
     if (c.tensors.count("class_weights")) {
       weights = upload(*be, *stream, Shape(s.c()), c.at("class_weights").data.data());
-      w = weights.t.data;
+      w = weights.t.f32();
     }
     float loss = 0;
-    be->softmax_cross_entropy(*stream, logits.t.data, dev_labels, w, s.n(), s.c(), hw, dlogits.t.data, &loss);
+    be->softmax_cross_entropy(*stream, logits.t.f32(), dev_labels, w, s.n(), s.c(), hw, dlogits.t.f32(), &loss);
     be->synchronize(*stream);
     CHECK(loss == Approx(c.at("loss").data[0]).epsilon(1e-4));
     check_close(c.name + " dlogits", download(*be, *stream, dlogits.t), c.at("dlogits").data);

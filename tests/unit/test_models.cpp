@@ -47,12 +47,12 @@ std::pair<float, float> fit_one_batch(Graph& g, Backend& be, int steps, float lr
   float first = 0, last = 0;
   RunMode mode;
   for (int s = 0; s < steps; ++s) {
-    be.copy_from_host(*stream, g.input().data, x.data(), x.size());
+    be.copy_from_host(*stream, g.input().f32(), x.data(), x.size());
     mode.step = static_cast<uint64_t>(s);
     g.forward(*stream, mode);
     float loss = 0;
-    be.softmax_cross_entropy(*stream, g.output().data, dev_labels, nullptr, out.n(), out.c(), hw, g.output_grad().data,
-                             loss_dev.data());
+    be.softmax_cross_entropy(*stream, g.dtype(), g.output().data, dev_labels, nullptr, out.n(), out.c(), hw,
+                             g.output_grad().data, loss_dev.data(), nullptr);
     be.copy_to_host(*stream, &loss, loss_dev.data(), 1);
     be.synchronize(*stream);
     if (s == 0) first = loss;

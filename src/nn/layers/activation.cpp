@@ -23,13 +23,13 @@ class Relu final : public Layer {
     m_backend = &backend;
   }
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
-    m_backend->relu_forward(stream, in[0].data, out.data, static_cast<size_t>(out.numel()));
+    m_backend->relu_forward(stream, m_dtype, in[0].data, out.data, static_cast<size_t>(out.numel()));
   }
   // Uses the output, not the input: y > 0 exactly where x > 0.
   void backward(Stream& stream, const std::vector<Tensor>&, const Tensor& out, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
     if (din[0].data == nullptr) return;
-    m_backend->relu_backward(stream, out.data, dout.data, din[0].data, static_cast<size_t>(out.numel()));
+    m_backend->relu_backward(stream, m_dtype, out.data, dout.data, din[0].data, static_cast<size_t>(out.numel()));
   }
 
  private:
@@ -52,14 +52,14 @@ class Dropout final : public Layer {
   void build(Backend& backend, const std::vector<Tensor>&, const std::vector<Tensor>&,
              const std::vector<Tensor>&) override {
     m_backend = &backend;
-    m_mask = m_p > 0.0f ? backend.allocate(m_count) : Buffer{};
+    m_mask = m_p > 0.0f ? backend.allocate(m_count, m_dtype) : Buffer{};
   }
 
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode& mode) override {
     const size_t n = static_cast<size_t>(out.numel());
     m_last_train = mode.train && m_p > 0.0f;
     if (!m_last_train) {
-      m_backend->copy(stream, out.data, in[0].data, n);
+      m_backend->copy_bytes(stream, out.data, in[0].data, out.bytes());
       return;
     }
     SQUALL_CHECK(n == m_count, "dropout: output size differs from the one set up");
@@ -67,7 +67,7 @@ class Dropout final : public Layer {
     // for a given (seed, step).
     // The node index salts the seed so that two dropout layers of one shape draw different
     // masks in the same step; the step picks a fresh stretch of the counter-based stream.
-    m_backend->dropout_forward(stream, in[0].data, out.data, m_mask.data(), n, m_p,
+    m_backend->dropout_forward(stream, m_dtype, in[0].data, out.data, m_mask.raw(), n, m_p,
                                mode.seed ^ (0x9e3779b97f4a7c15ull * (mode.node + 1)),
                                mode.step * static_cast<uint64_t>(n));
   }
@@ -76,8 +76,8 @@ class Dropout final : public Layer {
                 const std::vector<Tensor>& din) override {
     if (din[0].data == nullptr) return;
     const size_t n = static_cast<size_t>(out.numel());
-    if (m_last_train) m_backend->multiply(stream, dout.data, m_mask.data(), din[0].data, n);
-    else m_backend->copy(stream, din[0].data, dout.data, n);
+    if (m_last_train) m_backend->multiply(stream, m_dtype, dout.data, m_mask.raw(), din[0].data, n);
+    else m_backend->copy_bytes(stream, din[0].data, dout.data, dout.bytes());
   }
 
  private:

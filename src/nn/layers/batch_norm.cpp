@@ -46,24 +46,25 @@ class BatchNorm final : public Layer {
     m_running_var = state[1];
     m_backend = &backend;
     m_scratch_dx = Buffer{};
+    m_desc.dtype = m_dtype;
     m_plan = backend.make_batch_norm(m_desc);
   }
 
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode& mode) override {
-    m_plan->forward(stream, in[0].data, m_gamma.data, m_beta.data, m_running_mean.data, m_running_var.data,
+    m_plan->forward(stream, in[0].data, m_gamma.f32(), m_beta.f32(), m_running_mean.f32(), m_running_var.f32(),
                     out.data, mode.train);
   }
 
   void backward(Stream& stream, const std::vector<Tensor>& in, const Tensor&, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
-    float* dx = din[0].data;
+    void* dx = din[0].data;
     if (dx == nullptr) {
       // The plan computes dx together with dgamma/dbeta; when nobody wants dx (batch norm on
       // the model input) it goes to a scratch buffer, allocated once, on first need.
-      if (m_scratch_dx.data() == nullptr) m_scratch_dx = m_backend->allocate(static_cast<size_t>(in[0].numel()));
-      dx = m_scratch_dx.data();
+      if (!m_scratch_dx) m_scratch_dx = m_backend->allocate(static_cast<size_t>(in[0].numel()), m_dtype);
+      dx = m_scratch_dx.raw();
     }
-    m_plan->backward(stream, in[0].data, dout.data, m_gamma.data, dx, m_dgamma.data, m_dbeta.data);
+    m_plan->backward(stream, in[0].data, dout.data, m_gamma.f32(), dx, m_dgamma.f32(), m_dbeta.f32());
   }
 
  private:

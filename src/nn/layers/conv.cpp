@@ -30,18 +30,19 @@ class ConvBase : public Layer {
       m_bias = params[1];
       m_dbias = grads[1];
     }
+    m_desc.dtype = m_dtype;
     m_plan = backend.make_conv(m_desc);
   }
 
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
-    m_plan->forward(stream, in[0].data, m_weight.data, m_desc.bias ? m_bias.data : nullptr, out.data);
+    m_plan->forward(stream, in[0].data, m_weight.f32(), m_desc.bias ? m_bias.f32() : nullptr, out.data);
   }
 
   void backward(Stream& stream, const std::vector<Tensor>& in, const Tensor&, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
-    m_plan->backward_weights(stream, in[0].data, dout.data, m_dweight.data,
-                             m_desc.bias ? m_dbias.data : nullptr);
-    if (din[0].data != nullptr) m_plan->backward_data(stream, dout.data, m_weight.data, din[0].data);
+    m_plan->backward_weights(stream, in[0].data, dout.data, m_dweight.f32(),
+                             m_desc.bias ? m_dbias.f32() : nullptr);
+    if (din[0].data != nullptr) m_plan->backward_data(stream, dout.data, m_weight.f32(), din[0].data);
   }
 
  protected:

@@ -40,6 +40,7 @@ class Pool final : public Layer {
 
   void build(Backend& backend, const std::vector<Tensor>&, const std::vector<Tensor>&,
              const std::vector<Tensor>&) override {
+    m_desc.dtype = m_dtype;
     m_plan = backend.make_pool(m_desc);
   }
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode& mode) override {
@@ -70,11 +71,11 @@ class GlobalAvgPool final : public Layer {
     m_backend = &backend;
   }
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
-    m_backend->global_avg_pool_forward(stream, in[0].data, out.data, m_nc, m_hw);
+    m_backend->global_avg_pool_forward(stream, m_dtype, in[0].data, out.data, m_nc, m_hw);
   }
   void backward(Stream& stream, const std::vector<Tensor>&, const Tensor&, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
-    if (din[0].data != nullptr) m_backend->global_avg_pool_backward(stream, dout.data, din[0].data, m_nc, m_hw);
+    if (din[0].data != nullptr) m_backend->global_avg_pool_backward(stream, m_dtype, dout.data, din[0].data, m_nc, m_hw);
   }
 
  private:

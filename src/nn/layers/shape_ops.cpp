@@ -35,12 +35,12 @@ class Add final : public StatelessLayer {
     return inputs[0];
   }
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
-    m_backend->add(stream, in[0].data, in[1].data, out.data, static_cast<size_t>(out.numel()));
+    m_backend->add(stream, m_dtype, in[0].data, in[1].data, out.data, static_cast<size_t>(out.numel()));
   }
   void backward(Stream& stream, const std::vector<Tensor>&, const Tensor& out, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
     for (const Tensor& d : din)
-      if (d.data != nullptr) m_backend->copy(stream, d.data, dout.data, static_cast<size_t>(out.numel()));
+      if (d.data != nullptr) m_backend->copy_bytes(stream, d.data, dout.data, dout.bytes());
   }
 };
 
@@ -73,7 +73,7 @@ class Concat final : public StatelessLayer {
     int64_t offset = 0;
     for (size_t i = 0; i < in.size(); ++i) {
       const int64_t count = m_row_counts[i];
-      m_backend->copy_strided(stream, out.data, m_out_row, offset, in[i].data, count, 0, m_rows, count);
+      m_backend->copy_strided(stream, m_dtype, out.data, m_out_row, offset, in[i].data, count, 0, m_rows, count);
       offset += count;
     }
   }
@@ -83,13 +83,13 @@ class Concat final : public StatelessLayer {
     for (size_t i = 0; i < din.size(); ++i) {
       const int64_t count = m_row_counts[i];
       if (din[i].data != nullptr)
-        m_backend->copy_strided(stream, din[i].data, count, 0, dout.data, m_out_row, offset, m_rows, count);
+        m_backend->copy_strided(stream, m_dtype, din[i].data, count, 0, dout.data, m_out_row, offset, m_rows, count);
       offset += count;
     }
   }
 
  private:
-  std::vector<int64_t> m_row_counts;  // per input: floats per sample
+  std::vector<int64_t> m_row_counts;  // per input: elements per sample
   int64_t m_out_row = 0, m_rows = 0;
 };
 
@@ -103,11 +103,11 @@ class Flatten final : public StatelessLayer {
     return Shape(inputs[0].n(), inputs[0].per_sample());
   }
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
-    m_backend->copy(stream, out.data, in[0].data, static_cast<size_t>(out.numel()));
+    m_backend->copy_bytes(stream, out.data, in[0].data, out.bytes());
   }
   void backward(Stream& stream, const std::vector<Tensor>&, const Tensor& out, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
-    if (din[0].data != nullptr) m_backend->copy(stream, din[0].data, dout.data, static_cast<size_t>(out.numel()));
+    if (din[0].data != nullptr) m_backend->copy_bytes(stream, din[0].data, dout.data, dout.bytes());
   }
 };
 
@@ -131,11 +131,11 @@ class UpsampleBilinear final : public StatelessLayer {
     return Shape(x.n(), x.c(), m_oh, m_ow);
   }
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
-    m_backend->bilinear_forward(stream, in[0].data, out.data, m_nc, m_h, m_w, m_oh, m_ow);
+    m_backend->bilinear_forward(stream, m_dtype, in[0].data, out.data, m_nc, m_h, m_w, m_oh, m_ow);
   }
   void backward(Stream& stream, const std::vector<Tensor>&, const Tensor&, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
-    if (din[0].data != nullptr) m_backend->bilinear_backward(stream, dout.data, din[0].data, m_nc, m_h, m_w, m_oh, m_ow);
+    if (din[0].data != nullptr) m_backend->bilinear_backward(stream, m_dtype, dout.data, din[0].data, m_nc, m_h, m_w, m_oh, m_ow);
   }
 
  private:
