@@ -66,6 +66,9 @@ std::vector<Field> fields(Config& c) {
       {"train", "eval_batch_size", &c.train.eval_batch_size},
       {"train", "eval_every_steps", &c.train.eval_every_steps},
       {"train", "log_every_steps", &c.train.log_every_steps},
+      {"train", "precision", &c.train.precision},
+      {"train", "loss_scale", &c.train.loss_scale},
+      {"train", "loss_scale_window", &c.train.loss_scale_window},
 
       {"optimizer", "name", &c.optimizer.name},
       {"optimizer", "lr", &c.optimizer.lr},
@@ -437,6 +440,10 @@ void validate(const Config& c, const std::string& origin) {
   k.non_negative(c.train.eval_batch_size, "train.eval_batch_size");
   k.non_negative(c.train.eval_every_steps, "train.eval_every_steps");
   k.positive(c.train.log_every_steps, "train.log_every_steps");
+  k.one_of(c.train.precision, "train.precision", {"fp32", "bf16", "fp16"});
+  k.require(std::isfinite(c.train.loss_scale) && c.train.loss_scale > 0, "train.loss_scale",
+            "must be > 0 (got " + format_double(c.train.loss_scale) + ")");
+  k.positive(c.train.loss_scale_window, "train.loss_scale_window");
 
   const auto& o = c.optimizer;
   k.one_of(o.name, "optimizer.name", {"sgd", "adam", "adamw", "lamb"});

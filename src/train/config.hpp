@@ -57,6 +57,11 @@ struct TrainConfig {
   int64_t eval_batch_size = 0;       // 0 = batch_size
   int64_t eval_every_steps = 0;      // 0 = at the end of each epoch
   int64_t log_every_steps = 50;
+  // Mixed precision (docs/training.md, "Mixed precision"): the activations' type. Weights,
+  // gradients and optimizer state stay fp32. fp16 uses dynamic loss scaling.
+  std::string precision = "fp32";    // fp32 | bf16 | fp16
+  double loss_scale = 65536.0;       // fp16: the initial loss scale
+  int64_t loss_scale_window = 2000;  // fp16: clean steps before the scale doubles
   bool operator==(const TrainConfig&) const = default;
 };
 

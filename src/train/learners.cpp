@@ -29,6 +29,13 @@ uint64_t splitmix64(uint64_t x) {
 
 }  // namespace
 
+nn::DType precision_dtype(std::string_view name) {
+  if (name == "fp32") return nn::DType::f32;
+  if (name == "bf16") return nn::DType::bf16;
+  if (name == "fp16") return nn::DType::f16;
+  throw Error("train.precision: unknown precision '" + std::string(name) + "' (fp32, bf16 or fp16)");
+}
+
 Algorithm parse_algorithm(std::string_view name) {
   if (name == "ssgd") return Algorithm::ssgd;
   if (name == "sma") return Algorithm::sma;

@@ -58,6 +58,9 @@ enum class Algorithm { ssgd, sma, local_sgd };
 // "ssgd" | "sma" | "local-sgd"; anything else throws squall::Error naming the value.
 Algorithm parse_algorithm(std::string_view name);
 const char* algorithm_name(Algorithm a);
+// train.precision: "fp32" | "bf16" | "fp16" -> the activations' DType; anything else throws
+// squall::Error naming the value.
+nn::DType precision_dtype(std::string_view name);
 
 // Sums float buffers (backend memory) over every rank of the job, in place. Nonblocking:
 // start() hands a buffer over and returns a ticket, test() drives every sum in flight and says

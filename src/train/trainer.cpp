@@ -354,6 +354,14 @@ class TrainingRun {
     lg.bucket_floats =
         std::max<size_t>(1, static_cast<size_t>(cfg.parallel.bucket_mb * double(1 << 20) / sizeof(float)));
     lg.seed = static_cast<uint64_t>(cfg.run.seed);
+    lg.precision = precision_dtype(cfg.train.precision);
+    lg.loss_scaling.dynamic = lg.precision == nn::DType::f16;
+    lg.loss_scaling.initial = static_cast<float>(cfg.train.loss_scale);
+    lg.loss_scaling.growth_interval = cfg.train.loss_scale_window;
+    if (lg.precision != nn::DType::f32 && m_backend->name() == "cpu" && m_rank == 0)
+      log::warn("train.precision = " + cfg.train.precision +
+                " on the CPU backend: the reference numerics of reduced precision, computed by rounding f32 "
+                "results (slower than fp32; train in reduced precision for speed on a GPU)");
     lg.graphs = cfg.parallel.cuda_graphs && m_backend->can_capture();
     if (cfg.parallel.cuda_graphs && !lg.graphs && m_rank == 0)
       log::warn("parallel.cuda_graphs has no effect on the " + m_backend->name() + " backend (nothing to capture)");
@@ -422,7 +430,7 @@ class TrainingRun {
               algorithm_name(m_algorithm) + ", batch " + std::to_string(m_batch) + " per learner (global " +
               std::to_string(m_batch * m_learners * m_ranks) + "), " + std::to_string(m_total_steps) + " steps (" +
               std::to_string(m_steps_per_epoch) + " per epoch), optimizer " + m_group->optimizer_name() +
-              ", run dir " + m_cfg.run.dir);
+              ", " + m_cfg.train.precision + ", run dir " + m_cfg.run.dir);
     if (m_algorithm == Algorithm::sma) {
       const SmaCoefficients c = m_group->sma();
       char line[256];
@@ -508,8 +516,13 @@ class TrainingRun {
                           m_window_loss.mean(), rate, elapsed});
     if (m_step % m_cfg.train.log_every_steps == 0 || m_step == m_total_steps) {
       m_last_train_loss = m_window_loss.mean();
-      log_metrics({{"kind", "train"}, {"step", m_step}, {"epoch", epoch}, {"loss", m_last_train_loss}, {"lr", lr},
-                   {"learners", m_learners}, {"samples_per_s", rate}});
+      json record{{"kind", "train"}, {"step", m_step}, {"epoch", epoch}, {"loss", m_last_train_loss}, {"lr", lr},
+                  {"learners", m_learners}, {"samples_per_s", rate}};
+      if (m_group->options().loss_scaling.dynamic) {
+        record["loss_scale"] = m_group->loss_scale();
+        record["skipped_steps"] = m_group->skipped_steps();
+      }
+      log_metrics(record);
       m_window_loss.reset();
     }
     const int change = m_tuner->after_step(m_world, m_learners, step_samples, seconds_since(t_step));
@@ -670,6 +683,7 @@ class TrainingRun {
                 {"parallel", parallel}, {"backend", m_backend->name()}, {"device", m_backend->device().name},
                 {"threads", m_backend->threads()},
                 {"model", m_spec.name}, {"parameters", m_group->param_count()},
+                {"precision", m_cfg.train.precision}, {"skipped_steps", m_group->skipped_steps()},
                 {"optimizer", m_group->optimizer_name()}, {"global_batch", m_batch * m_learners * m_ranks},
                 {"batch_per_learner", m_batch}, {"epochs", m_epochs}, {"steps", m_step}, {"wall_s", r.wall_s},
                 {"train_loop_s", m_loop_s}, {"samples_per_s", r.samples_per_s},

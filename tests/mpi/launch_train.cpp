@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -270,5 +271,55 @@ TEST_CASE("parallel.device_allreduce: sums on the GPU across ranks, or a clear r
       CHECK(r.exit_code == 1);
       CHECK_THAT(r.err, Catch::Contains("no GPU can be used"));
     }
+  }
+}
+
+TEST_CASE("train.precision: fp16 with loss scaling records skipped steps; a bad precision is refused",
+          "[launch][train][precision]") {
+  const std::string lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
+  const std::string quick = " --set train.max_steps=40 --set data.test_samples=256 --set train.log_every_steps=10";
+  {  // 2 ranks, ssgd: an initial scale of 2^30 overflows f16 until it has halved about a dozen times
+    const std::string dir = fresh_dir("fp16");
+    const auto r = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + lenet + quick +
+                               " --set train.precision=fp16 --set train.loss_scale=1073741824 --set run.dir=" + dir);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    const json s = read_json(dir + "/summary.json");
+    CHECK(s.at("precision") == "fp16");
+    const int64_t skipped = s.at("skipped_steps").get<int64_t>();
+    CHECK(skipped >= 5);
+    CHECK(skipped < 40);
+    std::ifstream m(dir + "/metrics.jsonl");
+    int records = 0;
+    double last_scale = 0;
+    int64_t last_skipped = 0;
+    for (std::string line; std::getline(m, line);) {
+      const json j = json::parse(line);
+      if (j.at("kind") != "train") continue;
+      ++records;
+      last_scale = j.at("loss_scale").get<double>();
+      last_skipped = j.at("skipped_steps").get<int64_t>();
+    }
+    CHECK(records == 4);
+    CHECK(last_skipped == skipped);
+    // Every skip halved the scale; fewer than 2000 clean steps never doubled it.
+    CHECK(last_scale == std::ldexp(1.0, 30 - static_cast<int>(skipped)));
+    CHECK(std::isfinite(s.at("final").at("train_loss").get<double>()));
+  }
+  {  // bf16 needs no loss scale: no skipped steps
+    const std::string dir = fresh_dir("bf16");
+    const auto r = run_command(squall_bin() + " train --config " + lenet + quick +
+                               " --set train.precision=bf16 --set run.dir=" + dir);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    const json s = read_json(dir + "/summary.json");
+    CHECK(s.at("precision") == "bf16");
+    CHECK(s.at("skipped_steps") == 0);
+  }
+  {
+    const auto r = run_command(squall_bin() + " train --config " + lenet + quick +
+                               " --set train.precision=fp8 --set run.dir=" + fresh_dir("fp8"));
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("train.precision") && Catch::Contains("fp8"));
   }
 }
