@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <climits>
+#include <cstring>
 #include <deque>
 #include <numeric>
 #include <set>
@@ -26,8 +27,52 @@ using Clock = std::chrono::steady_clock;
 // One MPI call moves at most this many elements (MPI counts are int).
 constexpr size_t k_max_call_elements = size_t{1} << 30;
 
+// bf16 on the wire: 2-byte elements, summed by bf16_sum (widened to f32, added, rounded to
+// nearest even). Created on first use, after MPI_Init, and kept for the process.
+inline float bf16_to_float(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+}
+
+MPI_Datatype bf16_type() {
+  static const MPI_Datatype t = [] {
+    MPI_Datatype d;
+    SQUALL_MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &d));
+    SQUALL_MPI_CHECK(MPI_Type_commit(&d));
+    return d;
+  }();
+  return t;
+}
+
+// The sum for a type: MPI_SUM, or bf16_sum.
+MPI_Op sum_op(DType type) {
+  if (type != DType::bf16) return MPI_SUM;
+  static const MPI_Op op = [] {
+    MPI_Op o;
+    SQUALL_MPI_CHECK(MPI_Op_create(&bf16_sum, 1, &o));
+    return o;
+  }();
+  return op;
+}
+
 MPI_Datatype mpi_type(DType type) {
   switch (type) {
+    case DType::bf16: return bf16_type();
     case DType::f32: return MPI_FLOAT;
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
@@ -138,6 +183,7 @@ size_t dtype_size(DType type) {
     case DType::f64: return 8;
     case DType::i32: return 4;
     case DType::i64: return 8;
+    case DType::bf16: return 2;
   }
   return 0;
 }
@@ -148,6 +194,7 @@ const char* dtype_name(DType type) {
     case DType::f64: return "f64";
     case DType::i32: return "i32";
     case DType::i64: return "i64";
+    case DType::bf16: return "bf16";
   }
   return "?";
 }
@@ -167,7 +214,7 @@ void plain_allreduce_sum(const Communicator& comm, void* data, size_t count, DTy
   for (size_t done = 0; done < count;) {
     const size_t n = std::min(count - done, k_max_call_elements);
     SQUALL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bytes + done * dtype_size(type), static_cast<int>(n),
-                                   mpi_type(type), MPI_SUM, native_handle(comm)));
+                                   mpi_type(type), sum_op(type), native_handle(comm)));
     done += n;
   }
 }
@@ -312,7 +359,7 @@ struct HierAllreduce::Impl {
       const size_t n = std::min(op->count - done, piece);
       const auto begin = Clock::now();
       SQUALL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, op->data + done * esize, static_cast<int>(n),
-                                     mpi_type(op->type), MPI_SUM, flat));
+                                     mpi_type(op->type), sum_op(op->type), flat));
       report(Level::flat_allreduce, begin, Clock::now(), n * esize);
       done += n;
     }
@@ -386,7 +433,7 @@ struct HierAllreduce::Impl {
           const size_t lo = r.block_begin(b), n = r.block_begin(b + 1) - lo;
           if (n > 0)
             SQUALL_MPI_CHECK(MPI_Reduce_local(r.incoming.data(), r.data + lo * dtype_size(k.type), static_cast<int>(n),
-                                              mpi_type(k.type), MPI_SUM));
+                                              mpi_type(k.type), sum_op(k.type)));
         }
         if (++r.step < 2 * (r.n - 1)) post_ring_step(r, k);
       }
@@ -403,7 +450,7 @@ struct HierAllreduce::Impl {
     switch (k.stage) {
       case k_reduce_scatter:
         k.requests.emplace_back();
-        SQUALL_MPI_CHECK(MPI_Ireduce_scatter(k.data, k.shard, k.counts.data(), t, MPI_SUM, rs, &k.requests.back()));
+        SQUALL_MPI_CHECK(MPI_Ireduce_scatter(k.data, k.shard, k.counts.data(), t, sum_op(k.type), rs, &k.requests.back()));
         break;
       case k_cross: {
         const size_t base = part_begin(part_lo, k.count);

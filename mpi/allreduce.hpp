@@ -29,7 +29,10 @@ namespace squall::mpi {
 class Communicator;
 class Topology;
 
-enum class DType { f32, f64, i32, i64 };
+// bf16: bfloat16 (the top half of an f32), summed in f32 and rounded to nearest even at every
+// addition (a user-defined MPI operation): half the bytes of f32 on the wire, for gradients
+// whose precision does not need more (parallel.comm_precision).
+enum class DType { f32, f64, i32, i64, bf16 };
 size_t dtype_size(DType type);
 const char* dtype_name(DType type);
 

@@ -104,6 +104,7 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "max_replicas_per_device", &c.parallel.max_replicas_per_device},
       {"parallel", "bucket_mb", &c.parallel.bucket_mb},
       {"parallel", "cuda_graphs", &c.parallel.cuda_graphs},
+      {"parallel", "comm_precision", &c.parallel.comm_precision},
       {"parallel", "device_allreduce", &c.parallel.device_allreduce},
 
       {"checkpoint", "every_steps", &c.checkpoint.every_steps},
@@ -486,6 +487,12 @@ void validate(const Config& c, const std::string& origin) {
   k.non_negative(p.autotune_threshold, "parallel.autotune_threshold");
   k.positive(p.bucket_mb, "parallel.bucket_mb");
   k.one_of(p.device_allreduce, "parallel.device_allreduce", {"host", "nccl", "device-hier"});
+  k.one_of(p.comm_precision, "parallel.comm_precision", {"fp32", "bf16"});
+  k.require(!(p.comm_precision == "bf16" && p.algorithm == "sma"), "parallel.comm_precision",
+            "= bf16 rounds gradient sums; sma sums models, which bf16 would round to 3 significant digits: "
+            "use fp32 with parallel.algorithm = sma");
+  k.require(!(p.comm_precision == "bf16" && p.device_allreduce != "host"), "parallel.comm_precision",
+            "= bf16 is summed by the host allreduce: set parallel.device_allreduce = host");
   // A replayed pass repeats its arguments, and dropout's mask is drawn from the step number.
   k.require(!(p.cuda_graphs && c.model.dropout > 0), "parallel.cuda_graphs",
             "replays one captured pass, which would repeat one dropout mask every step: set model.dropout = 0 "

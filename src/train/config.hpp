@@ -109,6 +109,7 @@ struct ParallelConfig {
   double bucket_mb = 1.0;            // ssgd across ranks: gradients reduced in buckets of at least this many MiB
   bool cuda_graphs = false;          // CUDA backend: capture each learner's pass once, replay it every step
   std::string device_allreduce = "host";  // CUDA backend, several ranks: host | nccl | device-hier
+  std::string comm_precision = "fp32";  // fp32 | bf16: gradient sums across ranks (ssgd, local-sgd's warm-up)
   bool operator==(const ParallelConfig&) const = default;
 };
 

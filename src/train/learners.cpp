@@ -225,6 +225,10 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
   // memory (part 2 of the GPU path puts them on NCCL and CUDA-aware MPI instead).
   if (!backend.host_accessible() && options.ranks > 1 && !reducer.takes_device_memory())
     m_fused_host = backend.allocate_host(m_param_count + m_state_count, nn::DType::f32);
+  if (options.bf16_gradients && options.ranks > 1) {
+    m_fused16 = backend.allocate(m_param_count, nn::DType::bf16);
+    if (m_fused_host) m_fused16_host = backend.allocate_host(m_param_count, nn::DType::bf16);
+  }
   if (options.algorithm != Algorithm::ssgd) {
     m_z = backend.allocate(m_param_count);
     m_z_prev = backend.allocate(m_param_count);
@@ -515,6 +519,17 @@ void LearnerGroup::device_sum(bool gradients, bool params_part, bool state_part)
 // Hands fused[lo, hi) to the Reducer once the group stream's work on it is done; through
 // the pinned mirror when the Reducer cannot read backend memory.
 Reducer::Ticket LearnerGroup::start_reduce(size_t lo, size_t hi, const std::string& what) {
+  if (bf16_range(lo, hi)) {  // gradients in bf16 on the wire
+    auto* g16 = m_fused16.as<uint16_t>() + lo;
+    m_backend.convert(*m_stream, m_fused.data() + lo, nn::DType::f32, g16, nn::DType::bf16, hi - lo);
+    if (m_fused16_host) {
+      auto* h16 = m_fused16_host.as<uint16_t>() + lo;
+      m_backend.copy_bytes_to_host(*m_stream, h16, g16, (hi - lo) * sizeof(uint16_t));
+      g16 = h16;
+    }
+    m_backend.synchronize(*m_stream);
+    return m_reducer.start(g16, hi - lo, mpi::DType::bf16, what);
+  }
   if (!m_fused_host) {
     m_backend.synchronize(*m_stream);  // no-op on the CPU
     return m_reducer.start(m_fused.data() + lo, hi - lo, what);
@@ -526,14 +541,31 @@ Reducer::Ticket LearnerGroup::start_reduce(size_t lo, size_t hi, const std::stri
 
 // After the sum of fused[lo, hi) has completed: back into backend memory (when staged).
 void LearnerGroup::finish_reduce(size_t lo, size_t hi) {
+  if (bf16_range(lo, hi)) {
+    auto* g16 = m_fused16.as<uint16_t>() + lo;
+    if (m_fused16_host)
+      m_backend.copy_bytes_from_host(*m_stream, g16, m_fused16_host.as<uint16_t>() + lo, (hi - lo) * sizeof(uint16_t));
+    m_backend.convert(*m_stream, g16, nn::DType::bf16, m_fused.data() + lo, nn::DType::f32, hi - lo);
+    return;
+  }
   if (m_fused_host) m_backend.copy_from_host(*m_stream, m_fused.data() + lo, m_fused_host.data() + lo, hi - lo);
 }
 
 // Levels 2-4: the Reducer sums the fused buffer over the job. Returns when it ended.
-double LearnerGroup::reduce(const std::string& what) {
+double LearnerGroup::reduce(const std::string& what, bool gradients) {
   const double t0 = now_s();
-  m_reducer.wait(start_reduce(0, m_param_count + m_state_count, what));
-  finish_reduce(0, m_param_count + m_state_count);
+  const size_t all = m_param_count + m_state_count;
+  if (gradients && m_fused16) {  // two sums: the gradients in bf16, the state in f32
+    const Reducer::Ticket g = start_reduce(0, m_param_count, what);
+    const Reducer::Ticket s = start_reduce(m_param_count, all, what + " state");
+    m_reducer.wait(g);
+    m_reducer.wait(s);
+    finish_reduce(0, m_param_count);
+    finish_reduce(m_param_count, all);
+  } else {
+    m_reducer.wait(start_reduce(0, all, what));
+    finish_reduce(0, all);
+  }
   const double t1 = now_s();
   phase("allreduce", -1, t0, t1);
   return t1;
@@ -544,7 +576,7 @@ void LearnerGroup::sum_learners_and_reduce(bool gradients, const std::string& wh
   device_sum(gradients, true, true);
   const double t1 = now_s();
   phase("device_sum", -1, t0, t1);
-  m_reduce_s += reduce(what) - t1;
+  m_reduce_s += reduce(what, gradients) - t1;
 }
 
 bool LearnerGroup::syncs_gradients(int64_t step) const {

@@ -46,6 +46,7 @@
 
 #include "mpi/allreduce.hpp"
 #include "mpi/device_allreduce.hpp"
+#include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
 #include "src/train/config.hpp"
@@ -70,7 +71,10 @@ class Reducer {
  public:
   using Ticket = int64_t;
   virtual ~Reducer() = default;
-  virtual Ticket start(float* data, size_t count, std::string_view what) = 0;
+  // f32 sums, and bf16 ones (parallel.comm_precision = bf16: gradients on the wire in half
+  // the bytes) where the Reducer supports them.
+  virtual Ticket start(void* data, size_t count, mpi::DType type, std::string_view what) = 0;
+  Ticket start(float* data, size_t count, std::string_view what) { return start(data, count, mpi::DType::f32, what); }
   virtual bool test(Ticket ticket) = 0;
   virtual void wait(Ticket ticket) = 0;
   virtual int ranks() const = 0;
@@ -83,7 +87,8 @@ class Reducer {
 // The job is this one rank: nothing to add, every sum is complete at once.
 class SingleRankReducer final : public Reducer {
  public:
-  Ticket start(float*, size_t, std::string_view) override { return ++m_started; }
+  using Reducer::start;
+  Ticket start(void*, size_t, mpi::DType, std::string_view) override { return ++m_started; }
   bool test(Ticket) override { return true; }
   void wait(Ticket) override {}
   int ranks() const override { return 1; }
@@ -96,8 +101,9 @@ class SingleRankReducer final : public Reducer {
 class AllreduceReducer final : public Reducer {
  public:
   AllreduceReducer(mpi::HierAllreduce& allreduce, int ranks) : m_allreduce(allreduce), m_ranks(ranks) {}
-  Ticket start(float* data, size_t count, std::string_view what) override {
-    return m_allreduce.start(data, count, what);
+  using Reducer::start;
+  Ticket start(void* data, size_t count, mpi::DType type, std::string_view what) override {
+    return m_allreduce.start(data, count, type, what);
   }
   bool test(Ticket ticket) override { return m_allreduce.test(ticket); }
   void wait(Ticket ticket) override { m_allreduce.wait(ticket); }
@@ -114,8 +120,11 @@ class AllreduceReducer final : public Reducer {
 class DeviceReducer final : public Reducer {
  public:
   DeviceReducer(mpi::DeviceAllreduce& allreduce, int ranks) : m_allreduce(allreduce), m_ranks(ranks) {}
-  Ticket start(float* data, size_t count, std::string_view what) override {
-    m_allreduce.sum(data, count, what);
+  using Reducer::start;
+  Ticket start(void* data, size_t count, mpi::DType type, std::string_view what) override {
+    if (type != mpi::DType::f32)
+      throw Error("the device allreduce sums f32 only (parallel.comm_precision = bf16 needs parallel.device_allreduce = host)");
+    m_allreduce.sum(static_cast<float*>(data), count, what);
     return ++m_started;
   }
   bool test(Ticket) override { return true; }
@@ -161,6 +170,8 @@ struct LearnerGroupOptions {
                                            // during the backward pass, several in flight at once
   nn::DType precision = nn::DType::f32;  // the activations' type (train.precision)
   LossScaling loss_scaling;     // fp16: dynamic loss scaling
+  bool bf16_gradients = false;  // parallel.comm_precision = bf16: gradient sums across ranks in
+                                // bf16 (half the bytes); model sums and BatchNorm statistics stay f32
   bool graphs = false;          // capture each learner's pass once (after a warm-up step) and replay
                                 // it (a CUDA graph); steps with a timeline or per-layer buckets run
                                 // eagerly. Needs a backend that can_capture() and a model without dropout.
@@ -246,7 +257,8 @@ class LearnerGroup {
   static std::string sma_sum_name(int64_t step);
   void device_sum(bool gradients, bool params_part, bool state_part);
   void enqueue_forward(Learner& l, const LearnerBatch& in, const float* weights);
-  double reduce(const std::string& what);
+  double reduce(const std::string& what, bool gradients = false);
+  bool bf16_range(size_t lo, size_t hi) const { return m_fused16 && hi <= m_param_count; }
   Reducer::Ticket start_reduce(size_t lo, size_t hi, const std::string& what);
   void finish_reduce(size_t lo, size_t hi);
   void sum_learners_and_reduce(bool gradients, const std::string& what);
@@ -293,6 +305,7 @@ class LearnerGroup {
   nn::Buffer m_fused_host;                     // pinned mirror of m_fused (staged reductions)
   nn::Buffer m_class_weights;                  // backend copy of the class weights (or empty)
   nn::Buffer m_fused;                          // [param_count + state_count]
+  nn::Buffer m_fused16, m_fused16_host;        // bf16 gradient sums: fused[0:P) in bf16 (and its pinned mirror)
   nn::Buffer m_z, m_z_prev, m_central_state;   // sma / local-sgd central model
   std::vector<std::pair<size_t, size_t>> m_buckets;  // [lo, hi) arena ranges, last layers first
   std::unique_ptr<nn::Graph> m_eval;

@@ -355,6 +355,7 @@ class TrainingRun {
         std::max<size_t>(1, static_cast<size_t>(cfg.parallel.bucket_mb * double(1 << 20) / sizeof(float)));
     lg.seed = static_cast<uint64_t>(cfg.run.seed);
     lg.precision = precision_dtype(cfg.train.precision);
+    lg.bf16_gradients = cfg.parallel.comm_precision == "bf16";
     lg.loss_scaling.dynamic = lg.precision == nn::DType::f16;
     lg.loss_scaling.initial = static_cast<float>(cfg.train.loss_scale);
     lg.loss_scaling.growth_interval = cfg.train.loss_scale_window;
@@ -677,6 +678,7 @@ class TrainingRun {
     }
     if (m_group->options().graphs) parallel["captured_learners"] = m_group->captured_learners();
     if (m_device_allreduce) parallel["device_allreduce"] = m_device_allreduce->mode();
+    parallel["comm_precision"] = m_cfg.parallel.comm_precision;
     if (m_cfg.parallel.autotune) parallel["autotune"] = m_tuner->decisions();
     return json{{"world_size", m_ranks}, {"nodes", m_topo.nodes()}, {"devices_per_rank", 1},
                 {"replicas_per_device", m_learners}, {"algorithm", algorithm_name(m_algorithm)},

@@ -316,6 +316,21 @@ TEST_CASE("train.precision: fp16 with loss scaling records skipped steps; a bad 
     CHECK(s.at("precision") == "bf16");
     CHECK(s.at("skipped_steps") == 0);
   }
+  {  // bf16 gradient sums across 2 ranks; refused where the sums are of models
+    const std::string dir = fresh_dir("bf16-comm");
+    const auto r = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + lenet + quick +
+                               " --set parallel.comm_precision=bf16 --set run.dir=" + dir);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    const json s = read_json(dir + "/summary.json");
+    CHECK(s.at("parallel").at("comm_precision") == "bf16");
+    CHECK(std::isfinite(s.at("final").at("train_loss").get<double>()));
+    const auto refused = run_command(squall_bin() + " train --config " + lenet + quick +
+                                     " --set parallel.comm_precision=bf16 --set parallel.algorithm=sma --set run.dir=" +
+                                     fresh_dir("bf16-sma"));
+    CHECK(refused.exit_code == 2);
+    CHECK_THAT(refused.err, Catch::Contains("parallel.comm_precision") && Catch::Contains("sma"));
+  }
   {
     const auto r = run_command(squall_bin() + " train --config " + lenet + quick +
                                " --set train.precision=fp8 --set run.dir=" + fresh_dir("fp8"));

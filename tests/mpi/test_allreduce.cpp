@@ -303,3 +303,58 @@ TEST_CASE("SQUALL_STALL_AT is parsed strictly", "[mpi][stall]") {
     CHECK_THROWS_WITH(parse_stall_fault(bad), Catch::Contains("SQUALL_STALL_AT") && Catch::Contains(bad));
   }
 }
+
+namespace {
+
+uint16_t to_bf16(float f) {  // round to nearest even (finite values)
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 sums: half the bytes, within a rounding per addition of the exact sum, the same bits everywhere",
+          "[mpi][allreduce]") {
+  const auto world = Communicator::world();
+  const int n = world.size();
+  for (const Shape& shape : shapes()) {
+    for (bool flat : {true, false}) {
+      const size_t count = (1 << 20) + 3;  // 2 MiB of bf16: many chunks
+      AllreduceOptions o;
+      o.flat_single_level = flat;
+      o.chunk_bytes = 64 << 10;
+      HierAllreduce hier(shape.topo, o);
+      INFO(shape.name << ", mode " << hier.mode());
+      const auto mine = make_data<float>(count, world.rank());
+      std::vector<uint16_t> data(count);
+      std::vector<double> exact(count), magnitude(count);
+      for (size_t i = 0; i < count; ++i) {
+        data[i] = to_bf16(mine[i]);
+        exact[i] = from_bf16(data[i]);
+        magnitude[i] = std::abs(exact[i]);
+      }
+      MPI_Allreduce(MPI_IN_PLACE, exact.data(), static_cast<int>(count), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, magnitude.data(), static_cast<int>(count), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      hier.sum(data.data(), count, DType::bf16, "bf16 test");
+      size_t wrong = 0, rounded = 0;
+      for (size_t i = 0; i < count; ++i) {
+        const double got = from_bf16(data[i]);
+        // n - 1 additions, each rounding by at most half an ulp of a partial sum <= sum |x|.
+        wrong += std::abs(got - exact[i]) > (n - 1) * std::ldexp(magnitude[i], -8) + 1e-30;
+        rounded += got != exact[i];
+      }
+      CHECK(wrong == 0);
+      if (n > 1) CHECK(rounded > 0);  // summed in bf16, not in f32
+      const int64_t f = fingerprint(data.data(), count * sizeof(uint16_t));
+      CHECK(world.allreduce_min(f) == world.allreduce_max(f));
+    }
+  }
+}

@@ -112,3 +112,44 @@ TEST_CASE("ssgd across ranks x 2 learners equals one learner on the job's whole 
   }
   CHECK(group.buckets() == (bucket == 3 ? 2u : 1u));
 }
+
+TEST_CASE("ssgd with bf16 gradient sums stays within bf16's rounding of the f32 sums", "[mpi][learners]") {
+  const int k = GENERATE(1, 2);
+  const auto topo = mpi::Topology::create(k);
+  const int ranks = topo.world_size(), me = topo.rank();
+  mpi::AllreduceOptions ar_options;
+  ar_options.chunk_bytes = 16;
+  mpi::HierAllreduce ar(topo, ar_options);
+  train::AllreduceReducer reducer(ar, ranks);
+  auto backend = test::make_test_backend(1);
+  const int L = 2;
+  const int64_t b = 3;
+  LearnerGroupOptions o;
+  o.algorithm = Algorithm::ssgd;
+  o.learners = L;
+  o.ranks = ranks;
+  o.rank = me;
+  o.bucket_floats = 4;  // several buckets, each summed in bf16
+  LearnerGroupOptions o16 = o;
+  o16.bf16_gradients = true;
+  LearnerGroup g32(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o, reducer);
+  LearnerGroup g16(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o16, reducer);
+  const size_t P = test::k_tiny_params;
+  const auto initial = test::on_host(g32.central_params(), P);
+  for (int64_t step = 0; step < 6; ++step) {
+    const test::TinyStep mine = test::tiny_step(me, L, step, b);
+    g32.step(mine.inputs, step, 0.3f);
+    g16.step(mine.inputs, step, 0.3f);
+  }
+  const auto p32 = test::on_host(g32.central_params(), P), p16 = test::on_host(g16.central_params(), P);
+  double moved = 0, diff = 0;
+  for (size_t i = 0; i < P; ++i) {
+    moved = std::max(moved, std::abs(double(p32[i]) - initial[i]));
+    diff = std::max(diff, std::abs(double(p16[i]) - p32[i]));
+  }
+  INFO("ranks " << ranks << " K " << k << ": moved " << moved << ", bf16 differs by " << diff);
+  CHECK(moved > 0.05);
+  // Each update is lr x a gradient rounded to bf16 (8 bits) per addition: a few parts in 256.
+  CHECK(diff < 0.02 * moved);
+  if (ranks > 1) CHECK(diff > 0);  // the sums really were bf16
+}

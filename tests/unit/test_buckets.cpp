@@ -25,8 +25,10 @@ class LazyTwinReducer final : public train::Reducer {
  public:
   explicit LazyTwinReducer(int test_calls) : m_test_calls(test_calls) {}
 
-  Ticket start(float* data, size_t count, std::string_view) override {
-    m_pending[++m_started] = {data, count, 0};
+  using train::Reducer::start;
+  Ticket start(void* data, size_t count, mpi::DType type, std::string_view) override {
+    REQUIRE(type == mpi::DType::f32);
+    m_pending[++m_started] = {static_cast<float*>(data), count, 0};
     m_max_open = std::max(m_max_open, static_cast<int>(m_pending.size()));
     return m_started;
   }
