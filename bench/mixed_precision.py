@@ -8,6 +8,8 @@ For each model, each seed and each precision it trains the model's Fashion-MNIST
 alternating the precisions within each seed so that machine noise falls on all of them, and
 prints per precision the test accuracies, their median, the difference of the median from
 fp32's (points), the median samples/s and its ratio to fp32's, and for fp16 the skipped steps.
+A variant `<precision>+bf16comm` also sums the gradients across ranks in bf16
+(parallel.comm_precision = bf16); with --ranks N every run is an mpiexec of N ranks (ssgd).
 
 On the CPU backend reduced precision is the reference computation (f32 rounded after every
 operation; docs/training.md, "Mixed precision"): its accuracy is what a GPU would reach, its
@@ -15,6 +17,7 @@ speed is not meaningful (slower than fp32). On a GPU (--backend cuda) both are.
 
     python3 bench/mixed_precision.py --squall build/bin/squall --models lenet5 --seeds 1,2,3
     python3 bench/mixed_precision.py --models resnet20 --epochs 2 --seeds 1
+    python3 bench/mixed_precision.py --ranks 2 --precisions fp32,fp32+bf16comm --seeds 1,2
 """
 import argparse
 import json
@@ -28,13 +31,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def run_one(a, model, precision, seed, workdir):
+def run_one(a, model, variant, seed, workdir):
     run_dir = tempfile.mkdtemp(dir=workdir)
+    precision, _, comm = variant.partition("+")
     sets = [f"run.backend={a.backend}", f"train.precision={precision}", f"run.seed={seed}", f"run.dir={run_dir}",
             f"data.train={a.data}", f"data.test={a.data}"]
+    if comm:
+        if comm != "bf16comm":
+            sys.exit(f"unknown variant {variant}: <precision> or <precision>+bf16comm")
+        sets.append("parallel.comm_precision=bf16")
     if a.epochs:
         sets.append(f"train.epochs={a.epochs}")
     cmd = [a.squall, "train", "--config", os.path.join(ROOT, "configs", f"fashion-mnist-{model}.toml")]
+    if a.ranks > 1:
+        cmd = ["mpiexec", "-np", str(a.ranks), "--oversubscribe", "--bind-to", "none"] + cmd
     for s in sets:
         cmd += ["--set", s]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -58,10 +68,11 @@ def main():
     ap.add_argument("--precisions", default="fp32,bf16,fp16")
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--epochs", type=int, default=0, help="override train.epochs (0: the config's)")
+    ap.add_argument("--ranks", type=int, default=1, help="mpiexec -np (ssgd across ranks)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     precisions = a.precisions.split(",")
-    if precisions[0] != "fp32":
+    if precisions[0] != "fp32":  # the reference
         sys.exit("--precisions must start with fp32 (the reference)")
     report = {}
     with tempfile.TemporaryDirectory() as workdir:
@@ -74,8 +85,8 @@ def main():
                           f"{results[p][-1]['samples_per_s']:.0f} samples/s", file=sys.stderr, flush=True)
             ref_acc = statistics.median(r["accuracy"] for r in results["fp32"])
             ref_rate = statistics.median(r["samples_per_s"] for r in results["fp32"])
-            print(f"{model} on {a.backend}, epochs {a.epochs or 'as configured'}, seeds {a.seeds}")
-            print(f"  {'precision':9} {'accuracies':28} {'median':>7} {'vs fp32':>8} {'samples/s':>10} {'ratio':>6} skipped")
+            print(f"{model} on {a.backend}, {a.ranks} rank(s), epochs {a.epochs or 'as configured'}, seeds {a.seeds}")
+            print(f"  {'variant':14} {'accuracies':28} {'median':>7} {'vs fp32':>8} {'samples/s':>10} {'ratio':>6} skipped")
             report[model] = {}
             for p in precisions:
                 accs = [r["accuracy"] for r in results[p]]
@@ -83,8 +94,8 @@ def main():
                 rate = statistics.median(r["samples_per_s"] for r in results[p])
                 skipped = [r["skipped"] for r in results[p]]
                 delta = 100 * (acc - ref_acc)
-                print(f"  {p:9} {' '.join(f'{x:.4f}' for x in accs):28} {acc:7.4f} {delta:+7.2f}pt {rate:10.0f} "
-                      f"{rate / ref_rate:6.2f} {skipped if p == 'fp16' else ''}")
+                print(f"  {p:14} {' '.join(f'{x:.4f}' for x in accs):28} {acc:7.4f} {delta:+7.2f}pt {rate:10.0f} "
+                      f"{rate / ref_rate:6.2f} {skipped if p.startswith('fp16') else ''}")
                 report[model][p] = {"accuracies": accs, "median": acc, "points_vs_fp32": delta,
                                     "samples_per_s": rate, "ratio": rate / ref_rate, "skipped_steps": skipped}
             worst = max(abs(report[model][p]["points_vs_fp32"]) for p in precisions)
