@@ -1,5 +1,6 @@
 // Batch normalisation plans on cuDNN (CUDNN_BATCHNORM_SPATIAL: per channel over n, h, w),
-// NCHW f32.
+// NCHW; x, y, dx, dy f32 or f16 (gamma, beta and the statistics f32 always: cuDNN's
+// mixed configuration), or bf16 through f32 copies (below).
 //
 // Training normalises with the batch mean and biased variance and updates the running
 // statistics as PyTorch does: running = (1 - momentum) running + momentum batch, with the
@@ -8,10 +9,17 @@
 // path agrees with its native one). The batch mean and 1/sqrt(var + eps) cuDNN saves for
 // backward live in device memory the plan allocates once. Eval normalises with the running
 // statistics.
+//
+// bf16: cuDNN's batch norm does not take bf16 data (PyTorch does not call it for bf16
+// either), so the plan widens x and dy into f32 scratch of the stream (CudaStream::scratch),
+// runs the f32 plan there, and rounds y and dx back: the CPU reference's arithmetic, at
+// the cost of the copies.
+#include <memory>
 #include <string>
 
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cudnn_util.hpp"
+#include "cuda/kernels.cuh"
 #include "cuda/plans.hpp"
 #include "src/core/error.hpp"
 
@@ -32,13 +40,16 @@ class CudnnBatchNormPlan final : public nn::BatchNormPlan {
     if (d.n < 1 || d.c < 1 || d.h < 1 || d.w < 1 || !(d.eps > 0.0f))
       throw Error("batch norm: invalid description " + nn::Shape(d.n, d.c, d.h, d.w).str() +
                   " eps=" + std::to_string(d.eps));
-    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, "batch norm");
+    if (d.dtype != nn::DType::f32 && d.dtype != nn::DType::f16)
+      throw Error(std::string("batch norm: cuDNN's plan takes f32 or f16 activations, not ") +
+                  nn::dtype_name(d.dtype));
+    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, "batch norm", d.dtype);
     SQUALL_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(m_param, m_x, kMode));  // [1, c, 1, 1]
     m_saved = DeviceFloats(2 * static_cast<size_t>(d.c));
   }
 
-  void forward(nn::Stream& s, const float* x, const float* gamma, const float* beta, float* running_mean,
-               float* running_var, float* y, bool train) override {
+  void forward(nn::Stream& s, const void* x, const float* gamma, const float* beta, float* running_mean,
+               float* running_var, void* y, bool train) override {
     const cudnnHandle_t h = cuda_stream(s).cudnn();
     if (train) {
       if (m_desc.n * m_desc.h * m_desc.w < 2)
@@ -55,7 +66,7 @@ class CudnnBatchNormPlan final : public nn::BatchNormPlan {
     m_have_batch_stats = train;
   }
 
-  void backward(nn::Stream& s, const float* x, const float* dy, const float* gamma, float* dx, float* dgamma,
+  void backward(nn::Stream& s, const void* x, const void* dy, const float* gamma, void* dx, float* dgamma,
                 float* dbeta) override {
     if (!m_have_batch_stats) throw Error("batch norm: backward needs a forward with train=true first");
     // alpha/beta for dx and for (dgamma, dbeta): 1 and 0, so all three are overwritten.
@@ -76,9 +87,51 @@ class CudnnBatchNormPlan final : public nn::BatchNormPlan {
   bool m_have_batch_stats = false;
 };
 
+// bf16 through the f32 plan: x (and dy) widened into the stream's scratch, y (and dx)
+// rounded back. The scratch holds three f32 tensors of x's size.
+class WidenedBatchNormPlan final : public nn::BatchNormPlan {
+ public:
+  explicit WidenedBatchNormPlan(const nn::BatchNormDesc& d)
+      : m_type(detail::kernel_type(d.dtype)), m_count(static_cast<size_t>(d.n * d.c * d.h * d.w)) {
+    nn::BatchNormDesc f = d;
+    f.dtype = nn::DType::f32;
+    m_inner = std::make_unique<CudnnBatchNormPlan>(f);
+  }
+
+  void forward(nn::Stream& s, const void* x, const float* gamma, const float* beta, float* running_mean,
+               float* running_var, void* y, bool train) override {
+    CudaStream& cs = cuda_stream(s);
+    float* x32 = scratch(cs);
+    float* y32 = x32 + m_count;
+    kernels::convert(cs.stream(), x, m_type, x32, 0, m_count);
+    m_inner->forward(s, x32, gamma, beta, running_mean, running_var, y32, train);
+    kernels::convert(cs.stream(), y32, 0, y, m_type, m_count);
+  }
+
+  void backward(nn::Stream& s, const void* x, const void* dy, const float* gamma, void* dx, float* dgamma,
+                float* dbeta) override {
+    CudaStream& cs = cuda_stream(s);
+    float* x32 = scratch(cs);
+    float* dy32 = x32 + m_count;
+    float* dx32 = dy32 + m_count;
+    kernels::convert(cs.stream(), x, m_type, x32, 0, m_count);
+    kernels::convert(cs.stream(), dy, m_type, dy32, 0, m_count);
+    m_inner->backward(s, x32, dy32, gamma, dx32, dgamma, dbeta);
+    kernels::convert(cs.stream(), dx32, 0, dx, m_type, m_count);
+  }
+
+ private:
+  float* scratch(CudaStream& cs) const { return static_cast<float*>(cs.scratch(3 * m_count * sizeof(float))); }
+
+  int m_type;
+  size_t m_count;
+  std::unique_ptr<CudnnBatchNormPlan> m_inner;
+};
+
 }  // namespace
 
 std::unique_ptr<nn::BatchNormPlan> make_cudnn_batch_norm(const nn::BatchNormDesc& d) {
+  if (d.dtype == nn::DType::bf16) return std::make_unique<WidenedBatchNormPlan>(d);
   return std::make_unique<CudnnBatchNormPlan>(d);
 }
 

@@ -1,4 +1,4 @@
-// Convolution plans on cuDNN's descriptor API, NCHW f32.
+// Convolution plans on cuDNN's descriptor API, NCHW; f32, or bf16/f16 activations.
 //
 // A convolution is described to cuDNN as one "forward problem" in -> out with a filter
 // [K, C, r, s] (cross-correlation, as PyTorch and oneDNN):
@@ -22,6 +22,14 @@
 // of the same shape (another learner, or the same layer shape elsewhere in the model)
 // reuses the choice. The workspace is the stream's (CudaStream::workspace), asked for at
 // run time with the largest of the plan's three sizes.
+//
+// bf16/f16 (docs/design.md, "Precision"): x, y, dx, dy, the filter and its gradient are of
+// the activation type, the convolution computes in f32 (cuDNN's "pseudo" configurations),
+// and the math type is CUDNN_TENSOR_OP_MATH: tensor cores, and the fastest algorithm of any
+// math label. The plan keeps a copy of the f32 weights in the activation type, made by
+// forward and used by backward_data, and a weight-gradient buffer of that type converted to
+// the f32 gradient. The f32 bias is added, and its gradient summed, by squall's own kernels
+// (cuda/bias.cu): cuDNN's AddTensor and BackwardBias do not mix the types.
 #include <algorithm>
 #include <array>
 #include <map>
@@ -31,6 +39,7 @@
 
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cudnn_util.hpp"
+#include "cuda/kernels.cuh"
 #include "cuda/plans.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
@@ -68,8 +77,9 @@ struct AlgoChoice {
   const char* how = "";    // "find", "heuristic", "default"
 };
 
-// device, in (n, c, h, w), filter (K, C, r, s), pad, stride, dilation (h, w each), direction
-using AlgoKey = std::array<int, 16>;
+// device, in (n, c, h, w), filter (K, C, r, s), pad, stride, dilation (h, w each), direction,
+// activation type
+using AlgoKey = std::array<int, 17>;
 
 struct AlgoCache {
   std::mutex mutex;
@@ -92,16 +102,23 @@ struct Problem {
 };
 
 // The usable results of a Find or heuristic query, best first (cuDNN sorts them fastest
-// first): succeeded, within the workspace cap, and not a tensor-core variant. Results cuDNN
-// labels FMA come first; results labelled DEFAULT follow (the same kernels before Ampere;
-// some cuDNN versions label plain fp32 kernels so). The plan runs every algorithm with the
-// descriptor's FMA math type, never the label's, so TF32 is never used.
+// first): succeeded, within the workspace cap, and for f32 not a tensor-core variant.
+// f32: results cuDNN labels FMA come first; results labelled DEFAULT follow (the same
+// kernels before Ampere; some cuDNN versions label plain fp32 kernels so). The plan runs
+// every f32 algorithm with the descriptor's FMA math type, never the label's, so TF32 is
+// never used. bf16/f16 (`reduced`): every label, in cuDNN's order, under the descriptor's
+// tensor-op math type.
 template <class Perf>
-void add_candidates(const Perf* perf, int count, const char* how, std::vector<AlgoChoice>& out) {
-  for (const cudnnMathType_t label : {CUDNN_FMA_MATH, CUDNN_DEFAULT_MATH}) {
+void add_candidates(const Perf* perf, int count, const char* how, bool reduced, std::vector<AlgoChoice>& out) {
+  const std::vector<cudnnMathType_t> labels =
+      reduced ? std::vector<cudnnMathType_t>{CUDNN_TENSOR_OP_MATH}
+              : std::vector<cudnnMathType_t>{CUDNN_FMA_MATH, CUDNN_DEFAULT_MATH};
+  for (const cudnnMathType_t label : labels) {
     for (int i = 0; i < count; ++i) {
       const Perf& p = perf[i];
-      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kWorkspaceCap || p.mathType != label) continue;
+      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kWorkspaceCap) continue;
+      if (!reduced && p.mathType != label) continue;
+      if (reduced && p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
       AlgoChoice c;
       c.algo = static_cast<int>(p.algo);
       c.workspace = p.memory;
@@ -116,6 +133,7 @@ void add_candidates(const Perf* perf, int count, const char* how, std::vector<Al
 // Candidates for one direction: benchmarked (Find), then cuDNN's heuristics (should Find
 // fail, e.g. for want of memory for its own buffers), then the always-available algorithm.
 std::vector<AlgoChoice> candidates(cudnnHandle_t h, const Problem& p, Direction dir) {
+  const bool reduced = p.key[16] != static_cast<int>(nn::DType::f32);
   std::vector<AlgoChoice> out;
   int count = 0;
   switch (dir) {
@@ -124,11 +142,11 @@ std::vector<AlgoChoice> candidates(cudnnHandle_t h, const Problem& p, Direction 
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
       if (cudnnFindConvolutionForwardAlgorithm(h, p.in, p.filter, p.conv, p.out, kMax, &count, perf) ==
           CUDNN_STATUS_SUCCESS)
-        add_candidates(perf, count, "find", out);
+        add_candidates(perf, count, "find", reduced, out);
       count = 0;
       if (cudnnGetConvolutionForwardAlgorithm_v7(h, p.in, p.filter, p.conv, p.out, kMax, &count, perf) ==
           CUDNN_STATUS_SUCCESS)
-        add_candidates(perf, count, "heuristic", out);
+        add_candidates(perf, count, "heuristic", reduced, out);
       AlgoChoice c;
       c.algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
       c.deterministic = true;
@@ -141,13 +159,13 @@ std::vector<AlgoChoice> candidates(cudnnHandle_t h, const Problem& p, Direction 
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
       if (cudnnFindConvolutionBackwardDataAlgorithm(h, p.filter, p.out, p.conv, p.in, kMax, &count, perf) ==
           CUDNN_STATUS_SUCCESS)
-        add_candidates(perf, count, "find", out);
+        add_candidates(perf, count, "find", reduced, out);
       count = 0;
       if (cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.filter, p.out, p.conv, p.in, kMax, &count, perf) ==
           CUDNN_STATUS_SUCCESS)
-        add_candidates(perf, count, "heuristic", out);
+        add_candidates(perf, count, "heuristic", reduced, out);
       AlgoChoice c;
-      c.algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+      c.algo = reduced ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_1 : CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
       c.how = "default";
       out.push_back(c);
       break;
@@ -157,13 +175,13 @@ std::vector<AlgoChoice> candidates(cudnnHandle_t h, const Problem& p, Direction 
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
       if (cudnnFindConvolutionBackwardFilterAlgorithm(h, p.in, p.out, p.conv, p.filter, kMax, &count, perf) ==
           CUDNN_STATUS_SUCCESS)
-        add_candidates(perf, count, "find", out);
+        add_candidates(perf, count, "find", reduced, out);
       count = 0;
       if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.in, p.out, p.conv, p.filter, kMax, &count, perf) ==
           CUDNN_STATUS_SUCCESS)
-        add_candidates(perf, count, "heuristic", out);
+        add_candidates(perf, count, "heuristic", reduced, out);
       AlgoChoice c;
-      c.algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
+      c.algo = reduced ? CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
       c.how = "default";
       out.push_back(c);
       break;
@@ -191,7 +209,7 @@ cudnnStatus_t workspace_size(cudnnHandle_t h, const Problem& p, Direction dir, i
 }
 
 std::string problem_str(const AlgoKey& k) {
-  // in [n,c,h,w] filter [K,C,r,s] pad ph,pw stride sh,sw dilation dh,dw
+  // in [n,c,h,w] filter [K,C,r,s] pad ph,pw stride sh,sw dilation dh,dw type
   static const char* const kLabels[] = {"in [", ",", ",", ",", "] filter [", ",", ",", ",",
                                         "] pad ", ",", " stride ", ",", " dilation ", ","};
   std::string s;
@@ -199,6 +217,8 @@ std::string problem_str(const AlgoKey& k) {
     s += kLabels[i];
     s += std::to_string(k[i + 1]);
   }
+  s += " ";
+  s += nn::dtype_name(static_cast<nn::DType>(k[16]));
   return s;
 }
 
@@ -234,8 +254,8 @@ AlgoChoice choose(const Problem& p, Direction dir) {
   }
   if (std::string(c.how) != "find")
     log::warn(std::string("cuDNN convolution ") + direction_name(dir) + " " + problem_str(key) +
-              ": no benchmarked FMA algorithm within the workspace cap, using the " + c.how + " algorithm " +
-              std::to_string(c.algo));
+              ": no benchmarked algorithm of the plan's math type within the workspace cap, using the " + c.how +
+              " algorithm " + std::to_string(c.algo));
   cache.choices.emplace(key, c);
   return c;
 }
@@ -254,20 +274,29 @@ class CudnnConvPlan final : public nn::ConvPlan {
       throw Error("conv: kernel " + std::to_string(d.r) + "x" + std::to_string(d.s) + " does not fit input " +
                   std::to_string(d.h) + "x" + std::to_string(d.w) + " (output " + out.str() + ")");
     const char* what = "conv";
-    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, what);
-    detail::set_nchw(m_y, out.n(), out.c(), out.h(), out.w(), what);
+    const cudnnDataType_t type = detail::cudnn_type(d.dtype, what);
+    m_reduced = d.dtype != nn::DType::f32;
+    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, what, d.dtype);
+    detail::set_nchw(m_y, out.n(), out.c(), out.h(), out.w(), what, d.dtype);
     // Filter of the forward problem: [k, c, r, s], or [c, k, r, s] when transposed (= weight()).
     const nn::Shape ws = d.weight();
-    SQUALL_CUDNN_CHECK(cudnnSetFilter4dDescriptor(m_w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(ws.n(), what),
+    SQUALL_CUDNN_CHECK(cudnnSetFilter4dDescriptor(m_w, type, CUDNN_TENSOR_NCHW, to_int(ws.n(), what),
                                                   to_int(ws.c(), what), to_int(ws.h(), what),
                                                   to_int(ws.w(), what)));
+    // Computed in f32 whatever the activation type.
     SQUALL_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(m_conv, to_int(d.pad_h, what), to_int(d.pad_w, what),
                                                        to_int(d.stride_h, what), to_int(d.stride_w, what),
                                                        to_int(d.dil_h, what), to_int(d.dil_w, what),
                                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    // FMA only: no TF32 tensor-core kernels, so that f32 results agree with the CPU backend.
-    SQUALL_CUDNN_CHECK(cudnnSetConvolutionMathType(m_conv, CUDNN_FMA_MATH));
-    if (d.bias) detail::set_nchw(m_b, 1, d.k, 1, 1, what);
+    // f32: FMA only, no TF32 tensor-core kernels, so that f32 results agree with the CPU
+    // backend. bf16/f16: tensor cores.
+    SQUALL_CUDNN_CHECK(cudnnSetConvolutionMathType(m_conv, m_reduced ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    if (d.bias && !m_reduced) detail::set_nchw(m_b, 1, d.k, 1, 1, what);
+    if (m_reduced) {
+      m_w_count = static_cast<size_t>(ws.numel());
+      m_w16 = detail::DeviceHalves(m_w_count);
+      m_dw16 = detail::DeviceHalves(m_w_count);
+    }
 
     // The forward problem's input and output (see the top of the file).
     m_in = d.transposed ? m_y.get() : m_x.get();
@@ -300,57 +329,79 @@ class CudnnConvPlan final : public nn::ConvPlan {
              to_int(d.stride_w, what),
              to_int(d.dil_h, what),
              to_int(d.dil_w, what),
-             0};
+             0,
+             static_cast<int>(d.dtype)};
     m_fwd = choose(p, Direction::forward);
     m_bwd_data = choose(p, Direction::backward_data);
     m_bwd_filter = choose(p, Direction::backward_filter);
     m_workspace = std::max({m_fwd.workspace, m_bwd_data.workspace, m_bwd_filter.workspace});
   }
 
-  void forward(nn::Stream& s, const float* x, const float* w, const float* b, float* y) override {
+  void forward(nn::Stream& s, const void* x, const float* w, const float* b, void* y) override {
     CudaStream& cs = cuda_stream(s);
     void* ws = workspace(cs);
+    const void* wt = w;
+    if (m_reduced) {  // the activation-type copy of the weights, kept for backward_data
+      kernels::convert(cs.stream(), w, 0, m_w16.data(), detail::kernel_type(m_desc.dtype), m_w_count);
+      wt = m_w16.data();
+    }
     if (m_desc.transposed)
-      problem_backward_data(cs, w, x, y, ws);
+      problem_backward_data(cs, wt, x, y, ws);
     else
-      problem_forward(cs, x, w, y, ws);
-    if (m_desc.bias && b != nullptr) SQUALL_CUDNN_CHECK(cudnnAddTensor(cs.cudnn(), &kOne, m_b, b, &kOne, m_y, y));
+      problem_forward(cs, x, wt, y, ws);
+    if (!m_desc.bias || b == nullptr) return;
+    if (m_reduced) {
+      const nn::Shape out = m_desc.output();
+      kernels::bias_add(cs.stream(), detail::kernel_type(m_desc.dtype), y, b, out.n(), out.c(), out.h() * out.w());
+    } else {
+      SQUALL_CUDNN_CHECK(cudnnAddTensor(cs.cudnn(), &kOne, m_b, b, &kOne, m_y, y));
+    }
   }
 
-  void backward_data(nn::Stream& s, const float* dy, const float* w, float* dx) override {
+  void backward_data(nn::Stream& s, const void* dy, const float* w, void* dx) override {
     if (dx == nullptr) return;
     CudaStream& cs = cuda_stream(s);
     void* ws = workspace(cs);
+    const void* wt = m_reduced ? static_cast<const void*>(m_w16.data()) : w;
     if (m_desc.transposed)
-      problem_forward(cs, dy, w, dx, ws);
+      problem_forward(cs, dy, wt, dx, ws);
     else
-      problem_backward_data(cs, w, dy, dx, ws);
+      problem_backward_data(cs, wt, dy, dx, ws);
   }
 
-  void backward_weights(nn::Stream& s, const float* x, const float* dy, float* dw, float* db) override {
+  void backward_weights(nn::Stream& s, const void* x, const void* dy, float* dw, float* db) override {
     CudaStream& cs = cuda_stream(s);
     void* ws = workspace(cs);
     // The forward problem's input and output gradient: (x, dy), or (dy, x) when transposed.
-    const float* in = m_desc.transposed ? dy : x;
-    const float* dout = m_desc.transposed ? x : dy;
+    const void* in = m_desc.transposed ? dy : x;
+    const void* dout = m_desc.transposed ? x : dy;
+    void* dfilter = m_reduced ? static_cast<void*>(m_dw16.data()) : static_cast<void*>(dw);
     SQUALL_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
         cs.cudnn(), &kOne, m_in, in, m_out, dout, m_conv,
-        static_cast<cudnnConvolutionBwdFilterAlgo_t>(m_bwd_filter.algo), ws, m_workspace, &kZero, m_w, dw));
-    if (m_desc.bias && db != nullptr)
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(m_bwd_filter.algo), ws, m_workspace, &kZero, m_w, dfilter));
+    if (m_reduced)
+      kernels::convert(cs.stream(), m_dw16.data(), detail::kernel_type(m_desc.dtype), dw, 0, m_w_count);
+    if (!m_desc.bias || db == nullptr) return;
+    if (m_reduced) {
+      const nn::Shape out = m_desc.output();
+      kernels::bias_grad(cs.stream(), detail::kernel_type(m_desc.dtype), dy, db, out.n(), out.c(),
+                         out.h() * out.w(), true);
+    } else {
       SQUALL_CUDNN_CHECK(cudnnConvolutionBackwardBias(cs.cudnn(), &kOne, m_y, dy, &kZero, m_b, db));
+    }
   }
 
  private:
   void* workspace(CudaStream& cs) const { return m_workspace > 0 ? cs.workspace(m_workspace) : nullptr; }
 
   // out = conv(in, w) of the forward problem.
-  void problem_forward(CudaStream& cs, const float* in, const float* w, float* out, void* ws) {
+  void problem_forward(CudaStream& cs, const void* in, const void* w, void* out, void* ws) {
     SQUALL_CUDNN_CHECK(cudnnConvolutionForward(cs.cudnn(), &kOne, m_in, in, m_w, w, m_conv,
                                                static_cast<cudnnConvolutionFwdAlgo_t>(m_fwd.algo), ws,
                                                m_workspace, &kZero, m_out, out));
   }
   // d_in = conv^T(d_out, w) of the forward problem.
-  void problem_backward_data(CudaStream& cs, const float* w, const float* d_out, float* d_in, void* ws) {
+  void problem_backward_data(CudaStream& cs, const void* w, const void* d_out, void* d_in, void* ws) {
     SQUALL_CUDNN_CHECK(cudnnConvolutionBackwardData(cs.cudnn(), &kOne, m_w, w, m_out, d_out, m_conv,
                                                     static_cast<cudnnConvolutionBwdDataAlgo_t>(m_bwd_data.algo),
                                                     ws, m_workspace, &kZero, m_in, d_in));
@@ -363,6 +414,9 @@ class CudnnConvPlan final : public nn::ConvPlan {
   cudnnTensorDescriptor_t m_in = nullptr, m_out = nullptr;  // the forward problem's (m_x / m_y)
   AlgoChoice m_fwd, m_bwd_data, m_bwd_filter;
   size_t m_workspace = 0;  // the largest of the three
+  bool m_reduced = false;  // bf16/f16 activations
+  size_t m_w_count = 0;
+  detail::DeviceHalves m_w16, m_dw16;  // bf16/f16: the weights of the last forward, the weight gradient
 };
 
 }  // namespace

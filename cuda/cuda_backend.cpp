@@ -49,31 +49,35 @@ CudaStream::~CudaStream() {
   // thread need not be one that was bound to it.
   cudaSetDevice(m_device);
   if (m_stream) cudaStreamSynchronize(m_stream);
-  if (m_workspace) cudaFree(m_workspace);
+  if (m_workspace.data) cudaFree(m_workspace.data);
+  if (m_scratch.data) cudaFree(m_scratch.data);
   if (m_cublas) cublasDestroy(m_cublas);
   if (m_cudnn) cudnnDestroy(m_cudnn);
   if (m_stream) cudaStreamDestroy(m_stream);
 }
 
-void* CudaStream::workspace(size_t bytes) {
-  if (bytes <= m_workspace_bytes) return m_workspace;
+void* CudaStream::workspace(size_t bytes) { return grow(m_workspace, bytes, "workspace"); }
+void* CudaStream::scratch(size_t bytes) { return grow(m_scratch, bytes, "scratch"); }
+
+void* CudaStream::grow(Growing& g, size_t bytes, const char* what) {
+  if (bytes <= g.bytes) return g.data;
   // Grows in the first step only (plans ask for the same sizes every step): the old block
   // may still be in use by work on this stream, so that work completes first.
   SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
   SQUALL_CUDA_CHECK(cudaStreamSynchronize(m_stream));
-  if (m_workspace) SQUALL_CUDA_CHECK(cudaFree(m_workspace));
-  m_workspace = nullptr;
-  m_workspace_bytes = 0;
+  if (g.data) SQUALL_CUDA_CHECK(cudaFree(g.data));
+  g.data = nullptr;
+  g.bytes = 0;
   const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);  // whole MiB
-  if (const cudaError_t e = cudaMalloc(&m_workspace, rounded); e != cudaSuccess) {
+  if (const cudaError_t e = cudaMalloc(&g.data, rounded); e != cudaSuccess) {
     cudaGetLastError();
-    m_workspace = nullptr;
-    throw Error("cuda backend: cannot allocate a " + std::to_string(rounded >> 20) + " MiB workspace on GPU " +
+    g.data = nullptr;
+    throw Error("cuda backend: cannot allocate a " + std::to_string(rounded >> 20) + " MiB " + what + " on GPU " +
                 std::to_string(m_device) + " (" + cudaGetErrorString(e) +
                 "): lower the batch or the learners per GPU");
   }
-  m_workspace_bytes = rounded;
-  return m_workspace;
+  g.bytes = rounded;
+  return g.data;
 }
 
 CudaEvent::CudaEvent() { SQUALL_CUDA_CHECK(cudaEventCreateWithFlags(&m_event, cudaEventDisableTiming)); }
@@ -252,6 +256,9 @@ class CudaCaptured final : public Captured {
 
 // ---- the backend -------------------------------------------------------------------------------
 
+// The kernels' dtype code (cuda/kernels.cuh); they refuse codes that are not a float type.
+int code(DType t) { return static_cast<int>(t); }
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device)
@@ -332,10 +339,7 @@ class CudaBackend final : public Backend {
     if (bytes && dst != src) SQUALL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, raw(s)));
   }
   void convert(Stream& s, const void* src, DType from, void* dst, DType to, size_t n) override {
-    auto code = [](DType t) {
-      if (t == DType::i32) throw Error("convert: i32 is not a float type");
-      return static_cast<int>(t);
-    };
+    if (from == DType::i32 || to == DType::i32) throw Error("convert: i32 is not a float type");
     kernels::convert(raw(s), src, code(from), dst, code(to), n);
   }
 
@@ -358,52 +362,72 @@ class CudaBackend final : public Backend {
   }
 
   void fill(Stream& s, float* x, size_t n, float v) override { kernels::fill(raw(s), x, n, v); }
-  void relu_forward(Stream& s, const float* x, float* y, size_t n) override { kernels::relu_forward(raw(s), x, y, n); }
-  void relu_backward(Stream& s, const float* y, const float* dy, float* dx, size_t n) override {
-    kernels::relu_backward(raw(s), y, dy, dx, n);
-  }
-  void add(Stream& s, const float* a, const float* b, float* y, size_t n) override { kernels::add(raw(s), a, b, y, n); }
   void axpy(Stream& s, float alpha, const float* x, float* y, size_t n) override { kernels::axpy(raw(s), alpha, x, y, n); }
   void scale(Stream& s, float alpha, float* x, size_t n) override { kernels::scale(raw(s), alpha, x, n); }
   void axpby(Stream& s, float alpha, const float* x, float beta, float* y, size_t n) override {
     kernels::axpby(raw(s), alpha, x, beta, y, n);
   }
-  void dropout_forward(Stream& s, const float* x, float* y, float* mask, size_t n, float p, uint64_t seed,
+
+  // The typed calls: one kernel template per operation over f32, bf16 and f16 (kernels.cuh).
+  using Backend::relu_forward;
+  using Backend::relu_backward;
+  using Backend::add;
+  using Backend::dropout_forward;
+  using Backend::multiply;
+  using Backend::copy_strided;
+  using Backend::global_avg_pool_forward;
+  using Backend::global_avg_pool_backward;
+  using Backend::bilinear_forward;
+  using Backend::bilinear_backward;
+  using Backend::softmax_cross_entropy;
+  using Backend::argmax_channels;
+  void relu_forward(Stream& s, DType t, const void* x, void* y, size_t n) override {
+    kernels::relu_forward(raw(s), code(t), x, y, n);
+  }
+  void relu_backward(Stream& s, DType t, const void* y, const void* dy, void* dx, size_t n) override {
+    kernels::relu_backward(raw(s), code(t), y, dy, dx, n);
+  }
+  void add(Stream& s, DType t, const void* a, const void* b, void* y, size_t n) override {
+    kernels::add(raw(s), code(t), a, b, y, n);
+  }
+  void dropout_forward(Stream& s, DType t, const void* x, void* y, void* mask, size_t n, float p, uint64_t seed,
                        uint64_t offset) override {
-    if (!(p >= 0.0f && p <= 1.0f)) throw Error("dropout: probability must be in [0, 1], got " + std::to_string(p));
-    kernels::dropout_forward(raw(s), x, y, mask, n, p, seed, offset);
+    kernels::dropout_forward(raw(s), code(t), x, y, mask, n, p, seed, offset);
   }
-  void multiply(Stream& s, const float* a, const float* b, float* y, size_t n) override {
-    kernels::multiply(raw(s), a, b, y, n);
+  void multiply(Stream& s, DType t, const void* a, const void* b, void* y, size_t n) override {
+    kernels::multiply(raw(s), code(t), a, b, y, n);
   }
-  void copy_strided(Stream& s, float* dst, int64_t dst_stride, int64_t dst_offset, const float* src, int64_t src_stride,
-                    int64_t src_offset, int64_t rows, int64_t count) override {
-    kernels::copy_strided(raw(s), dst, dst_stride, dst_offset, src, src_stride, src_offset, rows, count);
+  void copy_strided(Stream& s, DType t, void* dst, int64_t dst_stride, int64_t dst_offset, const void* src,
+                    int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) override {
+    kernels::copy_strided(raw(s), dtype_size(t), dst, dst_stride, dst_offset, src, src_stride, src_offset, rows,
+                          count);
   }
-  void global_avg_pool_forward(Stream& s, const float* x, float* y, int64_t nc, int64_t hw) override {
-    kernels::global_avg_pool_forward(raw(s), x, y, nc, hw);
+  void global_avg_pool_forward(Stream& s, DType t, const void* x, void* y, int64_t nc, int64_t hw) override {
+    kernels::global_avg_pool_forward(raw(s), code(t), x, y, nc, hw);
   }
-  void global_avg_pool_backward(Stream& s, const float* dy, float* dx, int64_t nc, int64_t hw) override {
-    kernels::global_avg_pool_backward(raw(s), dy, dx, nc, hw);
+  void global_avg_pool_backward(Stream& s, DType t, const void* dy, void* dx, int64_t nc, int64_t hw) override {
+    kernels::global_avg_pool_backward(raw(s), code(t), dy, dx, nc, hw);
   }
-  void bilinear_forward(Stream& s, const float* x, float* y, int64_t nc, int64_t h, int64_t w, int64_t oh,
+  void bilinear_forward(Stream& s, DType t, const void* x, void* y, int64_t nc, int64_t h, int64_t w, int64_t oh,
                         int64_t ow) override {
-    kernels::bilinear_forward(raw(s), x, y, nc, h, w, oh, ow);
+    kernels::bilinear_forward(raw(s), code(t), x, y, nc, h, w, oh, ow);
   }
-  void bilinear_backward(Stream& s, const float* dy, float* dx, int64_t nc, int64_t h, int64_t w, int64_t oh,
+  void bilinear_backward(Stream& s, DType t, const void* dy, void* dx, int64_t nc, int64_t h, int64_t w, int64_t oh,
                          int64_t ow) override {
-    kernels::bilinear_backward(raw(s), dy, dx, nc, h, w, oh, ow);
+    kernels::bilinear_backward(raw(s), code(t), dy, dx, nc, h, w, oh, ow);
   }
-  void softmax_cross_entropy(Stream& s, const float* logits, const int32_t* labels, const float* class_weights,
-                             int64_t n, int64_t classes, int64_t hw, float* dlogits, float* loss) override {
+  void softmax_cross_entropy(Stream& s, DType t, const void* logits, const int32_t* labels,
+                             const float* class_weights, int64_t n, int64_t classes, int64_t hw, void* dlogits,
+                             float* loss, const float* grad_scale) override {
     // Scratch from the stream's workspace: the work on one stream runs in order, so the
     // cuDNN calls and this loss can share it.
     auto& cs = cuda_stream(s);
     auto* scratch = static_cast<float*>(cs.workspace(kernels::loss_scratch_floats(n * hw) * sizeof(float)));
-    kernels::softmax_cross_entropy(cs.stream(), logits, labels, class_weights, n, classes, hw, dlogits, loss, scratch);
+    kernels::softmax_cross_entropy(cs.stream(), code(t), logits, labels, class_weights, n, classes, hw, dlogits,
+                                   loss, grad_scale, scratch);
   }
-  void argmax_channels(Stream& s, const float* x, int32_t* out, int64_t n, int64_t c, int64_t hw) override {
-    kernels::argmax_channels(raw(s), x, out, n, c, hw);
+  void argmax_channels(Stream& s, DType t, const void* x, int32_t* out, int64_t n, int64_t c, int64_t hw) override {
+    kernels::argmax_channels(raw(s), code(t), x, out, n, c, hw);
   }
   void accumulate_confusion(Stream& s, const int32_t* labels, const int32_t* pred, size_t n, int64_t classes,
                             int32_t* confusion) override {

@@ -40,14 +40,22 @@ class CudaStream final : public Stream {
   // At least `bytes` of device scratch, valid for work enqueued on this stream until the
   // next call; growing it waits for the stream's earlier work first.
   void* workspace(size_t bytes);
+  // A second such block, for a plan that needs scratch of its own around a library call
+  // that uses the workspace (the f32 copies of bf16 batch norm, cuda/batch_norm.cpp).
+  void* scratch(size_t bytes);
 
  private:
+  struct Growing {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  void* grow(Growing& g, size_t bytes, const char* what);
+
   int m_device;
   cudaStream_t m_stream = nullptr;
   cudnnHandle_t m_cudnn = nullptr;
   cublasHandle_t m_cublas = nullptr;
-  void* m_workspace = nullptr;
-  size_t m_workspace_bytes = 0;
+  Growing m_workspace, m_scratch;
 };
 
 inline CudaStream& cuda_stream(Stream& s) { return static_cast<CudaStream&>(s); }

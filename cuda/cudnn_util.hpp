@@ -15,6 +15,7 @@
 
 #include "cuda/check.cuh"
 #include "src/core/error.hpp"
+#include "src/nn/tensor.hpp"
 
 namespace squall::cuda::detail {
 
@@ -56,30 +57,48 @@ using ConvolutionDescriptor = Descriptor<cudnnConvolutionDescriptor_t, cudnnCrea
 using PoolingDescriptor =
     Descriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
 
-// A packed NCHW f32 tensor descriptor.
-inline void set_nchw(cudnnTensorDescriptor_t d, int64_t n, int64_t c, int64_t h, int64_t w, const char* what) {
-  SQUALL_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, to_int(n, what),
+// The cuDNN data type of an activation type (f32, bf16, f16).
+inline cudnnDataType_t cudnn_type(nn::DType t, const char* what) {
+  switch (t) {
+    case nn::DType::f32: return CUDNN_DATA_FLOAT;
+    case nn::DType::bf16: return CUDNN_DATA_BFLOAT16;
+    case nn::DType::f16: return CUDNN_DATA_HALF;
+    default: break;
+  }
+  throw Error(std::string(what) + ": activations of type " + nn::dtype_name(t) + " are not supported");
+}
+
+// The dtype code of the kernels (cuda/kernels.cuh): 0 f32, 1 bf16, 2 f16.
+inline int kernel_type(nn::DType t) { return static_cast<int>(t); }
+
+// A packed NCHW tensor descriptor of type t (f32 unless said).
+inline void set_nchw(cudnnTensorDescriptor_t d, int64_t n, int64_t c, int64_t h, int64_t w, const char* what,
+                     nn::DType t = nn::DType::f32) {
+  SQUALL_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, cudnn_type(t, what), to_int(n, what),
                                                 to_int(c, what), to_int(h, what), to_int(w, what)));
 }
 
-// Device memory a plan owns for its lifetime (made at plan creation, never per step).
-class DeviceFloats {
+// Device memory a plan owns for its lifetime (made at plan creation, never per step):
+// `count` elements of T (float; uint16_t for bf16/f16 copies, which only cuDNN, cuBLAS and
+// the kernels read).
+template <class T>
+class DeviceArray {
  public:
-  DeviceFloats() = default;
-  explicit DeviceFloats(size_t count) : m_count(count) {
-    if (count > 0) SQUALL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&m_data), count * sizeof(float)));
+  DeviceArray() = default;
+  explicit DeviceArray(size_t count) : m_count(count) {
+    if (count > 0) SQUALL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&m_data), count * sizeof(T)));
   }
-  ~DeviceFloats() {
+  ~DeviceArray() {
     // No check: at process exit the runtime may already be unloading; nothing to do then.
     if (m_data != nullptr) (void)cudaFree(m_data);
   }
-  DeviceFloats(const DeviceFloats&) = delete;
-  DeviceFloats& operator=(const DeviceFloats&) = delete;
-  DeviceFloats(DeviceFloats&& o) noexcept : m_data(o.m_data), m_count(o.m_count) {
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& o) noexcept : m_data(o.m_data), m_count(o.m_count) {
     o.m_data = nullptr;
     o.m_count = 0;
   }
-  DeviceFloats& operator=(DeviceFloats&& o) noexcept {
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
     if (this != &o) {
       if (m_data != nullptr) (void)cudaFree(m_data);
       m_data = o.m_data;
@@ -89,13 +108,15 @@ class DeviceFloats {
     }
     return *this;
   }
-  float* data() const { return m_data; }
+  T* data() const { return m_data; }
   size_t count() const { return m_count; }
 
  private:
-  float* m_data = nullptr;
+  T* m_data = nullptr;
   size_t m_count = 0;
 };
+using DeviceFloats = DeviceArray<float>;
+using DeviceHalves = DeviceArray<uint16_t>;  // bf16 or f16
 
 // The convolution algorithms chosen so far in this process, one line per (problem,
 // direction, device): algorithm, how it was chosen, cuDNN's time, workspace, determinism.

@@ -15,7 +15,9 @@ namespace squall::cuda::kernels {
 using detail::global_index;
 using detail::global_stride;
 using detail::grid_for;
+using detail::from_float;
 using detail::kThreads;
+using detail::to_float;
 
 namespace {
 
@@ -23,21 +25,24 @@ __global__ void fill_kernel(float* x, size_t n, float value) {
   for (size_t i = global_index(); i < n; i += global_stride()) x[i] = value;
 }
 
-__global__ void relu_forward_kernel(const float* x, float* y, size_t n) {
+template <class T>
+__global__ void relu_forward_kernel(const T* x, T* y, size_t n) {
   for (size_t i = global_index(); i < n; i += global_stride()) {
-    const float v = x[i];
-    y[i] = v > 0.0f ? v : 0.0f;
+    const float v = to_float(x[i]);
+    y[i] = from_float<T>(v > 0.0f ? v : 0.0f);
   }
 }
 
-__global__ void relu_backward_kernel(const float* y, const float* dy,
-                                     float* dx, size_t n) {
-  for (size_t i = global_index(); i < n; i += global_stride()) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+template <class T>
+__global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, size_t n) {
+  for (size_t i = global_index(); i < n; i += global_stride())
+    dx[i] = from_float<T>(to_float(y[i]) > 0.0f ? to_float(dy[i]) : 0.0f);
 }
 
-// y may alias a or b (y = a + y): no.
-__global__ void add_kernel(const float* a, const float* b, float* y, size_t n) {
-  for (size_t i = global_index(); i < n; i += global_stride()) y[i] = a[i] + b[i];
+// y may alias a or b (element i is read before it is written).
+template <class T>
+__global__ void add_kernel(const T* a, const T* b, T* y, size_t n) {
+  for (size_t i = global_index(); i < n; i += global_stride()) y[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
 }
 
 __global__ void axpy_kernel(float alpha, const float* x, float* y, size_t n) {
@@ -52,26 +57,28 @@ __global__ void axpby_kernel(float alpha, const float* x, float beta, float* y, 
   for (size_t i = global_index(); i < n; i += global_stride()) y[i] = alpha * x[i] + beta * y[i];
 }
 
-__global__ void multiply_kernel(const float* a, const float* b, float* y, size_t n) {
-  for (size_t i = global_index(); i < n; i += global_stride()) y[i] = a[i] * b[i];
+template <class T>
+__global__ void multiply_kernel(const T* a, const T* b, T* y, size_t n) {
+  for (size_t i = global_index(); i < n; i += global_stride()) y[i] = from_float<T>(to_float(a[i]) * to_float(b[i]));
 }
 
 // u_i = top 24 bits of mix64(mix64(seed) + offset + i) / 2^24 (exact in float), kept when
-// u_i >= p: bit for bit the CPU backend's mask.
-__global__ void dropout_kernel(const float* x, float* y, float* mask, size_t n, float p,
-                               float keep_scale, uint64_t base) {
+// u_i >= p: bit for bit the CPU backend's mask (rounded to T, as the CPU rounds it).
+template <class T>
+__global__ void dropout_kernel(const T* x, T* y, T* mask, size_t n, float p, float keep_scale, uint64_t base) {
   for (size_t i = global_index(); i < n; i += global_stride()) {
     const float u =
         static_cast<float>(detail::mix64(base + static_cast<uint64_t>(i)) >> 40) * (1.0f / 16777216.0f);
     const float k = u >= p ? keep_scale : 0.0f;
-    mask[i] = k;
-    y[i] = x[i] * k;
+    mask[i] = from_float<T>(k);
+    y[i] = from_float<T>(to_float(x[i]) * k);
   }
 }
 
-__global__ void copy_strided_kernel(float* dst, int64_t dst_stride, int64_t dst_offset,
-                                    const float* src, int64_t src_stride, int64_t src_offset,
-                                    int64_t rows, int64_t count) {
+// E: an unsigned integer of the element's size (the copy moves bits).
+template <class E>
+__global__ void copy_strided_kernel(E* dst, int64_t dst_stride, int64_t dst_offset, const E* src,
+                                    int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) {
   const size_t total = static_cast<size_t>(rows) * static_cast<size_t>(count);
   for (size_t k = global_index(); k < total; k += global_stride()) {
     const int64_t i = static_cast<int64_t>(k / static_cast<size_t>(count));
@@ -82,19 +89,6 @@ __global__ void copy_strided_kernel(float* dst, int64_t dst_stride, int64_t dst_
 
 // ---- convert: every pair of f32, bf16, f16 through float (f16 and bf16 widen exactly, so
 // each conversion rounds once, to nearest even) ----
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-
-template <class T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 
 template <class From, class To>
 __global__ void convert_kernel(const From* src, To* dst, size_t n) {
@@ -124,21 +118,32 @@ void fill(cudaStream_t s, float* x, size_t n, float value) {
   SQUALL_CUDA_CHECK(cudaGetLastError());
 }
 
-void relu_forward(cudaStream_t s, const float* x, float* y, size_t n) {
-  if (n == 0) return;
-  relu_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(x, y, n);
+void relu_forward(cudaStream_t s, int t, const void* x, void* y, size_t n) {
+  detail::dispatch_float(t, "relu", [&](auto tag) {
+    using T = decltype(tag);
+    if (n == 0) return;
+    relu_forward_kernel<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
   SQUALL_CUDA_CHECK(cudaGetLastError());
 }
 
-void relu_backward(cudaStream_t s, const float* y, const float* dy, float* dx, size_t n) {
-  if (n == 0) return;
-  relu_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(y, dy, dx, n);
+void relu_backward(cudaStream_t s, int t, const void* y, const void* dy, void* dx, size_t n) {
+  detail::dispatch_float(t, "relu", [&](auto tag) {
+    using T = decltype(tag);
+    if (n == 0) return;
+    relu_backward_kernel<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(y), static_cast<const T*>(dy),
+                                                            static_cast<T*>(dx), n);
+  });
   SQUALL_CUDA_CHECK(cudaGetLastError());
 }
 
-void add(cudaStream_t s, const float* a, const float* b, float* y, size_t n) {
-  if (n == 0) return;
-  add_kernel<<<grid_for(n), kThreads, 0, s>>>(a, b, y, n);
+void add(cudaStream_t s, int t, const void* a, const void* b, void* y, size_t n) {
+  detail::dispatch_float(t, "add", [&](auto tag) {
+    using T = decltype(tag);
+    if (n == 0) return;
+    add_kernel<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(a), static_cast<const T*>(b),
+                                                  static_cast<T*>(y), n);
+  });
   SQUALL_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -160,27 +165,44 @@ void axpby(cudaStream_t s, float alpha, const float* x, float beta, float* y, si
   SQUALL_CUDA_CHECK(cudaGetLastError());
 }
 
-void multiply(cudaStream_t s, const float* a, const float* b, float* y, size_t n) {
-  if (n == 0) return;
-  multiply_kernel<<<grid_for(n), kThreads, 0, s>>>(a, b, y, n);
+void multiply(cudaStream_t s, int t, const void* a, const void* b, void* y, size_t n) {
+  detail::dispatch_float(t, "multiply", [&](auto tag) {
+    using T = decltype(tag);
+    if (n == 0) return;
+    multiply_kernel<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(a), static_cast<const T*>(b),
+                                                       static_cast<T*>(y), n);
+  });
   SQUALL_CUDA_CHECK(cudaGetLastError());
 }
 
-void dropout_forward(cudaStream_t s, const float* x, float* y, float* mask, size_t n, float p, uint64_t seed,
+void dropout_forward(cudaStream_t s, int t, const void* x, void* y, void* mask, size_t n, float p, uint64_t seed,
                      uint64_t offset) {
   if (!(p >= 0.0f && p <= 1.0f)) throw Error("dropout: probability must be in [0, 1], got " + std::to_string(p));
-  if (n == 0) return;
   const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;  // on the host, as the CPU does
-  dropout_kernel<<<grid_for(n), kThreads, 0, s>>>(x, y, mask, n, p, keep_scale, detail::mix64(seed) + offset);
+  detail::dispatch_float(t, "dropout", [&](auto tag) {
+    using T = decltype(tag);
+    if (n == 0) return;
+    dropout_kernel<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y),
+                                                      static_cast<T*>(mask), n, p, keep_scale,
+                                                      detail::mix64(seed) + offset);
+  });
   SQUALL_CUDA_CHECK(cudaGetLastError());
 }
 
-void copy_strided(cudaStream_t s, float* dst, int64_t dst_stride, int64_t dst_offset, const float* src,
-                  int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) {
+void copy_strided(cudaStream_t s, size_t elem_bytes, void* dst, int64_t dst_stride, int64_t dst_offset,
+                  const void* src, int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) {
   if (rows <= 0 || count <= 0) return;
   const size_t total = static_cast<size_t>(rows) * static_cast<size_t>(count);
-  copy_strided_kernel<<<grid_for(total), kThreads, 0, s>>>(dst, dst_stride, dst_offset, src, src_stride,
-                                                           src_offset, rows, count);
+  if (elem_bytes == 4)
+    copy_strided_kernel<uint32_t><<<grid_for(total), kThreads, 0, s>>>(
+        static_cast<uint32_t*>(dst), dst_stride, dst_offset, static_cast<const uint32_t*>(src), src_stride,
+        src_offset, rows, count);
+  else if (elem_bytes == 2)
+    copy_strided_kernel<uint16_t><<<grid_for(total), kThreads, 0, s>>>(
+        static_cast<uint16_t*>(dst), dst_stride, dst_offset, static_cast<const uint16_t*>(src), src_stride,
+        src_offset, rows, count);
+  else
+    throw Error("copy_strided: elements of " + std::to_string(elem_bytes) + " bytes are not supported (2 or 4)");
   SQUALL_CUDA_CHECK(cudaGetLastError());
 }
 

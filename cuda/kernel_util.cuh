@@ -1,11 +1,17 @@
 #pragma once
 // Helpers shared by the kernel files (cuda/*.cu) and nothing else: launch shapes, the
-// deterministic block reduction, doubles kept in float scratch, the dropout mixer.
+// deterministic block reduction, doubles kept in float scratch, the dropout mixer, and the
+// element types of activations (f32, bf16, f16) with the dispatch from a dtype code.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+
+#include "src/core/error.hpp"
 
 namespace squall::cuda::kernels::detail {
 
@@ -68,6 +74,38 @@ __host__ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
+}
+
+// ---- activation element types ----
+// Kernels on activations are templates over the element type T (float, __nv_bfloat16,
+// __half). They load with to_float, compute in f32 and store with from_float<T> (round to
+// nearest even): per element, the f32 result rounded once, which is what the CPU reference
+// computes for bf16/f16 (src/cpu/cpu_precision.cpp).
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+// Calls f(T{}) with the element type of dtype code `dtype` (0 f32, 1 bf16, 2 f16: nn::DType's
+// order); any other code is an error naming `op`.
+template <class F>
+void dispatch_float(int dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case 0: f(float{}); return;
+    case 1: f(__nv_bfloat16{}); return;
+    case 2: f(__half{}); return;
+    default:
+      throw Error(std::string(op) + ": activations must be f32, bf16 or f16 (dtype code " + std::to_string(dtype) +
+                  ")");
+  }
 }
 
 }  // namespace squall::cuda::kernels::detail

@@ -10,37 +10,52 @@
 
 namespace squall::cuda::kernels {
 
+// Calls on activations take the element type as a dtype code `t`: 0 f32, 1 bf16, 2 f16
+// (nn::DType's order), and compute in f32 (kernel_util.cuh). The others are f32 only.
+
 // ---- element-wise (elementwise.cu) ----
 void fill(cudaStream_t s, float* x, size_t n, float value);
-void relu_forward(cudaStream_t s, const float* x, float* y, size_t n);
-void relu_backward(cudaStream_t s, const float* y, const float* dy, float* dx, size_t n);
-void add(cudaStream_t s, const float* a, const float* b, float* y, size_t n);
+void relu_forward(cudaStream_t s, int t, const void* x, void* y, size_t n);
+void relu_backward(cudaStream_t s, int t, const void* y, const void* dy, void* dx, size_t n);
+void add(cudaStream_t s, int t, const void* a, const void* b, void* y, size_t n);
 void axpy(cudaStream_t s, float alpha, const float* x, float* y, size_t n);
 void scale(cudaStream_t s, float alpha, float* x, size_t n);
 void axpby(cudaStream_t s, float alpha, const float* x, float beta, float* y, size_t n);
-void multiply(cudaStream_t s, const float* a, const float* b, float* y, size_t n);
-void dropout_forward(cudaStream_t s, const float* x, float* y, float* mask, size_t n, float p, uint64_t seed,
+void multiply(cudaStream_t s, int t, const void* a, const void* b, void* y, size_t n);
+void dropout_forward(cudaStream_t s, int t, const void* x, void* y, void* mask, size_t n, float p, uint64_t seed,
                      uint64_t offset);
-void copy_strided(cudaStream_t s, float* dst, int64_t dst_stride, int64_t dst_offset, const float* src,
-                  int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count);
+// Moves elements of `elem_bytes` bytes (2 or 4): a copy, no arithmetic.
+void copy_strided(cudaStream_t s, size_t elem_bytes, void* dst, int64_t dst_stride, int64_t dst_offset,
+                  const void* src, int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count);
 // dtype: 0 f32, 1 bf16, 2 f16 (nn::DType's order); round to nearest even.
 void convert(cudaStream_t s, const void* src, int from, void* dst, int to, size_t n);
 
+// ---- bias of reduced-precision plans (bias.cu) ----
+// y [n, c, hw] of type t: y = round(y + b[c]) with b f32 (the conv and linear plans at bf16/f16).
+void bias_add(cudaStream_t s, int t, void* y, const float* b, int64_t n, int64_t c, int64_t hw);
+// db[c] = sum over n, hw of dy [n, c, hw] of type t, accumulated in double in a fixed order
+// (deterministic), then rounded to type t when round_to_type (as a reduced-precision bias
+// gradient is), stored as f32.
+void bias_grad(cudaStream_t s, int t, const void* dy, float* db, int64_t n, int64_t c, int64_t hw,
+               bool round_to_type);
+
 // ---- resampling and pooling (resample.cu) ----
-void global_avg_pool_forward(cudaStream_t s, const float* x, float* y, int64_t nc, int64_t hw);
-void global_avg_pool_backward(cudaStream_t s, const float* dy, float* dx, int64_t nc, int64_t hw);
-void bilinear_forward(cudaStream_t s, const float* x, float* y, int64_t nc, int64_t h, int64_t w, int64_t oh,
+void global_avg_pool_forward(cudaStream_t s, int t, const void* x, void* y, int64_t nc, int64_t hw);
+void global_avg_pool_backward(cudaStream_t s, int t, const void* dy, void* dx, int64_t nc, int64_t hw);
+void bilinear_forward(cudaStream_t s, int t, const void* x, void* y, int64_t nc, int64_t h, int64_t w, int64_t oh,
                       int64_t ow);
 // Gathers (one thread per input element, no atomics): deterministic.
-void bilinear_backward(cudaStream_t s, const float* dy, float* dx, int64_t nc, int64_t h, int64_t w, int64_t oh,
-                       int64_t ow);
+void bilinear_backward(cudaStream_t s, int t, const void* dy, void* dx, int64_t nc, int64_t h, int64_t w,
+                       int64_t oh, int64_t ow);
 
 // ---- loss and metrics (loss.cu) ----
-// scratch: at least loss_scratch_floats(n * hw) floats of device memory.
+// scratch: at least loss_scratch_floats(n * hw) floats of device memory. grad_scale: device
+// pointer to the loss scale the gradient is multiplied by, or nullptr for 1.
 size_t loss_scratch_floats(int64_t pixels);
-void softmax_cross_entropy(cudaStream_t s, const float* logits, const int32_t* labels, const float* class_weights,
-                           int64_t n, int64_t classes, int64_t hw, float* dlogits, float* loss, float* scratch);
-void argmax_channels(cudaStream_t s, const float* x, int32_t* out, int64_t n, int64_t c, int64_t hw);
+void softmax_cross_entropy(cudaStream_t s, int t, const void* logits, const int32_t* labels,
+                           const float* class_weights, int64_t n, int64_t classes, int64_t hw, void* dlogits,
+                           float* loss, const float* grad_scale, float* scratch);
+void argmax_channels(cudaStream_t s, int t, const void* x, int32_t* out, int64_t n, int64_t c, int64_t hw);
 void accumulate_confusion(cudaStream_t s, const int32_t* labels, const int32_t* pred, size_t n, int64_t classes,
                           int32_t* confusion);
 // out[0] = sum x^2; scratch: at least reduce_scratch_floats(n) floats.

@@ -11,11 +11,19 @@
 // Math mode CUBLAS_DEFAULT_MATH (no TF32), so that f32 results agree with the CPU backend;
 // alpha and beta are host values. Both are set on the stream's handle for the duration of
 // each call and restored after, whatever the rest of the backend uses the handle for.
+//
+// bf16/f16 (docs/design.md, "Precision"): cublasGemmEx with x, w, y, dx, dy of the
+// activation type and CUBLAS_COMPUTE_32F (f32 accumulation; tensor cores). forward converts
+// the f32 weights into the plan's copy of that type, which backward_data uses; the weight
+// gradient is written in f32 directly (GemmEx takes an f32 output); the bias is added and
+// its gradient summed by squall's kernels (cuda/bias.cu), the latter rounded to the type as
+// the CPU reference does.
 #include <string>
 #include <vector>
 
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cudnn_util.hpp"
+#include "cuda/kernels.cuh"
 #include "cuda/plans.hpp"
 #include "src/core/error.hpp"
 
@@ -59,14 +67,59 @@ class CublasLinearPlan final : public nn::LinearPlan {
     m_n = to_int(d.n, "linear batch");
     m_in = to_int(d.in, "linear inputs");
     m_out = to_int(d.out, "linear outputs");
-    if (d.bias) {
+    m_reduced = d.dtype != nn::DType::f32;
+    if (m_reduced) {
+      (void)detail::cudnn_type(d.dtype, "linear");  // refuses a type that is not f32, bf16 or f16
+      m_type = d.dtype == nn::DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+      m_w16 = detail::DeviceHalves(static_cast<size_t>(d.in * d.out));
+    }
+    if (d.bias && !m_reduced) {
       const std::vector<float> ones(static_cast<size_t>(d.n), 1.0f);
       m_ones = DeviceFloats(ones.size());
       SQUALL_CUDA_CHECK(cudaMemcpy(m_ones.data(), ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice));
     }
   }
 
-  void forward(nn::Stream& s, const float* x, const float* w, const float* b, float* y) override {
+  void forward(nn::Stream& s, const void* x, const float* w, const float* b, void* y) override {
+    if (!m_reduced) return forward_f32(s, static_cast<const float*>(x), w, b, static_cast<float*>(y));
+    CudaStream& cs = cuda_stream(s);
+    const cublasHandle_t h = cs.cublas();
+    CublasModes modes(h);
+    kernels::convert(cs.stream(), w, 0, m_w16.data(), detail::kernel_type(m_desc.dtype), m_w16.count());
+    // y^T [out, n] = (w_cm [in, out])^T · x_cm [in, n]
+    SQUALL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m_out, m_n, m_in, &kOne, m_w16.data(), m_type, m_in,
+                                     x, m_type, m_in, &kZero, y, m_type, m_out, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+    if (m_desc.bias && b != nullptr)
+      kernels::bias_add(cs.stream(), detail::kernel_type(m_desc.dtype), y, b, m_n, m_out, 1);
+  }
+
+  void backward_data(nn::Stream& s, const void* dy, const float* w, void* dx) override {
+    if (dx == nullptr) return;
+    if (!m_reduced) return backward_data_f32(s, static_cast<const float*>(dy), w, static_cast<float*>(dx));
+    const cublasHandle_t h = cuda_stream(s).cublas();
+    CublasModes modes(h);
+    // dx^T [in, n] = w_cm [in, out] · dy_cm [out, n], with the weights of the last forward
+    SQUALL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m_in, m_n, m_out, &kOne, m_w16.data(), m_type, m_in,
+                                     dy, m_type, m_out, &kZero, dx, m_type, m_in, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+  }
+
+  void backward_weights(nn::Stream& s, const void* x, const void* dy, float* dw, float* db) override {
+    if (!m_reduced)
+      return backward_weights_f32(s, static_cast<const float*>(x), static_cast<const float*>(dy), dw, db);
+    CudaStream& cs = cuda_stream(s);
+    const cublasHandle_t h = cs.cublas();
+    CublasModes modes(h);
+    // dw^T [in, out] = x_cm [in, n] · (dy_cm [out, n])^T, written in f32
+    SQUALL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, m_in, m_out, m_n, &kOne, x, m_type, m_in, dy, m_type,
+                                     m_out, &kZero, dw, CUDA_R_32F, m_in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (m_desc.bias && db != nullptr)
+      kernels::bias_grad(cs.stream(), detail::kernel_type(m_desc.dtype), dy, db, m_n, m_out, 1, true);
+  }
+
+ private:
+  void forward_f32(nn::Stream& s, const float* x, const float* w, const float* b, float* y) {
     const cublasHandle_t h = cuda_stream(s).cublas();
     CublasModes modes(h);
     float beta = kZero;
@@ -81,8 +134,7 @@ class CublasLinearPlan final : public nn::LinearPlan {
         cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, m_out, m_n, m_in, &kOne, w, m_in, x, m_in, &beta, y, m_out));
   }
 
-  void backward_data(nn::Stream& s, const float* dy, const float* w, float* dx) override {
-    if (dx == nullptr) return;
+  void backward_data_f32(nn::Stream& s, const float* dy, const float* w, float* dx) {
     const cublasHandle_t h = cuda_stream(s).cublas();
     CublasModes modes(h);
     // dx^T [in, n] = w_cm [in, out] · dy_cm [out, n]
@@ -90,7 +142,7 @@ class CublasLinearPlan final : public nn::LinearPlan {
         cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m_in, m_n, m_out, &kOne, w, m_in, dy, m_out, &kZero, dx, m_in));
   }
 
-  void backward_weights(nn::Stream& s, const float* x, const float* dy, float* dw, float* db) override {
+  void backward_weights_f32(nn::Stream& s, const float* x, const float* dy, float* dw, float* db) {
     const cublasHandle_t h = cuda_stream(s).cublas();
     CublasModes modes(h);
     // dw^T [in, out] = x_cm [in, n] · (dy_cm [out, n])^T
@@ -103,10 +155,12 @@ class CublasLinearPlan final : public nn::LinearPlan {
     }
   }
 
- private:
   nn::LinearDesc m_desc;
   int m_n = 1, m_in = 1, m_out = 1;
-  DeviceFloats m_ones;  // n ones, for the bias broadcast and the bias gradient
+  DeviceFloats m_ones;  // f32: n ones, for the bias broadcast and the bias gradient
+  bool m_reduced = false;
+  cudaDataType_t m_type = CUDA_R_32F;  // bf16/f16: the activations' cuBLAS type
+  detail::DeviceHalves m_w16;          // bf16/f16: the weights of the last forward
 };
 
 }  // namespace

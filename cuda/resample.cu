@@ -13,29 +13,33 @@ namespace squall::cuda::kernels {
 using detail::global_index;
 using detail::global_stride;
 using detail::grid_for;
+using detail::from_float;
 using detail::kThreads;
+using detail::to_float;
 
 namespace {
 
 // ---- global average pooling ----
 
 // One warp per (sample, channel) row.
-__global__ void gap_forward_kernel(const float* x, float* y, int64_t nc, int64_t hw, float inv) {
+template <class T>
+__global__ void gap_forward_kernel(const T* x, T* y, int64_t nc, int64_t hw, float inv) {
   const int lane = threadIdx.x & 31;
   const int64_t warp = static_cast<int64_t>(global_index() >> 5);
   const int64_t warps = static_cast<int64_t>(global_stride() >> 5);
   for (int64_t row = warp; row < nc; row += warps) {
-    const float* r = x + row * hw;
+    const T* r = x + row * hw;
     float sum = 0.0f;
-    for (int64_t j = lane; j < hw; j += 32) sum += r[j];
+    for (int64_t j = lane; j < hw; j += 32) sum += to_float(r[j]);
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
-    if (lane == 0) y[row] = sum * inv;
+    if (lane == 0) y[row] = from_float<T>(sum * inv);
   }
 }
 
-__global__ void gap_backward_kernel(const float* dy, float* dx, size_t total, int64_t hw, float inv) {
+template <class T>
+__global__ void gap_backward_kernel(const T* dy, T* dx, size_t total, int64_t hw, float inv) {
   for (size_t k = global_index(); k < total; k += global_stride())
-    dx[k] = dy[k / static_cast<size_t>(hw)] * inv;
+    dx[k] = from_float<T>(to_float(dy[k / static_cast<size_t>(hw)]) * inv);
 }
 
 // ---- bilinear ----
@@ -58,7 +62,8 @@ __device__ __forceinline__ Tap source_tap(int64_t d, int64_t in, float scale) {
   return Tap{i0, i1, __fsub_rn(1.0f, l1), l1};
 }
 
-__global__ void bilinear_forward_kernel(const float* x, float* y, int64_t nc, int64_t h, int64_t w, int64_t oh,
+template <class T>
+__global__ void bilinear_forward_kernel(const T* x, T* y, int64_t nc, int64_t h, int64_t w, int64_t oh,
                                         int64_t ow, float scale_h, float scale_w) {
   const size_t total = static_cast<size_t>(nc) * static_cast<size_t>(oh) * static_cast<size_t>(ow);
   for (size_t k = global_index(); k < total; k += global_stride()) {
@@ -67,9 +72,10 @@ __global__ void bilinear_forward_kernel(const float* x, float* y, int64_t nc, in
     const int64_t oy = row % oh, plane = row / oh;
     const Tap ty = source_tap(oy, h, scale_h);
     const Tap tx = source_tap(ox, w, scale_w);
-    const float* r0 = x + plane * h * w + ty.i0 * w;
-    const float* r1 = x + plane * h * w + ty.i1 * w;
-    y[k] = ty.l0 * (tx.l0 * r0[tx.i0] + tx.l1 * r0[tx.i1]) + ty.l1 * (tx.l0 * r1[tx.i0] + tx.l1 * r1[tx.i1]);
+    const T* r0 = x + plane * h * w + ty.i0 * w;
+    const T* r1 = x + plane * h * w + ty.i1 * w;
+    y[k] = from_float<T>(ty.l0 * (tx.l0 * to_float(r0[tx.i0]) + tx.l1 * to_float(r0[tx.i1])) +
+                         ty.l1 * (tx.l0 * to_float(r1[tx.i0]) + tx.l1 * to_float(r1[tx.i1])));
   }
 }
 
@@ -90,7 +96,8 @@ __device__ __forceinline__ void candidates(int64_t i, int64_t in, int64_t out, i
 // dx[plane, iy, ix] = sum over outputs (oy, ox), in row-major order, of the weight with
 // which each read it: the four terms of one output added in the CPU scatter's order
 // (r0[i0], r0[i1], r1[i0], r1[i1]), so the float sum is the CPU's.
-__global__ void bilinear_backward_kernel(const float* dy, float* dx, int64_t nc, int64_t h, int64_t w,
+template <class T>
+__global__ void bilinear_backward_kernel(const T* dy, T* dx, int64_t nc, int64_t h, int64_t w,
                                          int64_t oh, int64_t ow, float scale_h, float scale_w) {
   const size_t total = static_cast<size_t>(nc) * static_cast<size_t>(h) * static_cast<size_t>(w);
   for (size_t k = global_index(); k < total; k += global_stride()) {
@@ -100,68 +107,84 @@ __global__ void bilinear_backward_kernel(const float* dy, float* dx, int64_t nc,
     int64_t oy_lo, oy_hi, ox_lo, ox_hi;
     candidates(iy, h, oh, oy_lo, oy_hi);
     candidates(ix, w, ow, ox_lo, ox_hi);
-    const float* d = dy + plane * oh * ow;
+    const T* d = dy + plane * oh * ow;
     float g = 0.0f;
     for (int64_t oy = oy_lo; oy <= oy_hi; ++oy) {
       const Tap ty = source_tap(oy, h, scale_h);
       const bool y0 = ty.i0 == iy, y1 = ty.i1 == iy;
       if (!y0 && !y1) continue;
-      const float* drow = d + oy * ow;
+      const T* drow = d + oy * ow;
       for (int64_t ox = ox_lo; ox <= ox_hi; ++ox) {
         const Tap tx = source_tap(ox, w, scale_w);
         const bool x0 = tx.i0 == ix, x1 = tx.i1 == ix;
         if (!x0 && !x1) continue;
-        const float v = drow[ox];
+        const float v = to_float(drow[ox]);
         if (y0 && x0) g = __fadd_rn(g, __fmul_rn(__fmul_rn(ty.l0, tx.l0), v));
         if (y0 && x1) g = __fadd_rn(g, __fmul_rn(__fmul_rn(ty.l0, tx.l1), v));
         if (y1 && x0) g = __fadd_rn(g, __fmul_rn(__fmul_rn(ty.l1, tx.l0), v));
         if (y1 && x1) g = __fadd_rn(g, __fmul_rn(__fmul_rn(ty.l1, tx.l1), v));
       }
     }
-    dx[k] = g;
+    dx[k] = from_float<T>(g);
   }
 }
 
 }  // namespace
 
-void global_avg_pool_forward(cudaStream_t s, const float* x, float* y, int64_t nc, int64_t hw) {
+void global_avg_pool_forward(cudaStream_t s, int t, const void* x, void* y, int64_t nc, int64_t hw) {
   if (nc <= 0) return;
   const float inv = 1.0f / static_cast<float>(hw);
   const size_t warps_per_block = kThreads / 32;
   const size_t blocks = (static_cast<size_t>(nc) + warps_per_block - 1) / warps_per_block;
-  gap_forward_kernel<<<grid_for(blocks * kThreads), kThreads, 0, s>>>(x, y, nc, hw, inv);
+  detail::dispatch_float(t, "global_avg_pool", [&](auto tag) {
+    using T = decltype(tag);
+    gap_forward_kernel<T><<<grid_for(blocks * kThreads), kThreads, 0, s>>>(static_cast<const T*>(x),
+                                                                          static_cast<T*>(y), nc, hw, inv);
+  });
   SQUALL_CUDA_CHECK(cudaGetLastError());
 }
 
-void global_avg_pool_backward(cudaStream_t s, const float* dy, float* dx, int64_t nc, int64_t hw) {
+void global_avg_pool_backward(cudaStream_t s, int t, const void* dy, void* dx, int64_t nc, int64_t hw) {
   if (nc <= 0 || hw <= 0) return;
   const float inv = 1.0f / static_cast<float>(hw);
   const size_t total = static_cast<size_t>(nc) * static_cast<size_t>(hw);
-  gap_backward_kernel<<<grid_for(total), kThreads, 0, s>>>(dy, dx, total, hw, inv);
+  detail::dispatch_float(t, "global_avg_pool", [&](auto tag) {
+    using T = decltype(tag);
+    gap_backward_kernel<T><<<grid_for(total), kThreads, 0, s>>>(static_cast<const T*>(dy), static_cast<T*>(dx),
+                                                               total, hw, inv);
+  });
   SQUALL_CUDA_CHECK(cudaGetLastError());
 }
 
-void bilinear_forward(cudaStream_t s, const float* x, float* y, int64_t nc, int64_t h, int64_t w, int64_t oh,
+void bilinear_forward(cudaStream_t s, int t, const void* x, void* y, int64_t nc, int64_t h, int64_t w, int64_t oh,
                       int64_t ow) {
   if (nc <= 0 || h <= 0 || w <= 0 || oh <= 0 || ow <= 0) return;
   const float scale_h = static_cast<float>(h) / static_cast<float>(oh);
   const float scale_w = static_cast<float>(w) / static_cast<float>(ow);
   const size_t total = static_cast<size_t>(nc) * static_cast<size_t>(oh) * static_cast<size_t>(ow);
-  bilinear_forward_kernel<<<grid_for(total), kThreads, 0, s>>>(x, y, nc, h, w, oh, ow, scale_h, scale_w);
+  detail::dispatch_float(t, "bilinear", [&](auto tag) {
+    using T = decltype(tag);
+    bilinear_forward_kernel<T><<<grid_for(total), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y),
+                                                                    nc, h, w, oh, ow, scale_h, scale_w);
+  });
   SQUALL_CUDA_CHECK(cudaGetLastError());
 }
 
-void bilinear_backward(cudaStream_t s, const float* dy, float* dx, int64_t nc, int64_t h, int64_t w, int64_t oh,
-                       int64_t ow) {
+void bilinear_backward(cudaStream_t s, int t, const void* dy, void* dx, int64_t nc, int64_t h, int64_t w,
+                       int64_t oh, int64_t ow) {
   if (nc <= 0 || h <= 0 || w <= 0) return;
   const size_t total = static_cast<size_t>(nc) * static_cast<size_t>(h) * static_cast<size_t>(w);
-  if (oh <= 0 || ow <= 0) {  // no output reads anything: the gradient is zero
-    SQUALL_CUDA_CHECK(cudaMemsetAsync(dx, 0, total * sizeof(float), s));
-    return;
-  }
-  const float scale_h = static_cast<float>(h) / static_cast<float>(oh);
-  const float scale_w = static_cast<float>(w) / static_cast<float>(ow);
-  bilinear_backward_kernel<<<grid_for(total), kThreads, 0, s>>>(dy, dx, nc, h, w, oh, ow, scale_h, scale_w);
+  detail::dispatch_float(t, "bilinear", [&](auto tag) {
+    using T = decltype(tag);
+    if (oh <= 0 || ow <= 0) {  // no output reads anything: the gradient is zero
+      SQUALL_CUDA_CHECK(cudaMemsetAsync(dx, 0, total * sizeof(T), s));
+      return;
+    }
+    const float scale_h = static_cast<float>(h) / static_cast<float>(oh);
+    const float scale_w = static_cast<float>(w) / static_cast<float>(ow);
+    bilinear_backward_kernel<T><<<grid_for(total), kThreads, 0, s>>>(
+        static_cast<const T*>(dy), static_cast<T*>(dx), nc, h, w, oh, ow, scale_h, scale_w);
+  });
   SQUALL_CUDA_CHECK(cudaGetLastError());
 }
 
