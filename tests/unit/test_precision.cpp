@@ -186,37 +186,51 @@ TEST_CASE("reduced precision: convolution, linear, pooling and batch norm plans"
   for (const DType t : k_types) {
     INFO("type " << nn::dtype_name(t));
     const double tol = 8 * unit_roundoff(t) * test::slack();
-    // Convolution: f32 weights, activations of t; against the f32 plan on the same rounded
-    // activations. dw comes back in f32 but holds values of t (a reduced-type gradient).
-    nn::ConvDesc d;
-    d.n = 2, d.c = 3, d.h = 9, d.w = 9, d.k = 4, d.r = d.s = 3, d.pad_h = d.pad_w = 1;
-    const auto xs = rounded(random_floats(2 * 3 * 81, 4), t);
-    const auto w = random_floats(4 * 3 * 9, 5, 0.2f), bias = random_floats(4, 6, 0.1f);
-    const auto dys = rounded(random_floats(2 * 4 * 81, 7), t);
-    nn::Buffer wb = be().allocate(w.size()), bb = be().allocate(4), dw = be().allocate(w.size()), db = be().allocate(4);
-    be().copy_from_host(*s, wb.data(), w.data(), w.size());
-    be().copy_from_host(*s, bb.data(), bias.data(), 4);
-    auto run = [&](DType type, std::vector<float>& y, std::vector<float>& dx, std::vector<float>& dwh) {
-      nn::ConvDesc dd = d;
-      dd.dtype = type;
-      auto plan = be().make_conv(dd);
-      const Typed x = upload(xs, type), dy = upload(dys, type);
-      Typed yt = empty(dys.size(), type), dxt = empty(xs.size(), type);
-      plan->forward(*s, x.buf.raw(), wb.data(), bb.data(), yt.buf.raw());
-      plan->backward_weights(*s, x.buf.raw(), dy.buf.raw(), dw.data(), db.data());
-      plan->backward_data(*s, dy.buf.raw(), wb.data(), dxt.buf.raw());
-      y = read(yt);
-      dx = read(dxt);
-      dwh = test::download(be(), dw.data(), w.size());
-    };
-    std::vector<float> y32, dx32, dw32, y, dx, dwl;
-    run(DType::f32, y32, dx32, dw32);
-    run(t, y, dx, dwl);
-    CHECK(rel_error(y, y32) < tol);
-    CHECK(rel_error(dx, dx32) < tol);
-    CHECK(rel_error(dwl, dw32) < tol);
-    CHECK(rel_error(y, y32) > 0);  // really computed in t, not in f32
-    CHECK(rounded(dwl, t) == dwl);
+    // Convolution, ordinary and transposed: f32 weights, activations of t; against the f32
+    // plan on the same rounded activations. dw comes back in f32 but holds values of t (a
+    // reduced-type gradient).
+    for (const bool transposed : {false, true}) {
+      INFO((transposed ? "transposed convolution" : "convolution"));
+      nn::ConvDesc d;
+      d.n = 2, d.c = 3, d.h = 9, d.w = 9, d.k = 4, d.r = d.s = 3, d.pad_h = d.pad_w = 1;
+      d.transposed = transposed;
+      if (transposed) d.stride_h = d.stride_w = 2, d.out_pad_h = d.out_pad_w = 1;
+      const auto x_count = static_cast<size_t>(d.n * d.c * d.h * d.w);
+      const auto y_count = static_cast<size_t>(d.output().numel());
+      const auto w_count = static_cast<size_t>(d.weight().numel());
+      const auto xs = rounded(random_floats(x_count, 4), t);
+      const auto w = random_floats(w_count, 5, 0.2f), bias = random_floats(4, 6, 0.1f);
+      const auto dys = rounded(random_floats(y_count, 7), t);
+      nn::Buffer wb = be().allocate(w_count), bb = be().allocate(4), dw = be().allocate(w_count),
+                 db = be().allocate(4);
+      be().copy_from_host(*s, wb.data(), w.data(), w_count);
+      be().copy_from_host(*s, bb.data(), bias.data(), 4);
+      auto run = [&](DType type, std::vector<float>& y, std::vector<float>& dx, std::vector<float>& dwh,
+                     std::vector<float>& dbh) {
+        nn::ConvDesc dd = d;
+        dd.dtype = type;
+        auto plan = be().make_conv(dd);
+        const Typed x = upload(xs, type), dy = upload(dys, type);
+        Typed yt = empty(y_count, type), dxt = empty(x_count, type);
+        plan->forward(*s, x.buf.raw(), wb.data(), bb.data(), yt.buf.raw());
+        plan->backward_weights(*s, x.buf.raw(), dy.buf.raw(), dw.data(), db.data());
+        plan->backward_data(*s, dy.buf.raw(), wb.data(), dxt.buf.raw());
+        y = read(yt);
+        dx = read(dxt);
+        dwh = test::download(be(), dw.data(), w_count);
+        dbh = test::download(be(), db.data(), 4);
+      };
+      std::vector<float> y32, dx32, dw32, db32, y, dx, dwl, dbl;
+      run(DType::f32, y32, dx32, dw32, db32);
+      run(t, y, dx, dwl, dbl);
+      CHECK(rel_error(y, y32) < tol);
+      CHECK(rel_error(dx, dx32) < tol);
+      CHECK(rel_error(dwl, dw32) < tol);
+      CHECK(rel_error(dbl, db32) < tol);
+      CHECK(rel_error(y, y32) > 0);  // really computed in t, not in f32
+      CHECK(rounded(dwl, t) == dwl);
+      CHECK(rounded(dbl, t) == dbl);
+    }
 
     // Linear [6, 10] -> [6, 5].
     nn::LinearDesc ld{6, 10, 5, true};
@@ -225,7 +239,8 @@ TEST_CASE("reduced precision: convolution, linear, pooling and batch norm plans"
     nn::Buffer lwb = be().allocate(50), lbb = be().allocate(5), ldw = be().allocate(50), ldb = be().allocate(5);
     be().copy_from_host(*s, lwb.data(), lw.data(), 50);
     be().fill(*s, lbb.data(), 5, 0.25f);
-    auto run_linear = [&](DType type, std::vector<float>& yo, std::vector<float>& dxo) {
+    auto run_linear = [&](DType type, std::vector<float>& yo, std::vector<float>& dxo, std::vector<float>& dwo,
+                          std::vector<float>& dbo) {
       nn::LinearDesc dd = ld;
       dd.dtype = type;
       auto plan = be().make_linear(dd);
@@ -236,14 +251,19 @@ TEST_CASE("reduced precision: convolution, linear, pooling and batch norm plans"
       plan->backward_data(*s, dy.buf.raw(), lwb.data(), dxt.buf.raw());
       yo = read(yt);
       dxo = read(dxt);
+      dwo = test::download(be(), ldw.data(), 50);
+      dbo = test::download(be(), ldb.data(), 5);
     };
-    std::vector<float> ly32, ldx32, ly, ldx;
-    run_linear(DType::f32, ly32, ldx32);
-    run_linear(t, ly, ldx);
+    std::vector<float> ly32, ldx32, ldw32, ldb32, ly, ldx, ldwl, ldbl;
+    run_linear(DType::f32, ly32, ldx32, ldw32, ldb32);
+    run_linear(t, ly, ldx, ldwl, ldbl);
     CHECK(rel_error(ly, ly32) < tol);
     CHECK(rel_error(ldx, ldx32) < tol);
+    CHECK(rel_error(ldwl, ldw32) < tol);
+    CHECK(rel_error(ldbl, ldb32) < tol);
 
     // Max pooling 2x2 picks values of t: exact. Batch norm: f32 statistics.
+    const auto xs = rounded(random_floats(2 * 3 * 81, 4), t);
     nn::PoolDesc pd;
     pd.n = 2, pd.c = 3, pd.h = 8, pd.w = 8;
     auto run_pool = [&](DType type) {
