@@ -272,6 +272,8 @@ class CudaBackend final : public Backend {
     m_info.index = device;
     m_info.name = prop.name;
     m_info.memory_bytes = prop.totalGlobalMem;
+    m_compute_major = prop.major;
+    m_compute_minor = prop.minor;
     char bus[32] = {0};
     if (cudaDeviceGetPCIBusId(bus, sizeof(bus), device) == cudaSuccess) m_info.bus_id = bus;
   }
@@ -345,18 +347,22 @@ class CudaBackend final : public Backend {
 
   // Plans are made on this backend's device (cuDNN's algorithm search runs there).
   std::unique_ptr<ConvPlan> make_conv(const ConvDesc& d) override {
+    check_type(d.dtype, "convolution");
     bind_calling_thread(0);
     return make_cudnn_conv(d);
   }
   std::unique_ptr<LinearPlan> make_linear(const LinearDesc& d) override {
+    check_type(d.dtype, "linear layer");
     bind_calling_thread(0);
     return make_cublas_linear(d);
   }
   std::unique_ptr<PoolPlan> make_pool(const PoolDesc& d) override {
+    check_type(d.dtype, "pooling");
     bind_calling_thread(0);
     return make_cudnn_pool(d);
   }
   std::unique_ptr<BatchNormPlan> make_batch_norm(const BatchNormDesc& d) override {
+    check_type(d.dtype, "batch norm");
     bind_calling_thread(0);
     return make_cudnn_batch_norm(d);
   }
@@ -476,7 +482,17 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // bf16 arithmetic (cuDNN's bf16 convolutions, cuBLAS's bf16 GEMMs) needs compute
+  // capability 8.0 (Ampere); before it cuDNN only answers "not supported" at the first call.
+  void check_type(DType t, const char* what) const {
+    if (t == DType::bf16 && m_compute_major < 8)
+      throw Error(std::string("cuda backend: a bf16 ") + what + " needs a GPU of compute capability 8.0 or newer; " +
+                  m_info.name + " is " + std::to_string(m_compute_major) + "." + std::to_string(m_compute_minor) +
+                  ": use train.precision = fp16 there");
+  }
+
   int m_device;
+  int m_compute_major = 0, m_compute_minor = 0;
   DeviceInfo m_info;
   std::shared_ptr<Pool> m_pool, m_pinned;
 };

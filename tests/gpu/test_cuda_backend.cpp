@@ -116,3 +116,106 @@ TEST_CASE("after the first step the CUDA backend allocates no device memory", "[
   REQUIRE(cudaMemGetInfo(&free_now, &total) == cudaSuccess);
   CHECK(free_now == free_after_first);
 }
+
+namespace {
+
+// n values of type t on backend `be` holding `host` (rounded to t there), and back as f32.
+nn::Buffer upload_typed(nn::Backend& be, nn::Stream& s, const std::vector<float>& host, nn::DType t) {
+  nn::Buffer f = be.allocate(host.size()), out = be.allocate(host.size(), t);
+  be.copy_from_host(s, f.data(), host.data(), host.size());
+  be.convert(s, f.raw(), nn::DType::f32, out.raw(), t, host.size());
+  be.synchronize(s);
+  return out;
+}
+
+std::vector<float> download_typed(nn::Backend& be, nn::Stream& s, const void* p, nn::DType t, size_t n) {
+  nn::Buffer f = be.allocate(n);
+  be.convert(s, p, t, f.raw(), nn::DType::f32, n);
+  std::vector<float> host(n);
+  be.copy_to_host(s, host.data(), f.data(), n);
+  be.synchronize(s);
+  return host;
+}
+
+double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+}  // namespace
+
+TEST_CASE("at bf16 and f16 the CUDA backend computes the CPU reference's results", "[cuda]") {
+  auto cpu = nn::make_cpu_backend(0);
+  auto gpu = nn::make_cuda_backend(0);
+  auto cs = cpu->create_stream();
+  auto gs = gpu->create_stream();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const size_t n = 2 * 3 * 12 * 12;
+  std::vector<float> a(n), b(n);
+  for (auto& v : a) v = normal(rng);
+  for (auto& v : b) v = normal(rng);
+  for (const nn::DType t : {nn::DType::bf16, nn::DType::f16}) {
+    INFO("type " << nn::dtype_name(t));
+    // Element-wise: one f32 operation rounded once, on both: equal bit for bit.
+    auto elementwise = [&](nn::Backend& be, nn::Stream& s) {
+      nn::Buffer x = upload_typed(be, s, a, t), y = upload_typed(be, s, b, t);
+      nn::Buffer sum = be.allocate(n, t), prod = be.allocate(n, t), relu = be.allocate(n, t),
+                 drop = be.allocate(n, t), mask = be.allocate(n, t), up = be.allocate(4 * n, t);
+      be.add(s, t, x.raw(), y.raw(), sum.raw(), n);
+      be.multiply(s, t, x.raw(), y.raw(), prod.raw(), n);
+      be.relu_forward(s, t, x.raw(), relu.raw(), n);
+      be.dropout_forward(s, t, x.raw(), drop.raw(), mask.raw(), n, 0.3f, 11, 5);
+      be.bilinear_forward(s, t, x.raw(), up.raw(), 6, 12, 12, 24, 24);
+      std::vector<std::vector<float>> out;
+      for (const nn::Buffer* r : {&sum, &prod, &relu, &drop, &mask})
+        out.push_back(download_typed(be, s, r->raw(), t, n));
+      out.push_back(download_typed(be, s, up.raw(), t, 4 * n));
+      return out;
+    };
+    const auto on_cpu = elementwise(*cpu, *cs), on_gpu = elementwise(*gpu, *gs);
+    const char* names[] = {"add", "multiply", "relu", "dropout", "dropout mask", "bilinear"};
+    for (size_t i = 0; i < on_cpu.size(); ++i) {
+      INFO(names[i]);
+      CHECK(on_gpu[i] == on_cpu[i]);
+    }
+
+    // A convolution with bias, forward and both backward passes: the same up to the order
+    // of the f32 sums (and a rounding of t).
+    nn::ConvDesc d;
+    d.n = 2, d.c = 3, d.h = 12, d.w = 12, d.k = 5, d.r = d.s = 3, d.pad_h = d.pad_w = 1;
+    d.dtype = t;
+    const size_t y_count = static_cast<size_t>(d.output().numel()), w_count = static_cast<size_t>(d.weight().numel());
+    std::vector<float> w(w_count), bias(5), dy(y_count);
+    for (auto& v : w) v = 0.2f * normal(rng);
+    for (auto& v : bias) v = 0.1f * normal(rng);
+    for (auto& v : dy) v = normal(rng);
+    auto conv = [&](nn::Backend& be, nn::Stream& s) {
+      auto plan = be.make_conv(d);
+      nn::Buffer x = upload_typed(be, s, a, t), g = upload_typed(be, s, dy, t);
+      nn::Buffer wb = be.allocate(w_count), bb = be.allocate(5), dw = be.allocate(w_count), db = be.allocate(5);
+      be.copy_from_host(s, wb.data(), w.data(), w_count);
+      be.copy_from_host(s, bb.data(), bias.data(), 5);
+      nn::Buffer y = be.allocate(y_count, t), dx = be.allocate(n, t);
+      plan->forward(s, x.raw(), wb.data(), bb.data(), y.raw());
+      plan->backward_weights(s, x.raw(), g.raw(), dw.data(), db.data());
+      plan->backward_data(s, g.raw(), wb.data(), dx.raw());
+      std::vector<std::vector<float>> out{download_typed(be, s, y.raw(), t, y_count),
+                                          download_typed(be, s, dx.raw(), t, n)};
+      out.push_back(squall::test::download(be, dw.data(), w_count));
+      out.push_back(squall::test::download(be, db.data(), 5));
+      return out;
+    };
+    const auto conv_cpu = conv(*cpu, *cs), conv_gpu = conv(*gpu, *gs);
+    const double tol = t == nn::DType::bf16 ? 8 * std::ldexp(1.0, -8) : 8 * std::ldexp(1.0, -11);
+    const char* conv_names[] = {"y", "dx", "dw", "db"};
+    for (size_t i = 0; i < conv_cpu.size(); ++i) {
+      INFO("convolution " << conv_names[i]);
+      CHECK(relative_l2(conv_gpu[i], conv_cpu[i]) < tol);
+    }
+  }
+}
