@@ -9,7 +9,8 @@ dilations and projections) under torch.autocast with channels_last memory format
 cudnn.benchmark, batch and optimizer (SGD, momentum 0.9) the same. Each side runs --steps
 steps after --warmup, alternating --runs times; the script prints the samples/s medians and the
 ratio squall / PyTorch (issue 10's bar: >= 1.0 at batch 1-2, bf16, on a GPU). squall runs
-with and without parallel.cuda_graphs.
+channels last (model.layout = nhwc) with and without parallel.cuda_graphs, and NCHW, to show
+what the layout is worth.
 
 On a machine without a GPU it runs both on the CPU at a small size to check that the script
 works (--device cpu --size 96x144); the ratio then means nothing and is labelled so. Exit 77
@@ -53,12 +54,13 @@ def write_deepcam(folder, h, w, samples):
         f["climate/maxval"] = np.full(CHANNELS, 5.0) * (1 + np.arange(CHANNELS))
 
 
-def squall_rate(a, data, batch, steps, precision, graphs, workdir):
+def squall_rate(a, data, batch, steps, precision, graphs, layout, workdir):
     run_dir = tempfile.mkdtemp(dir=workdir)
     sets = [f"run.backend={a.device}", "model.name=deeplabv3plus", f"train.precision={precision}",
             f"train.batch_size={batch}", f"train.max_steps={steps}", f"train.log_every_steps={steps}",
             f"data.train={data}", f"data.test={data}", "data.test_samples=2", "schedule.warmup_steps=0",
             "optimizer.lr=0.01", "optimizer.weight_decay=0", f"parallel.cuda_graphs={'true' if graphs else 'false'}",
+            f"model.layout={layout}",
             f"run.dir={run_dir}"]
     cmd = [a.squall, "train", "--config", os.path.join(ROOT, "configs", "fashion-mnist-lenet5.toml")]
     for s in sets:
@@ -197,13 +199,15 @@ def main():
         print(f"deeplabv3plus {h}x{w}x{CHANNELS}, {a.precision}, {a.device}, {a.steps} steps, {a.runs} runs"
               + ("" if a.device == "cuda" else " (CPU: a check of the script, not a measurement)"))
         for b in batches:
-            rates = {"squall": [], "squall+graphs": [], "pytorch amp": []}
+            rates = {"squall nhwc": [], "squall nhwc+graphs": [], "squall nchw": [], "pytorch amp": []}
             for _ in range(a.runs):
                 # squall's own warm-up: its summary rate covers the whole run, so it runs
                 # warmup + steps and the first steps' cost (algorithm search) is in it.
-                rates["squall"].append(squall_rate(a, data, b, a.warmup + a.steps, a.precision, False, workdir))
+                n = a.warmup + a.steps
+                rates["squall nhwc"].append(squall_rate(a, data, b, n, a.precision, False, "nhwc", workdir))
+                rates["squall nchw"].append(squall_rate(a, data, b, n, a.precision, False, "nchw", workdir))
                 if a.device == "cuda":
-                    rates["squall+graphs"].append(squall_rate(a, data, b, a.warmup + a.steps, a.precision, True, workdir))
+                    rates["squall nhwc+graphs"].append(squall_rate(a, data, b, n, a.precision, True, "nhwc", workdir))
                 rates["pytorch amp"].append(torch_rate(torch, a, h, w, b, a.steps, a.precision))
             med = {k: statistics.median(v) for k, v in rates.items() if v}
             line = ", ".join(f"{k} {v:.2f}" for k, v in med.items())

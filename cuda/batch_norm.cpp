@@ -1,5 +1,5 @@
 // Batch normalisation plans on cuDNN (CUDNN_BATCHNORM_SPATIAL: per channel over n, h, w),
-// NCHW; x, y, dx, dy f32 or f16 (gamma, beta and the statistics f32 always: cuDNN's
+// NCHW or NHWC; x, y, dx, dy f32 or f16 (gamma, beta and the statistics f32 always: cuDNN's
 // mixed configuration), or bf16 through f32 copies (below).
 //
 // Training normalises with the batch mean and biased variance and updates the running
@@ -43,7 +43,7 @@ class CudnnBatchNormPlan final : public nn::BatchNormPlan {
     if (d.dtype != nn::DType::f32 && d.dtype != nn::DType::f16)
       throw Error(std::string("batch norm: cuDNN's plan takes f32 or f16 activations, not ") +
                   nn::dtype_name(d.dtype));
-    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, "batch norm", d.dtype);
+    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, "batch norm", d.dtype, d.layout);
     SQUALL_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(m_param, m_x, kMode));  // [1, c, 1, 1]
     m_saved = DeviceFloats(2 * static_cast<size_t>(d.c));
   }

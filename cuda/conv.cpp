@@ -23,6 +23,10 @@
 // reuses the choice. The workspace is the stream's (CudaStream::workspace), asked for at
 // run time with the largest of the plan's three sizes.
 //
+// NHWC (docs/design.md, "Layout"): x, y, dx, dy and the filter in NHWC ([k, r, s, c]); the
+// plan keeps its copy of the weights in that order (permuted from the f32 [k, c, r, s] by
+// forward) and permutes the weight gradient back.
+//
 // bf16/f16 (docs/design.md, "Precision"): x, y, dx, dy, the filter and its gradient are of
 // the activation type, the convolution computes in f32 (cuDNN's "pseudo" configurations),
 // and the math type is CUDNN_TENSOR_OP_MATH: tensor cores, and the fastest algorithm of any
@@ -78,7 +82,7 @@ struct AlgoChoice {
 };
 
 // device, in (n, c, h, w), filter (K, C, r, s), pad, stride, dilation (h, w each), direction,
-// activation type
+// activation type (+16 for NHWC)
 using AlgoKey = std::array<int, 17>;
 
 struct AlgoCache {
@@ -133,7 +137,7 @@ void add_candidates(const Perf* perf, int count, const char* how, bool reduced, 
 // Candidates for one direction: benchmarked (Find), then cuDNN's heuristics (should Find
 // fail, e.g. for want of memory for its own buffers), then the always-available algorithm.
 std::vector<AlgoChoice> candidates(cudnnHandle_t h, const Problem& p, Direction dir) {
-  const bool reduced = p.key[16] != static_cast<int>(nn::DType::f32);
+  const bool reduced = (p.key[16] & 15) != static_cast<int>(nn::DType::f32);
   std::vector<AlgoChoice> out;
   int count = 0;
   switch (dir) {
@@ -218,7 +222,8 @@ std::string problem_str(const AlgoKey& k) {
     s += std::to_string(k[i + 1]);
   }
   s += " ";
-  s += nn::dtype_name(static_cast<nn::DType>(k[16]));
+  s += nn::dtype_name(static_cast<nn::DType>(k[16] & 15));
+  s += k[16] & 16 ? " nhwc" : " nchw";
   return s;
 }
 
@@ -276,11 +281,16 @@ class CudnnConvPlan final : public nn::ConvPlan {
     const char* what = "conv";
     const cudnnDataType_t type = detail::cudnn_type(d.dtype, what);
     m_reduced = d.dtype != nn::DType::f32;
-    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, what, d.dtype);
-    detail::set_nchw(m_y, out.n(), out.c(), out.h(), out.w(), what, d.dtype);
-    // Filter of the forward problem: [k, c, r, s], or [c, k, r, s] when transposed (= weight()).
+    m_nhwc = d.layout == nn::Layout::nhwc;
+    m_copy = m_reduced || m_nhwc;
+    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, what, d.dtype, d.layout);
+    detail::set_nchw(m_y, out.n(), out.c(), out.h(), out.w(), what, d.dtype, d.layout);
+    // Filter of the forward problem: [k, c, r, s], or [c, k, r, s] when transposed (= weight()),
+    // in the activations' memory order (the plan's copy of the weights when NHWC).
     const nn::Shape ws = d.weight();
-    SQUALL_CUDNN_CHECK(cudnnSetFilter4dDescriptor(m_w, type, CUDNN_TENSOR_NCHW, to_int(ws.n(), what),
+    m_filter = ws;
+    SQUALL_CUDNN_CHECK(cudnnSetFilter4dDescriptor(m_w, type, m_nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                                  to_int(ws.n(), what),
                                                   to_int(ws.c(), what), to_int(ws.h(), what),
                                                   to_int(ws.w(), what)));
     // Computed in f32 whatever the activation type.
@@ -291,11 +301,11 @@ class CudnnConvPlan final : public nn::ConvPlan {
     // f32: FMA only, no TF32 tensor-core kernels, so that f32 results agree with the CPU
     // backend. bf16/f16: tensor cores.
     SQUALL_CUDNN_CHECK(cudnnSetConvolutionMathType(m_conv, m_reduced ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
-    if (d.bias && !m_reduced) detail::set_nchw(m_b, 1, d.k, 1, 1, what);
-    if (m_reduced) {
-      m_w_count = static_cast<size_t>(ws.numel());
-      m_w16 = detail::DeviceHalves(m_w_count);
-      m_dw16 = detail::DeviceHalves(m_w_count);
+    if (d.bias && !m_copy) detail::set_nchw(m_b, 1, d.k, 1, 1, what);
+    if (m_copy) {
+      const size_t bytes = static_cast<size_t>(ws.numel()) * nn::dtype_size(d.dtype);
+      m_w_copy = detail::DeviceBytes(bytes);
+      m_dw_copy = detail::DeviceBytes(bytes);
     }
 
     // The forward problem's input and output (see the top of the file).
@@ -330,7 +340,7 @@ class CudnnConvPlan final : public nn::ConvPlan {
              to_int(d.dil_h, what),
              to_int(d.dil_w, what),
              0,
-             static_cast<int>(d.dtype)};
+             static_cast<int>(d.dtype) + (m_nhwc ? 16 : 0)};
     m_fwd = choose(p, Direction::forward);
     m_bwd_data = choose(p, Direction::backward_data);
     m_bwd_filter = choose(p, Direction::backward_filter);
@@ -341,18 +351,20 @@ class CudnnConvPlan final : public nn::ConvPlan {
     CudaStream& cs = cuda_stream(s);
     void* ws = workspace(cs);
     const void* wt = w;
-    if (m_reduced) {  // the activation-type copy of the weights, kept for backward_data
-      kernels::convert(cs.stream(), w, 0, m_w16.data(), detail::kernel_type(m_desc.dtype), m_w_count);
-      wt = m_w16.data();
+    if (m_copy) {  // the weights in the activations' type and order, kept for backward_data
+      kernels::permute_convert(cs.stream(), w, 0, false, m_w_copy.data(), detail::kernel_type(m_desc.dtype), m_nhwc,
+                               m_filter.n(), m_filter.c(), m_filter.h(), m_filter.w());
+      wt = m_w_copy.data();
     }
     if (m_desc.transposed)
       problem_backward_data(cs, wt, x, y, ws);
     else
       problem_forward(cs, x, wt, y, ws);
     if (!m_desc.bias || b == nullptr) return;
-    if (m_reduced) {
+    if (m_copy) {
       const nn::Shape out = m_desc.output();
-      kernels::bias_add(cs.stream(), detail::kernel_type(m_desc.dtype), y, b, out.n(), out.c(), out.h() * out.w());
+      kernels::bias_add(cs.stream(), detail::kernel_type(m_desc.dtype), m_nhwc, y, b, out.n(), out.c(),
+                        out.h() * out.w());
     } else {
       SQUALL_CUDNN_CHECK(cudnnAddTensor(cs.cudnn(), &kOne, m_b, b, &kOne, m_y, y));
     }
@@ -362,7 +374,7 @@ class CudnnConvPlan final : public nn::ConvPlan {
     if (dx == nullptr) return;
     CudaStream& cs = cuda_stream(s);
     void* ws = workspace(cs);
-    const void* wt = m_reduced ? static_cast<const void*>(m_w16.data()) : w;
+    const void* wt = m_copy ? static_cast<const void*>(m_w_copy.data()) : w;
     if (m_desc.transposed)
       problem_forward(cs, dy, wt, dx, ws);
     else
@@ -375,17 +387,18 @@ class CudnnConvPlan final : public nn::ConvPlan {
     // The forward problem's input and output gradient: (x, dy), or (dy, x) when transposed.
     const void* in = m_desc.transposed ? dy : x;
     const void* dout = m_desc.transposed ? x : dy;
-    void* dfilter = m_reduced ? static_cast<void*>(m_dw16.data()) : static_cast<void*>(dw);
+    void* dfilter = m_copy ? static_cast<void*>(m_dw_copy.data()) : static_cast<void*>(dw);
     SQUALL_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
         cs.cudnn(), &kOne, m_in, in, m_out, dout, m_conv,
         static_cast<cudnnConvolutionBwdFilterAlgo_t>(m_bwd_filter.algo), ws, m_workspace, &kZero, m_w, dfilter));
-    if (m_reduced)
-      kernels::convert(cs.stream(), m_dw16.data(), detail::kernel_type(m_desc.dtype), dw, 0, m_w_count);
+    if (m_copy)
+      kernels::permute_convert(cs.stream(), m_dw_copy.data(), detail::kernel_type(m_desc.dtype), m_nhwc, dw, 0, false,
+                               m_filter.n(), m_filter.c(), m_filter.h(), m_filter.w());
     if (!m_desc.bias || db == nullptr) return;
-    if (m_reduced) {
+    if (m_copy) {
       const nn::Shape out = m_desc.output();
-      kernels::bias_grad(cs.stream(), detail::kernel_type(m_desc.dtype), dy, db, out.n(), out.c(),
-                         out.h() * out.w(), true);
+      kernels::bias_grad(cs.stream(), detail::kernel_type(m_desc.dtype), m_nhwc, dy, db, out.n(), out.c(),
+                         out.h() * out.w(), m_reduced);
     } else {
       SQUALL_CUDNN_CHECK(cudnnConvolutionBackwardBias(cs.cudnn(), &kOne, m_y, dy, &kZero, m_b, db));
     }
@@ -415,8 +428,10 @@ class CudnnConvPlan final : public nn::ConvPlan {
   AlgoChoice m_fwd, m_bwd_data, m_bwd_filter;
   size_t m_workspace = 0;  // the largest of the three
   bool m_reduced = false;  // bf16/f16 activations
-  size_t m_w_count = 0;
-  detail::DeviceHalves m_w16, m_dw16;  // bf16/f16: the weights of the last forward, the weight gradient
+  bool m_nhwc = false;     // NHWC activations (and filter copies)
+  bool m_copy = false;     // either: the plan keeps copies of the weights and their gradient
+  nn::Shape m_filter;      // the forward problem's filter, [k, c, r, s] or [c, k, r, s]
+  detail::DeviceBytes m_w_copy, m_dw_copy;  // the weights of the last forward, the weight gradient
 };
 
 }  // namespace

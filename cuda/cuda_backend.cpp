@@ -344,6 +344,11 @@ class CudaBackend final : public Backend {
     if (from == DType::i32 || to == DType::i32) throw Error("convert: i32 is not a float type");
     kernels::convert(raw(s), src, code(from), dst, code(to), n);
   }
+  void permute_layout(Stream& s, DType t, const void* src, Layout from, void* dst, Layout to, int64_t n, int64_t c,
+                      int64_t h, int64_t w) override {
+    if (n < 0 || c < 0 || h < 0 || w < 0) throw Error("permute_layout: bad shape " + Shape(n, c, h, w).str());
+    kernels::permute_bits(raw(s), dtype_size(t), src, from == Layout::nhwc, dst, to == Layout::nhwc, n, c, h, w);
+  }
 
   // Plans are made on this backend's device (cuDNN's algorithm search runs there).
   std::unique_ptr<ConvPlan> make_conv(const ConvDesc& d) override {

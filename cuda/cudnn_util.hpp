@@ -71,11 +71,13 @@ inline cudnnDataType_t cudnn_type(nn::DType t, const char* what) {
 // The dtype code of the kernels (cuda/kernels.cuh): 0 f32, 1 bf16, 2 f16.
 inline int kernel_type(nn::DType t) { return static_cast<int>(t); }
 
-// A packed NCHW tensor descriptor of type t (f32 unless said).
+// A packed 4-D tensor descriptor [n, c, h, w] of type t (f32 unless said) in memory order
+// `layout` (NCHW unless said).
 inline void set_nchw(cudnnTensorDescriptor_t d, int64_t n, int64_t c, int64_t h, int64_t w, const char* what,
-                     nn::DType t = nn::DType::f32) {
-  SQUALL_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, cudnn_type(t, what), to_int(n, what),
-                                                to_int(c, what), to_int(h, what), to_int(w, what)));
+                     nn::DType t = nn::DType::f32, nn::Layout layout = nn::Layout::nchw) {
+  const cudnnTensorFormat_t format = layout == nn::Layout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  SQUALL_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, format, cudnn_type(t, what), to_int(n, what), to_int(c, what),
+                                                to_int(h, what), to_int(w, what)));
 }
 
 // Device memory a plan owns for its lifetime (made at plan creation, never per step):
@@ -117,6 +119,7 @@ class DeviceArray {
 };
 using DeviceFloats = DeviceArray<float>;
 using DeviceHalves = DeviceArray<uint16_t>;  // bf16 or f16
+using DeviceBytes = DeviceArray<unsigned char>;  // elements of a type chosen at run time
 
 // The convolution algorithms chosen so far in this process, one line per (problem,
 // direction, device): algorithm, how it was chosen, cuDNN's time, workspace, determinism.

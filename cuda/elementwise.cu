@@ -100,6 +100,46 @@ void launch_convert(cudaStream_t s, const void* src, void* dst, size_t n) {
   convert_kernel<From, To><<<grid_for(n), kThreads, 0, s>>>(static_cast<const From*>(src), static_cast<To*>(dst), n);
 }
 
+// One thread per destination element; it reads the source element it comes from. The
+// destination index is decomposed as (i, p, ch) of [n, hw, c] or (i, ch, p) of [n, c, hw].
+template <class From, class To>
+__global__ void permute_convert_kernel(const From* src, bool from_nhwc, To* dst, bool to_nhwc, size_t total,
+                                       int64_t c, int64_t hw) {
+  for (size_t k = global_index(); k < total; k += global_stride()) {
+    int64_t i, ch, p;
+    const int64_t kk = static_cast<int64_t>(k);
+    if (to_nhwc) {
+      ch = kk % c;
+      p = (kk / c) % hw;
+      i = kk / (c * hw);
+    } else {
+      p = kk % hw;
+      ch = (kk / hw) % c;
+      i = kk / (c * hw);
+    }
+    const int64_t from = from_nhwc ? (i * hw + p) * c + ch : (i * c + ch) * hw + p;
+    dst[k] = from_float<To>(to_float(src[from]));
+  }
+}
+
+template <class E>
+__global__ void permute_bits_kernel(const E* src, bool from_nhwc, E* dst, bool to_nhwc, size_t total, int64_t c,
+                                    int64_t hw) {
+  for (size_t k = global_index(); k < total; k += global_stride()) {
+    const int64_t kk = static_cast<int64_t>(k);
+    int64_t i, ch, p;
+    if (to_nhwc) {
+      ch = kk % c;
+      p = (kk / c) % hw;
+    } else {
+      p = kk % hw;
+      ch = (kk / hw) % c;
+    }
+    i = kk / (c * hw);
+    dst[k] = src[from_nhwc ? (i * hw + p) * c + ch : (i * c + ch) * hw + p];
+  }
+}
+
 template <class From>
 void convert_from(cudaStream_t s, const void* src, void* dst, int to, size_t n) {
   switch (to) {
@@ -203,6 +243,43 @@ void copy_strided(cudaStream_t s, size_t elem_bytes, void* dst, int64_t dst_stri
         src_offset, rows, count);
   else
     throw Error("copy_strided: elements of " + std::to_string(elem_bytes) + " bytes are not supported (2 or 4)");
+  SQUALL_CUDA_CHECK(cudaGetLastError());
+}
+
+void permute_convert(cudaStream_t s, const void* src, int from, bool from_nhwc, void* dst, int to, bool to_nhwc,
+                     int64_t n, int64_t c, int64_t h, int64_t w) {
+  const int64_t hw = h * w;
+  if (n <= 0 || c <= 0 || hw <= 0) return;
+  const size_t total = static_cast<size_t>(n * c * hw);
+  if (from_nhwc == to_nhwc) return convert(s, src, from, dst, to, total);
+  detail::dispatch_float(from, "permute", [&](auto from_tag) {
+    using From = decltype(from_tag);
+    detail::dispatch_float(to, "permute", [&](auto to_tag) {
+      using To = decltype(to_tag);
+      permute_convert_kernel<From, To><<<grid_for(total), kThreads, 0, s>>>(
+          static_cast<const From*>(src), from_nhwc, static_cast<To*>(dst), to_nhwc, total, c, hw);
+    });
+  });
+  SQUALL_CUDA_CHECK(cudaGetLastError());
+}
+
+void permute_bits(cudaStream_t s, size_t elem_bytes, const void* src, bool from_nhwc, void* dst, bool to_nhwc,
+                  int64_t n, int64_t c, int64_t h, int64_t w) {
+  const int64_t hw = h * w;
+  if (n <= 0 || c <= 0 || hw <= 0) return;
+  const size_t total = static_cast<size_t>(n * c * hw);
+  if (from_nhwc == to_nhwc) {
+    if (src != dst) SQUALL_CUDA_CHECK(cudaMemcpyAsync(dst, src, total * elem_bytes, cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  if (elem_bytes == 4)
+    permute_bits_kernel<uint32_t><<<grid_for(total), kThreads, 0, s>>>(
+        static_cast<const uint32_t*>(src), from_nhwc, static_cast<uint32_t*>(dst), to_nhwc, total, c, hw);
+  else if (elem_bytes == 2)
+    permute_bits_kernel<uint16_t><<<grid_for(total), kThreads, 0, s>>>(
+        static_cast<const uint16_t*>(src), from_nhwc, static_cast<uint16_t*>(dst), to_nhwc, total, c, hw);
+  else
+    throw Error("permute: elements of " + std::to_string(elem_bytes) + " bytes are not supported (2 or 4)");
   SQUALL_CUDA_CHECK(cudaGetLastError());
 }
 

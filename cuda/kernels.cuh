@@ -29,14 +29,25 @@ void copy_strided(cudaStream_t s, size_t elem_bytes, void* dst, int64_t dst_stri
                   const void* src, int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count);
 // dtype: 0 f32, 1 bf16, 2 f16 (nn::DType's order); round to nearest even.
 void convert(cudaStream_t s, const void* src, int from, void* dst, int to, size_t n);
+// A 4-D tensor [n, c, h, w] converted from type `from` in one memory order (NHWC when
+// from_nhwc, else NCHW) to type `to` in the other or the same: the layout permutation of
+// activations, and the NHWC filter copies of the convolution plans ([k, c, r, s] f32 to
+// [k, r, s, c] of the activation type, and back for the gradient). src and dst must not
+// overlap unless the call is a same-order conversion.
+void permute_convert(cudaStream_t s, const void* src, int from, bool from_nhwc, void* dst, int to, bool to_nhwc,
+                     int64_t n, int64_t c, int64_t h, int64_t w);
+// Moves elements of 2 or 4 bytes from one memory order to the other, no conversion.
+void permute_bits(cudaStream_t s, size_t elem_bytes, const void* src, bool from_nhwc, void* dst, bool to_nhwc,
+                  int64_t n, int64_t c, int64_t h, int64_t w);
 
 // ---- bias of reduced-precision plans (bias.cu) ----
-// y [n, c, hw] of type t: y = round(y + b[c]) with b f32 (the conv and linear plans at bf16/f16).
-void bias_add(cudaStream_t s, int t, void* y, const float* b, int64_t n, int64_t c, int64_t hw);
-// db[c] = sum over n, hw of dy [n, c, hw] of type t, accumulated in double in a fixed order
-// (deterministic), then rounded to type t when round_to_type (as a reduced-precision bias
-// gradient is), stored as f32.
-void bias_grad(cudaStream_t s, int t, const void* dy, float* db, int64_t n, int64_t c, int64_t hw,
+// y [n, c, hw] (NCHW, or [n, hw, c] when nhwc) of type t: y = round(y + b[c]) with b f32
+// (the conv and linear plans at bf16/f16, and in NHWC).
+void bias_add(cudaStream_t s, int t, bool nhwc, void* y, const float* b, int64_t n, int64_t c, int64_t hw);
+// db[c] = sum over n, hw of dy (as bias_add's y) of type t, accumulated in double in a fixed
+// order (deterministic), then rounded to type t when round_to_type (as a reduced-precision
+// bias gradient is), stored as f32.
+void bias_grad(cudaStream_t s, int t, bool nhwc, const void* dy, float* db, int64_t n, int64_t c, int64_t hw,
                bool round_to_type);
 
 // ---- resampling and pooling (resample.cu) ----

@@ -91,7 +91,7 @@ class CublasLinearPlan final : public nn::LinearPlan {
                                      x, m_type, m_in, &kZero, y, m_type, m_out, CUBLAS_COMPUTE_32F,
                                      CUBLAS_GEMM_DEFAULT));
     if (m_desc.bias && b != nullptr)
-      kernels::bias_add(cs.stream(), detail::kernel_type(m_desc.dtype), y, b, m_n, m_out, 1);
+      kernels::bias_add(cs.stream(), detail::kernel_type(m_desc.dtype), false, y, b, m_n, m_out, 1);
   }
 
   void backward_data(nn::Stream& s, const void* dy, const float* w, void* dx) override {
@@ -115,7 +115,7 @@ class CublasLinearPlan final : public nn::LinearPlan {
     SQUALL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, m_in, m_out, m_n, &kOne, x, m_type, m_in, dy, m_type,
                                      m_out, &kZero, dw, CUDA_R_32F, m_in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (m_desc.bias && db != nullptr)
-      kernels::bias_grad(cs.stream(), detail::kernel_type(m_desc.dtype), dy, db, m_n, m_out, 1, true);
+      kernels::bias_grad(cs.stream(), detail::kernel_type(m_desc.dtype), false, dy, db, m_n, m_out, 1, true);
   }
 
  private:

@@ -1,4 +1,5 @@
-// Pooling plans on cuDNN, NCHW f32 or f16 (bf16 through f32 copies, below). Max pooling is CUDNN_POOLING_MAX_DETERMINISTIC; average
+// Pooling plans on cuDNN, NCHW or NHWC, f32 or f16 (bf16 through f32 copies, below). Max
+// pooling is CUDNN_POOLING_MAX_DETERMINISTIC; average
 // pooling divides by the number of input elements in the window, padding excluded
 // (CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, PyTorch's count_include_pad=False).
 //
@@ -44,8 +45,8 @@ class CudnnPoolPlan final : public nn::PoolPlan {
     const char* what = "pool";
     if (d.dtype != nn::DType::f32 && d.dtype != nn::DType::f16)
       throw Error(std::string("pool: cuDNN's plan takes f32 or f16 activations, not ") + nn::dtype_name(d.dtype));
-    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, what, d.dtype);
-    detail::set_nchw(m_y, out.n(), out.c(), out.h(), out.w(), what, d.dtype);
+    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, what, d.dtype, d.layout);
+    detail::set_nchw(m_y, out.n(), out.c(), out.h(), out.w(), what, d.dtype, d.layout);
     const cudnnPoolingMode_t mode = d.kind == nn::PoolKind::max ? CUDNN_POOLING_MAX_DETERMINISTIC
                                                                 : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
     SQUALL_CUDNN_CHECK(cudnnSetPooling2dDescriptor(m_pool, mode, CUDNN_NOT_PROPAGATE_NAN, to_int(d.r, what),

@@ -48,6 +48,9 @@ class CpuBackend : public Backend {
   void copy_bytes_to_host(Stream&, void* dst, const void* src, size_t bytes) override;
   void copy_bytes(Stream&, void* dst, const void* src, size_t bytes) override;
   void convert(Stream&, const void* src, DType from, void* dst, DType to, size_t n) override;
+  // cpu_layout.cpp
+  void permute_layout(Stream&, DType t, const void* src, Layout from, void* dst, Layout to, int64_t n, int64_t c,
+                      int64_t h, int64_t w) override;
 
   // oneDNN plans: cpu_conv.cpp, cpu_linear.cpp, cpu_pool.cpp, cpu_batch_norm.cpp
   std::unique_ptr<ConvPlan> make_conv(const ConvDesc&) override;
@@ -144,5 +147,9 @@ std::unique_ptr<LinearPlan> make_reduced_linear(CpuBackend&, const LinearDesc&, 
 std::unique_ptr<PoolPlan> make_reduced_pool(CpuBackend&, const PoolDesc&, std::unique_ptr<PoolPlan> inner);
 std::unique_ptr<BatchNormPlan> make_reduced_batch_norm(CpuBackend&, const BatchNormDesc&,
                                                       std::unique_ptr<BatchNormPlan> inner);
+// Batch norm on NHWC activations (cpu_layout.cpp): `nchw`, the same description in NCHW, run
+// on permuted copies.
+std::unique_ptr<BatchNormPlan> make_nhwc_batch_norm(CpuBackend&, const BatchNormDesc&,
+                                                   std::unique_ptr<BatchNormPlan> nchw);
 
 }  // namespace squall::cpu

@@ -126,6 +126,11 @@ class CpuBatchNormPlan final : public BatchNormPlan {
 }  // namespace
 
 std::unique_ptr<BatchNormPlan> CpuBackend::make_batch_norm(const BatchNormDesc& d) {
+  if (d.layout == Layout::nhwc) {
+    BatchNormDesc nchw = d;
+    nchw.layout = Layout::nchw;
+    return make_nhwc_batch_norm(*this, d, make_batch_norm(nchw));
+  }
   if (d.dtype != DType::f32) {
     BatchNormDesc f32 = d;
     f32.dtype = DType::f32;

@@ -134,8 +134,9 @@ class CpuConvPlan final : public ConvPlan {
 
   template <class Kind>
   void build(dnnl::engine& engine, const ConvDesc& d, const Shape& out) {
-    const memory::desc src_md({d.n, d.c, d.h, d.w}, dt::f32, tag::nchw);
-    const memory::desc dst_md({out.n(), out.c(), out.h(), out.w()}, dt::f32, tag::nchw);
+    const tag order = d.layout == Layout::nhwc ? tag::nhwc : tag::nchw;  // x, y, dx, dy
+    const memory::desc src_md({d.n, d.c, d.h, d.w}, dt::f32, order);
+    const memory::desc dst_md({out.n(), out.c(), out.h(), out.w()}, dt::f32, order);
     const memory::desc wei_md = d.transposed ? memory::desc({d.k, d.c, d.r, d.s}, dt::f32, tag::iohw)
                                              : memory::desc({d.k, d.c, d.r, d.s}, dt::f32, tag::oihw);
     const memory::desc any_src({d.n, d.c, d.h, d.w}, dt::f32, tag::any);

@@ -98,6 +98,7 @@ struct ConvDesc {
   bool transposed = false;              // transposed convolution (weights [c, k, r, s])
   int64_t out_pad_h = 0, out_pad_w = 0; // transposed only: extra rows/cols at the end
   DType dtype = DType::f32;             // x, y, dx, dy (w, b, dw, db are f32)
+  Layout layout = Layout::nchw;         // x, y, dx, dy (w and dw are [k, c, r, s] always)
   Shape output() const;                 // [n, k, p, q]
   Shape weight() const;                 // [k, c, r, s], or [c, k, r, s] when transposed
 };
@@ -134,6 +135,7 @@ struct PoolDesc {
   int64_t r = 2, s = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;
   PoolKind kind = PoolKind::max;
   DType dtype = DType::f32;  // x, y, dx, dy
+  Layout layout = Layout::nchw;
   Shape output() const;
 };
 
@@ -150,6 +152,7 @@ struct BatchNormDesc {
   float eps = 1e-5f;
   float momentum = 0.1f;  // running = (1 - momentum) * running + momentum * batch (PyTorch's)
   DType dtype = DType::f32;  // x, y, dx, dy (gamma, beta, running statistics are f32)
+  Layout layout = Layout::nchw;
 };
 
 class BatchNormPlan {
@@ -295,6 +298,10 @@ class Backend {
   }
   // Element type conversion (f32 <-> bf16 / f16, round to nearest even); n elements.
   virtual void convert(Stream&, const void* src, DType from, void* dst, DType to, size_t n) = 0;
+  // A 4-D tensor [n, c, h, w] of type t copied from one memory order to the other (a plain
+  // copy when from == to); src and dst must not overlap.
+  virtual void permute_layout(Stream&, DType t, const void* src, Layout from, void* dst, Layout to, int64_t n,
+                              int64_t c, int64_t h, int64_t w) = 0;
 
   // ---- plans ----
   virtual std::unique_ptr<ConvPlan> make_conv(const ConvDesc&) = 0;

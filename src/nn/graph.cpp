@@ -78,6 +78,11 @@ void Graph::set_dtype(DType t) {
   m_dtype = t;
 }
 
+void Graph::set_layout(Layout l) {
+  if (built()) throw Error("graph: the activation layout must be set before build()");
+  m_layout = l;
+}
+
 void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
   setup(batch);
   m_backend = &backend;
@@ -93,7 +98,16 @@ void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
   m_state = backend.allocate(std::max<size_t>(m_state_count, 1));
   m_activations = backend.allocate(activation_count, m_dtype);
   m_scratch = backend.allocate(largest, m_dtype);
-  m_input_f32 = m_dtype == DType::f32 ? Buffer{} : backend.allocate(static_cast<size_t>(m_nodes[0]->shape.numel()));
+  const bool nhwc = m_layout == Layout::nhwc;
+  const bool convert_input = m_dtype != DType::f32 || (nhwc && m_nodes[0]->shape.rank == 4);
+  m_input_f32 = convert_input ? backend.allocate(static_cast<size_t>(m_nodes[0]->shape.numel())) : Buffer{};
+  const Shape& out_shape = m_nodes[static_cast<size_t>(m_output)]->shape;
+  if (nhwc && out_shape.rank == 4) {
+    m_output_nchw = backend.allocate(static_cast<size_t>(out_shape.numel()), m_dtype);
+    m_output_grad_nchw = backend.allocate(static_cast<size_t>(out_shape.numel()), m_dtype);
+  } else {
+    m_output_nchw = m_output_grad_nchw = Buffer{};
+  }
   size_t off = 0;
   for (auto& n : m_nodes) {
     n->value = m_activations.view(n->shape, off);
@@ -123,6 +137,7 @@ void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
   for (int id = 1; id < size(); ++id) {
     Layer& layer = *m_nodes[static_cast<size_t>(id)]->layer;
     layer.set_dtype(m_dtype);
+    layer.set_layout(m_layout);
     std::vector<Tensor> params, grads, state;
     for (size_t k = 0; k < layer.param_specs().size(); ++k, ++pi) {
       params.push_back(m_params.view(m_param_info[pi].shape, m_param_info[pi].offset));
@@ -137,8 +152,14 @@ void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
 Tensor Graph::input() const {
   return m_input_f32 ? m_input_f32.view(m_nodes[0]->shape) : m_nodes[0]->value;
 }
-Tensor Graph::output() const { return m_nodes[static_cast<size_t>(m_output)]->value; }
-Tensor Graph::output_grad() const { return m_nodes[static_cast<size_t>(m_output)]->grad; }
+Tensor Graph::output() const {
+  if (m_output_nchw) return m_output_nchw.view(output_shape());
+  return m_nodes[static_cast<size_t>(m_output)]->value;
+}
+Tensor Graph::output_grad() const {
+  if (m_output_grad_nchw) return m_output_grad_nchw.view(output_shape());
+  return m_nodes[static_cast<size_t>(m_output)]->grad;
+}
 Shape Graph::output_shape() const { return m_nodes[static_cast<size_t>(m_output)]->shape; }
 
 void Graph::forward(Stream& stream, const RunMode& run_mode) {
@@ -146,7 +167,17 @@ void Graph::forward(Stream& stream, const RunMode& run_mode) {
   std::vector<Tensor>& in = m_in;
   if (m_input_f32) {
     const Tensor& x = m_nodes[0]->value;
-    m_backend->convert(stream, m_input_f32.raw(), DType::f32, x.data, m_dtype, static_cast<size_t>(x.numel()));
+    if (m_layout == Layout::nhwc && x.shape.rank == 4) {
+      const void* src = m_input_f32.raw();
+      if (m_dtype != DType::f32) {  // convert into the scratch buffer (free during forward), then permute
+        m_backend->convert(stream, src, DType::f32, m_scratch.raw(), m_dtype, static_cast<size_t>(x.numel()));
+        src = m_scratch.raw();
+      }
+      const Shape& d = x.shape;
+      m_backend->permute_layout(stream, m_dtype, src, Layout::nchw, x.data, Layout::nhwc, d.n(), d.c(), d.h(), d.w());
+    } else {
+      m_backend->convert(stream, m_input_f32.raw(), DType::f32, x.data, m_dtype, static_cast<size_t>(x.numel()));
+    }
   }
   for (int id = 1; id < size(); ++id) {
     Node& n = *m_nodes[static_cast<size_t>(id)];
@@ -155,11 +186,23 @@ void Graph::forward(Stream& stream, const RunMode& run_mode) {
     mode.node = static_cast<uint64_t>(id);
     n.layer->forward(stream, in, n.value, mode);
   }
+  if (m_output_nchw) {
+    const Tensor& y = m_nodes[static_cast<size_t>(m_output)]->value;
+    const Shape& d = y.shape;
+    m_backend->permute_layout(stream, m_dtype, y.data, Layout::nhwc, m_output_nchw.raw(), Layout::nchw, d.n(), d.c(),
+                              d.h(), d.w());
+  }
 }
 
 void Graph::backward(Stream& stream, const std::function<void(size_t)>& on_params_ready) {
   for (auto& n : m_nodes) n->grad_written = false;
   m_nodes[static_cast<size_t>(m_output)]->grad_written = true;  // the loss wrote it
+  if (m_output_grad_nchw) {
+    const Tensor& g = m_nodes[static_cast<size_t>(m_output)]->grad;
+    const Shape& d = g.shape;
+    m_backend->permute_layout(stream, m_dtype, m_output_grad_nchw.raw(), Layout::nchw, g.data, Layout::nhwc, d.n(),
+                              d.c(), d.h(), d.w());
+  }
   std::vector<Tensor>& in = m_in;
   std::vector<Tensor>& din = m_din;
   std::vector<int>& pending_add = m_pending_add;

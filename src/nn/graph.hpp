@@ -54,14 +54,19 @@ class Graph {
   // for mixed precision, where parameters, gradients and the input stay f32. Set before build().
   void set_dtype(DType t);
   DType dtype() const { return m_dtype; }
+  // The memory order of the 4-D activations inside the model (docs/design.md, "Layout"):
+  // NCHW (the default) or NHWC. input(), output() and output_grad() are NCHW in either: the
+  // graph permutes the batch in and the logits out. Set before build().
+  void set_layout(Layout l);
+  Layout layout() const { return m_layout; }
   // Materialise; `seed` initialises the parameters (PyTorch-style per layer type).
   void build(Backend& backend, int64_t batch, uint64_t seed);
   bool built() const { return m_backend != nullptr; }
   int64_t batch() const { return m_batch; }
 
-  Tensor input() const;        // copy a batch here before forward() (f32 at any dtype())
-  Tensor output() const;       // logits after forward() (of dtype())
-  Tensor output_grad() const;  // the loss writes d(loss)/d(logits) here before backward() (of dtype())
+  Tensor input() const;        // copy a batch here before forward() (f32 NCHW at any dtype() and layout())
+  Tensor output() const;       // logits after forward() (of dtype(), NCHW)
+  Tensor output_grad() const;  // the loss writes d(loss)/d(logits) here before backward() (of dtype(), NCHW)
   Shape output_shape() const;  // with the batch dimension
 
   void forward(Stream& stream, const RunMode& mode);
@@ -90,8 +95,10 @@ class Graph {
   Backend* m_backend = nullptr;
   int64_t m_batch = 0;
   DType m_dtype = DType::f32;
+  Layout m_layout = Layout::nchw;
   Buffer m_params, m_grads, m_state, m_activations, m_scratch;
-  Buffer m_input_f32;  // reduced precision: the f32 input, converted at the start of forward
+  Buffer m_input_f32;  // reduced precision or NHWC: the f32 NCHW input, converted at the start of forward
+  Buffer m_output_nchw, m_output_grad_nchw;  // NHWC with 4-D logits: the logits and their gradient in NCHW
   size_t m_param_count = 0, m_state_count = 0;
   std::vector<ParamInfo> m_param_info, m_state_info;
   std::vector<Tensor> m_in, m_din;  // per-node argument lists, kept to avoid per-step allocation

@@ -51,6 +51,10 @@ class Layer {
   // before build(): f32, or bf16/f16 for mixed precision. Parameters are f32 regardless.
   void set_dtype(DType t) { m_dtype = t; }
   DType dtype() const { return m_dtype; }
+  // The memory order of 4-D activations, set by the graph before build() (docs/design.md,
+  // "Layout"). Shapes are [n, c, h, w] in either.
+  void set_layout(Layout l) { m_layout = l; }
+  Layout layout() const { return m_layout; }
 
   virtual void build(Backend& backend, const std::vector<Tensor>& params,
                      const std::vector<Tensor>& grads, const std::vector<Tensor>& state) = 0;
@@ -62,6 +66,7 @@ class Layer {
 
  protected:
   DType m_dtype = DType::f32;
+  Layout m_layout = Layout::nchw;
 };
 
 // ---- factories (src/nn/layers/*.cpp) --------------------------------------------------------

@@ -30,6 +30,8 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
+const char* layout_name(Layout l) { return l == Layout::nhwc ? "nhwc" : "nchw"; }
+
 std::string Shape::str() const {
   std::string s = "[";
   for (int i = 0; i < rank; ++i) s += (i ? "," : "") + std::to_string(dims[static_cast<size_t>(i)]);

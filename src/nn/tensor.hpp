@@ -18,6 +18,12 @@ enum class DType : uint8_t { f32, bf16, f16, i32 };
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // "f32" | "bf16" | "f16" | "i32"
 
+// Memory order of 4-D activations (docs/design.md, "Layout"): NCHW, or NHWC, in which
+// tensor-core convolutions read their operands directly. The shape is [n, c, h, w] in both;
+// parameters keep their own layouts (convolution weights [k, c, r, s]) whatever this is.
+enum class Layout : uint8_t { nchw, nhwc };
+const char* layout_name(Layout l);  // "nchw" | "nhwc"
+
 struct Shape {
   std::array<int64_t, 4> dims{0, 0, 0, 0};
   int rank = 0;

@@ -59,6 +59,7 @@ std::vector<Field> fields(Config& c) {
       {"model", "classes", &c.model.classes},
       {"model", "aspp_rates", &c.model.aspp_rates},
       {"model", "dropout", &c.model.dropout},
+      {"model", "layout", &c.model.layout},
 
       {"train", "epochs", &c.train.epochs},
       {"train", "max_steps", &c.train.max_steps},
@@ -442,6 +443,7 @@ void validate(const Config& c, const std::string& origin) {
   k.non_negative(c.train.eval_every_steps, "train.eval_every_steps");
   k.positive(c.train.log_every_steps, "train.log_every_steps");
   k.one_of(c.train.precision, "train.precision", {"fp32", "bf16", "fp16"});
+  k.one_of(c.model.layout, "model.layout", {"auto", "nchw", "nhwc"});
   k.require(std::isfinite(c.train.loss_scale) && c.train.loss_scale > 0, "train.loss_scale",
             "must be > 0 (got " + format_double(c.train.loss_scale) + ")");
   k.positive(c.train.loss_scale_window, "train.loss_scale_window");

@@ -47,6 +47,9 @@ struct ModelConfig {
   int64_t classes = 0;
   std::vector<int64_t> aspp_rates = {6, 12, 18};  // deeplabv3plus atrous rates
   double dropout = 0.0;              // probability, [0, 1)
+  // Memory order of the activations (docs/training.md, "Layout"): auto = nhwc on the CUDA
+  // backend at bf16/fp16 (tensor cores read NHWC directly), nchw otherwise.
+  std::string layout = "auto";       // auto | nchw | nhwc
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -36,6 +36,13 @@ nn::DType precision_dtype(std::string_view name) {
   throw Error("train.precision: unknown precision '" + std::string(name) + "' (fp32, bf16 or fp16)");
 }
 
+nn::Layout resolve_layout(std::string_view name, std::string_view backend, nn::DType precision) {
+  if (name == "nchw") return nn::Layout::nchw;
+  if (name == "nhwc") return nn::Layout::nhwc;
+  if (name == "auto") return backend == "cuda" && precision != nn::DType::f32 ? nn::Layout::nhwc : nn::Layout::nchw;
+  throw Error("model.layout: unknown layout '" + std::string(name) + "' (auto, nchw or nhwc)");
+}
+
 Algorithm parse_algorithm(std::string_view name) {
   if (name == "ssgd") return Algorithm::ssgd;
   if (name == "sma") return Algorithm::sma;
@@ -255,6 +262,7 @@ std::unique_ptr<LearnerGroup::Learner> LearnerGroup::make_learner(int index) {
     m_backend.bind_calling_thread(m_pool->size() > 0 ? threads_per_learner() : m_options.threads);
     l->graph = m_make_graph();
     l->graph->set_dtype(m_options.precision);
+    l->graph->set_layout(m_options.layout);
     l->graph->build(m_backend, m_batch, m_options.seed);
     l->stream = m_backend.create_stream();
     l->labels = m_backend.allocate_labels(static_cast<size_t>(m_label_count), l->labels_owner);
@@ -843,6 +851,7 @@ nn::Graph& LearnerGroup::eval_graph() {
     m_backend.bind_calling_thread(m_options.threads);
     m_eval = m_make_graph();
     m_eval->set_dtype(m_options.precision);
+    m_eval->set_layout(m_options.layout);
     m_eval->build(m_backend, m_batch, m_options.seed);
   }
   if (!m_eval_current) {

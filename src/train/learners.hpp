@@ -62,6 +62,9 @@ const char* algorithm_name(Algorithm a);
 // train.precision: "fp32" | "bf16" | "fp16" -> the activations' DType; anything else throws
 // squall::Error naming the value.
 nn::DType precision_dtype(std::string_view name);
+// model.layout: "nchw" | "nhwc" | "auto" (nhwc on the cuda backend at bf16/f16, where
+// tensor-core convolutions read NHWC directly; nchw otherwise); anything else throws.
+nn::Layout resolve_layout(std::string_view name, std::string_view backend, nn::DType precision);
 
 // Sums float buffers (backend memory) over every rank of the job, in place. Nonblocking:
 // start() hands a buffer over and returns a ticket, test() drives every sum in flight and says
@@ -169,6 +172,7 @@ struct LearnerGroupOptions {
                                            // at least this many floats (1 MiB; parallel.bucket_mb)
                                            // during the backward pass, several in flight at once
   nn::DType precision = nn::DType::f32;  // the activations' type (train.precision)
+  nn::Layout layout = nn::Layout::nchw;  // their memory order (model.layout, resolved)
   LossScaling loss_scaling;     // fp16: dynamic loss scaling
   bool bf16_gradients = false;  // parallel.comm_precision = bf16: gradient sums across ranks in
                                 // bf16 (half the bytes); model sums and BatchNorm statistics stay f32
@@ -242,6 +246,7 @@ class LearnerGroup {
   // learners skipped its update).
   float loss_scale() const { return m_loss_scale; }
   int64_t skipped_steps() const { return m_skipped_steps; }
+  nn::Layout layout() const { return m_options.layout; }
 
  private:
   struct Learner;

@@ -355,6 +355,7 @@ class TrainingRun {
         std::max<size_t>(1, static_cast<size_t>(cfg.parallel.bucket_mb * double(1 << 20) / sizeof(float)));
     lg.seed = static_cast<uint64_t>(cfg.run.seed);
     lg.precision = precision_dtype(cfg.train.precision);
+    lg.layout = resolve_layout(cfg.model.layout, m_backend->name(), lg.precision);
     lg.bf16_gradients = cfg.parallel.comm_precision == "bf16";
     lg.loss_scaling.dynamic = lg.precision == nn::DType::f16;
     lg.loss_scaling.initial = static_cast<float>(cfg.train.loss_scale);
@@ -685,7 +686,8 @@ class TrainingRun {
                 {"parallel", parallel}, {"backend", m_backend->name()}, {"device", m_backend->device().name},
                 {"threads", m_backend->threads()},
                 {"model", m_spec.name}, {"parameters", m_group->param_count()},
-                {"precision", m_cfg.train.precision}, {"skipped_steps", m_group->skipped_steps()},
+                {"precision", m_cfg.train.precision}, {"layout", nn::layout_name(m_group->layout())},
+                {"skipped_steps", m_group->skipped_steps()},
                 {"optimizer", m_group->optimizer_name()}, {"global_batch", m_batch * m_learners * m_ranks},
                 {"batch_per_learner", m_batch}, {"epochs", m_epochs}, {"steps", m_step}, {"wall_s", r.wall_s},
                 {"train_loop_s", m_loop_s}, {"samples_per_s", r.samples_per_s},

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -337,4 +338,29 @@ TEST_CASE("train.precision: fp16 with loss scaling records skipped steps; a bad 
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Catch::Contains("train.precision") && Catch::Contains("fp8"));
   }
+}
+
+TEST_CASE("model.layout: nhwc trains as nchw does; auto is nchw on the CPU; a bad layout is refused",
+          "[launch][train][layout]") {
+  const std::string lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
+  const std::string quick = " --set train.max_steps=30 --set data.test_samples=256 --set train.log_every_steps=10";
+  std::map<std::string, json> summaries;
+  for (const std::string layout : {"auto", "nhwc"}) {
+    const std::string dir = fresh_dir("layout-" + layout);
+    const auto r = run_command(squall_bin() + " train --config " + lenet + quick + " --set model.layout=" + layout +
+                               " --set run.dir=" + dir);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    summaries[layout] = read_json(dir + "/summary.json");
+  }
+  CHECK(summaries["auto"].at("layout") == "nchw");
+  CHECK(summaries["nhwc"].at("layout") == "nhwc");
+  // The same model and steps: only the order of the float sums differs.
+  const double a = summaries["auto"].at("final").at("train_loss").get<double>();
+  const double b = summaries["nhwc"].at("final").at("train_loss").get<double>();
+  CHECK(std::abs(a - b) < 0.02 * std::abs(a));
+  const auto bad = run_command(squall_bin() + " train --config " + lenet + quick +
+                               " --set model.layout=nchwc --set run.dir=" + fresh_dir("layout-bad"));
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("model.layout") && Catch::Contains("nchwc"));
 }

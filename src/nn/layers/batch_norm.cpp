@@ -47,6 +47,7 @@ class BatchNorm final : public Layer {
     m_backend = &backend;
     m_scratch_dx = Buffer{};
     m_desc.dtype = m_dtype;
+    m_desc.layout = m_layout;
     m_plan = backend.make_batch_norm(m_desc);
   }
 

@@ -31,6 +31,7 @@ class ConvBase : public Layer {
       m_dbias = grads[1];
     }
     m_desc.dtype = m_dtype;
+    m_desc.layout = m_layout;
     m_plan = backend.make_conv(m_desc);
   }
 

@@ -41,6 +41,7 @@ class Pool final : public Layer {
   void build(Backend& backend, const std::vector<Tensor>&, const std::vector<Tensor>&,
              const std::vector<Tensor>&) override {
     m_desc.dtype = m_dtype;
+    m_desc.layout = m_layout;
     m_plan = backend.make_pool(m_desc);
   }
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode& mode) override {
@@ -57,30 +58,46 @@ class Pool final : public Layer {
   std::unique_ptr<PoolPlan> m_plan;
 };
 
+// In NHWC the input is permuted into an NCHW copy and pooled there (and the gradient back):
+// the pooled input is small in the models that use it (a classifier's last features, the
+// image-pooling branch of DeepLab's ASPP at 1/16 of the input).
 class GlobalAvgPool final : public Layer {
  public:
   std::string type() const override { return "global_avg_pool"; }
   Shape setup(const std::vector<Shape>& inputs) override {
-    const Shape& x = image_input(type(), inputs);
-    m_nc = x.n() * x.c();
-    m_hw = x.h() * x.w();
-    return Shape(x.n(), x.c());
+    m_x = image_input(type(), inputs);
+    m_nc = m_x.n() * m_x.c();
+    m_hw = m_x.h() * m_x.w();
+    return Shape(m_x.n(), m_x.c());
   }
   void build(Backend& backend, const std::vector<Tensor>&, const std::vector<Tensor>&,
              const std::vector<Tensor>&) override {
     m_backend = &backend;
+    if (m_layout == Layout::nhwc) m_nchw = backend.allocate(static_cast<size_t>(m_x.numel()), m_dtype);
   }
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
-    m_backend->global_avg_pool_forward(stream, m_dtype, in[0].data, out.data, m_nc, m_hw);
+    const void* x = in[0].data;
+    if (m_nchw) {
+      m_backend->permute_layout(stream, m_dtype, x, Layout::nhwc, m_nchw.raw(), Layout::nchw, m_x.n(), m_x.c(),
+                                m_x.h(), m_x.w());
+      x = m_nchw.raw();
+    }
+    m_backend->global_avg_pool_forward(stream, m_dtype, x, out.data, m_nc, m_hw);
   }
   void backward(Stream& stream, const std::vector<Tensor>&, const Tensor&, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
-    if (din[0].data != nullptr) m_backend->global_avg_pool_backward(stream, m_dtype, dout.data, din[0].data, m_nc, m_hw);
+    if (din[0].data == nullptr) return;
+    if (!m_nchw) return m_backend->global_avg_pool_backward(stream, m_dtype, dout.data, din[0].data, m_nc, m_hw);
+    m_backend->global_avg_pool_backward(stream, m_dtype, dout.data, m_nchw.raw(), m_nc, m_hw);
+    m_backend->permute_layout(stream, m_dtype, m_nchw.raw(), Layout::nchw, din[0].data, Layout::nhwc, m_x.n(),
+                              m_x.c(), m_x.h(), m_x.w());
   }
 
  private:
   Backend* m_backend = nullptr;
+  Shape m_x;
   int64_t m_nc = 0, m_hw = 0;
+  Buffer m_nchw;  // NHWC: the input (or its gradient) in NCHW
 };
 
 }  // namespace

@@ -44,8 +44,9 @@ class Add final : public StatelessLayer {
   }
 };
 
-// Concatenates over dimension 1 (channels of [n,c,h,w], features of [n,f]): per sample, input
-// i fills a contiguous run of the output row, so each input is one strided copy.
+// Concatenates over dimension 1 (channels of [n,c,h,w], features of [n,f]): per sample (NCHW,
+// [n,f]) or per pixel (NHWC), input i fills a contiguous run of the output row, so each input
+// is one strided copy.
 class Concat final : public StatelessLayer {
  public:
   std::string type() const override { return "concat"; }
@@ -61,13 +62,23 @@ class Concat final : public StatelessLayer {
         throw Error("concat: inputs must be non-empty, of rank 2 or 4, and agree in every dimension but 1, got " +
                     shapes_str(inputs));
       channels += s.c();
-      m_row_counts.push_back(s.per_sample());
+      m_channels.push_back(s.c());
     }
     Shape out = first;
     out.dims[1] = channels;
-    m_out_row = out.per_sample();
-    m_rows = first.n();
+    m_out = out;
     return out;
+  }
+  void build(Backend& backend, const std::vector<Tensor>& p, const std::vector<Tensor>& g,
+             const std::vector<Tensor>& st) override {
+    StatelessLayer::build(backend, p, g, st);
+    // A row: one sample (NCHW, [n,f]) or one pixel (NHWC) of the output.
+    const bool per_pixel = m_layout == Layout::nhwc && m_out.rank == 4;
+    const int64_t pixels = m_out.h() * m_out.w();
+    m_rows = per_pixel ? m_out.n() * pixels : m_out.n();
+    m_out_row = per_pixel ? m_out.c() : m_out.per_sample();
+    m_row_counts.clear();
+    for (const int64_t c : m_channels) m_row_counts.push_back(per_pixel ? c : c * pixels);
   }
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
     int64_t offset = 0;
@@ -89,26 +100,44 @@ class Concat final : public StatelessLayer {
   }
 
  private:
-  std::vector<int64_t> m_row_counts;  // per input: elements per sample
+  std::vector<int64_t> m_channels;    // per input
+  Shape m_out;
+  std::vector<int64_t> m_row_counts;  // per input: elements per row
   int64_t m_out_row = 0, m_rows = 0;
 };
 
-// A reshape; copies because the graph gives each node its own output buffer.
+// A reshape; copies because the graph gives each node its own output buffer. The features
+// are in NCHW order whatever the layout (an NHWC input is permuted), so that a model's
+// weights mean the same in either.
 class Flatten final : public StatelessLayer {
  public:
   std::string type() const override { return "flatten"; }
   Shape setup(const std::vector<Shape>& inputs) override {
     if (inputs.size() != 1 || inputs[0].rank < 2 || inputs[0].numel() <= 0)
       throw Error("flatten: expects 1 non-empty input of rank >= 2, got " + shapes_str(inputs));
+    m_x = inputs[0];
     return Shape(inputs[0].n(), inputs[0].per_sample());
   }
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
-    m_backend->copy_bytes(stream, out.data, in[0].data, out.bytes());
+    if (permutes())
+      m_backend->permute_layout(stream, m_dtype, in[0].data, Layout::nhwc, out.data, Layout::nchw, m_x.n(), m_x.c(),
+                                m_x.h(), m_x.w());
+    else
+      m_backend->copy_bytes(stream, out.data, in[0].data, out.bytes());
   }
   void backward(Stream& stream, const std::vector<Tensor>&, const Tensor& out, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
-    if (din[0].data != nullptr) m_backend->copy_bytes(stream, din[0].data, dout.data, dout.bytes());
+    if (din[0].data == nullptr) return;
+    if (permutes())
+      m_backend->permute_layout(stream, m_dtype, dout.data, Layout::nchw, din[0].data, Layout::nhwc, m_x.n(),
+                                m_x.c(), m_x.h(), m_x.w());
+    else
+      m_backend->copy_bytes(stream, din[0].data, dout.data, dout.bytes());
   }
+
+ private:
+  bool permutes() const { return m_layout == Layout::nhwc && m_x.rank == 4; }
+  Shape m_x;
 };
 
 class UpsampleBilinear final : public StatelessLayer {
@@ -125,22 +154,51 @@ class UpsampleBilinear final : public StatelessLayer {
     if (inputs.size() != 1 || (inputs[0].rank != 4 && inputs[0].rank != 2) || inputs[0].numel() <= 0)
       throw Error("upsample_bilinear: expects 1 non-empty input [n,c,h,w] or [n,c], got " + shapes_str(inputs));
     const Shape x = inputs[0].rank == 4 ? inputs[0] : Shape(inputs[0].n(), inputs[0].c(), 1, 1);
+    m_n = x.n();
+    m_c = x.c();
     m_nc = x.n() * x.c();
     m_h = x.h();
     m_w = x.w();
     return Shape(x.n(), x.c(), m_oh, m_ow);
   }
+  // NHWC: the resize runs on NCHW copies (an input of 1x1 pixels needs none), permuted in
+  // and out.
+  void build(Backend& backend, const std::vector<Tensor>& p, const std::vector<Tensor>& g,
+             const std::vector<Tensor>& st) override {
+    StatelessLayer::build(backend, p, g, st);
+    if (m_layout != Layout::nhwc) return;
+    if (m_h * m_w > 1) m_in_nchw = backend.allocate(static_cast<size_t>(m_nc * m_h * m_w), m_dtype);
+    m_out_nchw = backend.allocate(static_cast<size_t>(m_nc * m_oh * m_ow), m_dtype);
+  }
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
-    m_backend->bilinear_forward(stream, m_dtype, in[0].data, out.data, m_nc, m_h, m_w, m_oh, m_ow);
+    if (!m_out_nchw) return m_backend->bilinear_forward(stream, m_dtype, in[0].data, out.data, m_nc, m_h, m_w, m_oh, m_ow);
+    const void* x = in[0].data;
+    if (m_in_nchw) {
+      m_backend->permute_layout(stream, m_dtype, x, Layout::nhwc, m_in_nchw.raw(), Layout::nchw, m_n, m_c, m_h, m_w);
+      x = m_in_nchw.raw();
+    }
+    m_backend->bilinear_forward(stream, m_dtype, x, m_out_nchw.raw(), m_nc, m_h, m_w, m_oh, m_ow);
+    m_backend->permute_layout(stream, m_dtype, m_out_nchw.raw(), Layout::nchw, out.data, Layout::nhwc, m_n, m_c, m_oh,
+                              m_ow);
   }
   void backward(Stream& stream, const std::vector<Tensor>&, const Tensor&, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
-    if (din[0].data != nullptr) m_backend->bilinear_backward(stream, m_dtype, dout.data, din[0].data, m_nc, m_h, m_w, m_oh, m_ow);
+    if (din[0].data == nullptr) return;
+    if (!m_out_nchw)
+      return m_backend->bilinear_backward(stream, m_dtype, dout.data, din[0].data, m_nc, m_h, m_w, m_oh, m_ow);
+    m_backend->permute_layout(stream, m_dtype, dout.data, Layout::nhwc, m_out_nchw.raw(), Layout::nchw, m_n, m_c,
+                              m_oh, m_ow);
+    void* dx = m_in_nchw ? m_in_nchw.raw() : din[0].data;
+    m_backend->bilinear_backward(stream, m_dtype, m_out_nchw.raw(), dx, m_nc, m_h, m_w, m_oh, m_ow);
+    if (m_in_nchw)
+      m_backend->permute_layout(stream, m_dtype, m_in_nchw.raw(), Layout::nchw, din[0].data, Layout::nhwc, m_n, m_c,
+                                m_h, m_w);
   }
 
  private:
   int64_t m_oh, m_ow;
-  int64_t m_nc = 0, m_h = 0, m_w = 0;
+  int64_t m_n = 0, m_c = 0, m_nc = 0, m_h = 0, m_w = 0;
+  Buffer m_in_nchw, m_out_nchw;  // NHWC: NCHW copies of the input and the output (or their gradients)
 };
 
 }  // namespace
