@@ -98,8 +98,10 @@ def main():
                       f"{rate / ref_rate:6.2f} {skipped if p.startswith('fp16') else ''}")
                 report[model][p] = {"accuracies": accs, "median": acc, "points_vs_fp32": delta,
                                     "samples_per_s": rate, "ratio": rate / ref_rate, "skipped_steps": skipped}
-            worst = max(abs(report[model][p]["points_vs_fp32"]) for p in precisions)
-            print(f"  verdict: {'within' if worst <= 0.5 else 'NOT within'} 0.5 point of fp32 (worst {worst:.2f})")
+            # The bar is reaching fp32's accuracy within 0.5 point: only a shortfall counts.
+            shortfall = max(0.0, -min(report[model][p]["points_vs_fp32"] for p in precisions))
+            verdict = "reaches" if shortfall <= 0.5 else "does NOT reach"
+            print(f"  verdict: {verdict} fp32's accuracy within 0.5 point (largest shortfall {shortfall:.2f})")
     if a.json:
         print(json.dumps(report))
 
