@@ -295,3 +295,21 @@ TEST_CASE("squall data label relabels DeepCAM-layout files into --out and copies
     CHECK(squall::io::read_deepcam_labels((out2 / "data-0002.h5").string()) == river_labels);
   }
 }
+
+TEST_CASE("squall data label names a file it cannot read and leaves no partial output", "[climate-label]") {
+  using squall::test::run_command;
+  using squall::test::squall_bin;
+  squall::test::TempDir dir("squall-climate-label-bad");
+  const fs::path in = dir.path / "in", out = dir.path / "out";
+  fs::create_directories(in);
+  std::ofstream(in / "data-0001.h5") << "not an HDF5 file";
+  const auto r = run_command(squall_bin() + " data label --in " + in.string() + " --out " + out.string());
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("data-0001.h5"));
+  CHECK_FALSE(fs::exists(out / "data-0001.h5"));
+  CHECK_FALSE(fs::exists(out / "data-0001.h5.tmp"));
+
+  const auto empty = run_command(squall_bin() + " data label --in " + out.string() + " --out " + in.string());
+  CHECK(empty.exit_code == 2);
+  CHECK_THAT(empty.err, Catch::Contains("no DeepCAM files"));
+}
