@@ -31,7 +31,7 @@ void add_stub_commands(CLI::App& root, Context& ctx, Actions& actions) {
   data->require_subcommand(1);
   add_data_commands(*data, ctx, actions);
   add_stub(*data, "climate", "Generate synthetic CAM5-like climate shards", actions);
-  add_stub(*data, "label", "Label climate fields with TECA-style heuristics", actions);
+  add_label_command(*data, ctx, actions);
 
   CLI::App* bench = root.add_subcommand("bench", "Benchmarks of squall's building blocks");
   bench->require_subcommand(1);

@@ -1,0 +1,199 @@
+// `squall data label --in DIR --out DIR [thresholds] [--json]`: recomputes the labels of
+// DeepCAM-layout files (`data-*.h5`) with TECA-style heuristics (src/data/climate_label.hpp,
+// docs/data.md) and writes each file, with /climate/labels_0 replaced, to --out; stats.h5 is
+// copied too. Each output file is written to a temporary name and renamed, so a file in
+// --out is whole or absent.
+//
+// Under mpirun, file i goes to rank i % size. A failure on any rank makes every rank exit 1
+// after one line from rank 0 naming the rank and the file (the ranks agree on the outcome
+// with a collective, as `squall stage` does).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/deepcam_file.hpp"
+#include "mpi/comm.hpp"
+#include "src/app/cli.hpp"
+#include "src/core/error.hpp"
+#include "src/data/climate_label.hpp"
+
+namespace squall::app {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct LabelArgs {
+  std::string in, out;
+  data::LabelParams params;
+  bool json = false;
+};
+
+// The data-*.h5 files of `dir`, in name order.
+std::vector<fs::path> deepcam_files(const std::string& dir) {
+  if (!fs::is_directory(dir)) throw UsageError("--in " + dir + ": not a folder");
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && name.starts_with("data-") && name.ends_with(".h5")) files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  if (files.empty()) throw UsageError("--in " + dir + ": no DeepCAM files (data-*.h5)");
+  return files;
+}
+
+void check_folders(const LabelArgs& a) {
+  std::error_code ec;
+  const fs::path in = fs::weakly_canonical(a.in, ec), out = fs::weakly_canonical(a.out, ec);
+  if (in == out || (fs::exists(a.out) && fs::equivalent(a.in, a.out, ec)))
+    throw UsageError("--out " + a.out + " is the --in folder: the labeler never rewrites its input; name another folder");
+}
+
+// Copies src to dst through a temporary name (dst is whole or absent).
+void copy_atomically(const fs::path& src, const fs::path& dst) {
+  const fs::path tmp = dst.string() + ".tmp";
+  std::error_code ec;
+  fs::copy_file(src, tmp, fs::copy_options::overwrite_existing, ec);
+  if (!ec) fs::rename(tmp, dst, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw Error(dst.string() + ": cannot copy from " + src.string() + ": " + ec.message());
+  }
+}
+
+// This rank's share: labels, counts per class and centres per file.
+json label_my_files(const LabelArgs& a, const std::vector<fs::path>& files, int rank, int size) {
+  json done = json::array();
+  for (size_t k = static_cast<size_t>(rank); k < files.size(); k += static_cast<size_t>(size)) {
+    const std::string src = files[k].string();
+    const io::DeepcamFields fields = io::read_deepcam_fields(src);
+    if (fields.c != data::k_climate_channels)
+      throw Error(src + ": dataset /climate/data has " + std::to_string(fields.c) + " channels, expected " +
+                  std::to_string(data::k_climate_channels) + " (TMQ, U850, ..., ZBOT)");
+    const data::ClimateFields view{fields.h, fields.w, fields.hwc};
+    const std::vector<data::TcCentre> centres = data::find_tc_centres(view, a.params);
+    const std::vector<uint8_t> tc = data::tc_mask(view, centres, a.params);
+    std::vector<data::ArBlob> blobs;
+    const std::vector<uint8_t> ar = data::ar_mask(view, a.params, &blobs);
+    std::vector<int32_t> labels(tc.size());
+    int64_t counts[3] = {0, 0, 0};
+    for (size_t p = 0; p < labels.size(); ++p) {
+      labels[p] = tc[p] ? data::k_tropical_cyclone : ar[p] ? data::k_atmospheric_river : data::k_background;
+      ++counts[labels[p]];
+    }
+    const fs::path dst = fs::path(a.out) / files[k].filename();
+    io::write_deepcam_relabelled(src, dst.string(), labels);
+    const auto rivers = std::count_if(blobs.begin(), blobs.end(), [](const data::ArBlob& b) { return b.kept; });
+    done.push_back({{"file", dst.string()}, {"cyclones", centres.size()}, {"rivers", rivers},
+                    {"pixels", {counts[0], counts[1], counts[2]}}});
+  }
+  return done;
+}
+
+int run_label(const LabelArgs& a) {
+  const mpi::Communicator world = mpi::Communicator::world();
+  check_folders(a);
+  const std::vector<fs::path> files = deepcam_files(a.in);
+
+  std::string failure;  // empty: this rank did its share
+  json mine;
+  try {
+    std::error_code ec;
+    fs::create_directories(a.out, ec);  // the ranks race here; the check below decides
+    if (!fs::is_directory(a.out))
+      throw Error("--out " + a.out + ": cannot create the folder" + (ec ? ": " + ec.message() : ""));
+    mine = label_my_files(a, files, world.rank(), world.size());
+    const fs::path stats = fs::path(a.in) / "stats.h5";
+    if (world.rank() == 0 && fs::exists(stats)) copy_atomically(stats, fs::path(a.out) / "stats.h5");
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+
+  // Every rank reaches these collectives whatever happened above, so nobody waits forever.
+  const int64_t failed = world.allreduce_sum(failure.empty() ? int64_t{0} : int64_t{1});
+  const json report = failure.empty() ? json{{"files", mine}} : json{{"error", failure}};
+  const std::vector<std::string> reports = world.gather_strings(report.dump(), 0);
+  if (world.rank() != 0) return failed ? 1 : 0;
+
+  if (failed) {
+    for (size_t r = 0; r < reports.size(); ++r) {
+      const json doc = json::parse(reports[r]);
+      if (!doc.contains("error")) continue;
+      std::cerr << "squall: error: data label failed on rank " << r << ": " << doc["error"].get<std::string>()
+                << (failed > 1 ? " (" + std::to_string(failed) + " ranks failed)" : std::string()) << "\n"
+                << std::flush;
+      break;
+    }
+    return 1;
+  }
+
+  json all = json::array();
+  int64_t cyclones = 0, rivers = 0;
+  for (const std::string& s : reports) {
+    json doc = json::parse(s);
+    for (json& f : doc["files"]) {
+      cyclones += f["cyclones"].get<int64_t>();
+      rivers += f["rivers"].get<int64_t>();
+      all.push_back(std::move(f));
+    }
+  }
+  std::sort(all.begin(), all.end(),
+            [](const json& x, const json& y) { return x["file"].get<std::string>() < y["file"].get<std::string>(); });
+  if (a.json) {
+    std::cout << json{{"files", all}, {"cyclones", cyclones}, {"rivers", rivers}, {"out", a.out}}.dump(2) << std::endl;
+    return 0;
+  }
+  for (const json& f : all)
+    std::cout << "  " << f["file"].get<std::string>() << ": " << f["cyclones"] << " cyclone(s), " << f["rivers"]
+              << " river(s)\n";
+  std::cout << "labelled " << all.size() << " file(s) into " << a.out << ": " << cyclones << " cyclone(s), " << rivers
+            << " atmospheric river(s)\n"
+            << std::flush;
+  return 0;
+}
+
+void add_threshold_options(CLI::App& sub, data::LabelParams& p) {
+  const auto opt = [&](const char* name, double& value, const char* what) {
+    sub.add_option(name, value, what)->capture_default_str()->check(CLI::NonNegativeNumber);
+  };
+  opt("--tc-vorticity", p.tc_vorticity, "TC: cyclonic 850 hPa relative vorticity at the centre, 1/s (TECA)");
+  opt("--tc-vorticity-window", p.tc_vorticity_window, "TC: the vorticity maximum is the largest within this many degrees (TECA)");
+  opt("--tc-core-radius", p.tc_core_radius, "TC: the PSL minimum lies within this many degrees of the vorticity maximum (TECA)");
+  opt("--tc-pressure-delta", p.tc_pressure_delta, "TC: PSL rise from the centre to the ring at --tc-pressure-radius, Pa (TECA)");
+  opt("--tc-pressure-radius", p.tc_pressure_radius, "TC: radius of the pressure ring, degrees (TECA)");
+  opt("--tc-warm-core-delta", p.tc_warm_core_delta, "TC: (T200+T500)/2 at the core above its ring mean, K (TECA)");
+  opt("--tc-warm-core-radius", p.tc_warm_core_radius, "TC: radius of the warm-core ring, degrees (TECA)");
+  opt("--tc-max-lat", p.tc_max_lat, "TC: centres only at |latitude| <= this, degrees");
+  opt("--tc-radius", p.tc_radius_km, "TC mask: largest distance from the centre, km");
+  opt("--tc-eye", p.tc_eye_km, "TC mask: every pixel this close to the centre belongs, km");
+  opt("--tc-tmq-anomaly", p.tc_tmq_anomaly, "TC mask: TMQ above the mean on the ring at --tc-radius, kg/m^2");
+  opt("--tc-wind", p.tc_wind, "TC mask: near-surface wind speed (UBOT, VBOT), m/s (or --tc-prect)");
+  opt("--tc-prect", p.tc_prect, "TC mask: precipitation rate PRECT, m/s (or --tc-wind)");
+  opt("--ar-tmq", p.ar_tmq, "AR: tropics-damped TMQ at or above this, kg/m^2");
+  opt("--ar-anomaly", p.ar_anomaly, "AR: TMQ above the median of its latitude row, kg/m^2");
+  opt("--ar-damp-hwhm", p.ar_damp_hwhm, "AR: tropical damping 1 - 2^-(lat/hwhm)^2, half width in degrees (0: none)");
+  opt("--ar-min-length", p.ar_min_length_km, "AR: great-circle length of a plume, km");
+  opt("--ar-min-aspect", p.ar_min_aspect, "AR: length / width, width = area / length");
+}
+
+}  // namespace
+
+void add_label_command(CLI::App& data, Context& ctx, Actions& actions) {
+  CLI::App* sub = data.add_subcommand(
+      "label", "Label DeepCAM-layout climate files with TECA-style heuristics (tropical cyclones, atmospheric rivers)");
+  auto args = std::make_shared<LabelArgs>();
+  sub->add_option("--in", args->in, "Folder of DeepCAM-layout files (data-*.h5, stats.h5)")->required();
+  sub->add_option("--out", args->out, "Folder for the relabelled copies (not --in)")->required();
+  add_threshold_options(*sub, args->params);
+  sub->add_flag("--json", args->json, "Print one JSON object (rank 0)");
+  actions[sub] = [args] { return run_label(*args); };
+}
+
+}  // namespace squall::app
