@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/dataset.hpp"
+#include "io/shard.hpp"
 #include "src/data/climate_gen.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -253,6 +254,49 @@ TEST_CASE("data climate gives the same files and statistics on 1 and 3 ranks", "
   CHECK(st1.max == st3.max);
 }
 
+TEST_CASE("data climate --layout shards writes shards equal to the DeepCAM files, on 1 and 2 ranks", "[climate]") {
+  squall::test::TempDir d("squall-climate-shards");
+  const std::string files = d.file("files"), one = d.file("one"), two = d.file("two");
+  const std::string args = " data climate --samples 5 --height 16 --width 24 --seed 4 --out ";
+  for (const std::string& cmd :
+       {squall::test::squall_bin() + args + files, squall::test::squall_bin() + args + one + " --layout shards --shards 3",
+        squall::test::mpiexec(2) + " " + squall::test::squall_bin() + args + two + " --layout shards --shards 3"}) {
+    const auto r = squall::test::run_command(cmd);
+    INFO(cmd << ": " << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+  }
+  CHECK(std::filesystem::exists(one + "/train-00002-of-00003.h5"));
+  const squall::io::OpenOptions raw{false, "zscore"};
+  auto ref = squall::io::open_deepcam(files, raw);
+  auto sa = squall::io::open_shards(one, "train", raw);
+  auto sb = squall::io::open_shards(two, "train", raw);
+  REQUIRE(sa->size() == 5);
+  REQUIRE(sb->size() == 5);
+  CHECK(sa->info().per_pixel_labels);
+  CHECK(sa->info().classes == 3);
+  const size_t n = static_cast<size_t>(16 * 16 * 24);
+  std::vector<float> ir(n), ia(n), ib(n);
+  std::vector<int32_t> lr(16 * 24), la(16 * 24), lb(16 * 24);
+  for (int64_t i = 0; i < 5; ++i) {
+    ref->read(std::span<const int64_t>(&i, 1), ir.data(), lr.data());
+    sa->read(std::span<const int64_t>(&i, 1), ia.data(), la.data());
+    sb->read(std::span<const int64_t>(&i, 1), ib.data(), lb.data());
+    CHECK(ia == ir);
+    CHECK(ib == ir);
+    CHECK(la == lr);
+  }
+  // Every shard carries the statistics that stats.h5 holds for the same samples.
+  const squall::io::ChannelStats st = squall::io::read_deepcam_stats(files + "/stats.h5");
+  for (const std::string& dir : {one, two})
+    for (const std::string& shard : squall::io::list_shards(dir, "train")) {
+      const squall::io::ShardFileInfo info = squall::io::read_shard_info(shard);
+      CHECK(info.meta.mean == st.mean);
+      CHECK(info.meta.min == st.min);
+      CHECK(info.meta.max == st.max);
+      CHECK(info.meta.channel_names == climate_channel_names());
+    }
+}
+
 TEST_CASE("data climate rejects bad flags naming the flag", "[climate]") {
   squall::test::TempDir d("squall-climate-flags");
   const std::string base = squall::test::squall_bin() + " data climate --out " + d.file("x");
@@ -260,7 +304,8 @@ TEST_CASE("data climate rejects bad flags naming the flag", "[climate]") {
     std::string flags, expect;
   };
   for (const Case& c : {Case{" --height 8", "--height"}, Case{" --width 0", "--width"}, Case{" --samples 0", "--samples"},
-                        Case{" --layout shards", "not available yet"}, Case{" --layout zarr", "--layout"}}) {
+                        Case{" --layout zarr", "--layout"}, Case{" --layout shards --shards 20", "--shards"},
+                        Case{" --layout shards --split a/b", "--split"}}) {
     const auto r = squall::test::run_command(base + c.flags);
     INFO(c.flags << ": " << r.out << r.err);
     CHECK(r.exit_code == 2);
