@@ -311,7 +311,7 @@ ClimateSample generate_climate_sample(int64_t height, int64_t width, uint64_t se
         p.psl -= c.depth_pa * gauss(r, c.radius_km);
         core += c.warm_core_k * gauss(r, core_scale);
         const double wet = gauss(r, 1.5 * c.radius_km);
-        tmq_add += 25.0 * wet;
+        tmq_add += 20.0 * wet;
         q_add += 0.004 * wet;
         prect_add += c.depth_pa * 1.5e-9 * gauss(r, c.radius_km);  // 3..10 mm/hour at the centre
       }
@@ -322,7 +322,8 @@ ClimateSample generate_climate_sample(int64_t height, int64_t width, uint64_t se
       const double t200 = p.t200 + core, t500 = p.t500 + 0.6 * core;
       const double ps = p.psl * std::exp(-k_g * p.zs / (k_rd * (ts + 0.00325 * p.zs)));
       const double column = ps / p.psl;  // less air, less water above mountains
-      const double tmq = std::max(0.5, 55.0 * std::exp(0.065 * (p.ts_sl - 300.0)) * (1.0 + 1.5 * p.q)) * column + tmq_add;
+      const double tmq_bg = std::clamp(55.0 * std::exp(0.065 * (p.ts_sl - 300.0)) * (1.0 + 1.5 * p.q), 0.5, 65.0);
+      const double tmq = tmq_bg * column + tmq_add;
       const double qref = std::max(2e-5, 0.0185 * std::exp(0.065 * (trefht - 300.0)) * (1.0 + 1.5 * p.q)) + q_add;
       const double low = std::max(0.0, 101300.0 - p.psl) / 1000.0;
       const double prect = 3e-8 * sq(tmq / 40.0) * std::max(0.0, 1.0 + 4.0 * p.q) + 8e-8 * gauss(le, 6) +
