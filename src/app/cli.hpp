@@ -40,6 +40,8 @@ void add_info_command(CLI::App& root, Context& ctx, Actions& actions);
 void add_train_command(CLI::App& root, Context& ctx, Actions& actions);
 // `data fashion-mnist`, `data deepcam`, `data inspect` (cmd_data.cpp) under the `data` group.
 void add_data_commands(CLI::App& data, Context& ctx, Actions& actions);
+// `data climate` (cmd_climate.cpp): synthetic climate samples, under the `data` group.
+void add_climate_command(CLI::App& data, Context& ctx, Actions& actions);
 // `data label` (cmd_label.cpp) under the `data` group.
 void add_label_command(CLI::App& data, Context& ctx, Actions& actions);
 // `stage` (cmd_stage.cpp).

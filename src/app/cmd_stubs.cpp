@@ -30,7 +30,7 @@ void add_stub_commands(CLI::App& root, Context& ctx, Actions& actions) {
   CLI::App* data = root.add_subcommand("data", "Datasets: converters, generators and checks");
   data->require_subcommand(1);
   add_data_commands(*data, ctx, actions);
-  add_stub(*data, "climate", "Generate synthetic CAM5-like climate shards", actions);
+  add_climate_command(*data, ctx, actions);
   add_label_command(*data, ctx, actions);
 
   CLI::App* bench = root.add_subcommand("bench", "Benchmarks of squall's building blocks");
