@@ -25,10 +25,12 @@ using namespace squall::data;
 constexpr double k_deg = std::numbers::pi / 180.0;
 constexpr double k_km_per_deg = k_earth_radius_km * k_deg;
 
-// A 1-degree global grid: row i at latitude 89.5 - i, column j at longitude j + 0.5.
+// A global grid, by default 1-degree: row i at latitude 89.5 - i, column j at longitude j + 0.5.
 struct Field {
-  int64_t h = 180, w = 360;
-  std::vector<float> hwc = std::vector<float>(static_cast<size_t>(180 * 360 * k_climate_channels));
+  int64_t h, w;
+  std::vector<float> hwc;
+  explicit Field(int64_t rows = 180, int64_t cols = 360)
+      : h(rows), w(cols), hwc(static_cast<size_t>(rows * cols * k_climate_channels)) {}
   float& at(int64_t i, int64_t j, int c) { return hwc[static_cast<size_t>((i * w + j) * k_climate_channels + c)]; }
   double lat(int64_t i) const { return row_latitude(i, h); }
   double lon(int64_t j) const { return column_longitude(j, w); }
@@ -45,8 +47,8 @@ double great_circle_km(double lat1, double lon1, double lat2, double lon2) {
 }
 
 // A calm atmosphere that varies with latitude only: moist tropics, no wind, uniform pressure.
-Field calm() {
-  Field f;
+Field calm(int64_t h = 180, int64_t w = 360) {
+  Field f(h, w);
   for (int64_t i = 0; i < f.h; ++i)
     for (int64_t j = 0; j < f.w; ++j) {
       const double lat = f.lat(i), x = lat / 30.0;
@@ -113,7 +115,8 @@ int64_t count(const std::vector<int32_t>& labels, int32_t value) {
 }
 
 int64_t pixel(const Field& f, double lat, double lon) {
-  const auto i = static_cast<int64_t>(std::floor(90 - lat)), j = static_cast<int64_t>(std::floor(lon));
+  const auto i = static_cast<int64_t>(std::floor((90 - lat) * static_cast<double>(f.h) / 180));
+  const auto j = static_cast<int64_t>(std::floor(lon * static_cast<double>(f.w) / 360));
   return i * f.w + j;
 }
 
@@ -172,6 +175,21 @@ TEST_CASE("an idealised cyclone is labelled around its centre, in either hemisph
     for (int64_t j = 0; j < f.w; ++j)
       if (labels[static_cast<size_t>(i * f.w + j)] == k_tropical_cyclone)
         CHECK(great_circle_km(f.lat(i), f.lon(j), lat0, lon0) <= p.tc_radius_km + 1);
+}
+
+TEST_CASE("on DeepCAM's 768 x 1152 grid the same cyclone and river are found", "[climate-label]") {
+  Field f = calm(768, 1152);
+  add_vortex(f, 15, 140, +1);
+  add_filament(f, 15, 200, 50, 230, 25, 250);
+  const std::vector<TcCentre> centres = find_tc_centres(f.view(), LabelParams{});
+  REQUIRE(centres.size() == 1);
+  CHECK(std::abs(row_latitude(centres[0].row, f.h) - 15) <= 0.5);
+  const std::vector<int32_t> labels = label_climate(f.view(), LabelParams{});
+  CHECK(labels[static_cast<size_t>(pixel(f, 15, 140))] == k_tropical_cyclone);
+  CHECK(labels[static_cast<size_t>(pixel(f, 32.5, 215))] == k_atmospheric_river);
+  // ~35 one-degree pixels of storm on the 1-degree grid: ~16 times as many here.
+  CHECK(count(labels, k_tropical_cyclone) > 300);
+  CHECK(count(labels, k_tropical_cyclone) < 1600);
 }
 
 TEST_CASE("the same vortex turning the wrong way for its hemisphere is no cyclone", "[climate-label]") {
