@@ -65,7 +65,7 @@ void for_each_neighbour(const Sphere& s, int64_t i, int64_t j, Fn&& fn) {
 
 }  // namespace
 
-double row_latitude(int64_t i, int64_t h) { return 90.0 - (static_cast<double>(i) + 0.5) * 180.0 / static_cast<double>(h); }
+double row_latitude(int64_t i, int64_t h) { return -90.0 + (static_cast<double>(i) + 0.5) * 180.0 / static_cast<double>(h); }
 double column_longitude(int64_t j, int64_t w) { return (static_cast<double>(j) + 0.5) * 360.0 / static_cast<double>(w); }
 
 std::vector<float> vorticity_850(const ClimateFields& f, bool cyclonic) {
@@ -77,8 +77,8 @@ std::vector<float> vorticity_850(const ClimateFields& f, bool cyclonic) {
     const double sign = cyclonic && s.lat(i) < 0 ? -1.0 : 1.0;
     for (int64_t j = 0; j < f.w; ++j) {
       const double dv_dlon = (f.at(i, s.wrap(j + 1), k_v850) - f.at(i, s.wrap(j - 1), k_v850)) / (2 * s.dlon());
-      // Rows run north to south, so row i-1 is at the larger latitude.
-      const double ducos_dlat = (f.at(i - 1, j, k_u850) * s.cos_lat(i - 1) - f.at(i + 1, j, k_u850) * s.cos_lat(i + 1)) /
+      // Rows run south to north, so row i+1 is at the larger latitude.
+      const double ducos_dlat = (f.at(i + 1, j, k_u850) * s.cos_lat(i + 1) - f.at(i - 1, j, k_u850) * s.cos_lat(i - 1)) /
                                 (2 * s.dlat());
       zeta[index(f, i, j)] = static_cast<float>(sign * (dv_dlon - ducos_dlat) / (radius_m * s.cos_lat(i)));
     }

@@ -5,8 +5,9 @@
 // Pure computation on one sample in memory; no files, no command line.
 //
 // Grid convention (docs/formats.md): a global latitude-longitude grid of H rows and W
-// columns at cell centres; row 0 is the northernmost (latitude 90 - 90/H), the last row the
-// southernmost; column 0 is at longitude 180/W, columns increase eastward and wrap around.
+// columns at cell centres; row 0 is the southernmost (latitude -90 + 90/H), the last row the
+// northernmost (CAM5's ascending latitude); column 0 is at longitude 180/W, columns increase
+// eastward and wrap around.
 #include <cstdint>
 #include <span>
 #include <vector>

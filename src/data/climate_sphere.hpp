@@ -1,5 +1,5 @@
 #pragma once
-// Geometry of squall's global latitude-longitude grid (cell centres, row 0 northernmost,
+// Geometry of squall's global latitude-longitude grid (cell centres, row 0 southernmost,
 // longitude wrapping; see climate_label.hpp): great-circle distances between pixels, cell
 // areas and a walk over the pixels within a radius. Internal to the climate labeler.
 #include <algorithm>
@@ -16,7 +16,7 @@ class Sphere {
     m_dlat = std::numbers::pi / static_cast<double>(h);
     m_dlon = 2 * std::numbers::pi / static_cast<double>(w);
     for (int64_t i = 0; i < h; ++i) {
-      const double lat = std::numbers::pi / 2 - (static_cast<double>(i) + 0.5) * m_dlat;
+      const double lat = -std::numbers::pi / 2 + (static_cast<double>(i) + 0.5) * m_dlat;
       m_lat.push_back(lat);
       m_cos.push_back(std::cos(lat));
     }

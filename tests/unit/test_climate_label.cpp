@@ -25,7 +25,7 @@ using namespace squall::data;
 constexpr double k_deg = std::numbers::pi / 180.0;
 constexpr double k_km_per_deg = k_earth_radius_km * k_deg;
 
-// A global grid, by default 1-degree: row i at latitude 89.5 - i, column j at longitude j + 0.5.
+// A global grid, by default 1-degree: row i at latitude -89.5 + i, column j at longitude j + 0.5.
 struct Field {
   int64_t h, w;
   std::vector<float> hwc;
@@ -115,16 +115,16 @@ int64_t count(const std::vector<int32_t>& labels, int32_t value) {
 }
 
 int64_t pixel(const Field& f, double lat, double lon) {
-  const auto i = static_cast<int64_t>(std::floor((90 - lat) * static_cast<double>(f.h) / 180));
+  const auto i = static_cast<int64_t>(std::floor((lat + 90) * static_cast<double>(f.h) / 180));
   const auto j = static_cast<int64_t>(std::floor(lon * static_cast<double>(f.w) / 360));
   return i * f.w + j;
 }
 
 }  // namespace
 
-TEST_CASE("grid convention: row 0 northernmost, columns eastward from longitude 0, cell centres", "[climate-label]") {
-  CHECK(row_latitude(0, 180) == Approx(89.5));
-  CHECK(row_latitude(179, 180) == Approx(-89.5));
+TEST_CASE("grid convention: row 0 southernmost, columns eastward from longitude 0, cell centres", "[climate-label]") {
+  CHECK(row_latitude(0, 180) == Approx(-89.5));
+  CHECK(row_latitude(179, 180) == Approx(89.5));
   CHECK(column_longitude(0, 360) == Approx(0.5));
   CHECK(column_longitude(359, 360) == Approx(359.5));
 }
@@ -248,7 +248,7 @@ TEST_CASE("a filament across longitude 0/360 is one river (the grid wraps)", "[c
   REQUIRE(blobs.size() == 1);
   CHECK(blobs[0].kept);
   CHECK(blobs[0].length_km > 3000);  // the whole segment (~4200 km), not one half of it
-  const int64_t row = static_cast<int64_t>(90 - 35);
+  const int64_t row = pixel(f, 35, 0) / f.w;
   CHECK(ar[static_cast<size_t>(row * f.w + 0)] == 1);
   CHECK(ar[static_cast<size_t>(row * f.w + f.w - 1)] == 1);
 }
