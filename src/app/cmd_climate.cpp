@@ -4,7 +4,6 @@
 // the shards); statistics come from per-sample sums that every rank contributes, added in
 // sample order, so files and statistics are the same for any number of ranks.
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -46,7 +45,7 @@ void validate(const ClimateArgs& a) {
   if (a.width < data::k_climate_min_width)
     throw UsageError("--width must be at least " + std::to_string(data::k_climate_min_width) + ", got " +
                      std::to_string(a.width));
-  if (a.height * a.width > (int64_t{1} << 26))
+  if (a.height > (int64_t{1} << 16) || a.width > (int64_t{1} << 16) || a.height * a.width > (int64_t{1} << 26))
     throw UsageError("--height x --width is " + std::to_string(a.height * a.width) + " cells, more than 2^26");
   if (a.seed < 0) throw UsageError("--seed must not be negative, got " + std::to_string(a.seed));
   if (a.layout != "deepcam" && a.layout != "shards")

@@ -190,7 +190,10 @@ ClimateSample generate_climate_sample(int64_t height, int64_t width, uint64_t se
   // Rivers first, then cyclones away from rivers, mountains and each other.
   const int n_rivers = rng.integer(1, 3), n_cyclones = rng.integer(1, 4);
   for (int i = 0; i < n_rivers; ++i) s.rivers.push_back(random_river(rng, cell_km));
+  // Cyclone scales, km: at least about a grid cell, so that coarse grids still show them.
   const double p_scale = std::max(250.0, 0.9 * cell_km);
+  const double wind_scale = std::max(60.0, 0.9 * cell_km);
+  const double core_scale = std::max(300.0, cell_km);
   for (int attempt = 0; attempt < 200 && static_cast<int>(s.cyclones.size()) < n_cyclones; ++attempt) {
     PlacedCyclone c;
     const double lat = rng.sign() * rng.uniform(8, 30), lon = rng.uniform(0, 360);
@@ -199,6 +202,8 @@ ClimateSample generate_climate_sample(int64_t height, int64_t width, uint64_t se
     c.lat = grid_lat(height, c.row);
     c.lon = grid_lon(width, c.col);
     c.radius_km = p_scale;
+    c.wind_radius_km = wind_scale;
+    c.core_radius_km = core_scale;
     c.depth_pa = rng.uniform(2000, 7000);
     c.max_wind = rng.uniform(25, 60);
     c.warm_core_k = rng.uniform(4, 10);
@@ -230,8 +235,6 @@ ClimateSample generate_climate_sample(int64_t height, int64_t width, uint64_t se
   std::vector<std::vector<std::pair<double, double>>> axes;
   for (const PlacedRiver& r : s.rivers) axes.push_back(river_axis(r, std::min(50.0, 0.5 * r.half_width_km)));
 
-  const double wind_scale = std::max(60.0, 0.9 * cell_km);  // radius of maximum wind, km
-  const double core_scale = std::max(300.0, cell_km);       // warm core, km
   for (int64_t y = 0; y < height; ++y) {
     const double lat = grid_lat(height, y);
     const double le = lat - season;  // latitude relative to the thermal equator
@@ -300,20 +303,20 @@ ClimateSample generate_climate_sample(int64_t height, int64_t width, uint64_t se
         double dx = 0, dy = 0;
         offset_km(c.lat, c.lon, lat, lon, dx, dy);
         const double r = std::hypot(dx, dy);
-        if (r > 12 * std::max(c.radius_km, core_scale)) continue;
+        if (r > 12 * std::max(c.radius_km, c.core_radius_km)) continue;
         const double hemi = c.lat >= 0 ? 1.0 : -1.0;  // counter-clockwise in the north
-        const double vt = c.max_wind * (r / wind_scale) * std::exp(1.0 - r / wind_scale);
+        const double vt = c.max_wind * (r / c.wind_radius_km) * std::exp(1.0 - r / c.wind_radius_km);
         const double ct = r > 0 ? vt / r : 0.0;
         u_add += -hemi * ct * dy;
         v_add += hemi * ct * dx;
         ubot_add += -0.8 * hemi * ct * dy;
         vbot_add += 0.8 * hemi * ct * dx;
         p.psl -= c.depth_pa * gauss(r, c.radius_km);
-        core += c.warm_core_k * gauss(r, core_scale);
+        core += c.warm_core_k * gauss(r, c.core_radius_km);
         const double wet = gauss(r, 1.5 * c.radius_km);
         tmq_add += 20.0 * wet;
         q_add += 0.004 * wet;
-        prect_add += c.depth_pa * 1.5e-9 * gauss(r, c.radius_km);  // 3..10 mm/hour at the centre
+        prect_add += c.depth_pa * 1.5e-9 * gauss(r, c.radius_km);  // 11..38 mm/hour at the centre
       }
 
       float* out = s.hwc.data() + (y * width + x) * k_climate_channels;

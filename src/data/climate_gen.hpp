@@ -45,7 +45,9 @@ double great_circle_km(double lat0, double lon0, double lat1, double lon1);
 struct PlacedCyclone {
   int64_t row = 0, col = 0;      // grid point of the centre
   double lat = 0, lon = 0;       // degrees
-  double radius_km = 0;          // e-folding scale of the pressure deficit; radius of max wind
+  double radius_km = 0;          // Gaussian scale of the pressure deficit (and of the rain)
+  double wind_radius_km = 0;     // radius of the strongest wind
+  double core_radius_km = 0;     // Gaussian scale of the warm core
   double depth_pa = 0;           // central pressure deficit
   double max_wind = 0;           // m/s at 850 hPa
   double warm_core_k = 0;        // T200 anomaly at the centre (T500 gets 60% of it)
