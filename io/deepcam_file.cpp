@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <utility>
 
 #include "io/h5_util.hpp"
 #include "src/core/error.hpp"
@@ -74,6 +75,34 @@ void write_labels_dataset(hid_t file, const std::string& path, int64_t h, int64_
     throw Error(path + ": cannot write dataset " + k_labels + ": " + h5_error_text());
 }
 
+// /climate/<name> of the given type and shape, written whole.
+void write_climate_dataset(hid_t group, const std::string& file, const std::string& name, hid_t file_type,
+                           hid_t mem_type, const std::vector<hsize_t>& dims, const void* data) {
+  H5Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  H5Handle ds(H5Dcreate2(group, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!ds) throw Error(file + ": cannot create dataset /climate/" + name + ": " + h5_error_text());
+  if (H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    throw Error(file + ": cannot write dataset /climate/" + name + ": " + h5_error_text());
+}
+
+// A new file with a /climate group that `fill(group, temporary path)` writes into: created
+// as `path`.tmp, flushed to storage and renamed, so `path` is whole or absent.
+template <class Fill>
+void write_new_climate_file(const std::string& path, Fill&& fill) {
+  TempFile tmp{path + ".tmp"};
+  {
+    auto lock = h5_lock();
+    H5Handle file(H5Fcreate(tmp.path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    if (!file) throw Error(tmp.path + ": cannot create: " + h5_error_text());
+    H5Handle group(H5Gcreate2(file.get(), "/climate", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    if (!group) throw Error(tmp.path + ": cannot create group /climate: " + h5_error_text());
+    fill(group.get(), tmp.path);
+    if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) throw Error(tmp.path + ": flush failed: " + h5_error_text());
+  }
+  rename_into_place(tmp.path, path);
+  tmp.keep = true;
+}
+
 }  // namespace
 
 DeepcamFields read_deepcam_fields(const std::string& path) {
@@ -132,25 +161,38 @@ void write_deepcam_file(const std::string& path, const DeepcamFields& fields, st
     throw Error(path + ": " + std::to_string(fields.hwc.size()) + " values for " + k_data + " of shape [" +
                 std::to_string(fields.h) + "," + std::to_string(fields.w) + "," + std::to_string(fields.c) + "]");
   check_label_count(path, labels.size(), fields.h, fields.w);
-  TempFile tmp{path + ".tmp"};
-  {
-    auto lock = h5_lock();
-    H5Handle file(H5Fcreate(tmp.path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-    if (!file) throw Error(tmp.path + ": cannot create: " + h5_error_text());
-    H5Handle group(H5Gcreate2(file.get(), "/climate", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    if (!group) throw Error(tmp.path + ": cannot create group /climate: " + h5_error_text());
-    const hsize_t dims[3] = {static_cast<hsize_t>(fields.h), static_cast<hsize_t>(fields.w),
-                             static_cast<hsize_t>(fields.c)};
-    H5Handle space(H5Screate_simple(3, dims, nullptr));
-    H5Handle ds(H5Dcreate2(file.get(), k_data, H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    if (!ds) throw Error(tmp.path + ": cannot create dataset " + k_data + ": " + h5_error_text());
-    if (H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, fields.hwc.data()) < 0)
-      throw Error(tmp.path + ": cannot write dataset " + k_data + ": " + h5_error_text());
-    write_labels_dataset(file.get(), tmp.path, fields.h, fields.w, labels);
-    if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) throw Error(tmp.path + ": flush failed: " + h5_error_text());
+  write_deepcam_file(path, fields.hwc.data(), fields.h, fields.w, fields.c, labels.data(), {}, {});
+}
+
+void write_deepcam_file(const std::string& path, const float* hwc, int64_t h, int64_t w, int64_t c,
+                        const int32_t* labels, const std::vector<double>& lat, const std::vector<double>& lon) {
+  if (h < 1 || w < 1 || c < 1) throw Error(path + ": empty sample shape");
+  if ((!lat.empty() && static_cast<int64_t>(lat.size()) != h) || (!lon.empty() && static_cast<int64_t>(lon.size()) != w))
+    throw Error(path + ": latitudes/longitudes do not match the grid");
+  const hsize_t hh = static_cast<hsize_t>(h), ww = static_cast<hsize_t>(w), cc = static_cast<hsize_t>(c);
+  std::vector<int32_t> zeros;
+  if (!labels) {
+    zeros.assign(static_cast<size_t>(h * w), 0);
+    labels = zeros.data();
   }
-  rename_into_place(tmp.path, path);
-  tmp.keep = true;
+  write_new_climate_file(path, [&](hid_t group, const std::string& file) {
+    write_climate_dataset(group, file, "data", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {hh, ww, cc}, hwc);
+    write_climate_dataset(group, file, "labels_0", H5T_STD_I32LE, H5T_NATIVE_INT32, {hh, ww}, labels);
+    if (!lat.empty()) write_climate_dataset(group, file, "lat", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {hh}, lat.data());
+    if (!lon.empty()) write_climate_dataset(group, file, "lon", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {ww}, lon.data());
+  });
+}
+
+void write_deepcam_stats(const std::string& path, const DeepcamStatsOut& stats) {
+  const size_t c = stats.mean.size();
+  for (const auto* v : {&stats.count, &stats.sqmean, &stats.minval, &stats.maxval})
+    if (v->size() != c) throw Error(path + ": statistics of different lengths");
+  write_new_climate_file(path, [&](hid_t group, const std::string& file) {
+    const std::vector<hsize_t> dims = {static_cast<hsize_t>(c)};
+    for (const auto& [name, v] : {std::pair{"count", &stats.count}, {"mean", &stats.mean}, {"sqmean", &stats.sqmean},
+                                  {"minval", &stats.minval}, {"maxval", &stats.maxval}})
+      write_climate_dataset(group, file, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, dims, v->data());
+  });
 }
 
 }  // namespace squall::io

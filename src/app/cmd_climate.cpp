@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "io/dataset.hpp"
-#include "io/deepcam_writer.hpp"
+#include "io/deepcam_file.hpp"
 #include "io/shard.hpp"
 #include "mpi/comm.hpp"
 #include "src/app/cli.hpp"

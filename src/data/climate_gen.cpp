@@ -151,7 +151,7 @@ const std::vector<std::string>& climate_channel_names() {
 }
 
 double grid_lat(int64_t height, int64_t y) { return -90.0 + (static_cast<double>(y) + 0.5) * 180.0 / height; }
-double grid_lon(int64_t width, int64_t x) { return static_cast<double>(x) * 360.0 / width; }
+double grid_lon(int64_t width, int64_t x) { return (static_cast<double>(x) + 0.5) * 360.0 / width; }
 
 double great_circle_km(double lat0, double lon0, double lat1, double lon1) {
   const double a = sq(std::sin(rad(lat1 - lat0) / 2)) +
