@@ -147,6 +147,14 @@ std::string fnv1a_hex(const void* data, size_t bytes, uint64_t h) {
 
 namespace {
 
+// Per-class IoU for metrics.jsonl and summary.json: null for a class absent from both the
+// labels and the predictions (its IoU is undefined).
+json iou_per_class_json(const ConfusionMatrix& cm) {
+  json per_class = json::array();
+  for (double v : cm.iou_per_class()) per_class.push_back(std::isnan(v) ? json(nullptr) : json(v));
+  return per_class;
+}
+
 // SQUALL_FAIL_AT=RANK:STEP: that rank fails at that step (fault tests). -1 when unset.
 std::pair<int, int64_t> fail_at_from_env() {
   const char* env = std::getenv("SQUALL_FAIL_AT");
@@ -582,10 +590,12 @@ class TrainingRun {
     m_timeline.add("eval", Timeline::k_rank_track, ts, now_s());
     m_eval_total_s += secs;
     const double elapsed = seconds_since(m_loop_start);
-    log_metrics({{"kind", "eval"}, {"step", m_step}, {"epoch", epoch}, {"test_loss", m_last_eval_loss},
-                 {"test_accuracy", m_last_eval.cm.accuracy()}, {"test_miou", m_last_eval.cm.mean_iou()},
-                 {"eval_s", secs}, {"elapsed_s", elapsed}, {"train_s", elapsed - m_eval_total_s},
-                 {"epochs_done", static_cast<double>(m_samples_done) / static_cast<double>(m_n_train)}});
+    json record{{"kind", "eval"}, {"step", m_step}, {"epoch", epoch}, {"test_loss", m_last_eval_loss},
+                {"test_accuracy", m_last_eval.cm.accuracy()}, {"test_miou", m_last_eval.cm.mean_iou()},
+                {"eval_s", secs}, {"elapsed_s", elapsed}, {"train_s", elapsed - m_eval_total_s},
+                {"epochs_done", static_cast<double>(m_samples_done) / static_cast<double>(m_n_train)}};
+    if (m_train->info().per_pixel_labels) record["test_iou_per_class"] = iou_per_class_json(m_last_eval.cm);
+    log_metrics(record);
     m_progress->finish();
     char line[256];
     std::snprintf(line, sizeof(line), "eval  epoch %lld step %lld: test loss %.4f accuracy %.4f mIoU %.4f (%.1f s)",
@@ -658,9 +668,7 @@ class TrainingRun {
     json final_metrics{{"train_loss", r.train_loss}, {"test_loss", r.test_loss}};
     if (m_train->info().per_pixel_labels) {
       final_metrics["test_miou"] = m_last_eval.cm.mean_iou();
-      json per_class = json::array();
-      for (double v : m_last_eval.cm.iou_per_class()) per_class.push_back(std::isnan(v) ? json(nullptr) : json(v));
-      final_metrics["test_iou_per_class"] = per_class;
+      final_metrics["test_iou_per_class"] = iou_per_class_json(m_last_eval.cm);
     } else {
       final_metrics["test_accuracy"] = r.test_accuracy;
     }

@@ -364,3 +364,37 @@ TEST_CASE("model.layout: nhwc trains as nchw does; auto is nchw on the CPU; a ba
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("model.layout") && Catch::Contains("nchwc"));
 }
+
+TEST_CASE("climate segmentation end to end: generated fields, TECA-style labels, a unet, per-class IoU in the records",
+          "[launch][train][climate]") {
+  const std::string raw = fresh_dir("climate-raw"), labelled = fresh_dir("climate-labelled"), dir = fresh_dir("climate-run");
+  auto gen = run_command(squall_bin() + " data climate --out " + raw + " --samples 6 --height 48 --width 72 --seed 3");
+  INFO(gen.out << gen.err);
+  REQUIRE(gen.exit_code == 0);
+  auto label = run_command(squall_bin() + " data label --in " + raw + " --out " + labelled);
+  INFO(label.out << label.err);
+  REQUIRE(label.exit_code == 0);
+  const std::string lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
+  const auto r = run_command(squall_bin() + " train --config " + lenet + " --set model.name=unet --set model.width=4" +
+                             " --set model.depth=2 --set train.batch_size=2 --set train.max_steps=6" +
+                             " --set train.log_every_steps=3 --set data.train=" + labelled + " --set data.test=" +
+                             labelled + " --set data.test_samples=4 --set schedule.warmup_steps=0 --set run.dir=" + dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  int evals = 0;
+  std::ifstream m(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(m, line);) {
+    const json j = json::parse(line);
+    if (j.at("kind") != "eval") continue;
+    ++evals;
+    REQUIRE(j.contains("test_iou_per_class"));
+    CHECK(j.at("test_iou_per_class").size() == 3);  // background, tropical cyclone, atmospheric river
+    const double miou = j.at("test_miou").get<double>();
+    CHECK(miou >= 0.0);
+    CHECK(miou <= 1.0);
+  }
+  CHECK(evals >= 1);
+  const json s = read_json(dir + "/summary.json");
+  CHECK(s.at("final").at("test_iou_per_class").size() == 3);
+  CHECK(s.at("final").contains("test_miou"));
+}
