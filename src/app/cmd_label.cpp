@@ -181,6 +181,7 @@ void add_threshold_options(CLI::App& sub, data::LabelParams& p) {
   opt("--ar-damp-hwhm", p.ar_damp_hwhm, "AR: tropical damping 1 - 2^-(lat/hwhm)^2, half width in degrees (0: none)");
   opt("--ar-min-length", p.ar_min_length_km, "AR: great-circle length of a plume, km");
   opt("--ar-min-aspect", p.ar_min_aspect, "AR: length / width, width = area / length");
+  opt("--ar-min-reach-lat", p.ar_min_reach_lat, "AR: degrees of latitude some pixel of a river reaches (poleward)");
 }
 
 }  // namespace

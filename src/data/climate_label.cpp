@@ -209,7 +209,10 @@ std::vector<uint8_t> ar_mask(const ClimateFields& f, const LabelParams& p, std::
 
       ArBlob b;
       b.pixels = static_cast<int64_t>(members.size());
-      for (const auto& [i, j] : members) b.area_km2 += s.cell_area_km2(i, k_earth_radius_km);
+      for (const auto& [i, j] : members) {
+        b.area_km2 += s.cell_area_km2(i, k_earth_radius_km);
+        b.max_abs_lat = std::max(b.max_abs_lat, std::abs(row_latitude(i, f.h)));
+      }
       // Length by repeated farthest-point sweeps: at least half the true diameter, and exact
       // for the elongated shapes that matter here.
       std::pair<int64_t, int64_t> from = members[0];
@@ -227,7 +230,10 @@ std::vector<uint8_t> ar_mask(const ClimateFields& f, const LabelParams& p, std::
       }
       b.length_km = longest * k_earth_radius_km;
       b.width_km = b.length_km > 0 ? b.area_km2 / b.length_km : std::numeric_limits<double>::infinity();
-      b.kept = b.length_km >= p.ar_min_length_km && b.length_km >= p.ar_min_aspect * b.width_km;
+      // The reach excludes what the tropical damping leaves of the subtropical moisture belt:
+      // long, narrow, but zonal bands that never leave the subtropics.
+      b.kept = b.length_km >= p.ar_min_length_km && b.length_km >= p.ar_min_aspect * b.width_km &&
+               b.max_abs_lat >= p.ar_min_reach_lat;
       if (b.kept)
         for (const auto& [i, j] : members) mask[index(f, i, j)] = 1;
       if (blobs) blobs->push_back(b);

@@ -57,6 +57,7 @@ struct LabelParams {
   double ar_damp_hwhm = 10.0;        // deg, tropical damping 1 - 2^-(lat/hwhm)^2
   double ar_min_length_km = 2000.0;  // great-circle length of a blob
   double ar_min_aspect = 2.0;        // length / width, width = area / length
+  double ar_min_reach_lat = 30.0;    // deg: some pixel at |latitude| >= this (it reaches poleward)
 };
 
 // Latitude of row i and longitude of column j, in degrees, at cell centres.
@@ -87,7 +88,8 @@ struct ArBlob {
   double area_km2 = 0;
   double length_km = 0;  // great-circle distance between its two farthest-apart pixels (double sweep)
   double width_km = 0;   // area / length
-  bool kept = false;     // long and narrow enough
+  double max_abs_lat = 0;  // degrees: how far poleward it reaches
+  bool kept = false;     // long and narrow enough, and reaching poleward
 };
 
 // 1 where a pixel belongs to a kept blob, else 0; `blobs` (optional) receives every blob.

@@ -228,6 +228,22 @@ TEST_CASE("a long, narrow moist filament reaching poleward is an atmospheric riv
   CHECK(count(labels, k_tropical_cyclone) == 0);
 }
 
+TEST_CASE("a long, narrow moist band that stays in the subtropics is no river", "[climate-label]") {
+  Field f = calm();
+  add_filament(f, 20, 100, 24, 160, 30, 250);  // ~6000 km along the subtropics, never past 26 degrees
+  std::vector<ArBlob> blobs;
+  const std::vector<uint8_t> ar = ar_mask(f.view(), LabelParams{}, &blobs);
+  REQUIRE(blobs.size() == 1);
+  CHECK(blobs[0].length_km > 4000);                         // long and narrow enough ...
+  CHECK(blobs[0].length_km > 4 * blobs[0].width_km);
+  CHECK(blobs[0].max_abs_lat < LabelParams{}.ar_min_reach_lat);  // ... but never poleward
+  CHECK_FALSE(blobs[0].kept);
+  CHECK(std::count(ar.begin(), ar.end(), uint8_t{1}) == 0);
+  LabelParams lower;
+  lower.ar_min_reach_lat = 20;  // the flag decides
+  CHECK(ar_mask(f.view(), lower)[static_cast<size_t>(pixel(f, 22, 130))] == 1);
+}
+
 TEST_CASE("a round moist blob of the same peak is long enough but too wide to be a river", "[climate-label]") {
   Field f = calm();
   add_blob(f, 25, 300, 25, 1000);
