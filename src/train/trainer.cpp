@@ -661,6 +661,19 @@ class TrainingRun {
                   static_cast<long long>(m_step), r.wall_s, r.samples_per_s, m_ranks, m_learners, r.train_loss,
                   r.test_accuracy, t_compute, t_reduce, t_io, (m_dir / "summary.json").c_str());
     log::info(line);
+    if (m_train->info().per_pixel_labels) {  // segmentation: the held-out IoU, per class too
+      const auto fixed = [](double v) {
+        char b[32];
+        std::snprintf(b, sizeof(b), "%.4f", v);
+        return std::string(std::isnan(v) ? "-" : b);
+      };
+      const auto& names = m_train->info().class_names;
+      const std::vector<double> per_class = m_last_eval.cm.iou_per_class();
+      std::string iou = "test mean IoU " + fixed(m_last_eval.cm.mean_iou()) + " (";
+      for (size_t k = 0; k < per_class.size(); ++k)
+        iou += (k ? ", " : "") + (k < names.size() ? names[k] : "class " + std::to_string(k)) + " " + fixed(per_class[k]);
+      log::info(iou + ")");
+    }
     return r;
   }
 

@@ -397,4 +397,5 @@ TEST_CASE("climate segmentation end to end: generated fields, TECA-style labels,
   const json s = read_json(dir + "/summary.json");
   CHECK(s.at("final").at("test_iou_per_class").size() == 3);
   CHECK(s.at("final").contains("test_miou"));
+  CHECK_THAT(r.out + r.err, Catch::Contains("test mean IoU") && Catch::Contains("atmospheric river"));
 }
