@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/loader.hpp"
+#include "io/png.hpp"
 #include "mpi/allreduce.hpp"
 #include "mpi/topology.hpp"
 #include "io/sampler.hpp"
@@ -25,6 +26,7 @@
 #include "src/train/learners.hpp"
 #include "src/train/metrics.hpp"
 #include "src/train/optimizer.hpp"
+#include "src/train/predictions.hpp"
 #include "src/train/progress.hpp"
 #include "src/train/schedule.hpp"
 #include "src/train/timeline.hpp"
@@ -86,8 +88,14 @@ struct EvalPart {
   double loss_sum = 0, samples = 0;
 };
 
+// Held-out samples drawn in predictions/epoch-N.png.
+constexpr size_t k_picture_samples = 4;
+
+// pictures: when not null (per-pixel labels), the first samples of the range (up to its
+// capacity) with their first channel, labels and predictions, for predictions/epoch-N.png.
 EvalPart evaluate(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const DataSource& test, int64_t begin,
-                  int64_t end, int32_t* dev_labels, int32_t* dev_pred, const float* class_weights) {
+                  int64_t end, int32_t* dev_labels, int32_t* dev_pred, const float* class_weights,
+                  std::vector<PredictionSample>* pictures = nullptr) {
   const int64_t batch = g.batch();
   const auto& info = test.info();
   const int64_t per_sample = info.sample.per_sample();
@@ -123,6 +131,21 @@ EvalPart evaluate(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const DataS
     be.argmax_channels(stream, g.dtype(), g.output().data, dev_pred, out.n(), out.c(), out.h() * out.w());
     be.accumulate_confusion(stream, dev_labels, dev_pred, static_cast<size_t>(valid * label_hw), info.classes,
                             confusion.as<int32_t>());
+    if (pictures && start == begin && info.per_pixel_labels) {  // the first batch only: one wait
+      const auto keep = static_cast<size_t>(std::min<int64_t>(valid, static_cast<int64_t>(pictures->size())));
+      pictures->resize(keep);
+      std::vector<int32_t> pred(static_cast<size_t>(valid * label_hw));
+      be.copy_labels_to_host(stream, pred.data(), dev_pred, pred.size());
+      be.synchronize(stream);
+      for (size_t k = 0; k < keep; ++k) {
+        PredictionSample& p = (*pictures)[k];
+        const auto first = static_cast<int64_t>(k);
+        const float* image = images.data() + first * per_sample;  // channel 0 of sample k
+        p.channel.assign(image, image + label_hw);
+        p.label.assign(labels.begin() + first * label_hw, labels.begin() + (first + 1) * label_hw);
+        p.pred.assign(pred.begin() + first * label_hw, pred.begin() + (first + 1) * label_hw);
+      }
+    }
     part.samples += static_cast<double>(valid);
   }
   float host_loss[2] = {0, 0};
@@ -572,8 +595,11 @@ class TrainingRun {
     const double ts = now_s();
     nn::Graph& g = m_group->eval_graph();
     const int64_t begin = m_n_test * m_rank / m_ranks, end = m_n_test * (m_rank + 1) / m_ranks;
-    m_last_eval =
-        squall::train::evaluate(g, *m_backend, *m_stream, *m_test, begin, end, m_dev_labels, m_dev_pred, m_dev_weights);
+    // Rank 0 evaluates the first test samples: it draws a few of them.
+    std::vector<PredictionSample> pictures(m_root && m_test->info().per_pixel_labels ? k_picture_samples : 0);
+    m_last_eval = squall::train::evaluate(g, *m_backend, *m_stream, *m_test, begin, end, m_dev_labels, m_dev_pred,
+                                          m_dev_weights, pictures.empty() ? nullptr : &pictures);
+    if (!pictures.empty()) write_pictures(pictures, epoch);
     if (m_ranks > 1) {
       const auto counts = m_last_eval.cm.counts();  // a view of the matrix
       std::vector<double> sums(counts.size() + 2);
@@ -675,6 +701,21 @@ class TrainingRun {
       log::info(iou + ")");
     }
     return r;
+  }
+
+  // predictions/epoch-N.png (a later evaluation in the same epoch replaces it). A picture
+  // that cannot be written is a warning: it must not end a training run.
+  void write_pictures(const std::vector<PredictionSample>& pictures, int64_t epoch) {
+    const nn::Shape& s = m_test->info().sample;
+    try {
+      const fs::path dir = m_dir / "predictions";
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      io::write_png((dir / ("epoch-" + std::to_string(epoch) + ".png")).string(),
+                    prediction_picture(pictures, s.h(), s.w()));
+    } catch (const Error& e) {
+      log::warn(std::string("cannot write the predictions picture: ") + e.what());
+    }
   }
 
   json summary(const TrainResult& r, double t_compute, double t_reduce, double t_io) const {

@@ -398,4 +398,16 @@ TEST_CASE("climate segmentation end to end: generated fields, TECA-style labels,
   CHECK(s.at("final").at("test_iou_per_class").size() == 3);
   CHECK(s.at("final").contains("test_miou"));
   CHECK_THAT(r.out + r.err, Catch::Contains("test mean IoU") && Catch::Contains("atmospheric river"));
+  // The picture of the last evaluation: a PNG of the first evaluation batch (2 samples), each
+  // a strip of three 72 x 48 panels with 4-pixel gaps (tests/unit/test_png.cpp checks the pixels).
+  std::ifstream png(dir + "/predictions/epoch-" + std::to_string(s.at("epochs").get<int64_t>()) + ".png",
+                    std::ios::binary);
+  REQUIRE(png.good());
+  std::vector<unsigned char> head(24);
+  png.read(reinterpret_cast<char*>(head.data()), 24);
+  CHECK(std::string(head.begin() + 1, head.begin() + 4) == "PNG");
+  CHECK(std::string(head.begin() + 12, head.begin() + 16) == "IHDR");
+  auto be32 = [&](size_t at) { return (head[at] << 24) | (head[at + 1] << 16) | (head[at + 2] << 8) | head[at + 3]; };
+  CHECK(be32(16) == 3 * 72 + 2 * 4);
+  CHECK(be32(20) == 2 * 48 + 4);
 }
