@@ -137,15 +137,6 @@ std::vector<float> download_typed(nn::Backend& be, nn::Stream& s, const void* p,
   return host;
 }
 
-double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
 }  // namespace
 
 TEST_CASE("at bf16 and f16 the CUDA backend computes the CPU reference's results", "[cuda]") {
@@ -215,7 +206,7 @@ TEST_CASE("at bf16 and f16 the CUDA backend computes the CPU reference's results
     const char* conv_names[] = {"y", "dx", "dw", "db"};
     for (size_t i = 0; i < conv_cpu.size(); ++i) {
       INFO("convolution " << conv_names[i]);
-      CHECK(relative_l2(conv_gpu[i], conv_cpu[i]) < tol);
+      CHECK(squall::test::relative_l2(conv_gpu[i], conv_cpu[i]) < tol);
     }
   }
 }

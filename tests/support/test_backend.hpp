@@ -9,6 +9,8 @@
 // within the tolerance each test states. The GPU sums in another order (cuDNN, cuBLAS and
 // tree reductions), so a test scales its float tolerance by slack(): 1 on the CPU, 8 on the
 // GPU (still far below any real error: a wrong index or a missed term is O(1)).
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +48,17 @@ inline std::vector<float> download(nn::Backend& be, const float* src, size_t n) 
   be.copy_to_host(*stream, host.data(), src, n);
   be.synchronize(*stream);
   return host;
+}
+
+// ||got - want|| / ||want|| (2-norms; want all zero: the absolute error), over the shorter
+// of the two, which a caller checks to be equal in size.
+inline double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 }  // namespace squall::test

@@ -69,12 +69,7 @@ std::vector<float> read(nn::Stream& s, const void* p, DType t, size_t n) {
 
 double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
   REQUIRE(got.size() == want.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
+  return test::relative_l2(got, want);
 }
 
 // Tolerance for results that differ only in the order of f32 sums (and, at bf16, in where

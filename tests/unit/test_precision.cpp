@@ -66,15 +66,6 @@ std::vector<float> read(const Typed& x) {
 // Values rounded to t (through the backend's conversion).
 std::vector<float> rounded(const std::vector<float>& v, DType t) { return read(upload(v, t)); }
 
-double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
 // got (of type t) is want (exact, from f32 on t-rounded inputs) rounded to t: within one
 // rounding of want, plus the f32 path's own error.
 void check_rounded(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, DType t) {
@@ -223,11 +214,11 @@ TEST_CASE("reduced precision: convolution, linear, pooling and batch norm plans"
       std::vector<float> y32, dx32, dw32, db32, y, dx, dwl, dbl;
       run(DType::f32, y32, dx32, dw32, db32);
       run(t, y, dx, dwl, dbl);
-      CHECK(rel_error(y, y32) < tol);
-      CHECK(rel_error(dx, dx32) < tol);
-      CHECK(rel_error(dwl, dw32) < tol);
-      CHECK(rel_error(dbl, db32) < tol);
-      CHECK(rel_error(y, y32) > 0);  // really computed in t, not in f32
+      CHECK(test::relative_l2(y, y32) < tol);
+      CHECK(test::relative_l2(dx, dx32) < tol);
+      CHECK(test::relative_l2(dwl, dw32) < tol);
+      CHECK(test::relative_l2(dbl, db32) < tol);
+      CHECK(test::relative_l2(y, y32) > 0);  // really computed in t, not in f32
       CHECK(rounded(dwl, t) == dwl);
       CHECK(rounded(dbl, t) == dbl);
     }
@@ -257,10 +248,10 @@ TEST_CASE("reduced precision: convolution, linear, pooling and batch norm plans"
     std::vector<float> ly32, ldx32, ldw32, ldb32, ly, ldx, ldwl, ldbl;
     run_linear(DType::f32, ly32, ldx32, ldw32, ldb32);
     run_linear(t, ly, ldx, ldwl, ldbl);
-    CHECK(rel_error(ly, ly32) < tol);
-    CHECK(rel_error(ldx, ldx32) < tol);
-    CHECK(rel_error(ldwl, ldw32) < tol);
-    CHECK(rel_error(ldbl, ldb32) < tol);
+    CHECK(test::relative_l2(ly, ly32) < tol);
+    CHECK(test::relative_l2(ldx, ldx32) < tol);
+    CHECK(test::relative_l2(ldwl, ldw32) < tol);
+    CHECK(test::relative_l2(ldbl, ldb32) < tol);
 
     // Max pooling 2x2 picks values of t: exact. Batch norm: f32 statistics.
     const auto xs = rounded(random_floats(2 * 3 * 81, 4), t);
@@ -299,8 +290,8 @@ TEST_CASE("reduced precision: convolution, linear, pooling and batch norm plans"
     std::vector<float> by32, bdx32, by, bdx;
     run_bn(DType::f32, by32, bdx32);
     run_bn(t, by, bdx);
-    CHECK(rel_error(by, by32) < tol);
-    CHECK(rel_error(bdx, bdx32) < tol);
+    CHECK(test::relative_l2(by, by32) < tol);
+    CHECK(test::relative_l2(bdx, bdx32) < tol);
   }
 }
 
@@ -335,8 +326,8 @@ TEST_CASE("reduced precision: LeNet-5 at bf16 computes the f32 model's logits an
     grads.push_back(test::download(be(), g->grads(), g->param_count()));
   }
   CHECK(g16->output().dtype == DType::bf16);
-  CHECK(rel_error(logits[1], logits[0]) < 0.03);
-  CHECK(rel_error(logits[1], logits[0]) > 0);
+  CHECK(test::relative_l2(logits[1], logits[0]) < 0.03);
+  CHECK(test::relative_l2(logits[1], logits[0]) > 0);
   // The last layer's gradients are a few roundings from f32's. Earlier ones differ more: a
   // ReLU whose input lies within rounding of 0 passes the gradient in one model and not in
   // the other, and with 8 samples one such unit moves a layer's gradient by a few percent
@@ -345,8 +336,8 @@ TEST_CASE("reduced precision: LeNet-5 at bf16 computes the f32 model's logits an
   REQUIRE(fc3.name == "fc3.weight");
   const std::vector<float> a(grads[0].begin() + fc3.offset, grads[0].begin() + fc3.offset + fc3.count),
       b(grads[1].begin() + fc3.offset, grads[1].begin() + fc3.offset + fc3.count);
-  CHECK(rel_error(b, a) < 8 * unit_roundoff(DType::bf16) * test::slack());
-  CHECK(rel_error(grads[1], grads[0]) < 0.3);
+  CHECK(test::relative_l2(b, a) < 8 * unit_roundoff(DType::bf16) * test::slack());
+  CHECK(test::relative_l2(grads[1], grads[0]) < 0.3);
 }
 
 TEST_CASE("fp16 loss scaling: overflowing steps are skipped, the scale follows GradScaler's rule, and the "
@@ -399,10 +390,10 @@ TEST_CASE("fp16 loss scaling: overflowing steps are skipped, the scale follows G
   CHECK(skipped >= 8);
   CHECK(taken >= 10);
   const auto p16 = test::on_host(g16.central_params(), P), p32 = test::on_host(g32.central_params(), P);
-  CHECK(rel_error(p16, initial) > 0.01);  // it trained
+  CHECK(test::relative_l2(p16, initial) > 0.01);  // it trained
   // ssgd: the same updates, up to f16's rounding of activations and gradients (unscaled
   // correctly: an update 2^16 times too large would be far off). (Under sma a skipped step
   // still pulls the replicas towards the centre, so fp32 has no step to match it with.)
-  if (algorithm == train::Algorithm::ssgd) CHECK(rel_error(p16, p32) < 0.02);
+  if (algorithm == train::Algorithm::ssgd) CHECK(test::relative_l2(p16, p32) < 0.02);
 }
 
