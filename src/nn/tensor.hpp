@@ -2,8 +2,10 @@
 // Tensors are non-owning views: a pointer into memory the backend owns (host memory on the
 // CPU backend, device memory on CUDA) and a shape. Storage is allocated once per model
 // and batch size (parameters in one flat arena, activations in a plan), never per step.
-// Layout is NCHW; a 2-D tensor is (N, F). Parameters and their gradients are always f32;
-// activations are f32, or bf16/f16 under mixed precision (docs/design.md, "Precision").
+// Shapes are written [n, c, h, w]; a model's 4-D activations are stored NCHW, or NHWC when
+// it asks for channels last (Layout below; docs/design.md, "Layout"); a 2-D tensor is (N, F).
+// Parameters and their gradients are always f32; activations are f32, or bf16/f16 under
+// mixed precision (docs/design.md, "Precision").
 #include <array>
 #include <cstddef>
 #include <cstdint>
