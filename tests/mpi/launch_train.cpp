@@ -411,3 +411,28 @@ TEST_CASE("climate segmentation end to end: generated fields, TECA-style labels,
   CHECK(be32(16) == 3 * 72 + 2 * 4);
   CHECK(be32(20) == 2 * 48 + 4);
 }
+
+TEST_CASE("configs/deepcam.toml: DeepLabv3+ on ResNet-50 builds at 768 x 1152 x 16 and takes a step on one sample",
+          "[launch][train][climate][deepcam]") {
+  const std::string raw = fresh_dir("deepcam-raw"), labelled = fresh_dir("deepcam-labelled"), dir = fresh_dir("deepcam-run");
+  auto gen = run_command(squall_bin() + " data climate --out " + raw + " --samples 1 --height 768 --width 1152 --seed 4");
+  INFO(gen.out << gen.err);
+  REQUIRE(gen.exit_code == 0);
+  auto label = run_command(squall_bin() + " data label --in " + raw + " --out " + labelled);
+  INFO(label.out << label.err);
+  REQUIRE(label.exit_code == 0);
+  // fp32 here: on the CPU bf16 is the slower reference computation, and the step is the point.
+  const auto r = run_command(squall_bin() + " train --config " + std::string(SQUALL_SOURCE_DIR) +
+                             "/configs/deepcam.toml --set data.train=" + labelled + " --set data.test=" + labelled +
+                             " --set data.test_samples=1 --set train.batch_size=1 --set train.max_steps=1" +
+                             " --set train.precision=fp32 --set data.workers=1 --set run.dir=" + dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const json s = read_json(dir + "/summary.json");
+  CHECK(s.at("model") == "deeplabv3plus-resnet50");
+  CHECK(s.at("parameters") == 40388067);  // the same network written in PyTorch has as many
+  CHECK(s.at("optimizer") == "lamb");
+  CHECK(s.at("steps") == 1);
+  CHECK(std::isfinite(s.at("final").at("train_loss").get<double>()));
+  CHECK(s.at("final").at("test_iou_per_class").size() == 3);
+}

@@ -41,6 +41,18 @@ class Builder {
     x = m_g.add(name + ".add", add(), {x, shortcut});
     return m_g.add(name + ".relu", relu(), x);
   }
+  // ResNet bottleneck (torchvision's, stride on the 3x3): 1x1 to `width`, 3x3 (stride,
+  // dilation), 1x1 to `out_ch`; a 1x1 projection shortcut when the shape changes; ReLU.
+  int bottleneck(const std::string& name, int in, int64_t in_ch, int64_t width, int64_t out_ch, int64_t stride,
+                 int64_t dilation = 1) {
+    int x = conv_bn(name + ".a", in, width, 1);
+    x = conv_bn(name + ".b", x, width, 3, stride, dilation);
+    x = conv_bn(name + ".c", x, out_ch, 1, 1, 1, false);
+    int shortcut = in;
+    if (stride != 1 || in_ch != out_ch) shortcut = conv_bn(name + ".proj", in, out_ch, 1, stride, 1, false);
+    x = m_g.add(name + ".add", add(), {x, shortcut});
+    return m_g.add(name + ".relu", relu(), x);
+  }
 
  private:
   Graph& m_g;

@@ -148,9 +148,59 @@ std::unique_ptr<Graph> deeplabv3plus(const ModelSpec& spec, Shape in) {
   return g;
 }
 
+// DeepLabv3+ on a ResNet-50 backbone, as the MLPerf HPC DeepCAM reference trains it at
+// 768 x 1152 x 16: a 7x7 stem and max pooling (/4), bottleneck stages of 3, 4, 6 and 3 blocks
+// (64, 128, 256, 512 wide, x4 out), the last dilated instead of strided (output stride 16);
+// ASPP of 256 channels (1x1, rates 6/12/18, image pooling); a decoder joining the stage-1
+// features reduced to 48 channels at /4, two 3x3 convs of 256, the classifier, and x4.
+std::unique_ptr<Graph> deeplabv3plus_resnet50(const ModelSpec& spec, Shape in) {
+  std::vector<int64_t> rates = spec.aspp_rates.empty() ? std::vector<int64_t>{6, 12, 18} : spec.aspp_rates;
+  if (in.h() % 16 != 0 || in.w() % 16 != 0)
+    throw Error("model deeplabv3plus-resnet50: input " + str(in.h()) + "x" + str(in.w()) + " must be divisible by 16");
+  auto g = std::make_unique<Graph>(in);
+  Builder b(*g);
+  int x = b.conv_bn("stem", Graph::k_input, 64, 7, 2);
+  x = g->add("stem.pool", max_pool(3, 2, 1), x);
+  const int64_t blocks[4] = {3, 4, 6, 3}, widths[4] = {64, 128, 256, 512};
+  const int64_t strides[4] = {1, 2, 2, 1}, dilations[4] = {1, 1, 1, 2};
+  int64_t ch = 64;
+  int low_level = -1;
+  for (int s = 0; s < 4; ++s) {
+    const int64_t out = widths[s] * 4;
+    for (int64_t k = 0; k < blocks[s]; ++k)
+      x = b.bottleneck("layer" + str(s + 1) + ".block" + str(k), x, k == 0 ? ch : out, widths[s], out,
+                       k == 0 ? strides[s] : 1, dilations[s]);
+    ch = out;
+    if (s == 0) low_level = x;
+  }
+  const int64_t aspp_ch = 256, fh = in.h() / 16, fw = in.w() / 16;
+  std::vector<int> branches;
+  branches.push_back(b.conv_bn("aspp.b0", x, aspp_ch, 1));
+  for (size_t i = 0; i < rates.size(); ++i)
+    branches.push_back(b.conv_bn("aspp.b" + str(static_cast<int64_t>(i) + 1), x, aspp_ch, 3, 1, rates[i]));
+  int pooled = g->add("aspp.pool", global_avg_pool(), x);
+  pooled = g->add("aspp.pool.fc", linear(aspp_ch), pooled);
+  pooled = g->add("aspp.pool.relu", relu(), pooled);
+  pooled = g->add("aspp.pool.up", upsample_bilinear(fh, fw), pooled);
+  branches.push_back(pooled);
+  x = g->add("aspp.concat", concat(), branches);
+  x = b.conv_bn("aspp.project", x, aspp_ch, 1);
+  if (spec.dropout > 0) x = g->add("aspp.dropout", dropout(spec.dropout), x);
+  x = g->add("dec.up", upsample_bilinear(in.h() / 4, in.w() / 4), x);
+  const int low = b.conv_bn("dec.low", low_level, 48, 1);
+  x = g->add("dec.concat", concat(), {x, low});
+  x = b.conv_bn("dec.a", x, aspp_ch, 3);
+  x = b.conv_bn("dec.b", x, aspp_ch, 3);
+  x = b.conv("classifier", x, spec.classes, 1, 1, 1, true, Init::uniform_fan_in);
+  g->add("upsample", upsample_bilinear(in.h(), in.w()), x);
+  return g;
+}
+
 }  // namespace
 
-std::vector<std::string> model_names() { return {"lenet5", "resnet20", "unet", "deeplabv3plus"}; }
+std::vector<std::string> model_names() {
+  return {"lenet5", "resnet20", "unet", "deeplabv3plus", "deeplabv3plus-resnet50"};
+}
 
 std::unique_ptr<Graph> make_model(const ModelSpec& spec, Shape in) {
   if (spec.classes < 2) throw Error("model " + spec.name + ": classes must be >= 2");
@@ -162,6 +212,7 @@ std::unique_ptr<Graph> make_model(const ModelSpec& spec, Shape in) {
   if (spec.name == "resnet20") return resnet20(spec, in);
   if (spec.name == "unet") return unet(spec, in);
   if (spec.name == "deeplabv3plus") return deeplabv3plus(spec, in);
+  if (spec.name == "deeplabv3plus-resnet50") return deeplabv3plus_resnet50(spec, in);
   std::string known;
   for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
   throw Error("unknown model '" + spec.name + "' (known: " + known + ")");
