@@ -148,8 +148,8 @@ std::unique_ptr<Graph> deeplabv3plus(const ModelSpec& spec, Shape in) {
   return g;
 }
 
-// DeepLabv3+ on a ResNet-50 backbone, as the MLPerf HPC DeepCAM reference trains it at
-// 768 x 1152 x 16: a 7x7 stem and max pooling (/4), bottleneck stages of 3, 4, 6 and 3 blocks
+// DeepLabv3+ on a ResNet-50 backbone at DeepCAM's 768 x 1152 x 16 (the MLPerf HPC reference
+// code uses a modified aligned Xception backbone instead; docs/training.md, "Models"): a 7x7 stem and max pooling (/4), bottleneck stages of 3, 4, 6 and 3 blocks
 // (64, 128, 256, 512 wide, x4 out), the last dilated instead of strided (output stride 16);
 // ASPP of 256 channels (1x1, rates 6/12/18, image pooling); a decoder joining the stage-1
 // features reduced to 48 channels at /4, two 3x3 convs of 256, the classifier, and x4.
