@@ -82,8 +82,8 @@ struct AlgoChoice {
 };
 
 // device, in (n, c, h, w), filter (K, C, r, s), pad, stride, dilation (h, w each), direction,
-// activation type (+16 for NHWC)
-using AlgoKey = std::array<int, 17>;
+// activation type, layout
+using AlgoKey = std::array<int, 18>;
 
 struct AlgoCache {
   std::mutex mutex;
@@ -137,7 +137,7 @@ void add_candidates(const Perf* perf, int count, const char* how, bool reduced, 
 // Candidates for one direction: benchmarked (Find), then cuDNN's heuristics (should Find
 // fail, e.g. for want of memory for its own buffers), then the always-available algorithm.
 std::vector<AlgoChoice> candidates(cudnnHandle_t h, const Problem& p, Direction dir) {
-  const bool reduced = (p.key[16] & 15) != static_cast<int>(nn::DType::f32);
+  const bool reduced = p.key[16] != static_cast<int>(nn::DType::f32);
   std::vector<AlgoChoice> out;
   int count = 0;
   switch (dir) {
@@ -222,8 +222,9 @@ std::string problem_str(const AlgoKey& k) {
     s += std::to_string(k[i + 1]);
   }
   s += " ";
-  s += nn::dtype_name(static_cast<nn::DType>(k[16] & 15));
-  s += k[16] & 16 ? " nhwc" : " nchw";
+  s += nn::dtype_name(static_cast<nn::DType>(k[16]));
+  s += " ";
+  s += nn::layout_name(static_cast<nn::Layout>(k[17]));
   return s;
 }
 
@@ -340,7 +341,8 @@ class CudnnConvPlan final : public nn::ConvPlan {
              to_int(d.dil_h, what),
              to_int(d.dil_w, what),
              0,
-             static_cast<int>(d.dtype) + (m_nhwc ? 16 : 0)};
+             static_cast<int>(d.dtype),
+             static_cast<int>(d.layout)};
     m_fwd = choose(p, Direction::forward);
     m_bwd_data = choose(p, Direction::backward_data);
     m_bwd_filter = choose(p, Direction::backward_filter);

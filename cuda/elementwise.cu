@@ -100,44 +100,29 @@ void launch_convert(cudaStream_t s, const void* src, void* dst, size_t n) {
   convert_kernel<From, To><<<grid_for(n), kThreads, 0, s>>>(static_cast<const From*>(src), static_cast<To*>(dst), n);
 }
 
-// One thread per destination element; it reads the source element it comes from. The
-// destination index is decomposed as (i, p, ch) of [n, hw, c] or (i, ch, p) of [n, c, hw].
+// One thread per destination element; it reads the source element it comes from: the
+// destination index k is (i, p, ch) of [n, hw, c] or (i, ch, p) of [n, c, hw].
+__device__ __forceinline__ int64_t permuted_source(int64_t k, int64_t c, int64_t hw, bool from_nhwc, bool to_nhwc) {
+  const int64_t ch = to_nhwc ? k % c : (k / hw) % c;
+  const int64_t p = to_nhwc ? (k / c) % hw : k % hw;
+  const int64_t i = k / (c * hw);
+  return from_nhwc ? (i * hw + p) * c + ch : (i * c + ch) * hw + p;
+}
+
+// Converting: From and To are float types (dtype codes 0-2).
 template <class From, class To>
 __global__ void permute_convert_kernel(const From* src, bool from_nhwc, To* dst, bool to_nhwc, size_t total,
                                        int64_t c, int64_t hw) {
-  for (size_t k = global_index(); k < total; k += global_stride()) {
-    int64_t i, ch, p;
-    const int64_t kk = static_cast<int64_t>(k);
-    if (to_nhwc) {
-      ch = kk % c;
-      p = (kk / c) % hw;
-      i = kk / (c * hw);
-    } else {
-      p = kk % hw;
-      ch = (kk / hw) % c;
-      i = kk / (c * hw);
-    }
-    const int64_t from = from_nhwc ? (i * hw + p) * c + ch : (i * c + ch) * hw + p;
-    dst[k] = from_float<To>(to_float(src[from]));
-  }
+  for (size_t k = global_index(); k < total; k += global_stride())
+    dst[k] = from_float<To>(to_float(src[permuted_source(static_cast<int64_t>(k), c, hw, from_nhwc, to_nhwc)]));
 }
 
+// Moving bits: E is an unsigned integer of the element's size (any type, i32 included).
 template <class E>
 __global__ void permute_bits_kernel(const E* src, bool from_nhwc, E* dst, bool to_nhwc, size_t total, int64_t c,
                                     int64_t hw) {
-  for (size_t k = global_index(); k < total; k += global_stride()) {
-    const int64_t kk = static_cast<int64_t>(k);
-    int64_t i, ch, p;
-    if (to_nhwc) {
-      ch = kk % c;
-      p = (kk / c) % hw;
-    } else {
-      p = kk % hw;
-      ch = (kk / hw) % c;
-    }
-    i = kk / (c * hw);
-    dst[k] = src[from_nhwc ? (i * hw + p) * c + ch : (i * c + ch) * hw + p];
-  }
+  for (size_t k = global_index(); k < total; k += global_stride())
+    dst[k] = src[permuted_source(static_cast<int64_t>(k), c, hw, from_nhwc, to_nhwc)];
 }
 
 template <class From>

@@ -28,23 +28,25 @@ std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-// [n, c, h, w] in NCHW order -> the same tensor in NHWC order, on the host.
-std::vector<float> host_to_nhwc(const std::vector<float>& x, int64_t n, int64_t c, int64_t h, int64_t w) {
+// [n, c, h, w] from one memory order to the other, on the host (the reference permutation).
+std::vector<float> host_permute(const std::vector<float>& x, int64_t n, int64_t c, int64_t h, int64_t w, bool to_nhwc) {
   std::vector<float> y(x.size());
   for (int64_t i = 0; i < n; ++i)
     for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t p = 0; p < h * w; ++p)
-        y[static_cast<size_t>((i * h * w + p) * c + ch)] = x[static_cast<size_t>((i * c + ch) * h * w + p)];
+      for (int64_t p = 0; p < h * w; ++p) {
+        const auto nchw = static_cast<size_t>((i * c + ch) * h * w + p), nhwc = static_cast<size_t>((i * h * w + p) * c + ch);
+        if (to_nhwc)
+          y[nhwc] = x[nchw];
+        else
+          y[nchw] = x[nhwc];
+      }
   return y;
 }
-
+std::vector<float> host_to_nhwc(const std::vector<float>& x, int64_t n, int64_t c, int64_t h, int64_t w) {
+  return host_permute(x, n, c, h, w, true);
+}
 std::vector<float> host_to_nchw(const std::vector<float>& x, int64_t n, int64_t c, int64_t h, int64_t w) {
-  std::vector<float> y(x.size());
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t p = 0; p < h * w; ++p)
-        y[static_cast<size_t>((i * c + ch) * h * w + p)] = x[static_cast<size_t>((i * h * w + p) * c + ch)];
-  return y;
+  return host_permute(x, n, c, h, w, false);
 }
 
 // Backend memory of type t holding host (rounded to t), and back to the host as f32.

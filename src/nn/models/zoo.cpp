@@ -96,6 +96,40 @@ std::unique_ptr<Graph> unet(const ModelSpec& spec, Shape in) {
   return g;
 }
 
+// DeepLabv3+'s head, shared by its encoders: ASPP on the encoder output x (at 1/stride of the
+// input: a 1x1 branch, one dilated 3x3 per rate, image pooling; concatenated and projected),
+// then the decoder: upsampled to the stride-4 low-level features (reduced by 1x1), two 3x3
+// convs, the classifier and the upsampling to the input size.
+struct DeeplabHead {
+  int64_t channels;      // ASPP and decoder width
+  int64_t low_channels;  // the low-level features after their 1x1
+  std::vector<int64_t> rates;
+};
+
+void deeplab_head(Builder& b, const ModelSpec& spec, const Shape& in, int x, int64_t stride, int low_level,
+                  const DeeplabHead& h) {
+  Graph& g = b.graph();
+  std::vector<int> branches;
+  branches.push_back(b.conv_bn("aspp.b0", x, h.channels, 1));
+  for (size_t i = 0; i < h.rates.size(); ++i)
+    branches.push_back(b.conv_bn("aspp.b" + str(static_cast<int64_t>(i) + 1), x, h.channels, 3, 1, h.rates[i]));
+  int pooled = g.add("aspp.pool", global_avg_pool(), x);
+  pooled = g.add("aspp.pool.fc", linear(h.channels), pooled);
+  pooled = g.add("aspp.pool.relu", relu(), pooled);
+  pooled = g.add("aspp.pool.up", upsample_bilinear(in.h() / stride, in.w() / stride), pooled);
+  branches.push_back(pooled);
+  x = g.add("aspp.concat", concat(), branches);
+  x = b.conv_bn("aspp.project", x, h.channels, 1);
+  if (spec.dropout > 0) x = g.add("aspp.dropout", dropout(spec.dropout), x);
+  x = g.add("dec.up", upsample_bilinear(in.h() / 4, in.w() / 4), x);
+  const int low = b.conv_bn("dec.low", low_level, h.low_channels, 1);
+  x = g.add("dec.concat", concat(), {x, low});
+  x = b.conv_bn("dec.a", x, h.channels, 3);
+  x = b.conv_bn("dec.b", x, h.channels, 3);
+  x = b.conv("classifier", x, spec.classes, 1, 1, 1, true, Init::uniform_fan_in);
+  g.add("upsample", upsample_bilinear(in.h(), in.w()), x);
+}
+
 // DeepLabv3+ (Chen et al. 2018), as used for climate segmentation: a residual encoder
 // (stem at stride 2, residual stages down to output stride 8, then dilated stages), ASPP
 // with a 1x1 branch, one dilated 3x3 branch per rate and an image-pooling branch, and a
@@ -124,33 +158,14 @@ std::unique_ptr<Graph> deeplabv3plus(const ModelSpec& spec, Shape in) {
     ch = out;
     if (s == 0) low_level = x;
   }
-  const int64_t aspp_ch = w * 4;
-  const int64_t fh = in.h() / 8, fw = in.w() / 8;
-  std::vector<int> branches;
-  branches.push_back(b.conv_bn("aspp.b0", x, aspp_ch, 1));
-  for (size_t i = 0; i < rates.size(); ++i)
-    branches.push_back(b.conv_bn("aspp.b" + str(static_cast<int64_t>(i) + 1), x, aspp_ch, 3, 1, rates[i]));
-  int pooled = g->add("aspp.pool", global_avg_pool(), x);
-  pooled = g->add("aspp.pool.fc", linear(aspp_ch), pooled);
-  pooled = g->add("aspp.pool.relu", relu(), pooled);
-  pooled = g->add("aspp.pool.up", upsample_bilinear(fh, fw), pooled);
-  branches.push_back(pooled);
-  x = g->add("aspp.concat", concat(), branches);
-  x = b.conv_bn("aspp.project", x, aspp_ch, 1);
-  if (spec.dropout > 0) x = g->add("aspp.dropout", dropout(spec.dropout), x);
-  x = g->add("dec.up", upsample_bilinear(in.h() / 4, in.w() / 4), x);
-  const int low = b.conv_bn("dec.low", low_level, std::max<int64_t>(w, 8), 1);
-  x = g->add("dec.concat", concat(), {x, low});
-  x = b.conv_bn("dec.a", x, aspp_ch, 3);
-  x = b.conv_bn("dec.b", x, aspp_ch, 3);
-  x = b.conv("classifier", x, spec.classes, 1, 1, 1, true, Init::uniform_fan_in);
-  g->add("upsample", upsample_bilinear(in.h(), in.w()), x);
+  deeplab_head(b, spec, in, x, 8, low_level, {w * 4, std::max<int64_t>(w, 8), std::move(rates)});
   return g;
 }
 
 // DeepLabv3+ on a ResNet-50 backbone at DeepCAM's 768 x 1152 x 16 (the MLPerf HPC reference
-// code uses a modified aligned Xception backbone instead; docs/training.md, "Models"): a 7x7 stem and max pooling (/4), bottleneck stages of 3, 4, 6 and 3 blocks
-// (64, 128, 256, 512 wide, x4 out), the last dilated instead of strided (output stride 16);
+// code uses a modified aligned Xception backbone instead; docs/training.md, "Models"): a 7x7
+// stem and max pooling (/4), bottleneck stages of 3, 4, 6 and 3 blocks (64, 128, 256, 512
+// wide, x4 out), the last dilated instead of strided (output stride 16);
 // ASPP of 256 channels (1x1, rates 6/12/18, image pooling); a decoder joining the stage-1
 // features reduced to 48 channels at /4, two 3x3 convs of 256, the classifier, and x4.
 std::unique_ptr<Graph> deeplabv3plus_resnet50(const ModelSpec& spec, Shape in) {
@@ -173,26 +188,7 @@ std::unique_ptr<Graph> deeplabv3plus_resnet50(const ModelSpec& spec, Shape in) {
     ch = out;
     if (s == 0) low_level = x;
   }
-  const int64_t aspp_ch = 256, fh = in.h() / 16, fw = in.w() / 16;
-  std::vector<int> branches;
-  branches.push_back(b.conv_bn("aspp.b0", x, aspp_ch, 1));
-  for (size_t i = 0; i < rates.size(); ++i)
-    branches.push_back(b.conv_bn("aspp.b" + str(static_cast<int64_t>(i) + 1), x, aspp_ch, 3, 1, rates[i]));
-  int pooled = g->add("aspp.pool", global_avg_pool(), x);
-  pooled = g->add("aspp.pool.fc", linear(aspp_ch), pooled);
-  pooled = g->add("aspp.pool.relu", relu(), pooled);
-  pooled = g->add("aspp.pool.up", upsample_bilinear(fh, fw), pooled);
-  branches.push_back(pooled);
-  x = g->add("aspp.concat", concat(), branches);
-  x = b.conv_bn("aspp.project", x, aspp_ch, 1);
-  if (spec.dropout > 0) x = g->add("aspp.dropout", dropout(spec.dropout), x);
-  x = g->add("dec.up", upsample_bilinear(in.h() / 4, in.w() / 4), x);
-  const int low = b.conv_bn("dec.low", low_level, 48, 1);
-  x = g->add("dec.concat", concat(), {x, low});
-  x = b.conv_bn("dec.a", x, aspp_ch, 3);
-  x = b.conv_bn("dec.b", x, aspp_ch, 3);
-  x = b.conv("classifier", x, spec.classes, 1, 1, 1, true, Init::uniform_fan_in);
-  g->add("upsample", upsample_bilinear(in.h(), in.w()), x);
+  deeplab_head(b, spec, in, x, 16, low_level, {256, 48, std::move(rates)});
   return g;
 }
 
