@@ -70,6 +70,7 @@ std::vector<Field> fields(Config& c) {
       {"train", "precision", &c.train.precision},
       {"train", "loss_scale", &c.train.loss_scale},
       {"train", "loss_scale_window", &c.train.loss_scale_window},
+      {"train", "nonfinite", &c.train.nonfinite},
 
       {"optimizer", "name", &c.optimizer.name},
       {"optimizer", "lr", &c.optimizer.lr},
@@ -109,7 +110,9 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "device_allreduce", &c.parallel.device_allreduce},
 
       {"checkpoint", "every_steps", &c.checkpoint.every_steps},
+      {"checkpoint", "every_minutes", &c.checkpoint.every_minutes},
       {"checkpoint", "keep", &c.checkpoint.keep},
+      {"checkpoint", "at_end", &c.checkpoint.at_end},
   };
 }
 
@@ -447,6 +450,7 @@ void validate(const Config& c, const std::string& origin) {
   k.require(std::isfinite(c.train.loss_scale) && c.train.loss_scale > 0, "train.loss_scale",
             "must be > 0 (got " + format_double(c.train.loss_scale) + ")");
   k.positive(c.train.loss_scale_window, "train.loss_scale_window");
+  k.one_of(c.train.nonfinite, "train.nonfinite", {"stop", "skip"});
 
   const auto& o = c.optimizer;
   k.one_of(o.name, "optimizer.name", {"sgd", "adam", "adamw", "lamb"});
@@ -503,6 +507,7 @@ void validate(const Config& c, const std::string& origin) {
             "must be >= parallel.replicas_per_device");
 
   k.non_negative(c.checkpoint.every_steps, "checkpoint.every_steps");
+  k.non_negative(c.checkpoint.every_minutes, "checkpoint.every_minutes");
   k.positive(c.checkpoint.keep, "checkpoint.keep");
 }
 

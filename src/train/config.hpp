@@ -65,6 +65,10 @@ struct TrainConfig {
   std::string precision = "fp32";    // fp32 | bf16 | fp16
   double loss_scale = 65536.0;       // fp16: the initial loss scale
   int64_t loss_scale_window = 2000;  // fp16: clean steps before the scale doubles
+  // A step whose loss or gradients are NaN or infinite (docs/training.md, "Non-finite values"):
+  // stop names the step, rank, learner and layer and ends the run (exit 1); skip drops that
+  // step's update, counts it (metrics.jsonl, summary.json) and goes on.
+  std::string nonfinite = "stop";    // stop | skip
   bool operator==(const TrainConfig&) const = default;
 };
 
@@ -116,9 +120,14 @@ struct ParallelConfig {
   bool operator==(const ParallelConfig&) const = default;
 };
 
+// Checkpoints (docs/training.md, "Checkpoints and restart"): written into
+// <run.dir>/checkpoints/ atomically, at the end of the run, on SIGTERM/SIGUSR1, and as often
+// as these say.
 struct CheckpointConfig {
-  int64_t every_steps = 0;           // 0 = only at the end and on SIGTERM/SIGUSR1
+  int64_t every_steps = 0;           // 0 = not by step count
+  double every_minutes = 0;          // 0 = not by time (rank 0's clock decides for the job)
   int64_t keep = 3;                  // newest checkpoints kept
+  bool at_end = true;                // write one when the run completes
   bool operator==(const CheckpointConfig&) const = default;
 };
 
