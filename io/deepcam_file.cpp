@@ -1,13 +1,12 @@
 // Whole-file access to DeepCAM-layout files (deepcam_file.hpp).
 #include "io/deepcam_file.hpp"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <utility>
 
 #include "io/h5_util.hpp"
+#include "src/core/durable.hpp"
 #include "src/core/error.hpp"
 
 namespace squall::io {
@@ -18,23 +17,10 @@ namespace fs = std::filesystem;
 constexpr const char* k_data = "/climate/data";
 constexpr const char* k_labels = "/climate/labels_0";
 
-// Flushes a finished file to storage before the rename makes it visible under its name.
-void sync_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb+");
-  if (!f) throw Error(path + ": cannot reopen to flush");
-  const bool ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  std::fclose(f);
-  if (!ok) throw Error(path + ": cannot flush to storage");
-}
-
+// The finished temporary file flushed to storage, then renamed over `dst` (src/core/durable.hpp).
 void rename_into_place(const std::string& tmp, const std::string& dst) {
   sync_file(tmp);
-  std::error_code ec;
-  fs::rename(tmp, dst, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw Error(dst + ": cannot rename from " + tmp + ": " + ec.message());
-  }
+  rename_durably(tmp, dst);
 }
 
 // Removes the temporary file unless released (on any failure before the rename).

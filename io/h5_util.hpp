@@ -45,6 +45,12 @@ class H5Handle {
   bool valid() const { return m_id >= 0; }
   explicit operator bool() const { return valid(); }
   void reset();
+  // Gives the id up without closing it: for a close whose result matters (a write).
+  hid_t release() {
+    const hid_t id = m_id;
+    m_id = H5I_INVALID_HID;
+    return id;
+  }
 
  private:
   hid_t m_id = H5I_INVALID_HID;

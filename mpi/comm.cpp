@@ -1,6 +1,7 @@
 #include "mpi/comm.hpp"
 #include "mpi/device_allreduce.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 #include "mpi/check.hpp"
@@ -106,10 +107,15 @@ bool mpi_is_cuda_aware() {
 }
 
 std::string Communicator::broadcast_string(const std::string& value, int root) const {
-  int len = static_cast<int>(value.size());
-  SQUALL_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, root, m_impl->comm));
+  // 64-bit length and 1 GiB pieces: a checkpoint's model broadcast may pass MPI's int counts.
+  uint64_t len = value.size();
+  SQUALL_MPI_CHECK(MPI_Bcast(&len, 1, MPI_UINT64_T, root, m_impl->comm));
   std::string out = m_impl->rank == root ? value : std::string(static_cast<size_t>(len), '\0');
-  SQUALL_MPI_CHECK(MPI_Bcast(out.data(), len, MPI_CHAR, root, m_impl->comm));
+  constexpr uint64_t k_piece = uint64_t{1} << 30;
+  for (uint64_t at = 0; at < len; at += k_piece) {
+    const int n = static_cast<int>(std::min(k_piece, len - at));
+    SQUALL_MPI_CHECK(MPI_Bcast(out.data() + at, n, MPI_CHAR, root, m_impl->comm));
+  }
   return out;
 }
 

@@ -38,6 +38,19 @@ Runtime::Runtime(int& argc, char**& argv) {
   set_process_identity(m_rank, m_host);
 }
 
+int Runtime::max_over_ranks(int value) const {
+  int out = value;
+  SQUALL_MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  return out;
+}
+
+int Runtime::first_rank_with(bool flag) const {
+  const int mine = flag ? m_rank : m_size;
+  int out = mine;
+  SQUALL_MPI_CHECK(MPI_Allreduce(&mine, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  return out;
+}
+
 Runtime::~Runtime() {
   int finalized = 0;
   MPI_Finalized(&finalized);

@@ -18,6 +18,10 @@ class Runtime {
   int size() const { return m_size; }
   const std::string& host() const { return m_host; }
   int thread_level() const { return m_thread_level; }  // MPI_THREAD_* granted
+  // Collective over every rank: the largest `value`, and the lowest rank whose `flag` is set
+  // (size() when none is): for agreeing on how the command line parsed.
+  int max_over_ranks(int value) const;
+  int first_rank_with(bool flag) const;
 
  private:
   int m_rank = 0;

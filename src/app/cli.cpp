@@ -18,15 +18,18 @@ const CLI::App* selected_leaf(const CLI::App& app) {
   return &app;
 }
 
-// Prints CLI11's message (help, version or error) on rank 0 and maps it to an exit code.
-int report_parse_outcome(CLI::App& app, const CLI::ParseError& e, int rank) {
-  std::ostringstream out, err;
-  const int code = app.exit(e, out, err);
-  if (rank == 0) {
-    std::cout << out.str() << std::flush;
-    std::cerr << err.str() << std::flush;
-  }
-  return code == 0 ? 0 : 2;
+// What parsing the command line came to on this rank: go on, stop with status 0 (--help,
+// --version), or a usage error (status 2).
+enum ParseOutcome : int { k_parsed = 0, k_done = 1, k_bad = 2 };
+
+// CLI11's message (help, version or error) and its outcome. The message is printed later, by
+// the rank that speaks for the job.
+ParseOutcome parse_outcome(CLI::App& app, const CLI::ParseError& e, std::string& out, std::string& err) {
+  std::ostringstream o, r;
+  const int code = app.exit(e, o, r);
+  out = o.str();
+  err = r.str();
+  return code == 0 ? k_done : k_bad;
 }
 
 }  // namespace
@@ -72,12 +75,32 @@ int run(int argc, char** argv, mpi::Runtime& runtime) {
   add_train_command(app, ctx, actions);
   add_stub_commands(app, ctx, actions);
 
+  // Every rank parses; they agree before any subcommand runs, so that a flag that fails on
+  // some ranks only (a config file missing on one node) ends every rank, with one message.
+  ParseOutcome outcome = k_parsed;
+  std::string out, err;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return report_parse_outcome(app, e, runtime.rank());
+    outcome = parse_outcome(app, e, out, err);
   }
-
+  if (runtime.size() > 1) {
+    const auto agreed = static_cast<ParseOutcome>(runtime.max_over_ranks(outcome));
+    if (agreed != k_parsed) {
+      const int speaker = runtime.first_rank_with(outcome == agreed);
+      if (runtime.rank() == speaker) {
+        std::cout << out << std::flush;
+        if (!err.empty() && speaker != 0) err = "squall: rank " + std::to_string(speaker) + " of " +
+                                                std::to_string(runtime.size()) + ": " + err;
+        std::cerr << err << std::flush;
+      }
+      return agreed == k_done ? 0 : 2;
+    }
+  } else if (outcome != k_parsed) {
+    std::cout << out << std::flush;
+    std::cerr << err << std::flush;
+    return outcome == k_done ? 0 : 2;
+  }
   if (app.get_subcommands().empty()) {
     if (runtime.rank() == 0) std::cerr << app.help() << "squall: error: a subcommand is required\n";
     return 2;
@@ -89,14 +112,23 @@ int run(int argc, char** argv, mpi::Runtime& runtime) {
   }
   try {
     return it->second();
-  } catch (const UsageError& e) {
-    // Usage errors are found by every rank alike (same flags, same environment).
+  } catch (const CollectiveError& e) {
+    // Every rank threw it alike (src/core/error.hpp): one message, every rank exits.
     if (runtime.rank() == 0) std::cerr << "squall: error: " << e.what() << "\n";
-    return 2;
+    return e.exit_code();
+  } catch (const UsageError& e) {
+    if (runtime.size() == 1) {
+      std::cerr << "squall: error: " << e.what() << "\n";
+      return k_exit_usage;
+    }
+    // Under MPI this rank cannot know whether the others saw it too: it ends the job rather
+    // than leave them waiting in a collective.
+    log::error(e.what());
+    mpi::abort_job(k_exit_usage);
   } catch (const std::exception& e) {
     log::error(e.what());
-    if (runtime.size() > 1) mpi::abort_job(1);
-    return 1;
+    if (runtime.size() > 1) mpi::abort_job(k_exit_failure);
+    return k_exit_failure;
   }
 }
 

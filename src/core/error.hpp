@@ -23,6 +23,25 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// A failure that every rank of the job throws alike, at the same point, with the same message
+// (the ranks agreed on it through a collective: a usage error one rank found, a checkpoint
+// that could not be written, a stop on a signal). The top level prints it once (rank 0) and
+// every rank exits with `exit_code()`, without MPI_Abort: nobody is left waiting.
+class CollectiveError : public Error {
+ public:
+  CollectiveError(const std::string& what, int exit_code) : Error(what), m_exit_code(exit_code) {}
+  int exit_code() const { return m_exit_code; }
+
+ private:
+  int m_exit_code;
+};
+
+// Exit statuses (docs/training.md, "Exit status"): scripts depend on them.
+constexpr int k_exit_failure = 1;      // a failure at run time
+constexpr int k_exit_usage = 2;        // a usage error: a flag, key, file or value to fix
+constexpr int k_exit_requeue = 75;     // stopped on SIGTERM/SIGUSR1 after writing a checkpoint:
+                                       // requeue the job with --resume auto (sysexits' EX_TEMPFAIL)
+
 // Called by fatal() after the message is printed; must not return.
 using AbortHook = void (*)(int exit_code);
 void set_abort_hook(AbortHook hook);

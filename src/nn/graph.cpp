@@ -18,6 +18,16 @@ struct Graph::Node {
   bool has_params = false;
 };
 
+const std::string& Graph::node_name(int i) const {
+  SQUALL_CHECK(i >= 0 && i < size(), "Graph::node_name: no such node");
+  return m_nodes[static_cast<size_t>(i)]->name;
+}
+
+Tensor Graph::node_value(int i) const {
+  SQUALL_CHECK(i >= 0 && i < size(), "Graph::node_value: no such node");
+  return m_nodes[static_cast<size_t>(i)]->value;
+}
+
 Graph::Graph(Shape input_sample) : m_input_sample(input_sample) {
   auto in = std::make_unique<Node>();
   in->name = "input";

@@ -85,6 +85,10 @@ class Graph {
   size_t state_count() const { return m_state_count; }
   const std::vector<ParamInfo>& param_info() const { return m_param_info; }
   const std::vector<ParamInfo>& state_info() const { return m_state_info; }
+  // Node i (0 = input, in topological order): its name and its value after forward() (of
+  // dtype(), in layout()), for diagnostics such as naming the first non-finite layer.
+  const std::string& node_name(int i) const;
+  Tensor node_value(int i) const;
 
  private:
   struct Node;

@@ -209,9 +209,10 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
     m_loss_scale = options.loss_scaling.initial;
     m_loss_scale_dev = backend.allocate(1);
     backend.copy_from_host(*m_stream, m_loss_scale_dev.data(), &m_loss_scale, 1);
-    m_norm_dev = backend.allocate(1);
-    m_norm_host = backend.allocate_host(1, nn::DType::f32);
   }
+  // Every step checks that the gradients are finite (train.nonfinite, loss scaling).
+  m_norm_dev = backend.allocate(1);
+  m_norm_host = backend.allocate_host(1, nn::DType::f32);
   if (!m_class_weights_host.empty()) {
     m_class_weights = backend.allocate(m_class_weights_host.size());
     backend.copy_from_host(*m_stream, m_class_weights.data(), m_class_weights_host.data(), m_class_weights_host.size());
@@ -268,10 +269,8 @@ std::unique_ptr<LearnerGroup::Learner> LearnerGroup::make_learner(int index) {
     l->labels = m_backend.allocate_labels(static_cast<size_t>(m_label_count), l->labels_owner);
     l->loss_dev = m_backend.allocate(1);
     l->loss_host = m_backend.allocate_host(1, nn::DType::f32);
-    if (m_options.loss_scaling.dynamic) {
-      l->norm_dev = m_backend.allocate(1);
-      l->norm_host = m_backend.allocate_host(1, nn::DType::f32);
-    }
+    l->norm_dev = m_backend.allocate(1);
+    l->norm_host = m_backend.allocate_host(1, nn::DType::f32);
     if (!m_backend.host_accessible())
       l->stage = m_backend.allocate_host(static_cast<size_t>(l->graph->input().numel() + m_label_count), nn::DType::f32);
     for (int i = 0; i <= l->graph->size(); ++i) {
@@ -438,7 +437,7 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
     const double t0 = now_s();
     run_learners([&](Learner& l) {
       m_backend.wait(*l.stream, *m_group_event);
-      local_update(l, lr);
+      local_update(l, lr, step);
       m_backend.synchronize(*l.stream);
     });
     phase("update", -1, t0, now_s());
@@ -465,10 +464,9 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
       if (is_sync_step(step)) sync_average_replicas(step);
       break;
   }
-  if (m_options.loss_scaling.dynamic) {
-    for (const auto& l : m_learners) m_step_overflow = m_step_overflow || l->overflow;
-    update_loss_scale(m_step_overflow);
-  }
+  for (const auto& l : m_learners) m_step_overflow = m_step_overflow || l->overflow;
+  if (m_options.loss_scaling.dynamic) update_loss_scale(m_step_overflow);
+  else if (m_step_overflow) ++m_skipped_steps;  // train.nonfinite = skip
   // One wait per step for the group's stream: the caller may read the central model now, and
   // the learners' next work is ordered after the group's updates of their replicas.
   m_backend.record(*m_group_event, *m_stream);
@@ -712,10 +710,20 @@ void LearnerGroup::sync_gradients(int64_t step, float lr, bool reduced) {
   // The gradients' mean, unscaled by the loss scale (1 without loss scaling); the state's mean.
   m_backend.scale(*m_stream, inv / m_loss_scale, fused, m_param_count);
   m_backend.scale(*m_stream, inv, fused + m_param_count, m_state_count);
-  // The sum over the job carries any learner's overflow to every rank, so that every rank
-  // takes the same decision.
-  const bool skip = m_options.loss_scaling.dynamic &&
-                    !gradients_finite(*m_stream, fused, m_param_count, m_norm_dev.data(), m_norm_host.data());
+  // The sum over the job carries any learner's overflow (or NaN) to every rank, so that every
+  // rank takes the same decision.
+  const bool finite = gradients_finite(*m_stream, fused, m_param_count, m_norm_dev.data(), m_norm_host.data());
+  if (!finite && !skips_nonfinite()) {
+    std::string culprit;
+    for (auto& l : m_learners)
+      if (const std::string where = locate_nonfinite(*l); !where.empty()) {
+        culprit = "rank " + std::to_string(m_options.rank) + " learner " + std::to_string(l->index) + ": " + where;
+        break;
+      }
+    throw NonFiniteStep("the gradient sum over the job is not finite at step " + std::to_string(step + 1), culprit,
+                        true);
+  }
+  const bool skip = !finite;
   m_step_overflow = skip;
   Learner& first = *m_learners[0];
   if (!skip) {
@@ -746,7 +754,7 @@ void LearnerGroup::sync_sma(int64_t step, float lr, bool reduced) {
     float* w = l.graph->params();
     m_backend.wait(*l.stream, *m_group_event);
     m_backend.axpby(*l.stream, alpha, z, 1.0f - alpha, w, m_param_count);  // w - alpha (w - z)
-    local_update(l, lr);
+    local_update(l, lr, step);
     m_backend.synchronize(*l.stream);
   });
   // z_new = z + beta (W / n - z) + mu (z - z_prev), built in z_prev's buffer, then swapped.
@@ -765,17 +773,67 @@ bool LearnerGroup::gradients_finite(nn::Stream& stream, const float* g, size_t n
   return std::isfinite(host[0]);
 }
 
-bool LearnerGroup::local_update(Learner& l, float lr) {
-  if (m_options.loss_scaling.dynamic) {
-    float* g = l.graph->grads();
-    if (!gradients_finite(*l.stream, g, m_param_count, l.norm_dev.data(), l.norm_host.data())) {
-      l.overflow = true;
-      return false;
+bool LearnerGroup::local_update(Learner& l, float lr, int64_t step) {
+  float* g = l.graph->grads();
+  if (!gradients_finite(*l.stream, g, m_param_count, l.norm_dev.data(), l.norm_host.data())) {
+    if (!skips_nonfinite()) {
+      const std::string where = locate_nonfinite(l);
+      const std::string culprit = "rank " + std::to_string(m_options.rank) + " learner " + std::to_string(l.index) +
+                                  ": " + (where.empty() ? "its gradients are not finite" : where);
+      throw NonFiniteStep("step " + std::to_string(step + 1) + ": " + culprit, culprit, false);
     }
-    m_backend.scale(*l.stream, 1.0f / m_loss_scale, g, m_param_count);
+    l.overflow = true;
+    return false;
   }
+  if (m_options.loss_scaling.dynamic) m_backend.scale(*l.stream, 1.0f / m_loss_scale, g, m_param_count);
   l.optimizer->step(m_backend, *l.stream, lr);
   return true;
+}
+
+namespace {
+
+// "NaN" or "infinite" for the first non-finite value of x, "" when all are finite.
+std::string nonfinite_kind(const std::vector<float>& x) {
+  for (float v : x)
+    if (!std::isfinite(v)) return std::isnan(v) ? "NaN" : "infinite";
+  return {};
+}
+
+}  // namespace
+
+std::string LearnerGroup::locate_nonfinite(Learner& l) {
+  nn::Graph& g = *l.graph;
+  nn::Stream& stream = *l.stream;
+  m_backend.synchronize(stream);
+  auto host = [&](const float* data, size_t n) {
+    std::vector<float> out(n);
+    m_backend.copy_to_host(stream, out.data(), data, n);
+    m_backend.synchronize(stream);
+    return out;
+  };
+  if (!std::isfinite(l.loss)) {
+    for (int i = 1; i < g.size(); ++i) {
+      const nn::Tensor v = g.node_value(i);
+      const auto n = static_cast<size_t>(v.numel());
+      std::vector<float> values;
+      if (v.dtype == nn::DType::f32) {
+        values = host(v.f32(), n);
+      } else {
+        nn::Buffer wide = m_backend.allocate(n);
+        m_backend.convert(stream, v.data, v.dtype, wide.data(), nn::DType::f32, n);
+        values = host(wide.data(), n);
+      }
+      if (const std::string kind = nonfinite_kind(values); !kind.empty())
+        return "the output of layer '" + g.node_name(i) + "' is " + kind + " (the loss is " +
+               (std::isnan(l.loss) ? "NaN" : "infinite") + ")";
+    }
+    return std::string("the loss is ") + (std::isnan(l.loss) ? "NaN" : "infinite");
+  }
+  const auto& info = g.param_info();
+  for (size_t i = info.size(); i-- > 0;)  // backward order: where the backward pass went wrong first
+    if (const std::string kind = nonfinite_kind(host(g.grads() + info[i].offset, info[i].count)); !kind.empty())
+      return "the gradient of " + info[i].name + " is " + kind;
+  return {};
 }
 
 // PyTorch's GradScaler rule: halve on overflow, double after growth_interval clean steps.
@@ -882,6 +940,116 @@ void LearnerGroup::remove_learner() {
   if (learners() <= 1) throw Error("learner group: cannot remove the last learner");
   m_learners.pop_back();
   m_pool->resize(static_cast<size_t>(learners()));
+}
+
+}  // namespace squall::train
+
+// ---- checkpoints ------------------------------------------------------------------------------
+
+namespace squall::train {
+namespace {
+
+std::vector<float> to_host(nn::Backend& backend, nn::Stream& stream, const float* data, size_t n) {
+  std::vector<float> out(n);
+  if (n > 0) backend.copy_to_host(stream, out.data(), data, n);
+  return out;
+}
+
+}  // namespace
+
+void LearnerGroup::save_scalars(io::CheckpointData& out) const {
+  out.reals["loss_scale"] = m_loss_scale;
+  out.ints["good_steps"] = m_good_steps;
+  out.ints["skipped_steps"] = m_skipped_steps;
+}
+
+void LearnerGroup::restore_scalars(const io::CheckpointData& in) {
+  m_loss_scale = static_cast<float>(in.real("loss_scale"));
+  m_good_steps = in.integer("good_steps");
+  m_skipped_steps = in.integer("skipped_steps");
+  if (m_loss_scale_dev) m_backend.copy_from_host(*m_stream, m_loss_scale_dev.data(), &m_loss_scale, 1);
+}
+
+void LearnerGroup::save_shared(io::CheckpointData& out) {
+  nn::Stream& s = *m_stream;
+  out.ints["learners"] = learners();
+  out.ints["local_started"] = m_local_started ? 1 : 0;
+  out.arrays["central/params"] = to_host(m_backend, s, central_params(), m_param_count);
+  out.arrays["central/state"] = to_host(m_backend, s, central_state(), m_state_count);
+  if (m_options.algorithm != Algorithm::ssgd) {
+    out.arrays["central/z"] = to_host(m_backend, s, m_z.data(), m_param_count);
+    out.arrays["central/z_prev"] = to_host(m_backend, s, m_z_prev.data(), m_param_count);
+    out.arrays["central/averaged_state"] = to_host(m_backend, s, m_central_state.data(), m_state_count);
+  }
+  if (!replicas_differ()) {  // one model: learner 0's optimizer state is every learner's
+    Learner& first = *m_learners[0];
+    for (const OptimizerState& st : first.optimizer->state())
+      out.arrays["replica/optimizer/" + st.name] = to_host(m_backend, s, st.data, st.count);
+    out.ints["replica/optimizer_steps"] = first.optimizer->steps();
+    save_scalars(out);
+  }
+  m_backend.synchronize(s);
+}
+
+void LearnerGroup::save_own(io::CheckpointData& out) {
+  nn::Stream& s = *m_stream;
+  out.ints["rank"] = m_options.rank;
+  out.ints["learners"] = learners();
+  for (const auto& l : m_learners) {
+    const std::string prefix = "learner_" + std::to_string(l->index) + "/";
+    out.arrays[prefix + "params"] = to_host(m_backend, s, l->graph->params(), m_param_count);
+    out.arrays[prefix + "state"] = to_host(m_backend, s, l->graph->state(), m_state_count);
+    for (const OptimizerState& st : l->optimizer->state())
+      out.arrays[prefix + "optimizer/" + st.name] = to_host(m_backend, s, st.data, st.count);
+    out.ints[prefix + "optimizer_steps"] = l->optimizer->steps();
+  }
+  save_scalars(out);
+  m_backend.synchronize(s);
+}
+
+void LearnerGroup::restore(const io::CheckpointData& shared, const io::CheckpointData* own) {
+  nn::Stream& s = *m_stream;
+  const auto put = [&](float* dst, const io::CheckpointData& from, const std::string& name, size_t n) {
+    const std::vector<float>& v = from.array(name, n);
+    if (n > 0) m_backend.copy_from_host(s, dst, v.data(), n);
+  };
+  if (shared.integer("learners") != learners())
+    throw Error(shared.origin + ": holds " + std::to_string(shared.integer("learners")) +
+                " learner(s) per rank, this group has " + std::to_string(learners()));
+  m_local_started = shared.integer("local_started") != 0;
+  if (m_options.algorithm != Algorithm::ssgd) {
+    put(m_z.data(), shared, "central/z", m_param_count);
+    put(m_z_prev.data(), shared, "central/z_prev", m_param_count);
+    put(m_central_state.data(), shared, "central/averaged_state", m_state_count);
+  }
+  if (own != nullptr) {
+    if (own->integer("learners") != learners() || own->integer("rank") != m_options.rank)
+      throw Error(own->origin + ": the part of rank " + std::to_string(own->integer("rank")) + " with " +
+                  std::to_string(own->integer("learners")) + " learner(s), not of rank " +
+                  std::to_string(m_options.rank) + " with " + std::to_string(learners()));
+    for (auto& l : m_learners) {
+      const std::string prefix = "learner_" + std::to_string(l->index) + "/";
+      put(l->graph->params(), *own, prefix + "params", m_param_count);
+      put(l->graph->state(), *own, prefix + "state", m_state_count);
+      for (const OptimizerState& st : l->optimizer->state()) put(st.data, *own, prefix + "optimizer/" + st.name, st.count);
+      l->optimizer->set_steps(own->integer(prefix + "optimizer_steps"));
+    }
+    restore_scalars(*own);
+  } else {
+    if (replicas_differ())
+      throw Error(shared.origin + ": has no per-rank part, but the replicas of " +
+                  std::string(algorithm_name(m_options.algorithm)) + " differ at this point of the run");
+    for (auto& l : m_learners) {
+      put(l->graph->params(), shared, "central/params", m_param_count);
+      put(l->graph->state(), shared, "central/state", m_state_count);
+      for (const OptimizerState& st : l->optimizer->state()) put(st.data, shared, "replica/optimizer/" + st.name, st.count);
+      l->optimizer->set_steps(shared.integer("replica/optimizer_steps"));
+    }
+    restore_scalars(shared);
+  }
+  m_backend.record(*m_group_event, s);
+  m_backend.synchronize(s);
+  m_eval_current = false;
 }
 
 }  // namespace squall::train

@@ -44,6 +44,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/checkpoint_file.hpp"
 #include "mpi/allreduce.hpp"
 #include "mpi/device_allreduce.hpp"
 #include "src/core/error.hpp"
@@ -176,9 +177,29 @@ struct LearnerGroupOptions {
   LossScaling loss_scaling;     // fp16: dynamic loss scaling
   bool bf16_gradients = false;  // parallel.comm_precision = bf16: gradient sums across ranks in
                                 // bf16 (half the bytes); model sums and BatchNorm statistics stay f32
+  bool skip_nonfinite = false;  // train.nonfinite = skip: a step with non-finite gradients is not
+                                // applied (counted in skipped_steps); false: step() throws
+                                // NonFiniteStep naming the rank, learner and layer
   bool graphs = false;          // capture each learner's pass once (after a warm-up step) and replay
                                 // it (a CUDA graph); steps with a timeline or per-layer buckets run
                                 // eagerly. Needs a backend that can_capture() and a model without dropout.
+};
+
+// A step whose gradients are NaN or infinite under train.nonfinite = stop. job_wide: found in
+// the gradient sum over the job (ssgd), so every rank throws it at the same step and the
+// caller may gather the culprits' descriptions; otherwise only this rank found it (a learner's
+// own update under sma or local-sgd). `culprit`: "rank R learner J: the output of layer
+// 'conv2' is NaN", or empty when no learner of this rank produced it.
+class NonFiniteStep : public Error {
+ public:
+  NonFiniteStep(const std::string& what, std::string culprit, bool job_wide)
+      : Error(what), m_culprit(std::move(culprit)), m_job_wide(job_wide) {}
+  const std::string& culprit() const { return m_culprit; }
+  bool job_wide() const { return m_job_wide; }
+
+ private:
+  std::string m_culprit;
+  bool m_job_wide;
 };
 
 // One learner's input for a step: host memory, [batch, c, h, w] images and labels.
@@ -248,6 +269,19 @@ class LearnerGroup {
   int64_t skipped_steps() const { return m_skipped_steps; }
   nn::Layout layout() const { return m_options.layout; }
 
+  // Checkpoints (docs/training.md, "Checkpoints and restart"). The group's whole state as
+  // named host arrays and numbers: save_shared() what every rank holds alike (the central
+  // model; while the replicas are one model, as under ssgd, that replica's optimizer state and
+  // the loss scale), save_own() what differs per rank when replicas_differ() (each learner's
+  // replica and optimizer state, the loss scale). restore() takes both (own: null when the
+  // checkpoint has no per-rank part) and throws squall::Error naming the checkpoint and the
+  // entry when something is missing or of another size. Random streams need no saving: a
+  // learner's dropout mask is drawn from (seed, rank, learner, step).
+  bool replicas_differ() const { return !central_is_replica0(); }
+  void save_shared(io::CheckpointData& out);
+  void save_own(io::CheckpointData& out);
+  void restore(const io::CheckpointData& shared, const io::CheckpointData* own);
+
  private:
   struct Learner;
   class Pool;
@@ -281,7 +315,15 @@ class LearnerGroup {
   void update_loss_scale(bool overflow);
   // A learner's update under local steps (sma, local-sgd): unscale and check its gradients
   // first when loss scaling is on; false when the update was skipped.
-  bool local_update(Learner& l, float lr);
+  bool local_update(Learner& l, float lr, int64_t step);
+  // Whether a non-finite step is dropped (fp16's loss scaling, or train.nonfinite = skip).
+  bool skips_nonfinite() const { return m_options.loss_scaling.dynamic || m_options.skip_nonfinite; }
+  // "the output of layer 'conv2' is NaN", "the gradient of fc1.weight is infinite": where a
+  // learner's pass first went non-finite (forward order for a non-finite loss, else the
+  // gradients in backward order); "" when all is finite. Reads backend memory: error path only.
+  std::string locate_nonfinite(Learner& l);
+  void save_scalars(io::CheckpointData& out) const;
+  void restore_scalars(const io::CheckpointData& in);
   int job_learners() const { return m_options.ranks * learners(); }
 
  public:

@@ -45,6 +45,9 @@ class RunningMean {
   double mean() const { return m_weight > 0 ? m_sum / m_weight : 0.0; }
   double weight() const { return m_weight; }
   void reset() { m_sum = 0; m_weight = 0; }
+  // The exact state, for checkpoints.
+  double sum() const { return m_sum; }
+  void restore(double sum, double weight) { m_sum = sum; m_weight = weight; }
 
  private:
   double m_sum = 0, m_weight = 0;

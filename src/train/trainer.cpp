@@ -1,34 +1,43 @@
 #include "src/train/trainer.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "io/loader.hpp"
 #include "io/png.hpp"
+#include "io/sampler.hpp"
+#include "mpi/agreement.hpp"
 #include "mpi/allreduce.hpp"
 #include "mpi/topology.hpp"
-#include "io/sampler.hpp"
+#include "src/core/durable.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
 #include "src/cpu/cpu_info.hpp"
 #include "src/nn/graph.hpp"
+#include "src/train/checkpoint.hpp"
 #include "src/train/datasets.hpp"
+#include "src/train/evaluate.hpp"
 #include "src/train/learners.hpp"
 #include "src/train/metrics.hpp"
 #include "src/train/optimizer.hpp"
 #include "src/train/predictions.hpp"
 #include "src/train/progress.hpp"
+#include "src/train/run_dir.hpp"
 #include "src/train/schedule.hpp"
+#include "src/train/stop_signal.hpp"
 #include "src/train/timeline.hpp"
 
 namespace squall::train {
@@ -51,112 +60,36 @@ std::unique_ptr<DataSource> open_source(const DataConfig& d, const std::string& 
   }
 }
 
-// Appends one JSON object per line and flushes, so a crashed run keeps what it logged.
+// Appends one JSON object per line, each with one write(2), so a crashed run keeps what it
+// logged and a full disk is an error naming the file, not a silent gap.
 class MetricsLog {
  public:
-  explicit MetricsLog(const std::filesystem::path& path) : m_out(path, std::ios::trunc) {
-    if (!m_out) throw Error("cannot write " + path.string());
+  MetricsLog(const fs::path& path, bool append) : m_path(path) {
+    m_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+    if (m_fd < 0) throw Error(path.string() + ": cannot open: " + errno_text());
   }
-  void write(const json& j) { m_out << j.dump() << "\n" << std::flush; }
+  ~MetricsLog() { ::close(m_fd); }
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+
+  void write(const json& j) {
+    const std::string line = j.dump() + "\n";
+    for (size_t done = 0; done < line.size();) {
+      const ssize_t n = ::write(m_fd, line.data() + done, line.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw Error(m_path.string() + ": cannot write: " + errno_text());
+      done += static_cast<size_t>(n);
+    }
+    ++m_lines;
+  }
+  int64_t lines() const { return m_lines; }
+  void set_lines(int64_t n) { m_lines = n; }
 
  private:
-  std::ofstream m_out;
+  fs::path m_path;
+  int m_fd = -1;
+  int64_t m_lines = 0;
 };
-
-// Writes `text` to path atomically (temp file + rename): readers never see half a file.
-void write_atomic(const std::filesystem::path& path, const std::string& text) {
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out.flush()) throw Error("cannot write " + tmp);
-  }
-  std::filesystem::rename(tmp, path);
-}
-
-struct EvalResult {
-  double loss = 0, accuracy = 0, miou = 0;
-  std::vector<double> iou;
-};
-
-// Evaluates the model on test samples [begin, end), in batches of the graph's batch size;
-// the last partial batch is padded with copies of its first sample whose labels are
-// ignored. Returns the confusion matrix and the loss summed over samples (to be combined
-// across ranks).
-struct EvalPart {
-  ConfusionMatrix cm;
-  double loss_sum = 0, samples = 0;
-};
-
-// Held-out samples drawn in predictions/epoch-N.png.
-constexpr size_t k_picture_samples = 4;
-
-// pictures: when not null (per-pixel labels), the first samples of the range (up to its
-// capacity) with their first channel, labels and predictions, for predictions/epoch-N.png.
-EvalPart evaluate(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const DataSource& test, int64_t begin,
-                  int64_t end, int32_t* dev_labels, int32_t* dev_pred, const float* class_weights,
-                  std::vector<PredictionSample>* pictures = nullptr) {
-  const int64_t batch = g.batch();
-  const auto& info = test.info();
-  const int64_t per_sample = info.sample.per_sample();
-  const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
-  std::vector<float> images(static_cast<size_t>(batch * per_sample));
-  std::vector<int32_t> labels(static_cast<size_t>(batch * label_hw));
-  EvalPart part{ConfusionMatrix(info.classes)};
-  // The loss sum and the confusion matrix accumulate in backend memory and are read once at
-  // the end: no host round trip per batch.
-  const auto classes = static_cast<size_t>(info.classes);
-  nn::Buffer loss = be.allocate(2);  // [this batch's mean loss, the sum over samples]
-  nn::Buffer confusion = be.allocate(classes * classes, nn::DType::i32);
-  be.fill(stream, loss.data(), 2, 0.0f);
-  be.fill(stream, reinterpret_cast<float*>(confusion.as<int32_t>()), classes * classes, 0.0f);  // 0.0f is all zero bits
-  std::vector<int64_t> idx;
-  nn::RunMode mode;
-  mode.train = false;
-  for (int64_t start = begin; start < end; start += batch) {
-    const int64_t valid = std::min(batch, end - start);
-    idx.resize(static_cast<size_t>(batch));
-    for (int64_t i = 0; i < batch; ++i) idx[static_cast<size_t>(i)] = start + std::min(i, valid - 1);
-    test.read(idx, images.data(), labels.data());
-    std::fill(labels.begin() + valid * label_hw, labels.end(), -1);  // padding: ignored
-    // Pageable host memory: these copies have read it when they return, so the next
-    // batch may overwrite it.
-    be.copy_from_host(stream, g.input().f32(), images.data(), images.size());
-    be.copy_labels_from_host(stream, dev_labels, labels.data(), labels.size());
-    g.forward(stream, mode);
-    const auto out = g.output_shape();
-    be.softmax_cross_entropy(stream, g.dtype(), g.output().data, dev_labels, class_weights, out.n(), out.c(),
-                             out.h() * out.w(), g.output_grad().data, loss.data(), nullptr);
-    be.axpy(stream, static_cast<float>(valid), loss.data(), loss.data() + 1, 1);
-    be.argmax_channels(stream, g.dtype(), g.output().data, dev_pred, out.n(), out.c(), out.h() * out.w());
-    be.accumulate_confusion(stream, dev_labels, dev_pred, static_cast<size_t>(valid * label_hw), info.classes,
-                            confusion.as<int32_t>());
-    if (pictures && start == begin && info.per_pixel_labels) {  // the first batch only: one wait
-      const auto keep = static_cast<size_t>(std::min<int64_t>(valid, static_cast<int64_t>(pictures->size())));
-      pictures->resize(keep);
-      std::vector<int32_t> pred(static_cast<size_t>(valid * label_hw));
-      be.copy_labels_to_host(stream, pred.data(), dev_pred, pred.size());
-      be.synchronize(stream);
-      for (size_t k = 0; k < keep; ++k) {
-        PredictionSample& p = (*pictures)[k];
-        const auto first = static_cast<int64_t>(k);
-        const float* image = images.data() + first * per_sample;  // channel 0 of sample k
-        p.channel.assign(image, image + label_hw);
-        p.label.assign(labels.begin() + first * label_hw, labels.begin() + (first + 1) * label_hw);
-        p.pred.assign(pred.begin() + first * label_hw, pred.begin() + (first + 1) * label_hw);
-      }
-    }
-    part.samples += static_cast<double>(valid);
-  }
-  float host_loss[2] = {0, 0};
-  std::vector<int32_t> counts(classes * classes);
-  be.copy_to_host(stream, host_loss, loss.data(), 2);
-  be.copy_labels_to_host(stream, counts.data(), confusion.as<int32_t>(), counts.size());
-  be.synchronize(stream);
-  part.loss_sum = static_cast<double>(host_loss[1]);
-  for (size_t i = 0; i < counts.size(); ++i) part.cm.counts()[i] += counts[i];
-  return part;
-}
 
 }  // namespace
 
@@ -170,24 +103,26 @@ std::string fnv1a_hex(const void* data, size_t bytes, uint64_t h) {
 
 namespace {
 
-// Per-class IoU for metrics.jsonl and summary.json: null for a class absent from both the
-// labels and the predictions (its IoU is undefined).
-json iou_per_class_json(const ConfusionMatrix& cm) {
-  json per_class = json::array();
-  for (double v : cm.iou_per_class()) per_class.push_back(std::isnan(v) ? json(nullptr) : json(v));
-  return per_class;
-}
+// SQUALL_FAIL_AT=RANK:STEP[:kill]: that rank fails at that step (fault tests): with an error,
+// or killed by SIGKILL (what a crashed node looks like to the others). Rank -1 when unset.
+struct FailAt {
+  int rank = -1;
+  int64_t step = 0;
+  bool kill = false;
+};
 
-// SQUALL_FAIL_AT=RANK:STEP: that rank fails at that step (fault tests). -1 when unset.
-std::pair<int, int64_t> fail_at_from_env() {
+FailAt fail_at_from_env() {
   const char* env = std::getenv("SQUALL_FAIL_AT");
-  if (env == nullptr || *env == '\0') return {-1, -1};
+  if (env == nullptr || *env == '\0') return {};
   int rank = -1;
   long long step = -1;
-  char tail = 0;
-  if (std::sscanf(env, "%d:%lld%c", &rank, &step, &tail) != 2 || rank < 0 || step < 1)
-    throw Error(std::string("SQUALL_FAIL_AT must be RANK:STEP (a rank >= 0 and a step >= 1), got '") + env + "'");
-  return {rank, static_cast<int64_t>(step)};
+  char mode[8] = {};
+  const int got = std::sscanf(env, "%d:%lld:%7s", &rank, &step, mode);
+  const std::string m(mode);
+  if (got < 2 || rank < 0 || step < 1 || (got == 3 && m != "kill"))
+    throw UsageError(std::string("SQUALL_FAIL_AT must be RANK:STEP or RANK:STEP:kill (a rank >= 0 and a step >= 1), got '") +
+                     env + "'");
+  return {rank, static_cast<int64_t>(step), m == "kill"};
 }
 
 // Crossbow's auto-tuner, simplified: measure the throughput over a window of steps, add a
@@ -199,6 +134,7 @@ class AutoTuner {
   AutoTuner(bool enabled, double threshold, int max_learners, int64_t window)
       : m_enabled(enabled), m_threshold(threshold), m_max(max_learners), m_window(window) {}
   bool active() const { return m_enabled && !m_done; }
+  void stop() { m_done = true; }  // a resumed run whose tuning had ended
 
   // Called after every step with the global samples processed in it; returns +1 (add a
   // learner), -1 (remove the last one) or 0. Collective when active.
@@ -265,14 +201,23 @@ class TrainingRun {
         m_root(m_rank == 0),
         m_algorithm(parse_algorithm(cfg.parallel.algorithm)),
         m_timeline(options.timeline) {
-    std::tie(m_fail_rank, m_fail_step) = fail_at_from_env();
+    install_stop_handlers();
   }
 
   TrainResult run() {
-    plan();
+    // A failure that only some ranks meet before training (a data folder missing on one node,
+    // a run dir another node cannot write) ends every rank alike: each stage that may fail
+    // locally runs under run_agreed, which leaves nobody waiting in a collective.
+    m_node_of_rank = m_world.allgather(m_topo.node());
+    mpi::run_agreed(m_world, [&] { plan(); });
     build();
+    mpi::run_agreed(m_world, [&] { prepare_run_dir(); });
+    resume();
+    if (m_step >= m_total_steps) return already_complete();
     open_outputs();
     train();
+    if (m_stop_flags != 0) return stopped();
+    if (m_cfg.checkpoint.at_end && m_last_checkpoint_step != m_step) write_checkpoint();
     return finish();
   }
 
@@ -286,8 +231,10 @@ class TrainingRun {
   // ---- the data and the plan of steps ----
   void plan() {
     const Config& cfg = m_cfg;
+    m_fail = fail_at_from_env();
     m_train = open_source(cfg.data, "train", "train");
     m_test = open_source(cfg.data, "test", "test");
+    check_model_and_data();
     m_n_train = cfg.data.train_samples > 0 ? std::min(cfg.data.train_samples, m_train->size()) : m_train->size();
     m_n_test = cfg.data.test_samples > 0 ? std::min(cfg.data.test_samples, m_test->size()) : m_test->size();
     m_batch = cfg.train.batch_size;
@@ -299,9 +246,8 @@ class TrainingRun {
     // consecutive batches: learner j of a step takes the rank's batch step*L + j.
     std::vector<int64_t> offsets = m_train->file_offsets();
     if (m_n_train < m_train->size()) offsets = {0, m_n_train};
-    const std::vector<int> node_of_rank = m_world.allgather(m_topo.node());
     m_sampler = std::make_unique<io::Sampler>(io::parse_sampling(cfg.data.sampling), offsets,
-                                              io::node_sizes_from(node_of_rank), static_cast<uint64_t>(cfg.run.seed));
+                                              io::node_sizes_from(m_node_of_rank), static_cast<uint64_t>(cfg.run.seed));
     m_batches_per_epoch = m_sampler->steps_per_epoch(m_batch);
     if (m_batches_per_epoch < m_learners)
       throw Error(m_origin + ": one step takes train.batch_size x replicas x ranks = " + std::to_string(m_batch) +
@@ -329,10 +275,16 @@ class TrainingRun {
     }
   }
 
-  // ---- the model, the backend, the learners and the loader ----
-  void build() {
+  // The model against the data, before anything is built: shapes and class counts that do not
+  // match would otherwise fail at the first step, or at the first evaluation an epoch later.
+  void check_model_and_data() {
     const Config& cfg = m_cfg;
     const DatasetInfo& info = m_train->info();
+    const DatasetInfo& test = m_test->info();
+    if (!(test.sample == info.sample) || test.classes != info.classes || test.per_pixel_labels != info.per_pixel_labels)
+      throw UsageError(m_origin + ": data.test (" + cfg.data.test + ": " + test.description + ", " +
+                       std::to_string(test.classes) + " classes) does not match data.train (" + cfg.data.train + ": " +
+                       info.description + ", " + std::to_string(info.classes) + " classes)");
     m_spec.name = cfg.model.name;
     m_spec.classes = cfg.model.classes > 0 ? cfg.model.classes : info.classes;
     m_spec.width = cfg.model.width;
@@ -340,11 +292,25 @@ class TrainingRun {
     m_spec.aspp_rates = cfg.model.aspp_rates;
     m_spec.dropout = static_cast<float>(cfg.model.dropout);
     if (cfg.model.in_channels > 0 && cfg.model.in_channels != info.sample.c())
-      throw Error(m_origin + ": model.in_channels = " + std::to_string(cfg.model.in_channels) + " but the data has " +
-                  std::to_string(info.sample.c()) + " channels");
+      throw UsageError(m_origin + ": model.in_channels = " + std::to_string(cfg.model.in_channels) +
+                       " but the data (" + cfg.data.train + ") has " + std::to_string(info.sample.c()) + " channels");
+    if (cfg.model.classes > 0 && cfg.model.classes != info.classes)
+      throw UsageError(m_origin + ": model.classes = " + std::to_string(cfg.model.classes) + " but the data (" +
+                       cfg.data.train + ") has " + std::to_string(info.classes) + " classes");
     if (!cfg.data.class_weights.empty() && static_cast<int64_t>(cfg.data.class_weights.size()) != m_spec.classes)
-      throw Error(m_origin + ": data.class_weights has " + std::to_string(cfg.data.class_weights.size()) +
-                  " entries but the model has " + std::to_string(m_spec.classes) + " classes");
+      throw UsageError(m_origin + ": data.class_weights has " + std::to_string(cfg.data.class_weights.size()) +
+                       " entries but the model has " + std::to_string(m_spec.classes) + " classes");
+    try {
+      (void)nn::make_model(m_spec, info.sample);  // an unknown model, or an input it cannot take
+    } catch (const Error& e) {
+      throw UsageError(m_origin + ": " + e.what());
+    }
+  }
+
+  // ---- the model, the backend, the learners and the loader ----
+  void build() {
+    const Config& cfg = m_cfg;
+    const DatasetInfo& info = m_train->info();
     // Ranks on one machine share its cores (unless the launcher pinned them), and a rank's
     // place among them picks its GPU (run.backend = cuda/auto).
     m_backend = nn::make_backend(cfg.run.backend, m_topo.host_rank(),
@@ -388,6 +354,7 @@ class TrainingRun {
     lg.precision = precision_dtype(cfg.train.precision);
     lg.layout = resolve_layout(cfg.model.layout, m_backend->name(), lg.precision);
     lg.bf16_gradients = cfg.parallel.comm_precision == "bf16";
+    lg.skip_nonfinite = cfg.train.nonfinite == "skip";
     lg.loss_scaling.dynamic = lg.precision == nn::DType::f16;
     lg.loss_scaling.initial = static_cast<float>(cfg.train.loss_scale);
     lg.loss_scaling.growth_interval = cfg.train.loss_scale_window;
@@ -425,6 +392,8 @@ class TrainingRun {
     loader_options.skip_bad = cfg.data.skip_bad_samples;
     m_loader = std::make_unique<io::Loader>(*m_train, loader_options);
     m_last_eval.cm = ConfusionMatrix(info.classes);
+    m_tuner = std::make_unique<AutoTuner>(cfg.parallel.autotune, cfg.parallel.autotune_threshold, m_max_learners,
+                                          std::max<int64_t>(10, m_steps_per_epoch / 20));
   }
 
   // ---- the timeline, the run directory, the opening lines ----
@@ -443,14 +412,16 @@ class TrainingRun {
         else m_timeline.add("allreduce", Timeline::k_allreduce_track, t0, t1);
       });
     }
-    // Rank 0 writes the run directory; no other rank needs it.
-    m_dir = fs::path(m_cfg.run.dir);
+    // Rank 0 writes the run directory (prepare_run_dir made it); no other rank needs it.
     if (m_root) {
-      std::error_code ec;
-      fs::create_directories(m_dir, ec);
-      if (ec) throw Error("run.dir = '" + m_cfg.run.dir + "': cannot create it: " + ec.message());
-      write_atomic(m_dir / "config.toml", to_toml(m_cfg));
-      m_metrics = std::make_unique<MetricsLog>(m_dir / "metrics.jsonl");
+      write_file_atomic(m_dir / "config.toml", to_toml(m_cfg));
+      const fs::path metrics = m_dir / "metrics.jsonl";
+      // Resuming: the records written after the checkpoint are written again from here.
+      if (m_resumed_from) keep_first_lines(metrics, m_metrics_lines_at_resume);
+      m_metrics = std::make_unique<MetricsLog>(metrics, m_resumed_from.has_value());
+      m_metrics->set_lines(m_resumed_from ? m_metrics_lines_at_resume : 0);
+      if (m_resumed_from)
+        log_metrics({{"kind", "resume"}, {"step", m_step}, {"checkpoint", m_resumed_from->string()}});
     }
     const DatasetInfo& info = m_train->info();
     log::info("squall train: " + m_spec.name + " (" + std::to_string(m_group->param_count()) + " parameters) on " +
@@ -476,28 +447,256 @@ class TrainingRun {
     }
   }
 
+  // ---- the run directory and resuming (docs/training.md, "Checkpoints and restart") ----
+  // Rank 0 makes the run dir and checks it can write there; an earlier run's outputs are never
+  // overwritten silently: --resume continues it, --overwrite replaces it.
+  void prepare_run_dir() {
+    m_dir = fs::path(m_cfg.run.dir);
+    if (!m_root) return;
+    ensure_writable_dir(m_dir);
+    const std::vector<std::string> found = run_outputs(m_dir);
+    if (found.empty() || !m_options.resume.empty()) return;  // resume() decides
+    if (!m_options.overwrite) {
+      std::string list;
+      for (const auto& f : found) list += (list.empty() ? "" : ", ") + f;
+      throw UsageError("run.dir = '" + m_cfg.run.dir + "' already holds a run (" + list +
+                       "): continue it with --resume auto, replace it with --overwrite, or choose another run.dir");
+    }
+    remove_run_outputs(m_dir);
+    log::info("--overwrite: removed the earlier run's outputs from " + m_cfg.run.dir);
+  }
+
+  void resume() {
+    m_store = std::make_unique<CheckpointStore>(m_dir, m_world, m_cfg.checkpoint.keep);
+    if (m_options.resume.empty()) return;
+    std::optional<LoadedCheckpoint> ck =
+        m_options.resume == "auto" ? m_store->load_newest() : m_store->load(fs::path(m_options.resume));
+    if (!ck) {
+      // Nothing to continue (the first attempt of a job that requeues itself): a fresh start.
+      mpi::run_agreed(m_world, [&] {
+        if (m_root && !run_outputs(m_dir).empty()) remove_run_outputs(m_dir);
+      });
+      log::info("--resume auto: no checkpoint in " + (m_dir / "checkpoints").string() + ": starting from step 0");
+      return;
+    }
+    mpi::run_agreed(m_world, [&] { check_resumable(*ck); });
+    restore(*ck);
+    log::info("resuming from " + ck->path.string() + ": step " + std::to_string(m_step) + " of " +
+              std::to_string(m_total_steps) + ", epoch " + std::to_string(m_first_epoch));
+  }
+
+  // A checkpoint of another job is refused, naming what differs; keys that may change between
+  // attempts (the learning rate, the epochs, the data's paths) are listed and accepted.
+  void check_resumable(const LoadedCheckpoint& ck) const {
+    const io::CheckpointData& d = ck.shared;
+    const std::string where = ck.path.string();
+    Config then;
+    try {
+      then = parse_config(d.text("config"), where + " (its config)");
+    } catch (const Error& e) {
+      throw Error(where + ": its config cannot be read: " + e.what());
+    }
+    std::vector<std::string> changed;
+    const std::string refused = resume_incompatibility(m_cfg, then, changed);
+    if (!refused.empty())
+      throw UsageError(where + " is a checkpoint of another run: " + refused +
+                       " (resume with the checkpoint's values, or train into a new run.dir)");
+    if (d.integer("train_samples") != m_n_train)
+      throw UsageError(where + " was trained on " + std::to_string(d.integer("train_samples")) +
+                       " training samples; data.train (" + m_cfg.data.train + ") has " + std::to_string(m_n_train));
+    if (d.integer("param_count") != static_cast<int64_t>(m_group->param_count()) ||
+        d.integer("state_count") != static_cast<int64_t>(m_group->state_count()))
+      throw UsageError(where + " holds a model of " + std::to_string(d.integer("param_count")) + " parameters; " +
+                       m_spec.name + " here has " + std::to_string(m_group->param_count()));
+    if (m_root && !changed.empty()) {
+      std::string list;
+      for (const auto& c : changed) list += (list.empty() ? "" : "; ") + c;
+      log::info("resuming with changed keys: " + list);
+    }
+  }
+
+  void restore(const LoadedCheckpoint& ck) {
+    const io::CheckpointData& d = ck.shared;
+    m_step = d.integer("step");
+    m_first_epoch = m_epoch = d.integer("epoch");
+    m_first_used = m_epoch_used = d.integer("epoch_batches");
+    const auto learners = static_cast<int>(d.integer("learners"));
+    if (learners != m_learners) {  // the auto-tuner had changed it
+      while (m_group->learners() < learners) m_group->add_learner();
+      while (m_group->learners() > learners) m_group->remove_learner();
+      m_learners = learners;
+      replan(m_first_epoch, m_first_used);
+    }
+    m_group->restore(d, ck.has_own ? &ck.own : nullptr);
+    m_samples_done = m_samples_at_start = d.integer("samples_done");
+    m_window_loss.restore(d.real("window_loss_sum"), d.real("window_loss_weight"));
+    m_last_train_loss = d.real("last_train_loss");
+    m_metrics_lines_at_resume = d.integer("metrics_lines");
+    if (d.integer("tuner_done") != 0) m_tuner->stop();
+    m_resumed_from = ck.path;
+    m_last_checkpoint = ck.path;
+    m_last_checkpoint_step = m_step;
+  }
+
+  // The steps after (epoch, used) for the current learner count (the auto-tuner changed it).
+  void replan(int64_t epoch, int64_t used) {
+    m_steps_per_epoch = m_batches_per_epoch / m_learners;
+    const int64_t rest_of_epoch = (m_batches_per_epoch - used) / m_learners;
+    if (m_cfg.train.max_steps == 0)
+      m_total_steps = m_step + rest_of_epoch + (m_epochs - epoch) * m_steps_per_epoch;
+    else
+      m_epochs = epoch + (std::max<int64_t>(0, m_total_steps - m_step - rest_of_epoch) + m_steps_per_epoch - 1) /
+                             m_steps_per_epoch;
+  }
+
+  // --resume of a run that had finished: nothing to train.
+  TrainResult already_complete() {
+    log::info("the run is complete: " + m_resumed_from.value_or(fs::path()).string() + " is at step " +
+              std::to_string(m_step) + " of " + std::to_string(m_total_steps) +
+              "; nothing to do (raise train.epochs or train.max_steps to train further)");
+    TrainResult r;
+    r.steps = m_step;
+    r.model_checksum = central_checksum();
+    r.checkpoint = m_last_checkpoint.string();
+    return r;
+  }
+
+  // A stop signal: the checkpoint is written; the job script requeues with --resume auto.
+  TrainResult stopped() {
+    const int sig = (m_stop_flags & k_flag_sigterm) != 0 ? SIGTERM : SIGUSR1;
+    log::info(std::string("stopped by ") + signal_name(sig) + " after step " + std::to_string(m_step) + " of " +
+              std::to_string(m_total_steps) + ": checkpoint " + m_last_checkpoint.string() + "; exit " +
+              std::to_string(k_exit_requeue) + ": requeue the job with --resume auto");
+    TrainResult r;
+    r.steps = m_step;
+    r.stopped = true;
+    r.stop_signal = sig;
+    r.checkpoint = m_last_checkpoint.string();
+    return r;
+  }
+
+  // train.nonfinite = stop: the step, the rank, the learner and the layer, then the job ends.
+  [[noreturn]] void diverged(const NonFiniteStep& e, int64_t epoch, double lr) {
+    char where[160];
+    std::snprintf(where, sizeof(where), " (epoch %lld, learning rate %g)", static_cast<long long>(epoch), lr);
+    if (!e.job_wide())  // only this rank knows: it ends the job (MPI_Abort at the top)
+      throw Error("training diverged: " + std::string(e.what()) + where + "; " + divergence_hint());
+    // Every rank found the same non-finite sum at this step: gather who produced it.
+    const std::vector<std::string> culprits = m_world.gather_strings(e.culprit());
+    std::string text;
+    for (const auto& c : culprits)
+      if (!c.empty()) text += (text.empty() ? "" : "; ") + c;
+    text = m_world.broadcast_string(text);
+    throw CollectiveError("training diverged: " + std::string(e.what()) + where + ": " +
+                              (text.empty() ? "no learner's gradients were non-finite before the sum" : text) +
+                              "; " + divergence_hint() + " (or train.nonfinite = skip to drop such steps)",
+                          k_exit_failure);
+  }
+
+  // The central model's FNV-1a checksum (parameters then state), the same on every rank.
+  std::string central_checksum() {
+    std::vector<float> host(m_group->param_count() + m_group->state_count());
+    m_backend->copy_to_host(*m_stream, host.data(), m_group->central_params(), m_group->param_count());
+    m_backend->copy_to_host(*m_stream, host.data() + m_group->param_count(), m_group->central_state(),
+                            m_group->state_count());
+    m_backend->synchronize(*m_stream);
+    return fnv1a_hex(host.data(), host.size() * sizeof(float));
+  }
+
   // ---- the epochs ----
   void train() {
     m_progress = std::make_unique<Progress>(m_root && isatty(STDOUT_FILENO) != 0, m_cfg.train.log_every_steps);
-    m_tuner = std::make_unique<AutoTuner>(m_cfg.parallel.autotune, m_cfg.parallel.autotune_threshold, m_max_learners,
-                                          std::max<int64_t>(10, m_steps_per_epoch / 20));
+    m_flags = std::make_unique<mpi::FlagAgreement>(m_world);
+    m_last_time_checkpoint = Clock::now();
     m_loop_start = Clock::now();
-    for (int64_t epoch = 1; epoch <= m_epochs && m_step < m_total_steps; ++epoch) {
+    for (int64_t epoch = m_first_epoch; epoch <= m_epochs && m_step < m_total_steps; ++epoch) {
       std::vector<int64_t> indices =
           m_sampler->indices(m_cfg.data.shuffle ? epoch : 0, m_topo.node(), m_topo.local_rank());
-      m_loader->start_epoch(std::move(indices), m_batches_per_epoch);
-      int64_t used = 0;  // batches of this epoch handed to the learners
+      // A resumed run starts inside its checkpoint's epoch, at the batch after the checkpoint.
+      const int64_t skip = epoch == m_first_epoch ? m_first_used : 0;
+      int64_t used = skip;  // batches of this epoch handed to the learners
+      if (m_batches_per_epoch - skip >= m_learners) {
+        indices.erase(indices.begin(), indices.begin() + std::min<int64_t>(skip * m_batch, std::ssize(indices)));
+        m_loader->start_epoch(std::move(indices), m_batches_per_epoch - skip);
+      }
       while (used + m_learners <= m_batches_per_epoch && m_step < m_total_steps) {
         used += m_learners;
         train_step(epoch, used);
         if (m_cfg.train.eval_every_steps > 0 && m_step % m_cfg.train.eval_every_steps == 0 &&
             m_step != m_total_steps)
           evaluate(epoch);
+        m_epoch = epoch;
+        m_epoch_used = used;
+        if (after_step()) break;
       }
+      if (m_stop_flags != 0) break;
       if (m_cfg.train.eval_every_steps == 0 || m_step == m_total_steps) evaluate(epoch);
     }
     m_progress->finish();
     m_loop_s = seconds_since(m_loop_start);
+  }
+
+  // After each step the job agrees, one step late and without waiting (mpi/agreement.hpp), on
+  // whether any rank received a stop signal and whether rank 0's clock says a timed
+  // checkpoint is due; checkpoints by step count need no agreement. Writes the checkpoint when
+  // one is due; returns true when the run must stop.
+  bool after_step() {
+    uint64_t mine = 0;
+    if (const int sig = stop_signal(); sig != 0) mine |= sig == SIGUSR1 ? k_flag_sigusr1 : k_flag_sigterm;
+    const double every_s = m_cfg.checkpoint.every_minutes * 60.0;
+    if (m_root && every_s > 0 && seconds_since(m_last_time_checkpoint) >= every_s) {
+      mine |= k_flag_timed;
+      m_last_time_checkpoint = Clock::now();
+    }
+    const uint64_t agreed = m_flags->exchange(mine);
+    // A signal after the last step changes nothing: the run ends, with its final checkpoint.
+    const bool stop = (agreed & (k_flag_sigterm | k_flag_sigusr1)) != 0 && m_step < m_total_steps;
+    const int64_t every = m_cfg.checkpoint.every_steps;
+    const bool due = stop || (agreed & k_flag_timed) != 0 || (every > 0 && m_step % every == 0);
+    const bool left_to_the_end = m_step == m_total_steps && m_cfg.checkpoint.at_end;
+    if (due && !left_to_the_end) write_checkpoint();
+    if (stop) m_stop_flags = agreed;
+    return stop;
+  }
+
+  // The job's state at the end of step m_step, in <run dir>/checkpoints (checkpoint.hpp).
+  void write_checkpoint() {
+    const auto t0 = Clock::now();
+    const double ts = now_s();
+    io::CheckpointData shared, own;
+    const bool per_rank = m_group->replicas_differ();
+    if (m_root) {
+      m_group->save_shared(shared);
+      shared.ints["step"] = m_step;
+      shared.ints["epoch"] = m_epoch;
+      shared.ints["epoch_batches"] = m_epoch_used;
+      shared.ints["samples_done"] = m_samples_done;
+      shared.ints["world_size"] = m_ranks;
+      shared.ints["per_rank_parts"] = per_rank ? 1 : 0;
+      shared.ints["metrics_lines"] = m_metrics ? m_metrics->lines() : 0;
+      shared.ints["train_samples"] = m_n_train;
+      shared.ints["param_count"] = static_cast<int64_t>(m_group->param_count());
+      shared.ints["state_count"] = static_cast<int64_t>(m_group->state_count());
+      shared.ints["tuner_done"] = m_tuner->active() ? 0 : 1;
+      shared.reals["window_loss_sum"] = m_window_loss.sum();
+      shared.reals["window_loss_weight"] = m_window_loss.weight();
+      shared.reals["last_train_loss"] = m_last_train_loss;
+      shared.texts["config"] = to_toml(m_cfg);
+      shared.texts["config_origin"] = m_origin;
+      shared.texts["model"] = m_spec.name;
+      shared.texts["algorithm"] = algorithm_name(m_algorithm);
+    }
+    if (per_rank) m_group->save_own(own);
+    const fs::path path = m_store->save(m_step, shared, per_rank ? &own : nullptr);
+    m_last_checkpoint_step = m_step;
+    m_last_checkpoint = path;
+    const double secs = seconds_since(t0);
+    m_timeline.add("checkpoint", Timeline::k_rank_track, ts, now_s());
+    log_metrics({{"kind", "checkpoint"}, {"step", m_step}, {"path", path.string()}, {"seconds", secs}});
+    m_progress->finish();
+    char line[160];
+    std::snprintf(line, sizeof(line), "checkpoint step %lld: ", static_cast<long long>(m_step));
+    log::info(line + path.string() + " (" + std::to_string(static_cast<int>(secs * 1000)) + " ms)");
   }
 
   // One step: a batch for every learner, the group's step, the logs, the auto-tuner.
@@ -515,35 +714,42 @@ class TrainingRun {
       m_inputs.push_back({data->images, data->labels});
     }
     m_timeline.add("load", Timeline::k_rank_track, t_load, now_s());
-    if (m_rank == m_fail_rank && m_step + 1 == m_fail_step)
-      throw Error("SQUALL_FAIL_AT: rank " + std::to_string(m_rank) + " fails at step " + std::to_string(m_fail_step) +
+    if (m_rank == m_fail.rank && m_step + 1 == m_fail.step) {
+      if (m_fail.kill) ::raise(SIGKILL);
+      throw Error("SQUALL_FAIL_AT: rank " + std::to_string(m_rank) + " fails at step " + std::to_string(m_fail.step) +
                   " on purpose");
+    }
 
     // The schedule follows the samples trained on, counted in steps of the initial learner
     // count, so that the auto-tuner's changes keep warm-up, milestones and the cosine in place.
     const double lr = m_schedule->lr_at(std::min(m_samples_done / m_planned_step_samples, m_planned_steps - 1),
                                         m_planned_steps);
     const auto t_step = Clock::now();
-    const std::vector<float> losses = m_group->step(m_inputs, m_step, static_cast<float>(lr));
-    for (const io::Batch* b : m_held) m_loader->release(b);
-    double loss = 0;
-    for (float l : losses) {
-      if (!std::isfinite(l)) {
-        m_progress->finish();
-        throw Error("training diverged: the loss is " + std::string(std::isnan(l) ? "NaN" : "infinite") +
-                    " at step " + std::to_string(m_step + 1) + " (epoch " + std::to_string(epoch) + ", rank " +
-                    std::to_string(m_rank) + ", learning rate " + std::to_string(lr) + "); " + divergence_hint());
-      }
-      loss += l;
+    std::vector<float> losses;
+    try {
+      losses = m_group->step(m_inputs, m_step, static_cast<float>(lr));
+    } catch (const NonFiniteStep& e) {
+      m_progress->finish();
+      diverged(e, epoch, lr);
     }
-    loss /= static_cast<double>(losses.size());
+    for (const io::Batch* b : m_held) m_loader->release(b);
+    // train.nonfinite = skip: a learner whose loss was not finite took no update (the group
+    // skipped it); its loss stays out of the mean. stop: the group has thrown above.
+    double loss = 0;
+    int finite = 0;
+    for (float l : losses)
+      if (std::isfinite(l)) loss += l, ++finite;
+    if (finite == 0 && !(m_cfg.train.nonfinite == "skip"))
+      throw Error("training diverged: the loss is not finite at step " + std::to_string(m_step + 1) + " (rank " +
+                  std::to_string(m_rank) + ")");
+    loss /= std::max(1, finite);
     ++m_step;
     const int64_t step_samples = m_batch * m_learners * m_ranks;
     m_samples_done += step_samples;
 
-    m_window_loss.add(loss);
+    if (finite > 0) m_window_loss.add(loss);
     const double elapsed = seconds_since(m_loop_start);
-    const double rate = static_cast<double>(m_samples_done) / std::max(elapsed, 1e-9);
+    const double rate = static_cast<double>(m_samples_done - m_samples_at_start) / std::max(elapsed, 1e-9);
     if (m_root)
       m_progress->update({m_step, m_total_steps, static_cast<int>(epoch), static_cast<int>(m_epochs),
                           m_window_loss.mean(), rate, elapsed});
@@ -551,10 +757,9 @@ class TrainingRun {
       m_last_train_loss = m_window_loss.mean();
       json record{{"kind", "train"}, {"step", m_step}, {"epoch", epoch}, {"loss", m_last_train_loss}, {"lr", lr},
                   {"learners", m_learners}, {"samples_per_s", rate}};
-      if (m_group->options().loss_scaling.dynamic) {
-        record["loss_scale"] = m_group->loss_scale();
+      if (m_group->options().loss_scaling.dynamic) record["loss_scale"] = m_group->loss_scale();
+      if (m_group->options().loss_scaling.dynamic || m_group->options().skip_nonfinite)
         record["skipped_steps"] = m_group->skipped_steps();
-      }
       log_metrics(record);
       m_window_loss.reset();
     }
@@ -567,13 +772,7 @@ class TrainingRun {
   void reshape(int change, int64_t epoch, int64_t used) {
     if (change > 0) m_group->add_learner(); else m_group->remove_learner();
     m_learners = m_group->learners();
-    m_steps_per_epoch = m_batches_per_epoch / m_learners;
-    const int64_t rest_of_epoch = (m_batches_per_epoch - used) / m_learners;
-    if (m_cfg.train.max_steps == 0)
-      m_total_steps = m_step + rest_of_epoch + (m_epochs - epoch) * m_steps_per_epoch;
-    else
-      m_epochs = epoch + (std::max<int64_t>(0, m_total_steps - m_step - rest_of_epoch) + m_steps_per_epoch - 1) /
-                             m_steps_per_epoch;
+    replan(epoch, used);
     const json& d = m_tuner->decisions().back();
     log_metrics({{"kind", "autotune"}, {"step", m_step}, {"learners_before", d["learners"]},
                  {"samples_per_s", d["samples_per_s"]}, {"decision", d["decision"]}, {"learners", m_learners},
@@ -597,21 +796,11 @@ class TrainingRun {
     const int64_t begin = m_n_test * m_rank / m_ranks, end = m_n_test * (m_rank + 1) / m_ranks;
     // Rank 0 evaluates the first test samples: it draws a few of them.
     std::vector<PredictionSample> pictures(m_root && m_test->info().per_pixel_labels ? k_picture_samples : 0);
-    m_last_eval = squall::train::evaluate(g, *m_backend, *m_stream, *m_test, begin, end, m_dev_labels, m_dev_pred,
-                                          m_dev_weights, pictures.empty() ? nullptr : &pictures);
+    m_last_eval = evaluate_range(g, *m_backend, *m_stream, *m_test, begin, end, m_dev_labels, m_dev_pred, m_dev_weights,
+                                 pictures.empty() ? nullptr : &pictures);
     if (!pictures.empty()) write_pictures(pictures, epoch);
-    if (m_ranks > 1) {
-      const auto counts = m_last_eval.cm.counts();  // a view of the matrix
-      std::vector<double> sums(counts.size() + 2);
-      for (size_t i = 0; i < counts.size(); ++i) sums[i] = static_cast<double>(counts[i]);
-      sums[sums.size() - 2] = m_last_eval.loss_sum;
-      sums.back() = m_last_eval.samples;
-      m_world.allreduce_sum(std::span<double>(sums));
-      for (size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<int64_t>(sums[i]);
-      m_last_eval.loss_sum = sums[sums.size() - 2];
-      m_last_eval.samples = sums.back();
-    }
-    m_last_eval_loss = m_last_eval.samples > 0 ? m_last_eval.loss_sum / m_last_eval.samples : 0;
+    sum_over_ranks(m_last_eval, m_world);
+    m_last_eval_loss = m_last_eval.loss();
     const double secs = seconds_since(t0);
     m_timeline.add("eval", Timeline::k_rank_track, ts, now_s());
     m_eval_total_s += secs;
@@ -650,13 +839,9 @@ class TrainingRun {
   // ---- the end: the same central model on every rank, the timeline, the summary ----
   TrainResult finish() {
     const double t_io = m_loader->io_wait_s();
-    std::vector<float> host(m_group->param_count() + m_group->state_count());
-    m_backend->copy_to_host(*m_stream, host.data(), m_group->central_params(), m_group->param_count());
-    m_backend->copy_to_host(*m_stream, host.data() + m_group->param_count(), m_group->central_state(),
-                            m_group->state_count());
-    m_backend->synchronize(*m_stream);
     TrainResult r;
-    r.model_checksum = fnv1a_hex(host.data(), host.size() * sizeof(float));
+    r.model_checksum = central_checksum();
+    r.checkpoint = m_last_checkpoint.string();
     const std::vector<std::string> sums = m_world.gather_strings(r.model_checksum);
     std::string mismatch;
     for (size_t i = 0; i < sums.size(); ++i)
@@ -668,7 +853,7 @@ class TrainingRun {
       if (m_timeline.dropped() > 0)
         log::warn("timeline: " + std::to_string(m_timeline.dropped()) + " events past the limit were dropped");
       const auto parts = m_world.gather_strings(m_timeline.events_json(m_rank, m_topo.host(), m_topo.node()));
-      if (m_root) write_atomic(m_dir / "timeline.json", Timeline::document(parts));
+      if (m_root) write_file_atomic(m_dir / "timeline.json", Timeline::document(parts));
     }
 
     const double t_compute = m_group->compute_seconds(), t_reduce = m_group->reduce_seconds();
@@ -677,8 +862,8 @@ class TrainingRun {
     r.test_accuracy = m_last_eval.cm.accuracy();
     r.test_loss = m_last_eval_loss;
     r.wall_s = seconds_since(m_start);
-    r.samples_per_s = static_cast<double>(m_samples_done) / std::max(m_loop_s, 1e-9);
-    if (m_root) write_atomic(m_dir / "summary.json", summary(r, t_compute, t_reduce, t_io).dump(2) + "\n");
+    r.samples_per_s = static_cast<double>(m_samples_done - m_samples_at_start) / std::max(m_loop_s, 1e-9);
+    if (m_root) write_file_atomic(m_dir / "summary.json", summary(r, t_compute, t_reduce, t_io).dump(2) + "\n");
 
     char line[400];
     std::snprintf(line, sizeof(line),
@@ -769,8 +954,7 @@ class TrainingRun {
   const int m_rank, m_ranks;
   const bool m_root;
   const Algorithm m_algorithm;
-  int m_fail_rank = -1;
-  int64_t m_fail_step = 0;  // SQUALL_FAIL_AT
+  FailAt m_fail;  // SQUALL_FAIL_AT
 
   // The data and the plan (steps change when the auto-tuner changes the learner count).
   std::unique_ptr<DataSource> m_train, m_test;
@@ -803,6 +987,19 @@ class TrainingRun {
   std::unique_ptr<MetricsLog> m_metrics;
   std::unique_ptr<Progress> m_progress;
   std::unique_ptr<AutoTuner> m_tuner;
+
+  // Checkpoints, resuming and stopping.
+  std::vector<int> m_node_of_rank;                // every rank's node, for the sampler
+  std::unique_ptr<CheckpointStore> m_store;
+  std::unique_ptr<mpi::FlagAgreement> m_flags;    // stop signals and timed checkpoints, agreed per step
+  static constexpr uint64_t k_flag_sigterm = 1, k_flag_sigusr1 = 2, k_flag_timed = 4;
+  uint64_t m_stop_flags = 0;                      // the agreed flags that stopped the run (0: running)
+  Clock::time_point m_last_time_checkpoint;
+  int64_t m_first_epoch = 1, m_first_used = 0;    // where training starts (a checkpoint's position)
+  int64_t m_epoch = 1, m_epoch_used = 0;          // where it is: the epoch, its batches used
+  int64_t m_samples_at_start = 0, m_metrics_lines_at_resume = 0, m_last_checkpoint_step = -1;
+  std::optional<fs::path> m_resumed_from;
+  fs::path m_last_checkpoint;
 
   // The loop's state.
   std::vector<const io::Batch*> m_held;

@@ -17,6 +17,9 @@ struct TrainResult {
   double samples_per_s = 0;
   double wall_s = 0;
   std::string model_checksum;  // FNV-1a 64 of the parameter and state bytes, hex
+  std::string checkpoint;      // the last checkpoint written or resumed from ("" if none)
+  bool stopped = false;        // a stop signal ended the run early, after a checkpoint
+  int stop_signal = 0;         // ... which one (SIGTERM or SIGUSR1)
 };
 
 // How the job runs, from the command line rather than the config.
@@ -25,12 +28,16 @@ struct RunOptions {
   double stall_warn_s = 60;      // collective watchdog (mpi/allreduce.hpp)
   double stall_abort_s = 1800;
   bool timeline = false;         // write <run dir>/timeline.json (Chrome trace)
+  std::string resume;            // "" (a new run), "auto" (the newest usable checkpoint) or a checkpoint's path
+  bool overwrite = false;        // replace an earlier run's outputs in run.dir
 };
 
 // Runs the whole training described by `config` on every rank of MPI_COMM_WORLD (collective;
-// a plain process is a job of one rank); rank 0 writes into config.run.dir. Throws
-// squall::Error on bad input, when the loss becomes NaN or infinite (naming the step and
-// rank), and when the ranks' central models differ at the end. `config_origin` names the
+// a plain process is a job of one rank); rank 0 writes into config.run.dir, every rank its part
+// of the checkpoints. Throws squall::Error on bad input, when the loss becomes NaN or infinite
+// (naming the step, rank and layer), and when the ranks' central models differ at the end;
+// CollectiveError (every rank alike) for failures the ranks agreed on. A stop signal returns
+// early with `stopped` set, after writing a checkpoint. `config_origin` names the
 // config in messages and in the run directory.
 TrainResult run_training(const Config& config, const std::string& config_origin, const RunOptions& options = {});
 

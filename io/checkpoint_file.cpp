@@ -1,0 +1,269 @@
+// Checkpoint files in HDF5 (checkpoint_file.hpp).
+#include "io/checkpoint_file.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "io/h5_util.hpp"
+#include "src/core/durable.hpp"
+#include "src/core/error.hpp"
+
+namespace squall::io {
+namespace {
+
+constexpr const char* k_format = "squall-checkpoint";
+constexpr int64_t k_format_version = 1;
+constexpr hsize_t k_chunk_floats = hsize_t{1} << 20;  // 4 MiB chunks: one checksum each
+
+std::string with_cause(const std::string& message) {
+  const std::string cause = h5_error_text();
+  return cause.empty() ? message : message + " (" + cause + ")";
+}
+
+// A failed HDF5 write: the library's innermost message, and errno's when the system refused
+// (ENOSPC, EIO, EROFS), which is what a user acts on.
+std::string write_failure(const std::string& path, const std::string& what, int saved_errno) {
+  std::string message = path + ": cannot write " + what;
+  if (saved_errno != 0) message += ": " + std::string(std::strerror(saved_errno));
+  return with_cause(message);
+}
+
+void write_real_attr(hid_t obj, const std::string& name, double value) {
+  auto lock = h5_lock();
+  H5Handle space(H5Screate(H5S_SCALAR));
+  H5Handle attr(H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!attr || H5Awrite(attr.get(), H5T_NATIVE_DOUBLE, &value) < 0)
+    throw Error(with_cause("cannot write attribute " + name));
+}
+
+double read_real_attr(hid_t obj, const std::string& name, const std::string& what) {
+  auto lock = h5_lock();
+  if (H5Aexists(obj, name.c_str()) <= 0) throw Error(what + ": attribute " + name + " is missing");
+  H5Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
+  double value = 0;
+  if (!attr || H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &value) < 0)
+    throw Error(with_cause(what + ": attribute " + name + " unreadable"));
+  return value;
+}
+
+void write_array(hid_t file, const std::string& path, const std::string& name, const std::vector<float>& values) {
+  auto lock = h5_lock();
+  const hsize_t n = values.size();
+  H5Handle space(H5Screate_simple(1, &n, nullptr));
+  H5Handle create(H5Pcreate(H5P_DATASET_CREATE));
+  if (n > 0) {
+    const hsize_t chunk = std::min(n, k_chunk_floats);
+    H5Pset_chunk(create.get(), 1, &chunk);
+    H5Pset_fletcher32(create.get());
+  }
+  H5Handle links(H5Pcreate(H5P_LINK_CREATE));
+  H5Pset_create_intermediate_group(links.get(), 1);
+  errno = 0;
+  H5Handle ds(H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, space.get(), links.get(), create.get(), H5P_DEFAULT));
+  if (!ds) throw Error(write_failure(path, "dataset " + name, errno));
+  if (n > 0 && H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
+    throw Error(write_failure(path, "dataset " + name, errno));
+  // Closing writes the chunks still in HDF5's cache: its failure must not go unnoticed.
+  if (H5Dclose(ds.release()) < 0) throw Error(write_failure(path, "dataset " + name, errno));
+}
+
+std::vector<std::string> names_of(const auto& map) {
+  std::vector<std::string> out;
+  for (const auto& [name, value] : map) out.push_back(name);
+  return out;
+}
+
+void write_all(hid_t file, const std::string& path, const CheckpointData& data) {
+  h5_write_attr_string(file, "format", k_format);
+  h5_write_attr_int(file, "format_version", k_format_version);
+  // The names of each kind of entry (an empty kind has no list).
+  if (!data.arrays.empty()) h5_write_attr_strings(file, "arrays", names_of(data.arrays));
+  if (!data.ints.empty()) h5_write_attr_strings(file, "ints", names_of(data.ints));
+  if (!data.reals.empty()) h5_write_attr_strings(file, "reals", names_of(data.reals));
+  if (!data.texts.empty()) h5_write_attr_strings(file, "texts", names_of(data.texts));
+  for (const auto& [name, value] : data.ints) h5_write_attr_int(file, "i:" + name, value);
+  for (const auto& [name, value] : data.reals) write_real_attr(file, "r:" + name, value);
+  for (const auto& [name, value] : data.texts) h5_write_attr_string(file, "t:" + name, value);
+  for (const auto& [name, values] : data.arrays) write_array(file, path, name, values);
+}
+
+}  // namespace
+
+const std::vector<float>& CheckpointData::array(const std::string& name, size_t count) const {
+  const auto it = arrays.find(name);
+  if (it == arrays.end()) throw Error(origin + ": dataset " + name + " is missing");
+  if (it->second.size() != count)
+    throw Error(origin + ": dataset " + name + " holds " + std::to_string(it->second.size()) + " values, expected " +
+                std::to_string(count));
+  return it->second;
+}
+
+int64_t CheckpointData::integer(const std::string& name) const {
+  const auto it = ints.find(name);
+  if (it == ints.end()) throw Error(origin + ": entry " + name + " is missing");
+  return it->second;
+}
+
+double CheckpointData::real(const std::string& name) const {
+  const auto it = reals.find(name);
+  if (it == reals.end()) throw Error(origin + ": entry " + name + " is missing");
+  return it->second;
+}
+
+const std::string& CheckpointData::text(const std::string& name) const {
+  const auto it = texts.find(name);
+  if (it == texts.end()) throw Error(origin + ": entry " + name + " is missing");
+  return it->second;
+}
+
+// A flat byte layout: for each map, a count, then (name length, name, payload) per entry.
+std::string CheckpointData::serialize() const {
+  std::string out;
+  auto put = [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
+  auto put_u64 = [&](uint64_t v) { put(&v, sizeof(v)); };
+  auto put_str = [&](const std::string& s) {
+    put_u64(s.size());
+    put(s.data(), s.size());
+  };
+  put_u64(arrays.size());
+  for (const auto& [name, v] : arrays) {
+    put_str(name);
+    put_u64(v.size());
+    put(v.data(), v.size() * sizeof(float));
+  }
+  put_u64(ints.size());
+  for (const auto& [name, v] : ints) {
+    put_str(name);
+    put(&v, sizeof(v));
+  }
+  put_u64(reals.size());
+  for (const auto& [name, v] : reals) {
+    put_str(name);
+    put(&v, sizeof(v));
+  }
+  put_u64(texts.size());
+  for (const auto& [name, v] : texts) {
+    put_str(name);
+    put_str(v);
+  }
+  return out;
+}
+
+CheckpointData CheckpointData::deserialize(const std::string& bytes, const std::string& origin) {
+  CheckpointData d;
+  d.origin = origin;
+  size_t at = 0;
+  auto take = [&](void* p, size_t n) {
+    if (n > bytes.size() - at) throw Error(origin + ": checkpoint data cut short in transfer");
+    std::memcpy(p, bytes.data() + at, n);
+    at += n;
+  };
+  auto u64 = [&] {
+    uint64_t v = 0;
+    take(&v, sizeof(v));
+    return v;
+  };
+  auto str = [&] {
+    std::string s(u64(), '\0');
+    take(s.data(), s.size());
+    return s;
+  };
+  for (uint64_t k = u64(); k > 0; --k) {
+    std::string name = str();
+    std::vector<float> v(u64());
+    take(v.data(), v.size() * sizeof(float));
+    d.arrays.emplace(std::move(name), std::move(v));
+  }
+  for (uint64_t k = u64(); k > 0; --k) {
+    std::string name = str();
+    take(&d.ints[name], sizeof(int64_t));
+  }
+  for (uint64_t k = u64(); k > 0; --k) {
+    std::string name = str();
+    take(&d.reals[name], sizeof(double));
+  }
+  for (uint64_t k = u64(); k > 0; --k) {
+    std::string name = str();
+    d.texts[name] = str();
+  }
+  return d;
+}
+
+void write_checkpoint_file(const std::string& path, const CheckpointData& data) {
+  {
+    auto lock = h5_lock();
+    H5Handle access(H5Pcreate(H5P_FILE_ACCESS));
+    // The 1.8+ format: checksummed object headers and superblock.
+    H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+    errno = 0;
+    H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()));
+    if (!file) throw Error(write_failure(path, "the file", errno));
+    try {
+      write_all(file.get(), path, data);
+    } catch (...) {
+      file.reset();
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+      throw;
+    }
+    // Closing flushes HDF5's caches: a full disk may first show here.
+    errno = 0;
+    if (H5Fclose(file.release()) < 0) {
+      const int saved = errno;
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+      throw Error(write_failure(path, "the file", saved));
+    }
+  }
+  try {
+    sync_file(path);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+    throw;
+  }
+}
+
+CheckpointData read_checkpoint_file(const std::string& path) {
+  auto lock = h5_lock();
+  H5Handle file = h5_open_file(path);
+  CheckpointData d;
+  d.origin = path;
+  std::string format;
+  if (!h5_read_attr_string(file.get(), "format", format, path) || format != k_format)
+    throw Error(path + ": not a squall checkpoint (no format = \"" + k_format + "\" attribute)");
+  int64_t version = 0;
+  if (!h5_read_attr_int(file.get(), "format_version", version, path) || version != k_format_version)
+    throw Error(path + ": checkpoint format version " + std::to_string(version) + ", this squall reads version " +
+                std::to_string(k_format_version));
+  std::vector<std::string> arrays, ints, reals, texts;
+  for (auto [key, list] : {std::pair{"arrays", &arrays}, {"ints", &ints}, {"reals", &reals}, {"texts", &texts}})
+    h5_read_attr_strings(file.get(), key, *list, path);
+  for (const std::string& name : ints) {
+    int64_t v = 0;
+    if (!h5_read_attr_int(file.get(), "i:" + name, v, path)) throw Error(path + ": entry " + name + " is missing");
+    d.ints[name] = v;
+  }
+  for (const std::string& name : reals) d.reals[name] = read_real_attr(file.get(), "r:" + name, path);
+  for (const std::string& name : texts) {
+    std::string v;
+    if (!h5_read_attr_string(file.get(), "t:" + name, v, path)) throw Error(path + ": entry " + name + " is missing");
+    d.texts[name] = std::move(v);
+  }
+  for (const std::string& name : arrays) {
+    H5Handle ds = h5_open_dataset(file.get(), path, name);
+    const H5DatasetDesc desc = h5_describe(ds.get());
+    if (desc.type_class != H5T_FLOAT || desc.type_size != 4 || desc.dims.size() != 1)
+      throw Error(path + ": dataset " + name + " is " + desc.dtype + " " + h5_dims_text(desc.dims) +
+                  ", expected a float32 vector");
+    std::vector<float> v(static_cast<size_t>(desc.dims[0]));
+    // The Fletcher-32 filter verifies each chunk as it is read.
+    if (!v.empty() && H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
+      throw Error(with_cause(path + ": dataset " + name + " is corrupt or unreadable"));
+    d.arrays[name] = std::move(v);
+  }
+  return d;
+}
+
+}  // namespace squall::io

@@ -1,0 +1,45 @@
+#pragma once
+// One checkpoint file: named float arrays and named integers, reals and texts, in HDF5
+// (docs/formats.md, "Checkpoints"). Arrays are chunked datasets with HDF5's Fletcher-32
+// checksum on every chunk and the file uses the v1.8+ format, whose metadata carries
+// checksums too, so a flipped byte or a truncated file is an error on reading, never a model
+// that silently differs. Writing ends with fsync; the caller renames the finished file (or
+// the folder that holds it) into place (src/train/checkpoint.hpp).
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace squall::io {
+
+struct CheckpointData {
+  std::map<std::string, std::vector<float>> arrays;  // "central/params", "learner_0/optimizer/momentum"
+  std::map<std::string, int64_t> ints;               // "step", "world_size"
+  std::map<std::string, double> reals;               // "loss_scale"
+  std::map<std::string, std::string> texts;          // "config" (TOML), "model"
+  std::string origin;                                 // the file it was read from, for messages
+
+  // Accessors that throw squall::Error naming `origin` and the entry when it is missing or
+  // (arrays) does not hold `count` floats.
+  const std::vector<float>& array(const std::string& name, size_t count) const;
+  bool has_array(const std::string& name) const { return arrays.count(name) > 0; }
+  int64_t integer(const std::string& name) const;
+  double real(const std::string& name) const;
+  const std::string& text(const std::string& name) const;
+
+  // Bytes for a broadcast to the other ranks, and back.
+  std::string serialize() const;
+  static CheckpointData deserialize(const std::string& bytes, const std::string& origin);
+};
+
+// Writes `data` to `path` (replacing any file there) and flushes it to storage. Throws
+// squall::Error naming the file, the entry being written and the system's reason (a full disk
+// says "No space left on device"); a failed write leaves no file at `path`.
+void write_checkpoint_file(const std::string& path, const CheckpointData& data);
+
+// Reads every entry of a file written by write_checkpoint_file, verifying every checksum.
+// Throws squall::Error naming the file (and the dataset) when it is missing, truncated,
+// corrupt or not a squall checkpoint.
+CheckpointData read_checkpoint_file(const std::string& path);
+
+}  // namespace squall::io

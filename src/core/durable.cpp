@@ -1,0 +1,67 @@
+#include "src/core/durable.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "src/core/error.hpp"
+
+namespace squall {
+namespace fs = std::filesystem;
+
+std::string errno_text() { return std::strerror(errno); }
+
+namespace {
+
+void sync_path(const fs::path& path, int flags, const char* what) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) throw Error(path.string() + ": cannot open " + what + " to flush it: " + errno_text());
+  const bool ok = ::fsync(fd) == 0;
+  const std::string why = ok ? std::string() : errno_text();
+  ::close(fd);
+  if (!ok) throw Error(path.string() + ": cannot flush " + what + " to storage: " + why);
+}
+
+}  // namespace
+
+void sync_file(const fs::path& path) { sync_path(path, O_RDONLY, "the file"); }
+
+void sync_dir(const fs::path& dir) { sync_path(dir.empty() ? fs::path(".") : dir, O_RDONLY | O_DIRECTORY, "the directory"); }
+
+void rename_durably(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  if (ec) throw Error(to.string() + ": cannot rename " + from.string() + " into place: " + ec.message());
+  sync_dir(to.parent_path());
+}
+
+void write_file_atomic(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(path.string() + ": cannot create " + tmp.string() + ": " + errno_text());
+  std::string why;
+  for (size_t done = 0; done < text.size() && why.empty();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) why = errno_text();
+    else done += static_cast<size_t>(n);
+  }
+  if (why.empty() && ::fsync(fd) != 0) why = errno_text();
+  if (::close(fd) != 0 && why.empty()) why = errno_text();
+  if (!why.empty()) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw Error(path.string() + ": cannot write: " + why);
+  }
+  try {
+    rename_durably(tmp, path);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+}
+
+}  // namespace squall

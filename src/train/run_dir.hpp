@@ -1,0 +1,38 @@
+#pragma once
+// The run directory before training starts (docs/training.md, "Checkpoints and restart"):
+// a run's outputs are never overwritten silently, and a resumed run checks that the
+// checkpoint belongs to the same job.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "src/train/config.hpp"
+
+namespace squall::train {
+
+// What a run directory already holds: "metrics.jsonl", "summary.json", "2 checkpoint(s) up to
+// step 40", ... (empty: nothing of a run).
+std::vector<std::string> run_outputs(const std::filesystem::path& dir);
+
+// Makes `dir` (run.dir) and checks that files can be written in it; throws squall::Error
+// naming it and the system's reason.
+void ensure_writable_dir(const std::filesystem::path& dir);
+
+// Removes a run's outputs from `dir` (--overwrite): metrics, summary, config, timeline,
+// predictions, checkpoints. Anything else in the folder stays.
+void remove_run_outputs(const std::filesystem::path& dir);
+
+// Keeps the first `lines` lines of the file (metrics.jsonl when resuming: the records written
+// after the checkpoint are written again by the resumed run); atomic.
+void keep_first_lines(const std::filesystem::path& file, int64_t lines);
+
+// Why a run configured as `now` may not continue from a checkpoint written with `then` (the
+// keys that must match, with both values), or "" when it may. `changed` receives the keys that
+// differ and may (optimizer.lr, train.epochs, data paths, ...), as "key: old -> new".
+std::string resume_incompatibility(const Config& now, const Config& then, std::vector<std::string>& changed);
+
+// Every key whose value differs between `a` and `b`, as "key: a-value -> b-value".
+std::vector<std::string> config_differences(const Config& a, const Config& b);
+
+}  // namespace squall::train

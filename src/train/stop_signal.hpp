@@ -1,0 +1,18 @@
+#pragma once
+// SIGTERM and SIGUSR1, what batch systems send before a job's time runs out (Slurm's
+// --signal, LSF's warning action), ask a training run to stop cleanly: it finishes the step
+// in flight, writes a checkpoint and exits with k_exit_requeue (75) so that the job script can
+// requeue it with --resume auto (docs/training.md, "Signals"). A second such signal, or any
+// other, ends the process at once as usual.
+namespace squall::train {
+
+// Installs the handlers (idempotent; for the whole process).
+void install_stop_handlers();
+// The first stop signal received (SIGTERM or SIGUSR1), or 0.
+int stop_signal();
+// "SIGTERM", "SIGUSR1", "signal N".
+const char* signal_name(int signal);
+// For tests: forget a received signal.
+void clear_stop_signal();
+
+}  // namespace squall::train
