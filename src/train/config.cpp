@@ -8,11 +8,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <variant>
 
 #include "src/core/error.hpp"
+#include "src/nn/graph.hpp"
 
 namespace squall::train {
 namespace {
@@ -154,6 +156,32 @@ std::string line_of(const toml::node& n) {
 
 // ---- assigning a TOML value to a field --------------------------------------------------------
 
+// Shortest text that reads back to the same double, always with a '.' or exponent so that
+// TOML sees a float.
+std::string format_double(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, d);
+  std::string s(buf, res.ptr);
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+// TOML reads inf and nan as floats. A non-finite rate, weight or coefficient would only show
+// up as a NaN loss (or a run that never stops) later, so every float key, and every element
+// of a float array, must be finite. Returns the broken rule ("key must be ...") or "".
+std::string non_finite(const Field& f) {
+  auto rule = [](const std::string& key, double v) {
+    return key + " must be a finite number (got " + format_double(v) + ")";
+  };
+  if (const auto* p = std::get_if<double*>(&f.ref); p && !std::isfinite(**p)) return rule(f.full(), **p);
+  if (const auto* p = std::get_if<std::vector<double>*>(&f.ref))
+    for (size_t i = 0; i < (*p)->size(); ++i)
+      if (!std::isfinite((**p)[i])) return rule(f.full() + "[" + std::to_string(i) + "]", (**p)[i]);
+  return "";
+}
+
 std::string describe(const toml::node& n) {
   switch (n.type()) {
     case toml::node_type::string: return "string \"" + std::string(*n.value<std::string>()) + "\"";
@@ -220,9 +248,26 @@ void assign(const Field& f, const toml::node& n, const std::string& origin, cons
         }
       },
       f.ref);
+  if (const std::string why = non_finite(f); !why.empty())
+    throw Error(origin + ": " + why + (raw.empty() ? line_of(n) : ""));
 }
 
-void apply_table(Config& config, const toml::table& root, const std::string& origin) {
+// ---- where each key was set -------------------------------------------------------------------
+
+// The file (and line) or the --set override that last set a key. Kept beside the Config, not
+// in it: two configs with the same values are equal however they were written, and to_toml
+// writes values only.
+struct SetAt {
+  std::string origin;
+  std::string line;  // " (line N)" for a file, empty for an override
+};
+using KeysSet = std::map<std::string, SetAt>;
+
+void note_set(KeysSet* set, const Field& f, const std::string& origin, const std::string& line) {
+  if (set) (*set)[f.full()] = SetAt{origin, line};
+}
+
+void apply_table(Config& config, const toml::table& root, const std::string& origin, KeysSet* set) {
   auto table = fields(config);
   const auto sections = section_names(table);
   for (const auto& [section_key, section_node] : root) {
@@ -245,8 +290,47 @@ void apply_table(Config& config, const toml::table& root, const std::string& ori
       if (it == table.end())
         throw Error(origin + ": unknown key '" + full + "'" + line_of(node) + suggestion(full, keys_here));
       assign(*it, node, origin, "");
+      note_set(set, *it, origin, line_of(node));
     }
   }
+}
+
+// apply_override, noting in `set` (when given) that the key was set here.
+void apply_override_noting(Config& config, const std::string& assignment, KeysSet* set) {
+  std::string text = assignment;
+  if (text.rfind("--set ", 0) == 0) text = text.substr(6);
+  else if (text.rfind("--set=", 0) == 0) text = text.substr(6);
+  const std::string origin = "--set " + text;
+  const auto eq = text.find('=');
+  const auto dot = text.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    throw Error(origin + ": expected section.key=value, e.g. --set optimizer.lr=0.1");
+  auto trim = [](std::string s) {
+    const auto b = s.find_first_not_of(" \t");
+    const auto e = s.find_last_not_of(" \t");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  };
+  const std::string full = trim(text.substr(0, eq));
+  const std::string value = trim(text.substr(eq + 1));
+
+  auto table = fields(config);
+  const auto it = std::find_if(table.begin(), table.end(), [&](const Field& f) { return f.full() == full; });
+  if (it == table.end()) {
+    std::vector<std::string> all;
+    for (const auto& f : table) all.push_back(f.full());
+    throw Error(origin + ": unknown key '" + full + "'" + suggestion(full, all));
+  }
+  // The value is TOML value syntax; text that is not valid TOML (runs/x, lenet5) is taken as an
+  // unquoted string, which only a string key accepts.
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    parsed = toml::table{{"v", value}};
+  }
+  const toml::node* node = parsed.get("v");
+  assign(*it, *node, origin, value.empty() ? std::string(" ") : value);
+  note_set(set, *it, origin, "");
 }
 
 // ---- writing TOML -----------------------------------------------------------------------------
@@ -272,18 +356,6 @@ std::string quote(const std::string& s) {
     }
   }
   return out + "\"";
-}
-
-// Shortest text that reads back to the same double, always with a '.' or exponent so that
-// TOML sees a float.
-std::string format_double(double d) {
-  if (std::isnan(d)) return "nan";
-  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
-  char buf[64];
-  const auto res = std::to_chars(buf, buf + sizeof buf, d);
-  std::string s(buf, res.ptr);
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
 }
 
 std::string format_value(const FieldRef& ref) {
@@ -344,44 +416,137 @@ struct Checker {
   static std::string show(double v) { return format_double(v); }
 };
 
+void check_finite(const Config& config, const std::string& origin) {
+  Config copy = config;  // the field table binds non-const pointers
+  for (const auto& f : fields(copy))
+    if (const std::string why = non_finite(f); !why.empty()) throw Error(origin + ": " + why);
+}
+
+// ---- keys that do not apply -------------------------------------------------------------------
+
+// A key that has an effect only for some values of another key, its decider: beta1 only for
+// the Adam family, min_lr only for the cosine schedule, ... Setting one that has no effect is
+// almost always a mistake (the optimizer or schedule the user had in mind is not the one
+// chosen), so it is refused. Only what the code reads is listed: a key with an effect in any
+// path (trainer.cpp, learners.cpp, optimizer.cpp, schedule.cpp, the model zoo) is not here.
+struct Applicability {
+  const char* key;
+  const char* decider;
+  const char* applies_to;  // the decider's values it applies to, as the message says them
+  bool (*applies)(const Config&);
+};
+
+bool known_model(const std::string& name) {
+  const auto names = nn::model_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// An unknown model name is the zoo's error to report (with its list); no key is refused for it.
+bool takes_width_and_depth(const Config& c) {
+  const std::string& m = c.model.name;
+  return !known_model(m) || m == "resnet20" || m == "unet" || m == "deeplabv3plus";
+}
+
+bool takes_aspp_rates(const Config& c) {
+  return !known_model(c.model.name) || c.model.name.rfind("deeplabv3plus", 0) == 0;
+}
+
+bool sgd(const Config& c) { return c.optimizer.name == "sgd"; }
+bool adam_family(const Config& c) {
+  const std::string& o = c.optimizer.name;
+  return o == "adam" || o == "adamw" || o == "lamb";
+}
+bool larc(const Config& c) { return c.optimizer.larc; }
+bool multistep(const Config& c) { return c.schedule.kind == "multistep"; }
+bool cosine(const Config& c) { return c.schedule.kind == "cosine"; }
+bool scaled_lr(const Config& c) { return c.schedule.scale_lr_with_batch; }
+bool fp16(const Config& c) { return c.train.precision == "fp16"; }
+bool sma(const Config& c) { return c.parallel.algorithm == "sma"; }
+bool local_sgd(const Config& c) { return c.parallel.algorithm == "local-sgd"; }
+bool synchronises(const Config& c) { return sma(c) || local_sgd(c); }
+bool autotune(const Config& c) { return c.parallel.autotune; }
+// Validation used to ask for max_replicas_per_device >= replicas_per_device in every run, so
+// scripts (bench/, tests/mpi/) set the two equal without the auto-tuner: that value, which
+// says nothing new, is still accepted.
+bool caps_learners(const Config& c) {
+  return c.parallel.autotune || c.parallel.max_replicas_per_device == c.parallel.replicas_per_device;
+}
+
+const std::vector<Applicability>& applicability() {
+  static const std::vector<Applicability> rules = {
+      {"model.width", "model.name", "resnet20, unet or deeplabv3plus", takes_width_and_depth},
+      {"model.depth", "model.name", "resnet20, unet or deeplabv3plus", takes_width_and_depth},
+      {"model.aspp_rates", "model.name", "deeplabv3plus*", takes_aspp_rates},
+      {"train.loss_scale", "train.precision", "fp16", fp16},
+      {"train.loss_scale_window", "train.precision", "fp16", fp16},
+      {"optimizer.momentum", "optimizer.name", "sgd", sgd},
+      {"optimizer.nesterov", "optimizer.name", "sgd", sgd},
+      {"optimizer.beta1", "optimizer.name", "adam, adamw or lamb", adam_family},
+      {"optimizer.beta2", "optimizer.name", "adam, adamw or lamb", adam_family},
+      {"optimizer.eps", "optimizer.name", "adam, adamw or lamb", adam_family},
+      {"optimizer.larc_eta", "optimizer.larc", "true", larc},
+      {"optimizer.larc_clip", "optimizer.larc", "true", larc},
+      {"schedule.milestones", "schedule.kind", "multistep", multistep},
+      {"schedule.milestone_unit", "schedule.kind", "multistep", multistep},
+      {"schedule.gamma", "schedule.kind", "multistep", multistep},
+      {"schedule.min_lr", "schedule.kind", "cosine", cosine},
+      {"schedule.reference_batch", "schedule.scale_lr_with_batch", "true", scaled_lr},
+      {"parallel.period", "parallel.algorithm", "sma or local-sgd", synchronises},
+      {"parallel.alpha", "parallel.algorithm", "sma", sma},
+      {"parallel.centre_rate", "parallel.algorithm", "sma", sma},
+      {"parallel.momentum", "parallel.algorithm", "sma", sma},
+      {"parallel.start_step", "parallel.algorithm", "local-sgd", local_sgd},
+      {"parallel.autotune_threshold", "parallel.autotune", "true", autotune},
+      {"parallel.max_replicas_per_device", "parallel.autotune", "true", caps_learners},
+  };
+  return rules;
+}
+
+const Field& field_named(const std::vector<Field>& table, const std::string& key) {
+  const auto it = std::find_if(table.begin(), table.end(), [&](const Field& f) { return f.full() == key; });
+  if (it == table.end()) throw Error("config: no key '" + key + "' in the field table");  // a typo in the rules
+  return *it;
+}
+
+bool differs_from_default(const Config& config, const std::string& key) {
+  Config copy = config, defaults;  // the field table binds non-const pointers
+  const auto now = fields(copy), before = fields(defaults);
+  return std::visit(
+      [](auto* a, auto* b) {
+        if constexpr (std::is_same_v<decltype(a), decltype(b)>) return *a != *b;
+        else return true;
+      },
+      field_named(now, key).ref, field_named(before, key).ref);
+}
+
+// The value as a message says it: text unquoted (sgd, not "sgd").
+std::string plain_value(const Config& config, const std::string& key) {
+  Config copy = config;
+  const auto table = fields(copy);
+  const FieldRef& ref = field_named(table, key).ref;
+  if (const auto* p = std::get_if<std::string*>(&ref)) return **p;
+  return format_value(ref);
+}
+
+// A key set in the file or by --set that differs from its default and does not apply is an
+// error naming where it was set. A key at its default never is: to_toml writes every key, and
+// a resolved config.toml must load again.
+void check_applicable(const Config& config, const KeysSet& set) {
+  for (const auto& rule : applicability()) {
+    const auto at = set.find(rule.key);
+    if (at == set.end() || rule.applies(config) || !differs_from_default(config, rule.key)) continue;
+    throw Error(at->second.origin + ": " + rule.key + " applies to " + rule.decider + " = " + rule.applies_to +
+                ", not " + plain_value(config, rule.decider) + at->second.line + ": remove it, or change " +
+                rule.decider);
+  }
+}
+
 }  // namespace
 
 // ---- public API ---------------------------------------------------------------------------------
 
 void apply_override(Config& config, const std::string& assignment) {
-  std::string text = assignment;
-  if (text.rfind("--set ", 0) == 0) text = text.substr(6);
-  else if (text.rfind("--set=", 0) == 0) text = text.substr(6);
-  const std::string origin = "--set " + text;
-  const auto eq = text.find('=');
-  const auto dot = text.find('.');
-  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
-    throw Error(origin + ": expected section.key=value, e.g. --set optimizer.lr=0.1");
-  auto trim = [](std::string s) {
-    const auto b = s.find_first_not_of(" \t");
-    const auto e = s.find_last_not_of(" \t");
-    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-  };
-  const std::string full = trim(text.substr(0, eq));
-  const std::string value = trim(text.substr(eq + 1));
-
-  auto table = fields(config);
-  const auto it = std::find_if(table.begin(), table.end(), [&](const Field& f) { return f.full() == full; });
-  if (it == table.end()) {
-    std::vector<std::string> all;
-    for (const auto& f : table) all.push_back(f.full());
-    throw Error(origin + ": unknown key '" + full + "'" + suggestion(full, all));
-  }
-  // The value is TOML value syntax; text that is not valid TOML (runs/x, lenet5) is taken as an
-  // unquoted string, which only a string key accepts.
-  toml::table parsed;
-  try {
-    parsed = toml::parse("v = " + value);
-  } catch (const toml::parse_error&) {
-    parsed = toml::table{{"v", value}};
-  }
-  const toml::node* node = parsed.get("v");
-  assign(*it, *node, origin, value.empty() ? std::string(" ") : value);
+  apply_override_noting(config, assignment, nullptr);
 }
 
 Config parse_config(const std::string& text, const std::string& origin,
@@ -395,9 +560,11 @@ Config parse_config(const std::string& text, const std::string& origin,
     throw Error(origin + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) +
                 ": TOML syntax error: " + std::string(e.description()));
   }
-  apply_table(config, root, origin);
-  for (const auto& o : overrides) apply_override(config, o);
+  KeysSet set;
+  apply_table(config, root, origin, &set);
+  for (const auto& o : overrides) apply_override_noting(config, o, &set);
   validate(config, overrides.empty() ? origin : origin + " with --set overrides");
+  check_applicable(config, set);
   return config;
 }
 
@@ -414,6 +581,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 }
 
 void validate(const Config& c, const std::string& origin) {
+  check_finite(c, origin);
   const Checker k{origin};
   k.require(!c.run.dir.empty(), "run.dir", "must not be empty");
   k.one_of(c.run.backend, "run.backend", {"cpu", "cuda", "auto"});
@@ -503,8 +671,9 @@ void validate(const Config& c, const std::string& origin) {
   k.require(!(p.cuda_graphs && c.model.dropout > 0), "parallel.cuda_graphs",
             "replays one captured pass, which would repeat one dropout mask every step: set model.dropout = 0 "
             "or parallel.cuda_graphs = false");
-  k.require(p.max_replicas_per_device >= p.replicas_per_device, "parallel.max_replicas_per_device",
-            "must be >= parallel.replicas_per_device");
+  // The auto-tuner's cap: without it, the learner count is replicas_per_device, whatever this says.
+  k.require(!p.autotune || p.max_replicas_per_device >= p.replicas_per_device, "parallel.max_replicas_per_device",
+            "must be >= parallel.replicas_per_device with parallel.autotune = true");
 
   k.non_negative(c.checkpoint.every_steps, "checkpoint.every_steps");
   k.non_negative(c.checkpoint.every_minutes, "checkpoint.every_minutes");

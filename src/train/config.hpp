@@ -145,8 +145,10 @@ struct Config {
 
 // Reads the TOML file at `path` (an empty path: start from the defaults), applies each
 // override in order ("section.key=value", a leading "--set " is accepted; the value is TOML
-// value syntax: 3, 0.1, true, "text" or text, [1, 2]) and validates the result. Errors
-// (squall::Error) name the file or the override and the key.
+// value syntax: 3, 0.1, true, "text" or text, [1, 2]) and validates the result. A key set
+// in the file or by an override that differs from its default and does not apply to the
+// chosen model, optimizer, schedule, precision or algorithm (optimizer.beta1 with sgd) is an
+// error too. Errors (squall::Error) name the file or the override and the key.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // Same, from TOML text; `origin` names it in errors.
@@ -156,7 +158,8 @@ Config parse_config(const std::string& text, const std::string& origin,
 // Applies one "section.key=value" override to `config` (no validation).
 void apply_override(Config& config, const std::string& assignment);
 
-// Checks ranges and allowed values; throws squall::Error naming `origin` and the key.
+// Checks ranges and allowed values, and that every float is finite; throws squall::Error
+// naming `origin` and the key. (Which keys apply needs to know which were set: load_config.)
 void validate(const Config& config, const std::string& origin);
 
 // Every key, section by section, in a form load_config reads back to an equal Config.

@@ -1,8 +1,10 @@
-// The run configuration: strict loading, --set overrides, round trip through to_toml.
+// The run configuration: strict loading, --set overrides, round trip through to_toml, finite
+// numbers only, and no key that does not apply to the chosen model, optimizer or algorithm.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <set>
 #include <algorithm>
@@ -13,6 +15,7 @@
 using Catch::Contains;
 using squall::train::Config;
 using squall::train::load_config;
+using Overrides = std::vector<std::string>;
 
 namespace {
 
@@ -56,8 +59,8 @@ batch_size = 32
 [optimizer]
 name = "lamb"
 lr = 2       # an integer is accepted for a float key
-nesterov = true
 larc = true
+larc_clip = false
 [schedule]
 kind = "multistep"
 milestones = [100, 200]
@@ -76,8 +79,8 @@ algorithm = "local-sgd"
   CHECK(c.train.batch_size == 32);
   CHECK(c.optimizer.name == "lamb");
   CHECK(c.optimizer.lr == 2.0);
-  CHECK(c.optimizer.nesterov);
   CHECK(c.optimizer.larc);
+  CHECK_FALSE(c.optimizer.larc_clip);
   CHECK(c.schedule.milestones == std::vector<int64_t>{100, 200});
   CHECK(c.data.class_weights == std::vector<double>{1, 2.5, 3});
   CHECK(c.parallel.algorithm == "local-sgd");
@@ -91,11 +94,13 @@ TEST_CASE("to_toml round-trips through load_config", "[config]") {
   c.optimizer.lr = 0.1 + 0.2;  // not exactly representable in short decimal
   c.optimizer.eps = 1e-8;
   c.optimizer.weight_decay = 5e-4;
-  c.schedule.kind = "cosine";
-  c.schedule.min_lr = 1e-6;
+  c.schedule.kind = "multistep";  // every key set below applies (else loading would refuse it)
   c.schedule.milestones = {3, 5};
+  c.schedule.gamma = 1.0 / 3.0;
+  c.model.name = "deeplabv3plus";
   c.model.aspp_rates = {};
   c.data.class_weights = {0.1, 1.0, 1e10};
+  c.parallel.algorithm = "sma";
   c.parallel.alpha = 1.0;
   c.checkpoint.keep = 9;
   TempConfig f(squall::train::to_toml(c));
@@ -108,8 +113,8 @@ TEST_CASE("set overrides change keys of every type", "[config]") {
   TempConfig f("[optimizer]\nlr = 0.5\n");
   const Config c = load_config(f.path, {"optimizer.lr=0.01", "--set train.batch_size=128",
                                         "optimizer.nesterov=true", "run.dir=runs/unquoted/path",
-                                        "model.name=\"resnet20\"", "schedule.milestones=[10, 20, 30]",
-                                        "model.name=unet", "run.dir = runs/spaces ",
+                                        "model.name=\"resnet20\"", "schedule.kind=multistep",
+                                        "schedule.milestones=[10, 20, 30]", "model.name=unet", "run.dir = runs/spaces ",
                                         "data.class_weights=[1, 0.5]", "optimizer.weight_decay=0"});
   CHECK(c.optimizer.lr == 0.01);
   CHECK(c.train.batch_size == 128);
@@ -177,4 +182,148 @@ TEST_CASE("config_keys lists every section.key once", "[config]") {
   CHECK(std::find(keys.begin(), keys.end(), "parallel.replicas_per_device") != keys.end());
   std::set<std::string> unique(keys.begin(), keys.end());
   CHECK(unique.size() == keys.size());
+}
+
+TEST_CASE("a config float that is not finite is refused, naming the key and the value", "[config]") {
+  TempConfig f("[optimizer]\nweight_decay = inf\n");
+  REQUIRE_THROWS_WITH(load_config(f.path, {}),
+                      Contains(f.path + ": optimizer.weight_decay must be a finite number (got inf)") &&
+                          Contains("line 2"));
+  REQUIRE_THROWS_WITH(load_config("", {"optimizer.lr=nan"}),
+                      Contains("--set optimizer.lr=nan: optimizer.lr must be a finite number (got nan)"));
+  REQUIRE_THROWS_WITH(load_config("", {"schedule.kind=cosine", "schedule.min_lr=-inf"}),
+                      Contains("schedule.min_lr must be a finite number (got -inf)"));
+  REQUIRE_THROWS_WITH(load_config("", {"checkpoint.every_minutes=+inf"}),
+                      Contains("checkpoint.every_minutes must be a finite number (got inf)"));
+  // Every element of a float array, named by its index.
+  TempConfig g("[data]\nclass_weights = [1.0, nan, 2.0]\n");
+  REQUIRE_THROWS_WITH(load_config(g.path, {}),
+                      Contains(g.path + ": data.class_weights[1] must be a finite number (got nan)") &&
+                          Contains("line 2"));
+  REQUIRE_THROWS_WITH(load_config("", {"data.class_weights=[1, 2, -inf]"}),
+                      Contains("data.class_weights[2] must be a finite number (got -inf)"));
+  // validate() on a config built in code says the same.
+  Config c;
+  c.parallel.bucket_mb = std::numeric_limits<double>::infinity();
+  REQUIRE_THROWS_WITH(squall::train::validate(c, "code"),
+                      Contains("code: parallel.bucket_mb must be a finite number (got inf)"));
+}
+
+TEST_CASE("a config key that does not apply is refused, naming it and what it applies to", "[config]") {
+  struct Case {
+    Overrides sets;  // the last one sets the key that does not apply
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"optimizer.name=adam", "optimizer.momentum=0.5"},
+       "optimizer.momentum applies to optimizer.name = sgd, not adam"},
+      {{"optimizer.name=lamb", "optimizer.nesterov=true"},
+       "optimizer.nesterov applies to optimizer.name = sgd, not lamb"},
+      {{"optimizer.beta1=0.8"}, "optimizer.beta1 applies to optimizer.name = adam, adamw or lamb, not sgd"},
+      {{"optimizer.beta2=0.99"}, "optimizer.beta2 applies to optimizer.name = adam, adamw or lamb, not sgd"},
+      {{"optimizer.eps=1e-6"}, "optimizer.eps applies to optimizer.name = adam, adamw or lamb, not sgd"},
+      {{"optimizer.larc_eta=0.01"}, "optimizer.larc_eta applies to optimizer.larc = true, not false"},
+      {{"optimizer.larc_clip=false"}, "optimizer.larc_clip applies to optimizer.larc = true, not false"},
+      {{"schedule.milestones=[10]"}, "schedule.milestones applies to schedule.kind = multistep, not constant"},
+      {{"schedule.kind=cosine", "schedule.gamma=0.5"},
+       "schedule.gamma applies to schedule.kind = multistep, not cosine"},
+      {{"schedule.milestone_unit=epochs"},
+       "schedule.milestone_unit applies to schedule.kind = multistep, not constant"},
+      {{"schedule.kind=multistep", "schedule.milestones=[5]", "schedule.min_lr=0.001"},
+       "schedule.min_lr applies to schedule.kind = cosine, not multistep"},
+      {{"schedule.reference_batch=512"},
+       "schedule.reference_batch applies to schedule.scale_lr_with_batch = true, not false"},
+      {{"train.precision=bf16", "train.loss_scale=1024"},
+       "train.loss_scale applies to train.precision = fp16, not bf16"},
+      {{"train.loss_scale_window=100"}, "train.loss_scale_window applies to train.precision = fp16, not fp32"},
+      {{"model.aspp_rates=[1, 2]"}, "model.aspp_rates applies to model.name = deeplabv3plus*, not lenet5"},
+      {{"model.name=unet", "model.aspp_rates=[1, 2]"},
+       "model.aspp_rates applies to model.name = deeplabv3plus*, not unet"},
+      {{"model.width=8"}, "model.width applies to model.name = resnet20, unet or deeplabv3plus, not lenet5"},
+      {{"model.name=deeplabv3plus-resnet50", "model.depth=3"},
+       "model.depth applies to model.name = resnet20, unet or deeplabv3plus, not deeplabv3plus-resnet50"},
+      {{"parallel.alpha=0.5"}, "parallel.alpha applies to parallel.algorithm = sma, not ssgd"},
+      {{"parallel.algorithm=local-sgd", "parallel.centre_rate=0.5"},
+       "parallel.centre_rate applies to parallel.algorithm = sma, not local-sgd"},
+      {{"parallel.momentum=0.5"}, "parallel.momentum applies to parallel.algorithm = sma, not ssgd"},
+      {{"parallel.period=4"}, "parallel.period applies to parallel.algorithm = sma or local-sgd, not ssgd"},
+      {{"parallel.algorithm=sma", "parallel.start_step=10"},
+       "parallel.start_step applies to parallel.algorithm = local-sgd, not sma"},
+      {{"parallel.autotune_threshold=0.1"},
+       "parallel.autotune_threshold applies to parallel.autotune = true, not false"},
+      {{"parallel.max_replicas_per_device=4"},
+       "parallel.max_replicas_per_device applies to parallel.autotune = true, not false"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.message);
+    REQUIRE_THROWS_WITH(load_config("", c.sets), Contains("--set " + c.sets.back() + ": " + c.message) &&
+                                                     Contains("remove it, or change"));
+  }
+  // From a file: the file and the line that set it.
+  TempConfig f("[optimizer]\nname = \"sgd\"\nbeta1 = 0.8\n");
+  REQUIRE_THROWS_WITH(load_config(f.path, {}),
+                      Contains(f.path + ": optimizer.beta1 applies to optimizer.name = adam, adamw or lamb, not sgd "
+                                        "(line 3): remove it, or change optimizer.name"));
+  // Set in the file, made inapplicable by an override of its decider: still the file's line.
+  TempConfig g("[optimizer]\nname = \"adam\"\nbeta2 = 0.99\n");
+  REQUIRE_THROWS_WITH(load_config(g.path, {"optimizer.name=sgd"}),
+                      Contains(g.path + ": optimizer.beta2 applies to optimizer.name = adam, adamw or lamb, not sgd "
+                                        "(line 3)"));
+}
+
+TEST_CASE("config keys that apply, and keys at their default, are accepted", "[config]") {
+  const std::vector<Overrides> applying = {
+      {"optimizer.name=adamw", "optimizer.beta1=0.8", "optimizer.beta2=0.99", "optimizer.eps=1e-6"},
+      {"optimizer.momentum=0.5", "optimizer.nesterov=true"},
+      {"optimizer.larc=true", "optimizer.larc_eta=0.01", "optimizer.larc_clip=false"},
+      {"schedule.kind=multistep", "schedule.milestones=[2]", "schedule.gamma=0.5", "schedule.milestone_unit=epochs"},
+      {"schedule.kind=cosine", "schedule.min_lr=0.001"},
+      {"schedule.scale_lr_with_batch=true", "schedule.reference_batch=512"},
+      {"train.precision=fp16", "train.loss_scale=1024", "train.loss_scale_window=100"},
+      {"model.name=deeplabv3plus", "model.aspp_rates=[1, 2]", "model.width=8", "model.depth=3"},
+      {"model.name=deeplabv3plus-resnet50", "model.aspp_rates=[1, 2]"},
+      {"model.name=resnet20", "model.width=8", "model.depth=2"},
+      {"model.name=unet", "model.width=8", "model.depth=2"},
+      {"model.name=vgg", "model.width=8"},  // an unknown model is the zoo's error, with its list
+      {"parallel.algorithm=sma", "parallel.period=4", "parallel.alpha=0.5", "parallel.centre_rate=0.5",
+       "parallel.momentum=0.5"},
+      {"parallel.algorithm=local-sgd", "parallel.period=4", "parallel.start_step=10"},
+      {"parallel.autotune=true", "parallel.autotune_threshold=0.1", "parallel.max_replicas_per_device=4"},
+      // Without the auto-tuner the learner count is replicas_per_device, uncapped; the cap set
+      // equal to it (what validation used to ask for) says nothing new and is accepted.
+      {"parallel.replicas_per_device=12"},
+      {"parallel.replicas_per_device=12", "parallel.max_replicas_per_device=12"},
+      // Set, then set back to the default.
+      {"optimizer.beta1=0.8", "optimizer.beta1=0.9"},
+  };
+  for (const auto& sets : applying) {
+    INFO(sets.back());
+    CHECK_NOTHROW(load_config("", sets));
+  }
+  // Keys that do not apply, at their default values.
+  TempConfig f("[optimizer]\nname = \"adam\"\nmomentum = 0.9\nnesterov = false\n"
+               "[parallel]\nalpha = 0.1\nperiod = 1\nmax_replicas_per_device = 8\n"
+               "[model]\naspp_rates = [6, 12, 18]\nwidth = 0\n");
+  CHECK_NOTHROW(load_config(f.path, {}));
+  // The auto-tuner's cap is still checked against the starting learner count.
+  REQUIRE_THROWS_WITH(load_config("", {"parallel.autotune=true", "parallel.replicas_per_device=12"}),
+                      Contains("parallel.max_replicas_per_device must be >= parallel.replicas_per_device"));
+}
+
+TEST_CASE("a resolved config (every key written) loads back", "[config]") {
+  // to_toml writes the keys that do not apply too, at their defaults.
+  for (const char* optimizer : {"sgd", "adam", "lamb"})
+    for (const char* algorithm : {"ssgd", "sma", "local-sgd"}) {
+      Config c;
+      c.optimizer.name = optimizer;
+      c.parallel.algorithm = algorithm;
+      TempConfig f(squall::train::to_toml(c));
+      INFO(optimizer << " " << algorithm);
+      CHECK(load_config(f.path, {}) == c);
+    }
+  // A config built in code with a key that does not apply is written, but not read back.
+  Config c;
+  c.optimizer.beta1 = 0.5;
+  TempConfig f(squall::train::to_toml(c));
+  REQUIRE_THROWS_WITH(load_config(f.path, {}), Contains(f.path + ": optimizer.beta1 applies to optimizer.name"));
 }

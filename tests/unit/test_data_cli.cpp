@@ -8,6 +8,7 @@
 
 #include "src/train/datasets.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using Catch::Contains;
@@ -26,10 +27,8 @@ struct TempDir : squall::test::TempDir {
 
 TEST_CASE("data fashion-mnist writes shards that data inspect reads whole", "[io]") {
   const std::string src = squall::train::k_debian_fashion_mnist_dir;
-  if (!fs::exists(src + "/train-images-idx3-ubyte.gz") && !fs::exists(src + "/train-images-idx3-ubyte")) {
-    WARN("SKIP: " << src << " missing (install dataset-fashion-mnist)");
-    return;
-  }
+  if (!fs::exists(src + "/train-images-idx3-ubyte.gz") && !fs::exists(src + "/train-images-idx3-ubyte"))
+    SQUALL_SKIP(src << " missing (install dataset-fashion-mnist)");
   TempDir d;
   const std::string out = (d.path / "fm").string();
   const auto conv = run_command(squall_bin() + " data fashion-mnist --out " + out + " --shards 3");

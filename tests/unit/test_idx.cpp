@@ -9,6 +9,7 @@
 
 #include "src/core/error.hpp"
 #include "src/train/datasets.hpp"
+#include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using Catch::Contains;
@@ -49,10 +50,7 @@ void write_idx(const TempDir& d, uint32_t image_magic, uint32_t n, size_t pixel_
 }  // namespace
 
 TEST_CASE("reads Debian's Fashion-MNIST", "[data]") {
-  if (!have_fashion_mnist()) {
-    WARN("SKIP: " << k_debian_fashion_mnist_dir << " missing (install dataset-fashion-mnist)");
-    return;
-  }
+  if (!have_fashion_mnist()) SQUALL_SKIP(k_debian_fashion_mnist_dir << " missing (install dataset-fashion-mnist)");
   auto train = open_idx(k_debian_fashion_mnist_dir, "train");
   auto test = open_idx(k_debian_fashion_mnist_dir, "test");
   CHECK(train->size() == 60000);
