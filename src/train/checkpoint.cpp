@@ -102,7 +102,14 @@ fs::path CheckpointStore::save(int64_t step, const io::CheckpointData& shared, c
             throw Error(part_file(partial, r).string() + ", written by rank " + std::to_string(r) +
                         ", is not visible to rank 0: run.dir must be on a file system that every rank shares");
       sync_dir(partial);
+      // A folder of this step from an earlier attempt (one that resumed from an older
+      // checkpoint because this one was unreadable) is replaced.
+      const fs::path replaced = m_dir / (folder_name(step) + ".replaced");
+      std::error_code ec;
+      fs::remove_all(replaced, ec);
+      if (fs::exists(final_dir, ec)) rename_durably(final_dir, replaced);
       rename_durably(partial, final_dir);
+      fs::remove_all(replaced, ec);
     }) : std::string());
   if (!failed.empty()) {
     if (root) {

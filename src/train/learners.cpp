@@ -770,7 +770,13 @@ bool LearnerGroup::gradients_finite(nn::Stream& stream, const float* g, size_t n
   m_backend.sum_squares(stream, g, n, dev);
   m_backend.copy_to_host(stream, host, dev, 1);
   m_backend.synchronize(stream);
-  return std::isfinite(host[0]);
+  if (std::isfinite(host[0])) return true;
+  // The sum of squares also overflows for large but finite gradients (|g| > 1e19): only then,
+  // rarely, look at the values themselves.
+  std::vector<float> values(n);
+  m_backend.copy_to_host(stream, values.data(), g, n);
+  m_backend.synchronize(stream);
+  return std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); });
 }
 
 bool LearnerGroup::local_update(Learner& l, float lr, int64_t step) {

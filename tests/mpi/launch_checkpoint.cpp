@@ -1,0 +1,306 @@
+// Checkpoints, restart and failures under a real mpiexec (docs/training.md, "Checkpoints and
+// restart"): a run crashed or stopped and resumed ends with the same model, bit for bit, as one
+// that ran through; a killed rank ends the job; a full or read-only disk stops the run with a
+// clear error and leaves the last checkpoint usable; a failure on some ranks only ends all.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/support/process.hpp"
+#include "tests/support/skip.hpp"
+#include "tests/support/temp_dir.hpp"
+
+using nlohmann::json;
+using squall::test::mpiexec;
+using squall::test::run_command;
+using squall::test::squall_bin;
+using squall::test::TempDir;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string k_configs = std::string(SQUALL_SOURCE_DIR) + "/configs/";
+
+// 60 steps of 2 ranks x 2 sma learners (per-rank checkpoint parts), or ssgd LeNet-5, on a
+// slice of Fashion-MNIST; one thread per rank so that the arithmetic repeats exactly.
+std::string sma_job(const std::string& dir, const std::string& extra = "") {
+  return squall_bin() + " train --config " + k_configs + "fashion-mnist-sma.toml --set run.dir=" + dir +
+         " --set data.train_samples=8192 --set data.test_samples=512 --set train.max_steps=60"
+         " --set checkpoint.every_steps=10 --set train.log_every_steps=10 --set run.threads=1" + extra;
+}
+std::string ssgd_job(const std::string& dir, const std::string& extra = "") {
+  return squall_bin() + " train --config " + k_configs + "fashion-mnist-lenet5.toml --set run.dir=" + dir +
+         " --set data.train_samples=8192 --set data.test_samples=512 --set train.max_steps=60"
+         " --set checkpoint.every_steps=10 --set train.log_every_steps=10 --set run.threads=1" + extra;
+}
+
+json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  return json::parse(in);
+}
+
+std::string checksum(const fs::path& dir) { return read_json(dir / "summary.json").at("model_checksum"); }
+
+// (step, loss) of every train record of metrics.jsonl.
+std::vector<std::pair<int64_t, double>> train_losses(const fs::path& dir) {
+  std::ifstream in(dir / "metrics.jsonl");
+  std::vector<std::pair<int64_t, double>> out;
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    if (j.at("kind") == "train") out.emplace_back(j.at("step").get<int64_t>(), j.at("loss").get<double>());
+  }
+  return out;
+}
+
+std::string tail(const squall::test::ProcessResult& r) {
+  const std::string all = r.out + r.err;
+  return all.substr(all.size() > 4000 ? all.size() - 4000 : 0);
+}
+
+// Writes `script` to a file in `t` and runs it with sh under `prefix` (timeout, unshare):
+// no quoting of the script's own quotes.
+squall::test::ProcessResult run_script(const TempDir& t, const std::string& prefix, const std::string& script) {
+  std::ofstream(t.file("script.sh")) << script << "\n";
+  return run_command(prefix + " sh " + t.file("script.sh"));
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
+}
+
+// Whether this machine can make a private mount namespace and mount a tmpfs in it (its mounts vanish with it); false when this
+// machine cannot make one or mount a tmpfs there (the caller skips).
+bool can_mount_tmpfs() {
+  return run_command("unshare -m sh -c 'd=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs \"$d\" && umount \"$d\" "
+                     "&& rmdir \"$d\"' >/dev/null 2>&1")
+             .exit_code == 0;
+}
+
+}  // namespace
+
+TEST_CASE("a 2-rank run crashed at step 45 and resumed with --resume auto ends bit for bit as one that ran through",
+          "[launch][checkpoint]") {
+  for (const bool sma : {true, false}) {
+    INFO((sma ? "sma, 2 learners per rank: a checkpoint part per rank" : "ssgd: model.h5 only"));
+    TempDir t("squall-resume");
+    const std::string whole = t.file("whole"), crashed = t.file("crashed");
+    auto job = [&](const std::string& dir, const std::string& extra = "") {
+      return mpiexec(2) + " " + (sma ? sma_job(dir, extra) : ssgd_job(dir, extra));
+    };
+    const auto a = run_command(job(whole));
+    INFO(tail(a));
+    REQUIRE(a.exit_code == 0);
+
+    const auto b = run_command("SQUALL_FAIL_AT=0:45 " + job(crashed));
+    INFO(tail(b));
+    CHECK(b.exit_code != 0);
+    CHECK_THAT(b.out + b.err, Contains("rank 0") && Contains("fails at step 45"));
+    CHECK_FALSE(fs::exists(fs::path(crashed) / "summary.json"));
+    CHECK(fs::exists(fs::path(crashed) / "checkpoints/step-00000040/model.h5"));
+    CHECK(fs::exists(fs::path(crashed) / "checkpoints/step-00000040/rank-00001.h5") == sma);
+    CHECK_FALSE(fs::exists(fs::path(crashed) / "checkpoints/step-00000050"));
+
+    const auto c = run_command(job(crashed, " --resume auto"));
+    INFO(tail(c));
+    REQUIRE(c.exit_code == 0);
+    CHECK_THAT(c.out, Contains("resuming from") && Contains("step-00000040"));
+    CHECK(checksum(crashed) == checksum(whole));
+    // The resumed run's log is the uninterrupted one's: the records after the checkpoint were
+    // dropped and written again, the window of losses carried over.
+    CHECK(train_losses(crashed) == train_losses(whole));
+    CHECK(read_json(fs::path(crashed) / "summary.json").at("steps") == 60);
+  }
+}
+
+TEST_CASE("a corrupt or truncated newest checkpoint is reported and an older one is used", "[launch][checkpoint]") {
+  TempDir t("squall-corrupt");
+  const std::string whole = t.file("whole"), crashed = t.file("crashed");
+  REQUIRE(run_command(mpiexec(2) + " " + sma_job(whole)).exit_code == 0);
+  REQUIRE(run_command("SQUALL_FAIL_AT=1:45 " + mpiexec(2) + " " + sma_job(crashed)).exit_code != 0);
+  const fs::path ck = fs::path(crashed) / "checkpoints";
+  // step 40: model.h5 cut in half; step 30: one byte of rank 1's part flipped in the middle of its data.
+  fs::resize_file(ck / "step-00000040/model.h5", fs::file_size(ck / "step-00000040/model.h5") / 2);
+  {
+    const fs::path part = ck / "step-00000030/rank-00001.h5";
+    std::fstream f(part, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(part) / 2));
+    char byte = 0;
+    f.read(&byte, 1);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(part) / 2));
+    byte = static_cast<char>(byte ^ 0x5a);
+    f.write(&byte, 1);
+  }
+  const auto r = run_command(mpiexec(2) + " " + sma_job(crashed, " --resume auto"));
+  INFO(tail(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Contains("step-00000040") && Contains("model.h5") && Contains("not usable"));
+  CHECK_THAT(r.err, Contains("step-00000030") && Contains("rank 1") && Contains("rank-00001.h5"));
+  CHECK_THAT(r.out, Contains("resuming from") && Contains("step-00000020"));
+  CHECK(checksum(crashed) == checksum(whole));
+}
+
+TEST_CASE("kill -9 of one rank ends the 2-rank job, non-zero, within 60 seconds, naming the rank",
+          "[launch][checkpoint][failure]") {
+  TempDir t("squall-kill");
+  const std::string dir = t.file("run");
+  // The job runs for minutes unless stopped; the newest process on the run dir's name is a rank.
+  const std::string script = mpiexec(2) + " " + ssgd_job(dir, " --set train.max_steps=100000 --set data.train_samples=0") +
+                             " > " + t.file("log") + " 2>&1 & mp=$!; i=0; while [ ! -s " + dir +
+                             "/metrics.jsonl ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; "
+                             "pkill -9 -n -f 'run.dir=" + dir + "'; s=$(date +%s); wait $mp; rc=$?; "
+                             "echo \"rc=$rc seconds=$(( $(date +%s) - s ))\"";
+  const auto r = run_script(t, "timeout 180", script);
+  const std::string printed = read_text(t.file("log"));
+  INFO(r.out << r.err << printed);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("rc=") && !Contains("rc=0 "));
+  const auto at = r.out.find("seconds=");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stoi(r.out.substr(at + 8)) <= 60);
+  CHECK_THAT(printed, Contains("rank 1") && Contains("signal 9"));
+}
+
+TEST_CASE("SQUALL_FAIL_AT=1:20:kill: a rank that dies ends the job, naming it", "[launch][checkpoint][failure]") {
+  TempDir t("squall-killed");
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = run_command("SQUALL_FAIL_AT=1:20:kill timeout 120 " + mpiexec(2) + " " + ssgd_job(t.file("run")));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(tail(r));
+  CHECK(r.exit_code != 0);
+  CHECK(r.exit_code != 124);  // not the timeout
+  CHECK(secs < 60);
+  CHECK_THAT(r.out + r.err, Contains("rank 1") && Contains("signal 9"));
+}
+
+TEST_CASE("SIGUSR1 and SIGTERM stop a run after a checkpoint with exit 75; --resume auto finishes it",
+          "[launch][checkpoint][signal]") {
+  TempDir t("squall-signal");
+  const std::string whole = t.file("whole");
+  const std::string job = " --set train.max_steps=1500 --set checkpoint.every_steps=100 --set train.log_every_steps=100";
+  REQUIRE(run_command(mpiexec(2) + " " + ssgd_job(whole, job)).exit_code == 0);
+  // SIGUSR1 to mpiexec (Open MPI forwards it to every rank, as Slurm's --signal does to its
+  // tasks); SIGTERM to the ranks themselves, as a batch system's time limit sends it.
+  for (const std::string how : {"kill -USR1 $mp", "pkill -TERM -P $mp"}) {
+    INFO(how);
+    const std::string dir = t.file(how[0] == 'k' ? "usr1" : "term");
+    const std::string script = mpiexec(2) + " " + ssgd_job(dir, job) + " > " + t.file("log") +
+                               " 2>&1 & mp=$!; i=0; while [ ! -d " + dir +
+                               "/checkpoints/step-00000100 ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; " +
+                               how + "; wait $mp; echo rc=$?";
+    const auto r = run_script(t, "timeout 240", script);
+    const std::string printed = read_text(t.file("log"));
+    INFO(r.out << r.err << printed);
+    CHECK_THAT(r.out, Contains("rc=75"));
+    CHECK_THAT(printed, Contains(how[0] == 'k' ? "stopped by SIGUSR1" : "stopped by SIGTERM") &&
+                            Contains("requeue the job with --resume auto"));
+    CHECK_FALSE(fs::exists(fs::path(dir) / "summary.json"));
+    const auto resumed = run_command(mpiexec(2) + " " + ssgd_job(dir, job + " --resume auto"));
+    INFO(tail(resumed));
+    REQUIRE(resumed.exit_code == 0);
+    CHECK(checksum(dir) == checksum(whole));
+  }
+}
+
+TEST_CASE("a run dir that fills up stops the run with a clear error; its last checkpoint resumes",
+          "[launch][checkpoint][disk]") {
+  if (!can_mount_tmpfs()) SQUALL_SKIP("cannot mount a tmpfs in a private mount namespace here (needs root and unshare)");
+  TempDir t("squall-full");
+  const std::string whole = t.file("whole"), mnt = t.file("mnt"), copy = t.file("copy");
+  REQUIRE(run_command(mpiexec(2) + " " + ssgd_job(whole)).exit_code == 0);
+  // LeNet-5's checkpoint (weights and momentum) is about 0.5 MB; three are kept: 1.8 MB of
+  // space fills while the fourth is written.
+  fs::create_directories(mnt);
+  const std::string script = "mount -t tmpfs -o size=1800k tmpfs " + mnt + " && " + mpiexec(2) + " " +
+                             ssgd_job(mnt + "/run", " --set checkpoint.keep=3") + " > " + t.file("log") +
+                             " 2>&1; echo rc=$?; cp -a " + mnt + "/run " + copy;
+  const auto r = run_script(t, "timeout 240 unshare -m", script);
+  const std::string printed = read_text(t.file("log"));
+  INFO(r.out << r.err << printed);
+  CHECK_THAT(r.out, Contains("rc=") && !Contains("rc=0"));
+  CHECK_THAT(printed, Contains("No space left on device"));
+  CHECK_FALSE(fs::exists(fs::path(copy) / "summary.json"));
+  // Nothing half-written is left to be trusted: no partial folder, only whole checkpoints.
+  for (const auto& e : fs::directory_iterator(fs::path(copy) / "checkpoints"))
+    CHECK(e.path().filename().string().find("partial") == std::string::npos);
+  const auto resumed = run_command(mpiexec(2) + " " + ssgd_job(copy, " --resume auto"));
+  INFO(tail(resumed));
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(checksum(copy) == checksum(whole));
+}
+
+TEST_CASE("a checkpoints folder that becomes read-only stops the run with a clear error; the last checkpoint resumes",
+          "[launch][checkpoint][disk]") {
+  if (!can_mount_tmpfs()) SQUALL_SKIP("cannot mount a tmpfs in a private mount namespace here (needs root and unshare)");
+  TempDir t("squall-readonly");
+  const std::string run = t.file("run");
+  const std::string job = " --set data.train_samples=0 --set train.max_steps=2000 --set checkpoint.every_steps=100";
+  // Once the first checkpoint is written, its folder is bound read-only onto itself (in a
+  // private mount namespace): what a file system remounted read-only after an error does.
+  const std::string ck = run + "/checkpoints";
+  const std::string script = mpiexec(2) + " " + ssgd_job(run, job) + " > " + t.file("log") +
+                             " 2>&1 & mp=$!; i=0; while [ ! -d " + ck + "/step-00000100 ] && [ $i -lt 1200 ]; do "
+                             "sleep 0.05; i=$((i+1)); done; mount --bind " + ck + " " + ck + " && mount -o remount,bind,ro " +
+                             ck + " " + ck + "; wait $mp; echo rc=$?";
+  const auto r = run_script(t, "timeout 240 unshare -m", script);
+  const std::string printed = read_text(t.file("log"));
+  INFO(r.out << r.err << printed);
+  CHECK_THAT(r.out, Contains("rc=1"));
+  CHECK_THAT(printed, Contains("not written") && Contains("Read-only file system") &&
+                          Contains(", is intact"));
+  REQUIRE(fs::exists(fs::path(ck) / "step-00000100/model.h5"));
+  CHECK_FALSE(fs::exists(fs::path(run) / "summary.json"));
+  const auto resumed = run_command(mpiexec(2) + " " + ssgd_job(run, job + " --resume auto"));
+  INFO(tail(resumed));
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.out, Contains("step-00000100"));
+  CHECK(read_json(fs::path(run) / "summary.json").at("steps") == 2000);
+}
+
+TEST_CASE("a usage error on only some ranks ends the job on every rank, naming the rank", "[launch][failure]") {
+  TempDir t("squall-some-ranks");
+  // A config file that exists on rank 0's node only.
+  fs::copy_file(k_configs + "fashion-mnist-lenet5.toml", t.file("config-0.toml"));
+  const std::string per_rank = " sh -c 'exec " + squall_bin() + " train --config " + t.path.string() +
+                               "/config-$OMPI_COMM_WORLD_RANK.toml --set run.dir=" + t.file("run") + "'";
+  const auto missing = run_command("timeout 120 " + mpiexec(2) + per_rank);
+  INFO(tail(missing));
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.out + missing.err, Contains("rank 1") && Contains("config-1.toml"));
+  // The same file name on both nodes, with other contents on one: the ranks would train
+  // different jobs. The difference is named.
+  {
+    std::ifstream in(k_configs + "fashion-mnist-lenet5.toml");
+    std::ofstream out(t.file("config-1.toml"));
+    for (std::string line; std::getline(in, line);) out << (line.rfind("batch_size", 0) == 0 ? "batch_size = 32" : line) << "\n";
+  }
+  const auto differ = run_command("timeout 120 " + mpiexec(2) + per_rank);
+  INFO(tail(differ));
+  CHECK(differ.exit_code == 2);
+  CHECK_THAT(differ.out + differ.err, Contains("rank 1") && Contains("train.batch_size") && Contains("64 -> 32"));
+}
+
+TEST_CASE("train.nonfinite: stop names the step, rank and layer; skip drops and counts the steps",
+          "[launch][checkpoint][nonfinite]") {
+  TempDir t("squall-nonfinite");
+  const std::string blow_up = " --set optimizer.lr=1e30 --set train.max_steps=20 --set checkpoint.every_steps=0";
+  const auto stop = run_command("timeout 120 " + mpiexec(2) + " " + ssgd_job(t.file("stop"), blow_up));
+  INFO(tail(stop));
+  CHECK(stop.exit_code == 1);
+  CHECK_THAT(stop.out + stop.err, Contains("training diverged") && Contains("at step") && Contains("rank ") &&
+                                      Contains("learner 0") && (Contains("layer '") || Contains("the gradient of")));
+  const auto skip = run_command("timeout 120 " + mpiexec(2) + " " +
+                                ssgd_job(t.file("skip"), blow_up + " --set train.nonfinite=skip"));
+  INFO(tail(skip));
+  REQUIRE(skip.exit_code == 0);
+  CHECK(read_json(fs::path(t.file("skip")) / "summary.json").at("skipped_steps").get<int64_t>() > 0);
+}

@@ -1,0 +1,156 @@
+// Checkpoint files (io/checkpoint_file.hpp): what is written is read back exactly, and a
+// truncated or corrupt file is an error naming it; the learner group's state (learners.hpp,
+// save_shared/save_own/restore) restored into a fresh group continues bit for bit.
+// tests/mpi/launch_checkpoint.cpp checks whole jobs: crash, resume, signals, full disks.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "io/checkpoint_file.hpp"
+#include "src/core/error.hpp"
+#include "src/train/learners.hpp"
+#include "tests/support/temp_dir.hpp"
+#include "tests/support/tiny_model.hpp"
+
+using namespace squall;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+io::CheckpointData sample_data() {
+  io::CheckpointData d;
+  std::vector<float> big((size_t{1} << 20) + 5);  // more than one chunk
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) * 0.25f - 3.0f;
+  d.arrays["central/params"] = big;
+  d.arrays["learner_1/optimizer/momentum"] = {1.5f, -2.0f, 1e-30f};
+  d.arrays["central/state"] = {};  // a model without BatchNorm
+  d.ints["step"] = 45;
+  d.ints["negative"] = -7;
+  d.reals["loss_scale"] = 65536.0;
+  d.reals["window_loss_sum"] = 0.1 + 0.2;  // not a float: kept as a double
+  d.texts["config"] = "[run]\ndir = \"runs/x\"\n";
+  return d;
+}
+
+void flip_byte(const fs::path& file, uintmax_t at) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  char byte = 0;
+  f.seekg(static_cast<std::streamoff>(at));
+  f.read(&byte, 1);
+  byte = static_cast<char>(byte ^ 0x41);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(&byte, 1);
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint file reads back exactly what was written", "[checkpoint]") {
+  test::TempDir t("squall-ckfile");
+  const io::CheckpointData d = sample_data();
+  io::write_checkpoint_file(t.file("model.h5"), d);
+  const io::CheckpointData r = io::read_checkpoint_file(t.file("model.h5"));
+  CHECK(r.arrays == d.arrays);
+  CHECK(r.ints == d.ints);
+  CHECK(r.reals == d.reals);
+  CHECK(r.texts == d.texts);
+  CHECK(r.origin == t.file("model.h5"));
+  CHECK(r.array("learner_1/optimizer/momentum", 3)[2] == 1e-30f);
+  CHECK_THROWS_WITH(r.array("central/params", 7), Contains(t.file("model.h5")) && Contains("central/params") &&
+                                                      Contains("expected 7"));
+  CHECK_THROWS_WITH(r.integer("epoch"), Contains("epoch") && Contains("missing"));
+
+  // The broadcast form carries the same.
+  const io::CheckpointData b = io::CheckpointData::deserialize(d.serialize(), "sent");
+  CHECK(b.arrays == d.arrays);
+  CHECK(b.ints == d.ints);
+  CHECK(b.reals == d.reals);
+  CHECK(b.texts == d.texts);
+  CHECK_THROWS_WITH(io::CheckpointData::deserialize(d.serialize().substr(0, 100), "sent"), Contains("cut short"));
+}
+
+TEST_CASE("a truncated, corrupt or foreign checkpoint file is an error naming it", "[checkpoint]") {
+  test::TempDir t("squall-ckbad");
+  const fs::path file = t.file("model.h5");
+  io::write_checkpoint_file(file.string(), sample_data());
+  const uintmax_t size = fs::file_size(file);
+
+  SECTION("truncated") {
+    fs::resize_file(file, size / 2);
+    CHECK_THROWS_WITH(io::read_checkpoint_file(file.string()), Contains(file.string()));
+  }
+  SECTION("a byte flipped inside the data: the chunk's Fletcher-32 sum finds it") {
+    flip_byte(file, size / 2);  // inside central/params, 4 MiB of the file's 4 MiB
+    CHECK_THROWS_WITH(io::read_checkpoint_file(file.string()),
+                      Contains(file.string()) && Contains("central/params") && Contains("corrupt"));
+  }
+  SECTION("not HDF5 at all") {
+    std::ofstream(file, std::ios::trunc) << "not a checkpoint";
+    CHECK_THROWS_WITH(io::read_checkpoint_file(file.string()), Contains(file.string()) && Contains("not an HDF5 file"));
+  }
+  SECTION("missing") {
+    CHECK_THROWS_WITH(io::read_checkpoint_file(t.file("absent.h5")), Contains("absent.h5"));
+  }
+  SECTION("written where it cannot be: the reason is named and no file is left") {
+    CHECK_THROWS_WITH(io::write_checkpoint_file(t.file("no/such/dir/model.h5"), sample_data()),
+                      Contains("no/such/dir/model.h5") && Contains("cannot write"));
+    CHECK_FALSE(fs::exists(t.file("no/such/dir/model.h5")));
+  }
+}
+
+TEST_CASE("a learner group restored from its saved state continues bit for bit", "[checkpoint][learners]") {
+  auto backend = test::make_test_backend(2);
+  train::SingleRankReducer alone;
+  const int64_t b = 4;
+  train::OptimizerConfig sgd = test::plain_sgd();
+  sgd.momentum = 0.9;  // optimizer state that must travel
+  train::LearnerGroupOptions o;
+  o.learners = 2;
+  const auto algorithm = GENERATE(train::Algorithm::ssgd, train::Algorithm::sma, train::Algorithm::local_sgd);
+  o.algorithm = algorithm;
+  o.period = algorithm == train::Algorithm::ssgd ? 1 : 2;
+  o.start_step = algorithm == train::Algorithm::local_sgd ? 2 : 0;
+  INFO(train::algorithm_name(algorithm));
+
+  train::LearnerGroup a(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
+  io::CheckpointData shared, own;
+  bool per_rank = false;
+  for (int64_t step = 0; step < 8; ++step) {
+    a.step(test::tiny_step(0, 2, step, b).inputs, step, 0.1f);
+    if (step == 4) {
+      a.save_shared(shared);
+      per_rank = a.replicas_differ();
+      if (per_rank) a.save_own(own);
+    }
+  }
+  CHECK(per_rank == (algorithm != train::Algorithm::ssgd));  // local-sgd is past its warm-up at step 4
+
+  train::LearnerGroup c(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
+  shared.origin = "saved";
+  c.restore(shared, per_rank ? &own : nullptr);
+  for (int64_t step = 5; step < 8; ++step) c.step(test::tiny_step(0, 2, step, b).inputs, step, 0.1f);
+  CHECK(test::max_diff(a.central_params(), c.central_params(), a.param_count()) == 0.0);
+  for (int j = 0; j < 2; ++j) CHECK(test::max_diff(a.replica_params(j), c.replica_params(j), a.param_count()) == 0.0);
+
+  // Without its momentum the continuation differs: the test sees the optimizer state.
+  if (!per_rank) {
+    io::CheckpointData no_momentum = shared;
+    for (auto& [name, values] : no_momentum.arrays)
+      if (name.find("optimizer") != std::string::npos) std::fill(values.begin(), values.end(), 0.0f);
+    train::LearnerGroup d(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
+    d.restore(no_momentum, nullptr);
+    for (int64_t step = 5; step < 8; ++step) d.step(test::tiny_step(0, 2, step, b).inputs, step, 0.1f);
+    CHECK(test::max_diff(a.central_params(), d.central_params(), a.param_count()) > 0.0);
+  }
+
+  // State of another shape is refused, naming the checkpoint and the entry.
+  train::LearnerGroupOptions three = o;
+  three.learners = 3;
+  train::LearnerGroup e(*backend, test::make_tiny_graph, b, b, sgd, {}, three, alone);
+  CHECK_THROWS_WITH(e.restore(shared, per_rank ? &own : nullptr), Contains("saved") && Contains("learner"));
+  io::CheckpointData cut = shared;
+  cut.arrays.erase("central/params");
+  train::LearnerGroup f(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
+  if (!per_rank) CHECK_THROWS_WITH(f.restore(cut, nullptr), Contains("central/params") && Contains("missing"));
+}
