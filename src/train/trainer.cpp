@@ -27,6 +27,7 @@
 #include "src/core/log.hpp"
 #include "src/cpu/cpu_info.hpp"
 #include "src/nn/graph.hpp"
+#include "src/train/autotune.hpp"
 #include "src/train/checkpoint.hpp"
 #include "src/train/datasets.hpp"
 #include "src/train/evaluate.hpp"
@@ -124,63 +125,6 @@ FailAt fail_at_from_env() {
                      env + "'");
   return {rank, static_cast<int64_t>(step), m == "kill"};
 }
-
-// Crossbow's auto-tuner, simplified: measure the throughput over a window of steps, add a
-// learner, measure again; keep it while the gain exceeds the threshold, else take it back
-// and stop. Rank 0's clock decides (every step ends in a collective, so the ranks agree to
-// within one step) and the decision is broadcast.
-class AutoTuner {
- public:
-  AutoTuner(bool enabled, double threshold, int max_learners, int64_t window)
-      : m_enabled(enabled), m_threshold(threshold), m_max(max_learners), m_window(window) {}
-  bool active() const { return m_enabled && !m_done; }
-  void stop() { m_done = true; }  // a resumed run whose tuning had ended
-
-  // Called after every step with the global samples processed in it; returns +1 (add a
-  // learner), -1 (remove the last one) or 0. Collective when active.
-  int after_step(const mpi::Communicator& world, int learners, int64_t samples, double seconds) {
-    if (!active()) return 0;
-    if (++m_steps <= m_skip) return 0;  // a new configuration's first steps build and warm up
-    m_samples += samples;
-    m_seconds += seconds;
-    if (m_steps < m_skip + m_window) return 0;
-    double rate = m_samples / std::max(m_seconds, 1e-9);
-    const std::string decided = world.broadcast_string(std::to_string(rate));
-    rate = std::stod(decided);
-    m_steps = 0;
-    m_samples = 0;
-    m_seconds = 0;
-    int change = 0;
-    std::string verdict;
-    if (m_best_rate > 0 && rate <= m_best_rate * (1.0 + m_threshold)) {
-      change = -1;
-      m_done = true;
-      verdict = "gain below the threshold: back to " + std::to_string(learners - 1) + " learner(s), tuning ends";
-    } else if (learners >= m_max) {
-      m_best_rate = rate;
-      m_done = true;
-      verdict = "at parallel.max_replicas_per_device, tuning ends";
-    } else {
-      m_best_rate = rate;
-      change = +1;
-      verdict = "trying " + std::to_string(learners + 1) + " learners";
-    }
-    m_decisions.push_back({{"learners", learners}, {"samples_per_s", rate}, {"decision", verdict}});
-    return change;
-  }
-  const nlohmann::json& decisions() const { return m_decisions; }
-
- private:
-  bool m_enabled;
-  double m_threshold;
-  int m_max;
-  int64_t m_window;
-  int64_t m_skip = 3;
-  bool m_done = false;
-  int64_t m_steps = 0;
-  double m_samples = 0, m_seconds = 0, m_best_rate = 0;
-  nlohmann::json m_decisions = nlohmann::json::array();
-};
 
 // One training run on this rank, in the order it happens: plan() reads the data and works out
 // the steps, build() makes the model, the learners and the loader, open_outputs() the run

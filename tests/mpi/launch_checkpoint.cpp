@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -100,6 +101,11 @@ TEST_CASE("a 2-rank run crashed at step 45 and resumed with --resume auto ends b
     const auto a = run_command(job(whole));
     INFO(tail(a));
     REQUIRE(a.exit_code == 0);
+    // Every 10 steps and at the end; the newest checkpoint.keep = 3 are kept.
+    std::vector<std::string> kept;
+    for (const auto& e : fs::directory_iterator(fs::path(whole) / "checkpoints")) kept.push_back(e.path().filename());
+    std::sort(kept.begin(), kept.end());
+    CHECK(kept == std::vector<std::string>{"step-00000040", "step-00000050", "step-00000060"});
 
     const auto b = run_command("SQUALL_FAIL_AT=0:45 " + job(crashed));
     INFO(tail(b));
@@ -303,4 +309,24 @@ TEST_CASE("train.nonfinite: stop names the step, rank and layer; skip drops and 
   INFO(tail(skip));
   REQUIRE(skip.exit_code == 0);
   CHECK(read_json(fs::path(t.file("skip")) / "summary.json").at("skipped_steps").get<int64_t>() > 0);
+}
+
+TEST_CASE("checkpoint.every_minutes: rank 0's clock decides for the job", "[launch][checkpoint]") {
+  TempDir t("squall-timed");
+  const std::string dir = t.file("run");
+  // Every 3 ms of rank 0's time: about every step, agreed one step later on both ranks.
+  const auto r = run_command(mpiexec(2) + " " +
+                             ssgd_job(dir, " --set checkpoint.every_steps=0 --set checkpoint.every_minutes=0.00005"
+                                           " --set checkpoint.at_end=false --set checkpoint.keep=2"));
+  INFO(tail(r));
+  REQUIRE(r.exit_code == 0);
+  int checkpoints = 0, records = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(dir) / "checkpoints")) {
+    ++checkpoints;
+    CHECK(fs::exists(e.path() / "model.h5"));
+  }
+  std::ifstream in(fs::path(dir) / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) records += json::parse(line).at("kind") == "checkpoint" ? 1 : 0;
+  CHECK(checkpoints == 2);
+  CHECK(records >= 5);
 }
