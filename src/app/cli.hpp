@@ -44,6 +44,8 @@ void add_data_commands(CLI::App& data, Context& ctx, Actions& actions);
 void add_climate_command(CLI::App& data, Context& ctx, Actions& actions);
 // `data label` (cmd_label.cpp) under the `data` group.
 void add_label_command(CLI::App& data, Context& ctx, Actions& actions);
+// `eval` (cmd_eval.cpp).
+void add_eval_command(CLI::App& root, Context& ctx, Actions& actions);
 // `stage` (cmd_stage.cpp).
 void add_stage_command(CLI::App& root, Context& ctx, Actions& actions);
 // `bench loader` (cmd_bench_loader.cpp) under the `bench` group.

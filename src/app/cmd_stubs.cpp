@@ -22,7 +22,7 @@ void add_stub(CLI::App& parent, const std::string& name, const std::string& what
 }  // namespace
 
 void add_stub_commands(CLI::App& root, Context& ctx, Actions& actions) {
-  add_stub(root, "eval", "Evaluate a checkpoint on a test set", actions);
+  add_eval_command(root, ctx, actions);
   add_stage_command(root, ctx, actions);
   add_stub(root, "report", "Summarise run directories and scaling studies", actions);
   add_stub(root, "model", "Describe a model from the zoo (layers, parameters, FLOPs)", actions);

@@ -1,0 +1,121 @@
+// `squall eval --checkpoint PATH | --run DIR [--data PATH] [--set section.key=value ...] [--json]`:
+// a saved model on a test set (docs/training.md, "Evaluating a checkpoint"). Under mpirun the
+// test samples are split over the ranks and summed, as training's evaluation does.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mpi/topology.hpp"
+#include "src/app/cli.hpp"
+#include "src/core/error.hpp"
+#include "src/core/log.hpp"
+#include "src/train/eval_checkpoint.hpp"
+#include "src/train/eval_run.hpp"
+
+namespace squall::app {
+namespace {
+
+using nlohmann::json;
+
+struct EvalArgs {
+  std::string checkpoint;
+  std::string run_dir;
+  std::string data;
+  std::vector<std::string> overrides;
+  bool json = false;
+};
+
+std::string fixed(double v, const char* format = "%.4f") {
+  if (std::isnan(v)) return "-";
+  char b[32];
+  std::snprintf(b, sizeof(b), format, v);
+  return b;
+}
+
+json result_json(const train::CheckpointModel& ck, const train::EvalResult& r) {
+  json j{{"checkpoint", ck.folder.string()},
+         {"model", r.model},
+         {"step", r.step},
+         {"data", r.data_description},
+         {"data_path", r.data_path},
+         {"samples", static_cast<int64_t>(r.part.samples)},
+         {"test_loss", r.part.loss()},
+         {"test_accuracy", r.part.cm.accuracy()},
+         {"test_miou", r.part.cm.mean_iou()}};
+  if (r.per_pixel_labels) j["test_iou_per_class"] = train::iou_per_class_json(r.part.cm);
+  j["eval_s"] = r.eval_s;
+  j["world_size"] = r.world_size;
+  return j;
+}
+
+std::string result_text(const train::CheckpointModel& ck, const train::EvalResult& r) {
+  std::string text = "eval " + ck.name() + " (" + r.model + ", step " + std::to_string(r.step) + ") on " +
+                     r.data_description + ": " + std::to_string(static_cast<int64_t>(r.part.samples)) +
+                     " samples, loss " + fixed(r.part.loss()) + ", accuracy " + fixed(r.part.cm.accuracy()) +
+                     ", mIoU " + fixed(r.part.cm.mean_iou()) + " (" + fixed(r.eval_s, "%.1f") + " s" +
+                     (r.world_size > 1 ? ", " + std::to_string(r.world_size) + " ranks" : std::string()) + ")\n";
+  if (r.per_pixel_labels) {  // segmentation: the IoU of each class, as training prints it
+    const std::vector<double> per_class = r.part.cm.iou_per_class();
+    std::string iou = "IoU per class: ";
+    for (size_t k = 0; k < per_class.size(); ++k)
+      iou += (k ? ", " : "") + (k < r.class_names.size() ? r.class_names[k] : "class " + std::to_string(k)) + " " +
+             fixed(per_class[k]);
+    text += iou + "\n";
+  }
+  return text;
+}
+
+int run_eval(Context& ctx, const EvalArgs& args) {
+  // Every rank parsed the same arguments: a usage error here is every rank's, with no
+  // collective to agree on it first.
+  if (args.checkpoint.empty() == args.run_dir.empty())
+    throw CollectiveError(args.checkpoint.empty()
+                              ? "eval needs --checkpoint PATH (a step-NNNNNNNN folder or its model.h5) or --run DIR "
+                                "(its newest checkpoint)"
+                              : "give --checkpoint PATH or --run DIR, not both",
+                          k_exit_usage);
+  const mpi::Topology topo = mpi::Topology::create(mpi::resolve_ranks_per_node(ctx.global.ranks_per_node));
+  const train::CheckpointModel ck = args.checkpoint.empty()
+                                        ? train::read_newest_checkpoint_model(args.run_dir, topo.world())
+                                        : train::read_checkpoint_model(args.checkpoint, topo.world());
+  train::EvalOptions options;
+  options.overrides = args.overrides;
+  options.data = args.data;
+  const train::EvalResult r = train::evaluate_checkpoint(ck, options, topo);
+  if (topo.rank() == 0) {
+    if (args.json)
+      std::cout << result_json(ck, r).dump() << "\n" << std::flush;
+    else
+      std::cout << result_text(ck, r) << std::flush;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& root, Context& ctx, Actions& actions) {
+  CLI::App* sub = root.add_subcommand("eval", "Evaluate a checkpoint on a test set");
+  auto args = std::make_shared<EvalArgs>();
+  sub->add_option("--checkpoint", args->checkpoint, "The checkpoint: a step-NNNNNNNN folder or its model.h5")
+      ->type_name("PATH");
+  sub->add_option("--run", args->run_dir,
+                  "A run dir: its newest readable checkpoint (an unreadable one is named and the next older used)")
+      ->type_name("DIR");
+  sub->add_option("--data", args->data, "Evaluate on this dataset instead of the run's data.test")->type_name("PATH");
+  sub->add_option("--set", args->overrides,
+                  "Override a key of the run's config: --set section.key=value (repeatable; e.g. "
+                  "data.test_samples, train.eval_batch_size, run.backend)")
+      ->take_all()
+      ->allow_extra_args(false);
+  sub->add_flag("--json", args->json, "Print one JSON object instead of the summary line");
+  sub->footer("Exit status: 0 done; 1 a failure at run time (an unreadable checkpoint); 2 a usage error (a flag, a "
+              "missing checkpoint, data that does not fit the model).");
+  actions[sub] = [&ctx, args] { return run_eval(ctx, *args); };
+}
+
+}  // namespace squall::app

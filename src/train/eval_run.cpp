@@ -1,0 +1,225 @@
+// `squall eval` after the checkpoint is read: the config, the test set and whether it fits the
+// model, the model on its backend, the evaluation over the ranks.
+#include "src/train/eval_run.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+
+#include "mpi/agreement.hpp"
+#include "src/core/error.hpp"
+#include "src/cpu/cpu_info.hpp"
+#include "src/nn/graph.hpp"
+#include "src/train/checkpoint.hpp"
+#include "src/train/config.hpp"
+#include "src/train/datasets.hpp"
+#include "src/train/learners.hpp"
+
+namespace squall::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string model_file(const CheckpointModel& ck) { return (ck.folder / CheckpointStore::k_model_file).string(); }
+
+// "samples of 1 x 28 x 28 (channels x height x width), 10 classes, a label per sample".
+std::string input_text(const DatasetInfo& info) {
+  const nn::Shape& s = info.sample;
+  return "samples of " + std::to_string(s.c()) + " x " + std::to_string(s.h()) + " x " + std::to_string(s.w()) +
+         " (channels x height x width), " + std::to_string(info.classes) + " classes, " +
+         (info.per_pixel_labels ? "a label per pixel" : "a label per sample");
+}
+
+// The run's config with --set applied, and --data in place of data.test. A config that does
+// not read back is the checkpoint's fault (exit 1); an override that is refused, the user's (2).
+Config eval_config(const CheckpointModel& ck, const EvalOptions& options) {
+  const std::string origin = model_file(ck) + " (its config)";
+  const std::string& text = ck.data.text("config");
+  try {
+    (void)parse_config(text, origin);
+  } catch (const Error& e) {
+    throw Error(model_file(ck) + ": the run's config cannot be read: " + e.what());
+  }
+  Config cfg;
+  try {
+    cfg = parse_config(text, origin, options.overrides);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  if (!options.data.empty()) cfg.data.test = options.data;
+  return cfg;
+}
+
+// How messages name the test set: the flag, or the config key.
+std::string data_key(const EvalOptions& options) { return options.data.empty() ? "data.test" : "--data"; }
+
+std::unique_ptr<DataSource> open_test(const Config& cfg, const EvalOptions& options) {
+  const std::string& path = cfg.data.test;
+  const std::string key = data_key(options);
+  try {
+    return open_dataset(path, "test", cfg.data.normalize, cfg.data.normalization, cfg.data.cache_mb);
+  } catch (const BadSample&) {
+    throw;
+  } catch (const Error& e) {
+    std::error_code ec;
+    // A path that is not there is the user's to fix (the run's data moved, or a typo).
+    if (!fs::exists(path, ec))
+      throw UsageError(key + ": " + e.what() +
+                       (options.data.empty() ? " (the run's config names it; evaluate on another copy with --data PATH)"
+                                             : ""));
+    throw Error(key + ": " + e.what());
+  }
+}
+
+// What the model was trained on, from the run's own data.test (the trainer requires it to
+// match data.train), when that is not the data being refused and can be opened here: the
+// checkpoint does not record its input shape. "" otherwise; this is only for a message.
+std::string trained_on(const CheckpointModel& ck, const std::string& refused_path) {
+  try {
+    const Config then = parse_config(ck.data.text("config"), model_file(ck));
+    std::error_code ec;
+    if (then.data.test == refused_path || !fs::exists(then.data.test, ec)) return {};
+    const auto source = open_dataset(then.data.test, "test", then.data.normalize, then.data.normalization, 0);
+    return ", trained on " + input_text(source->info()) + " (" + then.data.test + ")";
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+// The model that the checkpoint's config makes for this data, checked against the data and the
+// checkpoint before anything is allocated. Throws UsageError naming the data, the checkpoint
+// and what each has.
+nn::ModelSpec fit_model(const CheckpointModel& ck, const Config& cfg, const std::string& key, const DataSource& test,
+                        int64_t batch) {
+  const DatasetInfo& info = test.info();
+  const io::CheckpointData& d = ck.data;
+  const int64_t params = d.integer("param_count"), state = d.integer("state_count");
+  auto refuse = [&](const std::string& why) {
+    return UsageError(key + " " + cfg.data.test + " does not fit the model of checkpoint " + ck.folder.string() + ": " +
+                      why + "; the data has " + input_text(info) + " (" + info.description + "); the model is " +
+                      d.text("model") + " with " + std::to_string(params) + " parameters" +
+                      trained_on(ck, cfg.data.test));
+  };
+  nn::ModelSpec spec;
+  spec.name = cfg.model.name;
+  spec.classes = cfg.model.classes > 0 ? cfg.model.classes : info.classes;
+  spec.width = cfg.model.width;
+  spec.depth = cfg.model.depth;
+  spec.aspp_rates = cfg.model.aspp_rates;
+  spec.dropout = static_cast<float>(cfg.model.dropout);
+  if (cfg.model.in_channels > 0 && cfg.model.in_channels != info.sample.c())
+    throw refuse("model.in_channels = " + std::to_string(cfg.model.in_channels) + " but the data has " +
+                 std::to_string(info.sample.c()) + " channels");
+  if (cfg.model.classes > 0 && cfg.model.classes != info.classes)
+    throw refuse("model.classes = " + std::to_string(cfg.model.classes) + " but the data has " +
+                 std::to_string(info.classes) + " classes");
+  std::unique_ptr<nn::Graph> g;
+  try {
+    g = nn::make_model(spec, info.sample);
+    g->setup(batch);  // shapes and sizes only: nothing allocated yet
+  } catch (const Error& e) {
+    throw refuse(e.what());
+  }
+  // The model's size follows the input's channels, the classes and (through its dense layers)
+  // the sample's height and width: built for this data, it must be the checkpoint's.
+  if (static_cast<int64_t>(g->param_count()) != params || static_cast<int64_t>(g->state_count()) != state)
+    throw refuse(spec.name + " built for this data has " + std::to_string(g->param_count()) + " parameters and " +
+                 std::to_string(g->state_count()) + " state values; the checkpoint holds " + std::to_string(params) +
+                 " and " + std::to_string(state));
+  const nn::Shape out = g->output_shape();
+  const bool per_pixel_out = out.h() * out.w() > 1;
+  if (per_pixel_out != info.per_pixel_labels ||
+      (per_pixel_out && (out.h() != info.sample.h() || out.w() != info.sample.w())))
+    throw refuse(spec.name + " predicts " + (per_pixel_out ? "a " + std::to_string(out.h()) + " x " +
+                                                                 std::to_string(out.w()) + " map of classes"
+                                                           : std::string("one class")) +
+                 " per sample");
+  if (!cfg.data.class_weights.empty() && static_cast<int64_t>(cfg.data.class_weights.size()) != spec.classes)
+    throw refuse("data.class_weights has " + std::to_string(cfg.data.class_weights.size()) + " entries for " +
+                 std::to_string(spec.classes) + " classes");
+  return spec;
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& options, const mpi::Topology& topo) {
+  const mpi::Communicator& world = topo.world();
+  const io::CheckpointData& d = ck.data;
+
+  // The config, the data and whether they fit: every rank opens the test set (each reads its
+  // share of it), so any rank may be the one that cannot.
+  Config cfg;
+  std::unique_ptr<DataSource> test;
+  nn::ModelSpec spec;
+  int64_t batch = 0, n_test = 0;
+  mpi::run_agreed(world, [&] {
+    cfg = eval_config(ck, options);
+    // Training evaluates in batches of train.batch_size; the same batches give the same sums.
+    batch = cfg.train.eval_batch_size > 0 ? cfg.train.eval_batch_size : cfg.train.batch_size;
+    test = open_test(cfg, options);
+    if (test->size() == 0) throw UsageError(cfg.data.test + " (" + test->info().description + ") holds no samples");
+    spec = fit_model(ck, cfg, data_key(options), *test, batch);
+    n_test = cfg.data.test_samples > 0 ? std::min(cfg.data.test_samples, test->size()) : test->size();
+  });
+  const DatasetInfo& info = test->info();
+  const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
+
+  // The model on the run's backend and precision, holding the checkpoint's central model.
+  // Declared in this order so that the buffers go before the backend that owns their memory.
+  std::unique_ptr<nn::Backend> backend;
+  std::unique_ptr<nn::Stream> stream;
+  std::unique_ptr<nn::Graph> g;
+  nn::Buffer label_buf, pred_buf, weight_buf;
+  int32_t* dev_labels = nullptr;
+  int32_t* dev_pred = nullptr;
+  const float* dev_weights = nullptr;
+  mpi::run_agreed(world, [&] {
+    backend = nn::make_backend(cfg.run.backend, topo.host_rank(),
+                               cfg.run.threads > 0 ? static_cast<int>(cfg.run.threads)
+                                                   : cpu::default_threads(topo.host_ranks()));
+    stream = backend->create_stream();
+    backend->bind_calling_thread(backend->threads());
+    const nn::DType precision = precision_dtype(cfg.train.precision);
+    g = nn::make_model(spec, info.sample);
+    g->set_dtype(precision);
+    g->set_layout(resolve_layout(cfg.model.layout, backend->name(), precision));
+    g->build(*backend, batch, static_cast<uint64_t>(cfg.run.seed));
+    const std::vector<float>& params = d.array("central/params", g->param_count());
+    const std::vector<float>& state = d.array("central/state", g->state_count());
+    backend->copy_from_host(*stream, g->params(), params.data(), params.size());
+    backend->copy_from_host(*stream, g->state(), state.data(), state.size());
+    dev_labels = backend->allocate_labels(static_cast<size_t>(batch * label_hw), label_buf);
+    dev_pred = backend->allocate_labels(static_cast<size_t>(batch * label_hw), pred_buf);
+    if (!cfg.data.class_weights.empty()) {
+      const std::vector<float> weights(cfg.data.class_weights.begin(), cfg.data.class_weights.end());
+      weight_buf = backend->allocate(weights.size());
+      backend->copy_from_host(*stream, weight_buf.data(), weights.data(), weights.size());
+      dev_weights = weight_buf.data();
+    }
+    backend->synchronize(*stream);
+  });
+
+  EvalResult r;
+  r.model = d.text("model");
+  r.step = d.integer("step");
+  r.data_path = cfg.data.test;
+  r.data_description = info.description;
+  r.per_pixel_labels = info.per_pixel_labels;
+  r.class_names = info.class_names;
+  r.world_size = world.size();
+  // Rank r takes samples [n r / R, n (r + 1) / R), as training's evaluation does.
+  const int64_t begin = n_test * world.rank() / world.size(), end = n_test * (world.rank() + 1) / world.size();
+  const auto t0 = Clock::now();
+  mpi::run_agreed(world, [&] {
+    r.part = evaluate_range(*g, *backend, *stream, *test, begin, end, dev_labels, dev_pred, dev_weights);
+  });
+  sum_over_ranks(r.part, world);
+  r.eval_s = seconds_since(t0);
+  return r;
+}
+
+}  // namespace squall::train

@@ -1,0 +1,41 @@
+#pragma once
+// One `squall eval` (docs/training.md, "Evaluating a checkpoint"): the checkpoint's central
+// model, rebuilt from the run's own config, on a test set. The test samples are split over the
+// ranks and summed, as training's evaluation does, so the final checkpoint of a run reproduces
+// the run's final test loss and accuracy on the same samples.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mpi/topology.hpp"
+#include "src/train/eval_checkpoint.hpp"
+#include "src/train/evaluate.hpp"
+
+namespace squall::train {
+
+struct EvalOptions {
+  std::vector<std::string> overrides;  // --set: keys of the checkpoint's config
+  std::string data;                    // --data: the test set instead of the config's data.test ("": keep it)
+};
+
+struct EvalResult {
+  std::string model;                    // the checkpoint's model ("lenet5")
+  int64_t step = 0;                     // the checkpoint's step
+  std::string data_path;                // the test set evaluated on, and what it is
+  std::string data_description;         // "Fashion-MNIST test (IDX, 10000 samples)"
+  bool per_pixel_labels = false;        // segmentation: IoU per class is what matters
+  std::vector<std::string> class_names;
+  EvalPart part{ConfusionMatrix(1)};    // summed over the ranks
+  double eval_s = 0;                    // the evaluation itself, without reading and building
+  int world_size = 1;
+};
+
+// Collective over topo.world(). Parses the checkpoint's config with `overrides` (a bad one is
+// a usage error, exit 2), opens the test set and checks that it fits the model (sample shape,
+// classes, per-pixel labels, the model's size against the checkpoint's arrays; else exit 2
+// naming the checkpoint, the data and both), builds the model on the config's run.backend and
+// precision, loads the central parameters and state and evaluates. Every failure, even one
+// that only some ranks meet, ends every rank with the same CollectiveError.
+EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& options, const mpi::Topology& topo);
+
+}  // namespace squall::train
