@@ -184,6 +184,16 @@ std::optional<LoadedCheckpoint> CheckpointStore::load_newest() {
 
 LoadedCheckpoint CheckpointStore::load(const fs::path& path) {
   const fs::path folder = path.filename() == k_model_file ? path.parent_path() : path;
+  // A path that names no checkpoint at all is the user's to fix (exit 2), not a damaged one.
+  std::string wrong;
+  if (m_world.rank() == 0 && !fs::is_regular_file(folder / k_model_file))
+    wrong = fs::exists(path) ? path.string() + " is not a checkpoint (there is no " + (folder / k_model_file).string() + ")"
+                             : path.string() + " does not exist";
+  wrong = m_world.broadcast_string(wrong);
+  if (!wrong.empty())
+    throw CollectiveError("--resume " + path.string() + ": " + wrong +
+                              "; give a step-N folder of <run.dir>/checkpoints, its model.h5, or auto",
+                          k_exit_usage);
   LoadedCheckpoint loaded;
   const std::string why = try_load(folder, loaded);
   if (!why.empty()) throw CollectiveError("--resume " + path.string() + ": cannot use this checkpoint: " + why, k_exit_failure);

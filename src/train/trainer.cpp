@@ -193,8 +193,8 @@ class TrainingRun {
     m_sampler = std::make_unique<io::Sampler>(io::parse_sampling(cfg.data.sampling), offsets,
                                               io::node_sizes_from(m_node_of_rank), static_cast<uint64_t>(cfg.run.seed));
     m_batches_per_epoch = m_sampler->steps_per_epoch(m_batch);
-    if (m_batches_per_epoch < m_learners)
-      throw Error(m_origin + ": one step takes train.batch_size x replicas x ranks = " + std::to_string(m_batch) +
+    if (m_batches_per_epoch < m_learners)  // the config and the job's shape: the user's to fix (exit 2)
+      throw UsageError(m_origin + ": one step takes train.batch_size x replicas x ranks = " + std::to_string(m_batch) +
                   " x " + std::to_string(m_learners) + " x " + std::to_string(m_ranks) +
                   " samples, more than an epoch's " + std::to_string(m_n_train) + " training samples");
     m_steps_per_epoch = m_batches_per_epoch / m_learners;
