@@ -188,7 +188,7 @@ TEST_CASE("SQUALL_FAIL_AT=1:20:kill: a rank that dies ends the job, naming it", 
   CHECK_THAT(r.out + r.err, Contains("rank 1") && Contains("signal 9"));
 }
 
-TEST_CASE("SIGUSR1 and SIGTERM stop a run after a checkpoint with exit 75; --resume auto finishes it",
+TEST_CASE("SIGUSR1 and SIGTERM stop a run after a checkpoint with exit 75: --resume auto finishes it",
           "[launch][checkpoint][signal]") {
   TempDir t("squall-signal");
   const std::string whole = t.file("whole");
@@ -217,7 +217,7 @@ TEST_CASE("SIGUSR1 and SIGTERM stop a run after a checkpoint with exit 75; --res
   }
 }
 
-TEST_CASE("a run dir that fills up stops the run with a clear error; its last checkpoint resumes",
+TEST_CASE("a run dir that fills up stops the run with a clear error: its last checkpoint resumes",
           "[launch][checkpoint][disk]") {
   if (!can_mount_tmpfs()) SQUALL_SKIP("cannot mount a tmpfs in a private mount namespace here (needs root and unshare)");
   TempDir t("squall-full");
@@ -244,7 +244,7 @@ TEST_CASE("a run dir that fills up stops the run with a clear error; its last ch
   CHECK(checksum(copy) == checksum(whole));
 }
 
-TEST_CASE("a checkpoints folder that becomes read-only stops the run with a clear error; the last checkpoint resumes",
+TEST_CASE("a checkpoints folder that becomes read-only stops the run with a clear error: the last checkpoint resumes",
           "[launch][checkpoint][disk]") {
   if (!can_mount_tmpfs()) SQUALL_SKIP("cannot mount a tmpfs in a private mount namespace here (needs root and unshare)");
   TempDir t("squall-readonly");
@@ -295,7 +295,7 @@ TEST_CASE("a usage error on only some ranks ends the job on every rank, naming t
   CHECK_THAT(differ.out + differ.err, Contains("rank 1") && Contains("train.batch_size") && Contains("64 -> 32"));
 }
 
-TEST_CASE("train.nonfinite: stop names the step, rank and layer; skip drops and counts the steps",
+TEST_CASE("train.nonfinite: stop names the step, rank and layer: skip drops and counts the steps",
           "[launch][checkpoint][nonfinite]") {
   TempDir t("squall-nonfinite");
   const std::string blow_up = " --set optimizer.lr=1e30 --set train.max_steps=20 --set checkpoint.every_steps=0";

@@ -216,7 +216,7 @@ TEST_CASE("bad parallel settings are refused with the key named", "[launch][trai
   CHECK_THAT(big.err, Catch::Contains("batch_size"));
 }
 
-TEST_CASE("run.backend: cuda trains on a GPU or exits 1 saying why; auto falls back to the CPU", "[launch][train][backend]") {
+TEST_CASE("run.backend: cuda trains on a GPU or exits 1 saying why: auto falls back to the CPU", "[launch][train][backend]") {
   const std::string lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
   const std::string quick = " --set train.max_steps=5 --set data.test_samples=256 --set train.log_every_steps=5";
   {
@@ -276,7 +276,7 @@ TEST_CASE("parallel.device_allreduce: sums on the GPU across ranks, or a clear r
   }
 }
 
-TEST_CASE("train.precision: fp16 with loss scaling records skipped steps; a bad precision is refused",
+TEST_CASE("train.precision: fp16 with loss scaling records skipped steps: a bad precision is refused",
           "[launch][train][precision]") {
   const std::string lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
   const std::string quick = " --set train.max_steps=40 --set data.test_samples=256 --set train.log_every_steps=10";
@@ -341,7 +341,7 @@ TEST_CASE("train.precision: fp16 with loss scaling records skipped steps; a bad 
   }
 }
 
-TEST_CASE("model.layout: nhwc trains as nchw does; auto is nchw on the CPU; a bad layout is refused",
+TEST_CASE("model.layout: nhwc trains as nchw does: auto is nchw on the CPU: a bad layout is refused",
           "[launch][train][layout]") {
   const std::string lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
   const std::string quick = " --set train.max_steps=30 --set data.test_samples=256 --set train.log_every_steps=10";

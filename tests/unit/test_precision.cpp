@@ -123,7 +123,7 @@ TEST_CASE("reduced precision: element-wise calls give the f32 result rounded to 
   }
 }
 
-TEST_CASE("reduced precision: f16 overflows to infinity where a GPU's would; bf16 has f32's range", "[precision]") {
+TEST_CASE("reduced precision: f16 overflows to infinity where a GPU's would: bf16 has f32's range", "[precision]") {
   auto s = be().create_stream();
   const std::vector<float> big(4, 40000.0f);
   for (const DType t : k_types) {

@@ -93,7 +93,7 @@ TEST_CASE("the default SMA coefficients are stable from 1 to 109,440 learners", 
   }
 }
 
-TEST_CASE("Crossbow's uncapped rule diverges at 40 learners; the same check passes it at 4", "[sma]") {
+TEST_CASE("Crossbow's uncapped rule diverges at 40 learners: the same check passes it at 4", "[sma]") {
   // The check itself can fail: with beta = alpha L (Crossbow's sum of the corrections) the centre
   // is heavy-ball with step alpha L, unstable once alpha L >= 2 (1 + mu) = 3.8.
   auto crossbow = [](int64_t L) { return SmaCoefficients{0.1, 0.1 * static_cast<double>(L), 0.9}; };
