@@ -4,7 +4,7 @@
 # no cluster can be made here, with the reason.
 #
 #   test_cluster.sh SQUALL_BIN PYTHON TEST
-#   TEST: info | allreduce | rate | slurm | train
+#   TEST: info | allreduce | rate | slurm | train | resume
 set -euo pipefail
 
 squall=$1 python=$2 test=$3
@@ -116,6 +116,32 @@ case $test in
     [[ $(json "$s" 'd["steps"]') == 20 ]] || fail "summary: not 20 steps"
     [[ $(json "$s" 'd["parallel"]["buckets"] > 1') == True ]] || fail "summary: one gradient bucket"
     echo "ok: 20 ssgd steps on 2 nodes x 2 ranks, $(json "$s" 'd["parallel"]["buckets"]') buckets, at most $(json "$s" 'd["parallel"]["max_buckets_in_flight"]') in flight"
+    ;;
+
+  resume)
+    # sma across 2 nodes x 2 ranks: every rank writes its checkpoint part into the run dir the
+    # nodes share. A rank on node 2 fails at step 25; the job resumes from step 20 with
+    # --resume auto and ends bit for bit as the job that ran through.
+    "$cluster" up "$name" --nodes 2 --rate 1gbit
+    hosts=$("$cluster" hosts "$name" 2)
+    job=(train --config "$root/configs/fashion-mnist-sma.toml" --set train.max_steps=40 --set checkpoint.every_steps=10
+         --set data.train_samples=4096 --set data.test_samples=512 --set run.threads=1)
+    "$cluster" mpirun "$name" --host "$hosts" -- "$squall" "${job[@]}" --set run.dir="$shared/whole" \
+      >"$work/whole.log" 2>&1 || { cat "$work/whole.log" >&2; fail "the uninterrupted job failed"; }
+    if "$cluster" mpirun "$name" --host "$hosts" -x SQUALL_FAIL_AT=3:25 -- "$squall" "${job[@]}" \
+      --set run.dir="$shared/crashed" >"$work/crash.log" 2>&1; then
+      fail "the job whose rank 3 failed exited 0"
+    fi
+    grep -q "rank 3" "$work/crash.log" || { cat "$work/crash.log" >&2; fail "the failing rank is not named"; }
+    [[ -f $shared/crashed/checkpoints/step-00000020/rank-00003.h5 ]] || fail "no checkpoint part of rank 3 (node 2)"
+    [[ ! -e $shared/crashed/checkpoints/step-00000030 ]] || fail "a checkpoint after the failure"
+    "$cluster" mpirun "$name" --host "$hosts" -- "$squall" "${job[@]}" --set run.dir="$shared/crashed" --resume auto \
+      >"$work/resume.log" 2>&1 || { cat "$work/resume.log" >&2; fail "the resumed job failed"; }
+    grep -q "resuming from .*step-00000020" "$work/resume.log" || fail "did not resume from step 20"
+    a=$(json "$shared/whole/summary.json" 'd["model_checksum"]')
+    b=$(json "$shared/crashed/summary.json" 'd["model_checksum"]')
+    [[ $a == "$b" ]] || fail "model_checksum of the resumed job $b differs from the uninterrupted job's $a"
+    echo "ok: a job of 2 nodes x 2 ranks failed on node 2 at step 25, resumed from step 20, model_checksum $b as uninterrupted"
     ;;
 
   *) fail "unknown test '$test'" ;;
