@@ -29,9 +29,10 @@ build: configure
 # The demo: who runs where, then LeNet-5 trained on Debian's Fashion-MNIST by 2 ranks x 2
 # learners with synchronous model averaging (Crossbow's SMA) through the hierarchical
 # allreduce: 5 epochs, 15-35 s on two cores, ending with the test accuracy and throughput.
+# --overwrite: a second `make demo` replaces the first one's run dir (runs/fashion-mnist-sma).
 demo: build
 	mpirun -np $(NP) --oversubscribe $(BUILD)/bin/squall info
-	mpirun -np $(NP) --oversubscribe $(BUILD)/bin/squall train --config configs/fashion-mnist-sma.toml
+	mpirun -np $(NP) --oversubscribe $(BUILD)/bin/squall train --config configs/fashion-mnist-sma.toml --overwrite
 
 # The climate demo: synthetic CAM5-like fields at 96 x 144 (640 training samples, 64 held
 # out, other seeds), labelled by squall's TECA-style heuristics, then a small U-Net trained
@@ -43,7 +44,7 @@ demo-climate: build
 	$(BUILD)/bin/squall data climate --out $(CLIMATE)/raw-test --samples 64 --height 96 --width 144 --seed 12
 	$(BUILD)/bin/squall data label --in $(CLIMATE)/raw-train --out $(CLIMATE)/train
 	$(BUILD)/bin/squall data label --in $(CLIMATE)/raw-test --out $(CLIMATE)/test
-	$(BUILD)/bin/squall train --config configs/climate-tiny.toml --set data.train=$(CLIMATE)/train --set data.test=$(CLIMATE)/test
+	$(BUILD)/bin/squall train --config configs/climate-tiny.toml --overwrite --set data.train=$(CLIMATE)/train --set data.test=$(CLIMATE)/test
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900

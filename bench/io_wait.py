@@ -17,7 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def train(squall, config, extra, epochs, run_dir):
-    subprocess.run([squall, "train", "--config", config, "--set", f"train.epochs={epochs}", "--set",
+    # --overwrite: every run reuses the one run dir.
+    subprocess.run([squall, "train", "--config", config, "--overwrite", "--set", f"train.epochs={epochs}", "--set",
                     f"run.dir={run_dir}"] + extra, check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(run_dir, "summary.json")) as f:
         s = json.load(f)
