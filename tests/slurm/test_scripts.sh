@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The job scripts without a batch system: shellcheck on every one (skipped, visibly, without
+# shellcheck), the LSF script rendered for a fake 2-node allocation (LSF cannot run here), and
+# the scaling-study's submissions for a weak and a strong sweep.
+#   test_scripts.sh REPO_ROOT
+set -euo pipefail
+root=$1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/squall-scripts.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+scripts=("$root"/jobscripts/slurm/*.sbatch "$root"/jobscripts/lsf/*.lsf "$root"/jobscripts/scaling-study)
+
+# LSF, rendered: 2 compute nodes (and the launch node) -> 12 ranks, one GPU and 7 cores each.
+printf 'batch1\nh1\nh1\nh2\nh2\n' >"$work/hosts"
+out=$(cd "$work" && LSB_JOBID=77 LSB_DJOB_HOSTFILE="$work/hosts" SQUALL_DRY_RUN=1 SQUALL_CONFIG=c.toml \
+      SQUALL_ARGS="--set train.max_steps=5" SQUALL_BIN=/opt/squall "$root/jobscripts/lsf/summit.lsf")
+[[ $out == "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 --bind packed:7 --smpiargs=-gpu /opt/squall train --config c.toml --resume auto --set run.dir=runs/squall-77 --set train.max_steps=5" ]] ||
+  fail "summit.lsf rendered: $out"
+echo "ok: summit.lsf renders: $out"
+out=$(cd "$work" && LSB_JOBID=78 LSB_DJOB_HOSTFILE="$work/hosts" SQUALL_DRY_RUN=1 SQUALL_CONFIG=c.toml \
+      SQUALL_STAGE_FROM=/gpfs/data USER=u SQUALL_BIN=/opt/squall "$root/jobscripts/lsf/summit.lsf")
+grep -q "^jsrun -n 2 -r 1 -a 1 -c 42 /opt/squall stage --from /gpfs/data --to /mnt/bb/u/squall$" <<<"$out" || fail "staging: $out"
+grep -q -- "--set data.train=/mnt/bb/u/squall" <<<"$out" || fail "staged data not used: $out"
+echo "ok: summit.lsf stages to the NVMe and trains on the copy"
+
+# The scaling study: weak keeps each learner's batch, strong divides the global batch.
+cd "$work" && cp "$root/configs/fashion-mnist-sma.toml" c.toml
+weak=$("$root/jobscripts/scaling-study" --config c.toml --nodes 1,2,4 --mode weak --study w --gpus-per-node 4 --submit print)
+[[ $(grep -c '^sbatch' <<<"$weak") == 3 ]] || fail "weak: $weak"
+grep -q -- "-N 4 -n 16 .*run.dir=$work/w/n4" <<<"$weak" || fail "weak, 4 nodes: $weak"
+grep -q "batch_size" <<<"$weak" && fail "weak scaling changed the batch: $weak"
+strong=$("$root/jobscripts/scaling-study" --config c.toml --nodes 1,2,4 --mode strong --global-batch 256 --study s \
+         --gpus-per-node 4 --submit print)
+grep -q -- "-N 1 -n 4 .*train.batch_size=64" <<<"$strong" || fail "strong, 1 node: $strong"
+grep -q -- "-N 4 -n 16 .*train.batch_size=16" <<<"$strong" || fail "strong, 4 nodes: $strong"
+[[ $(wc -l <s/study.tsv) == 3 ]] || fail "study.tsv: $(cat s/study.tsv)"
+if "$root/jobscripts/scaling-study" --config c.toml --nodes 3 --mode strong --global-batch 256 --study x --gpus-per-node 4 --submit print 2>"$work/err"; then
+  fail "a global batch that does not divide was accepted"
+fi
+grep -q "does not divide" "$work/err" || fail "message: $(cat "$work/err")"
+echo "ok: scaling-study prints weak and strong sweeps and refuses a batch that does not divide"
+
+if ! command -v shellcheck >/dev/null; then
+  echo "SKIP: shellcheck is not installed (scripts/install-deps installs it); the scripts rendered fine"
+  exit 77
+fi
+shellcheck -S warning "${scripts[@]}" || fail "shellcheck found problems"
+echo "ok: shellcheck -S warning: ${#scripts[@]} scripts clean"
