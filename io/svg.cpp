@@ -78,7 +78,11 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
 
 std::string render_line_plot(const LinePlot& plot) {
   const double W = plot.width, H = plot.height;
-  const double left = 80, right = 30, top = 50, bottom = 60;
+  // The legend sits right of the plot area, never over the data.
+  size_t longest = 0;
+  for (const PlotSeries& s : plot.series) longest = std::max(longest, s.label.size());
+  const double legend_w = plot.series.empty() ? 0 : 44 + 7.2 * static_cast<double>(longest);
+  const double left = 80, right = 20 + (plot.series.empty() ? 10 : legend_w + 10), top = 50, bottom = 60;
   const double pw = W - left - right, ph = H - top - bottom;
 
   auto fx = [&](double x) { return plot.log2_x ? std::log2(x) : x; };
@@ -196,12 +200,10 @@ std::string render_line_plot(const LinePlot& plot) {
   }
   o += "</g>\n";
 
-  // Legend, top left inside the plot area.
+  // Legend, right of the plot area.
   if (!plot.series.empty()) {
-    size_t longest = 0;
-    for (const PlotSeries& s : plot.series) longest = std::max(longest, s.label.size());
-    const double lw = 40 + 7.2 * static_cast<double>(longest), lh = 8 + 20 * static_cast<double>(plot.series.size());
-    const double lx = left + 10, ly = top + 10;
+    const double lw = legend_w, lh = 8 + 20 * static_cast<double>(plot.series.size());
+    const double lx = left + pw + 10, ly = top;
     o += "<g class=\"legend\" font-size=\"12\">\n";
     o += "<rect x=\"" + num(lx) + "\" y=\"" + num(ly) + "\" width=\"" + num(lw) + "\" height=\"" + num(lh) +
          "\" fill=\"#ffffff\" fill-opacity=\"0.85\" stroke=\"#999999\"/>\n";

@@ -1,7 +1,7 @@
 #pragma once
 // A small SVG writer for the plots `squall report` draws (docs/training.md, "Reports"): one
 // line chart per file with axes, ticks, tick labels, axis labels, a title, one polyline per
-// series (optionally dashed, with a circle at each point) and a legend. The output is a
+// series (optionally dashed, with a circle at each point) and a legend right of the plot area. The output is a
 // standalone SVG 1.1 document (xmlns set, no scripts, no external references).
 #include <optional>
 #include <string>
@@ -22,7 +22,7 @@ struct LinePlot {
   bool log2_x = false;             // x on a log2 scale, ticks at powers of 2 (x must be > 0)
   std::optional<double> y_min, y_max;  // fixed y range; otherwise from the data
   std::optional<double> x_min, x_max;  // fixed x range; otherwise from the data
-  int width = 800, height = 500;
+  int width = 800, height = 600;
   std::vector<PlotSeries> series;
 };
 

@@ -289,13 +289,16 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
   for (const Run& r : runs)
     if (!r.train.empty() && step_times(r).size() < 2) timed = false;
   auto label = [&](const Run& r) {
-    return r.name + (r.complete ? " (" + std::to_string(r.count()) + " " + unit + ")" : " (incomplete)");
+    if (!r.complete) return r.name + " (incomplete)";
+    return r.name + " (" + std::to_string(r.count()) + " " + (cuda ? "GPU" : "rank") + (r.count() == 1 ? "" : "s") +
+           ")";
   };
   {
     io::LinePlot p;
     p.title = "Training loss";
     p.x_label = timed ? "elapsed s" : "step";
     p.y_label = "train loss";
+    p.x_min = 0;
     for (const Run& r : runs) {
       io::PlotSeries s{label(r), {}, {}, false, false};
       const auto times = step_times(r);
@@ -317,6 +320,7 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
       for (const EvalPoint& e : r.eval) eval_timed &= std::isfinite(e.elapsed_s);
     p.x_label = eval_timed ? "elapsed s" : "step";
     p.y_label = seg ? "test_miou" : "test_accuracy";
+    p.x_min = 0;
     for (const Run& r : runs) {
       io::PlotSeries s{label(r), {}, {}, false, true};
       for (const EvalPoint& e : r.eval) {
