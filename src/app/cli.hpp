@@ -48,6 +48,8 @@ void add_label_command(CLI::App& data, Context& ctx, Actions& actions);
 void add_eval_command(CLI::App& root, Context& ctx, Actions& actions);
 // `stage` (cmd_stage.cpp).
 void add_stage_command(CLI::App& root, Context& ctx, Actions& actions);
+// `report` (cmd_report.cpp).
+void add_report_command(CLI::App& root, Context& ctx, Actions& actions);
 // `bench loader` (cmd_bench_loader.cpp) under the `bench` group.
 void add_bench_loader_command(CLI::App& bench, Context& ctx, Actions& actions);
 // `bench allreduce` (cmd_bench_allreduce.cpp) under the `bench` group.
