@@ -25,7 +25,7 @@ void add_stub_commands(CLI::App& root, Context& ctx, Actions& actions) {
   add_eval_command(root, ctx, actions);
   add_stage_command(root, ctx, actions);
   add_stub(root, "report", "Summarise run directories and scaling studies", actions);
-  add_stub(root, "model", "Describe a model from the zoo (layers, parameters, FLOPs)", actions);
+  add_model_command(root, ctx, actions);
 
   CLI::App* data = root.add_subcommand("data", "Datasets: converters, generators and checks");
   data->require_subcommand(1);
