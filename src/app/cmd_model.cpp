@@ -161,7 +161,7 @@ int run_model(const ModelArgs& a) {
         throw UsageError(std::string("--calibrate-allreduce: ") + e.what());
       }
     }
-    m = perf::calibrate_local(cost, *run);
+    m = perf::calibrate_local(cost, *run, 0.0, a.algorithm);
     if (fit) {  // the benchmark's alpha and beta replace the run's single-size estimate
       m.intra_latency = m.inter_latency = fit->alpha;
       m.intra_bw = fit->beta;
@@ -177,7 +177,7 @@ int run_model(const ModelArgs& a) {
   s.allreduce = a.allreduce;
   s.learners = a.learners;
   s.grad_bytes = a.comm == "fp32" ? 4 : 2;
-  s.overlap = run ? 0.0 : a.overlap;  // a run's allreduce time is already the part it waited for
+  s.overlap = m.overlap >= 0 ? m.overlap : a.overlap;  // calibrated: the run's hidden share
   s.batch = a.batch > 0 ? a.batch : (cost.c * cost.h * cost.w > 100000 ? 2 : 32);
   s.sample_bytes = 4.0 * static_cast<double>(cost.c * cost.h * cost.w);
   if (run && a.batch == 0) s.batch = run->global_batch / (static_cast<int64_t>(run->world_size) * run->learners);
@@ -211,7 +211,8 @@ int run_model(const ModelArgs& a) {
                     {"predicted_step_ms", pred.step_ms},
                     {"sustained_gflops_per_rank", m.sustained_flops() / 1e9},
                     {"allreduce_GBps", m.intra_bw / 1e9},
-                    {"allreduce_latency_us", m.intra_latency * 1e6}};
+                    {"allreduce_latency_us", m.intra_latency * 1e6},
+                    {"overlap", m.overlap}};
     if (fit)
       measured["allreduce_fit"] = json{{"algo", fit->algo}, {"ranks", fit->ranks}, {"points", fit->points},
                                        {"alpha_us", fit->alpha * 1e6}, {"beta_GBps", fit->beta / 1e9},
@@ -246,8 +247,8 @@ int run_model(const ModelArgs& a) {
                 cost.train_flops() / 1e9);
   std::cout << line;
   std::snprintf(line, sizeof line,
-                "machine %s: %d GPU(s)/node, %s peak %.2f TF x %.0f%% = %.2f TF sustained; intra %.1f GB/s "
-                "%.1f us; inter %.1f GB/s/node %.1f us\n",
+                "machine %s: %d GPU(s)/node, %s peak %.4g TF x %.0f%% = %.4g TF sustained; intra %.4g GB/s "
+                "%.3g us; inter %.4g GB/s/node %.3g us\n",
                 m.name.c_str(), m.gpus_per_node, m.precision.c_str(), m.peak_flops / 1e12, m.efficiency * 100,
                 m.sustained_flops() / 1e12, m.intra_bw / 1e9, m.intra_latency * 1e6, m.inter_bw / 1e9,
                 m.inter_latency * 1e6);
@@ -269,14 +270,14 @@ int run_model(const ModelArgs& a) {
   if (run) {
     std::snprintf(line, sizeof line,
                   "calibration: %s on %d rank(s): measured %.1f samples/s (%.2f ms/step), predicted %.1f "
-                  "(%.2f ms); %.2f GFLOP/s per rank, allreduce %.3f GB/s, %.1f us\n",
+                  "(%.2f ms); %.4g GFLOP/s per rank, allreduce %.4g GB/s, %.3g us, overlap %.2f\n",
                   a.calibrate.c_str(), run->world_size, measured["measured_samples_per_s"].get<double>(),
                   measured["measured_step_ms"].get<double>(), measured["predicted_samples_per_s"].get<double>(),
                   measured["predicted_step_ms"].get<double>(), m.sustained_flops() / 1e9, m.intra_bw / 1e9,
-                  m.intra_latency * 1e6);
+                  m.intra_latency * 1e6, m.overlap);
     std::cout << line;
     if (fit) {
-      std::snprintf(line, sizeof line, "allreduce fit (%s, %d ranks, %zu sizes): alpha %.2f us, beta %.3f GB/s, rms error %.1f%%\n",
+      std::snprintf(line, sizeof line, "allreduce fit (%s, %d ranks, %zu sizes): alpha %.3g us, beta %.4g GB/s, rms error %.1f%%\n",
                     fit->algo.c_str(), fit->ranks, fit->points, fit->alpha * 1e6, fit->beta / 1e9,
                     fit->rms_rel_error * 100);
       std::cout << line;

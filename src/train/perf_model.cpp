@@ -196,6 +196,7 @@ RunMeasurement read_summary(const json& doc) {
     r.samples_per_s = doc.at("samples_per_s").get<double>();
     r.compute_s = doc.at("time_breakdown_s").at("compute").get<double>();
     r.allreduce_s = doc.at("time_breakdown_s").at("allreduce").get<double>();
+    r.allreduce_overlapped_s = doc.at("time_breakdown_s").value("allreduce_overlapped", 0.0);
     r.steps = doc.value("steps", int64_t{0});
     r.learners = doc.value("replicas_per_device", 1);
   } catch (const json::exception& e) {
@@ -206,18 +207,22 @@ RunMeasurement read_summary(const json& doc) {
   return r;
 }
 
-Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, double alpha) {
+Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, double alpha,
+                        const std::string& algorithm) {
   const double step = run.step_s();
   // Per-step times: from the step count when the summary has it, else the shares of the
   // compute and allreduce totals in a step of global_batch / samples_per_s.
-  double compute = 0, reduce = 0;
+  double compute = 0, reduce = 0, hidden = 0;
   if (run.steps > 0) {
-    compute = run.compute_s / static_cast<double>(run.steps);
-    reduce = run.allreduce_s / static_cast<double>(run.steps);
+    const double steps = static_cast<double>(run.steps);
+    compute = run.compute_s / steps;
+    reduce = run.allreduce_s / steps;
+    hidden = run.allreduce_overlapped_s / steps;
   } else {
     const double total = run.compute_s + run.allreduce_s;
     compute = step * run.compute_s / total;
     reduce = step * run.allreduce_s / total;
+    hidden = step * run.allreduce_overlapped_s / total;
   }
   Machine m;
   m.name = "local";
@@ -228,8 +233,11 @@ Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, doubl
   m.peak_flops = model.train_flops() * samples_per_rank / compute;
   const double bytes = 4.0 * static_cast<double>(run.parameters);
   const int p = run.world_size;
-  if (p > 1 && reduce > 2.0 * (p - 1) * alpha) {
-    m.intra_bw = 2.0 * (p - 1) / p * bytes / (reduce - 2.0 * (p - 1) * alpha);
+  const double whole = reduce + hidden;  // the allreduce's duration, hidden or not
+  const double window = algorithm == "sma" ? compute : compute * 2.0 / 3.0;
+  m.overlap = hidden > 0 ? std::min(1.0, hidden / std::min(whole, window)) : 0.0;
+  if (p > 1 && whole > 2.0 * (p - 1) * alpha) {
+    m.intra_bw = 2.0 * (p - 1) / p * bytes / (whole - 2.0 * (p - 1) * alpha);
   } else {
     m.intra_bw = 1e12;  // one rank (or no measurable time): no allreduce to fit
   }

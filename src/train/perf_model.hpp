@@ -41,6 +41,7 @@ struct Machine {
   double inter_latency = 0;      // s per ring step across nodes
   double nvme_bw = 0;            // bytes/s per node (read); 0: no node-local NVMe modelled
   double step_overhead = 0;      // s per step outside compute and allreduce (calibrated only)
+  double overlap = -1;           // calibrated only: the run's hidden share (Scenario::overlap); -1 none
   std::string precision = "fp32";
   std::string notes;             // where the numbers come from, in one line
   double sustained_flops() const { return peak_flops * efficiency; }
@@ -93,17 +94,20 @@ struct RunMeasurement {
   std::string model;
   int world_size = 1;
   int64_t global_batch = 0, parameters = 0, steps = 0;
-  double samples_per_s = 0, compute_s = 0, allreduce_s = 0;
+  double samples_per_s = 0, compute_s = 0;
+  double allreduce_s = 0;             // what the step waited for (time_breakdown_s.allreduce)
+  double allreduce_overlapped_s = 0;  // hidden behind the passes (time_breakdown_s.allreduce_overlapped)
   int learners = 1;
   double step_s() const { return static_cast<double>(global_batch) / samples_per_s; }
 };
 RunMeasurement read_summary(const nlohmann::json& summary);  // throws Error naming a missing field
 
 // Sets `local` (one node of world_size GPUs) so that the run's shape reproduces it: the
-// sustained FLOP rate from compute time per step, the allreduce bandwidth from allreduce
-// time per step (alpha as given), and the rest of the step as a fixed overhead. The
-// measured allreduce time is what the step waited for, so the calibrated overlap is 0.
-Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, double alpha = 0.0);
+// sustained FLOP rate from compute time per step, the allreduce bandwidth from the whole
+// allreduce time per step (exposed + overlapped; alpha as given), the overlap from the hidden
+// share, and the rest of the step as a fixed overhead. `algorithm` decides the overlap window.
+Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, double alpha = 0.0,
+                        const std::string& algorithm = "ssgd");
 
 // From `squall bench allreduce --json`: least squares of time = a + b * x over the sizes of
 // one algorithm, with x = 2(p-1)/p * bytes; alpha = a / (2(p-1)), beta = 1 / b.

@@ -154,9 +154,10 @@ TEST_CASE("perf model: calibration from a summary.json reproduces its samples/s"
   // 30 ms of allreduce per step for 4 * parameters bytes over a ring of 2: 1 * bytes / beta.
   CHECK(local.intra_bw == Approx(4.0 * r20.parameters / 0.03));
   CHECK(local.step_overhead == Approx(0.02));
+  CHECK(local.overlap == 0.0);
   Scenario s;
   s.batch = 64;
-  s.overlap = 0;
+  s.overlap = local.overlap;
   const Row row = forecast_one(r20, local, s, 1);
   CHECK(row.samples_per_s == Approx(640.0));
   CHECK(row.compute_ms == Approx(150.0));
@@ -166,6 +167,16 @@ TEST_CASE("perf model: calibration from a summary.json reproduces its samples/s"
   no_steps.erase("steps");
   const Machine local2 = calibrate_local(r20, read_summary(no_steps));
   CHECK(forecast_one(r20, local2, s, 1).samples_per_s == Approx(640.0));
+  // With 10 ms per step hidden behind backward: 40 ms of allreduce in all, a quarter hidden.
+  json hidden = summary;
+  hidden["time_breakdown_s"]["allreduce_overlapped"] = 1.0;
+  const Machine local3 = calibrate_local(r20, read_summary(hidden));
+  CHECK(local3.intra_bw == Approx(4.0 * r20.parameters / 0.04));
+  CHECK(local3.overlap == Approx(0.01 / 0.04));
+  s.overlap = local3.overlap;
+  const Row row3 = forecast_one(r20, local3, s, 1);
+  CHECK(row3.exposed_ms == Approx(30.0));
+  CHECK(row3.samples_per_s == Approx(640.0));
   CHECK_THROWS_AS(read_summary(json{{"model", "resnet20"}}), Error);
 }
 
