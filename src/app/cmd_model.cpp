@@ -219,6 +219,7 @@ int run_model(const ModelArgs& a) {
                                        {"rms_relative_error", fit->rms_rel_error}};
   }
 
+  if (process_rank() > 0) return 0;  // under mpiexec every rank computes the same; rank 0 prints
   if (a.json) {
     json doc{{"model", cost.name},
              {"input", {cost.c, cost.h, cost.w}},
