@@ -81,6 +81,18 @@ void Graph::setup(int64_t batch) {
   }
 }
 
+double Graph::forward_flops() const {
+  if (m_batch <= 0) throw Error("graph: forward_flops() needs setup() or build() first");
+  double total = 0.0;
+  for (int id = 1; id < size(); ++id) {
+    const Node& n = *m_nodes[static_cast<size_t>(id)];
+    std::vector<Shape> in_shapes;
+    for (int i : n.inputs) in_shapes.push_back(m_nodes[static_cast<size_t>(i)]->shape);
+    total += n.layer->forward_flops(in_shapes, n.shape);
+  }
+  return total;
+}
+
 void Graph::set_dtype(DType t) {
   if (t != DType::f32 && t != DType::bf16 && t != DType::f16)
     throw Error(std::string("graph: activations cannot be of type ") + dtype_name(t));

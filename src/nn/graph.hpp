@@ -82,6 +82,8 @@ class Graph {
   float* grads() const { return m_grads.data(); }
   float* state() const { return m_state.data(); }
   size_t param_count() const { return m_param_count; }
+  // Forward FLOPs of the whole batch of the last setup() or build() (Layer::forward_flops).
+  double forward_flops() const;
   size_t state_count() const { return m_state_count; }
   const std::vector<ParamInfo>& param_info() const { return m_param_info; }
   const std::vector<ParamInfo>& state_info() const { return m_state_info; }

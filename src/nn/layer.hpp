@@ -46,6 +46,14 @@ class Layer {
   virtual Shape setup(const std::vector<Shape>& inputs) = 0;
   virtual std::vector<ParamSpec> param_specs() const { return {}; }
   virtual std::vector<ParamSpec> state_specs() const { return {}; }  // not learned (running stats)
+  // Floating-point operations of one forward pass over the batch of the last setup(), given
+  // the input shapes and the output shape that setup returned (for performance models,
+  // src/train/perf_model.hpp). A multiply-add counts 2. 0: the layer only moves data.
+  virtual double forward_flops(const std::vector<Shape>& inputs, const Shape& output) const {
+    (void)inputs;
+    (void)output;
+    return 0.0;
+  }
 
   // The type of the activations (inputs, outputs and their gradients), set by the graph
   // before build(): f32, or bf16/f16 for mixed precision. Parameters are f32 regardless.

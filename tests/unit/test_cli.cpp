@@ -46,16 +46,6 @@ TEST_CASE("no subcommand, or a group without its subcommand, is a usage error", 
   CHECK_THAT(r.err, Catch::Contains("subcommand"));
 }
 
-TEST_CASE("subcommands not built yet say so and fail", "[cli]") {
-  for (const char* cmd : {"model"}) {
-    const auto r = run_command(squall_bin() + " " + cmd);
-    INFO(cmd);
-    CHECK(r.exit_code == 1);
-    CHECK_THAT(r.err, Catch::Contains("not implemented yet"));
-    CHECK(r.out.empty());
-  }
-}
-
 TEST_CASE("info --json in a job of one rank", "[cli][info]") {
   const auto r = run_command("SQUALL_RANKS_PER_NODE= " + squall_bin() + " info --json");
   REQUIRE(r.exit_code == 0);

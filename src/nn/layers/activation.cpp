@@ -18,6 +18,9 @@ class Relu final : public Layer {
  public:
   std::string type() const override { return "relu"; }
   Shape setup(const std::vector<Shape>& inputs) override { return single_input("relu", inputs); }
+  double forward_flops(const std::vector<Shape>&, const Shape& output) const override {
+    return static_cast<double>(output.numel());
+  }
   void build(Backend& backend, const std::vector<Tensor>&, const std::vector<Tensor>&,
              const std::vector<Tensor>&) override {
     m_backend = &backend;
@@ -42,6 +45,9 @@ class Dropout final : public Layer {
     if (!(p >= 0.0f && p < 1.0f)) throw Error("dropout: p must be in [0, 1), got " + std::to_string(p));
   }
   std::string type() const override { return "dropout"; }
+  double forward_flops(const std::vector<Shape>&, const Shape& output) const override {
+    return static_cast<double>(output.numel());  // one multiply by mask / (1 - p)
+  }
   Shape setup(const std::vector<Shape>& inputs) override {
     const Shape& x = single_input("dropout", inputs);
     m_count = static_cast<size_t>(x.numel());

@@ -46,6 +46,15 @@ class ConvBase : public Layer {
     if (din[0].data != nullptr) m_plan->backward_data(stream, dout.data, m_weight.f32(), din[0].data);
   }
 
+  // Direct convolution: 2 * c * r * s per output element (padding included, as cuDNN computes
+  // it); transposed: 2 * k * r * s per input element. The bias adds 1 per output element.
+  double forward_flops(const std::vector<Shape>& inputs, const Shape& output) const override {
+    const double area = static_cast<double>(m_desc.r * m_desc.s);
+    const double macs = m_desc.transposed ? static_cast<double>(inputs.at(0).numel()) * m_desc.k * area
+                                          : static_cast<double>(output.numel()) * m_desc.c * area;
+    return 2.0 * macs + (m_desc.bias ? static_cast<double>(output.numel()) : 0.0);
+  }
+
  protected:
   // Validates the output size that setup computed into m_desc.
   // The fields both kinds share: a square kernel, one stride and one padding for both axes.

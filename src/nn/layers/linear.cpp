@@ -24,6 +24,11 @@ class Linear final : public Layer {
     return Shape(m_desc.n, m_desc.out);
   }
 
+  double forward_flops(const std::vector<Shape>&, const Shape&) const override {
+    const double outputs = static_cast<double>(m_desc.n) * static_cast<double>(m_desc.out);
+    return outputs * (2.0 * static_cast<double>(m_desc.in) + (m_desc.bias ? 1.0 : 0.0));
+  }
+
   std::vector<ParamSpec> param_specs() const override {
     std::vector<ParamSpec> specs{{"weight", Shape(m_desc.out, m_desc.in), Init::uniform_fan_in, m_desc.in, m_desc.out, true}};
     if (m_desc.bias) specs.push_back({"bias", Shape(m_desc.out), Init::uniform_fan_in, m_desc.in, m_desc.out, false});

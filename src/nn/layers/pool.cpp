@@ -28,6 +28,10 @@ class Pool final : public Layer {
     m_desc.kind = kind;
   }
   std::string type() const override { return m_kind == PoolKind::max ? "max_pool" : "avg_pool"; }
+  // One comparison or addition per window element and output.
+  double forward_flops(const std::vector<Shape>&, const Shape& output) const override {
+    return static_cast<double>(output.numel()) * static_cast<double>(m_desc.r * m_desc.s);
+  }
 
   Shape setup(const std::vector<Shape>& inputs) override {
     const Shape& x = image_input(type(), inputs);
@@ -64,6 +68,9 @@ class Pool final : public Layer {
 class GlobalAvgPool final : public Layer {
  public:
   std::string type() const override { return "global_avg_pool"; }
+  double forward_flops(const std::vector<Shape>& inputs, const Shape&) const override {
+    return static_cast<double>(inputs.at(0).numel());
+  }
   Shape setup(const std::vector<Shape>& inputs) override {
     m_x = image_input(type(), inputs);
     m_nc = m_x.n() * m_x.c();

@@ -29,6 +29,9 @@ std::string shapes_str(const std::vector<Shape>& shapes) {
 class Add final : public StatelessLayer {
  public:
   std::string type() const override { return "add"; }
+  double forward_flops(const std::vector<Shape>&, const Shape& output) const override {
+    return static_cast<double>(output.numel());
+  }
   Shape setup(const std::vector<Shape>& inputs) override {
     if (inputs.size() != 2 || !(inputs[0] == inputs[1]) || inputs[0].numel() <= 0)
       throw Error("add: expects 2 non-empty inputs of the same shape, got " + shapes_str(inputs));
@@ -148,6 +151,10 @@ class UpsampleBilinear final : public StatelessLayer {
                   std::to_string(out_w));
   }
   std::string type() const override { return "upsample_bilinear"; }
+  // Four weighted neighbours per output element: 4 multiplies and 3 additions.
+  double forward_flops(const std::vector<Shape>&, const Shape& output) const override {
+    return 7.0 * static_cast<double>(output.numel());
+  }
   Shape setup(const std::vector<Shape>& inputs) override {
     // A rank-2 input [n, c] is an image of 1x1 pixels (a pooled feature, as in DeepLab's
     // image-pooling branch): its upsampling broadcasts each value over the output.

@@ -1,0 +1,322 @@
+// `squall model --model NAME [--input C,H,W] [--classes K] [--batch B] [--learners L]
+// [--machine summit|perlmutter|frontier|local] [--nodes LIST] [--algorithm ssgd|sma]
+// [--allreduce hier|flat] [--precision fp32|fp16|bf16] [--comm fp32|bf16|fp16] [--overlap F]
+// [--efficiency F] [--calibrate RUN_DIR] [--calibrate-allreduce FILE] [--json]`:
+// the performance model of src/train/perf_model.hpp (docs/model.md). It runs no training and
+// needs no MPI job: the model's parameters and FLOPs, the machine's rates, and per node count
+// the step's compute, allreduce (flat and hierarchical), the part the overlap does not hide,
+// the step time, samples/s and the scaling efficiency against the smallest node count.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "src/app/cli.hpp"
+#include "src/core/error.hpp"
+#include "src/train/perf_model.hpp"
+
+namespace squall::app {
+namespace {
+
+using nlohmann::json;
+namespace perf = train::perf;
+
+struct ModelArgs {
+  std::string model, input, machine, nodes, algorithm = "ssgd", allreduce = "hier";
+  std::string precision = "fp32", comm = "fp32", calibrate, calibrate_allreduce, calibrate_algo;
+  int64_t classes = 0, batch = 0;
+  int learners = 1;
+  double overlap = 0.8, efficiency = 0;
+  bool json = false;
+};
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) parts.push_back(item);
+  if (!text.empty() && text.back() == ',') parts.push_back("");
+  return parts;
+}
+
+// A whole positive-or-not integer, or a UsageError naming the flag and the text.
+int64_t parse_int(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size()) throw UsageError(flag + ": '" + text + "' is not an integer");
+  return v;
+}
+
+json read_json(const std::string& path, const std::string& what) {
+  std::ifstream in(path);
+  if (!in) throw UsageError(what + ": cannot read '" + path + "'");
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw UsageError(what + ": '" + path + "' is not JSON: " + e.what());
+  }
+}
+
+json row_json(const perf::Row& r) {
+  return json{{"nodes", r.nodes},
+              {"gpus", r.gpus},
+              {"learners", r.learners},
+              {"global_batch", r.global_batch},
+              {"compute_ms", r.compute_ms},
+              {"allreduce_flat_ms", r.allreduce_flat_ms},
+              {"allreduce_hier_ms", r.allreduce_hier_ms},
+              {"exposed_ms", r.exposed_ms},
+              {"io_ms", r.io_ms},
+              {"step_ms", r.step_ms},
+              {"samples_per_s", r.samples_per_s},
+              {"efficiency", r.efficiency}};
+}
+
+json machine_json(const perf::Machine& m) {
+  return json{{"name", m.name},
+              {"gpus_per_node", m.gpus_per_node},
+              {"max_nodes", m.max_nodes},
+              {"precision", m.precision},
+              {"peak_tflops_per_gpu", m.peak_flops / 1e12},
+              {"efficiency", m.efficiency},
+              {"sustained_tflops_per_gpu", m.sustained_flops() / 1e12},
+              {"intra_node_GBps", m.intra_bw / 1e9},
+              {"intra_node_latency_us", m.intra_latency * 1e6},
+              {"inter_node_GBps_per_node", m.inter_bw / 1e9},
+              {"inter_node_latency_us", m.inter_latency * 1e6},
+              {"nvme_GBps_per_node", m.nvme_bw / 1e9},
+              {"step_overhead_ms", m.step_overhead * 1e3},
+              {"notes", m.notes}};
+}
+
+int run_model(const ModelArgs& a) {
+  // The calibration, when asked for: it decides the machine and may name the model.
+  std::unique_ptr<perf::RunMeasurement> run;
+  if (!a.calibrate.empty()) {
+    if (!a.machine.empty() && a.machine != "local")
+      throw UsageError("--calibrate describes the machine 'local', not '" + a.machine + "'");
+    std::string path = a.calibrate;
+    std::ifstream probe(path + "/summary.json");
+    if (probe) path += "/summary.json";
+    try {
+      run = std::make_unique<perf::RunMeasurement>(perf::read_summary(read_json(path, "--calibrate")));
+    } catch (const UsageError&) {
+      throw;
+    } catch (const Error& e) {
+      throw UsageError(std::string("--calibrate: ") + e.what());
+    }
+  } else if (!a.calibrate_allreduce.empty()) {
+    throw UsageError("--calibrate-allreduce needs --calibrate RUN_DIR (the compute rate of 'local')");
+  }
+  const std::string machine_name = a.machine.empty() ? (run ? "local" : "summit") : a.machine;
+  const std::string model_name = a.model.empty() && run ? run->model : a.model;
+  if (model_name.empty()) throw UsageError("--model NAME is required (or --calibrate RUN_DIR)");
+  if (a.algorithm != "ssgd" && a.algorithm != "sma")
+    throw UsageError("--algorithm: unknown algorithm '" + a.algorithm + "' (known: ssgd, sma)");
+  if (a.allreduce != "hier" && a.allreduce != "flat")
+    throw UsageError("--allreduce: unknown allreduce '" + a.allreduce + "' (known: hier, flat)");
+  if (a.comm != "fp32" && a.comm != "bf16" && a.comm != "fp16")
+    throw UsageError("--comm: unknown gradient type '" + a.comm + "' (known: fp32, bf16, fp16)");
+  if (!(a.overlap >= 0 && a.overlap <= 1)) throw UsageError("--overlap must be in [0, 1]");
+  if (!(a.efficiency >= 0 && a.efficiency <= 1)) throw UsageError("--efficiency must be in (0, 1]");
+
+  int64_t c = 0, h = 0, w = 0, classes = 0;
+  perf::default_input(model_name, c, h, w, classes);
+  if (!a.input.empty()) {
+    const auto parts = split(a.input);
+    if (parts.size() != 3) throw UsageError("--input: '" + a.input + "' is not C,H,W");
+    c = parse_int("--input", parts[0]);
+    h = parse_int("--input", parts[1]);
+    w = parse_int("--input", parts[2]);
+    if (c <= 0 || h <= 0 || w <= 0) throw UsageError("--input: '" + a.input + "' needs positive C, H and W");
+  }
+  if (a.classes != 0) classes = a.classes;
+  const perf::ModelCost cost = perf::model_cost(model_name, c, h, w, classes);
+
+  perf::Machine m;
+  std::unique_ptr<perf::AlphaBetaFit> fit;
+  if (machine_name == "local") {
+    if (!run) throw UsageError("machine 'local' has no preset: give --calibrate RUN_DIR");
+    if (run->parameters != cost.parameters)
+      throw UsageError("--calibrate: the run's " + run->model + " has " + std::to_string(run->parameters) +
+                       " parameters, the model here " + std::to_string(cost.parameters) +
+                       " (give the run's --input C,H,W and --classes)");
+    if (!a.calibrate_allreduce.empty()) {
+      try {
+        fit = std::make_unique<perf::AlphaBetaFit>(
+            perf::fit_alpha_beta(read_json(a.calibrate_allreduce, "--calibrate-allreduce"), a.calibrate_algo));
+      } catch (const UsageError&) {
+        throw;
+      } catch (const Error& e) {
+        throw UsageError(std::string("--calibrate-allreduce: ") + e.what());
+      }
+    }
+    m = perf::calibrate_local(cost, *run, 0.0, a.algorithm);
+    if (fit) {  // the benchmark's alpha and beta replace the run's single-size estimate
+      m.intra_latency = m.inter_latency = fit->alpha;
+      m.intra_bw = fit->beta;
+      m.inter_bw = fit->beta * m.gpus_per_node;
+    }
+  } else {
+    m = perf::machine_preset(machine_name, a.precision);
+  }
+  if (a.efficiency > 0) m.efficiency = a.efficiency;
+
+  perf::Scenario s;
+  s.algorithm = a.algorithm;
+  s.allreduce = a.allreduce;
+  s.learners = a.learners;
+  s.grad_bytes = a.comm == "fp32" ? 4 : 2;
+  s.overlap = m.overlap >= 0 ? m.overlap : a.overlap;  // calibrated: the run's hidden share
+  s.batch = a.batch > 0 ? a.batch : (cost.c * cost.h * cost.w > 100000 ? 2 : 32);
+  s.sample_bytes = 4.0 * static_cast<double>(cost.c * cost.h * cost.w);
+  if (run && a.batch == 0) s.batch = run->global_batch / (static_cast<int64_t>(run->world_size) * run->learners);
+  if (run && a.learners == 1) s.learners = run->learners;
+
+  std::vector<int> nodes;
+  if (a.nodes.empty()) {
+    nodes = machine_name == "local" ? std::vector<int>{1, 2, 4, 8}
+                                    : std::vector<int>{1, 16, 256, m.max_nodes};
+  } else {
+    for (const auto& part : split(a.nodes)) {
+      const int64_t n = parse_int("--nodes", part);
+      if (n < 1 || n > (int64_t{1} << 30)) throw UsageError("--nodes: node count " + part + " is not positive");
+      nodes.push_back(static_cast<int>(n));
+    }
+  }
+  const auto rows = perf::forecast(cost, m, s, nodes);
+
+  json measured;
+  if (run) {
+    perf::Scenario shape = s;
+    shape.batch = run->global_batch / (static_cast<int64_t>(run->world_size) * run->learners);
+    shape.learners = run->learners;
+    const perf::Row pred = perf::forecast_one(cost, m, shape, 1);
+    measured = json{{"run", a.calibrate},
+                    {"world_size", run->world_size},
+                    {"global_batch", run->global_batch},
+                    {"measured_samples_per_s", run->samples_per_s},
+                    {"predicted_samples_per_s", pred.samples_per_s},
+                    {"measured_step_ms", run->step_s() * 1e3},
+                    {"predicted_step_ms", pred.step_ms},
+                    {"sustained_gflops_per_rank", m.sustained_flops() / 1e9},
+                    {"allreduce_GBps", m.intra_bw / 1e9},
+                    {"allreduce_latency_us", m.intra_latency * 1e6},
+                    {"overlap", m.overlap}};
+    if (fit)
+      measured["allreduce_fit"] = json{{"algo", fit->algo}, {"ranks", fit->ranks}, {"points", fit->points},
+                                       {"alpha_us", fit->alpha * 1e6}, {"beta_GBps", fit->beta / 1e9},
+                                       {"rms_relative_error", fit->rms_rel_error}};
+  }
+
+  if (process_rank() > 0) return 0;  // under mpiexec every rank computes the same; rank 0 prints
+  if (a.json) {
+    json doc{{"model", cost.name},
+             {"input", {cost.c, cost.h, cost.w}},
+             {"classes", cost.classes},
+             {"parameters", cost.parameters},
+             {"forward_gflop_per_sample", cost.forward_flops / 1e9},
+             {"train_gflop_per_sample", cost.train_flops() / 1e9},
+             {"machine", machine_json(m)},
+             {"algorithm", s.algorithm},
+             {"allreduce", s.allreduce},
+             {"gradient_bytes", static_cast<double>(cost.parameters) * s.grad_bytes},
+             {"batch_per_learner", s.batch},
+             {"learners_per_gpu", s.learners},
+             {"overlap", s.overlap},
+             {"rows", json::array()}};
+    for (const auto& r : rows) doc["rows"].push_back(row_json(r));
+    if (run) doc["calibration"] = measured;
+    std::cout << doc.dump(2) << std::endl;
+    return 0;
+  }
+  char line[512];
+  std::cout << "model " << cost.name << " at input " << cost.c << "x" << cost.h << "x" << cost.w << ", "
+            << cost.classes << " classes\n";
+  std::snprintf(line, sizeof line, "  parameters %lld (%.3f M); forward %.4f GFLOP/sample, training step %.4f GFLOP/sample\n",
+                static_cast<long long>(cost.parameters), cost.parameters / 1e6, cost.forward_flops / 1e9,
+                cost.train_flops() / 1e9);
+  std::cout << line;
+  std::snprintf(line, sizeof line,
+                "machine %s: %d GPU(s)/node, %s peak %.4g TF x %.0f%% = %.4g TF sustained; intra %.4g GB/s "
+                "%.3g us; inter %.4g GB/s/node %.3g us\n",
+                m.name.c_str(), m.gpus_per_node, m.precision.c_str(), m.peak_flops / 1e12, m.efficiency * 100,
+                m.sustained_flops() / 1e12, m.intra_bw / 1e9, m.intra_latency * 1e6, m.inter_bw / 1e9,
+                m.inter_latency * 1e6);
+  std::cout << line;
+  std::snprintf(line, sizeof line,
+                "%s, %s allreduce of %.1f MB (%s gradients), overlap %.2f; batch %lld per learner, %d learner(s)/GPU\n",
+                s.algorithm.c_str(), s.allreduce.c_str(), cost.parameters * s.grad_bytes / 1e6, a.comm.c_str(),
+                s.overlap, static_cast<long long>(s.batch), s.learners);
+  std::cout << line;
+  std::cout << "   nodes    GPUs  learners  global_batch  compute_ms  flat_ms  hier_ms  exposed_ms    io_ms   step_ms"
+               "     samples/s  efficiency\n";
+  for (const auto& r : rows) {
+    std::snprintf(line, sizeof line, "%8d %7d %9d %13lld %11.2f %8.2f %8.2f %11.2f %8.2f %9.2f %13.1f %11.3f\n",
+                  r.nodes, r.gpus, r.learners, static_cast<long long>(r.global_batch), r.compute_ms,
+                  r.allreduce_flat_ms, r.allreduce_hier_ms, r.exposed_ms, r.io_ms, r.step_ms, r.samples_per_s,
+                  r.efficiency);
+    std::cout << line;
+  }
+  if (run) {
+    std::snprintf(line, sizeof line,
+                  "calibration: %s on %d rank(s): measured %.1f samples/s (%.2f ms/step), predicted %.1f "
+                  "(%.2f ms); %.4g GFLOP/s per rank, allreduce %.4g GB/s, %.3g us, overlap %.2f\n",
+                  a.calibrate.c_str(), run->world_size, measured["measured_samples_per_s"].get<double>(),
+                  measured["measured_step_ms"].get<double>(), measured["predicted_samples_per_s"].get<double>(),
+                  measured["predicted_step_ms"].get<double>(), m.sustained_flops() / 1e9, m.intra_bw / 1e9,
+                  m.intra_latency * 1e6, m.overlap);
+    std::cout << line;
+    if (fit) {
+      std::snprintf(line, sizeof line, "allreduce fit (%s, %d ranks, %zu sizes): alpha %.3g us, beta %.4g GB/s, rms error %.1f%%\n",
+                    fit->algo.c_str(), fit->ranks, fit->points, fit->alpha * 1e6, fit->beta / 1e9,
+                    fit->rms_rel_error * 100);
+      std::cout << line;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_model_command(CLI::App& root, Context&, Actions& actions) {
+  CLI::App* sub = root.add_subcommand(
+      "model", "Performance model: a zoo model's parameters and FLOPs, and its step time and scaling on a machine");
+  auto args = std::make_shared<ModelArgs>();
+  sub->add_option("--model", args->model, "Zoo model (lenet5, resnet20, unet, deeplabv3plus, deeplabv3plus-resnet50)");
+  sub->add_option("--input", args->input, "Sample shape C,H,W (default: 1,28,28 for lenet5/resnet20, else 16,768,1152)")
+      ->type_name("C,H,W");
+  sub->add_option("--classes", args->classes, "Classes (default: 10, or 3 for the segmentation models)");
+  sub->add_option("--batch", args->batch, "Batch per learner (default: 32, or 2 for inputs over 100k values)");
+  sub->add_option("--learners", args->learners, "Learners (model replicas) per GPU (default 1)");
+  sub->add_option("--machine", args->machine, "summit | perlmutter | frontier | local (default summit; local with --calibrate)");
+  sub->add_option("--nodes", args->nodes, "Node counts, comma-separated (default 1,16,256,all)")->type_name("LIST");
+  sub->add_option("--algorithm", args->algorithm, "ssgd (allreduce overlaps backward) | sma (overlaps forward+backward)");
+  sub->add_option("--allreduce", args->allreduce, "The allreduce the step uses: hier (default) | flat");
+  sub->add_option("--precision", args->precision, "Compute precision: fp32 (default) | fp16 | bf16 (tensor-core peak)");
+  sub->add_option("--comm", args->comm, "Gradient type in the allreduce: fp32 (4 B, default) | bf16 | fp16 (2 B)");
+  sub->add_option("--overlap", args->overlap, "Fraction of the overlappable allreduce that is hidden (default 0.8)");
+  sub->add_option("--efficiency", args->efficiency, "Sustained fraction of peak FLOP/s (default 0.4)");
+  sub->add_option("--calibrate", args->calibrate, "A squall run dir (or its summary.json): calibrates machine 'local'")
+      ->type_name("RUN_DIR");
+  sub->add_option("--calibrate-allreduce", args->calibrate_allreduce,
+                  "`squall bench allreduce --json` output: fits alpha and beta of 'local'")
+      ->type_name("FILE");
+  sub->add_option("--calibrate-algo", args->calibrate_algo, "Which algo of that file to fit (default: its first)");
+  sub->add_flag("--json", args->json, "Print one JSON object instead of the table");
+  sub->footer("Exit status: 0 done; 2 a usage error (unknown model or machine, a node count < 1 or above the "
+              "machine's, an unreadable calibration). docs/model.md describes the model.");
+  actions[sub] = [args] { return run_model(*args); };
+}
+
+}  // namespace squall::app

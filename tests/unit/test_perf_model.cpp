@@ -1,0 +1,199 @@
+// The performance model (src/train/perf_model.hpp, docs/model.md): parameter counts and
+// FLOPs against the built graphs and hand counts, the allreduce formulas against hand
+// computations, the shape of the forecast, and calibration from a run's summary.json.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "src/core/error.hpp"
+#include "src/nn/graph.hpp"
+#include "src/nn/layer.hpp"
+#include "src/train/perf_model.hpp"
+#include "tests/support/test_backend.hpp"
+
+using namespace squall;
+using namespace squall::train::perf;
+using nlohmann::json;
+
+TEST_CASE("perf model: parameter counts equal the built graph's for every zoo model", "[perf_model]") {
+  auto backend = test::make_test_backend();
+  for (const auto& name : nn::model_names()) {
+    // A small input: parameters do not depend on the image size (segmentation models need a
+    // size their encoder can divide).
+    const bool small = name == "lenet5" || name == "resnet20";
+    const int64_t c = small ? 1 : 16, h = small ? 28 : 64, w = small ? 28 : 96, classes = small ? 10 : 3;
+    INFO(name);
+    const ModelCost cost = model_cost(name, c, h, w, classes);
+    nn::ModelSpec spec;
+    spec.name = name;
+    spec.classes = classes;
+    auto g = nn::make_model(spec, nn::Shape(1, c, h, w));
+    g->build(*backend, 1, 1);
+    CHECK(cost.parameters == static_cast<int64_t>(g->param_count()));
+    CHECK(cost.forward_flops > 0);
+  }
+  CHECK(model_cost("lenet5", 1, 28, 28, 10).parameters == 61706);
+  CHECK(model_cost("deeplabv3plus-resnet50", 16, 768, 1152, 3).parameters == 40388067);
+  const ModelCost r20 = model_cost("resnet20", 3, 32, 32, 10);
+  CHECK(r20.parameters > 260000);
+  CHECK(r20.parameters < 280000);
+  // ResNet-20 on CIFAR: about 41 M multiply-adds in its convolutions and classifier (82 M
+  // FLOPs), plus a few M for batch norm, ReLU and the residual additions.
+  CHECK(r20.forward_flops > 80e6);
+  CHECK(r20.forward_flops < 92e6);
+  // Fashion-MNIST's 28x28 single channel: less.
+  CHECK(model_cost("resnet20", 1, 28, 28, 10).forward_flops < r20.forward_flops);
+}
+
+TEST_CASE("perf model: FLOPs of one convolution and one linear layer against a hand count", "[perf_model]") {
+  // conv 3x3, 2 -> 4 channels, stride 1, padding 1, bias, on [2,2,5,5]: output [2,4,5,5] = 200
+  // values, each 2*3*3 = 18 multiply-adds (36 FLOPs) plus the bias: 200 * 37 = 7400.
+  nn::Graph conv(nn::Shape(1, 2, 5, 5));
+  nn::Conv2dOptions o;
+  o.out_channels = 4;
+  o.kernel = 3;
+  o.padding = 1;
+  conv.set_output(conv.add("conv", nn::conv2d(o), nn::Graph::k_input));
+  conv.setup(2);
+  CHECK(conv.forward_flops() == Approx(7400.0));
+  // linear 12 -> 5 with bias on a batch of 3: 3 * 5 * (2 * 12 + 1) = 375.
+  nn::Graph lin(nn::Shape(1, 12));
+  lin.set_output(lin.add("fc", nn::linear(5), nn::Graph::k_input));
+  lin.setup(3);
+  CHECK(lin.forward_flops() == Approx(375.0));
+  // Without bias: 3 * 5 * 24 = 360.
+  nn::Graph lin2(nn::Shape(1, 12));
+  lin2.set_output(lin2.add("fc", nn::linear(5, false), nn::Graph::k_input));
+  lin2.setup(3);
+  CHECK(lin2.forward_flops() == Approx(360.0));
+}
+
+TEST_CASE("perf model: ring allreduce cost against a hand computation", "[perf_model]") {
+  // 4 ranks, 1 MB, alpha 10 us, beta 1 GB/s: 6 steps * 10 us + 6/4 * 1e6 / 1e9 s = 60 us + 1.5 ms.
+  CHECK(ring_allreduce_s(1e6, 4, 10e-6, 1e9) == Approx(1.56e-3));
+  CHECK(ring_allreduce_s(1e6, 1, 10e-6, 1e9) == 0.0);
+  Machine m;
+  m.gpus_per_node = 6;
+  m.intra_bw = 50e9;
+  m.intra_latency = 2e-6;
+  m.inter_bw = 25e9;
+  m.inter_latency = 5e-6;
+  // One node: both are the ring over NVLink: 10 * 2 us + 10/6 * 6e6 / 50e9.
+  const double one = 10 * 2e-6 + 10.0 / 6.0 * 6e6 / 50e9;
+  CHECK(flat_allreduce_s(6e6, 1, m) == Approx(one));
+  CHECK(hier_allreduce_s(6e6, 1, m) == Approx(one));
+  // Two nodes, flat: 12 GPUs, 22 steps of 5 us, 22/12 * 6e6 at 25e9/6 per GPU.
+  CHECK(flat_allreduce_s(6e6, 2, m) == Approx(22 * 5e-6 + 22.0 / 12.0 * 6e6 / (25e9 / 6)));
+  // Two nodes, hierarchical: the node's ring, then 2 steps across on 1 MB at 25e9/6 each.
+  CHECK(hier_allreduce_s(6e6, 2, m) == Approx(one + 2 * 5e-6 + 1.0 * 1e6 / (25e9 / 6)));
+}
+
+TEST_CASE("perf model: hierarchical beats flat when the network is the bottleneck", "[perf_model]") {
+  const Machine summit = machine_preset("summit");
+  const double bytes = 4.0 * 25.6e6;  // ResNet-50's gradients
+  for (int nodes : {2, 16, 256, 4608}) {
+    INFO(nodes);
+    CHECK(hier_allreduce_s(bytes, nodes, summit) < flat_allreduce_s(bytes, nodes, summit));
+  }
+  // With a network as fast as NVLink per GPU, the intra-node phases are pure overhead for
+  // large messages on few nodes: flat is then no worse.
+  Machine fast = summit;
+  fast.inter_bw = 1e15;
+  fast.inter_latency = summit.intra_latency;
+  CHECK(flat_allreduce_s(bytes, 2, fast) <= hier_allreduce_s(bytes, 2, fast));
+}
+
+TEST_CASE("perf model: efficiency is 1 at the base and non-increasing with nodes", "[perf_model]") {
+  const ModelCost r20 = model_cost("resnet20", 1, 28, 28, 10);
+  const ModelCost dl = model_cost("deeplabv3plus-resnet50", 16, 768, 1152, 3);
+  for (const std::string machine : {"summit", "perlmutter", "frontier"}) {
+    const Machine m = machine_preset(machine);
+    for (const std::string algo : {"ssgd", "sma"}) {
+      for (const std::string ar : {"hier", "flat"}) {
+        Scenario s;
+        s.algorithm = algo;
+        s.allreduce = ar;
+        for (const ModelCost* cost : {&r20, &dl}) {
+          s.batch = cost == &dl ? 2 : 32;
+          const auto rows = forecast(*cost, m, s, {1, 2, 16, 256, m.max_nodes});
+          INFO(machine << " " << algo << " " << ar << " " << cost->name);
+          REQUIRE(rows.size() == 5);
+          CHECK(rows[0].efficiency == Approx(1.0));
+          for (size_t i = 1; i < rows.size(); ++i) {
+            CHECK(rows[i].efficiency <= rows[i - 1].efficiency + 1e-12);
+            CHECK(rows[i].efficiency > 0);
+            CHECK(rows[i].global_batch == rows[0].global_batch / rows[0].nodes * rows[i].nodes);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("perf model: bad machines and node counts are usage errors naming the value", "[perf_model]") {
+  CHECK_THROWS_AS(machine_preset("bluegene"), UsageError);
+  CHECK_THROWS_WITH(machine_preset("bluegene"), Catch::Contains("bluegene"));
+  CHECK_THROWS_AS(machine_preset("local"), UsageError);
+  CHECK_THROWS_WITH(model_cost("alexnet", 3, 224, 224, 10), Catch::Contains("alexnet"));
+  const ModelCost r20 = model_cost("resnet20", 1, 28, 28, 10);
+  CHECK_THROWS_WITH(forecast(r20, machine_preset("summit"), Scenario{}, {1, 0}), Catch::Contains("0"));
+  CHECK_THROWS_WITH(forecast(r20, machine_preset("summit"), Scenario{}, {5000}), Catch::Contains("5000"));
+}
+
+TEST_CASE("perf model: calibration from a summary.json reproduces its samples/s", "[perf_model]") {
+  const ModelCost r20 = model_cost("resnet20", 1, 28, 28, 10);
+  const json summary{{"model", "resnet20"}, {"world_size", 2}, {"global_batch", 128},
+                     {"parameters", r20.parameters}, {"samples_per_s", 640.0}, {"steps", 100},
+                     {"time_breakdown_s", {{"compute", 15.0}, {"allreduce", 3.0}, {"io_wait", 0.5}}}};
+  const RunMeasurement run = read_summary(summary);
+  CHECK(run.step_s() == Approx(0.2));
+  const Machine local = calibrate_local(r20, run);
+  CHECK(local.gpus_per_node == 2);
+  // 64 samples per rank in 0.15 s of compute.
+  CHECK(local.sustained_flops() == Approx(r20.train_flops() * 64 / 0.15));
+  // 30 ms of allreduce per step for 4 * parameters bytes over a ring of 2: 1 * bytes / beta.
+  CHECK(local.intra_bw == Approx(4.0 * r20.parameters / 0.03));
+  CHECK(local.step_overhead == Approx(0.02));
+  CHECK(local.overlap == 0.0);
+  Scenario s;
+  s.batch = 64;
+  s.overlap = local.overlap;
+  const Row row = forecast_one(r20, local, s, 1);
+  CHECK(row.samples_per_s == Approx(640.0));
+  CHECK(row.compute_ms == Approx(150.0));
+  CHECK(row.exposed_ms == Approx(30.0));
+  // Without a step count: the shares of compute and allreduce in the measured step.
+  json no_steps = summary;
+  no_steps.erase("steps");
+  const Machine local2 = calibrate_local(r20, read_summary(no_steps));
+  CHECK(forecast_one(r20, local2, s, 1).samples_per_s == Approx(640.0));
+  // With 10 ms per step hidden behind backward: 40 ms of allreduce in all, a quarter hidden.
+  json hidden = summary;
+  hidden["time_breakdown_s"]["allreduce_overlapped"] = 1.0;
+  const Machine local3 = calibrate_local(r20, read_summary(hidden));
+  CHECK(local3.intra_bw == Approx(4.0 * r20.parameters / 0.04));
+  CHECK(local3.overlap == Approx(0.01 / 0.04));
+  s.overlap = local3.overlap;
+  const Row row3 = forecast_one(r20, local3, s, 1);
+  CHECK(row3.exposed_ms == Approx(30.0));
+  CHECK(row3.samples_per_s == Approx(640.0));
+  CHECK_THROWS_AS(read_summary(json{{"model", "resnet20"}}), Error);
+}
+
+TEST_CASE("perf model: alpha and beta fitted from an allreduce benchmark", "[perf_model]") {
+  // Synthetic: 4 ranks, alpha 20 us, beta 2 GB/s, exact.
+  json bench{{"results", json::array()}};
+  for (double bytes : {4096.0, 65536.0, 1048576.0, 16777216.0}) {
+    const double x = 2.0 * 3 / 4 * bytes;
+    bench["results"].push_back(json{{"algo", "mpi"}, {"bytes", bytes}, {"ranks", 4},
+                                    {"time_us", (6 * 20e-6 + x / 2e9) * 1e6}, {"busbw_GBps", 1.0}});
+    bench["results"].push_back(json{{"algo", "hier"}, {"bytes", bytes}, {"ranks", 4},
+                                    {"time_us", 1.0 + bytes * 1e-3}, {"busbw_GBps", 1.0}});
+  }
+  const AlphaBetaFit fit = fit_alpha_beta(bench, "mpi");
+  CHECK(fit.points == 4);
+  CHECK(fit.alpha == Approx(20e-6).epsilon(1e-6));
+  CHECK(fit.beta == Approx(2e9).epsilon(1e-6));
+  CHECK(fit.rms_rel_error < 1e-9);
+  CHECK_THROWS_AS(fit_alpha_beta(json{{"results", json::array()}}), Error);
+}
