@@ -49,15 +49,37 @@ case $test in
     ;;
 
   requeue)
-    # A run long enough to be signalled: every 100 steps a checkpoint.
-    out=$(timeout 60 "$cluster" sbatch "$name" -N 2 -n 2 --overcommit -o "$shared/job-%j.out" \
-      "$root/jobscripts/slurm/train.sbatch" "$config" --set parallel.algorithm=ssgd \
-      --set parallel.replicas_per_device=1 --set train.max_steps=1200 --set checkpoint.every_steps=100 \
-      --set data.test_samples=512 --set schedule.warmup_steps=0) || fail "sbatch failed: $out"
-    job=${out##* }
-    run=$shared/runs/squall-$job
-    for _ in $(seq 1 600); do [[ -d $run/checkpoints/step-00000100 ]] && break; sleep 0.2; done
-    [[ -d $run/checkpoints/step-00000100 ]] || fail "job $job wrote no checkpoint"
+    # A run long enough to be signalled: every 100 steps a checkpoint. Once, in about twenty
+    # launches under srun here, a rank died of SIGSEGV before squall printed its first line (MPI
+    # start-up, reading the data, building the model; not reproduced since: docs/jobs.md, "Known
+    # problems"). Such a job is shown and submitted once more, visibly, so that this test stays a
+    # test of the requeue.
+    submit() {
+      local out
+      out=$(timeout 60 "$cluster" sbatch "$name" -N 2 -n 2 --overcommit -o "$shared/job-%j.out" \
+        "$root/jobscripts/slurm/train.sbatch" "$config" --set parallel.algorithm=ssgd \
+        --set parallel.replicas_per_device=1 --set train.max_steps=1200 --set checkpoint.every_steps=100 \
+        --set data.test_samples=512 --set schedule.warmup_steps=0) || fail "sbatch failed: $out"
+      echo "${out##* }"
+    }
+    for attempt in 1 2; do
+      job=$(submit)
+      run=$shared/runs/squall-$job
+      for _ in $(seq 1 600); do
+        [[ -d $run/checkpoints/step-00000100 ]] && break
+        grep -q "Segmentation fault" "$shared/job-$job.out" 2>/dev/null && break
+        sleep 0.2
+      done
+      [[ -d $run/checkpoints/step-00000100 ]] && break
+      if [[ $attempt -eq 1 ]] && grep -q "Segmentation fault" "$shared/job-$job.out" 2>/dev/null &&
+         ! grep -q "squall train:" "$shared/job-$job.out"; then
+        echo "RETRY: job $job died at start-up, before squall's first line; its log:"
+        tail -n 15 "$shared/job-$job.out"
+        "$cluster" scancel "$name" "$job" >/dev/null 2>&1 || true
+        continue
+      fi
+      fail "job $job wrote no checkpoint"
+    done
     # What Slurm does 120 s before the time limit with --signal=B:USR1@120: SIGUSR1 to the batch shell.
     "$cluster" scancel "$name" --signal=USR1 --batch "$job" || fail "scancel --signal=USR1 --batch $job failed"
     # Slurm makes a requeued job eligible again about two minutes later (its nodes clean up the
