@@ -119,8 +119,8 @@ int run_model(const ModelArgs& a) {
     throw UsageError("--calibrate-allreduce needs --calibrate RUN_DIR (the compute rate of 'local')");
   }
   const std::string machine_name = a.machine.empty() ? (run ? "local" : "summit") : a.machine;
-  const std::string model_name = a.model.empty() && run ? run->model : a.model;
-  if (model_name.empty()) throw UsageError("--model NAME is required (or --calibrate RUN_DIR)");
+  // Without --model: the calibrated run's model, else DeepCAM's network (what squall is for).
+  const std::string model_name = !a.model.empty() ? a.model : run ? run->model : "deeplabv3plus-resnet50";
   if (a.algorithm != "ssgd" && a.algorithm != "sma")
     throw UsageError("--algorithm: unknown algorithm '" + a.algorithm + "' (known: ssgd, sma)");
   if (a.allreduce != "hier" && a.allreduce != "flat")
@@ -293,7 +293,9 @@ void add_model_command(CLI::App& root, Context&, Actions& actions) {
   CLI::App* sub = root.add_subcommand(
       "model", "Performance model: a zoo model's parameters and FLOPs, and its step time and scaling on a machine");
   auto args = std::make_shared<ModelArgs>();
-  sub->add_option("--model", args->model, "Zoo model (lenet5, resnet20, unet, deeplabv3plus, deeplabv3plus-resnet50)");
+  sub->add_option("--model", args->model,
+                  "Zoo model (lenet5, resnet20, unet, deeplabv3plus, deeplabv3plus-resnet50; default: the calibrated "
+                  "run's, else deeplabv3plus-resnet50, DeepCAM's network)");
   sub->add_option("--input", args->input, "Sample shape C,H,W (default: 1,28,28 for lenet5/resnet20, else 16,768,1152)")
       ->type_name("C,H,W");
   sub->add_option("--classes", args->classes, "Classes (default: 10, or 3 for the segmentation models)");

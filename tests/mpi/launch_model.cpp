@@ -35,6 +35,24 @@ TEST_CASE("model: resnet20 on Summit at 1 to 4608 nodes in JSON", "[launch][mode
   CHECK(rows[0].at("efficiency").get<double>() == Approx(1.0));
 }
 
+TEST_CASE("model: without --model it forecasts DeepCAM's network, the issue's command", "[launch][model]") {
+  const auto r = run_command(squall_bin() + " model --machine summit --nodes 1,16,256,4608 --json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json doc = json::parse(r.out);
+  CHECK(doc.at("model") == "deeplabv3plus-resnet50");
+  CHECK(doc.at("parameters") == 40388067);
+  REQUIRE(doc.at("rows").size() == 4);
+  // Efficiency falls with the node count and stays in (0, 1].
+  double last = 1.0 + 1e-12;
+  for (const auto& row : doc.at("rows")) {
+    const double eff = row.at("efficiency").get<double>();
+    CHECK(eff > 0);
+    CHECK(eff <= last);
+    last = eff;
+  }
+}
+
 TEST_CASE("model: the text table has a row per node count", "[launch][model]") {
   const auto r = run_command(squall_bin() + " model --model lenet5 --machine frontier --nodes 1,2");
   REQUIRE(r.exit_code == 0);
