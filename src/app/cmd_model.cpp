@@ -178,6 +178,7 @@ int run_model(const ModelArgs& a) {
   s.learners = a.learners;
   s.grad_bytes = a.comm == "fp32" ? 4 : 2;
   s.overlap = m.overlap >= 0 ? m.overlap : a.overlap;  // calibrated: the run's hidden share
+  if (a.batch < 0) throw UsageError("--batch must be positive (0: the default), got " + std::to_string(a.batch));
   s.batch = a.batch > 0 ? a.batch : (cost.c * cost.h * cost.w > 100000 ? 2 : 32);
   s.sample_bytes = 4.0 * static_cast<double>(cost.c * cost.h * cost.w);
   if (run && a.batch == 0) s.batch = run->global_batch / (static_cast<int64_t>(run->world_size) * run->learners);

@@ -73,7 +73,8 @@ TEST_CASE("model: bad input exits 2 naming the value", "[launch][model]") {
       {"--model resnet20 --machine local", "calibrate"},
       {"--model resnet20 --input 1,28", "1,28"},
       {"--model resnet20 --algorithm bsp", "bsp"},
-      {"", "--model"},
+      {"--machine summit --learners 0", "--learners"},
+      {"--machine summit --batch -3", "--batch"},
   };
   for (const auto& c : cases) {
     INFO(c.args);
