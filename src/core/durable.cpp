@@ -30,6 +30,15 @@ void sync_file(const fs::path& path) { sync_path(path, O_RDONLY, "the file"); }
 
 void sync_dir(const fs::path& dir) { sync_path(dir.empty() ? fs::path(".") : dir, O_RDONLY | O_DIRECTORY, "the directory"); }
 
+void write_all(int fd, const std::string& text, const fs::path& path) {
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw Error(path.string() + ": cannot write: " + errno_text());
+    done += static_cast<size_t>(n);
+  }
+}
+
 void rename_durably(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   fs::rename(from, to, ec);
@@ -41,19 +50,17 @@ void write_file_atomic(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(path.string() + ": cannot create " + tmp.string() + ": " + errno_text());
-  std::string why;
-  for (size_t done = 0; done < text.size() && why.empty();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) why = errno_text();
-    else done += static_cast<size_t>(n);
-  }
-  if (why.empty() && ::fsync(fd) != 0) why = errno_text();
-  if (::close(fd) != 0 && why.empty()) why = errno_text();
-  if (!why.empty()) {
+  bool open = true;
+  try {
+    write_all(fd, text, path);
+    if (::fsync(fd) != 0) throw Error(path.string() + ": cannot write: " + errno_text());
+    open = false;  // closed below, whatever close says: never twice (another thread may reuse the number)
+    if (::close(fd) != 0) throw Error(path.string() + ": cannot write: " + errno_text());
+  } catch (...) {
+    if (open) ::close(fd);
     std::error_code ec;
     fs::remove(tmp, ec);
-    throw Error(path.string() + ": cannot write: " + why);
+    throw;
   }
   try {
     rename_durably(tmp, path);

@@ -13,6 +13,10 @@ namespace squall {
 void sync_file(const std::filesystem::path& path);
 void sync_dir(const std::filesystem::path& dir);
 
+// Writes all of `text` to the open file `fd` (retrying short writes and EINTR); throws
+// squall::Error naming `path` and errno's text.
+void write_all(int fd, const std::string& text, const std::filesystem::path& path);
+
 // Renames `from` to `to` and syncs the directory of `to`; throws squall::Error naming both.
 void rename_durably(const std::filesystem::path& from, const std::filesystem::path& to);
 

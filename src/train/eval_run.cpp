@@ -15,6 +15,7 @@
 #include "src/train/config.hpp"
 #include "src/train/datasets.hpp"
 #include "src/train/learners.hpp"
+#include "src/train/model_spec.hpp"
 
 namespace squall::train {
 namespace {
@@ -102,19 +103,8 @@ nn::ModelSpec fit_model(const CheckpointModel& ck, const Config& cfg, const std:
                       d.text("model") + " with " + std::to_string(params) + " parameters" +
                       trained_on(ck, cfg.data.test));
   };
-  nn::ModelSpec spec;
-  spec.name = cfg.model.name;
-  spec.classes = cfg.model.classes > 0 ? cfg.model.classes : info.classes;
-  spec.width = cfg.model.width;
-  spec.depth = cfg.model.depth;
-  spec.aspp_rates = cfg.model.aspp_rates;
-  spec.dropout = static_cast<float>(cfg.model.dropout);
-  if (cfg.model.in_channels > 0 && cfg.model.in_channels != info.sample.c())
-    throw refuse("model.in_channels = " + std::to_string(cfg.model.in_channels) + " but the data has " +
-                 std::to_string(info.sample.c()) + " channels");
-  if (cfg.model.classes > 0 && cfg.model.classes != info.classes)
-    throw refuse("model.classes = " + std::to_string(cfg.model.classes) + " but the data has " +
-                 std::to_string(info.classes) + " classes");
+  const nn::ModelSpec spec = model_spec(cfg, info);
+  if (const std::string why = model_data_mismatch(cfg, info); !why.empty()) throw refuse(why);
   std::unique_ptr<nn::Graph> g;
   try {
     g = nn::make_model(spec, info.sample);
@@ -136,9 +126,6 @@ nn::ModelSpec fit_model(const CheckpointModel& ck, const Config& cfg, const std:
                                                                  std::to_string(out.w()) + " map of classes"
                                                            : std::string("one class")) +
                  " per sample");
-  if (!cfg.data.class_weights.empty() && static_cast<int64_t>(cfg.data.class_weights.size()) != spec.classes)
-    throw refuse("data.class_weights has " + std::to_string(cfg.data.class_weights.size()) + " entries for " +
-                 std::to_string(spec.classes) + " classes");
   return spec;
 }
 

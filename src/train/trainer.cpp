@@ -33,6 +33,7 @@
 #include "src/train/evaluate.hpp"
 #include "src/train/learners.hpp"
 #include "src/train/metrics.hpp"
+#include "src/train/model_spec.hpp"
 #include "src/train/optimizer.hpp"
 #include "src/train/predictions.hpp"
 #include "src/train/progress.hpp"
@@ -74,13 +75,7 @@ class MetricsLog {
   MetricsLog& operator=(const MetricsLog&) = delete;
 
   void write(const json& j) {
-    const std::string line = j.dump() + "\n";
-    for (size_t done = 0; done < line.size();) {
-      const ssize_t n = ::write(m_fd, line.data() + done, line.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) throw Error(m_path.string() + ": cannot write: " + errno_text());
-      done += static_cast<size_t>(n);
-    }
+    write_all(m_fd, j.dump() + "\n", m_path);
     ++m_lines;
   }
   int64_t lines() const { return m_lines; }
@@ -229,21 +224,9 @@ class TrainingRun {
       throw UsageError(m_origin + ": data.test (" + cfg.data.test + ": " + test.description + ", " +
                        std::to_string(test.classes) + " classes) does not match data.train (" + cfg.data.train + ": " +
                        info.description + ", " + std::to_string(info.classes) + " classes)");
-    m_spec.name = cfg.model.name;
-    m_spec.classes = cfg.model.classes > 0 ? cfg.model.classes : info.classes;
-    m_spec.width = cfg.model.width;
-    m_spec.depth = cfg.model.depth;
-    m_spec.aspp_rates = cfg.model.aspp_rates;
-    m_spec.dropout = static_cast<float>(cfg.model.dropout);
-    if (cfg.model.in_channels > 0 && cfg.model.in_channels != info.sample.c())
-      throw UsageError(m_origin + ": model.in_channels = " + std::to_string(cfg.model.in_channels) +
-                       " but the data (" + cfg.data.train + ") has " + std::to_string(info.sample.c()) + " channels");
-    if (cfg.model.classes > 0 && cfg.model.classes != info.classes)
-      throw UsageError(m_origin + ": model.classes = " + std::to_string(cfg.model.classes) + " but the data (" +
-                       cfg.data.train + ") has " + std::to_string(info.classes) + " classes");
-    if (!cfg.data.class_weights.empty() && static_cast<int64_t>(cfg.data.class_weights.size()) != m_spec.classes)
-      throw UsageError(m_origin + ": data.class_weights has " + std::to_string(cfg.data.class_weights.size()) +
-                       " entries but the model has " + std::to_string(m_spec.classes) + " classes");
+    m_spec = model_spec(cfg, info);
+    if (const std::string why = model_data_mismatch(cfg, info); !why.empty())
+      throw UsageError(m_origin + ": " + why + " (data.train = " + cfg.data.train + ")");
     try {
       (void)nn::make_model(m_spec, info.sample);  // an unknown model, or an input it cannot take
     } catch (const Error& e) {
