@@ -22,7 +22,6 @@ struct CheckpointData {
   // Accessors that throw squall::Error naming `origin` and the entry when it is missing or
   // (arrays) does not hold `count` floats.
   const std::vector<float>& array(const std::string& name, size_t count) const;
-  bool has_array(const std::string& name) const { return arrays.count(name) > 0; }
   int64_t integer(const std::string& name) const;
   double real(const std::string& name) const;
   const std::string& text(const std::string& name) const;

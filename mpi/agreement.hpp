@@ -22,10 +22,11 @@ class FlagAgreement {
   // Posts `mine` and returns the OR over the job of the flags posted at the previous call (0 at
   // the first call).
   uint64_t exchange(uint64_t mine);
-  // Completes the posted exchange (if any) and returns its OR: for the last step of a run.
-  uint64_t drain();
 
  private:
+  // Completes the posted exchange (if any) and returns its OR.
+  uint64_t drain();
+
   struct Impl;
   std::unique_ptr<Impl> m_impl;
 };

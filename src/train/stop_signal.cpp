@@ -35,8 +35,6 @@ void install_stop_handlers() {
 
 int stop_signal() { return g_signal.load(); }
 
-void clear_stop_signal() { g_signal.store(0); }
-
 const char* signal_name(int signal) {
   if (signal == SIGTERM) return "SIGTERM";
   if (signal == SIGUSR1) return "SIGUSR1";

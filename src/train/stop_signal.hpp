@@ -12,7 +12,5 @@ void install_stop_handlers();
 int stop_signal();
 // "SIGTERM", "SIGUSR1", "signal N".
 const char* signal_name(int signal);
-// For tests: forget a received signal.
-void clear_stop_signal();
 
 }  // namespace squall::train
