@@ -26,6 +26,7 @@ CudaStream::CudaStream(int device) : m_device(device) {
 
 cudnnHandle_t CudaStream::cudnn() {
   if (!m_cudnn) {
+    refuse_in_capture("making a cuDNN handle");
     SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
     SQUALL_CUDNN_CHECK(cudnnCreate(&m_cudnn));
     SQUALL_CUDNN_CHECK(cudnnSetStream(m_cudnn, m_stream));
@@ -35,6 +36,7 @@ cudnnHandle_t CudaStream::cudnn() {
 
 cublasHandle_t CudaStream::cublas() {
   if (!m_cublas) {
+    refuse_in_capture("making a cuBLAS handle");
     SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
     SQUALL_CUBLAS_CHECK(cublasCreate(&m_cublas));
     SQUALL_CUBLAS_CHECK(cublasSetStream(m_cublas, m_stream));
@@ -49,8 +51,8 @@ CudaStream::~CudaStream() {
   // thread need not be one that was bound to it.
   cudaSetDevice(m_device);
   if (m_stream) cudaStreamSynchronize(m_stream);
-  if (m_workspace.data) cudaFree(m_workspace.data);
-  if (m_scratch.data) cudaFree(m_scratch.data);
+  m_workspace.block.reset();  // freed here unless a captured graph still holds it
+  m_scratch.block.reset();
   if (m_cublas) cublasDestroy(m_cublas);
   if (m_cudnn) cudnnDestroy(m_cudnn);
   if (m_stream) cudaStreamDestroy(m_stream);
@@ -59,25 +61,50 @@ CudaStream::~CudaStream() {
 void* CudaStream::workspace(size_t bytes) { return grow(m_workspace, bytes, "workspace"); }
 void* CudaStream::scratch(size_t bytes) { return grow(m_scratch, bytes, "scratch"); }
 
+std::vector<std::shared_ptr<void>> CudaStream::held_blocks() const {
+  std::vector<std::shared_ptr<void>> out;
+  if (m_workspace.block) out.push_back(m_workspace.block);
+  if (m_scratch.block) out.push_back(m_scratch.block);
+  return out;
+}
+
+bool CudaStream::capturing() const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  SQUALL_CUDA_CHECK(cudaStreamIsCapturing(m_stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 void* CudaStream::grow(Growing& g, size_t bytes, const char* what) {
-  if (bytes <= g.bytes) return g.data;
-  // Grows in the first step only (plans ask for the same sizes every step): the old block
-  // may still be in use by work on this stream, so that work completes first.
+  if (bytes <= g.bytes) return g.block.get();
+  // Plans ask for the same sizes every step, so a stream grows in its first pass only; a
+  // capture comes after that pass (learners.cpp), and growing inside one would put a
+  // cudaMalloc and a host wait into the graph: refused, the pass then runs eagerly.
+  if (capturing_stream() == m_stream || capturing())
+    throw nn::CaptureError("cuda backend: the stream's " + std::string(what) + " would grow from " +
+                           std::to_string(g.bytes >> 20) + " MiB to " + std::to_string(bytes >> 20) +
+                           " MiB while a CUDA graph is being captured");
+  // The old block may still be in use by work on this stream: that work completes first.
+  // A graph captured earlier may point into it too: then the graph keeps it (held_blocks).
   SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
   SQUALL_CUDA_CHECK(cudaStreamSynchronize(m_stream));
-  if (g.data) SQUALL_CUDA_CHECK(cudaFree(g.data));
-  g.data = nullptr;
+  g.block.reset();
   g.bytes = 0;
   const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);  // whole MiB
-  if (const cudaError_t e = cudaMalloc(&g.data, rounded); e != cudaSuccess) {
+  void* data = nullptr;
+  if (const cudaError_t e = cudaMalloc(&data, rounded); e != cudaSuccess) {
     cudaGetLastError();
-    g.data = nullptr;
     throw Error("cuda backend: cannot allocate a " + std::to_string(rounded >> 20) + " MiB " + what + " on GPU " +
                 std::to_string(m_device) + " (" + cudaGetErrorString(e) +
                 "): lower the batch or the learners per GPU");
   }
+  const int device = m_device;
+  g.block = std::shared_ptr<void>(data, [device](void* p) {
+    // Destructors do not throw: a failure at exit is ignored.
+    cudaSetDevice(device);
+    cudaFree(p);
+  });
   g.bytes = rounded;
-  return g.data;
+  return data;
 }
 
 CudaEvent::CudaEvent() { SQUALL_CUDA_CHECK(cudaEventCreateWithFlags(&m_event, cudaEventDisableTiming)); }
@@ -123,6 +150,8 @@ class Pool {
         return p;
       }
     }
+    // A cached block is fine inside a capture (no CUDA call); a new one is not.
+    refuse_in_capture(m_kind == Kind::device ? "allocating device memory" : "allocating pinned host memory");
     void* p = nullptr;
     cudaError_t e;
     if (m_kind == Kind::device) {
@@ -240,10 +269,14 @@ class CudaTensorSet final : public TensorSet {
 
 // ---- capture: a CUDA graph of one stream's work ---------------------------------------------
 
+// The graph owns the stream's workspace and scratch blocks its nodes point into, so a later
+// growth of the stream's workspace cannot free memory a replay still uses.
 class CudaCaptured final : public Captured {
  public:
-  CudaCaptured(cudaGraph_t graph, cudaGraphExec_t exec) : m_graph(graph), m_exec(exec) {}
+  CudaCaptured(cudaGraph_t graph, cudaGraphExec_t exec, std::vector<std::shared_ptr<void>> held)
+      : m_graph(graph), m_exec(exec), m_held(std::move(held)) {}
   ~CudaCaptured() override {
+    // A replay still in flight completes first; the executable graph is freed after it.
     if (m_exec) cudaGraphExecDestroy(m_exec);
     if (m_graph) cudaGraphDestroy(m_graph);
   }
@@ -252,6 +285,7 @@ class CudaCaptured final : public Captured {
  private:
   cudaGraph_t m_graph;
   cudaGraphExec_t m_exec;
+  std::vector<std::shared_ptr<void>> m_held;  // destroyed after the graph (declared last)
 };
 
 // ---- the backend -------------------------------------------------------------------------------
@@ -290,25 +324,29 @@ class CudaBackend final : public Backend {
   }
   void record(Event& e, Stream& s) override { SQUALL_CUDA_CHECK(cudaEventRecord(raw_event(e), raw(s))); }
   void wait(Stream& s, Event& e) override { SQUALL_CUDA_CHECK(cudaStreamWaitEvent(raw(s), raw_event(e), 0)); }
-  void synchronize(Stream& s) override { SQUALL_CUDA_CHECK(cudaStreamSynchronize(raw(s))); }
-  void synchronize(Event& e) override { SQUALL_CUDA_CHECK(cudaEventSynchronize(raw_event(e))); }
+  void synchronize(Stream& s) override {
+    refuse_in_capture("waiting for a stream on the host");
+    SQUALL_CUDA_CHECK(cudaStreamSynchronize(raw(s)));
+  }
+  void synchronize(Event& e) override {
+    refuse_in_capture("waiting for an event on the host");
+    SQUALL_CUDA_CHECK(cudaEventSynchronize(raw_event(e)));
+  }
   void synchronize_all() override {
     SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
     SQUALL_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  bool ready(Event& e) override {
-    const cudaError_t r = cudaEventQuery(raw_event(e));
-    if (r == cudaErrorNotReady) return false;
-    SQUALL_CUDA_CHECK(r);
-    return true;
-  }
+  bool ready(Event& e) override { return SQUALL_CUDA_QUERY(cudaEventQuery(raw_event(e))); }
 
   bool can_capture() const override { return true; }
   void begin_capture(Stream& s) override {
+    if (capturing_stream() != nullptr) throw nn::CaptureError("cuda backend: this thread is capturing already");
     // Thread-local: the other learners' threads keep enqueueing on their own streams.
     SQUALL_CUDA_CHECK(cudaStreamBeginCapture(raw(s), cudaStreamCaptureModeThreadLocal));
+    set_capturing(raw(s));
   }
   std::unique_ptr<Captured> end_capture(Stream& s) override {
+    set_capturing(nullptr);
     cudaGraph_t graph = nullptr;
     cudaError_t e = cudaStreamEndCapture(raw(s), &graph);
     cudaGraphExec_t exec = nullptr;
@@ -320,7 +358,16 @@ class CudaBackend final : public Backend {
            "); it runs without a CUDA graph");
       return nullptr;
     }
-    return std::make_unique<CudaCaptured>(graph, exec);
+    return std::make_unique<CudaCaptured>(graph, exec, cuda_stream(s).held_blocks());
+  }
+  void abandon_capture(Stream& s) override {
+    set_capturing(nullptr);
+    cudaGraph_t graph = nullptr;
+    // Ends the capture whatever state it is in (an invalidated capture answers with an
+    // error and no graph); what was recorded is dropped, and the stream runs eagerly again.
+    (void)cudaStreamEndCapture(raw(s), &graph);
+    (void)cudaGetLastError();
+    if (graph) cudaGraphDestroy(graph);
   }
   void replay(Captured& c, Stream& s) override {
     SQUALL_CUDA_CHECK(cudaGraphLaunch(static_cast<CudaCaptured&>(c).exec(), raw(s)));

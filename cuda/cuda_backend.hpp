@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "src/nn/backend.hpp"
 
@@ -32,21 +33,29 @@ class CudaStream final : public Stream {
   CudaStream& operator=(const CudaStream&) = delete;
 
   cudaStream_t stream() const { return m_stream; }
+  void* native_handle() const override { return m_stream; }
   // The library handles are made on first use (a stream that only copies, such as a
   // one-off stream for initial values, never pays for them) and bound to this stream.
   cudnnHandle_t cudnn();
   cublasHandle_t cublas();
   int device() const { return m_device; }
   // At least `bytes` of device scratch, valid for work enqueued on this stream until the
-  // next call; growing it waits for the stream's earlier work first.
+  // next call; growing it waits for the stream's earlier work first. A workspace never
+  // grows while the stream is being captured (nn::CaptureError), and a block a captured
+  // graph points into stays allocated as long as the graph (held_blocks()).
   void* workspace(size_t bytes);
   // A second such block, for a plan that needs scratch of its own around a library call
   // that uses the workspace (the f32 copies of bf16 batch norm, cuda/batch_norm.cpp).
   void* scratch(size_t bytes);
+  // The workspace and scratch blocks as they are now, for a graph captured on this stream
+  // to own alongside it: a later growth replaces the stream's block, never frees it under
+  // the graph.
+  std::vector<std::shared_ptr<void>> held_blocks() const;
+  bool capturing() const;
 
  private:
   struct Growing {
-    void* data = nullptr;
+    std::shared_ptr<void> block;  // cudaFree'd when neither the stream nor a graph holds it
     size_t bytes = 0;
   };
   void* grow(Growing& g, size_t bytes, const char* what);

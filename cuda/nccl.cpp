@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <thread>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "cuda/check.cuh"
 #include "mpi/comm.hpp"
 #include "mpi/device_allreduce.hpp"
+#include "mpi/device_map.hpp"
 #include "mpi/stall.hpp"
 #include "mpi/topology.hpp"
 #include "src/core/error.hpp"
@@ -19,10 +21,31 @@
 namespace squall::mpi {
 namespace {
 
+// Before NCCL is asked: every rank of `comm` drives a GPU of its own, or all of them refuse
+// together with one message naming the ranks that share one (mpi/device_map.hpp).
+void check_one_gpu_per_rank(const Communicator& comm, int device) {
+  char bus[32] = {0};
+  SQUALL_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), device));
+  const RankDevice mine{process_rank(), process_host(), bus};
+  const std::vector<std::string> lines = comm.gather_strings(encode(mine), 0);
+  std::string verdict;
+  if (comm.rank() == 0) {
+    std::vector<RankDevice> all;
+    for (const std::string& line : lines) all.push_back(decode_rank_device(line));
+    verdict = shared_gpus(all);
+  }
+  verdict = comm.broadcast_string(verdict, 0);
+  if (!verdict.empty())
+    throw Error("NCCL needs one GPU per rank, but " + verdict +
+                ": run as many ranks per node as it has GPUs, make more GPUs visible (CUDA_VISIBLE_DEVICES), "
+                "or sum through host memory (parallel.device_allreduce = host)");
+}
+
 // An NCCL communicator over the ranks of `comm`: rank 0 makes the unique id, MPI broadcasts it.
 class NcclComm {
  public:
   NcclComm(const Communicator& comm, int device) {
+    check_one_gpu_per_rank(comm, device);
     ncclUniqueId id;
     if (comm.rank() == 0) SQUALL_NCCL_CHECK(ncclGetUniqueId(&id));
     const std::string bytes = comm.broadcast_string(
@@ -48,22 +71,26 @@ class NcclComm {
   ncclComm_t m_comm = nullptr;
 };
 
+// Ends the job when an NCCL communicator in `comms` reports an asynchronous error (a failed
+// or aborted peer), instead of letting the host wait forever.
+void check_async(const std::vector<NcclComm*>& comms, std::string_view what) {
+  for (NcclComm* c : comms) {
+    ncclResult_t async = ncclSuccess;
+    if (c->get() && ncclCommGetAsyncError(c->get(), &async) == ncclSuccess && async != ncclSuccess &&
+        async != ncclInProgress) {
+      const std::string why = ncclGetErrorString(async);
+      c->abort();
+      fatal("NCCL failed during " + std::string(what) + ": " + why, __FILE__, __LINE__);
+    }
+  }
+}
+
 // Host waits for `event`, polling NCCL's asynchronous error state of every communicator in
 // `comms`: a failed or aborted peer ends the job here instead of hanging it.
 void wait_polling(cudaEvent_t event, const std::vector<NcclComm*>& comms, std::string_view what) {
   for (int idle = 0;; ++idle) {
-    const cudaError_t e = cudaEventQuery(event);
-    if (e == cudaSuccess) return;
-    if (e != cudaErrorNotReady) SQUALL_CUDA_CHECK(e);
-    for (NcclComm* c : comms) {
-      ncclResult_t async = ncclSuccess;
-      if (c->get() && ncclCommGetAsyncError(c->get(), &async) == ncclSuccess && async != ncclSuccess &&
-          async != ncclInProgress) {
-        const std::string why = ncclGetErrorString(async);
-        c->abort();
-        fatal("NCCL failed during " + std::string(what) + ": " + why, __FILE__, __LINE__);
-      }
-    }
+    if (SQUALL_CUDA_QUERY(cudaEventQuery(event))) return;
+    check_async(comms, what);
     if (idle < 1000) {
       std::this_thread::yield();
     } else {
@@ -79,11 +106,15 @@ class Base : public DeviceAllreduce {
     SQUALL_CUDA_CHECK(cudaSetDevice(device));
     SQUALL_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
     SQUALL_CUDA_CHECK(cudaEventCreateWithFlags(&m_done, cudaEventDisableTiming));
+    SQUALL_CUDA_CHECK(cudaEventCreateWithFlags(&m_ready, cudaEventDisableTiming));
   }
   ~Base() override {
     cudaSetDevice(m_device);
     if (m_buffer) cudaFree(m_buffer);
     for (cudaEvent_t e : m_chunk_events) cudaEventDestroy(e);
+    for (cudaEvent_t e : m_free_events) cudaEventDestroy(e);
+    for (const Pending& p : m_pending) cudaEventDestroy(p.done);
+    cudaEventDestroy(m_ready);
     cudaEventDestroy(m_done);
     cudaStreamDestroy(m_stream);
   }
@@ -103,34 +134,92 @@ class Base : public DeviceAllreduce {
     SQUALL_CUDA_CHECK(cudaMemcpy(host, device, count * sizeof(float), cudaMemcpyDeviceToHost));
   }
 
+  bool test(Ticket ticket) override {
+    collect(false);
+    return m_pending.empty() || m_pending.front().ticket > ticket;
+  }
+  void wait(Ticket ticket) override {
+    while (!m_pending.empty() && m_pending.front().ticket <= ticket) {
+      wait_polling(m_pending.front().done, comms(), m_pending.front().what);
+      collect(false);
+    }
+  }
+
  protected:
+  // The communicators whose asynchronous errors a wait polls.
+  virtual std::vector<NcclComm*> comms() = 0;
+
+  // This sum's number, and the stall watch told that it started.
+  Ticket begin(std::string_view what) {
+    const Ticket call = ++m_calls;
+    m_stall.enter(call, what);
+    return call;
+  }
+  // The work of `after` so far comes before what is enqueued on this object's stream next:
+  // an event, not a host wait.
+  void order_after(void* after) {
+    if (after == nullptr) return;
+    SQUALL_CUDA_CHECK(cudaEventRecord(m_ready, static_cast<cudaStream_t>(after)));
+    SQUALL_CUDA_CHECK(cudaStreamWaitEvent(m_stream, m_ready, 0));
+  }
+  // Sum `call` is complete once the stream's work so far is: an event to test for.
+  void pending(Ticket call, std::string_view what) {
+    cudaEvent_t e = nullptr;
+    if (!m_free_events.empty()) {
+      e = m_free_events.back();
+      m_free_events.pop_back();
+    } else {
+      SQUALL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    SQUALL_CUDA_CHECK(cudaEventRecord(e, m_stream));
+    m_pending.push_back({call, e, std::string(what)});
+  }
+  // Retires the sums whose events have completed, in order (one stream: they complete in
+  // order). With `poll_errors`, also looks at NCCL's asynchronous error state.
+  void collect(bool poll_errors) {
+    while (!m_pending.empty() && SQUALL_CUDA_QUERY(cudaEventQuery(m_pending.front().done))) {
+      m_stall.leave(m_pending.front().ticket);
+      m_free_events.push_back(m_pending.front().done);
+      m_pending.pop_front();
+    }
+    if (poll_errors || !m_pending.empty()) check_async(comms(), m_pending.empty() ? "" : m_pending.front().what);
+  }
+
+  struct Pending {
+    Ticket ticket;
+    cudaEvent_t done;
+    std::string what;
+  };
   int m_device;
   AllreduceOptions m_options;
   StallWatch m_stall;
-  int64_t m_calls = 0;
+  Ticket m_calls = 0;
   cudaStream_t m_stream = nullptr;
-  cudaEvent_t m_done = nullptr;
+  cudaEvent_t m_done = nullptr;   // the last work of a synchronous sum (device-hier)
+  cudaEvent_t m_ready = nullptr;  // the caller's stream's work before a sum
   std::vector<cudaEvent_t> m_chunk_events;
+  std::deque<Pending> m_pending;  // sums started and not yet seen complete, in order
+  std::vector<cudaEvent_t> m_free_events;
   float* m_buffer = nullptr;
   size_t m_buffer_count = 0;
 };
 
-// One NCCL communicator over the job.
+// One NCCL communicator over the job; sums are enqueued and return at once, several in flight.
 class FlatNccl final : public Base {
  public:
   FlatNccl(const Topology& topo, int device, const AllreduceOptions& o)
       : Base(topo, device, o), m_comm(topo.world(), device) {}
   std::string mode() const override { return "nccl"; }
-  void sum(float* data, size_t count, std::string_view what) override {
-    const int64_t call = ++m_calls;
-    m_stall.enter(call, what);
+  Ticket start(float* data, size_t count, std::string_view what, void* after) override {
+    const Ticket call = begin(what);
+    order_after(after);
     SQUALL_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, m_comm.get(), m_stream));
-    SQUALL_CUDA_CHECK(cudaEventRecord(m_done, m_stream));
-    wait_polling(m_done, {&m_comm}, what);
-    m_stall.leave(call);
+    pending(call, what);
+    return call;
   }
 
  private:
+  std::vector<NcclComm*> comms() override { return {&m_comm}; }
   NcclComm m_comm;
 };
 
@@ -152,14 +241,15 @@ class DeviceHier final : public Base {
     return std::string("device-hier (across nodes: ") + (m_aware ? "CUDA-aware MPI" : "MPI through pinned memory") + ")";
   }
 
-  void sum(float* data, size_t count, std::string_view what) override {
-    const int64_t call = ++m_calls;
-    m_stall.enter(call, what);
+  // Returns with the sum complete: the host moves every chunk across nodes.
+  Ticket start(float* data, size_t count, std::string_view what, void* after) override {
+    const Ticket call = begin(what);
+    order_after(after);
     const size_t local = static_cast<size_t>(m_topo.local_size());
     const size_t rank = static_cast<size_t>(m_topo.local_rank());
     // Chunks of whole shards: chunk = local * shard floats; a tail of < local floats is summed
     // by an allreduce inside the node and one across nodes.
-    const size_t shard_max = std::max<size_t>(1, m_options.chunk_bytes / sizeof(float) / local);
+    const size_t shard_max = std::max<size_t>(1, m_options.device_chunk_bytes / sizeof(float) / local);
     const size_t body = count / local * local;
     struct Chunk {
       size_t offset, shard;
@@ -215,9 +305,13 @@ class DeviceHier final : public Base {
     SQUALL_CUDA_CHECK(cudaEventRecord(m_done, m_stream));
     wait_polling(m_done, {&m_node}, what);
     m_stall.leave(call);
+    return call;
   }
+  bool test(Ticket) override { return true; }
+  void wait(Ticket) override {}
 
  private:
+  std::vector<NcclComm*> comms() override { return {&m_node}; }
   // Pinned host slots, one per chunk in flight, and the tail's; events per slot.
   void ensure(size_t chunks, size_t shard_max, size_t tail) {
     const size_t slots = std::min<size_t>(std::max<size_t>(chunks, 1), static_cast<size_t>(std::max(1, m_options.max_inflight)));

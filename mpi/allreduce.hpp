@@ -41,6 +41,10 @@ struct AllreduceOptions {
   size_t min_chunk_bytes = 64 << 10;   // ... made smaller, down to this, to have max_inflight chunks
   size_t flat_chunk_bytes = 16 << 20;  // unit of the flat sum (one MPI_Allreduce per unit)
   int max_inflight = 16;               // chunks in flight at once
+  // device-hier's pipeline unit. Device buffers move at hundreds of GB/s inside a node, so
+  // a host pipeline's chunk (tens of microseconds of work) would make every chunk wait on
+  // the host; whole tens of MiB keep NCCL's kernels and the cross-node messages busy.
+  size_t device_chunk_bytes = 16 << 20;
   double stall_warn_s = 60;     // a sum waited this long: rank 0 names the ranks that have not joined
   double stall_abort_s = 1800;  // ... and after this long the job ends
   // One MPI_Allreduce when the job has one node or one rank per node; false runs the

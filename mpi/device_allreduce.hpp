@@ -27,12 +27,23 @@ class Topology;
 
 class DeviceAllreduce {
  public:
+  using Ticket = int64_t;
   virtual ~DeviceAllreduce() = default;
   // "nccl" or "device-hier (cross-node over CUDA-aware MPI)" and the like.
   virtual std::string mode() const = 0;
-  // In-place sum of `count` floats of device memory over every rank; returns when the
-  // result is in place. Collective, in the same order on every rank.
-  virtual void sum(float* data, size_t count, std::string_view what) = 0;
+  // Starts the in-place sum of `count` floats of device memory over every rank. `after` is
+  // the caller's CUDA stream (a cudaStream_t, opaque here) whose work so far writes `data`:
+  // the sum is ordered after it by an event, so the host need not wait for that work first;
+  // null when the data is ready already. Collective, in the same order on every rank.
+  // nccl returns at once and several sums may be in flight; device-hier moves the chunks
+  // across nodes from the host and so returns with the sum complete.
+  virtual Ticket start(float* data, size_t count, std::string_view what, void* after) = 0;
+  // Whether the sum has completed (its result may be read; later work on any stream sees
+  // it). Polls NCCL's asynchronous errors: a failed peer ends the job instead of a hang.
+  virtual bool test(Ticket ticket) = 0;
+  virtual void wait(Ticket ticket) = 0;
+  // start and wait.
+  void sum(float* data, size_t count, std::string_view what) { wait(start(data, count, what, nullptr)); }
   // Device memory and copies, so that callers (the bench) need no CUDA header.
   virtual float* device_buffer(size_t count) = 0;  // owned by this object, grows as needed
   virtual void upload(float* device, const float* host, size_t count) = 0;

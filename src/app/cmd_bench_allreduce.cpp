@@ -1,5 +1,5 @@
 // `squall bench allreduce [--sizes LIST] [--algos mpi,hier] [--iters N] [--warmup N]
-// [--chunk BYTES] [--flat-chunk BYTES] [--inflight N] [--ranks-per-node K] [--stall-warn S]
+// [--chunk BYTES] [--flat-chunk BYTES] [--device-chunk BYTES] [--inflight N] [--ranks-per-node K] [--stall-warn S]
 // [--stall-abort S] [--json]`: allreduce bandwidth of the
 // hierarchical allreduce against a plain MPI_Allreduce, in one run, interleaved per size and
 // iteration, on the same float32 data. Reported the way nccl-tests does:
@@ -42,7 +42,7 @@ struct BenchAllreduceArgs {
   std::vector<std::string> sizes;
   std::vector<std::string> algos{"mpi", "hier"};
   int iters = 20, warmup = 5;
-  std::string chunk = "256K", flat_chunk = "16M";
+  std::string chunk = "256K", flat_chunk = "16M", device_chunk = "16M";
   int inflight = 16;
   bool json = false;
 };
@@ -127,6 +127,7 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
   mpi::AllreduceOptions options;
   options.chunk_bytes = parse_size(a.chunk);
   options.flat_chunk_bytes = parse_size(a.flat_chunk);
+  options.device_chunk_bytes = parse_size(a.device_chunk);
   options.max_inflight = a.inflight;
   options.stall_warn_s = ctx.global.stall_warn_s;
   options.stall_abort_s = ctx.global.stall_abort_s;
@@ -226,6 +227,7 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
              {"warmup", a.warmup},
              {"chunk_bytes", options.chunk_bytes},
              {"flat_chunk_bytes", options.flat_chunk_bytes},
+             {"device_chunk_bytes", options.device_chunk_bytes},
              {"max_inflight", options.max_inflight},
              {"results", json::array()}};
     for (size_t k = 0; k < a.algos.size(); ++k) {
@@ -280,6 +282,9 @@ void add_bench_allreduce_command(CLI::App& bench, Context& ctx, Actions& actions
   sub->add_option("--chunk", args->chunk, "Largest pipeline chunk of the hierarchical allreduce (default 256K)")
       ->check(k_size_validator);
   sub->add_option("--flat-chunk", args->flat_chunk, "Unit of the hierarchical allreduce's flat sum (default 16M)")
+      ->check(k_size_validator);
+  sub->add_option("--device-chunk", args->device_chunk,
+                  "Pipeline chunk of device-hier on GPU buffers (default 16M)")
       ->check(k_size_validator);
   sub->add_option("--inflight", args->inflight, "Chunks in flight at once (default 16)")->check(CLI::Range(1, 1024));
   sub->add_flag("--json", args->json, "Print one JSON document (rank 0)");

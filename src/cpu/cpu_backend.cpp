@@ -1,6 +1,8 @@
-// CpuBackend: construction, streams, memory and copies. Memory is host memory, 64-byte
-// aligned (one cache line, the widest AVX-512 load), recycled through a size-keyed pool so
-// that a plan rebuilt for the same shapes does not go back to the system allocator.
+// CpuBackend: construction, streams, memory and copies. Memory is host memory, 256-byte
+// aligned as Backend::allocate promises on every backend (a cudaMalloc'd block's alignment;
+// more than a cache line or an AVX-512 load needs, so that views the graph aligns to 256
+// bytes are aligned in memory on the CPU too), recycled through a size-keyed pool so that a
+// plan rebuilt for the same shapes does not go back to the system allocator.
 #include "src/cpu/cpu_backend.hpp"
 
 #include <omp.h>
@@ -50,7 +52,7 @@ class MemoryPool {
     m_free[bytes].push_back(p);
   }
 
-  static constexpr size_t kAlignment = 64;
+  static constexpr size_t kAlignment = 256;
 
  private:
   std::mutex m_mutex;

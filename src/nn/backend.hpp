@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "src/core/error.hpp"
 #include "src/nn/tensor.hpp"
 
 namespace squall::nn {
@@ -40,6 +41,10 @@ namespace squall::nn {
 class Stream {
  public:
   virtual ~Stream() = default;
+  // The library's own handle (a cudaStream_t on CUDA; null on the CPU), for code that orders
+  // its own device work after this stream's without naming the library here (the device
+  // allreduce, mpi/device_allreduce.hpp).
+  virtual void* native_handle() const { return nullptr; }
 };
 
 // A point in a stream's work (a cudaEvent_t; always complete on the CPU).
@@ -175,6 +180,15 @@ class Captured {
   virtual ~Captured() = default;
 };
 
+// What a backend throws when work cannot be captured: a buffer or workspace that would have
+// to grow, a library handle that would have to be made, or a call the capture refused. Not a
+// failure of the run: the caller abandons the capture (abandon_capture) and runs the work
+// eagerly, where a real error shows as itself.
+class CaptureError : public Error {
+ public:
+  using Error::Error;
+};
+
 // ---- fused multi-tensor updates -----------------------------------------------------------
 
 // One parameter tensor of a fused update: its weights and gradient (backend memory), its
@@ -250,11 +264,16 @@ class Backend {
   // ---- capture (CUDA graphs) ----
   // can_capture(): whether begin_capture/end_capture/replay work (false on the CPU, where
   // there is no launch cost to save). Between begin_capture and end_capture the stream's
-  // work is recorded, not run; it must not allocate or wait on the host. end_capture
-  // returns nullptr (after a warning) when the backend could not capture the work.
+  // work is recorded, not run; it must not allocate, grow a workspace, make a library handle
+  // or wait on the host: a backend refuses such a call with CaptureError. end_capture returns
+  // nullptr (after a warning) when the backend could not capture the work; after a
+  // CaptureError the caller calls abandon_capture, which ends the capture and drops what was
+  // recorded, so that the stream runs eagerly again. Work captured once must have run
+  // eagerly on the same stream before (the first pass sizes workspaces and makes handles).
   virtual bool can_capture() const { return false; }
   virtual void begin_capture(Stream&);
   virtual std::unique_ptr<Captured> end_capture(Stream&);
+  virtual void abandon_capture(Stream&) {}
   virtual void replay(Captured&, Stream&);
 
   // Compute threads this backend may use in all (CPU: its OpenMP team size).

@@ -28,6 +28,11 @@ Tensor Graph::node_value(int i) const {
   return m_nodes[static_cast<size_t>(i)]->value;
 }
 
+Tensor Graph::node_grad(int i) const {
+  SQUALL_CHECK(i >= 0 && i < size(), "Graph::node_grad: no such node");
+  return m_nodes[static_cast<size_t>(i)]->grad;
+}
+
 Graph::Graph(Shape input_sample) : m_input_sample(input_sample) {
   auto in = std::make_unique<Node>();
   in->name = "input";
@@ -108,9 +113,14 @@ void Graph::set_layout(Layout l) {
 void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
   setup(batch);
   m_backend = &backend;
+  // Every activation view starts on a 256-byte boundary, as a cudaMalloc'd block does:
+  // cuDNN's and cuBLAS's vectorised (tensor-core) kernels need 16-byte aligned bf16/f16
+  // operands, and a view at an odd element offset of a 2-byte type would not be.
+  const size_t align = k_view_alignment / dtype_size(m_dtype);
+  const auto padded = [align](int64_t numel) { return (static_cast<size_t>(numel) + align - 1) / align * align; };
   size_t activation_count = 0, largest = 0;
   for (const auto& n : m_nodes) {
-    activation_count += 2 * static_cast<size_t>(n->shape.numel());
+    activation_count += 2 * padded(n->shape.numel());
     largest = std::max(largest, static_cast<size_t>(n->shape.numel()));
   }
 
@@ -133,9 +143,9 @@ void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
   size_t off = 0;
   for (auto& n : m_nodes) {
     n->value = m_activations.view(n->shape, off);
-    off += static_cast<size_t>(n->shape.numel());
+    off += padded(n->shape.numel());
     n->grad = m_activations.view(n->shape, off);
-    off += static_cast<size_t>(n->shape.numel());
+    off += padded(n->shape.numel());
   }
 
   // Initial values, drawn on the host, as PyTorch does per layer type.

@@ -39,6 +39,8 @@ class Graph {
   Graph& operator=(const Graph&) = delete;
 
   static constexpr int k_input = 0;
+  // Bytes every activation view (a node's value and gradient) is aligned to.
+  static constexpr size_t k_view_alignment = 256;
   // Returns the new node's id. Throws squall::Error for an input id that does not exist.
   int add(std::string name, std::unique_ptr<Layer> layer, std::vector<int> inputs);
   int add(std::string name, std::unique_ptr<Layer> layer, int input) {
@@ -91,6 +93,7 @@ class Graph {
   // dtype(), in layout()), for diagnostics such as naming the first non-finite layer.
   const std::string& node_name(int i) const;
   Tensor node_value(int i) const;
+  Tensor node_grad(int i) const;  // its gradient after backward()
 
  private:
   struct Node;

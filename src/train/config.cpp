@@ -659,7 +659,7 @@ void validate(const Config& c, const std::string& origin) {
   }
   k.non_negative(p.start_step, "parallel.start_step");
   k.non_negative(p.autotune_threshold, "parallel.autotune_threshold");
-  k.positive(p.bucket_mb, "parallel.bucket_mb");
+  k.non_negative(p.bucket_mb, "parallel.bucket_mb");
   k.one_of(p.device_allreduce, "parallel.device_allreduce", {"host", "nccl", "device-hier"});
   k.one_of(p.comm_precision, "parallel.comm_precision", {"fp32", "bf16"});
   k.require(!(p.comm_precision == "bf16" && p.algorithm == "sma"), "parallel.comm_precision",
@@ -701,6 +701,11 @@ std::vector<std::string> config_keys() {
   std::vector<std::string> out;
   for (const auto& f : fields(dummy)) out.push_back(f.full());
   return out;
+}
+
+double bucket_mb_for(const ParallelConfig& parallel, bool device_backend) {
+  if (parallel.bucket_mb > 0) return parallel.bucket_mb;
+  return device_backend ? 25.0 : 1.0;
 }
 
 }  // namespace squall::train

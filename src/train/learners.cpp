@@ -5,14 +5,15 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <cstring>
 #include <exception>
 #include <limits>
 #include <mutex>
 #include <thread>
 
 #include "src/core/error.hpp"
+#include "src/core/log.hpp"
 #include "src/train/learner_pool.hpp"
+#include "src/train/learner_state.hpp"
 
 namespace squall::train {
 namespace {
@@ -60,32 +61,6 @@ const char* algorithm_name(Algorithm a) {
   return "?";
 }
 
-struct LearnerGroup::Learner {
-  int index = 0;
-  std::unique_ptr<nn::Graph> graph;
-  std::unique_ptr<Optimizer> optimizer;
-  std::unique_ptr<nn::Stream> stream;
-  nn::Buffer labels_owner;
-  int32_t* labels = nullptr;
-  nn::RunMode mode;
-  nn::Buffer loss_dev;    // the loss of its last pass, backend memory
-  nn::Buffer loss_host;   // ... copied here (pinned) at the end of the pass
-  nn::Buffer norm_dev, norm_host;  // dynamic loss scaling: its gradients' sum of squares
-  bool overflow = false;           // ... was not finite this step (its update was skipped)
-  nn::Buffer stage;       // pinned staging for the batch (backends whose memory the host cannot use)
-  float loss = 0;
-  double pass_end = 0;  // when its backward pass ended (steady seconds)
-  // ssgd across ranks: the backward hook's marks. Mark i: gradients at arena offsets >=
-  // offset[i] are written once event i has completed. marks_done counts the published ones.
-  std::vector<size_t> mark_offset;
-  std::vector<std::unique_ptr<nn::Event>> mark_event;
-  std::atomic<int> marks_done{0};
-  // parallel.cuda_graphs: the pass (copies from `stage`, forward, loss, backward) captured
-  // once and replayed; capture_failed: the backend could not capture it, run eagerly.
-  std::unique_ptr<nn::Captured> captured;
-  bool capture_failed = false;
-};
-
 LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph,
                            int64_t batch, int64_t label_count, const OptimizerConfig& optimizer,
                            std::vector<float> class_weights, LearnerGroupOptions options, Reducer& reducer)
@@ -100,6 +75,7 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
       m_pool(std::make_unique<Pool>()),
       m_stream(backend.create_stream()),
       m_group_event(backend.create_event()) {
+  m_reducer.bind_stream(*m_stream);
   if (options.learners < 1) throw Error("parallel.replicas_per_device must be >= 1, got " + std::to_string(options.learners));
   if (options.period < 1) throw Error("parallel.period must be >= 1, got " + std::to_string(options.period));
   if (options.algorithm == Algorithm::sma)
@@ -177,8 +153,13 @@ std::unique_ptr<LearnerGroup::Learner> LearnerGroup::make_learner(int index) {
     l->loss_host = m_backend.allocate_host(1, nn::DType::f32);
     l->norm_dev = m_backend.allocate(1);
     l->norm_host = m_backend.allocate_host(1, nn::DType::f32);
-    if (!m_backend.host_accessible())
-      l->stage = m_backend.allocate_host(static_cast<size_t>(l->graph->input().numel() + m_label_count), nn::DType::f32);
+    if (!m_backend.host_accessible()) {
+      l->copy_stream = m_backend.create_stream();
+      l->in_images = m_backend.allocate(static_cast<size_t>(l->graph->input().numel()));
+      l->in_labels = m_backend.allocate_labels(static_cast<size_t>(m_label_count), l->in_labels_owner);
+      l->staged = m_backend.create_event();
+      l->consumed = m_backend.create_event();
+    }
     for (int i = 0; i <= l->graph->size(); ++i) {
       l->mark_offset.push_back(0);
       l->mark_event.push_back(m_backend.create_event());
@@ -244,9 +225,13 @@ bool LearnerGroup::is_sync_step(int64_t step) const {
   return (since + 1) % m_options.period == 0;
 }
 
-std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, int64_t step, float lr) {
+std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
+                                      const std::vector<LearnerBatch>* next) {
   if (batches.size() != m_learners.size())
     throw Error("learner group: " + std::to_string(batches.size()) + " batches for " +
+                std::to_string(m_learners.size()) + " learners");
+  if (next != nullptr && next->size() != m_learners.size())
+    throw Error("learner group: " + std::to_string(next->size()) + " next batches for " +
                 std::to_string(m_learners.size()) + " learners");
   const double t_start = now_s();
   const double reduce_before = m_reduce_s;
@@ -260,22 +245,20 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
     nn::Graph& g = *l.graph;
     const double t0 = now_s();
     m_backend.wait(*l.stream, *m_group_event);  // the group's last work on this replica
-    if (l.stage) {  // pinned staging, so that the copies run asynchronously
-      const auto pixels = static_cast<size_t>(g.input().numel());
-      std::memcpy(l.stage.data(), in.images, pixels * sizeof(float));
-      std::memcpy(l.stage.data() + pixels, in.labels, static_cast<size_t>(m_label_count) * sizeof(int32_t));
+    if (l.in_images) {
+      take_input(l, in, step);
+      // The next step's batch goes on its way now, while this pass computes.
+      if (next != nullptr) stage_input(l, (*next)[static_cast<size_t>(l.index)], step + 1);
     }
     l.mode.step = static_cast<uint64_t>(step);
-    // parallel.cuda_graphs: a plain pass (no timeline, no per-layer buckets) is captured at the
-    // second step (the first has grown every workspace and chosen every algorithm) and
-    // replayed from then on. Its copies read the pinned staging buffer, refilled above. A
-    // pass that could not be captured runs eagerly below, this step and later.
-    const bool plain = m_options.graphs && l.stage && !m_hook && !grads_overlapped && !l.capture_failed;
-    if (plain && !l.captured && step > 0) {
-      m_backend.begin_capture(*l.stream);
-      enqueue_forward(l, in, weights);
-      g.backward(*l.stream);
-      l.captured = m_backend.end_capture(*l.stream);
+    // parallel.cuda_graphs: a plain pass (no timeline, no per-layer buckets) is captured at
+    // the learner's second pass (its first, eager, has grown every workspace, made every
+    // handle and chosen every algorithm) and replayed from then on. It starts at the graph's
+    // input, which take_input has just filled. A pass that could not be captured runs
+    // eagerly below, this step and later.
+    const bool plain = m_options.graphs && l.in_images && !m_hook && !grads_overlapped && !l.capture_failed;
+    if (plain && !l.captured && l.eager_passes > 0) {
+      l.captured = capture_pass(l, in, weights);
       l.capture_failed = !l.captured;
     }
     if (plain && l.captured) {
@@ -305,6 +288,7 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
     }
     // The learner's own thread waits for its own stream: the other learners go on.
     m_backend.synchronize(*l.stream);
+    ++l.eager_passes;
     l.loss = l.loss_host.data()[0];
     l.pass_end = now_s();
     phase("backward", l.index, t1, l.pass_end);
@@ -382,28 +366,6 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
   return losses;
 }
 
-// A learner's pass up to its backward: the batch into backend memory (from the pinned
-// staging buffer when the learner has one, which is also what a captured pass replays),
-// forward, loss, and the loss on its way to the host.
-void LearnerGroup::enqueue_forward(Learner& l, const LearnerBatch& in, const float* weights) {
-  nn::Graph& g = *l.graph;
-  const auto pixels = static_cast<size_t>(g.input().numel());
-  const auto label_count = static_cast<size_t>(m_label_count);
-  if (l.stage) {
-    m_backend.copy_from_host(*l.stream, g.input().f32(), l.stage.data(), pixels);
-    m_backend.copy_bytes_from_host(*l.stream, l.labels, l.stage.data() + pixels, label_count * sizeof(int32_t));
-  } else {
-    m_backend.copy_from_host(*l.stream, g.input().f32(), in.images, pixels);
-    m_backend.copy_labels_from_host(*l.stream, l.labels, in.labels, label_count);
-  }
-  g.forward(*l.stream, l.mode);
-  const auto out = g.output_shape();
-  m_backend.softmax_cross_entropy(*l.stream, g.dtype(), g.output().data, l.labels, weights, out.n(), out.c(),
-                                  out.h() * out.w(), g.output_grad().data, l.loss_dev.data(),
-                                  m_loss_scale_dev ? m_loss_scale_dev.data() : nullptr);
-  m_backend.copy_to_host(*l.stream, l.loss_host.data(), l.loss_dev.data(), 1);
-}
-
 int LearnerGroup::captured_learners() const {
   int n = 0;
   for (const auto& l : m_learners) n += l->captured ? 1 : 0;
@@ -443,7 +405,9 @@ Reducer::Ticket LearnerGroup::start_reduce(size_t lo, size_t hi, const std::stri
     return m_reducer.start(g16, hi - lo, mpi::DType::bf16, what);
   }
   if (!m_fused_host) {
-    m_backend.synchronize(*m_stream);  // no-op on the CPU
+    // A device reducer orders its sum after the group stream by an event; the others read
+    // the buffer at once (a no-op on the CPU, where the stream's work is done already).
+    if (!m_reducer.orders_after_stream()) m_backend.synchronize(*m_stream);
     return m_reducer.start(m_fused.data() + lo, hi - lo, what);
   }
   m_backend.copy_to_host(*m_stream, m_fused_host.data() + lo, m_fused.data() + lo, hi - lo);

@@ -85,6 +85,11 @@ class Reducer {
   // Whether start() takes backend memory of a device backend directly (NCCL); otherwise the
   // group hands it host memory (a pinned mirror) when the backend's is not host-readable.
   virtual bool takes_device_memory() const { return false; }
+  // The stream whose work writes the buffers handed to start() (the group's). A Reducer that
+  // orders its sums after that work itself (orders_after_stream) spares the caller a host
+  // wait before each start(); the others need the data complete when start() is called.
+  virtual void bind_stream(nn::Stream&) {}
+  virtual bool orders_after_stream() const { return false; }
   void sum(float* data, size_t count, std::string_view what) { wait(start(data, count, what)); }
 };
 
@@ -119,8 +124,9 @@ class AllreduceReducer final : public Reducer {
 };
 
 // The Reducer of a CUDA job whose sums stay on the GPU (parallel.device_allreduce: NCCL, or
-// NCCL inside the node and MPI across). Each sum completes inside start(): the group's
-// thread waits for it while the learners' threads go on with their backward passes.
+// NCCL inside the node and MPI across). A sum is ordered after the group stream's work on
+// the buffer by an event (bind_stream), not by a host wait; nccl sums run while the host
+// hands over the next buckets, device-hier's complete inside start().
 class DeviceReducer final : public Reducer {
  public:
   DeviceReducer(mpi::DeviceAllreduce& allreduce, int ranks) : m_allreduce(allreduce), m_ranks(ranks) {}
@@ -128,18 +134,19 @@ class DeviceReducer final : public Reducer {
   Ticket start(void* data, size_t count, mpi::DType type, std::string_view what) override {
     if (type != mpi::DType::f32)
       throw Error("the device allreduce sums f32 only (parallel.comm_precision = bf16 needs parallel.device_allreduce = host)");
-    m_allreduce.sum(static_cast<float*>(data), count, what);
-    return ++m_started;
+    return m_allreduce.start(static_cast<float*>(data), count, what, m_after);
   }
-  bool test(Ticket) override { return true; }
-  void wait(Ticket) override {}
+  bool test(Ticket ticket) override { return m_allreduce.test(ticket); }
+  void wait(Ticket ticket) override { m_allreduce.wait(ticket); }
   int ranks() const override { return m_ranks; }
   bool takes_device_memory() const override { return true; }
+  void bind_stream(nn::Stream& stream) override { m_after = stream.native_handle(); }
+  bool orders_after_stream() const override { return true; }
 
  private:
   mpi::DeviceAllreduce& m_allreduce;
   int m_ranks;
-  Ticket m_started = 0;
+  void* m_after = nullptr;
 };
 
 // What happens around each phase, for the timeline: phase is "forward", "backward",
@@ -180,7 +187,7 @@ struct LearnerGroupOptions {
   bool skip_nonfinite = false;  // train.nonfinite = skip: a step with non-finite gradients is not
                                 // applied (counted in skipped_steps); false: step() throws
                                 // NonFiniteStep naming the rank, learner and layer
-  bool graphs = false;          // capture each learner's pass once (after a warm-up step) and replay
+  bool graphs = false;          // capture each learner's pass once (after its first, eager, pass) and replay
                                 // it (a CUDA graph); steps with a timeline or per-layer buckets run
                                 // eagerly. Needs a backend that can_capture() and a model without dropout.
 };
@@ -231,7 +238,12 @@ class LearnerGroup {
   // the group synchronises as its algorithm says at this step (collective through the
   // Reducer on every rank). Returns each learner's loss (before the update). A non-finite
   // loss is returned, not thrown: the caller names the step.
-  std::vector<float> step(const std::vector<LearnerBatch>& batches, int64_t step, float lr);
+  // next: the batches of step + 1, when the caller has them already. On a device backend
+  // they are copied to the device while this step computes (on each learner's copy stream),
+  // and the next step() that is given the very same batches uses them without copying
+  // again. Their memory must stay valid until that step has returned.
+  std::vector<float> step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
+                          const std::vector<LearnerBatch>* next = nullptr);
 
   // The central model (backend memory), current after every step.
   const float* central_params() const;
@@ -295,7 +307,10 @@ class LearnerGroup {
   void copy_optimizer_state(const Learner& from, Learner& to);
   static std::string sma_sum_name(int64_t step);
   void device_sum(bool gradients, bool params_part, bool state_part);
+  void stage_input(Learner& l, const LearnerBatch& in, int64_t step);
+  void take_input(Learner& l, const LearnerBatch& in, int64_t step);
   void enqueue_forward(Learner& l, const LearnerBatch& in, const float* weights);
+  std::unique_ptr<nn::Captured> capture_pass(Learner& l, const LearnerBatch& in, const float* weights);
   double reduce(const std::string& what, bool gradients = false);
   bool bf16_range(size_t lo, size_t hi) const { return m_fused16 && hi <= m_param_count; }
   Reducer::Ticket start_reduce(size_t lo, size_t hi, const std::string& what);

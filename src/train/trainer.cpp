@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -275,8 +276,8 @@ class TrainingRun {
     lg.centre_rate = cfg.parallel.centre_rate;
     lg.momentum = cfg.parallel.momentum;
     lg.start_step = cfg.parallel.start_step;
-    lg.bucket_floats =
-        std::max<size_t>(1, static_cast<size_t>(cfg.parallel.bucket_mb * double(1 << 20) / sizeof(float)));
+    m_bucket_mb = bucket_mb_for(cfg.parallel, !m_backend->host_accessible());
+    lg.bucket_floats = std::max<size_t>(1, static_cast<size_t>(m_bucket_mb * double(1 << 20) / sizeof(float)));
     lg.seed = static_cast<uint64_t>(cfg.run.seed);
     lg.precision = precision_dtype(cfg.train.precision);
     lg.layout = resolve_layout(cfg.model.layout, m_backend->name(), lg.precision);
@@ -317,6 +318,21 @@ class TrainingRun {
     loader_options.workers = static_cast<int>(cfg.data.workers);
     loader_options.prefetch = std::max(static_cast<int>(cfg.data.prefetch), m_max_learners);
     loader_options.skip_bad = cfg.data.skip_bad_samples;
+    if (!m_backend->host_accessible()) {
+      loader_options.host_alloc = [this](size_t bytes) {
+        nn::Buffer b = m_backend->allocate_host((bytes + sizeof(float) - 1) / sizeof(float), nn::DType::f32);
+        void* p = b.raw();
+        m_pinned_batches.emplace(p, std::move(b));
+        return p;
+      };
+      loader_options.host_free = [this](void* p) { m_pinned_batches.erase(p); };
+      // The next step's batches are taken from the loader before this step runs, so that
+      // the learners copy them to the device while this step computes (LearnerGroup::step's
+      // `next`): the loader must let a step's batches and the next step's be held at once.
+      // Not with the auto-tuner, which changes the learner count between steps.
+      m_lookahead = !cfg.parallel.autotune;
+      if (m_lookahead) loader_options.prefetch = std::max(loader_options.prefetch, 2 * m_max_learners);
+    }
     m_loader = std::make_unique<io::Loader>(*m_train, loader_options);
     m_last_eval.cm = ConfusionMatrix(info.classes);
     m_tuner = std::make_unique<AutoTuner>(cfg.parallel.autotune, cfg.parallel.autotune_threshold, m_max_learners,
@@ -559,6 +575,10 @@ class TrainingRun {
       if (m_stop_flags != 0) break;
       if (m_cfg.train.eval_every_steps == 0 || m_step == m_total_steps) evaluate(epoch);
     }
+    // A run stopped by a signal may hold the batches of a step it did not take.
+    for (const io::Batch* b : m_next_held) m_loader->release(b);
+    m_next_held.clear();
+    m_next_inputs.clear();
     m_progress->finish();
     m_loop_s = seconds_since(m_loop_start);
   }
@@ -630,16 +650,30 @@ class TrainingRun {
   // `used`: the epoch's batches taken so far, this step's included.
   void train_step(int64_t epoch, int64_t used) {
     const double t_load = now_s();
-    m_held.clear();
-    m_inputs.clear();
-    for (int j = 0; j < m_learners; ++j) {
-      const io::Batch* data = m_loader->next();
-      if (data == nullptr)
-        throw Error("loader: epoch " + std::to_string(epoch) + " ended after " +
-                    std::to_string(used - m_learners + j) + " of " + std::to_string(m_batches_per_epoch) + " batches");
-      m_held.push_back(data);
-      m_inputs.push_back({data->images, data->labels});
+    // `taken`: batches of the epoch taken from the loader before the ones asked for now.
+    auto take = [&](std::vector<const io::Batch*>& held, std::vector<LearnerBatch>& inputs, int64_t taken) {
+      held.clear();
+      inputs.clear();
+      for (int j = 0; j < m_learners; ++j) {
+        const io::Batch* data = m_loader->next();
+        if (data == nullptr)
+          throw Error("loader: epoch " + std::to_string(epoch) + " ended after " + std::to_string(taken + j) +
+                      " of " + std::to_string(m_batches_per_epoch) + " batches");
+        held.push_back(data);
+        inputs.push_back({data->images, data->labels});
+      }
+    };
+    if (!m_next_held.empty()) {  // taken during the step before
+      std::swap(m_held, m_next_held);
+      std::swap(m_inputs, m_next_inputs);
+      m_next_held.clear();
+      m_next_inputs.clear();
+    } else {
+      take(m_held, m_inputs, used - m_learners);
     }
+    // The next step's batches, within this epoch, for the device to copy during this step.
+    const bool ahead = m_lookahead && used + m_learners <= m_batches_per_epoch && m_step + 1 < m_total_steps;
+    if (ahead) take(m_next_held, m_next_inputs, used);
     m_timeline.add("load", Timeline::k_rank_track, t_load, now_s());
     if (m_rank == m_fail.rank && m_step + 1 == m_fail.step) {
       if (m_fail.kill) ::raise(SIGKILL);
@@ -654,7 +688,7 @@ class TrainingRun {
     const auto t_step = Clock::now();
     std::vector<float> losses;
     try {
-      losses = m_group->step(m_inputs, m_step, static_cast<float>(lr));
+      losses = m_group->step(m_inputs, m_step, static_cast<float>(lr), ahead ? &m_next_inputs : nullptr);
     } catch (const NonFiniteStep& e) {
       m_progress->finish();
       diverged(e, epoch, lr);
@@ -847,7 +881,7 @@ class TrainingRun {
     }
     if (m_algorithm == Algorithm::local_sgd) parallel["start_step"] = m_cfg.parallel.start_step;
     if (m_algorithm != Algorithm::sma && m_ranks > 1) {
-      parallel["bucket_mb"] = m_cfg.parallel.bucket_mb;
+      parallel["bucket_mb"] = m_bucket_mb;
       parallel["buckets"] = m_group->buckets();
       parallel["max_buckets_in_flight"] = m_group->max_buckets_in_flight();
     }
@@ -899,6 +933,7 @@ class TrainingRun {
   std::unique_ptr<AllreduceReducer> m_reducer;
   std::unique_ptr<mpi::DeviceAllreduce> m_device_allreduce;  // parallel.device_allreduce (CUDA)
   std::unique_ptr<DeviceReducer> m_device_reducer;
+  double m_bucket_mb = 0;  // parallel.bucket_mb as used (bucket_mb_for)
   SingleRankReducer m_alone;
   std::unique_ptr<LearnerGroup> m_group;
   std::unique_ptr<Schedule> m_schedule;
@@ -906,6 +941,10 @@ class TrainingRun {
   int32_t* m_dev_labels = nullptr;
   int32_t* m_dev_pred = nullptr;
   const float* m_dev_weights = nullptr;
+  // A device backend's loader fills pinned buffers of its own (allocate_host), so that the
+  // learners copy batches to the device asynchronously without an extra host copy; the
+  // buffers live here, by address, as long as the loader.
+  std::map<void*, nn::Buffer> m_pinned_batches;
   std::unique_ptr<io::Loader> m_loader;
 
   // The outputs.
@@ -929,8 +968,9 @@ class TrainingRun {
   fs::path m_last_checkpoint;
 
   // The loop's state.
-  std::vector<const io::Batch*> m_held;
-  std::vector<LearnerBatch> m_inputs;
+  std::vector<const io::Batch*> m_held, m_next_held;  // this step's batches, and the next step's (m_lookahead)
+  std::vector<LearnerBatch> m_inputs, m_next_inputs;
+  bool m_lookahead = false;  // a device backend: the next step's batches copied during this step
   Clock::time_point m_loop_start;
   int64_t m_step = 0, m_samples_done = 0;
   RunningMean m_window_loss;

@@ -327,3 +327,14 @@ TEST_CASE("a resolved config (every key written) loads back", "[config]") {
   TempConfig f(squall::train::to_toml(c));
   REQUIRE_THROWS_WITH(load_config(f.path, {}), Contains(f.path + ": optimizer.beta1 applies to optimizer.name"));
 }
+
+TEST_CASE("parallel.bucket_mb: 0 takes the backend's default, a size is kept, a negative one refused", "[config]") {
+  Config c;
+  CHECK(c.parallel.bucket_mb == 0.0);
+  CHECK(squall::train::bucket_mb_for(c.parallel, false) == 1.0);
+  CHECK(squall::train::bucket_mb_for(c.parallel, true) == 25.0);
+  c.parallel.bucket_mb = 4.0;
+  CHECK(squall::train::bucket_mb_for(c.parallel, false) == 4.0);
+  CHECK(squall::train::bucket_mb_for(c.parallel, true) == 4.0);
+  REQUIRE_THROWS_WITH(load_config("", {"parallel.bucket_mb=-1"}), Contains("parallel.bucket_mb"));
+}
