@@ -10,6 +10,9 @@
 // backward live in device memory the plan allocates once. Eval normalises with the running
 // statistics.
 //
+// The descriptors, and the check that cuDNN's parameter descriptor is [1, c, 1, 1] f32, are
+// the device-free step's (detail::BatchNormDescriptors, cuda/cudnn_describe.hpp).
+//
 // bf16: cuDNN's batch norm does not take bf16 data (PyTorch does not call it for bf16
 // either), so the plan widens x and dy into f32 scratch of the stream (CudaStream::scratch),
 // runs the f32 plan there, and rounds y and dx back: the CPU reference's arithmetic, at
@@ -18,6 +21,7 @@
 #include <string>
 
 #include "cuda/cuda_backend.hpp"
+#include "cuda/cudnn_describe.hpp"
 #include "cuda/cudnn_util.hpp"
 #include "cuda/kernels.cuh"
 #include "cuda/plans.hpp"
@@ -30,22 +34,21 @@ namespace {
 using detail::DeviceFloats;
 using detail::kOne;
 using detail::kZero;
-using detail::TensorDescriptor;
 
-constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL;
+constexpr cudnnBatchNormMode_t kMode = detail::kBatchNormMode;
 
 class CudnnBatchNormPlan final : public nn::BatchNormPlan {
  public:
-  explicit CudnnBatchNormPlan(const nn::BatchNormDesc& d) : m_desc(d) {
-    if (d.n < 1 || d.c < 1 || d.h < 1 || d.w < 1 || !(d.eps > 0.0f))
-      throw Error("batch norm: invalid description " + nn::Shape(d.n, d.c, d.h, d.w).str() +
-                  " eps=" + std::to_string(d.eps));
-    if (d.dtype != nn::DType::f32 && d.dtype != nn::DType::f16)
+  // `cudnn`: the description step's descriptors (cuda/cudnn_describe.hpp) of an f32 or f16
+  // problem; the plan adds the device memory for the saved batch statistics.
+  explicit CudnnBatchNormPlan(std::unique_ptr<const detail::BatchNormDescriptors> cudnn)
+      : m_cudnn(std::move(cudnn)), m_desc(m_cudnn->desc()) {
+    if (m_cudnn->widened())
       throw Error(std::string("batch norm: cuDNN's plan takes f32 or f16 activations, not ") +
-                  nn::dtype_name(d.dtype));
-    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, "batch norm", d.dtype, d.layout);
-    SQUALL_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(m_param, m_x, kMode));  // [1, c, 1, 1]
-    m_saved = DeviceFloats(2 * static_cast<size_t>(d.c));
+                  nn::dtype_name(m_desc.dtype));
+    m_x = m_cudnn->x();
+    m_param = m_cudnn->param();
+    m_saved = DeviceFloats(2 * static_cast<size_t>(m_desc.c));
   }
 
   void forward(nn::Stream& s, const void* x, const float* gamma, const float* beta, float* running_mean,
@@ -80,9 +83,10 @@ class CudnnBatchNormPlan final : public nn::BatchNormPlan {
   float* saved_mean() const { return m_saved.data(); }
   float* saved_inv_std() const { return m_saved.data() + m_desc.c; }
 
+  std::unique_ptr<const detail::BatchNormDescriptors> m_cudnn;  // owns the descriptors below
   nn::BatchNormDesc m_desc;
-  TensorDescriptor m_x;      // x, y, dy and dx: [n, c, h, w]
-  TensorDescriptor m_param;  // gamma, beta, running and saved statistics: [1, c, 1, 1]
+  cudnnTensorDescriptor_t m_x = nullptr;      // x, y, dy and dx: [n, c, h, w]
+  cudnnTensorDescriptor_t m_param = nullptr;  // gamma, beta, running and saved statistics: [1, c, 1, 1]
   DeviceFloats m_saved;      // batch mean, then 1/sqrt(var + eps), of the last training forward
   bool m_have_batch_stats = false;
 };
@@ -95,7 +99,7 @@ class WidenedBatchNormPlan final : public nn::BatchNormPlan {
       : m_type(detail::kernel_type(d.dtype)), m_count(static_cast<size_t>(d.n * d.c * d.h * d.w)) {
     nn::BatchNormDesc f = d;
     f.dtype = nn::DType::f32;
-    m_inner = std::make_unique<CudnnBatchNormPlan>(f);
+    m_inner = std::make_unique<CudnnBatchNormPlan>(std::make_unique<const detail::BatchNormDescriptors>(f));
   }
 
   void forward(nn::Stream& s, const void* x, const float* gamma, const float* beta, float* running_mean,
@@ -131,8 +135,9 @@ class WidenedBatchNormPlan final : public nn::BatchNormPlan {
 }  // namespace
 
 std::unique_ptr<nn::BatchNormPlan> make_cudnn_batch_norm(const nn::BatchNormDesc& d) {
-  if (d.dtype == nn::DType::bf16) return std::make_unique<WidenedBatchNormPlan>(d);
-  return std::make_unique<CudnnBatchNormPlan>(d);
+  auto cudnn = std::make_unique<const detail::BatchNormDescriptors>(d);  // checks d, bf16 included
+  if (cudnn->widened()) return std::make_unique<WidenedBatchNormPlan>(d);
+  return std::make_unique<CudnnBatchNormPlan>(std::move(cudnn));
 }
 
 }  // namespace squall::cuda
