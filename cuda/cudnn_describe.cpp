@@ -38,6 +38,12 @@ ConvDescriptors::ConvDescriptors(const nn::ConvDesc& d) : m_desc(d) {
   if (m_output.h() < 1 || m_output.w() < 1)
     throw Error("conv: kernel " + window_str(d.r, d.s) + " does not fit input " + std::to_string(d.h) + "x" +
                 std::to_string(d.w) + " (output " + m_output.str() + ")");
+  // ConvDesc::output() divides with truncation, so a dilated window larger than the padded
+  // input still counts one output row; cuDNN refuses that convolution (BAD_PARAM), as PyTorch
+  // does. (A transposed convolution's forward problem runs on its output, which always fits.)
+  if (!d.transposed && (d.h + 2 * d.pad_h < d.dil_h * (d.r - 1) + 1 || d.w + 2 * d.pad_w < d.dil_w * (d.s - 1) + 1))
+    throw Error("conv: kernel " + window_str(d.r, d.s) + " (dilation " + window_str(d.dil_h, d.dil_w) +
+                ") does not fit input " + m_input.str() + " padded by " + window_str(d.pad_h, d.pad_w));
   const cudnnDataType_t type = cudnn_type(d.dtype, what);
   set_nchw(m_x, d.n, d.c, d.h, d.w, what, d.dtype, d.layout);
   set_nchw(m_y, m_output.n(), m_output.c(), m_output.h(), m_output.w(), what, d.dtype, d.layout);

@@ -65,6 +65,23 @@ TEST_CASE("plans: a transposed convolution whose output padding is not below its
   CHECK_THROWS_WITH(cuda::make_cudnn_conv(d), Contains("output padding must be smaller than the stride"));
 }
 
+TEST_CASE("plans: a convolution window that does not fit the input is refused", "[plans]") {
+  // A 3x3 kernel of stride 2 on a 2x2 input without padding: ConvDesc::output() counts one
+  // row ((2 - 3) / 2 + 1 truncates to 1); cuDNN refuses the problem.
+  nn::ConvDesc d;
+  d.n = 1;
+  d.c = 4;
+  d.h = d.w = 2;
+  d.k = 8;
+  d.r = d.s = 3;
+  d.stride_h = d.stride_w = 2;
+  REQUIRE(d.output().h() == 1);
+  CHECK_THROWS_WITH(ConvDescriptors(d), Contains("kernel 3x3 (dilation 1x1) does not fit input [1,4,2,2]"));
+  CHECK_THROWS_WITH(cuda::make_cudnn_conv(d), Contains("does not fit input [1,4,2,2]"));
+  d.pad_h = d.pad_w = 1;  // padded to 4x4 the window fits: [1, 8, 1, 1]
+  CHECK_NOTHROW(ConvDescriptors(d));
+}
+
 TEST_CASE("plans: a pooling window that does not fit the input is refused", "[plans]") {
   CHECK_NOTHROW(PoolDescriptors(stem_pool()));
 
