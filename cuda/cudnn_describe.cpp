@@ -131,15 +131,27 @@ BatchNormDescriptors::BatchNormDescriptors(const nn::BatchNormDesc& d) : m_desc(
   // bf16: cuDNN's batch norm does not take bf16 data; the plan normalises f32 copies.
   m_widened = d.dtype == nn::DType::bf16;
   set_nchw(m_x, d.n, d.c, d.h, d.w, what, m_widened ? nn::DType::f32 : d.dtype, d.layout);
-  SQUALL_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(m_param, m_x, kBatchNormMode));
-  // gamma, beta and the statistics are f32 vectors of c: cuDNN must derive [1, c, 1, 1] f32.
+  derive_param(m_param, m_x, kBatchNormMode, d);
+  // The extended calls' training problem: reduced types only, in their own type.
+  m_ex_candidate = d.dtype == nn::DType::f16 || d.dtype == nn::DType::bf16;
+  if (m_ex_candidate) {
+    m_ex_mode = d.layout == nn::Layout::nhwc ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
+    set_nchw(m_ex_x, d.n, d.c, d.h, d.w, what, d.dtype, d.layout);
+    derive_param(m_ex_param, m_ex_x, m_ex_mode, d);
+  }
+}
+
+// gamma, beta and the statistics are f32 vectors of c: cuDNN must derive [1, c, 1, 1] f32.
+void BatchNormDescriptors::derive_param(cudnnTensorDescriptor_t param, cudnnTensorDescriptor_t x,
+                                        cudnnBatchNormMode_t mode, const nn::BatchNormDesc& d) {
+  SQUALL_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(param, x, mode));
   cudnnDataType_t type{};
   int n = 0, c = 0, h = 0, w = 0, sn = 0, sc = 0, sh = 0, sw = 0;
-  SQUALL_CUDNN_CHECK(cudnnGetTensor4dDescriptor(m_param, &type, &n, &c, &h, &w, &sn, &sc, &sh, &sw));
+  SQUALL_CUDNN_CHECK(cudnnGetTensor4dDescriptor(param, &type, &n, &c, &h, &w, &sn, &sc, &sh, &sw));
   if (type != CUDNN_DATA_FLOAT || !same(n, c, h, w, nn::Shape(1, d.c, 1, 1)))
-    throw Error("batch norm: cuDNN's parameters for " + in.str() + " are " + dims_str(n, c, h, w) +
-                (type == CUDNN_DATA_FLOAT ? "" : " not f32") + " where " + nn::Shape(1, d.c, 1, 1).str() +
-                " f32 is expected");
+    throw Error("batch norm: cuDNN's parameters for " + nn::Shape(d.n, d.c, d.h, d.w).str() + " are " +
+                dims_str(n, c, h, w) + (type == CUDNN_DATA_FLOAT ? "" : " not f32") + " where " +
+                nn::Shape(1, d.c, 1, 1).str() + " f32 is expected");
 }
 
 }  // namespace squall::cuda::detail

@@ -85,6 +85,13 @@ class PoolDescriptors {
 // Batch normalisation: x (also y, dx, dy) and the parameter descriptor cuDNN derives from it
 // for gamma, beta and the statistics (f32, [1, c, 1, 1]). bf16 is described as the f32 problem
 // the plan runs on widened copies (widened()).
+//
+// For f16 and bf16 activations it also describes the training problem of cuDNN's extended
+// calls (cudnnBatchNormalizationForwardTrainingEx / BackwardEx, cuda/batch_norm.cpp, opt-in):
+// x in its own type, bf16 included, and CUDNN_BATCHNORM_SPATIAL_PERSISTENT in NHWC (cuDNN's
+// fast channels-last kernels, which PyTorch also keeps to channels last), CUDNN_BATCHNORM_SPATIAL
+// in NCHW. f32 stays on the plain calls: it is the precision the CPU reference is matched in,
+// and the persistent kernels' reductions limit the range of the values.
 class BatchNormDescriptors {
  public:
   explicit BatchNormDescriptors(const nn::BatchNormDesc& d);
@@ -96,10 +103,22 @@ class BatchNormDescriptors {
   cudnnTensorDescriptor_t param() const { return m_param; }
   bool widened() const { return m_widened; }
 
+  // The extended calls' training problem (null descriptors when !ex_candidate()).
+  bool ex_candidate() const { return m_ex_candidate; }
+  cudnnBatchNormMode_t ex_mode() const { return m_ex_mode; }
+  cudnnTensorDescriptor_t ex_x() const { return m_ex_candidate ? m_ex_x.get() : nullptr; }
+  cudnnTensorDescriptor_t ex_param() const { return m_ex_candidate ? m_ex_param.get() : nullptr; }
+
  private:
   nn::BatchNormDesc m_desc;
   TensorDescriptor m_x, m_param;
   bool m_widened = false;
+  TensorDescriptor m_ex_x, m_ex_param;
+  bool m_ex_candidate = false;
+  cudnnBatchNormMode_t m_ex_mode = kBatchNormMode;
+
+  static void derive_param(cudnnTensorDescriptor_t param, cudnnTensorDescriptor_t x, cudnnBatchNormMode_t mode,
+                           const nn::BatchNormDesc& d);
 };
 
 }  // namespace squall::cuda::detail

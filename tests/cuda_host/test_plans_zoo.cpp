@@ -115,6 +115,24 @@ std::string batch_norm_problem(const nn::BatchNormDesc& d) {
     const test::CudnnTensor tp = test::read_tensor(b.param());
     if (tp.status != CUDNN_STATUS_SUCCESS || !tp.dims.equals(Shape(1, d.c, 1, 1)) || tp.type != CUDNN_DATA_FLOAT)
       return "parameter descriptor " + tp.dims.str() + ", expected " + Shape(1, d.c, 1, 1).str();
+    // The extended calls' problem (f16, bf16): x in its own type, bf16 not widened; the
+    // persistent kernels in NHWC; the same f32 [1, c, 1, 1] parameters.
+    const bool reduced = d.dtype != DType::f32;
+    if (b.ex_candidate() != reduced) return "extended-call candidate";
+    if (reduced) {
+      const cudnnBatchNormMode_t mode =
+          d.layout == Layout::nhwc ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
+      if (b.ex_mode() != mode) return "extended-call mode";
+      const test::CudnnTensor ex = test::read_tensor(b.ex_x());
+      if (ex.status != CUDNN_STATUS_SUCCESS || !ex.dims.equals(Shape(d.n, d.c, d.h, d.w)) ||
+          ex.type != test::cudnn_type_of(d.dtype) || !ex.packed(d.layout))
+        return "extended-call x descriptor " + ex.dims.str();
+      const test::CudnnTensor ep = test::read_tensor(b.ex_param());
+      if (ep.status != CUDNN_STATUS_SUCCESS || !ep.dims.equals(Shape(1, d.c, 1, 1)) || ep.type != CUDNN_DATA_FLOAT)
+        return "extended-call parameter descriptor " + ep.dims.str();
+    } else if (b.ex_x() != nullptr || b.ex_param() != nullptr) {
+      return "extended-call descriptors for f32";
+    }
   } catch (const Error& e) {
     return std::string("refused: ") + e.what();
   }
