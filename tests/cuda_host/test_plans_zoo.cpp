@@ -70,7 +70,8 @@ std::string conv_problem(const nn::ConvDesc& d) {
     if (cudnn_bias != (c.bias() != nullptr)) return "bias descriptor presence";
     if (cudnn_bias) {
       const test::CudnnTensor tb = test::read_tensor(c.bias());
-      if (!tb.dims.equals(Shape(1, d.k, 1, 1)) || tb.type != CUDNN_DATA_FLOAT) return "bias descriptor " + tb.dims.str();
+      if (!tb.dims.equals(Shape(1, d.k, 1, 1)) || tb.type != CUDNN_DATA_FLOAT)
+        return "bias descriptor " + tb.dims.str();
     }
   } catch (const Error& e) {
     return std::string("refused: ") + e.what();
@@ -237,6 +238,28 @@ TEST_CASE("plans: U-Net's descriptions are cuDNN's", "[plans]") {
   // transposed conv and 2 conv-BN; the 1x1 classifier: 6 + 2 + 9 + 1 = 18 convolutions, 3 of
   // them transposed, 6 + 2 + 6 = 14 batch norms, 3 poolings.
   check_model({spec_of("unet", 3), Shape(1, 4, 16, 16), 18, 3, 3, 14});
+
+  // The up-sampling written out: each 2x2 stride-2 transposed convolution doubles the side
+  // and halves the channels, and cuDNN's forward problem maps that output back to its input.
+  test::RecordingBackend backend;
+  auto graph = nn::make_model(spec_of("unet", 3), Shape(1, 4, 16, 16));
+  graph->set_layout(Layout::nhwc);
+  graph->build(backend, kBatch, 1);
+  const Shape up_in[3] = {Shape(2, 128, 2, 2), Shape(2, 64, 4, 4), Shape(2, 32, 8, 8)};
+  const Shape up_out[3] = {Shape(2, 64, 4, 4), Shape(2, 32, 8, 8), Shape(2, 16, 16, 16)};
+  size_t i = 0;
+  for (const auto& d : backend.convs()) {
+    if (!d.transposed) continue;
+    REQUIRE(i < 3);
+    const ConvDescriptors c(d);
+    CHECK(test::read_tensor(c.y()).dims.str() == up_out[i].str());
+    test::CudnnDims back;
+    REQUIRE(cudnnGetConvolution2dForwardOutputDim(c.conv(), c.y(), c.filter(), &back.n, &back.c, &back.h,
+                                                  &back.w) == CUDNN_STATUS_SUCCESS);
+    CHECK(back.str() == up_in[i].str());
+    ++i;
+  }
+  CHECK(i == 3);
 }
 
 TEST_CASE("plans: DeepLabv3+'s descriptions are cuDNN's", "[plans]") {
