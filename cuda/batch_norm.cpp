@@ -10,14 +10,21 @@
 // backward live in device memory the plan allocates once. Eval normalises with the running
 // statistics.
 //
-// bf16: cuDNN's batch norm does not take bf16 data (PyTorch does not call it for bf16
-// either), so the plan widens x and dy into f32 scratch of the stream (CudaStream::scratch),
-// runs the f32 plan there, and rounds y and dx back: the CPU reference's arithmetic, at
-// the cost of the copies.
+// The descriptors, and the check that cuDNN's parameter descriptor is [1, c, 1, 1] f32, are
+// the device-free step's (detail::BatchNormDescriptors, cuda/cudnn_describe.hpp).
+//
+// bf16: the plain calls are not documented for bf16 data (PyTorch long kept bf16 off them), so
+// the plan widens x and dy into f32 scratch of the stream (CudaStream::scratch), runs the f32
+// plan there, and rounds y and dx back: the CPU reference's arithmetic, at the cost of the
+// copies. The extended calls (below, opt-in) train f16 and bf16 without copies.
+#include <cstdlib>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "cuda/cuda_backend.hpp"
+#include "cuda/cudnn_describe.hpp"
 #include "cuda/cudnn_util.hpp"
 #include "cuda/kernels.cuh"
 #include "cuda/plans.hpp"
@@ -30,22 +37,21 @@ namespace {
 using detail::DeviceFloats;
 using detail::kOne;
 using detail::kZero;
-using detail::TensorDescriptor;
 
-constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL;
+constexpr cudnnBatchNormMode_t kMode = detail::kBatchNormMode;
 
 class CudnnBatchNormPlan final : public nn::BatchNormPlan {
  public:
-  explicit CudnnBatchNormPlan(const nn::BatchNormDesc& d) : m_desc(d) {
-    if (d.n < 1 || d.c < 1 || d.h < 1 || d.w < 1 || !(d.eps > 0.0f))
-      throw Error("batch norm: invalid description " + nn::Shape(d.n, d.c, d.h, d.w).str() +
-                  " eps=" + std::to_string(d.eps));
-    if (d.dtype != nn::DType::f32 && d.dtype != nn::DType::f16)
+  // `cudnn`: the description step's descriptors (cuda/cudnn_describe.hpp) of an f32 or f16
+  // problem; the plan adds the device memory for the saved batch statistics.
+  explicit CudnnBatchNormPlan(std::unique_ptr<const detail::BatchNormDescriptors> cudnn)
+      : m_cudnn(std::move(cudnn)), m_desc(m_cudnn->desc()) {
+    if (m_cudnn->widened())
       throw Error(std::string("batch norm: cuDNN's plan takes f32 or f16 activations, not ") +
-                  nn::dtype_name(d.dtype));
-    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, "batch norm", d.dtype, d.layout);
-    SQUALL_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(m_param, m_x, kMode));  // [1, c, 1, 1]
-    m_saved = DeviceFloats(2 * static_cast<size_t>(d.c));
+                  nn::dtype_name(m_desc.dtype));
+    m_x = m_cudnn->x();
+    m_param = m_cudnn->param();
+    m_saved = DeviceFloats(2 * static_cast<size_t>(m_desc.c));
   }
 
   void forward(nn::Stream& s, const void* x, const float* gamma, const float* beta, float* running_mean,
@@ -80,9 +86,10 @@ class CudnnBatchNormPlan final : public nn::BatchNormPlan {
   float* saved_mean() const { return m_saved.data(); }
   float* saved_inv_std() const { return m_saved.data() + m_desc.c; }
 
+  std::unique_ptr<const detail::BatchNormDescriptors> m_cudnn;  // owns the descriptors below
   nn::BatchNormDesc m_desc;
-  TensorDescriptor m_x;      // x, y, dy and dx: [n, c, h, w]
-  TensorDescriptor m_param;  // gamma, beta, running and saved statistics: [1, c, 1, 1]
+  cudnnTensorDescriptor_t m_x = nullptr;      // x, y, dy and dx: [n, c, h, w]
+  cudnnTensorDescriptor_t m_param = nullptr;  // gamma, beta, running and saved statistics: [1, c, 1, 1]
   DeviceFloats m_saved;      // batch mean, then 1/sqrt(var + eps), of the last training forward
   bool m_have_batch_stats = false;
 };
@@ -95,7 +102,7 @@ class WidenedBatchNormPlan final : public nn::BatchNormPlan {
       : m_type(detail::kernel_type(d.dtype)), m_count(static_cast<size_t>(d.n * d.c * d.h * d.w)) {
     nn::BatchNormDesc f = d;
     f.dtype = nn::DType::f32;
-    m_inner = std::make_unique<CudnnBatchNormPlan>(f);
+    m_inner = std::make_unique<CudnnBatchNormPlan>(std::make_unique<const detail::BatchNormDescriptors>(f));
   }
 
   void forward(nn::Stream& s, const void* x, const float* gamma, const float* beta, float* running_mean,
@@ -128,11 +135,134 @@ class WidenedBatchNormPlan final : public nn::BatchNormPlan {
   std::unique_ptr<CudnnBatchNormPlan> m_inner;
 };
 
+// ---- the extended calls (opt-in) --------------------------------------------------------------
+//
+// Training through cudnnBatchNormalizationForwardTrainingEx / BackwardEx (CUDNN_BATCHNORM_OPS_BN:
+// no fused add or activation) on the description step's Ex problem: f16 and bf16 in their own
+// type (no f32 copies for bf16), CUDNN_BATCHNORM_SPATIAL_PERSISTENT in NHWC. Same statistics
+// semantics as the plain calls (exponentialAverageFactor = momentum, unbiased running
+// variance, saved mean and 1/sqrt(var + eps)); the reserve space the forward fills is the
+// plan's and must survive until backward. Eval has no extended call: it runs the plain plan.
+//
+// Not yet measured or checked on a GPU, so it is off unless SQUALL_CUDNN_BN_EX=1; where cuDNN
+// does not state a workspace and reserve size for the problem, the plain plan is used.
+
+bool ex_requested() {
+  static const bool requested = [] {
+    const char* v = std::getenv("SQUALL_CUDNN_BN_EX");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return requested;
+}
+
+// One handle per device for the size queries at plan creation (they need one; plans have no
+// stream yet). Never destroyed: handles must not be torn down after the CUDA runtime at exit.
+cudnnHandle_t query_handle() {
+  static std::mutex* mutex = new std::mutex;
+  static std::map<int, cudnnHandle_t>* handles = new std::map<int, cudnnHandle_t>;
+  int device = 0;
+  SQUALL_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(*mutex);
+  cudnnHandle_t& h = (*handles)[device];
+  if (h == nullptr) SQUALL_CUDNN_CHECK(cudnnCreate(&h));
+  return h;
+}
+
+struct ExSizes {
+  size_t forward_workspace = 0, backward_workspace = 0, reserve = 0;
+};
+
+// The extended calls' sizes for the problem, or false where cuDNN states none (the problem is
+// not one it runs through these calls).
+bool ex_sizes(const detail::BatchNormDescriptors& d, ExSizes* out) {
+  const cudnnHandle_t h = query_handle();
+  const cudnnBatchNormMode_t mode = d.ex_mode();
+  const cudnnTensorDescriptor_t x = d.ex_x();
+  return cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, mode, CUDNN_BATCHNORM_OPS_BN, x, nullptr, x,
+                                                                  d.ex_param(), nullptr,
+                                                                  &out->forward_workspace) == CUDNN_STATUS_SUCCESS &&
+         cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, mode, CUDNN_BATCHNORM_OPS_BN, x, x, x, nullptr, x,
+                                                           d.ex_param(), nullptr,
+                                                           &out->backward_workspace) == CUDNN_STATUS_SUCCESS &&
+         cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, mode, CUDNN_BATCHNORM_OPS_BN, nullptr, x,
+                                                              &out->reserve) == CUDNN_STATUS_SUCCESS;
+}
+
+class ExBatchNormPlan final : public nn::BatchNormPlan {
+ public:
+  // `eval`: the plain plan of the same description, for forward with train=false.
+  ExBatchNormPlan(std::unique_ptr<const detail::BatchNormDescriptors> cudnn, const ExSizes& sizes,
+                  std::unique_ptr<nn::BatchNormPlan> eval)
+      : m_cudnn(std::move(cudnn)),
+        m_desc(m_cudnn->desc()),
+        m_sizes(sizes),
+        m_eval(std::move(eval)),
+        m_saved(2 * static_cast<size_t>(m_desc.c)),
+        m_reserve(sizes.reserve) {}
+
+  void forward(nn::Stream& s, const void* x, const float* gamma, const float* beta, float* running_mean,
+               float* running_var, void* y, bool train) override {
+    m_have_batch_stats = false;
+    if (!train) {
+      m_eval->forward(s, x, gamma, beta, running_mean, running_var, y, false);
+      return;
+    }
+    if (m_desc.n * m_desc.h * m_desc.w < 2)
+      throw Error("batch norm: training needs more than one value per channel, got input " +
+                  nn::Shape(m_desc.n, m_desc.c, m_desc.h, m_desc.w).str());
+    CudaStream& cs = cuda_stream(s);
+    const cudnnTensorDescriptor_t xd = m_cudnn->ex_x();
+    SQUALL_CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
+        cs.cudnn(), m_cudnn->ex_mode(), CUDNN_BATCHNORM_OPS_BN, &kOne, &kZero, xd, x, nullptr, nullptr, xd, y,
+        m_cudnn->ex_param(), gamma, beta, static_cast<double>(m_desc.momentum), running_mean, running_var,
+        static_cast<double>(m_desc.eps), saved_mean(), saved_inv_std(), nullptr,
+        workspace(cs, m_sizes.forward_workspace), m_sizes.forward_workspace, m_reserve.data(), m_sizes.reserve));
+    m_have_batch_stats = true;
+  }
+
+  void backward(nn::Stream& s, const void* x, const void* dy, const float* gamma, void* dx, float* dgamma,
+                float* dbeta) override {
+    if (!m_have_batch_stats) throw Error("batch norm: backward needs a forward with train=true first");
+    CudaStream& cs = cuda_stream(s);
+    const cudnnTensorDescriptor_t xd = m_cudnn->ex_x();
+    // No y, z, dz or activation (CUDNN_BATCHNORM_OPS_BN); dx, dgamma and dbeta overwritten.
+    SQUALL_CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
+        cs.cudnn(), m_cudnn->ex_mode(), CUDNN_BATCHNORM_OPS_BN, &kOne, &kZero, &kOne, &kZero, xd, x, nullptr,
+        nullptr, xd, dy, nullptr, nullptr, xd, dx, m_cudnn->ex_param(), gamma, nullptr, dgamma, dbeta,
+        static_cast<double>(m_desc.eps), saved_mean(), saved_inv_std(), nullptr,
+        workspace(cs, m_sizes.backward_workspace), m_sizes.backward_workspace, m_reserve.data(), m_sizes.reserve));
+  }
+
+ private:
+  static void* workspace(CudaStream& cs, size_t bytes) { return bytes > 0 ? cs.workspace(bytes) : nullptr; }
+  float* saved_mean() const { return m_saved.data(); }
+  float* saved_inv_std() const { return m_saved.data() + m_desc.c; }
+
+  std::unique_ptr<const detail::BatchNormDescriptors> m_cudnn;
+  nn::BatchNormDesc m_desc;
+  ExSizes m_sizes;
+  std::unique_ptr<nn::BatchNormPlan> m_eval;
+  DeviceFloats m_saved;         // batch mean, then 1/sqrt(var + eps), of the last training forward
+  detail::DeviceBytes m_reserve;  // cuDNN's reserve space, filled by forward, read by backward
+  bool m_have_batch_stats = false;
+};
+
+// The plain plans: f32 and f16 directly, bf16 through f32 copies.
+std::unique_ptr<nn::BatchNormPlan> make_plain(const nn::BatchNormDesc& d,
+                                              std::unique_ptr<const detail::BatchNormDescriptors> cudnn) {
+  if (cudnn->widened()) return std::make_unique<WidenedBatchNormPlan>(d);
+  return std::make_unique<CudnnBatchNormPlan>(std::move(cudnn));
+}
+
 }  // namespace
 
 std::unique_ptr<nn::BatchNormPlan> make_cudnn_batch_norm(const nn::BatchNormDesc& d) {
-  if (d.dtype == nn::DType::bf16) return std::make_unique<WidenedBatchNormPlan>(d);
-  return std::make_unique<CudnnBatchNormPlan>(d);
+  auto cudnn = std::make_unique<const detail::BatchNormDescriptors>(d);  // checks d, bf16 included
+  ExSizes sizes;
+  if (cudnn->ex_candidate() && ex_requested() && ex_sizes(*cudnn, &sizes))
+    return std::make_unique<ExBatchNormPlan>(std::move(cudnn), sizes,
+                                             make_plain(d, std::make_unique<const detail::BatchNormDescriptors>(d)));
+  return make_plain(d, std::move(cudnn));
 }
 
 }  // namespace squall::cuda

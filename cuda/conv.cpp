@@ -1,4 +1,4 @@
-// Convolution plans on cuDNN's descriptor API, NCHW; f32, or bf16/f16 activations.
+// Convolution plans on cuDNN's descriptor API, NCHW or NHWC; f32, or bf16/f16 activations.
 //
 // A convolution is described to cuDNN as one "forward problem" in -> out with a filter
 // [K, C, r, s] (cross-correlation, as PyTorch and oneDNN):
@@ -11,6 +11,10 @@
 //   backward_data      ConvolutionBackwardData     ConvolutionForward
 //   backward_weights   BackwardFilter(x, dy)       BackwardFilter(dy, x)
 // Bias: AddTensor forward, ConvolutionBackwardBias for db (over y's channels, both kinds).
+//
+// The descriptors, and the check that cuDNN's output size is squall's, come from the
+// device-free description step (detail::ConvDescriptors, cuda/cudnn_describe.hpp); this file
+// adds what needs the device.
 //
 // Algorithms are chosen once per (problem, direction, device) for the process by
 // cudnnFind*Algorithm (cuDNN benchmarks every algorithm, allocating its own buffers), at
@@ -37,11 +41,13 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "cuda/cuda_backend.hpp"
+#include "cuda/cudnn_describe.hpp"
 #include "cuda/cudnn_util.hpp"
 #include "cuda/kernels.cuh"
 #include "cuda/plans.hpp"
@@ -52,11 +58,8 @@ namespace squall::cuda {
 
 namespace {
 
-using detail::ConvolutionDescriptor;
-using detail::FilterDescriptor;
 using detail::kOne;
 using detail::kZero;
-using detail::TensorDescriptor;
 using detail::to_int;
 
 constexpr size_t kWorkspaceCap = size_t{512} << 20;
@@ -268,62 +271,33 @@ AlgoChoice choose(const Problem& p, Direction dir) {
 
 class CudnnConvPlan final : public nn::ConvPlan {
  public:
-  explicit CudnnConvPlan(const nn::ConvDesc& d) : m_desc(d) {
-    if (d.n < 1 || d.c < 1 || d.h < 1 || d.w < 1 || d.k < 1 || d.r < 1 || d.s < 1 || d.stride_h < 1 ||
-        d.stride_w < 1 || d.dil_h < 1 || d.dil_w < 1 || d.pad_h < 0 || d.pad_w < 0 || d.out_pad_h < 0 ||
-        d.out_pad_w < 0)
-      throw Error("conv: invalid description (n=" + std::to_string(d.n) + " c=" + std::to_string(d.c) +
-                  " h=" + std::to_string(d.h) + " w=" + std::to_string(d.w) + " k=" + std::to_string(d.k) +
-                  " kernel " + std::to_string(d.r) + "x" + std::to_string(d.s) + ")");
-    const nn::Shape out = d.output();
-    if (out.h() < 1 || out.w() < 1)
-      throw Error("conv: kernel " + std::to_string(d.r) + "x" + std::to_string(d.s) + " does not fit input " +
-                  std::to_string(d.h) + "x" + std::to_string(d.w) + " (output " + out.str() + ")");
+  // `cudnn`: the description step's descriptors (cuda/cudnn_describe.hpp); the plan adds the
+  // device part: the algorithms, their workspace and the weight copies.
+  explicit CudnnConvPlan(std::unique_ptr<const detail::ConvDescriptors> cudnn)
+      : m_cudnn(std::move(cudnn)), m_desc(m_cudnn->desc()) {
+    const nn::ConvDesc& d = m_desc;
     const char* what = "conv";
-    const cudnnDataType_t type = detail::cudnn_type(d.dtype, what);
-    m_reduced = d.dtype != nn::DType::f32;
-    m_nhwc = d.layout == nn::Layout::nhwc;
-    m_copy = m_reduced || m_nhwc;
-    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, what, d.dtype, d.layout);
-    detail::set_nchw(m_y, out.n(), out.c(), out.h(), out.w(), what, d.dtype, d.layout);
-    // Filter of the forward problem: [k, c, r, s], or [c, k, r, s] when transposed (= weight()),
-    // in the activations' memory order (the plan's copy of the weights when NHWC).
-    const nn::Shape ws = d.weight();
-    m_filter = ws;
-    SQUALL_CUDNN_CHECK(cudnnSetFilter4dDescriptor(m_w, type, m_nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
-                                                  to_int(ws.n(), what),
-                                                  to_int(ws.c(), what), to_int(ws.h(), what),
-                                                  to_int(ws.w(), what)));
-    // Computed in f32 whatever the activation type.
-    SQUALL_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(m_conv, to_int(d.pad_h, what), to_int(d.pad_w, what),
-                                                       to_int(d.stride_h, what), to_int(d.stride_w, what),
-                                                       to_int(d.dil_h, what), to_int(d.dil_w, what),
-                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    // f32: FMA only, no TF32 tensor-core kernels, so that f32 results agree with the CPU
-    // backend. bf16/f16: tensor cores.
-    SQUALL_CUDNN_CHECK(cudnnSetConvolutionMathType(m_conv, m_reduced ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
-    if (d.bias && !m_copy) detail::set_nchw(m_b, 1, d.k, 1, 1, what);
+    m_reduced = m_cudnn->reduced();
+    m_nhwc = m_cudnn->nhwc();
+    m_copy = m_cudnn->copies_weights();
+    m_x = m_cudnn->x();
+    m_y = m_cudnn->y();
+    m_b = m_cudnn->bias();
+    m_w = m_cudnn->filter();
+    m_conv = m_cudnn->conv();
+    m_in = m_cudnn->problem_in();
+    m_out = m_cudnn->problem_out();
+    m_filter = m_cudnn->filter_shape();
+    const nn::Shape& ws = m_filter;
     if (m_copy) {
       const size_t bytes = static_cast<size_t>(ws.numel()) * nn::dtype_size(d.dtype);
       m_w_copy = detail::DeviceBytes(bytes);
       m_dw_copy = detail::DeviceBytes(bytes);
     }
 
-    // The forward problem's input and output (see the top of the file).
-    m_in = d.transposed ? m_y.get() : m_x.get();
-    m_out = d.transposed ? m_x.get() : m_y.get();
-    const nn::Shape in_shape = d.transposed ? out : nn::Shape(d.n, d.c, d.h, d.w);
-    const nn::Shape out_shape = d.transposed ? nn::Shape(d.n, d.c, d.h, d.w) : out;
-    int on = 0, oc = 0, oh = 0, ow = 0;
-    SQUALL_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(m_conv, m_in, m_w, &on, &oc, &oh, &ow));
-    if (on != out_shape.n() || oc != out_shape.c() || oh != out_shape.h() || ow != out_shape.w())
-      throw Error(std::string("conv: cuDNN's ") + (d.transposed ? "transposed " : "") + "convolution of " +
-                  nn::Shape(d.n, d.c, d.h, d.w).str() + " gives [" + std::to_string(on) + "," + std::to_string(oc) +
-                  "," + std::to_string(oh) + "," + std::to_string(ow) + "] where " + out_shape.str() +
-                  " is expected" + (d.transposed ? " (output padding must be smaller than the stride)" : ""));
-
     int device = 0;
     SQUALL_CUDA_CHECK(cudaGetDevice(&device));
+    const nn::Shape in_shape = m_cudnn->problem_in_shape();
     Problem p{m_in, m_out, m_w, m_conv, {}};
     p.key = {device,
              to_int(in_shape.n(), what),
@@ -422,10 +396,12 @@ class CudnnConvPlan final : public nn::ConvPlan {
                                                     ws, m_workspace, &kZero, m_in, d_in));
   }
 
+  std::unique_ptr<const detail::ConvDescriptors> m_cudnn;  // owns the descriptors below
   nn::ConvDesc m_desc;
-  TensorDescriptor m_x, m_y, m_b;  // our x and y; bias [1, k, 1, 1]
-  FilterDescriptor m_w;
-  ConvolutionDescriptor m_conv;
+  cudnnTensorDescriptor_t m_x = nullptr, m_y = nullptr;  // our x and y
+  cudnnTensorDescriptor_t m_b = nullptr;                 // bias [1, k, 1, 1] (f32 NCHW only)
+  cudnnFilterDescriptor_t m_w = nullptr;
+  cudnnConvolutionDescriptor_t m_conv = nullptr;
   cudnnTensorDescriptor_t m_in = nullptr, m_out = nullptr;  // the forward problem's (m_x / m_y)
   AlgoChoice m_fwd, m_bwd_data, m_bwd_filter;
   size_t m_workspace = 0;  // the largest of the three
@@ -453,6 +429,8 @@ std::vector<std::string> detail::conv_algorithm_choices() {
   return lines;
 }
 
-std::unique_ptr<nn::ConvPlan> make_cudnn_conv(const nn::ConvDesc& d) { return std::make_unique<CudnnConvPlan>(d); }
+std::unique_ptr<nn::ConvPlan> make_cudnn_conv(const nn::ConvDesc& d) {
+  return std::make_unique<CudnnConvPlan>(std::make_unique<const detail::ConvDescriptors>(d));
+}
 
 }  // namespace squall::cuda

@@ -8,6 +8,9 @@
 // so the plan remembers x and y of the last training forward; the graph keeps both alive
 // until the layer's backward has run.
 //
+// The descriptors and the checks of the description (cuDNN's output size against squall's)
+// are the device-free step's (detail::PoolDescriptors, cuda/cudnn_describe.hpp).
+//
 // bf16: the plan widens x into an f32 copy it keeps (cuDNN's backward reads x and y again),
 // pools that with the f32 plan and rounds y; backward widens dy, and rounds dx. cuDNN's
 // pooling is not documented for bf16, and pooling layers are few (a stem's max pool).
@@ -15,6 +18,7 @@
 #include <string>
 
 #include "cuda/cuda_backend.hpp"
+#include "cuda/cudnn_describe.hpp"
 #include "cuda/cudnn_util.hpp"
 #include "cuda/kernels.cuh"
 #include "cuda/plans.hpp"
@@ -26,39 +30,19 @@ namespace {
 
 using detail::kOne;
 using detail::kZero;
-using detail::PoolingDescriptor;
-using detail::TensorDescriptor;
-using detail::to_int;
 
 class CudnnPoolPlan final : public nn::PoolPlan {
  public:
-  explicit CudnnPoolPlan(const nn::PoolDesc& d) : m_desc(d) {
-    const nn::Shape out = d.output();
-    if (d.n < 1 || d.c < 1 || d.r < 1 || d.s < 1 || d.stride_h < 1 || d.stride_w < 1 || d.pad_h < 0 ||
-        d.pad_w < 0 || out.h() < 1 || out.w() < 1)
-      throw Error("pool: invalid description: input " + nn::Shape(d.n, d.c, d.h, d.w).str() + ", window " +
-                  std::to_string(d.r) + "x" + std::to_string(d.s) + ", output " + out.str());
-    if (d.pad_h * 2 > d.r || d.pad_w * 2 > d.s)
-      throw Error("pool: padding must be at most half the window (PyTorch's rule), got pad " +
-                  std::to_string(d.pad_h) + "x" + std::to_string(d.pad_w) + " for window " +
-                  std::to_string(d.r) + "x" + std::to_string(d.s));
-    const char* what = "pool";
-    if (d.dtype != nn::DType::f32 && d.dtype != nn::DType::f16)
-      throw Error(std::string("pool: cuDNN's plan takes f32 or f16 activations, not ") + nn::dtype_name(d.dtype));
-    detail::set_nchw(m_x, d.n, d.c, d.h, d.w, what, d.dtype, d.layout);
-    detail::set_nchw(m_y, out.n(), out.c(), out.h(), out.w(), what, d.dtype, d.layout);
-    const cudnnPoolingMode_t mode = d.kind == nn::PoolKind::max ? CUDNN_POOLING_MAX_DETERMINISTIC
-                                                                : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
-    SQUALL_CUDNN_CHECK(cudnnSetPooling2dDescriptor(m_pool, mode, CUDNN_NOT_PROPAGATE_NAN, to_int(d.r, what),
-                                                   to_int(d.s, what), to_int(d.pad_h, what), to_int(d.pad_w, what),
-                                                   to_int(d.stride_h, what), to_int(d.stride_w, what)));
-    // cuDNN's output size (floor mode) must be PyTorch's, which PoolDesc::output() computes.
-    int on = 0, oc = 0, oh = 0, ow = 0;
-    SQUALL_CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(m_pool, m_x, &on, &oc, &oh, &ow));
-    if (on != out.n() || oc != out.c() || oh != out.h() || ow != out.w())
-      throw Error("pool: cuDNN's pooling of " + nn::Shape(d.n, d.c, d.h, d.w).str() + " gives [" +
-                  std::to_string(on) + "," + std::to_string(oc) + "," + std::to_string(oh) + "," +
-                  std::to_string(ow) + "] where " + out.str() + " is expected");
+  // `cudnn`: the description step's descriptors (cuda/cudnn_describe.hpp) of an f32 or f16
+  // problem; cuDNN's pooling needs nothing more of the device until it runs.
+  explicit CudnnPoolPlan(std::unique_ptr<const detail::PoolDescriptors> cudnn)
+      : m_cudnn(std::move(cudnn)), m_desc(m_cudnn->desc()) {
+    if (m_cudnn->widened())
+      throw Error(std::string("pool: cuDNN's plan takes f32 or f16 activations, not ") +
+                  nn::dtype_name(m_desc.dtype));
+    m_x = m_cudnn->x();
+    m_y = m_cudnn->y();
+    m_pool = m_cudnn->pool();
   }
 
   void forward(nn::Stream& s, const void* x, void* y, bool train) override {
@@ -82,9 +66,10 @@ class CudnnPoolPlan final : public nn::PoolPlan {
   }
 
  private:
+  std::unique_ptr<const detail::PoolDescriptors> m_cudnn;  // owns the descriptors below
   nn::PoolDesc m_desc;
-  TensorDescriptor m_x, m_y;
-  PoolingDescriptor m_pool;
+  cudnnTensorDescriptor_t m_x = nullptr, m_y = nullptr;
+  cudnnPoolingDescriptor_t m_pool = nullptr;
   const void* m_saved_x = nullptr;  // x and y of the last training forward, for backward
   const void* m_saved_y = nullptr;
 };
@@ -99,7 +84,7 @@ class WidenedPoolPlan final : public nn::PoolPlan {
         m_y_count(static_cast<size_t>(d.output().numel())) {
     nn::PoolDesc f = d;
     f.dtype = nn::DType::f32;
-    m_inner = std::make_unique<CudnnPoolPlan>(f);
+    m_inner = std::make_unique<CudnnPoolPlan>(std::make_unique<const detail::PoolDescriptors>(f));
     m_x = detail::DeviceFloats(m_x_count);
     m_dx = detail::DeviceFloats(m_x_count);
     m_y = detail::DeviceFloats(m_y_count);
@@ -131,8 +116,9 @@ class WidenedPoolPlan final : public nn::PoolPlan {
 }  // namespace
 
 std::unique_ptr<nn::PoolPlan> make_cudnn_pool(const nn::PoolDesc& d) {
-  if (d.dtype == nn::DType::bf16) return std::make_unique<WidenedPoolPlan>(d);
-  return std::make_unique<CudnnPoolPlan>(d);
+  auto cudnn = std::make_unique<const detail::PoolDescriptors>(d);  // checks d, bf16 included
+  if (cudnn->widened()) return std::make_unique<WidenedPoolPlan>(d);
+  return std::make_unique<CudnnPoolPlan>(std::move(cudnn));
 }
 
 }  // namespace squall::cuda
