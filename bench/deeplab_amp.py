@@ -3,20 +3,30 @@
 
 squall trains its deeplabv3plus (width 16, 4 encoder stages, ASPP rates 6/12/18; src/nn/models/
 zoo.cpp) at train.precision = bf16 (or fp16) on synthetic DeepCAM-layout files of H x W x 16
-(768 x 1152 by default) with 3 classes; PyTorch trains the same network (the module below
-mirrors squall's graph: conv without bias -> BatchNorm -> ReLU blocks, the same strides,
-dilations and projections) under torch.autocast with channels_last memory format and
-cudnn.benchmark, batch and optimizer (SGD, momentum 0.9) the same. Each side runs --steps
-steps after --warmup, alternating --runs times; the script prints the samples/s medians and the
-ratio squall / PyTorch (issue 10's bar: >= 1.0 at batch 1-2, bf16, on a GPU). squall runs
+(768 x 1152 by default) with 3 classes, written by `squall data climate` (docs/data.md; its
+labels are all background, which costs the same to train on as real masks); PyTorch trains
+the same network (the module below mirrors squall's graph: conv without bias -> BatchNorm ->
+ReLU blocks, the same strides, dilations and projections) under torch.autocast with
+channels_last memory format and cudnn.benchmark, batch and optimizer (SGD, momentum 0.9) the
+same. Each side runs --steps steps after --warmup, alternating --runs times. squall runs
 channels last (model.layout = nhwc) with and without parallel.cuda_graphs, and NCHW, to show
 what the layout is worth.
 
-On a machine without a GPU it runs both on the CPU at a small size to check that the script
-works (--device cpu --size 96x144); the ratio then means nothing and is labelled so. Exit 77
-when --device cuda is asked for and no GPU can be used.
+It measures the backend, not the loader: squall reads its samples from files with
+--workers loader threads (data.workers; default: the cores, at most 8) keeping --prefetch
+batches ready (data.prefetch), and for each side the script prints, beside the samples/s of
+the whole run, the compute time: squall's summary.json time_breakdown_s.compute (its
+io_wait too: time the learners waited for the loader) and PyTorch's timed loop, which
+trains on a batch already on the device (no data loading at all). The ratios squall /
+PyTorch are given for both (issue 10's bar: >= 1.0 at batch 1-2, bf16, on a GPU).
+
+Needs PyTorch and the standard library only (no numpy, no h5py): a missing module is a
+skip ("SKIP: needs torch", exit 77). On a machine without a GPU it runs both on the CPU at a
+small size to check that the script works (--device cpu --size 96x144); the ratios then mean
+nothing and are labelled so. Exit 77 when --device cuda is asked for and no GPU can be used.
 
     python3 bench/deeplab_amp.py --squall build/bin/squall --batch 1,2 --runs 3
+    python3 bench/deeplab_amp.py --device cpu --size 96x144 --batch 1 --steps 2 --warmup 1 --runs 1
 """
 import argparse
 import json
@@ -33,32 +43,21 @@ CHANNELS, CLASSES = 16, 3
 PARAMS = {}  # parameter counts of both networks: they must agree
 
 
-def write_deepcam(folder, h, w, samples):
-    import h5py
-    import numpy as np
-    rng = np.random.default_rng(7)
-    for i in range(samples):
-        data = (rng.normal(size=(h, w, CHANNELS)) * (1 + np.arange(CHANNELS))).astype(np.float32)
-        # Blobs of the two event classes on a background, so that the loss has structure.
-        labels = np.zeros((h, w), dtype=np.float32)
-        labels[h // 4: h // 2, w // 4: w // 2] = 1
-        labels[h // 2:, w // 2:] = 2
-        with h5py.File(os.path.join(folder, f"data-2106-01-01-{i:02d}-1.h5"), "w") as f:
-            f["climate/data"] = data
-            f["climate/labels_0"] = labels
-    with h5py.File(os.path.join(folder, "stats.h5"), "w") as f:
-        f["climate/count"] = np.full(CHANNELS, float(h * w * samples))
-        f["climate/mean"] = np.zeros(CHANNELS)
-        f["climate/sqmean"] = (1 + np.arange(CHANNELS, dtype=np.float64)) ** 2
-        f["climate/minval"] = np.full(CHANNELS, -5.0) * (1 + np.arange(CHANNELS))
-        f["climate/maxval"] = np.full(CHANNELS, 5.0) * (1 + np.arange(CHANNELS))
+def write_deepcam(a, folder, h, w, samples):
+    """DeepCAM-layout files (data-*.h5 and stats.h5) from squall's own generator."""
+    cmd = [a.squall, "data", "climate", "--out", folder, "--samples", str(samples), "--height", str(h),
+           "--width", str(w), "--seed", "7"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"squall data climate failed ({r.returncode}): {' '.join(cmd)}\n{(r.stdout + r.stderr)[-3000:]}")
 
 
-def squall_rate(a, data, batch, steps, precision, graphs, layout, workdir):
+def squall_run(a, data, batch, steps, precision, graphs, layout, workdir):
     run_dir = tempfile.mkdtemp(dir=workdir)
     sets = [f"run.backend={a.device}", "model.name=deeplabv3plus", f"train.precision={precision}",
             f"train.batch_size={batch}", f"train.max_steps={steps}", f"train.log_every_steps={steps}",
             f"data.train={data}", f"data.test={data}", "data.test_samples=2", "schedule.warmup_steps=0",
+            f"data.workers={a.workers}", f"data.prefetch={a.prefetch}",
             "optimizer.lr=0.01", "optimizer.weight_decay=0", f"parallel.cuda_graphs={'true' if graphs else 'false'}",
             f"model.layout={layout}",
             f"run.dir={run_dir}"]
@@ -74,7 +73,12 @@ def squall_rate(a, data, batch, steps, precision, graphs, layout, workdir):
     with open(os.path.join(run_dir, "summary.json")) as f:
         s = json.load(f)
     PARAMS["squall"] = s["parameters"]
-    return s["samples_per_s"]
+    t = s.get("time_breakdown_s", {})
+    done = s.get("steps", steps)
+    compute = t.get("compute", 0.0)
+    return {"rate": s["samples_per_s"], "compute_ms": 1000 * compute / max(done, 1),
+            "compute_rate": batch * done / compute if compute > 0 else float("nan"),
+            "io_wait_s": t.get("io_wait", 0.0)}
 
 
 def torch_model(torch, width=16, stages=4, rates=(6, 12, 18)):
@@ -136,7 +140,7 @@ def torch_model(torch, width=16, stages=4, rates=(6, 12, 18)):
     return DeepLab()
 
 
-def torch_rate(torch, a, h, w, batch, steps, precision):
+def torch_run(torch, a, h, w, batch, steps, precision):
     dev = torch.device(a.device)
     model = torch_model(torch).to(dev).to(memory_format=torch.channels_last)
     PARAMS["pytorch"] = sum(p.numel() for p in model.parameters())
@@ -167,11 +171,15 @@ def torch_rate(torch, a, h, w, batch, steps, precision):
         step()
     if a.device == "cuda":
         torch.cuda.synchronize()
-    return batch * steps / (time.perf_counter() - t0)
+    dt = time.perf_counter() - t0
+    # The batch is on the device already: the timed loop is all compute.
+    return {"rate": batch * steps / dt, "compute_ms": 1000 * dt / steps, "compute_rate": batch * steps / dt,
+            "io_wait_s": 0.0}
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--squall", default=os.path.join(ROOT, "build", "bin", "squall"))
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--size", default="768x1152")
@@ -180,42 +188,67 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=min(8, cpus),
+                    help="squall's loader threads, data.workers (default: the cores, at most 8; here %(default)s)")
+    ap.add_argument("--prefetch", type=int, default=4, help="batches squall keeps ready, data.prefetch")
+    ap.add_argument("--json", action="store_true", help="also print the medians as one JSON line")
     a = ap.parse_args()
     try:
         import torch
     except ImportError:
-        print(f"SKIP: {sys.executable} cannot import torch")
+        print(f"SKIP: needs torch ({sys.executable} cannot import it)")
         sys.exit(77)
     if a.device == "cuda" and not torch.cuda.is_available():
         print("SKIP: PyTorch sees no GPU")
         sys.exit(77)
+    if a.workers < 1 or a.prefetch < 1:
+        sys.exit("--workers and --prefetch must be at least 1")
     torch.backends.cudnn.benchmark = True
     h, w = (int(v) for v in a.size.split("x"))
+    report = []
     with tempfile.TemporaryDirectory() as workdir:
         data = os.path.join(workdir, "deepcam")
-        os.makedirs(data)
         batches = [int(b) for b in a.batch.split(",")]
-        write_deepcam(data, h, w, max(batches) * 2)
-        print(f"deeplabv3plus {h}x{w}x{CHANNELS}, {a.precision}, {a.device}, {a.steps} steps, {a.runs} runs"
+        write_deepcam(a, data, h, w, max(batches) * 2)
+        print(f"deeplabv3plus {h}x{w}x{CHANNELS}, {a.precision}, {a.device}, {a.steps} steps, {a.runs} runs, "
+              f"squall's loader: {a.workers} workers, prefetch {a.prefetch}"
               + ("" if a.device == "cuda" else " (CPU: a check of the script, not a measurement)"))
+        print("\nsamples/s: the whole run (squall: its summary.json, warm-up and loading included); compute: "
+              "squall's time_breakdown_s.compute, PyTorch's timed loop (its batch is on the device already)\n")
+        print("| batch | run | samples/s | compute ms/step | samples/s of compute | io_wait s |")
+        print("|---|---|---|---|---|---|")
         for b in batches:
-            rates = {"squall nhwc": [], "squall nhwc+graphs": [], "squall nchw": [], "pytorch amp": []}
+            runs = {"squall nhwc": [], "squall nhwc+graphs": [], "squall nchw": [], "pytorch amp": []}
             for _ in range(a.runs):
                 # squall's own warm-up: its summary rate covers the whole run, so it runs
                 # warmup + steps and the first steps' cost (algorithm search) is in it.
                 n = a.warmup + a.steps
-                rates["squall nhwc"].append(squall_rate(a, data, b, n, a.precision, False, "nhwc", workdir))
-                rates["squall nchw"].append(squall_rate(a, data, b, n, a.precision, False, "nchw", workdir))
+                runs["squall nhwc"].append(squall_run(a, data, b, n, a.precision, False, "nhwc", workdir))
+                runs["squall nchw"].append(squall_run(a, data, b, n, a.precision, False, "nchw", workdir))
                 if a.device == "cuda":
-                    rates["squall nhwc+graphs"].append(squall_rate(a, data, b, n, a.precision, True, "nhwc", workdir))
-                rates["pytorch amp"].append(torch_rate(torch, a, h, w, b, a.steps, a.precision))
-            med = {k: statistics.median(v) for k, v in rates.items() if v}
-            line = ", ".join(f"{k} {v:.2f}" for k, v in med.items())
-            best = max(v for k, v in med.items() if k.startswith("squall"))
-            print(f"  batch {b}: samples/s {line}; squall / pytorch = {best / med['pytorch amp']:.2f}")
+                    runs["squall nhwc+graphs"].append(squall_run(a, data, b, n, a.precision, True, "nhwc", workdir))
+                runs["pytorch amp"].append(torch_run(torch, a, h, w, b, a.steps, a.precision))
+            med = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in runs.items() if v}
+            for k, m in med.items():
+                print(f"| {b} | {k} | {m['rate']:.2f} | {m['compute_ms']:.1f} | {m['compute_rate']:.2f} | "
+                      f"{m['io_wait_s']:.2f} |")
+            best = max(m["rate"] for k, m in med.items() if k.startswith("squall"))
+            best_c = max(m["compute_rate"] for k, m in med.items() if k.startswith("squall"))
+            pt = med["pytorch amp"]
+            ratios = {"batch": b, "squall_over_pytorch": best / pt["rate"],
+                      "squall_over_pytorch_compute": best_c / pt["compute_rate"], "medians": med}
+            report.append(ratios)
+        print()
+        for r in report:
+            print(f"batch {r['batch']}: squall / pytorch = {r['squall_over_pytorch']:.2f} (whole run), "
+                  f"{r['squall_over_pytorch_compute']:.2f} (compute)"
+                  + ("" if a.device == "cuda" else " (CPU: means nothing)"))
         if PARAMS.get("squall") != PARAMS.get("pytorch"):
             sys.exit(f"the two networks differ: {PARAMS['squall']} parameters in squall's, {PARAMS['pytorch']} in PyTorch's")
-        print(f"  both networks have {PARAMS['squall']} parameters")
+        print(f"both networks have {PARAMS['squall']} parameters")
+        if a.json:
+            print(json.dumps({"size": [h, w], "precision": a.precision, "device": a.device, "workers": a.workers,
+                              "prefetch": a.prefetch, "batches": report}))
 
 
 if __name__ == "__main__":

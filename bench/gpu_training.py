@@ -11,7 +11,9 @@ and Crossbow's reason to exist: several learners on one GPU against one.
    (parallel.replicas_per_device, ssgd), samples/s of each and the ratio. Goal: >= 1.5.
 
 Both skip, saying so (exit status 77), where no GPU can be used (torch.cuda.is_available() is false, or
-squall reports that no GPU can be used). Run with an interpreter that imports torch:
+squall reports that no GPU can be used), and where PyTorch is missing ("SKIP: needs torch"). It needs
+PyTorch and the standard library only (no numpy): bench/torch_train.py reads the IDX files itself.
+Run with an interpreter that imports torch:
 
     python3 bench/gpu_training.py --squall build/bin/squall --runs 3
 """
@@ -53,8 +55,12 @@ def torch_run(a, model, batch, steps):
     cmd = [sys.executable, os.path.join(HERE, "torch_train.py"), "--model", model, "--batch", str(batch),
            "--steps", str(steps), "--threads", "4", "--warmup", str(max(10, steps // 10)), "--device", "cuda",
            "--data", a.data]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["samples_per_s"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode == 77:  # torch_train.py's named skip (a module it needs is missing)
+        raise NoGpu(done.stdout.strip().splitlines()[-1].removeprefix("SKIP: "))
+    if done.returncode != 0:
+        sys.exit(f"bench/torch_train.py failed ({done.returncode}): {(done.stdout + done.stderr).strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])["samples_per_s"]
 
 
 def main():
@@ -69,7 +75,7 @@ def main():
     try:
         import torch
     except ImportError:
-        print("SKIP: this interpreter cannot import torch")
+        print(f"SKIP: needs torch ({sys.executable} cannot import it)")
         return 77
     if not torch.cuda.is_available():
         print("SKIP: PyTorch sees no GPU here")

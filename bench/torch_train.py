@@ -1,34 +1,49 @@
 #!/usr/bin/env python3
 """PyTorch peer for bench/cpu_training.py and bench/gpu_training.py: trains the same model as
 squall on the same Fashion-MNIST samples (same normalisation, batch and thread count) and
-prints one JSON line with the training throughput. Reads Debian's IDX files directly.
---device cuda trains on the GPU in eager mode, fp32 without TF32 (squall's precision)."""
+prints one JSON line with the training throughput. Reads Debian's IDX files directly, with
+the standard library and PyTorch alone (no numpy).
+--device cuda trains on the GPU in eager mode, fp32 without TF32 (squall's precision).
+Exits 77 ("SKIP: needs torch") where this interpreter cannot import PyTorch."""
 import argparse
 import gzip
 import json
 import os
+import struct
+import sys
 import time
 
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError:
+    print("SKIP: needs torch (this interpreter cannot import it)")
+    sys.exit(77)
 
 
 def read_idx(path):
+    """An IDX file (optionally gzipped) of unsigned bytes as a uint8 tensor of its shape."""
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+        data = bytearray(f.read())
+    zero, kind, ndim = struct.unpack_from(">HBB", data, 0)
+    if zero != 0 or kind != 0x08:
+        raise ValueError(f"{path}: not an IDX file of unsigned bytes (magic {zero:#06x} {kind:#04x})")
+    dims = struct.unpack_from(f">{ndim}I", data, 4)
+    offset, count = 4 + 4 * ndim, 1
+    for d in dims:
+        count *= d
+    if len(data) != offset + count:
+        raise ValueError(f"{path}: {len(data) - offset} bytes of data for shape {dims}")
+    return torch.frombuffer(data, dtype=torch.uint8, count=count, offset=offset).reshape(dims)
 
 
 def load(folder):
-    x = read_idx(os.path.join(folder, "train-images-idx3-ubyte.gz")).astype(np.float32) / 255.0
-    y = read_idx(os.path.join(folder, "train-labels-idx1-ubyte.gz")).astype(np.int64)
+    x = read_idx(os.path.join(folder, "train-images-idx3-ubyte.gz")).float() / 255.0
+    y = read_idx(os.path.join(folder, "train-labels-idx1-ubyte.gz")).long()
     x = (x - 0.2860) / 0.3530
-    return torch.from_numpy(x).unsqueeze(1), torch.from_numpy(y)
+    return x.unsqueeze(1), y
 
 
 class LeNet5(nn.Module):

@@ -57,10 +57,11 @@ elfs=()
 while IFS= read -r -d '' f; do
   [[ $(head -c 4 "$f" | od -An -c | tr -d ' ') == '177ELF' ]] && elfs+=("$f")
 done < <(find "$B/libexec" "$B/lib" -type f -print0)
-# Each line: FILE<TAB>ldd's line for it (several ldd at once: lines interleave, files do not).
+# Each line: FILE<TAB>ldd's line for it. Several ldd run at once into one pipe: sed -u writes each
+# line in one write (atomic below PIPE_BUF), so their lines interleave but are never cut.
 # shellcheck disable=SC2016  # expanded by the inner sh
 mapfile -t bad < <(printf '%s\0' "${elfs[@]}" |
-  xargs -0 -n 16 -P 4 "$B/bin/squall-env" sh -c 'for f; do ldd "$f" 2>/dev/null | sed "s|^|$f	|"; done' sh |
+  xargs -0 -n 16 -P 4 "$B/bin/squall-env" sh -c 'for f; do ldd "$f" 2>/dev/null | sed -u "s|^|$f	|"; done' sh |
   awk -F'\t' -v b="$B/" '{ split($3, w, " ") }
                           w[2] == "=>" && index(w[3], b) != 1 { print substr($1, length(b) + 1) ": " w[1] " => " w[3] }' |
   while IFS= read -r line; do
