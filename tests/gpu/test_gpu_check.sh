@@ -34,13 +34,18 @@ case $1 in
   train) ;;
   *) echo "fake squall: $1?"; exit 2 ;;
 esac
+case "$*" in *parallel.device_allreduce=nccl*)
+  echo "squall: error: NCCL needs one GPU per rank, but ranks 0 and 1 share GPU 0000:01:00.0 on host fake"; exit 1 ;;
+esac
+captured=0
+case "$*" in *parallel.cuda_graphs=true*) captured=${FAKE_CAPTURED:-2} ;; esac
 dir=""
 while [ $# -gt 0 ]; do
   case $1 in --set) case $2 in run.dir=*) dir=${2#run.dir=} ;; esac; shift 2 ;; *) shift ;; esac
 done
 mkdir -p "$dir"
-printf '{"backend": "cuda", "world_size": 2, "steps": 40, "final": {"train_loss": %s, "test_accuracy": 0.9}}\n' \
-  "${FAKE_LOSS:-0.5}" >"$dir/summary.json"
+printf '{"backend": "cuda", "world_size": 2, "steps": 40, "parallel": {"captured_learners": %s}, "final": {"train_loss": %s, "test_accuracy": 0.9}}\n' \
+  "$captured" "${FAKE_LOSS:-0.5}" >"$dir/summary.json"
 echo "done (fake)"
 EOF
 # mpirun: drops its options and runs the program once.
@@ -54,7 +59,7 @@ EOF
 # squall_gpu_tests: the [layers] area crashes; the others write their JUnit file.
 prog "$B/libexec/squall_gpu_tests" <<'EOF'
 #!/bin/sh
-case "$*" in *--list-tests*) exit 0 ;; *"[layers]"*) echo "crashing (fake)" >&2; kill -SEGV $$ ;; esac
+case "$*" in *--list-tests*) exit 0 ;; "[layers]~[cpu-only]"*) echo "crashing (fake)" >&2; kill -SEGV $$ ;; esac
 xml=""
 while [ $# -gt 0 ]; do case $1 in -o) xml=$2; shift 2 ;; *) shift ;; esac; done
 [ -z "$xml" ] || echo '<testsuites tests="1" failures="0"/>' >"$xml"
@@ -107,10 +112,13 @@ want "$o" "info: ok"
 want "$o" "learners-mpi: ok"
 want "$o" "train-2ranks: ok"
 [[ -f $o/train-2ranks-summary.json ]] || fail "no train-2ranks-summary.json"
+want "$o" "gpu-tests:bn-ex: ok"
+want "$o" "nccl-shared-gpu: ok"
+want "$o" "train-graphs: ok"
 want "$o" "lenet5: ok"
 want "$o" "sanitizer-memcheck: ok"
 want "$o" 'sanitizer-racecheck: SKIP (compute-sanitizer cannot use this device here ("Device not supported"))'
-[[ $(wc -l <"$o/summary.txt") == $((${#areas[@]} + 6)) ]] || { cat "$o/summary.txt"; fail "not one line per step"; }
+[[ $(wc -l <"$o/summary.txt") == $((${#areas[@]} + 9)) ]] || { cat "$o/summary.txt"; fail "not one line per step"; }
 echo "ok: a crashing area fails alone; the other $((${#areas[@]} - 1)) areas and every other step report (exit 1)"
 
 o=$work/out2
@@ -119,6 +127,13 @@ rc=$(run "$o" FAKE_LOSS=NaN)
 [[ $rc == 1 ]] || fail "gpu-check exited $rc with a NaN loss, not 1"
 want "$o" "train-2ranks: FAIL (1)"
 echo "ok: a non-finite loss in the 2-rank run is a FAIL"
+
+o=$work/out4
+mkdir -p "$o"
+rc=$(run "$o" FAKE_CAPTURED=0)
+[[ $rc == 1 ]] || fail "gpu-check exited $rc when no learner replayed a capture, not 1"
+want "$o" "train-graphs: FAIL (1)"
+echo "ok: a run whose learners never replay a captured pass is a FAIL"
 
 o=$work/out3
 mkdir -p "$o"
