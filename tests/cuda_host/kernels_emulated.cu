@@ -15,6 +15,8 @@ namespace k = squall::cuda::kernels;
 namespace d = squall::cuda::kernels::detail;
 using d::HostLaunch;
 
+double block_sum(const std::vector<double>& per_thread) { return d::host_block_sum(per_thread); }
+
 void fill(float* x, size_t n, float value) { d::fill_on(HostLaunch{}, x, n, value); }
 void relu_forward(int t, const void* x, void* y, size_t n) { d::relu_forward_on(HostLaunch{}, t, x, y, n); }
 void relu_backward(int t, const void* y, const void* dy, void* dx, size_t n) {

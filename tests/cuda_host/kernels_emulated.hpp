@@ -11,6 +11,10 @@
 
 namespace squall::test::emulated {
 
+// The emulator's block_sum over one double per thread (a multiple of 32 threads): what the
+// reductions' thread 0 gets on the device.
+double block_sum(const std::vector<double>& per_thread);
+
 void fill(float* x, size_t n, float value);
 void relu_forward(int t, const void* x, void* y, size_t n);
 void relu_backward(int t, const void* y, const void* dy, void* dx, size_t n);

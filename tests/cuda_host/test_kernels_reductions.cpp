@@ -199,3 +199,31 @@ TEST_CASE("sum_squares: the exact sum within a float ulp, as the CPU", "[cuda-ho
   emu::sum_squares(nullptr, 0, &out, nullptr);
   CHECK(out == 0.0f);
 }
+
+namespace {
+
+// Lane 0's value after __shfl_down_sync steps with offsets 16, 8, 4, 2, 1 (kernel_util.cuh's
+// block_sum), written as the recursion it amounts to: at offset o, lane l holds its value
+// from offset 2o plus lane l + o's.
+double shuffle_tree(const std::vector<double>& v, size_t warp, size_t lane, size_t offset) {
+  if (offset == 32) return v[warp * 32 + lane];
+  return shuffle_tree(v, warp, lane, 2 * offset) + shuffle_tree(v, warp, lane + offset, 2 * offset);
+}
+
+}  // namespace
+
+TEST_CASE("the emulated block_sum adds in the device's order", "[cuda-host][kernels]") {
+  // Values of many magnitudes, so that almost any other order of the additions rounds
+  // differently somewhere.
+  std::mt19937 gen(81);
+  std::uniform_real_distribution<double> mantissa(-1.0, 1.0);
+  std::uniform_int_distribution<int> exponent(-20, 40);
+  std::vector<double> v(256);
+  for (auto& x : v) x = std::ldexp(mantissa(gen), exponent(gen));
+  double want = 0.0;  // thread 0 adds the warps' sums in warp order
+  for (size_t w = 0; w < 8; ++w) want += shuffle_tree(v, w, 0, 1);
+  double sequential = 0.0;
+  for (double x : v) sequential += x;
+  REQUIRE(want != sequential);
+  CHECK(emu::block_sum(v) == want);
+}
