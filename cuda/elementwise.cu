@@ -26,7 +26,9 @@ void axpy(cudaStream_t s, float alpha, const float* x, float* y, size_t n) {
   detail::each(DeviceLaunch{s}, detail::AxpyOp{alpha, x, y}, n);
 }
 
-void scale(cudaStream_t s, float alpha, float* x, size_t n) { detail::each(DeviceLaunch{s}, detail::ScaleOp{alpha, x}, n); }
+void scale(cudaStream_t s, float alpha, float* x, size_t n) {
+  detail::each(DeviceLaunch{s}, detail::ScaleOp{alpha, x}, n);
+}
 
 void axpby(cudaStream_t s, float alpha, const float* x, float beta, float* y, size_t n) {
   detail::each(DeviceLaunch{s}, detail::AxpbyOp{alpha, x, beta, y}, n);

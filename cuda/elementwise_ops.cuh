@@ -254,8 +254,8 @@ void permute_convert_on(const L& l, const void* src, int from, bool from_nhwc, v
     using From = decltype(from_tag);
     dispatch_float(to, "permute", [&](auto to_tag) {
       using To = decltype(to_tag);
-      each(l, PermuteConvertOp<From, To>{static_cast<const From*>(src), from_nhwc, static_cast<To*>(dst), to_nhwc, c, hw},
-           total);
+      const auto* x = static_cast<const From*>(src);
+      each(l, PermuteConvertOp<From, To>{x, from_nhwc, static_cast<To*>(dst), to_nhwc, c, hw}, total);
     });
   });
 }
@@ -271,10 +271,12 @@ void permute_bits_on(const L& l, size_t elem_bytes, const void* src, bool from_n
     return;
   }
   if (elem_bytes == 4)
-    each(l, PermuteBitsOp<uint32_t>{static_cast<const uint32_t*>(src), from_nhwc, static_cast<uint32_t*>(dst), to_nhwc, c, hw},
+    each(l, PermuteBitsOp<uint32_t>{static_cast<const uint32_t*>(src), from_nhwc, static_cast<uint32_t*>(dst), to_nhwc,
+                                    c, hw},
          total);
   else if (elem_bytes == 2)
-    each(l, PermuteBitsOp<uint16_t>{static_cast<const uint16_t*>(src), from_nhwc, static_cast<uint16_t*>(dst), to_nhwc, c, hw},
+    each(l, PermuteBitsOp<uint16_t>{static_cast<const uint16_t*>(src), from_nhwc, static_cast<uint16_t*>(dst), to_nhwc,
+                                    c, hw},
          total);
   else
     throw Error("permute: elements of " + std::to_string(elem_bytes) + " bytes are not supported (2 or 4)");

@@ -21,7 +21,8 @@ void adam_step(cudaStream_t s, float* w, const float* g, float* m, float* v, flo
 }
 
 size_t norms_scratch_floats(int32_t chunks, int32_t tensor_count) {
-  return 4 * static_cast<size_t>(chunks > 0 ? chunks : 0) + 4 * static_cast<size_t>(tensor_count > 0 ? tensor_count : 0);
+  return 4 * static_cast<size_t>(chunks > 0 ? chunks : 0) +
+         4 * static_cast<size_t>(tensor_count > 0 ? tensor_count : 0);
 }
 
 void sgd_update(cudaStream_t s, const ChunkTable& t, float* velocity, float lr, float momentum, float weight_decay,

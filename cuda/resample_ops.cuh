@@ -205,8 +205,8 @@ void gap_forward_on(const L& l, int t, const void* x, void* y, int64_t nc, int64
   const size_t blocks = (static_cast<size_t>(nc) + warps_per_block - 1) / warps_per_block;
   dispatch_float(t, "global_avg_pool", [&](auto tag) {
     using T = decltype(tag);
-    l.warp_rows(grid_for(blocks * kThreads), kThreads, GapForwardOp<T>{static_cast<const T*>(x), static_cast<T*>(y), hw, inv},
-                nc);
+    const GapForwardOp<T> op{static_cast<const T*>(x), static_cast<T*>(y), hw, inv};
+    l.warp_rows(grid_for(blocks * kThreads), kThreads, op, nc);
   });
 }
 

@@ -11,7 +11,7 @@ add_executable(squall_cuda_host_kernel_tests
   ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_resample.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_optim.cpp)
 target_link_libraries(squall_cuda_host_kernel_tests PRIVATE squall_test_support squall_cpu squall_nn squall_base)
-target_include_directories(squall_cuda_host_kernel_tests PRIVATE ${PROJECT_SOURCE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
+target_include_directories(squall_cuda_host_kernel_tests PRIVATE ${PROJECT_SOURCE_DIR})
 # The library's kernel flags (cuda/CMakeLists.txt), and for the host side of the .cu no
 # contraction of a * b + c into a fused multiply-add (what the CPU reference computes; the
 # default x86-64 target has no FMA, this makes it explicit for any host).

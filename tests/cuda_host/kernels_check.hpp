@@ -3,6 +3,7 @@
 // and the comparisons (bit for bit, or within a tolerance each case states).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>

@@ -36,7 +36,9 @@ void copy_strided(size_t elem_bytes, void* dst, int64_t dst_stride, int64_t dst_
                   int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) {
   d::copy_strided_on(HostLaunch{}, elem_bytes, dst, dst_stride, dst_offset, src, src_stride, src_offset, rows, count);
 }
-void convert(const void* src, int from, void* dst, int to, size_t n) { d::convert_on(HostLaunch{}, src, from, dst, to, n); }
+void convert(const void* src, int from, void* dst, int to, size_t n) {
+  d::convert_on(HostLaunch{}, src, from, dst, to, n);
+}
 void permute_convert(const void* src, int from, bool from_nhwc, void* dst, int to, bool to_nhwc, int64_t n,
                      int64_t c, int64_t h, int64_t w) {
   d::permute_convert_on(HostLaunch{}, src, from, from_nhwc, dst, to, to_nhwc, n, c, h, w);
