@@ -17,6 +17,8 @@
 //   warp_rows(grid, block, f, rows)  per row one warp: lane sums f.lane(row, lane) (float)
 //                                    added by the shuffle-down tree, f.finish(row, sum)
 //   zero(p, bytes), copy(dst, src, bytes)  stream-ordered memset and device copy
+#include <type_traits>
+
 #include "cuda/kernel_util.cuh"
 
 namespace squall::cuda::kernels::detail {
@@ -30,12 +32,18 @@ struct Place {
 };
 
 // One thread's contribution to a block reduction: K sums in double and a flag (or-ed over
-// the block, as __syncthreads_or does).
+// the block, as __syncthreads_or does, for the bodies that declare kUsesFlag = true; the
+// others leave it 0 and pay for no extra barrier).
 template <int K>
 struct Partial {
   double sum[K];
   int flag;
 };
+
+template <class F, class = void>
+struct UsesFlag : std::false_type {};
+template <class F>
+struct UsesFlag<F, std::void_t<decltype(F::kUsesFlag)>> : std::bool_constant<F::kUsesFlag> {};
 
 // An atomic integer add (the device) or a plain one (the emulator runs one thread at a time).
 __host__ __device__ __forceinline__ void add_int(int32_t* p, int32_t v) {
@@ -66,7 +74,8 @@ __global__ void reduce_kernel(F f, int64_t units) {
     const Partial<F::kSums> mine = f.part(u, place);
     Partial<F::kSums> total;
     for (int k = 0; k < F::kSums; ++k) total.sum[k] = block_sum(mine.sum[k], shared);
-    total.flag = __syncthreads_or(mine.flag);
+    if constexpr (UsesFlag<F>::value) total.flag = __syncthreads_or(mine.flag);
+    else total.flag = 0;
     if (threadIdx.x == 0) f.finish(u, total);
   }
 }

@@ -81,7 +81,8 @@ struct HostLaunch {
           total.sum[k] = host_block_sum(column);
         }
         total.flag = 0;
-        for (unsigned t = 0; t < block; ++t) total.flag = total.flag || parts[t].flag;
+        if constexpr (UsesFlag<F>::value)
+          for (unsigned t = 0; t < block; ++t) total.flag = total.flag || parts[t].flag;
         f.finish(u, total);
       }
   }

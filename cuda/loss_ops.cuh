@@ -52,6 +52,7 @@ __host__ __device__ __forceinline__ void softmax_stats(const T* x, int64_t class
 template <class T>
 struct CePartialsOp {
   static constexpr int kSums = 2;
+  static constexpr bool kUsesFlag = true;
   const T* logits;
   const int32_t* labels;
   const float* class_weights;
@@ -91,6 +92,7 @@ struct CePartialsOp {
 // and 1 / weight sum, times the loss scale when there is one, for the gradient.
 struct CeFinishOp {
   static constexpr int kSums = 2;
+  static constexpr bool kUsesFlag = true;
   float* scratch;
   unsigned blocks;
   float* loss;
