@@ -3,7 +3,8 @@
 // a body functor whose members are __host__ __device__. The bodies (cuda/*_ops.cuh) hold all
 // of a kernel's arithmetic and indexing; these kernels only walk the grid. The host grid
 // emulator (cuda/host_grid.cuh) walks the same grid, in the same order where the order
-// decides a result, so a machine without a GPU runs the device's code and sees its bits.
+// decides a result, so a machine without a GPU runs the device's code and gets its bits
+// (up to the math library: expf and logf there are the host's).
 //
 // Launch shapes are arguments (grid, block), computed by the callers from kernel_util.cuh's
 // grid_for and reduce_blocks. A launcher (DeviceLaunch in device_launch.cuh, HostLaunch in
@@ -27,7 +28,6 @@ namespace squall::cuda::kernels::detail {
 // the device, and what the emulator's loops say on the host.
 struct Place {
   unsigned block, thread, blocks, threads;
-  __host__ __device__ size_t index() const { return static_cast<size_t>(block) * threads + thread; }
   __host__ __device__ size_t stride() const { return static_cast<size_t>(blocks) * threads; }
 };
 
