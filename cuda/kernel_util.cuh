@@ -101,8 +101,8 @@ template <>
 __host__ __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 
 // One float multiply or add rounded on its own: the device's _rn intrinsics (never fused,
-// whatever --fmad says), plain arithmetic on the host (x86-64 without FMA contraction; the
-// host side is compiled with -ffp-contract=off to be sure).
+// whatever --fmad says), plain arithmetic on the host (the host emulator's build,
+// tests/cuda_host/kernels.cmake, passes -ffp-contract=off so that no compiler fuses them).
 __host__ __device__ __forceinline__ float fmul_rn(float a, float b) {
 #ifdef __CUDA_ARCH__
   return __fmul_rn(a, b);
