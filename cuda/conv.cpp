@@ -373,8 +373,9 @@ class CudnnConvPlan final : public nn::ConvPlan {
     if (!m_desc.bias || db == nullptr) return;
     if (m_copy) {
       const nn::Shape out = m_desc.output();
+      const size_t scratch = kernels::bias_grad_scratch_floats(out.n(), out.c(), out.h() * out.w());
       kernels::bias_grad(cs.stream(), detail::kernel_type(m_desc.dtype), m_nhwc, dy, db, out.n(), out.c(),
-                         out.h() * out.w(), m_reduced);
+                         out.h() * out.w(), m_reduced, static_cast<float*>(cs.scratch(scratch * sizeof(float))));
     } else {
       SQUALL_CUDNN_CHECK(cudnnConvolutionBackwardBias(cs.cudnn(), &kOne, m_y, dy, &kZero, m_b, db));
     }

@@ -1,23 +1,16 @@
-#include "cuda/check.cuh"
+#include "cuda/device_launch.cuh"
+#include "cuda/elementwise_ops.cuh"
 #include "cuda/fill.cuh"
 
 namespace squall::cuda {
-namespace {
 
-__global__ void fill_kernel(float* __restrict__ dst, size_t n, float value) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    dst[i] = value;
-}
-
-}  // namespace
-
+// The body is the element-wise FillOp (cuda/elementwise_ops.cuh, which the host emulator
+// checks); the launch keeps this call's own shape: 256 threads, at most 65535 blocks.
 void fill(float* dst, size_t n, float value, cudaStream_t stream) {
   if (n == 0) return;
-  const int threads = 256;
-  const int blocks = static_cast<int>(std::min<size_t>((n + threads - 1) / threads, 65535));
-  fill_kernel<<<blocks, threads, 0, stream>>>(dst, n, value);
-  SQUALL_CUDA_CHECK(cudaGetLastError());
+  const unsigned threads = 256;
+  const auto blocks = static_cast<unsigned>(std::min<size_t>((n + threads - 1) / threads, 65535));
+  kernels::detail::DeviceLaunch{stream}.for_each(blocks, threads, kernels::detail::FillOp{dst, value}, n);
 }
 
 }  // namespace squall::cuda

@@ -1,7 +1,9 @@
 #pragma once
-// Helpers shared by the kernel files (cuda/*.cu) and nothing else: launch shapes, the
-// deterministic block reduction, doubles kept in float scratch, the dropout mixer, and the
-// element types of activations (f32, bf16, f16) with the dispatch from a dtype code.
+// Helpers shared by the kernel files (cuda/*.cu, cuda/*_ops.cuh) and nothing else: launch
+// shapes, the deterministic block reduction, doubles kept in float scratch, the dropout
+// mixer, and the element types of activations (f32, bf16, f16) with the dispatch from a
+// dtype code. What a kernel body calls is __host__ __device__, so that the host grid
+// emulator (cuda/host_grid.cuh) runs the very same bodies on a machine without a GPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -52,12 +54,13 @@ __device__ __forceinline__ double block_sum(double x, double* shared) {
 
 // A double stored in two floats of scratch (hi = the double rounded to float, lo = the
 // rest): about 48 significant bits, and no alignment asked of the caller's float pointer.
-__device__ __forceinline__ void store_double(float* p, double d) {
+// (fabsf(hi) <= FLT_MAX is isfinite(hi), written with a function both sides have.)
+__host__ __device__ __forceinline__ void store_double(float* p, double d) {
   const float hi = static_cast<float>(d);
   p[0] = hi;
-  p[1] = isfinite(hi) ? static_cast<float>(d - static_cast<double>(hi)) : 0.0f;
+  p[1] = fabsf(hi) <= 3.40282347e+38f ? static_cast<float>(d - static_cast<double>(hi)) : 0.0f;
 }
-__device__ __forceinline__ double load_double(const float* p) {
+__host__ __device__ __forceinline__ double load_double(const float* p) {
   return static_cast<double>(p[0]) + static_cast<double>(p[1]);
 }
 
@@ -81,18 +84,46 @@ __host__ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
 // __half). They load with to_float, compute in f32 and store with from_float<T> (round to
 // nearest even): per element, the f32 result rounded once, which is what the CPU reference
 // computes for bf16/f16 (src/cpu/cpu_precision.cpp).
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+// (cuda_bf16.h and cuda_fp16.h give these conversions on the host too, rounding the same.)
+__host__ __device__ __forceinline__ float to_float(float v) { return v; }
+__host__ __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__host__ __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 
 template <class T>
-__device__ __forceinline__ T from_float(float v);
+__host__ __device__ __forceinline__ T from_float(float v);
 template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
+__host__ __device__ __forceinline__ float from_float<float>(float v) { return v; }
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__host__ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+__host__ __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+// One float multiply or add rounded on its own: the device's _rn intrinsics (never fused,
+// whatever --fmad says), plain arithmetic on the host (the host emulator's build,
+// tests/cuda_host/kernels.cmake, passes -ffp-contract=off so that no compiler fuses them).
+__host__ __device__ __forceinline__ float fmul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+__host__ __device__ __forceinline__ float fadd_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+__host__ __device__ __forceinline__ float fsub_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
 
 // Calls f(T{}) with the element type of dtype code `dtype` (0 f32, 1 bf16, 2 f16: nn::DType's
 // order); any other code is an error naming `op`.

@@ -45,17 +45,22 @@ void permute_bits(cudaStream_t s, size_t elem_bytes, const void* src, bool from_
 // (the conv and linear plans at bf16/f16, and in NHWC).
 void bias_add(cudaStream_t s, int t, bool nhwc, void* y, const float* b, int64_t n, int64_t c, int64_t hw);
 // db[c] = sum over n, hw of dy (as bias_add's y) of type t, accumulated in double in a fixed
-// order (deterministic), then rounded to type t when round_to_type (as a reduced-precision
-// bias gradient is), stored as f32.
+// order (deterministic: two passes, per (channel, part of the pixels) then per channel), then
+// rounded to type t when round_to_type (as a reduced-precision bias gradient is), stored as
+// f32. scratch: at least bias_grad_scratch_floats(n, c, hw) floats of device memory.
+size_t bias_grad_scratch_floats(int64_t n, int64_t c, int64_t hw);
 void bias_grad(cudaStream_t s, int t, bool nhwc, const void* dy, float* db, int64_t n, int64_t c, int64_t hw,
-               bool round_to_type);
+               bool round_to_type, float* scratch);
 
 // ---- resampling and pooling (resample.cu) ----
 void global_avg_pool_forward(cudaStream_t s, int t, const void* x, void* y, int64_t nc, int64_t hw);
 void global_avg_pool_backward(cudaStream_t s, int t, const void* dy, void* dx, int64_t nc, int64_t hw);
 void bilinear_forward(cudaStream_t s, int t, const void* x, void* y, int64_t nc, int64_t h, int64_t w, int64_t oh,
                       int64_t ow);
-// Gathers (one thread per input element, no atomics): deterministic.
+// Gathers, no atomics: deterministic. Where an input element is read by few outputs, one
+// thread per input element adds them in the CPU's order (bit for bit the CPU); where it is
+// read by many (a 1x1 input upsampled to a feature map), a block per input element adds
+// them in double and rounds once (resample_ops.cuh, bilinear_block_path).
 void bilinear_backward(cudaStream_t s, int t, const void* dy, void* dx, int64_t nc, int64_t h, int64_t w,
                        int64_t oh, int64_t ow);
 

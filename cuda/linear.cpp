@@ -115,7 +115,9 @@ class CublasLinearPlan final : public nn::LinearPlan {
     SQUALL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, m_in, m_out, m_n, &kOne, x, m_type, m_in, dy, m_type,
                                      m_out, &kZero, dw, CUDA_R_32F, m_in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (m_desc.bias && db != nullptr)
-      kernels::bias_grad(cs.stream(), detail::kernel_type(m_desc.dtype), false, dy, db, m_n, m_out, 1, true);
+      kernels::bias_grad(
+          cs.stream(), detail::kernel_type(m_desc.dtype), false, dy, db, m_n, m_out, 1, true,
+          static_cast<float*>(cs.scratch(sizeof(float) * kernels::bias_grad_scratch_floats(m_n, m_out, 1))));
   }
 
  private:
