@@ -18,3 +18,10 @@ target_include_directories(squall_cuda_host_kernel_tests PRIVATE ${PROJECT_SOURC
 target_compile_options(squall_cuda_host_kernel_tests PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:--fmad=false --expt-relaxed-constexpr -Xcompiler=-ffp-contract=off>)
 squall_add_catch_tests(squall_cuda_host_kernel_tests cuda-host)
+# bench/cuda_coverage.sh: the kernel bodies' host copies instrumented too (they are compiled
+# into this test, not into squall_cuda).
+if(SQUALL_CUDA_COVERAGE)
+  target_compile_options(squall_cuda_host_kernel_tests PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=--coverage -Xcompiler=-O0>)
+  target_link_options(squall_cuda_host_kernel_tests PRIVATE --coverage)
+endif()
