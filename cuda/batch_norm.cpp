@@ -144,13 +144,15 @@ class WidenedBatchNormPlan final : public nn::BatchNormPlan {
 // variance, saved mean and 1/sqrt(var + eps)); the reserve space the forward fills is the
 // plan's and must survive until backward. Eval has no extended call: it runs the plain plan.
 //
-// Not yet measured or checked on a GPU, so it is off unless SQUALL_CUDNN_BN_EX=1; where cuDNN
-// does not state a workspace and reserve size for the problem, the plain plan is used.
+// f16 and bf16 training takes this path wherever cuDNN states a workspace and reserve size for
+// the problem (the plain plan otherwise). SQUALL_CUDNN_BN_EX=0 keeps every batch norm on the
+// plain calls (bf16 through f32 copies): the fallback, and what scripts/gpu-check compares
+// with, until a GPU has measured both.
 
 bool ex_requested() {
   static const bool requested = [] {
     const char* v = std::getenv("SQUALL_CUDNN_BN_EX");
-    return v != nullptr && std::string(v) == "1";
+    return v == nullptr || std::string(v) != "0";
   }();
   return requested;
 }
