@@ -284,7 +284,7 @@ void add_bench_allreduce_command(CLI::App& bench, Context& ctx, Actions& actions
   sub->add_option("--flat-chunk", args->flat_chunk, "Unit of the hierarchical allreduce's flat sum (default 16M)")
       ->check(k_size_validator);
   sub->add_option("--device-chunk", args->device_chunk,
-                  "Pipeline chunk of device-hier on GPU buffers (default 16M)")
+                  "Pipeline chunk of the device hierarchy on GPU buffers (default 16M)")
       ->check(k_size_validator);
   sub->add_option("--inflight", args->inflight, "Chunks in flight at once (default 16)")->check(CLI::Range(1, 1024));
   sub->add_flag("--json", args->json, "Print one JSON document (rank 0)");

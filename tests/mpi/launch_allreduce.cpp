@@ -128,8 +128,9 @@ TEST_CASE("bad bench allreduce flags exit 2 and name the flag", "[launch][allred
 // one rank, so both ranks may share the one GPU of a test machine (NCCL refuses two ranks of
 // one communicator on one GPU); flat nccl therefore runs on one rank only.
 TEST_CASE("bench allreduce on device buffers: nccl and device-hier, or a clear refusal", "[launch][allreduce][gpu]") {
-  const auto help = run_command(squall_bin() + " bench allreduce --help");
-  if (help.out.find("device-hier") == std::string::npos) {  // a build without CUDA
+  const auto info = run_command(squall_bin() + " info --json");
+  REQUIRE(info.exit_code == 0);
+  if (!json::parse(info.out).at("build").at("cuda").get<bool>()) {  // a build without CUDA
     const auto r = run_command(squall_bin() + " bench allreduce --algos nccl");
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Catch::Contains("--algos"));
