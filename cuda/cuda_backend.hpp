@@ -47,8 +47,8 @@ class CudaStream final : public Stream {
   // A second such block, for a plan that needs scratch of its own around a library call
   // that uses the workspace (the f32 copies of bf16 batch norm, cuda/batch_norm.cpp).
   void* scratch(size_t bytes);
-  // The workspace and scratch blocks as they are now, for a graph captured on this stream
-  // to own alongside it: a later growth replaces the stream's block, never frees it under
+  // The workspace, scratch and cuBLAS workspace blocks as they are now, for a graph captured
+  // on this stream to own alongside it: a later growth replaces the stream's block, never frees it under
   // the graph.
   std::vector<std::shared_ptr<void>> held_blocks() const;
   bool capturing() const;
@@ -65,6 +65,7 @@ class CudaStream final : public Stream {
   cudnnHandle_t m_cudnn = nullptr;
   cublasHandle_t m_cublas = nullptr;
   Growing m_workspace, m_scratch;
+  std::shared_ptr<void> m_cublas_workspace;  // set on the cuBLAS handle (cublasSetWorkspace)
 };
 
 inline CudaStream& cuda_stream(Stream& s) { return static_cast<CudaStream&>(s); }
