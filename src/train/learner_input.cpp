@@ -53,7 +53,7 @@ void LearnerGroup::enqueue_forward(Learner& l, const LearnerBatch& in, const flo
   const auto out = g.output_shape();
   m_backend.softmax_cross_entropy(*l.stream, g.dtype(), g.output().data, l.labels, weights, out.n(), out.c(),
                                   out.h() * out.w(), g.output_grad().data, l.loss_dev.data(),
-                                  m_loss_scale_dev ? m_loss_scale_dev.data() : nullptr);
+                                  m_scaler->device_scale());
   m_backend.copy_to_host(*l.stream, l.loss_host.data(), l.loss_dev.data(), 1);
 }
 

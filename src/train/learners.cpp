@@ -6,12 +6,12 @@
 #include <cmath>
 #include <condition_variable>
 #include <exception>
-#include <limits>
 #include <mutex>
 #include <thread>
 
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
+#include "src/train/buckets.hpp"
 #include "src/train/learner_pool.hpp"
 #include "src/train/learner_state.hpp"
 
@@ -85,13 +85,7 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
   if (options.graphs && !backend.can_capture())
     throw Error("learner group: the " + backend.name() + " backend cannot capture a learner's pass");
   if (m_options.threads <= 0) m_options.threads = backend.threads();
-  if (options.loss_scaling.dynamic) {
-    if (!(options.loss_scaling.initial > 0.0f) || options.loss_scaling.growth_interval < 1)
-      throw UsageError("loss scaling: the initial scale must be positive and the growth interval at least 1");
-    m_loss_scale = options.loss_scaling.initial;
-    m_loss_scale_dev = backend.allocate(1);
-    backend.copy_from_host(*m_stream, m_loss_scale_dev.data(), &m_loss_scale, 1);
-  }
+  m_scaler = std::make_unique<LossScaler>(backend, *m_stream, options.loss_scaling);
   // Every step checks that the gradients are finite (train.nonfinite, loss scaling).
   m_norm_dev = backend.allocate(1);
   m_norm_host = backend.allocate_host(1, nn::DType::f32);
@@ -355,8 +349,7 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
       break;
   }
   for (const auto& l : m_learners) m_step_overflow = m_step_overflow || l->overflow;
-  if (m_options.loss_scaling.dynamic) update_loss_scale(m_step_overflow);
-  else if (m_step_overflow) ++m_skipped_steps;  // train.nonfinite = skip
+  m_scaler->end_step(m_step_overflow, *m_stream);
   // One wait per step for the group's stream: the caller may read the central model now, and
   // the learners' next work is ordered after the group's updates of their replicas.
   m_backend.record(*m_group_event, *m_stream);
@@ -460,19 +453,11 @@ bool LearnerGroup::syncs_gradients(int64_t step) const {
          (m_options.algorithm == Algorithm::local_sgd && step < m_options.start_step);
 }
 
-// Buckets of whole parameter tensors of at least bucket_floats, from the end of the arena
-// (the first gradients a backward pass finishes) to its start. The same on every rank.
+// The gradient buckets of this model (src/train/buckets.hpp).
 void LearnerGroup::plan_buckets() {
-  m_buckets.clear();
-  const auto& info = m_learners[0]->graph->param_info();
-  size_t hi = m_param_count;
-  for (size_t i = info.size(); i-- > 0;) {
-    const size_t lo = info[i].offset;
-    if (hi - lo >= m_options.bucket_floats || i == 0) {
-      if (hi > lo) m_buckets.push_back({lo, hi});
-      hi = lo;
-    }
-  }
+  std::vector<size_t> offsets;
+  for (const auto& p : m_learners[0]->graph->param_info()) offsets.push_back(p.offset);
+  m_buckets = train::plan_buckets(offsets, m_param_count, m_options.bucket_floats);
 }
 
 // ssgd across ranks. The learners' passes run on the workers; this thread hands each bucket
@@ -578,7 +563,7 @@ void LearnerGroup::sync_gradients(int64_t step, float lr, bool reduced) {
   float* fused = m_fused.data();
   const float inv = 1.0f / static_cast<float>(job_learners());
   // The gradients' mean, unscaled by the loss scale (1 without loss scaling); the state's mean.
-  m_backend.scale(*m_stream, inv / m_loss_scale, fused, m_param_count);
+  m_backend.scale(*m_stream, inv / m_scaler->scale(), fused, m_param_count);
   m_backend.scale(*m_stream, inv, fused + m_param_count, m_state_count);
   // The sum over the job carries any learner's overflow (or NaN) to every rank, so that every
   // rank takes the same decision.
@@ -661,7 +646,7 @@ bool LearnerGroup::local_update(Learner& l, float lr, int64_t step) {
     l.overflow = true;
     return false;
   }
-  if (m_options.loss_scaling.dynamic) m_backend.scale(*l.stream, 1.0f / m_loss_scale, g, m_param_count);
+  if (m_scaler->dynamic()) m_backend.scale(*l.stream, 1.0f / m_scaler->scale(), g, m_param_count);
   l.optimizer->step(m_backend, *l.stream, lr);
   return true;
 }
@@ -710,21 +695,6 @@ std::string LearnerGroup::locate_nonfinite(Learner& l) {
     if (const std::string kind = nonfinite_kind(host(g.grads() + info[i].offset, info[i].count)); !kind.empty())
       return "the gradient of " + info[i].name + " is " + kind;
   return {};
-}
-
-// PyTorch's GradScaler rule: halve on overflow, double after growth_interval clean steps.
-void LearnerGroup::update_loss_scale(bool overflow) {
-  const float before = m_loss_scale;
-  if (overflow) {
-    ++m_skipped_steps;
-    m_good_steps = 0;
-    m_loss_scale = std::max(m_loss_scale * 0.5f, std::numeric_limits<float>::min());
-  } else if (++m_good_steps >= m_options.loss_scaling.growth_interval) {
-    m_good_steps = 0;
-    const float grown = m_loss_scale * 2.0f;
-    if (std::isfinite(grown)) m_loss_scale = grown;
-  }
-  if (m_loss_scale != before) m_backend.copy_from_host(*m_stream, m_loss_scale_dev.data(), &m_loss_scale, 1);
 }
 
 void LearnerGroup::start_local_phase() {
@@ -833,19 +803,6 @@ std::vector<float> to_host(nn::Backend& backend, nn::Stream& stream, const float
 
 }  // namespace
 
-void LearnerGroup::save_scalars(io::CheckpointData& out) const {
-  out.reals["loss_scale"] = m_loss_scale;
-  out.ints["good_steps"] = m_good_steps;
-  out.ints["skipped_steps"] = m_skipped_steps;
-}
-
-void LearnerGroup::restore_scalars(const io::CheckpointData& in) {
-  m_loss_scale = static_cast<float>(in.real("loss_scale"));
-  m_good_steps = in.integer("good_steps");
-  m_skipped_steps = in.integer("skipped_steps");
-  if (m_loss_scale_dev) m_backend.copy_from_host(*m_stream, m_loss_scale_dev.data(), &m_loss_scale, 1);
-}
-
 void LearnerGroup::save_shared(io::CheckpointData& out) {
   nn::Stream& s = *m_stream;
   out.ints["learners"] = learners();
@@ -862,7 +819,7 @@ void LearnerGroup::save_shared(io::CheckpointData& out) {
     for (const OptimizerState& st : first.optimizer->state())
       out.arrays["replica/optimizer/" + st.name] = to_host(m_backend, s, st.data, st.count);
     out.ints["replica/optimizer_steps"] = first.optimizer->steps();
-    save_scalars(out);
+    m_scaler->save(out);
   }
   m_backend.synchronize(s);
 }
@@ -879,7 +836,7 @@ void LearnerGroup::save_own(io::CheckpointData& out) {
       out.arrays[prefix + "optimizer/" + st.name] = to_host(m_backend, s, st.data, st.count);
     out.ints[prefix + "optimizer_steps"] = l->optimizer->steps();
   }
-  save_scalars(out);
+  m_scaler->save(out);
   m_backend.synchronize(s);
 }
 
@@ -910,7 +867,7 @@ void LearnerGroup::restore(const io::CheckpointData& shared, const io::Checkpoin
       for (const OptimizerState& st : l->optimizer->state()) put(st.data, *own, prefix + "optimizer/" + st.name, st.count);
       l->optimizer->set_steps(own->integer(prefix + "optimizer_steps"));
     }
-    restore_scalars(*own);
+    m_scaler->restore(*own, s);
   } else {
     if (replicas_differ())
       throw Error(shared.origin + ": has no per-rank part, but the replicas of " +
@@ -921,7 +878,7 @@ void LearnerGroup::restore(const io::CheckpointData& shared, const io::Checkpoin
       for (const OptimizerState& st : l->optimizer->state()) put(st.data, shared, "replica/optimizer/" + st.name, st.count);
       l->optimizer->set_steps(shared.integer("replica/optimizer_steps"));
     }
-    restore_scalars(shared);
+    m_scaler->restore(shared, s);
   }
   m_backend.record(*m_group_event, s);
   m_backend.synchronize(s);

@@ -51,6 +51,7 @@
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
 #include "src/train/config.hpp"
+#include "src/train/loss_scaler.hpp"
 #include "src/train/optimizer.hpp"
 #include "src/train/sma.hpp"
 
@@ -153,16 +154,6 @@ class DeviceReducer final : public Reducer {
 // "update", "device_sum"; learner is -1 for work of the whole group. Times are seconds on
 // the steady clock.
 using PhaseHook = std::function<void(const char* phase, int learner, double t_begin, double t_end)>;
-
-// fp16 training's dynamic loss scaling (docs/training.md, "Mixed precision"): the loss
-// gradient is multiplied by the scale S so that small gradients survive in f16; the weight
-// gradients are divided by S before the update. A step whose gradients are not finite is
-// skipped (no update) and S halves; after `growth_interval` good steps in a row S doubles.
-struct LossScaling {
-  bool dynamic = false;
-  float initial = 65536.0f;
-  int64_t growth_interval = 2000;
-};
 
 struct LearnerGroupOptions {
   Algorithm algorithm = Algorithm::ssgd;
@@ -277,8 +268,8 @@ class LearnerGroup {
   // Dynamic loss scaling: the scale the next step uses, and the steps skipped so far
   // (in ssgd a step of the job; in sma/local-sgd a step in which one of this group's
   // learners skipped its update).
-  float loss_scale() const { return m_loss_scale; }
-  int64_t skipped_steps() const { return m_skipped_steps; }
+  float loss_scale() const { return m_scaler->scale(); }
+  int64_t skipped_steps() const { return m_scaler->skipped_steps(); }
   nn::Layout layout() const { return m_options.layout; }
 
   // Checkpoints (docs/training.md, "Checkpoints and restart"). The group's whole state as
@@ -324,10 +315,8 @@ class LearnerGroup {
   void start_local_phase();                     // local-sgd at start_step
   void sync_average_replicas(int64_t step);     // local-sgd on a synchronisation step
   void average_state_into_central();
-  // Dynamic loss scaling: whether the n gradients at g (backend memory) are finite; waits
-  // for `stream`. And the scale's update at the end of a step.
+  // Whether the n gradients at g (backend memory) are finite; waits for `stream`.
   bool gradients_finite(nn::Stream& stream, const float* g, size_t n, float* dev, float* host);
-  void update_loss_scale(bool overflow);
   // A learner's update under local steps (sma, local-sgd): unscale and check its gradients
   // first when loss scaling is on; false when the update was skipped.
   bool local_update(Learner& l, float lr, int64_t step);
@@ -337,8 +326,6 @@ class LearnerGroup {
   // learner's pass first went non-finite (forward order for a non-finite loss, else the
   // gradients in backward order); "" when all is finite. Reads backend memory: error path only.
   std::string locate_nonfinite(Learner& l);
-  void save_scalars(io::CheckpointData& out) const;
-  void restore_scalars(const io::CheckpointData& in);
   int job_learners() const { return m_options.ranks * learners(); }
 
  public:
@@ -373,10 +360,8 @@ class LearnerGroup {
   std::unique_ptr<nn::Graph> m_eval;
   bool m_eval_current = false;
   bool m_local_started = false;                // local-sgd: past start_step
-  float m_loss_scale = 1.0f;                   // dynamic loss scaling: S, on the host ...
-  nn::Buffer m_loss_scale_dev;                 // ... and in backend memory, for the loss
+  std::unique_ptr<LossScaler> m_scaler;        // fp16's loss scale, and the steps skipped
   nn::Buffer m_norm_dev, m_norm_host;          // the group's finite check (ssgd)
-  int64_t m_good_steps = 0, m_skipped_steps = 0;
   bool m_step_overflow = false;                // this step's verdict
   PhaseHook m_hook;
   double m_reduce_s = 0, m_overlapped_s = 0, m_compute_s = 0;

@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
+#include <utility>
 #include <vector>
 
 #include "src/nn/backend.hpp"
+#include "src/train/buckets.hpp"
 #include "src/train/learners.hpp"
 #include "tests/support/tiny_model.hpp"
 
@@ -116,5 +119,43 @@ TEST_CASE("bucket_floats sets the bucket boundaries at whole tensors, last layer
     LearnerGroup group(*backend, test::make_tiny_graph, 2, 2, test::plain_sgd(), {}, o, twin);
     INFO("bucket_floats " << floats);
     CHECK(group.buckets() == buckets);
+  }
+}
+
+TEST_CASE("plan_buckets: whole tensors from the end of the arena, each at least the size asked for",
+          "[buckets]") {
+  using Buckets = std::vector<std::pair<size_t, size_t>>;
+  // Tensors at 0, 10, 30, 35, 100 in an arena of 200 floats.
+  const std::vector<size_t> offsets{0, 10, 30, 35, 100};
+  CHECK(train::plan_buckets(offsets, 200, 50) == Buckets{{100, 200}, {35, 100}, {0, 35}});
+  CHECK(train::plan_buckets(offsets, 200, 1) == Buckets{{100, 200}, {35, 100}, {30, 35}, {10, 30}, {0, 10}});
+  CHECK(train::plan_buckets(offsets, 200, 1000) == Buckets{{0, 200}});
+  CHECK(train::plan_buckets({}, 0, 8).empty());
+  // Tensors of no floats make no bucket of their own.
+  CHECK(train::plan_buckets({0, 4, 4, 9}, 9, 1) == Buckets{{4, 9}, {0, 4}});
+  CHECK_THROWS_WITH(train::plan_buckets({0, 20, 10}, 30, 4), Catch::Contains("tensor 2 starts at float 10"));
+  CHECK_THROWS_WITH(train::plan_buckets({0, 40}, 30, 4), Catch::Contains("out of order in an arena of 30"));
+
+  // Any layout: the buckets tile [0, total) without gaps, in descending order, each starts at
+  // a tensor and each but the last holds at least bucket_floats.
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<size_t> offs{0};
+    const int tensors = 1 + static_cast<int>(rng() % 40);
+    for (int t = 1; t < tensors; ++t) offs.push_back(offs.back() + rng() % 300);
+    const size_t total = offs.back() + 1 + rng() % 300;
+    const size_t want = 1 + rng() % 500;
+    const Buckets b = train::plan_buckets(offs, total, want);
+    INFO("trial " << trial);
+    REQUIRE(!b.empty());
+    CHECK(b.front().second == total);
+    CHECK(b.back().first == 0);
+    for (size_t k = 0; k < b.size(); ++k) {
+      CHECK(std::find(offs.begin(), offs.end(), b[k].first) != offs.end());
+      if (k + 1 < b.size()) {
+        CHECK(b[k + 1].second == b[k].first);
+        CHECK(b[k].second - b[k].first >= want);
+      }
+    }
   }
 }
