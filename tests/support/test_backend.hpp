@@ -11,6 +11,7 @@
 // GPU (still far below any real error: a wrong index or a missed term is O(1)).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,10 +26,18 @@ inline constexpr bool k_testing_gpu = true;
 inline constexpr bool k_testing_gpu = false;
 #endif
 
+// Whether the CPU backend under test runs its streams asynchronously: SQUALL_TEST_CPU_STREAMS
+// = async (the CTest entries "...:async" set it, with SQUALL_CPU_STREAM_JITTER), so that the
+// same cases check that callers order their work as a device backend needs.
+inline bool testing_async_cpu_streams() {
+  const char* v = std::getenv("SQUALL_TEST_CPU_STREAMS");
+  return v != nullptr && std::string(v) == "async";
+}
+
 // A fresh backend of the kind under test (threads: the CPU backend's team size).
 inline std::unique_ptr<nn::Backend> make_test_backend(int threads = 0) {
   if constexpr (k_testing_gpu) return nn::make_cuda_backend(0);
-  return nn::make_cpu_backend(threads);
+  return nn::make_cpu_backend(nn::CpuBackendOptions{threads, testing_async_cpu_streams()});
 }
 
 // One shared backend for a whole test binary. Never destroyed: at exit the CUDA runtime may
