@@ -38,7 +38,7 @@ TEST_CASE("the next step's batches are staged during this step, and the training
   train::SingleRankReducer alone;
   test::DeviceProbe probe;
   LearnerGroup staged(probe, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(algorithm), alone);
-  auto cpu = nn::make_cpu_backend(1);
+  auto cpu = test::make_test_backend(1);
   LearnerGroup plain(*cpu, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(algorithm), alone);
 
   const int steps = 5;
@@ -81,7 +81,7 @@ TEST_CASE("batches other than the staged ones are copied anew", "[learners][stag
   train::SingleRankReducer alone;
   test::DeviceProbe probe;
   LearnerGroup staged(probe, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(Algorithm::ssgd), alone);
-  auto cpu = nn::make_cpu_backend(1);
+  auto cpu = test::make_test_backend(1);
   LearnerGroup plain(*cpu, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(Algorithm::ssgd), alone);
   const test::TinyStep first = test::tiny_step(0, 2, 0, 4);
   const test::TinyStep announced = test::tiny_step(0, 2, 7, 4);
