@@ -5,7 +5,9 @@
 //  - every operation takes the Stream it runs on; a learner owns one stream. Operations on
 //    one stream run in order. The CUDA backend enqueues them and returns at once; the CPU
 //    backend runs them on the calling thread (its streams are inline, with a thread team
-//    inside each operation), so on the CPU every call has completed when it returns;
+//    inside each operation), so on the CPU every call has completed when it returns
+//    (unless run.cpu_streams = async, which queues them on a worker per stream, to check
+//    callers' ordering as a GPU would);
 //  - ordering across streams is by events: record(event, s1) then wait(s2, event) makes
 //    s2's later work wait for s1's earlier work, without the host waiting. The host waits
 //    only where it must read a result: synchronize(stream) or synchronize(event);

@@ -3,6 +3,8 @@
 // the host waits, and an error thrown by queued work reaching the host.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "src/core/error.hpp"
@@ -140,4 +142,30 @@ TEST_CASE("inline cpu streams stay inline", "[cpu-streams][cpu-only]") {
   CHECK(x.data()[0] == 2.0f);  // done when the call returns, without a synchronize
   b->record(*e, *s);
   CHECK(b->ready(*e));
+}
+
+TEST_CASE("SQUALL_CPU_STREAM_JITTER is <max microseconds>[,seed], and a bad value is refused",
+          "[cpu-streams][cpu-only]") {
+  const char* before = std::getenv("SQUALL_CPU_STREAM_JITTER");
+  const std::string saved = before != nullptr ? before : "";
+  ::setenv("SQUALL_CPU_STREAM_JITTER", "20,7", 1);
+  {
+    auto b = async_backend();  // delays, but the same results
+    auto s = b->create_stream();
+    Buffer x = b->allocate(8);
+    b->fill(*s, x.data(), 8, 1.0f);
+    b->scale(*s, 3.0f, x.data(), 8);
+    b->synchronize(*s);
+    CHECK(x.data()[7] == 3.0f);
+  }
+  for (const char* bad : {"fast", "-5", "10;3", "10,"}) {
+    INFO(bad);
+    ::setenv("SQUALL_CPU_STREAM_JITTER", bad, 1);
+    CHECK_THROWS_AS(async_backend(), squall::UsageError);
+  }
+  CHECK_NOTHROW(make_cpu_backend(CpuBackendOptions{1, false}));  // inline ignores it
+  if (before != nullptr)
+    ::setenv("SQUALL_CPU_STREAM_JITTER", saved.c_str(), 1);
+  else
+    ::unsetenv("SQUALL_CPU_STREAM_JITTER");
 }
