@@ -115,6 +115,17 @@ TEST_CASE("async cpu streams: an error thrown by queued work is rethrown by the 
   CHECK_THROWS_AS(b->synchronize(*e), squall::Error);  // an event behind the failure reports it too
   CHECK_THROWS_AS(b->synchronize(*s), squall::Error);
   CHECK(x.data()[0] == 1.0f);
+
+  // Another stream waiting behind the failure is not stuck: the marker was still signalled.
+  auto other = b->create_stream();
+  auto failed = b->create_event();
+  CHECK_NOTHROW(b->softmax_cross_entropy(*s, logits.data(), labels, nullptr, 2, 3, 1, grad.data(), loss.data()));
+  b->record(*failed, *s);
+  b->wait(*other, *failed);
+  b->fill(*other, x.data(), 4, 2.0f);
+  CHECK_NOTHROW(b->synchronize(*other));
+  CHECK(x.data()[0] == 2.0f);
+  CHECK_THROWS_AS(b->synchronize(*s), squall::Error);
   // Reported once; the stream then runs again.
   CHECK_NOTHROW(b->synchronize(*s));
   b->fill(*s, x.data(), 4, 3.0f);
