@@ -4,7 +4,8 @@
 // is OpenMP-parallel loops. Calls run synchronously on the calling thread (streams are
 // inline: a CpuStream carries the oneDNN stream, and every call has completed when it
 // returns, so events are always complete and waits cost nothing). Its methods are defined
-// across src/cpu/*.cpp by concern.
+// across src/cpu/*.cpp by concern. Asynchronous streams (run.cpu_streams = async) wrap it:
+// cpu_async_backend.hpp.
 #include <memory>
 
 #include <oneapi/dnnl/dnnl.hpp>

@@ -5,7 +5,9 @@
 //  - every operation takes the Stream it runs on; a learner owns one stream. Operations on
 //    one stream run in order. The CUDA backend enqueues them and returns at once; the CPU
 //    backend runs them on the calling thread (its streams are inline, with a thread team
-//    inside each operation), so on the CPU every call has completed when it returns;
+//    inside each operation), so on the CPU every call has completed when it returns
+//    (unless run.cpu_streams = async, which queues them on a worker per stream, to check
+//    callers' ordering as a GPU would);
 //  - ordering across streams is by events: record(event, s1) then wait(s2, event) makes
 //    s2's later work wait for s1's earlier work, without the host waiting. The host waits
 //    only where it must read a result: synchronize(stream) or synchronize(event);
@@ -437,6 +439,16 @@ class Backend {
 // The CPU backend (the reference). threads: 0 = every core this process may use.
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
 
+// run.cpu_streams: inline (every call completes before it returns: the default, and the
+// fast one) or async (each stream a worker thread running its work in order, as a device
+// runs a stream's: a checking mode for the ordering the Backend contract asks of callers;
+// SQUALL_CPU_STREAM_JITTER=<max microseconds> delays each queued operation at random).
+struct CpuBackendOptions {
+  int threads = 0;
+  bool async_streams = false;
+};
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options);
+
 // The CUDA backend on visible device `device` (cuda/cuda_backend.cpp; in a build without
 // CUDA, src/train/cuda_absent.cpp, which throws). cuda_device_count: the GPUs this process can
 // use, 0 with the reason in *why_none when there are none (no driver, no device, not built).
@@ -447,6 +459,8 @@ std::unique_ptr<Backend> make_cuda_backend(int device);
 // visible, else cpu). local_rank picks the GPU (local_rank modulo the visible devices);
 // threads is the CPU backend's team size. "cuda" that cannot be had throws squall::Error
 // saying why (no device, or a build without CUDA); an unknown kind, squall::UsageError.
-std::unique_ptr<Backend> make_backend(const std::string& kind, int local_rank, int threads);
+// cpu_streams (run.cpu_streams): "inline" or "async", for the CPU backend only.
+std::unique_ptr<Backend> make_backend(const std::string& kind, int local_rank, int threads,
+                                      const std::string& cpu_streams = "inline");
 
 }  // namespace squall::nn

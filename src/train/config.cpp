@@ -39,6 +39,7 @@ std::vector<Field> fields(Config& c) {
       {"run", "seed", &c.run.seed},
       {"run", "backend", &c.run.backend},
       {"run", "threads", &c.run.threads},
+      {"run", "cpu_streams", &c.run.cpu_streams},
 
       {"data", "train", &c.data.train},
       {"data", "test", &c.data.test},
@@ -586,6 +587,7 @@ void validate(const Config& c, const std::string& origin) {
   k.require(!c.run.dir.empty(), "run.dir", "must not be empty");
   k.one_of(c.run.backend, "run.backend", {"cpu", "cuda", "auto"});
   k.non_negative(c.run.threads, "run.threads");
+  k.one_of(c.run.cpu_streams, "run.cpu_streams", {"inline", "async"});
 
   k.one_of(c.data.normalization, "data.normalization", {"zscore", "minmax"});
   k.one_of(c.data.sampling, "data.sampling", {"global", "local"});

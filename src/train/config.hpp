@@ -17,6 +17,7 @@ struct RunConfig {
   int64_t seed = 1;                  // model init, shuffling, dropout
   std::string backend = "cpu";       // cpu | cuda | auto (cuda when a device is present)
   int64_t threads = 0;               // CPU backend threads per rank; 0 = every core the rank may use
+  std::string cpu_streams = "inline";  // CPU backend: inline | async (a worker thread per stream, for checking)
   bool operator==(const RunConfig&) const = default;
 };
 

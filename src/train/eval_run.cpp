@@ -167,7 +167,8 @@ EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& opt
   mpi::run_agreed(world, [&] {
     backend = nn::make_backend(cfg.run.backend, topo.host_rank(),
                                cfg.run.threads > 0 ? static_cast<int>(cfg.run.threads)
-                                                   : cpu::default_threads(topo.host_ranks()));
+                                                   : cpu::default_threads(topo.host_ranks()),
+                               cfg.run.cpu_streams);
     stream = backend->create_stream();
     backend->bind_calling_thread(backend->threads());
     const nn::DType precision = precision_dtype(cfg.train.precision);

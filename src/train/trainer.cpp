@@ -243,7 +243,8 @@ class TrainingRun {
     // place among them picks its GPU (run.backend = cuda/auto).
     m_backend = nn::make_backend(cfg.run.backend, m_topo.host_rank(),
                                  cfg.run.threads > 0 ? static_cast<int>(cfg.run.threads)
-                                                     : cpu::default_threads(m_topo.host_ranks()));
+                                                     : cpu::default_threads(m_topo.host_ranks()),
+                                 cfg.run.cpu_streams);
     m_stream = m_backend->create_stream();
     const nn::ModelSpec spec = m_spec;
     const nn::Shape sample = info.sample;

@@ -216,6 +216,30 @@ TEST_CASE("bad parallel settings are refused with the key named", "[launch][trai
   CHECK_THAT(big.err, Catch::Contains("batch_size"));
 }
 
+TEST_CASE("run.cpu_streams: async streams with random delays train to the model inline streams do",
+          "[launch][train][backend]") {
+  // Two learners: their streams, the group's, events and host waits all take part. Any wait
+  // the group leaves out shows as another model (or a crash) under async with jitter.
+  const std::string lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
+  std::map<std::string, std::string> checksum;
+  for (const std::string mode : {"inline", "async"}) {
+    const std::string dir = fresh_dir("cpu-streams-" + mode);
+    const auto r = run_command("SQUALL_CPU_STREAM_JITTER=100 " + squall_bin() + " train --config " + lenet +
+                               " --set train.max_steps=30 --set parallel.replicas_per_device=2" +
+                               " --set data.test_samples=500 --set run.cpu_streams=" + mode + " --set run.dir=" + dir);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const json s = read_json(dir + "/summary.json");
+    CHECK(s["steps"] == 30);
+    checksum[mode] = s["model_checksum"].get<std::string>();
+    fs::remove_all(dir);
+  }
+  CHECK(checksum["async"] == checksum["inline"]);
+  const auto bad = run_command(squall_bin() + " train --config " + lenet + " --set run.cpu_streams=deferred");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("run.cpu_streams"));
+}
+
 TEST_CASE("run.backend: cuda trains on a GPU or exits 1 saying why: auto falls back to the CPU", "[launch][train][backend]") {
   const std::string lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
   const std::string quick = " --set train.max_steps=5 --set data.test_samples=256 --set train.log_every_steps=5";

@@ -6,20 +6,25 @@
 // the host (its source and stream), every loss. Inside a capture it refuses the loss with
 // nn::CaptureError (or, when told, a plain Error), as the CUDA backend refuses an allocation,
 // a growing workspace or a new handle, so that the group's fallback runs. Its streams are
-// still inline, so every result is the CPU's: a test compares them bit for bit.
+// inline, or asynchronous where the test backend is (SQUALL_TEST_CPU_STREAMS=async); either
+// way every result is the CPU's: a test compares them bit for bit.
 #include <mutex>
 #include <set>
 #include <vector>
 
 #include "src/core/error.hpp"
-#include "src/cpu/cpu_backend.hpp"
+#include "src/cpu/cpu_async_backend.hpp"
+#include "tests/support/test_backend.hpp"
 
 namespace squall::test {
 
-class DeviceProbe final : public cpu::CpuBackend {
+class DeviceProbe final : public cpu::AsyncCpuBackend {
  public:
   enum class Refusal { capture_error, other_error };
-  explicit DeviceProbe(Refusal r = Refusal::capture_error) : cpu::CpuBackend(1), m_refusal(r) {}
+  explicit DeviceProbe(Refusal r = Refusal::capture_error)
+      : cpu::AsyncCpuBackend(std::make_unique<cpu::CpuBackend>(1), testing_async_cpu_streams(),
+                             jitter_from_environment()),
+        m_refusal(r) {}
 
   bool host_accessible() const override { return false; }
   bool can_capture() const override { return true; }
@@ -44,9 +49,9 @@ class DeviceProbe final : public cpu::CpuBackend {
       std::lock_guard<std::mutex> lock(m_mutex);
       host_copies.push_back({src, &s});
     }
-    cpu::CpuBackend::copy_bytes_from_host(s, dst, src, bytes);
+    cpu::AsyncCpuBackend::copy_bytes_from_host(s, dst, src, bytes);
   }
-  using cpu::CpuBackend::softmax_cross_entropy;
+  using cpu::AsyncCpuBackend::softmax_cross_entropy;
   void softmax_cross_entropy(nn::Stream& s, nn::DType t, const void* logits, const int32_t* labels,
                              const float* class_weights, int64_t n, int64_t classes, int64_t hw, void* dlogits,
                              float* loss, const float* grad_scale) override {
@@ -59,8 +64,8 @@ class DeviceProbe final : public cpu::CpuBackend {
       m_passed.insert(&s);  // this stream has run a pass eagerly
       ++losses;
     }
-    cpu::CpuBackend::softmax_cross_entropy(s, t, logits, labels, class_weights, n, classes, hw, dlogits, loss,
-                                          grad_scale);
+    cpu::AsyncCpuBackend::softmax_cross_entropy(s, t, logits, labels, class_weights, n, classes, hw, dlogits,
+                                               loss, grad_scale);
   }
 
   struct HostCopy {

@@ -11,11 +11,15 @@
 // GPU (still far below any real error: a wrong index or a missed term is O(1)).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "src/nn/backend.hpp"
+#ifndef SQUALL_TEST_GPU
+#include "src/cpu/cpu_async_backend.hpp"
+#endif
 
 namespace squall::test {
 
@@ -25,10 +29,35 @@ inline constexpr bool k_testing_gpu = true;
 inline constexpr bool k_testing_gpu = false;
 #endif
 
+// How the CPU backend under test runs its streams: SQUALL_TEST_CPU_STREAMS = async (the CTest
+// entries "unit:async-streams:*" set it, with SQUALL_CPU_STREAM_JITTER), so that the same
+// cases check that callers order their work as a device backend needs; async-device as well,
+// and its memory says it is not host-accessible, so that the learner group stages batches on
+// copy streams and mirrors its sums through allocate_host memory, as on CUDA.
+inline std::string testing_cpu_streams() {
+  const char* v = std::getenv("SQUALL_TEST_CPU_STREAMS");
+  return v != nullptr ? v : "inline";
+}
+inline bool testing_async_cpu_streams() { return testing_cpu_streams().rfind("async", 0) == 0; }
+
+#ifndef SQUALL_TEST_GPU
+class DeviceLikeCpuBackend final : public cpu::AsyncCpuBackend {
+ public:
+  explicit DeviceLikeCpuBackend(int threads)
+      : cpu::AsyncCpuBackend(std::make_unique<cpu::CpuBackend>(threads), true, jitter_from_environment()) {}
+  bool host_accessible() const override { return false; }
+};
+#endif
+
 // A fresh backend of the kind under test (threads: the CPU backend's team size).
 inline std::unique_ptr<nn::Backend> make_test_backend(int threads = 0) {
-  if constexpr (k_testing_gpu) return nn::make_cuda_backend(0);
-  return nn::make_cpu_backend(threads);
+#ifdef SQUALL_TEST_GPU
+  (void)threads;
+  return nn::make_cuda_backend(0);
+#else
+  if (testing_cpu_streams() == "async-device") return std::make_unique<DeviceLikeCpuBackend>(threads);
+  return nn::make_cpu_backend(nn::CpuBackendOptions{threads, testing_async_cpu_streams()});
+#endif
 }
 
 // One shared backend for a whole test binary. Never destroyed: at exit the CUDA runtime may

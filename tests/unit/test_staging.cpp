@@ -38,7 +38,7 @@ TEST_CASE("the next step's batches are staged during this step, and the training
   train::SingleRankReducer alone;
   test::DeviceProbe probe;
   LearnerGroup staged(probe, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(algorithm), alone);
-  auto cpu = nn::make_cpu_backend(1);
+  auto cpu = test::make_test_backend(1);
   LearnerGroup plain(*cpu, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(algorithm), alone);
 
   const int steps = 5;
@@ -81,7 +81,7 @@ TEST_CASE("batches other than the staged ones are copied anew", "[learners][stag
   train::SingleRankReducer alone;
   test::DeviceProbe probe;
   LearnerGroup staged(probe, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(Algorithm::ssgd), alone);
-  auto cpu = nn::make_cpu_backend(1);
+  auto cpu = test::make_test_backend(1);
   LearnerGroup plain(*cpu, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(Algorithm::ssgd), alone);
   const test::TinyStep first = test::tiny_step(0, 2, 0, 4);
   const test::TinyStep announced = test::tiny_step(0, 2, 7, 4);
@@ -95,4 +95,41 @@ TEST_CASE("batches other than the staged ones are copied anew", "[learners][stag
   CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
   const std::vector<train::LearnerBatch> one{first.inputs.front()};
   CHECK_THROWS_WITH(staged.step(given.inputs, 2, 0.1f, &one), Catch::Contains("1 next batches for 2 learners"));
+}
+
+TEST_CASE("batches in allocate_host memory, copied while the passes run, train as plain ones do",
+          "[learners][staging]") {
+  // The loader's buffers come from allocate_host (pinned on CUDA), so the copy streams copy
+  // them asynchronously: a pass that did not wait for its batch would read the one before
+  // (on asynchronous CPU streams, SQUALL_TEST_CPU_STREAMS=async, as on a GPU).
+  train::SingleRankReducer alone;
+  test::DeviceProbe probe;
+  LearnerGroup staged(probe, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(Algorithm::ssgd), alone);
+  auto cpu = test::make_test_backend(1);
+  LearnerGroup plain(*cpu, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(Algorithm::ssgd), alone);
+
+  const int steps = 6;
+  std::vector<test::TinyStep> data;
+  std::vector<nn::Buffer> pinned;  // held until the last pass has run, as the trainer holds its batches
+  std::vector<std::vector<train::LearnerBatch>> inputs(steps);
+  for (int64_t k = 0; k < steps; ++k) {
+    data.push_back(test::tiny_step(0, 2, k, 4));
+    for (const auto& d : data.back().data) {
+      nn::Buffer images = probe.allocate_host(d.images.size(), nn::DType::f32);
+      nn::Buffer labels = probe.allocate_host(d.labels.size(), nn::DType::i32);
+      std::memcpy(images.raw(), d.images.data(), d.images.size() * sizeof(float));
+      std::memcpy(labels.raw(), d.labels.data(), d.labels.size() * sizeof(int32_t));
+      inputs[static_cast<size_t>(k)].push_back({images.data(), labels.as<int32_t>()});
+      pinned.push_back(images);
+      pinned.push_back(labels);
+    }
+  }
+  for (int64_t k = 0; k < steps; ++k) {
+    const auto* next = k + 1 < steps ? &inputs[static_cast<size_t>(k + 1)] : nullptr;
+    staged.step(inputs[static_cast<size_t>(k)], k, 0.1f, next);
+    plain.step(data[static_cast<size_t>(k)].inputs, k, 0.1f);
+  }
+  const auto a = params_of(staged), b = params_of(plain);
+  REQUIRE(a.size() == b.size());
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
