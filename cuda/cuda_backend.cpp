@@ -18,6 +18,19 @@ namespace squall::cuda {
 
 // ---- streams and events ------------------------------------------------------------------
 
+namespace {
+
+// cudaMalloc'd memory of `device`, freed when its last owner (a stream, a captured graph)
+// lets go. Deleters do not throw: a failure at exit is ignored.
+std::shared_ptr<void> owned_device_block(int device, void* data) {
+  return std::shared_ptr<void>(data, [device](void* p) {
+    cudaSetDevice(device);
+    cudaFree(p);
+  });
+}
+
+}  // namespace
+
 CudaStream::CudaStream(int device) : m_device(device) {
   SQUALL_CUDA_CHECK(cudaSetDevice(device));
   // Non-blocking: a learner's stream never waits for the legacy default stream.
@@ -48,11 +61,7 @@ cublasHandle_t CudaStream::cublas() {
     const size_t bytes = major >= 9 ? size_t{32} << 20 : size_t{4} << 20;
     void* data = nullptr;
     SQUALL_CUDA_CHECK(cudaMalloc(&data, bytes));
-    const int device = m_device;
-    m_cublas_workspace = std::shared_ptr<void>(data, [device](void* q) {
-      cudaSetDevice(device);
-      cudaFree(q);
-    });
+    m_cublas_workspace = owned_device_block(m_device, data);
     SQUALL_CUBLAS_CHECK(cublasSetWorkspace(m_cublas, data, bytes));
     // fp32 as fp32 (no TF32): results agree with the CPU reference.
     SQUALL_CUBLAS_CHECK(cublasSetMathMode(m_cublas, CUBLAS_DEFAULT_MATH));
@@ -113,12 +122,7 @@ void* CudaStream::grow(Growing& g, size_t bytes, const char* what) {
                 std::to_string(m_device) + " (" + cudaGetErrorString(e) +
                 "): lower the batch or the learners per GPU");
   }
-  const int device = m_device;
-  g.block = std::shared_ptr<void>(data, [device](void* p) {
-    // Destructors do not throw: a failure at exit is ignored.
-    cudaSetDevice(device);
-    cudaFree(p);
-  });
+  g.block = owned_device_block(m_device, data);
   g.bytes = rounded;
   return data;
 }

@@ -135,13 +135,13 @@ class Base : public DeviceAllreduce {
   }
 
   bool test(Ticket ticket) override {
-    collect(false);
+    collect();
     return m_pending.empty() || m_pending.front().ticket > ticket;
   }
   void wait(Ticket ticket) override {
     while (!m_pending.empty() && m_pending.front().ticket <= ticket) {
       wait_polling(m_pending.front().done, comms(), m_pending.front().what);
-      collect(false);
+      collect();
     }
   }
 
@@ -175,14 +175,14 @@ class Base : public DeviceAllreduce {
     m_pending.push_back({call, e, std::string(what)});
   }
   // Retires the sums whose events have completed, in order (one stream: they complete in
-  // order). With `poll_errors`, also looks at NCCL's asynchronous error state.
-  void collect(bool poll_errors) {
+  // order); while any is left, looks at NCCL's asynchronous error state.
+  void collect() {
     while (!m_pending.empty() && SQUALL_CUDA_QUERY(cudaEventQuery(m_pending.front().done))) {
       m_stall.leave(m_pending.front().ticket);
       m_free_events.push_back(m_pending.front().done);
       m_pending.pop_front();
     }
-    if (poll_errors || !m_pending.empty()) check_async(comms(), m_pending.empty() ? "" : m_pending.front().what);
+    if (!m_pending.empty()) check_async(comms(), m_pending.front().what);
   }
 
   struct Pending {

@@ -123,9 +123,11 @@ void enqueue(Stream& s, Op op) {
 
 // Plans: the wrapped plan is shared with the queued passes, so that a plan dropped while its
 // work is queued lives until that work has run.
-class AsyncConvPlan final : public ConvPlan {
+// Convolution and linear plans have the same three passes: one wrapper serves both.
+template <class Plan>
+class AsyncWeightedPlan final : public Plan {
  public:
-  explicit AsyncConvPlan(std::unique_ptr<ConvPlan> p) : m_p(std::move(p)) {}
+  explicit AsyncWeightedPlan(std::unique_ptr<Plan> p) : m_p(std::move(p)) {}
   void forward(Stream& s, const void* x, const float* w, const float* b, void* y) override {
     enqueue(s, [p = m_p, x, w, b, y](Stream& in) { p->forward(in, x, w, b, y); });
   }
@@ -137,24 +139,7 @@ class AsyncConvPlan final : public ConvPlan {
   }
 
  private:
-  std::shared_ptr<ConvPlan> m_p;
-};
-
-class AsyncLinearPlan final : public LinearPlan {
- public:
-  explicit AsyncLinearPlan(std::unique_ptr<LinearPlan> p) : m_p(std::move(p)) {}
-  void forward(Stream& s, const void* x, const float* w, const float* b, void* y) override {
-    enqueue(s, [p = m_p, x, w, b, y](Stream& in) { p->forward(in, x, w, b, y); });
-  }
-  void backward_data(Stream& s, const void* dy, const float* w, void* dx) override {
-    enqueue(s, [p = m_p, dy, w, dx](Stream& in) { p->backward_data(in, dy, w, dx); });
-  }
-  void backward_weights(Stream& s, const void* x, const void* dy, float* dw, float* db) override {
-    enqueue(s, [p = m_p, x, dy, dw, db](Stream& in) { p->backward_weights(in, x, dy, dw, db); });
-  }
-
- private:
-  std::shared_ptr<LinearPlan> m_p;
+  std::shared_ptr<Plan> m_p;
 };
 
 class AsyncPoolPlan final : public PoolPlan {
@@ -308,12 +293,12 @@ void AsyncCpuBackend::permute_layout(Stream& s, DType t, const void* src, Layout
 
 std::unique_ptr<ConvPlan> AsyncCpuBackend::make_conv(const ConvDesc& d) {
   if (!m_async) return m_b->make_conv(d);
-  return std::make_unique<AsyncConvPlan>(m_b->make_conv(d));
+  return std::make_unique<AsyncWeightedPlan<ConvPlan>>(m_b->make_conv(d));
 }
 
 std::unique_ptr<LinearPlan> AsyncCpuBackend::make_linear(const LinearDesc& d) {
   if (!m_async) return m_b->make_linear(d);
-  return std::make_unique<AsyncLinearPlan>(m_b->make_linear(d));
+  return std::make_unique<AsyncWeightedPlan<LinearPlan>>(m_b->make_linear(d));
 }
 
 std::unique_ptr<PoolPlan> AsyncCpuBackend::make_pool(const PoolDesc& d) {

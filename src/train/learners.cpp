@@ -399,7 +399,8 @@ Reducer::Ticket LearnerGroup::start_reduce(size_t lo, size_t hi, const std::stri
   }
   if (!m_fused_host) {
     // A device reducer orders its sum after the group stream by an event; the others read
-    // the buffer at once (a no-op on the CPU, where the stream's work is done already).
+    // the buffer at once, so the group stream's work on it must be done (inline CPU streams
+    // are done already; async ones are not).
     if (!m_reducer.orders_after_stream()) m_backend.synchronize(*m_stream);
     return m_reducer.start(m_fused.data() + lo, hi - lo, what);
   }
