@@ -2,40 +2,17 @@
 // The learners of one rank (one device) and the synchronisation algorithms that keep the
 // job's learners together (docs/design.md, "Learners and the training algorithms").
 //
-// A LearnerGroup owns L learners, each a replica of the model (its own Graph, optimizer,
-// stream and random stream) that trains on its own batch. On the CPU backend each learner
-// runs on its own thread with a share of the cores; a group of one learner runs on the
-// caller's thread. After every learner's forward and backward pass, step() synchronises:
-//
-//  - ssgd: the learners' gradients are summed inside the device (level 1 of the
-//    hierarchical allreduce), summed over the job by the Reducer (levels 2-4) and divided
-//    by the job's learner count; learner 0 applies the optimizer and the others copy its
-//    weights, so every replica is the same model, which is also the central model. Across
-//    ranks the learners run on worker threads and the gradients go to the Reducer in
-//    buckets (whole tensors, last layers first) as soon as every learner's backward pass
-//    has finished them, so the allreduce overlaps the rest of the backward pass; a bucket
-//    is handed over without waiting for the ones before it, so several are in flight.
-//  - sma (Crossbow): on a synchronisation step (every `period` steps), with z the central
-//    model, W the sum of all replicas in the job, L the job's learner count and
-//    (alpha, beta, mu) = sma_coefficients(...),
-//        c_j = alpha (w_j - z);   w_j <- w_j - c_j - lr * update_j;
-//        z   <- z + beta (W / L - z) + mu (z - z_prev).
-//    beta defaults to min(alpha L, 1): Crossbow's own rule (z moves by the sum of the c_j)
-//    while alpha L <= 1, and a fixed moving rate towards the learners' mean beyond, as in
-//    EASGD, so that the centre stays stable for any L (docs/training.md, "SMA at any
-//    scale"). The correction is applied before the optimizer's update, so weight decay (if
-//    any) sees the corrected weights. Between
-//    synchronisation steps the learners take independent optimizer steps. W only needs the
-//    weights from before the update, so across ranks its allreduce runs while the learners
-//    compute their forward and backward passes (on worker threads), as in Crossbow.
-//  - local-sgd: the learners step independently and every `period` steps every replica is
-//    replaced by the job's average, which becomes the central model. Before `start_step`
-//    the group runs ssgd (post-local SGD: a synchronous warm-up phase).
-//
-// BatchNorm running statistics (the graphs' state arena) are averaged over the job at every
-// synchronisation, into the central state; evaluation and checkpoints use the central
-// model (central_params(), central_state()). The sums over learners and ranks are fused
-// into one buffer [parameters or gradients | state] and reduced in one call.
+// A LearnerGroup owns L learners, each a replica of the model that trains on its own batch,
+// and keeps the job's learners together by one of three algorithms. It is a facade over
+// pieces with one concern each (docs/design.md, "The learner group"):
+//   learner.hpp          one replica: graph, optimizer, streams, input staging, its pass;
+//   replica_set.hpp      the learners and their worker threads;
+//   fused_sum.hpp        level 1 of the allreduce and the hand-over to levels 2-4;
+//   gradient_buckets.hpp ssgd's gradients summed during the backward pass;
+//   loss_scaler.hpp      fp16's dynamic loss scale; group_core.hpp the non-finite locator;
+//   sync_algorithm.hpp   ssgd, sma and local-sgd, each in its own file with its equations.
+// The host waits for the device once a step, where the losses are read (and, where a host
+// allreduce must read a model sum, once before it); everything else is ordered by events.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -45,17 +22,20 @@
 #include <vector>
 
 #include "io/checkpoint_file.hpp"
-#include "mpi/allreduce.hpp"
-#include "mpi/device_allreduce.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
 #include "src/train/config.hpp"
+#include "src/train/learner.hpp"
 #include "src/train/loss_scaler.hpp"
 #include "src/train/optimizer.hpp"
+#include "src/train/reducer.hpp"
 #include "src/train/sma.hpp"
 
 namespace squall::train {
+
+struct GroupCore;
+class SyncAlgorithm;
 
 enum class Algorithm { ssgd, sma, local_sgd };
 // "ssgd" | "sma" | "local-sgd"; anything else throws squall::Error naming the value.
@@ -68,90 +48,9 @@ nn::DType precision_dtype(std::string_view name);
 // tensor-core convolutions read NHWC directly; nchw otherwise); anything else throws.
 nn::Layout resolve_layout(std::string_view name, std::string_view backend, nn::DType precision);
 
-// Sums float buffers (backend memory) over every rank of the job, in place. Nonblocking:
-// start() hands a buffer over and returns a ticket, test() drives every sum in flight and says
-// whether one has completed, wait() blocks until it has. Collective: every rank starts the same
-// sums (count) in the same order; the buffer is not touched until its sum has completed.
-class Reducer {
- public:
-  using Ticket = int64_t;
-  virtual ~Reducer() = default;
-  // f32 sums, and bf16 ones (parallel.comm_precision = bf16: gradients on the wire in half
-  // the bytes) where the Reducer supports them.
-  virtual Ticket start(void* data, size_t count, mpi::DType type, std::string_view what) = 0;
-  Ticket start(float* data, size_t count, std::string_view what) { return start(data, count, mpi::DType::f32, what); }
-  virtual bool test(Ticket ticket) = 0;
-  virtual void wait(Ticket ticket) = 0;
-  virtual int ranks() const = 0;
-  // Whether start() takes backend memory of a device backend directly (NCCL); otherwise the
-  // group hands it host memory (a pinned mirror) when the backend's is not host-readable.
-  virtual bool takes_device_memory() const { return false; }
-  // The stream whose work writes the buffers handed to start() (the group's). A Reducer that
-  // orders its sums after that work itself (orders_after_stream) spares the caller a host
-  // wait before each start(); the others need the data complete when start() is called.
-  virtual void bind_stream(nn::Stream&) {}
-  virtual bool orders_after_stream() const { return false; }
-  void sum(float* data, size_t count, std::string_view what) { wait(start(data, count, what)); }
-};
-
-// The job is this one rank: nothing to add, every sum is complete at once.
-class SingleRankReducer final : public Reducer {
- public:
-  using Reducer::start;
-  Ticket start(void*, size_t, mpi::DType, std::string_view) override { return ++m_started; }
-  bool test(Ticket) override { return true; }
-  void wait(Ticket) override {}
-  int ranks() const override { return 1; }
-
- private:
-  Ticket m_started = 0;
-};
-
-// The Reducer of a job of several ranks: levels 2-4 of the hierarchical allreduce.
-class AllreduceReducer final : public Reducer {
- public:
-  AllreduceReducer(mpi::HierAllreduce& allreduce, int ranks) : m_allreduce(allreduce), m_ranks(ranks) {}
-  using Reducer::start;
-  Ticket start(void* data, size_t count, mpi::DType type, std::string_view what) override {
-    return m_allreduce.start(data, count, type, what);
-  }
-  bool test(Ticket ticket) override { return m_allreduce.test(ticket); }
-  void wait(Ticket ticket) override { m_allreduce.wait(ticket); }
-  int ranks() const override { return m_ranks; }
-
- private:
-  mpi::HierAllreduce& m_allreduce;
-  int m_ranks;
-};
-
-// The Reducer of a CUDA job whose sums stay on the GPU (parallel.device_allreduce: NCCL, or
-// NCCL inside the node and MPI across). A sum is ordered after the group stream's work on
-// the buffer by an event (bind_stream), not by a host wait; nccl sums run while the host
-// hands over the next buckets, device-hier's complete inside start().
-class DeviceReducer final : public Reducer {
- public:
-  DeviceReducer(mpi::DeviceAllreduce& allreduce, int ranks) : m_allreduce(allreduce), m_ranks(ranks) {}
-  using Reducer::start;
-  Ticket start(void* data, size_t count, mpi::DType type, std::string_view what) override {
-    if (type != mpi::DType::f32)
-      throw Error("the device allreduce sums f32 only (parallel.comm_precision = bf16 needs parallel.device_allreduce = host)");
-    return m_allreduce.start(static_cast<float*>(data), count, what, m_after);
-  }
-  bool test(Ticket ticket) override { return m_allreduce.test(ticket); }
-  void wait(Ticket ticket) override { m_allreduce.wait(ticket); }
-  int ranks() const override { return m_ranks; }
-  bool takes_device_memory() const override { return true; }
-  void bind_stream(nn::Stream& stream) override { m_after = stream.native_handle(); }
-  bool orders_after_stream() const override { return true; }
-
- private:
-  mpi::DeviceAllreduce& m_allreduce;
-  int m_ranks;
-  void* m_after = nullptr;
-};
-
 // What happens around each phase, for the timeline: phase is "forward", "backward",
-// "update", "device_sum"; learner is -1 for work of the whole group. Times are seconds on
+// "device_sum", "allreduce", "update", "host_wait" (the host waiting for the group's
+// stream); learner is -1 for work of the whole group. Times are seconds on
 // the steady clock.
 using PhaseHook = std::function<void(const char* phase, int learner, double t_begin, double t_end)>;
 
@@ -200,12 +99,6 @@ class NonFiniteStep : public Error {
   bool m_job_wide;
 };
 
-// One learner's input for a step: host memory, [batch, c, h, w] images and labels.
-struct LearnerBatch {
-  const float* images = nullptr;
-  const int32_t* labels = nullptr;
-};
-
 class LearnerGroup {
  public:
   // make_graph builds an unbuilt Graph of the model (called once per learner, plus once for
@@ -218,11 +111,11 @@ class LearnerGroup {
   LearnerGroup(const LearnerGroup&) = delete;
   LearnerGroup& operator=(const LearnerGroup&) = delete;
 
-  int learners() const { return static_cast<int>(m_learners.size()); }
+  int learners() const;
   int64_t batch() const { return m_batch; }
   const LearnerGroupOptions& options() const { return m_options; }
-  size_t param_count() const { return m_param_count; }
-  size_t state_count() const { return m_state_count; }
+  size_t param_count() const;
+  size_t state_count() const;
   std::string optimizer_name() const;
 
   // One training step: learner j trains on batches[j] (batches.size() == learners()), then
@@ -236,7 +129,8 @@ class LearnerGroup {
   std::vector<float> step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
                           const std::vector<LearnerBatch>* next = nullptr);
 
-  // The central model (backend memory), current after every step.
+  // The central model (backend memory), current after every step: these wait for the
+  // group's streams, so that the host (or another stream) may read it.
   const float* central_params() const;
   const float* central_state() const;
   // A graph of batch() samples holding the central model, for evaluation (inference mode).
@@ -252,24 +146,27 @@ class LearnerGroup {
   void remove_learner();
   void set_job_ranks(int ranks) { m_options.ranks = ranks; }
 
-  void set_phase_hook(PhaseHook hook) { m_hook = std::move(hook); }
+  void set_phase_hook(PhaseHook hook);
   // Seconds since construction: waiting for the Reducer (not hidden behind the learners'
   // passes), the Reducer's time that was hidden behind them (SMA), and everything else in
   // step().
-  double reduce_seconds() const { return m_reduce_s; }
-  double overlapped_reduce_seconds() const { return m_overlapped_s; }
+  double reduce_seconds() const;
+  double overlapped_reduce_seconds() const;
   double compute_seconds() const { return m_compute_s; }
+  // The host's waits for the device inside step() since construction (the timeline shows
+  // each as "host_wait").
+  int64_t host_waits() const;
   // ssgd across ranks: the gradient buckets of one step, and the most of them that were in
   // the Reducer's hands at once (handed over, not yet complete) since construction.
-  size_t buckets() const { return m_buckets.size(); }
-  int max_buckets_in_flight() const { return m_max_buckets_in_flight; }
+  size_t buckets() const;
+  int max_buckets_in_flight() const;
   // Learners whose pass is being replayed from a capture (parallel.cuda_graphs).
   int captured_learners() const;
   // Dynamic loss scaling: the scale the next step uses, and the steps skipped so far
   // (in ssgd a step of the job; in sma/local-sgd a step in which one of this group's
   // learners skipped its update).
-  float loss_scale() const { return m_scaler->scale(); }
-  int64_t skipped_steps() const { return m_scaler->skipped_steps(); }
+  float loss_scale() const;
+  int64_t skipped_steps() const;
   nn::Layout layout() const { return m_options.layout; }
 
   // Checkpoints (docs/training.md, "Checkpoints and restart"). The group's whole state as
@@ -280,92 +177,26 @@ class LearnerGroup {
   // checkpoint has no per-rank part) and throws squall::Error naming the checkpoint and the
   // entry when something is missing or of another size. Random streams need no saving: a
   // learner's dropout mask is drawn from (seed, rank, learner, step).
-  bool replicas_differ() const { return !central_is_replica0(); }
+  bool replicas_differ() const;
   void save_shared(io::CheckpointData& out);
   void save_own(io::CheckpointData& out);
   void restore(const io::CheckpointData& shared, const io::CheckpointData* own);
 
- private:
-  struct Learner;
-  class Pool;
-
-  std::unique_ptr<Learner> make_learner(int index);
-  void run_learners(const std::function<void(Learner&)>& work);
-  int threads_per_learner() const;
-  bool is_sync_step(int64_t step) const;
-  bool central_is_replica0() const;
-  std::vector<std::function<void()>> tasks_for(const std::function<void(Learner&)>& work);
-  void copy_optimizer_state(const Learner& from, Learner& to);
-  static std::string sma_sum_name(int64_t step);
-  void device_sum(bool gradients, bool params_part, bool state_part);
-  void stage_input(Learner& l, const LearnerBatch& in, int64_t step);
-  void take_input(Learner& l, const LearnerBatch& in, int64_t step);
-  void enqueue_forward(Learner& l, const LearnerBatch& in, const float* weights);
-  std::unique_ptr<nn::Captured> capture_pass(Learner& l, const LearnerBatch& in, const float* weights);
-  double reduce(const std::string& what, bool gradients = false);
-  bool bf16_range(size_t lo, size_t hi) const { return m_fused16 && hi <= m_param_count; }
-  Reducer::Ticket start_reduce(size_t lo, size_t hi, const std::string& what);
-  void finish_reduce(size_t lo, size_t hi);
-  void sum_learners_and_reduce(bool gradients, const std::string& what);
-  bool syncs_gradients(int64_t step) const;     // ssgd, or local-sgd before start_step
-  void plan_buckets();
-  void reduce_gradients_overlapped(int64_t step, const std::function<void(Learner&)>& pass);
-  void sync_gradients(int64_t step, float lr, bool reduced);  // ssgd
-  void sync_sma(int64_t step, float lr, bool reduced);  // sma on a synchronisation step
-  void start_local_phase();                     // local-sgd at start_step
-  void sync_average_replicas(int64_t step);     // local-sgd on a synchronisation step
-  void average_state_into_central();
-  // Whether the n gradients at g (backend memory) are finite; waits for `stream`.
-  bool gradients_finite(nn::Stream& stream, const float* g, size_t n, float* dev, float* host);
-  // A learner's update under local steps (sma, local-sgd): unscale and check its gradients
-  // first when loss scaling is on; false when the update was skipped.
-  bool local_update(Learner& l, float lr, int64_t step);
-  // Whether a non-finite step is dropped (fp16's loss scaling, or train.nonfinite = skip).
-  bool skips_nonfinite() const { return m_options.loss_scaling.dynamic || m_options.skip_nonfinite; }
-  // "the output of layer 'conv2' is NaN", "the gradient of fc1.weight is infinite": where a
-  // learner's pass first went non-finite (forward order for a non-finite loss, else the
-  // gradients in backward order); "" when all is finite. Reads backend memory: error path only.
-  std::string locate_nonfinite(Learner& l);
-  int job_learners() const { return m_options.ranks * learners(); }
-
- public:
   // SMA's coefficients for the job as it is now (the auto-tuner may change L).
-  SmaCoefficients sma() const {
-    return sma_coefficients(m_options.alpha, m_options.centre_rate, m_options.momentum, job_learners());
-  }
+  SmaCoefficients sma() const;
 
  private:
-  void phase(const char* name, int learner, double t0, double t1) const;
+  // The host waits for every stream of the group: before the host or another stream reads
+  // the group's memory outside step().
+  void settle() const;
 
-  nn::Backend& m_backend;
-  std::function<std::unique_ptr<nn::Graph>()> m_make_graph;
-  int64_t m_batch, m_label_count;
-  OptimizerConfig m_optimizer_config;
-  std::vector<float> m_class_weights_host;
-  LearnerGroupOptions m_options;
-  Reducer& m_reducer;
-  size_t m_param_count = 0, m_state_count = 0;
-
-  std::vector<std::unique_ptr<Learner>> m_learners;
-  std::unique_ptr<Pool> m_pool;
-  std::unique_ptr<nn::Stream> m_stream;        // the group's: sums and central updates
-  std::unique_ptr<nn::Event> m_group_event;    // the group stream's last work on the replicas;
-                                               // a learner's stream waits for it before its own
-  nn::Buffer m_fused_host;                     // pinned mirror of m_fused (staged reductions)
-  nn::Buffer m_class_weights;                  // backend copy of the class weights (or empty)
-  nn::Buffer m_fused;                          // [param_count + state_count]
-  nn::Buffer m_fused16, m_fused16_host;        // bf16 gradient sums: fused[0:P) in bf16 (and its pinned mirror)
-  nn::Buffer m_z, m_z_prev, m_central_state;   // sma / local-sgd central model
-  std::vector<std::pair<size_t, size_t>> m_buckets;  // [lo, hi) arena ranges, last layers first
+  LearnerGroupOptions m_options;  // first: the core refers to it
+  int64_t m_batch;
+  std::unique_ptr<GroupCore> m_core;
+  std::unique_ptr<SyncAlgorithm> m_algorithm;
   std::unique_ptr<nn::Graph> m_eval;
   bool m_eval_current = false;
-  bool m_local_started = false;                // local-sgd: past start_step
-  std::unique_ptr<LossScaler> m_scaler;        // fp16's loss scale, and the steps skipped
-  nn::Buffer m_norm_dev, m_norm_host;          // the group's finite check (ssgd)
-  bool m_step_overflow = false;                // this step's verdict
-  PhaseHook m_hook;
-  double m_reduce_s = 0, m_overlapped_s = 0, m_compute_s = 0;
-  int m_max_buckets_in_flight = 0;
+  double m_compute_s = 0;
 };
 
 }  // namespace squall::train
