@@ -319,7 +319,11 @@ class TrainingRun {
     loader_options.workers = static_cast<int>(cfg.data.workers);
     loader_options.prefetch = std::max(static_cast<int>(cfg.data.prefetch), m_max_learners);
     loader_options.skip_bad = cfg.data.skip_bad_samples;
-    if (!m_backend->host_accessible()) {
+    // A device backend, or asynchronous CPU streams, copy the batches from pinned host
+    // memory: the copy then runs on the learner's stream, ordered like any other work, and
+    // the host does not wait for it (a copy from pageable memory makes the host wait).
+    const bool pinned = !m_backend->host_accessible() || cfg.run.cpu_streams == "async";
+    if (pinned) {
       loader_options.host_alloc = [this](size_t bytes) {
         nn::Buffer b = m_backend->allocate_host((bytes + sizeof(float) - 1) / sizeof(float), nn::DType::f32);
         void* p = b.raw();
@@ -327,6 +331,8 @@ class TrainingRun {
         return p;
       };
       loader_options.host_free = [this](void* p) { m_pinned_batches.erase(p); };
+    }
+    if (!m_backend->host_accessible()) {
       // The next step's batches are taken from the loader before this step runs, so that
       // the learners copy them to the device while this step computes (LearnerGroup::step's
       // `next`): the loader must let a step's batches and the next step's be held at once.
