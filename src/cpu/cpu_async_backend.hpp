@@ -27,6 +27,8 @@ class AsyncCpuBackend : public Backend {
   AsyncCpuBackend(std::unique_ptr<CpuBackend> inner, bool async, StreamJitter jitter);
   ~AsyncCpuBackend() override;
   bool is_async() const { return m_async; }
+  // The random delay each queued operation gets (max_us 0: none); summary.json reports it.
+  const StreamJitter& jitter() const { return m_jitter; }
   // SQUALL_CPU_STREAM_JITTER=<max microseconds>[,seed] (seed 1 when not given).
   static StreamJitter jitter_from_environment();
 

@@ -26,6 +26,7 @@
 #include "src/core/durable.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
+#include "src/cpu/cpu_async_backend.hpp"
 #include "src/cpu/cpu_info.hpp"
 #include "src/nn/graph.hpp"
 #include "src/train/autotune.hpp"
@@ -896,7 +897,7 @@ class TrainingRun {
     if (m_device_allreduce) parallel["device_allreduce"] = m_device_allreduce->mode();
     parallel["comm_precision"] = m_cfg.parallel.comm_precision;
     if (m_cfg.parallel.autotune) parallel["autotune"] = m_tuner->decisions();
-    return json{{"world_size", m_ranks}, {"nodes", m_topo.nodes()}, {"devices_per_rank", 1},
+    json out{{"world_size", m_ranks}, {"nodes", m_topo.nodes()}, {"devices_per_rank", 1},
                 {"replicas_per_device", m_learners}, {"algorithm", algorithm_name(m_algorithm)},
                 {"parallel", parallel}, {"backend", m_backend->name()}, {"device", m_backend->device().name},
                 {"threads", m_backend->threads()},
@@ -910,6 +911,17 @@ class TrainingRun {
                                       {"allreduce_overlapped", m_group->overlapped_reduce_seconds()}}},
                 {"skipped_samples", m_loader->bad_samples()}, {"data", m_train->info().description},
                 {"final", final_metrics}, {"model_checksum", r.model_checksum}, {"config", m_origin}};
+    // The CPU backend's streams as they ran (run.cpu_streams): a bare CpuBackend runs every
+    // call inline; the async one queues them on a worker per stream, delayed at random by
+    // SQUALL_CPU_STREAM_JITTER. Read from the backend, not the config, so that a test can
+    // tell that a run really took the async path.
+    if (m_backend->name() == "cpu") {
+      const auto* async = dynamic_cast<const cpu::AsyncCpuBackend*>(m_backend.get());
+      const bool is_async = async != nullptr && async->is_async();
+      out["cpu_streams"] = is_async ? "async" : "inline";
+      if (is_async) out["cpu_stream_jitter_us"] = async->jitter().max_us;
+    }
+    return out;
   }
 
   // The job.

@@ -4,7 +4,7 @@
 # no cluster can be made here, with the reason.
 #
 #   test_cluster.sh SQUALL_BIN PYTHON TEST
-#   TEST: info | allreduce | rate | slurm | train | resume
+#   TEST: info | allreduce | rate | slurm | train | resume | streams
 set -euo pipefail
 
 squall=$1 python=$2 test=$3
@@ -142,6 +142,68 @@ case $test in
     b=$(json "$shared/crashed/summary.json" 'd["model_checksum"]')
     [[ $a == "$b" ]] || fail "model_checksum of the resumed job $b differs from the uninterrupted job's $a"
     echo "ok: a job of 2 nodes x 2 ranks failed on node 2 at step 25, resumed from step 20, model_checksum $b as uninterrupted"
+    ;;
+
+  streams)
+    # run.cpu_streams = async with SQUALL_CPU_STREAM_JITTER (every stream a worker thread,
+    # each queued operation delayed at random) ends with the model inline streams give, bit
+    # for bit, on 2 nodes x 1 rank x 2 learners over 1 Gbit/s links: ssgd with several
+    # gradient buckets in flight, sma and local-sgd. A host wait or an event that the
+    # learners or the allreduce leave out shows as another model_checksum (or a crash).
+    "$cluster" up "$name" --nodes 2 --rate 1gbit
+    hosts=$("$cluster" hosts "$name" 1)
+    # The jitter reaches the ranks by mpirun -x NAME=VALUE only: an exported variable would get
+    # to node 2 through the agent, which inherits mpirun's environment as no ssh would. First,
+    # proof that it arrives on both nodes.
+    unset SQUALL_CPU_STREAM_JITTER
+    jitter=50,7
+    seen=$("$cluster" mpirun "$name" --host "$hosts" -np 2 -x SQUALL_CPU_STREAM_JITTER="$jitter" -- \
+      /bin/sh -c 'echo "$(hostname)=${SQUALL_CPU_STREAM_JITTER:-unset}"' | sort | tr '\n' ' ')
+    [[ $seen == "$name-n1=$jitter $name-n2=$jitter " ]] || fail "SQUALL_CPU_STREAM_JITTER on the ranks: $seen"
+    declare -A sets=(
+      [ssgd]="parallel.algorithm=ssgd parallel.bucket_mb=0.02"
+      [sma]="parallel.algorithm=sma"
+      [local-sgd]="parallel.algorithm=local-sgd parallel.start_step=8 parallel.period=3")
+    for algorithm in ssgd sma local-sgd; do
+      declare -A sum=()
+      for mode in inline async; do
+        job=(train --config "$root/configs/fashion-mnist-lenet5.toml" --set train.max_steps=24
+             --set parallel.replicas_per_device=2 --set data.train_samples=4096 --set data.test_samples=256
+             --set run.threads=1 --set run.cpu_streams="$mode" --set run.dir="$shared/$algorithm-$mode")
+        for kv in ${sets[$algorithm]}; do job+=(--set "$kv"); done
+        env=()
+        [[ $mode == async ]] && env=(-x SQUALL_CPU_STREAM_JITTER="$jitter")
+        "$cluster" mpirun "$name" --host "$hosts" -np 2 "${env[@]}" -- "$squall" "${job[@]}" \
+          >"$work/$algorithm-$mode.log" 2>&1 ||
+          { cat "$work/$algorithm-$mode.log" >&2; fail "$algorithm on $mode streams across 2 nodes failed"; }
+        s=$shared/$algorithm-$mode/summary.json
+        [[ $(json "$s" 'd["nodes"]') == 2 ]] || fail "$algorithm $mode: nodes is not 2"
+        [[ $(json "$s" 'd["world_size"]') == 2 ]] || fail "$algorithm $mode: world_size is not 2"
+        [[ $(json "$s" 'd["replicas_per_device"]') == 2 ]] || fail "$algorithm $mode: not 2 learners per rank"
+        [[ $(json "$s" 'd["steps"]') == 24 ]] || fail "$algorithm $mode: not 24 steps"
+        [[ $(json "$s" 'd["algorithm"]') == "$algorithm" ]] || fail "$algorithm $mode: summary says another algorithm"
+        [[ $(json "$s" 'd.get("cpu_streams")') == "$mode" ]] ||
+          fail "$algorithm: the run asked for $mode streams, summary.json says $(json "$s" 'd.get("cpu_streams")')"
+        if [[ $mode == async ]]; then
+          [[ $(json "$s" 'd.get("cpu_stream_jitter_us")') == "${jitter%%,*}" ]] ||
+            fail "$algorithm: the async run's jitter is $(json "$s" 'd.get("cpu_stream_jitter_us")') µs, not ${jitter%%,*}"
+        fi
+        extra=""
+        if [[ $algorithm == ssgd ]]; then
+          [[ $(json "$s" 'd["parallel"]["buckets"] > 1') == True ]] || fail "ssgd $mode: one gradient bucket"
+          # The count includes the sum of the step's state that follows the last bucket, so
+          # more than 2 means at least two gradient buckets were in flight at once.
+          [[ $(json "$s" 'd["parallel"]["max_buckets_in_flight"] > 2') == True ]] ||
+            fail "ssgd $mode: never two gradient buckets in flight at once"
+          extra=", $(json "$s" 'd["parallel"]["buckets"]') buckets, up to $(json "$s" 'd["parallel"]["max_buckets_in_flight"]') in flight"
+        fi
+        sum[$mode]=$(json "$s" 'd["model_checksum"]')
+        echo "$algorithm on $mode streams: model_checksum ${sum[$mode]}$extra"
+      done
+      [[ ${sum[async]} == "${sum[inline]}" ]] ||
+        fail "$algorithm: async streams with jitter end with model_checksum ${sum[async]}, inline ones with ${sum[inline]}"
+      echo "ok: $algorithm on 2 nodes x 1 rank x 2 learners, async streams with jitter $jitter as inline: ${sum[inline]}"
+    done
     ;;
 
   *) fail "unknown test '$test'" ;;

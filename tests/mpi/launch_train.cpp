@@ -231,6 +231,14 @@ TEST_CASE("run.cpu_streams: async streams with random delays train to the model 
     REQUIRE(r.exit_code == 0);
     const json s = read_json(dir + "/summary.json");
     CHECK(s["steps"] == 30);
+    // The summary says which streams the backend ran, and the jitter of async ones (tests
+    // across nodes check from it that the async path was taken).
+    CHECK(s["cpu_streams"] == mode);
+    if (mode == "async") {
+      CHECK(s["cpu_stream_jitter_us"] == 100);
+    } else {
+      CHECK_FALSE(s.contains("cpu_stream_jitter_us"));
+    }
     checksum[mode] = s["model_checksum"].get<std::string>();
     fs::remove_all(dir);
   }
@@ -266,6 +274,7 @@ TEST_CASE("run.cpu_streams: 2 ranks x 2 learners of ssgd, sma and local-sgd trai
       const json s = read_json(dir + "/summary.json");
       CHECK(s["steps"] == 20);
       CHECK(s["world_size"] == 2);
+      CHECK(s["cpu_streams"] == mode);
       if (algorithm == "ssgd") CHECK(s["parallel"]["buckets"].get<int>() > 1);
       checksum[mode] = s["model_checksum"].get<std::string>();
       fs::remove_all(dir);
