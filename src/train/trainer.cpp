@@ -697,6 +697,7 @@ class TrainingRun {
     std::vector<float> losses;
     try {
       losses = m_group->step(m_inputs, m_step, static_cast<float>(lr), ahead ? &m_next_inputs : nullptr);
+      ++m_group_steps;
     } catch (const NonFiniteStep& e) {
       m_progress->finish();
       diverged(e, epoch, lr);
@@ -888,6 +889,9 @@ class TrainingRun {
       parallel["momentum"] = c.mu;
     }
     if (m_algorithm == Algorithm::local_sgd) parallel["start_step"] = m_cfg.parallel.start_step;
+    // The host's waits for the device inside a step (docs/design.md, "One host wait per step").
+    parallel["host_waits_per_step"] =
+        static_cast<double>(m_group->host_waits()) / static_cast<double>(std::max<int64_t>(1, m_group_steps));
     if (m_algorithm != Algorithm::sma && m_ranks > 1) {
       parallel["bucket_mb"] = m_bucket_mb;
       parallel["buckets"] = m_group->buckets();
@@ -992,6 +996,7 @@ class TrainingRun {
   bool m_lookahead = false;  // a device backend: the next step's batches copied during this step
   Clock::time_point m_loop_start;
   int64_t m_step = 0, m_samples_done = 0;
+  int64_t m_group_steps = 0;  // steps this process ran (a resumed run starts past 0)
   RunningMean m_window_loss;
   double m_last_train_loss = 0, m_last_eval_loss = 0, m_eval_total_s = 0, m_loop_s = 0;
   EvalPart m_last_eval{ConfusionMatrix(1)};

@@ -239,6 +239,9 @@ TEST_CASE("run.cpu_streams: async streams with random delays train to the model 
     } else {
       CHECK_FALSE(s.contains("cpu_stream_jitter_us"));
     }
+    // One rank: the host waits for the device once a step, where it reads the losses (the
+    // loader's batches are pinned under async streams, so their copies do not wait).
+    CHECK(s["parallel"]["host_waits_per_step"] == 1.0);
     checksum[mode] = s["model_checksum"].get<std::string>();
     fs::remove_all(dir);
   }
