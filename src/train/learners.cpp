@@ -63,7 +63,7 @@ const char* algorithm_name(Algorithm a) {
 
 LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph,
                            int64_t batch, int64_t label_count, const OptimizerConfig& optimizer,
-                           std::vector<float> class_weights, LearnerGroupOptions options, Reducer& reducer)
+                           std::vector<float> class_weights, LearnerGroupOptions options, mpi::Allreduce& reducer)
     : m_backend(backend),
       m_make_graph(std::move(make_graph)),
       m_batch(batch),
@@ -75,7 +75,6 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
       m_pool(std::make_unique<Pool>()),
       m_stream(backend.create_stream()),
       m_group_event(backend.create_event()) {
-  m_reducer.bind_stream(*m_stream);
   if (options.learners < 1) throw Error("parallel.replicas_per_device must be >= 1, got " + std::to_string(options.learners));
   if (options.period < 1) throw Error("parallel.period must be >= 1, got " + std::to_string(options.period));
   if (options.algorithm == Algorithm::sma)
@@ -107,7 +106,7 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
   m_fused = backend.allocate(m_param_count + m_state_count);
   // A device backend whose memory a plain MPI cannot read stages the sums through pinned host
   // memory (part 2 of the GPU path puts them on NCCL and CUDA-aware MPI instead).
-  if (!backend.host_accessible() && options.ranks > 1 && !reducer.takes_device_memory())
+  if (!backend.host_accessible() && options.ranks > 1 && reducer.memory() != mpi::Memory::device)
     m_fused_host = backend.allocate_host(m_param_count + m_state_count, nn::DType::f32);
   if (options.bf16_gradients && options.ranks > 1) {
     m_fused16 = backend.allocate(m_param_count, nn::DType::bf16);
@@ -383,9 +382,9 @@ void LearnerGroup::device_sum(bool gradients, bool params_part, bool state_part)
   }
 }
 
-// Hands fused[lo, hi) to the Reducer once the group stream's work on it is done; through
-// the pinned mirror when the Reducer cannot read backend memory.
-Reducer::Ticket LearnerGroup::start_reduce(size_t lo, size_t hi, const std::string& what) {
+// Hands fused[lo, hi) to the allreduce once the group stream's work on it is done; through
+// the pinned mirror when the allreduce cannot read backend memory.
+mpi::Allreduce::Ticket LearnerGroup::start_reduce(size_t lo, size_t hi, const std::string& what) {
   if (bf16_range(lo, hi)) {  // gradients in bf16 on the wire
     auto* g16 = m_fused16.as<uint16_t>() + lo;
     m_backend.convert(*m_stream, m_fused.data() + lo, nn::DType::f32, g16, nn::DType::bf16, hi - lo);
@@ -402,7 +401,7 @@ Reducer::Ticket LearnerGroup::start_reduce(size_t lo, size_t hi, const std::stri
     // the buffer at once, so the group stream's work on it must be done (inline CPU streams
     // are done already; async ones are not).
     if (!m_reducer.orders_after_stream()) m_backend.synchronize(*m_stream);
-    return m_reducer.start(m_fused.data() + lo, hi - lo, what);
+    return m_reducer.start(m_fused.data() + lo, hi - lo, mpi::DType::f32, what, m_stream->native_handle());
   }
   m_backend.copy_to_host(*m_stream, m_fused_host.data() + lo, m_fused.data() + lo, hi - lo);
   m_backend.synchronize(*m_stream);
@@ -421,13 +420,13 @@ void LearnerGroup::finish_reduce(size_t lo, size_t hi) {
   if (m_fused_host) m_backend.copy_from_host(*m_stream, m_fused.data() + lo, m_fused_host.data() + lo, hi - lo);
 }
 
-// Levels 2-4: the Reducer sums the fused buffer over the job. Returns when it ended.
+// Levels 2-4: the allreduce sums the fused buffer over the job. Returns when it ended.
 double LearnerGroup::reduce(const std::string& what, bool gradients) {
   const double t0 = now_s();
   const size_t all = m_param_count + m_state_count;
   if (gradients && m_fused16) {  // two sums: the gradients in bf16, the state in f32
-    const Reducer::Ticket g = start_reduce(0, m_param_count, what);
-    const Reducer::Ticket s = start_reduce(m_param_count, all, what + " state");
+    const mpi::Allreduce::Ticket g = start_reduce(0, m_param_count, what);
+    const mpi::Allreduce::Ticket s = start_reduce(m_param_count, all, what + " state");
     m_reducer.wait(g);
     m_reducer.wait(s);
     finish_reduce(0, m_param_count);
@@ -462,7 +461,7 @@ void LearnerGroup::plan_buckets() {
 }
 
 // ssgd across ranks. The learners' passes run on the workers; this thread hands each bucket
-// to the Reducer as soon as every learner's backward pass has finished its tensors (the
+// to the allreduce as soon as every learner's backward pass has finished its tensors (the
 // backward hook publishes a mark, an offset and an event, after every node with parameters), and
 // drives the sums in flight meanwhile, without waiting for one before starting the next.
 void LearnerGroup::reduce_gradients_overlapped(int64_t step, const std::function<void(Learner&)>& pass) {
@@ -471,7 +470,7 @@ void LearnerGroup::reduce_gradients_overlapped(int64_t step, const std::function
   float* fused = m_fused.data();
   const std::string name = "gradients step " + std::to_string(step + 1);
   struct Flight {
-    Reducer::Ticket ticket;
+    mpi::Allreduce::Ticket ticket;
     size_t lo, hi;
     double begin, end;  // handed over; seen complete (0: not yet)
   };
@@ -491,7 +490,7 @@ void LearnerGroup::reduce_gradients_overlapped(int64_t step, const std::function
     m_backend.copy(*m_stream, fused + lo, m_learners[0]->graph->grads() + lo, hi - lo);
     for (size_t j = 1; j < m_learners.size(); ++j)
       m_backend.add(*m_stream, fused + lo, m_learners[j]->graph->grads() + lo, fused + lo, hi - lo);
-    const Reducer::Ticket ticket = start_reduce(lo, hi, what);
+    const mpi::Allreduce::Ticket ticket = start_reduce(lo, hi, what);
     const double t1 = now_s();
     phase("device_sum", -1, t0, t1);
     flights.push_back({ticket, lo, hi, t1, 0});

@@ -8,10 +8,10 @@
 // caller's thread. After every learner's forward and backward pass, step() synchronises:
 //
 //  - ssgd: the learners' gradients are summed inside the device (level 1 of the
-//    hierarchical allreduce), summed over the job by the Reducer (levels 2-4) and divided
+//    hierarchical allreduce), summed over the job by the allreduce (levels 2-4) and divided
 //    by the job's learner count; learner 0 applies the optimizer and the others copy its
 //    weights, so every replica is the same model, which is also the central model. Across
-//    ranks the learners run on worker threads and the gradients go to the Reducer in
+//    ranks the learners run on worker threads and the gradients go to the allreduce in
 //    buckets (whole tensors, last layers first) as soon as every learner's backward pass
 //    has finished them, so the allreduce overlaps the rest of the backward pass; a bucket
 //    is handed over without waiting for the ones before it, so several are in flight.
@@ -45,8 +45,7 @@
 #include <vector>
 
 #include "io/checkpoint_file.hpp"
-#include "mpi/allreduce.hpp"
-#include "mpi/device_allreduce.hpp"
+#include "mpi/sum.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
@@ -67,88 +66,6 @@ nn::DType precision_dtype(std::string_view name);
 // model.layout: "nchw" | "nhwc" | "auto" (nhwc on the cuda backend at bf16/f16, where
 // tensor-core convolutions read NHWC directly; nchw otherwise); anything else throws.
 nn::Layout resolve_layout(std::string_view name, std::string_view backend, nn::DType precision);
-
-// Sums float buffers (backend memory) over every rank of the job, in place. Nonblocking:
-// start() hands a buffer over and returns a ticket, test() drives every sum in flight and says
-// whether one has completed, wait() blocks until it has. Collective: every rank starts the same
-// sums (count) in the same order; the buffer is not touched until its sum has completed.
-class Reducer {
- public:
-  using Ticket = int64_t;
-  virtual ~Reducer() = default;
-  // f32 sums, and bf16 ones (parallel.comm_precision = bf16: gradients on the wire in half
-  // the bytes) where the Reducer supports them.
-  virtual Ticket start(void* data, size_t count, mpi::DType type, std::string_view what) = 0;
-  Ticket start(float* data, size_t count, std::string_view what) { return start(data, count, mpi::DType::f32, what); }
-  virtual bool test(Ticket ticket) = 0;
-  virtual void wait(Ticket ticket) = 0;
-  virtual int ranks() const = 0;
-  // Whether start() takes backend memory of a device backend directly (NCCL); otherwise the
-  // group hands it host memory (a pinned mirror) when the backend's is not host-readable.
-  virtual bool takes_device_memory() const { return false; }
-  // The stream whose work writes the buffers handed to start() (the group's). A Reducer that
-  // orders its sums after that work itself (orders_after_stream) spares the caller a host
-  // wait before each start(); the others need the data complete when start() is called.
-  virtual void bind_stream(nn::Stream&) {}
-  virtual bool orders_after_stream() const { return false; }
-  void sum(float* data, size_t count, std::string_view what) { wait(start(data, count, what)); }
-};
-
-// The job is this one rank: nothing to add, every sum is complete at once.
-class SingleRankReducer final : public Reducer {
- public:
-  using Reducer::start;
-  Ticket start(void*, size_t, mpi::DType, std::string_view) override { return ++m_started; }
-  bool test(Ticket) override { return true; }
-  void wait(Ticket) override {}
-  int ranks() const override { return 1; }
-
- private:
-  Ticket m_started = 0;
-};
-
-// The Reducer of a job of several ranks: levels 2-4 of the hierarchical allreduce.
-class AllreduceReducer final : public Reducer {
- public:
-  AllreduceReducer(mpi::HierAllreduce& allreduce, int ranks) : m_allreduce(allreduce), m_ranks(ranks) {}
-  using Reducer::start;
-  Ticket start(void* data, size_t count, mpi::DType type, std::string_view what) override {
-    return m_allreduce.start(data, count, type, what);
-  }
-  bool test(Ticket ticket) override { return m_allreduce.test(ticket); }
-  void wait(Ticket ticket) override { m_allreduce.wait(ticket); }
-  int ranks() const override { return m_ranks; }
-
- private:
-  mpi::HierAllreduce& m_allreduce;
-  int m_ranks;
-};
-
-// The Reducer of a CUDA job whose sums stay on the GPU (parallel.device_allreduce: NCCL, or
-// NCCL inside the node and MPI across). A sum is ordered after the group stream's work on
-// the buffer by an event (bind_stream), not by a host wait; nccl sums run while the host
-// hands over the next buckets, device-hier's complete inside start().
-class DeviceReducer final : public Reducer {
- public:
-  DeviceReducer(mpi::DeviceAllreduce& allreduce, int ranks) : m_allreduce(allreduce), m_ranks(ranks) {}
-  using Reducer::start;
-  Ticket start(void* data, size_t count, mpi::DType type, std::string_view what) override {
-    if (type != mpi::DType::f32)
-      throw Error("the device allreduce sums f32 only (parallel.comm_precision = bf16 needs parallel.device_allreduce = host)");
-    return m_allreduce.start(static_cast<float*>(data), count, what, m_after);
-  }
-  bool test(Ticket ticket) override { return m_allreduce.test(ticket); }
-  void wait(Ticket ticket) override { m_allreduce.wait(ticket); }
-  int ranks() const override { return m_ranks; }
-  bool takes_device_memory() const override { return true; }
-  void bind_stream(nn::Stream& stream) override { m_after = stream.native_handle(); }
-  bool orders_after_stream() const override { return true; }
-
- private:
-  mpi::DeviceAllreduce& m_allreduce;
-  int m_ranks;
-  void* m_after = nullptr;
-};
 
 // What happens around each phase, for the timeline: phase is "forward", "backward",
 // "update", "device_sum"; learner is -1 for work of the whole group. Times are seconds on
@@ -213,7 +130,7 @@ class LearnerGroup {
   // batch * h * w for per-pixel labels). class_weights: per-class loss weights or empty.
   LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph, int64_t batch,
                int64_t label_count, const OptimizerConfig& optimizer, std::vector<float> class_weights,
-               LearnerGroupOptions options, Reducer& reducer);
+               LearnerGroupOptions options, mpi::Allreduce& reducer);
   ~LearnerGroup();
   LearnerGroup(const LearnerGroup&) = delete;
   LearnerGroup& operator=(const LearnerGroup&) = delete;
@@ -227,7 +144,7 @@ class LearnerGroup {
 
   // One training step: learner j trains on batches[j] (batches.size() == learners()), then
   // the group synchronises as its algorithm says at this step (collective through the
-  // Reducer on every rank). Returns each learner's loss (before the update). A non-finite
+  // allreduce on every rank). Returns each learner's loss (before the update). A non-finite
   // loss is returned, not thrown: the caller names the step.
   // next: the batches of step + 1, when the caller has them already. On a device backend
   // they are copied to the device while this step computes (on each learner's copy stream),
@@ -253,14 +170,14 @@ class LearnerGroup {
   void set_job_ranks(int ranks) { m_options.ranks = ranks; }
 
   void set_phase_hook(PhaseHook hook) { m_hook = std::move(hook); }
-  // Seconds since construction: waiting for the Reducer (not hidden behind the learners'
-  // passes), the Reducer's time that was hidden behind them (SMA), and everything else in
+  // Seconds since construction: waiting for the allreduce (not hidden behind the learners'
+  // passes), the allreduce's time that was hidden behind them (SMA), and everything else in
   // step().
   double reduce_seconds() const { return m_reduce_s; }
   double overlapped_reduce_seconds() const { return m_overlapped_s; }
   double compute_seconds() const { return m_compute_s; }
   // ssgd across ranks: the gradient buckets of one step, and the most of them that were in
-  // the Reducer's hands at once (handed over, not yet complete) since construction.
+  // the allreduce's hands at once (handed over, not yet complete) since construction.
   size_t buckets() const { return m_buckets.size(); }
   int max_buckets_in_flight() const { return m_max_buckets_in_flight; }
   // Learners whose pass is being replayed from a capture (parallel.cuda_graphs).
@@ -304,7 +221,7 @@ class LearnerGroup {
   std::unique_ptr<nn::Captured> capture_pass(Learner& l, const LearnerBatch& in, const float* weights);
   double reduce(const std::string& what, bool gradients = false);
   bool bf16_range(size_t lo, size_t hi) const { return m_fused16 && hi <= m_param_count; }
-  Reducer::Ticket start_reduce(size_t lo, size_t hi, const std::string& what);
+  mpi::Allreduce::Ticket start_reduce(size_t lo, size_t hi, const std::string& what);
   void finish_reduce(size_t lo, size_t hi);
   void sum_learners_and_reduce(bool gradients, const std::string& what);
   bool syncs_gradients(int64_t step) const;     // ssgd, or local-sgd before start_step
@@ -343,7 +260,7 @@ class LearnerGroup {
   OptimizerConfig m_optimizer_config;
   std::vector<float> m_class_weights_host;
   LearnerGroupOptions m_options;
-  Reducer& m_reducer;
+  mpi::Allreduce& m_reducer;
   size_t m_param_count = 0, m_state_count = 0;
 
   std::vector<std::unique_ptr<Learner>> m_learners;
