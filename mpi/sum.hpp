@@ -121,10 +121,10 @@ class Allreduce {
   void check_type(DType type) const;
 };
 
-// The job is this one rank: nothing to add, every sum is complete at once. Takes any element
-// type; it touches no memory, so the caller need not stage device memory for it (but, as for
-// a host sum, its stream's work on the buffer is to be done when start() returns a result
-// to read).
+// The job is this one rank: nothing to add, every sum is complete at once, and no element is
+// read or written. It takes every type. Like a host sum it reports host memory and does not
+// order itself after the caller's stream, so callers keep their usual order: a buffer's
+// producing work is done before its sum is handed over.
 class OneRankAllreduce final : public Allreduce {
  public:
   using Allreduce::start;
