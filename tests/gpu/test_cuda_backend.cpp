@@ -15,6 +15,7 @@
 
 namespace nn = squall::nn;
 namespace train = squall::train;
+namespace mpi = squall::mpi;
 
 namespace {
 
