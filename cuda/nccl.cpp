@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/check.cuh"
+#include "mpi/allreduce.hpp"
 #include "mpi/comm.hpp"
 #include "mpi/device_allreduce.hpp"
 #include "mpi/device_map.hpp"
@@ -102,7 +103,8 @@ void wait_polling(cudaEvent_t event, const std::vector<NcclComm*>& comms, std::s
 class Base : public DeviceAllreduce {
  public:
   Base(const Topology& topo, int device, const AllreduceOptions& o)
-      : m_device(device), m_options(o), m_stall(topo, o.stall_warn_s, o.stall_abort_s) {
+      : DeviceAllreduce(topo.world_size()),
+        m_device(device), m_options(o), m_stall(topo, o.stall_warn_s, o.stall_abort_s) {
     SQUALL_CUDA_CHECK(cudaSetDevice(device));
     SQUALL_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
     SQUALL_CUDA_CHECK(cudaEventCreateWithFlags(&m_done, cudaEventDisableTiming));
@@ -210,7 +212,7 @@ class FlatNccl final : public Base {
   FlatNccl(const Topology& topo, int device, const AllreduceOptions& o)
       : Base(topo, device, o), m_comm(topo.world(), device) {}
   std::string mode() const override { return "nccl"; }
-  Ticket start(float* data, size_t count, std::string_view what, void* after) override {
+  Ticket start_f32(float* data, size_t count, std::string_view what, void* after) override {
     const Ticket call = begin(what);
     order_after(after);
     SQUALL_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, m_comm.get(), m_stream));
@@ -242,7 +244,7 @@ class DeviceHier final : public Base {
   }
 
   // Returns with the sum complete: the host moves every chunk across nodes.
-  Ticket start(float* data, size_t count, std::string_view what, void* after) override {
+  Ticket start_f32(float* data, size_t count, std::string_view what, void* after) override {
     const Ticket call = begin(what);
     order_after(after);
     const size_t local = static_cast<size_t>(m_topo.local_size());

@@ -19,35 +19,50 @@
 #include <string_view>
 #include <vector>
 
-#include "mpi/allreduce.hpp"
+#include "mpi/sum.hpp"
+#include "src/core/error.hpp"
 
 namespace squall::mpi {
 
 class Topology;
 
-class DeviceAllreduce {
+// The "nccl" and "device-hier" implementations of the one allreduce interface (mpi/sum.hpp):
+// device memory, f32 only, ordered after the caller's stream by an event.
+class DeviceAllreduce : public Allreduce {
  public:
-  using Ticket = int64_t;
-  virtual ~DeviceAllreduce() = default;
-  // "nccl" or "device-hier (cross-node over CUDA-aware MPI)" and the like.
-  virtual std::string mode() const = 0;
-  // Starts the in-place sum of `count` floats of device memory over every rank. `after` is
-  // the caller's CUDA stream (a cudaStream_t, opaque here) whose work so far writes `data`:
+  explicit DeviceAllreduce(int ranks) : m_ranks(ranks) {}
+
+  // Starts the in-place sum of `count` floats of device memory over every rank. `after_stream`
+  // is the caller's CUDA stream (a cudaStream_t, opaque here) whose work so far writes `data`:
   // the sum is ordered after it by an event, so the host need not wait for that work first;
-  // null when the data is ready already. Collective, in the same order on every rank.
-  // nccl returns at once and several sums may be in flight; device-hier moves the chunks
-  // across nodes from the host and so returns with the sum complete.
-  virtual Ticket start(float* data, size_t count, std::string_view what, void* after) = 0;
-  // Whether the sum has completed (its result may be read; later work on any stream sees
-  // it). Polls NCCL's asynchronous errors: a failed peer ends the job instead of a hang.
-  virtual bool test(Ticket ticket) = 0;
-  virtual void wait(Ticket ticket) = 0;
-  // start and wait.
-  void sum(float* data, size_t count, std::string_view what) { wait(start(data, count, what, nullptr)); }
+  // null when the data is ready already. Collective, in the same order on every rank. nccl
+  // returns at once and several sums may be in flight; device-hier moves the chunks across
+  // nodes from the host and so returns with the sum complete. Any type but f32 throws.
+  using Allreduce::start;
+  Ticket start(void* data, size_t count, DType type, std::string_view what, void* after_stream = nullptr) final {
+    if (!takes(type))
+      throw Error("the " + mode() + " allreduce sums f32 only, not " + dtype_name(type) +
+                  " (parallel.comm_precision = bf16 needs parallel.device_allreduce = host)");
+    return start_f32(static_cast<float*>(data), count, what, after_stream);
+  }
+  // test: whether the sum has completed (its result may be read; later work on any stream
+  // sees it). Polls NCCL's asynchronous errors: a failed peer ends the job instead of a hang.
+
+  int ranks() const final { return m_ranks; }
+  bool takes(DType type) const final { return type == DType::f32; }
+  Memory memory() const final { return Memory::device; }
+  bool orders_after_stream() const final { return true; }
+
   // Device memory and copies, so that callers (the bench) need no CUDA header.
   virtual float* device_buffer(size_t count) = 0;  // owned by this object, grows as needed
   virtual void upload(float* device, const float* host, size_t count) = 0;
   virtual void download(float* host, const float* device, size_t count) = 0;
+
+ protected:
+  virtual Ticket start_f32(float* data, size_t count, std::string_view what, void* after) = 0;
+
+ private:
+  int m_ranks;
 };
 
 // The device algorithms of this build: {"nccl", "device-hier"} with CUDA, {} without.
@@ -55,6 +70,7 @@ std::vector<std::string> device_allreduce_names();
 
 // Collective over the job. device: the GPU this rank uses. Throws squall::Error when the
 // algorithm cannot run here (no GPU, no CUDA in this build, unequal nodes for device-hier).
+// Callers other than the bench use make_allreduce (mpi/make_allreduce.hpp).
 std::unique_ptr<DeviceAllreduce> make_device_allreduce(const std::string& name, const Topology& topo, int device,
                                                        const AllreduceOptions& options);
 

@@ -6,29 +6,9 @@
 
 namespace squall::nn {
 
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::f32: return 4;
-    case DType::bf16: return 2;
-    case DType::f16: return 2;
-    case DType::i32: return 4;
-  }
-  return 4;
-}
-
 void Backend::begin_capture(Stream&) { throw Error("the " + name() + " backend cannot capture work"); }
 std::unique_ptr<Captured> Backend::end_capture(Stream&) { throw Error("the " + name() + " backend cannot capture work"); }
 void Backend::replay(Captured&, Stream&) { throw Error("the " + name() + " backend cannot replay work"); }
-
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::i32: return "i32";
-  }
-  return "?";
-}
 
 const char* layout_name(Layout l) { return l == Layout::nhwc ? "nhwc" : "nchw"; }
 

@@ -11,14 +11,16 @@
 #include <cstdint>
 #include <string>
 
+#include "src/core/dtype.hpp"
+
 namespace squall::nn {
 
-// Element types of backend memory: f32 for parameters, gradients, optimizer state and
-// fp32 activations; bf16/f16 for the activations of a mixed-precision model; i32 for
-// labels and predictions.
-enum class DType : uint8_t { f32, bf16, f16, i32 };
-size_t dtype_size(DType t);
-const char* dtype_name(DType t);  // "f32" | "bf16" | "f16" | "i32"
+// Element types of backend memory (src/core/dtype.hpp): f32 for parameters, gradients,
+// optimizer state and fp32 activations; bf16/f16 for the activations of a mixed-precision
+// model; i32 for labels and predictions.
+using DType = squall::DType;
+using squall::dtype_name;
+using squall::dtype_size;
 
 // Memory order of 4-D activations (docs/design.md, "Layout"): NCHW, or NHWC, in which
 // tensor-core convolutions read their operands directly. The shape is [n, c, h, w] in both;

@@ -3,7 +3,7 @@
 
 namespace squall::train {
 
-FusedSum::FusedSum(nn::Backend& backend, nn::Stream& stream, Reducer& reducer, size_t params, size_t state,
+FusedSum::FusedSum(nn::Backend& backend, nn::Stream& stream, mpi::Allreduce& reducer, size_t params, size_t state,
                    bool bf16_gradients, bool several_ranks, std::function<void()> host_wait)
     : m_backend(backend),
       m_stream(stream),
@@ -14,7 +14,7 @@ FusedSum::FusedSum(nn::Backend& backend, nn::Stream& stream, Reducer& reducer, s
   m_fused = backend.allocate(params + state + 1);
   // A device backend whose memory a plain MPI cannot read stages the sums through pinned host
   // memory (NCCL and the device hierarchy take device memory).
-  if (!backend.host_accessible() && several_ranks && !reducer.takes_device_memory()) {
+  if (!backend.host_accessible() && several_ranks && reducer.memory() != mpi::Memory::device) {
     m_fused_host = backend.allocate_host(params + state + 1, nn::DType::f32);
     m_host = m_fused_host.data();
   }
@@ -58,14 +58,15 @@ void FusedSum::stage(size_t lo, size_t hi) {
 FusedSum::Ticket FusedSum::launch(size_t lo, size_t hi, const std::string& what) {
   if (wire16(lo, hi)) {
     void* g16 = m_fused16_host ? m_fused16_host.as<uint16_t>() + lo : m_fused16.as<uint16_t>() + lo;
-    return m_reducer.start(g16, hi - lo, mpi::DType::bf16, what);
+    return m_reducer.start(g16, hi - lo, mpi::DType::bf16, what, m_stream.native_handle());
   }
-  return m_reducer.start(m_host ? m_host + lo : m_fused.data() + lo, hi - lo, what);
+  return m_reducer.start(m_host ? m_host + lo : m_fused.data() + lo, hi - lo, mpi::DType::f32, what,
+                         m_stream.native_handle());
 }
 
 FusedSum::Ticket FusedSum::start(size_t lo, size_t hi, const std::string& what) {
   stage(lo, hi);
-  // A reducer that orders its sum after the group stream (by an event) needs no wait; the
+  // An allreduce that orders its sum after the group stream (by an event) needs no wait; the
   // others read the memory at once, so the stream's work on it must be done (inline CPU
   // streams are done already; async ones and devices are not).
   if (needs_host_wait() || wire16(lo, hi)) m_host_wait();

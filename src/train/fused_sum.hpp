@@ -15,25 +15,25 @@
 #include <string>
 
 #include "src/nn/backend.hpp"
-#include "src/train/reducer.hpp"
+#include "mpi/sum.hpp"
 #include "src/train/replica_set.hpp"
 
 namespace squall::train {
 
 class FusedSum {
  public:
-  using Ticket = Reducer::Ticket;
+  using Ticket = mpi::Allreduce::Ticket;
   enum class Source { params, grads };
   // host_wait: how this object makes the host wait for the group stream (the group counts
   // and times them).
-  FusedSum(nn::Backend& backend, nn::Stream& stream, Reducer& reducer, size_t params, size_t state,
+  FusedSum(nn::Backend& backend, nn::Stream& stream, mpi::Allreduce& reducer, size_t params, size_t state,
            bool bf16_gradients, bool several_ranks, std::function<void()> host_wait);
 
   float* data() { return m_fused.data(); }
   size_t params() const { return m_params; }
   size_t state() const { return m_state; }
   size_t check() const { return m_params + m_state; }  // the finite check's index
-  Reducer& reducer() { return m_reducer; }
+  mpi::Allreduce& reducer() { return m_reducer; }
 
   // Level 1, on the group stream (ordered after the learners' work by the caller):
   // [lo, hi) of the parameters or gradients, the state, the learners' sums of squares.
@@ -63,7 +63,7 @@ class FusedSum {
 
   nn::Backend& m_backend;
   nn::Stream& m_stream;
-  Reducer& m_reducer;
+  mpi::Allreduce& m_reducer;
   size_t m_params, m_state;
   std::function<void()> m_host_wait;
   nn::Buffer m_fused;                    // [params + state + 1]

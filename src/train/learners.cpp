@@ -41,7 +41,7 @@ const char* algorithm_name(Algorithm a) {
 
 LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph,
                            int64_t batch, int64_t label_count, const OptimizerConfig& optimizer,
-                           std::vector<float> class_weights, LearnerGroupOptions options, Reducer& reducer)
+                           std::vector<float> class_weights, LearnerGroupOptions options, mpi::Allreduce& allreduce)
     : m_options(options), m_batch(batch), m_core(std::make_unique<GroupCore>(backend, m_options)) {
   if (options.learners < 1) throw Error("parallel.replicas_per_device must be >= 1, got " + std::to_string(options.learners));
   if (options.period < 1) throw Error("parallel.period must be >= 1, got " + std::to_string(options.period));
@@ -53,7 +53,6 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
     throw Error("learner group: the " + backend.name() + " backend cannot capture a learner's pass");
   if (m_options.threads <= 0) m_options.threads = backend.threads();
   GroupCore& c = *m_core;
-  reducer.bind_stream(*c.stream);
   c.setup = {&backend, std::move(make_graph), batch, label_count, options.precision, options.layout,
              options.seed, options.rank, optimizer};
   c.scaler = std::make_unique<LossScaler>(backend, *c.stream, options.loss_scaling);
@@ -67,7 +66,7 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
                                             options.learners > 1 || options.ranks > 1);
   c.params = (*c.replicas)[0].graph->param_count();
   c.state = (*c.replicas)[0].graph->state_count();
-  c.sum = std::make_unique<FusedSum>(backend, *c.stream, reducer, c.params, c.state, options.bf16_gradients,
+  c.sum = std::make_unique<FusedSum>(backend, *c.stream, allreduce, c.params, c.state, options.bf16_gradients,
                                      options.ranks > 1, [&c] { c.host_wait(); });
   m_algorithm = make_sync_algorithm(options.algorithm, c);
   backend.synchronize(*c.stream);

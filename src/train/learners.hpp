@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "io/checkpoint_file.hpp"
+#include "mpi/sum.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
@@ -29,7 +30,6 @@
 #include "src/train/learner.hpp"
 #include "src/train/loss_scaler.hpp"
 #include "src/train/optimizer.hpp"
-#include "src/train/reducer.hpp"
 #include "src/train/sma.hpp"
 
 namespace squall::train {
@@ -106,7 +106,7 @@ class LearnerGroup {
   // batch * h * w for per-pixel labels). class_weights: per-class loss weights or empty.
   LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph, int64_t batch,
                int64_t label_count, const OptimizerConfig& optimizer, std::vector<float> class_weights,
-               LearnerGroupOptions options, Reducer& reducer);
+               LearnerGroupOptions options, mpi::Allreduce& allreduce);
   ~LearnerGroup();
   LearnerGroup(const LearnerGroup&) = delete;
   LearnerGroup& operator=(const LearnerGroup&) = delete;
@@ -120,7 +120,7 @@ class LearnerGroup {
 
   // One training step: learner j trains on batches[j] (batches.size() == learners()), then
   // the group synchronises as its algorithm says at this step (collective through the
-  // Reducer on every rank). Returns each learner's loss (before the update). A non-finite
+  // allreduce on every rank). Returns each learner's loss (before the update). A non-finite
   // loss is returned, not thrown: the caller names the step.
   // next: the batches of step + 1, when the caller has them already. On a device backend
   // they are copied to the device while this step computes (on each learner's copy stream),
@@ -147,8 +147,8 @@ class LearnerGroup {
   void set_job_ranks(int ranks) { m_options.ranks = ranks; }
 
   void set_phase_hook(PhaseHook hook);
-  // Seconds since construction: waiting for the Reducer (not hidden behind the learners'
-  // passes), the Reducer's time that was hidden behind them (SMA), and everything else in
+  // Seconds since construction: waiting for the allreduce (not hidden behind the learners'
+  // passes), the allreduce's time that was hidden behind them (SMA), and everything else in
   // step().
   double reduce_seconds() const;
   double overlapped_reduce_seconds() const;
@@ -157,7 +157,7 @@ class LearnerGroup {
   // each as "host_wait").
   int64_t host_waits() const;
   // ssgd across ranks: the gradient buckets of one step, and the most of them that were in
-  // the Reducer's hands at once (handed over, not yet complete) since construction.
+  // the allreduce's hands at once (handed over, not yet complete) since construction.
   size_t buckets() const;
   int max_buckets_in_flight() const;
   // Learners whose pass is being replayed from a capture (parallel.cuda_graphs).

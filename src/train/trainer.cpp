@@ -21,7 +21,7 @@
 #include "io/png.hpp"
 #include "io/sampler.hpp"
 #include "mpi/agreement.hpp"
-#include "mpi/allreduce.hpp"
+#include "mpi/make_allreduce.hpp"
 #include "mpi/topology.hpp"
 #include "src/core/durable.hpp"
 #include "src/core/error.hpp"
@@ -254,19 +254,16 @@ class TrainingRun {
     mpi::AllreduceOptions ar_options;
     ar_options.stall_warn_s = m_options.stall_warn_s;
     ar_options.stall_abort_s = m_options.stall_abort_s;
-    m_allreduce = std::make_unique<mpi::HierAllreduce>(m_topo, ar_options);
-    m_reducer = std::make_unique<AllreduceReducer>(*m_allreduce, m_ranks);
     // parallel.device_allreduce: a CUDA job of several ranks may sum on the GPUs instead of
     // through pinned host memory (docs/allreduce.md, "On device buffers").
-    if (cfg.parallel.device_allreduce != "host" && m_ranks > 1) {
-      if (m_backend->name() != "cuda")
-        throw UsageError(m_origin + ": parallel.device_allreduce = " + cfg.parallel.device_allreduce +
-                         " sums GPU memory, but this job trains on the " + m_backend->name() +
-                         " backend (set run.backend = cuda, or parallel.device_allreduce = host)");
-      m_device_allreduce =
-          mpi::make_device_allreduce(cfg.parallel.device_allreduce, m_topo, m_backend->device().index, ar_options);
-      m_device_reducer = std::make_unique<DeviceReducer>(*m_device_allreduce, m_ranks);
-    }
+    if (cfg.parallel.device_allreduce != "host" && m_ranks > 1 && m_backend->name() != "cuda")
+      throw UsageError(m_origin + ": parallel.device_allreduce = " + cfg.parallel.device_allreduce +
+                       " sums GPU memory, but this job trains on the " + m_backend->name() +
+                       " backend (set run.backend = cuda, or parallel.device_allreduce = host)");
+    m_allreduce = mpi::make_allreduce(cfg.parallel.device_allreduce, m_topo, m_backend->device().index, ar_options);
+    if (cfg.parallel.comm_precision == "bf16" && !m_allreduce->takes(mpi::DType::bf16))
+      throw UsageError(m_origin + ": parallel.comm_precision = bf16 needs parallel.device_allreduce = host (the " +
+                       m_allreduce->mode() + " allreduce sums f32 only)");
 
     LearnerGroupOptions lg;
     lg.algorithm = m_algorithm;
@@ -299,9 +296,7 @@ class TrainingRun {
     const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
     m_group = std::make_unique<LearnerGroup>(
         *m_backend, make_graph, m_batch, m_batch * label_hw, cfg.optimizer, class_weights, lg,
-        m_ranks == 1         ? static_cast<Reducer&>(m_alone)
-        : m_device_reducer ? static_cast<Reducer&>(*m_device_reducer)
-                           : static_cast<Reducer&>(*m_reducer));
+        *m_allreduce);
     // The linear scaling rule scales by the batch one update averages over: the global batch
     // under ssgd, a learner's own batch under sma and local-sgd.
     m_schedule = std::make_unique<Schedule>(cfg.schedule, cfg.optimizer.lr,
@@ -355,12 +350,21 @@ class TrainingRun {
       m_group->set_phase_hook([this](const char* phase, int learner, double t0, double t1) {
         m_timeline.add(phase, learner < 0 ? Timeline::k_rank_track : Timeline::learner_track(learner), t0, t1);
       });
-      m_allreduce->set_level_hook([this](const char* level, double t0, double t1, size_t) {
-        const std::string_view l(level);
-        if (l == "node_reduce_scatter") m_timeline.add("node reduce-scatter", Timeline::k_allreduce_track + 1, t0, t1);
-        else if (l == "cross_allreduce") m_timeline.add("cross-node allreduce", Timeline::k_allreduce_track + 2, t0, t1);
-        else if (l == "node_allgather") m_timeline.add("node allgather", Timeline::k_allreduce_track + 3, t0, t1);
-        else m_timeline.add("allreduce", Timeline::k_allreduce_track, t0, t1);
+      m_allreduce->set_level_hook([this](mpi::Level level, double t0, double t1, size_t) {
+        switch (level) {
+          case mpi::Level::node_reduce_scatter:
+            m_timeline.add("node reduce-scatter", Timeline::k_allreduce_track + 1, t0, t1);
+            break;
+          case mpi::Level::cross_allreduce:
+            m_timeline.add("cross-node allreduce", Timeline::k_allreduce_track + 2, t0, t1);
+            break;
+          case mpi::Level::node_allgather:
+            m_timeline.add("node allgather", Timeline::k_allreduce_track + 3, t0, t1);
+            break;
+          case mpi::Level::flat_allreduce:
+            m_timeline.add(mpi::level_name(level), Timeline::k_allreduce_track, t0, t1);
+            break;
+        }
       });
     }
     // Rank 0 writes the run directory (prepare_run_dir made it); no other rank needs it.
@@ -898,7 +902,7 @@ class TrainingRun {
       parallel["max_buckets_in_flight"] = m_group->max_buckets_in_flight();
     }
     if (m_group->options().graphs) parallel["captured_learners"] = m_group->captured_learners();
-    if (m_device_allreduce) parallel["device_allreduce"] = m_device_allreduce->mode();
+    if (m_allreduce->memory() == mpi::Memory::device) parallel["device_allreduce"] = m_allreduce->mode();
     parallel["comm_precision"] = m_cfg.parallel.comm_precision;
     if (m_cfg.parallel.autotune) parallel["autotune"] = m_tuner->decisions();
     json out{{"world_size", m_ranks}, {"nodes", m_topo.nodes()}, {"devices_per_rank", 1},
@@ -952,12 +956,9 @@ class TrainingRun {
   nn::ModelSpec m_spec;
   std::unique_ptr<nn::Backend> m_backend;
   std::unique_ptr<nn::Stream> m_stream;
-  std::unique_ptr<mpi::HierAllreduce> m_allreduce;
-  std::unique_ptr<AllreduceReducer> m_reducer;
-  std::unique_ptr<mpi::DeviceAllreduce> m_device_allreduce;  // parallel.device_allreduce (CUDA)
-  std::unique_ptr<DeviceReducer> m_device_reducer;
+  // The job's sums (parallel.device_allreduce; one rank: none to do), made by make_allreduce.
+  std::unique_ptr<mpi::Allreduce> m_allreduce;
   double m_bucket_mb = 0;  // parallel.bucket_mb as used (bucket_mb_for)
-  SingleRankReducer m_alone;
   std::unique_ptr<LearnerGroup> m_group;
   std::unique_ptr<Schedule> m_schedule;
   nn::Buffer m_label_buf, m_pred_buf, m_weight_buf;

@@ -15,6 +15,7 @@
 
 namespace nn = squall::nn;
 namespace train = squall::train;
+namespace mpi = squall::mpi;
 
 namespace {
 
@@ -73,7 +74,7 @@ TEST_CASE("LeNet-5 learners on CUDA streams take the CPU's steps (sgd, sma)", "[
     o.seed = 7;
     o.alpha = 0.1;
     if (algorithm == train::Algorithm::sma) sgd.momentum = 0;  // SMA refuses optimizer momentum
-    train::SingleRankReducer alone_cpu, alone_gpu;
+    mpi::OneRankAllreduce alone_cpu, alone_gpu;
     const int64_t batch = 16;
     train::LearnerGroup on_cpu(*cpu, make, batch, batch, sgd, {}, o, alone_cpu);
     train::LearnerGroup on_gpu(*gpu, make, batch, batch, sgd, {}, o, alone_gpu);
@@ -106,7 +107,7 @@ TEST_CASE("after the first step the CUDA backend allocates no device memory", "[
   opt.name = "lamb";
   train::LearnerGroupOptions o;
   o.learners = 4;
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   train::LearnerGroup group(*gpu, make, 32, 32, opt, {}, o, alone);
   const Batches b = lenet_batches(o.learners, 32, 0);
   group.step(b.inputs, 0, 0.01f);

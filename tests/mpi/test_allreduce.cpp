@@ -200,8 +200,8 @@ TEST_CASE("the level hook sees every stage of every chunk", "[mpi][allreduce]") 
   HierAllreduce hier(topo, o);
   std::map<std::string, std::pair<int, size_t>> seen;  // level -> (stages, bytes)
   bool ordered = true;
-  hier.set_level_hook([&](const char* level, double t0, double t1, size_t bytes) {
-    auto& s = seen[level];
+  hier.set_level_hook([&](squall::mpi::Level level, double t0, double t1, size_t bytes) {
+    auto& s = seen[squall::mpi::level_name(level)];
     ++s.first;
     s.second += bytes;
     ordered = ordered && t0 <= t1 && t0 > 0;
@@ -227,8 +227,9 @@ TEST_CASE("the level hook sees every stage of every chunk", "[mpi][allreduce]") 
   const auto one_node = Topology::create(0);
   HierAllreduce flat(one_node, AllreduceOptions{.flat_chunk_bytes = 16000, .small_bytes = 0});
   std::vector<size_t> flat_bytes;
-  flat.set_level_hook([&](const char* level, double, double, size_t bytes) {
-    CHECK(std::string(level) == "allreduce");
+  flat.set_level_hook([&](squall::mpi::Level level, double, double, size_t bytes) {
+    CHECK(level == squall::mpi::Level::flat_allreduce);
+    CHECK(std::string(squall::mpi::level_name(level)) == "allreduce");
     flat_bytes.push_back(bytes);
   });
   check_sum<float>(flat, 10000);

@@ -27,7 +27,7 @@ TEST_CASE("sma across ranks x 2 learners matches Crossbow's equations for every 
   mpi::AllreduceOptions ar_options;
   ar_options.chunk_bytes = 16;  // several pipeline chunks even for this tiny model
   mpi::HierAllreduce ar(topo, ar_options);
-  train::AllreduceReducer reducer(ar, ranks);
+  mpi::Allreduce& reducer = ar;
   auto backend = test::make_test_backend(1);
   const int L = 2;
   const int64_t b = 3;
@@ -79,8 +79,8 @@ TEST_CASE("ssgd across ranks x 2 learners equals one learner on the job's whole 
   const auto topo = mpi::Topology::create(k);
   const int ranks = topo.world_size(), me = topo.rank();
   mpi::HierAllreduce ar(topo);
-  train::AllreduceReducer reducer(ar, ranks);
-  train::SingleRankReducer alone;
+  mpi::Allreduce& reducer = ar;
+  mpi::OneRankAllreduce alone;
   auto backend = test::make_test_backend(1);
   const int L = 2;
   const int64_t b = 2;
@@ -120,7 +120,7 @@ TEST_CASE("ssgd with bf16 gradient sums stays within bf16's rounding of the f32 
   mpi::AllreduceOptions ar_options;
   ar_options.chunk_bytes = 16;
   mpi::HierAllreduce ar(topo, ar_options);
-  train::AllreduceReducer reducer(ar, ranks);
+  mpi::Allreduce& reducer = ar;
   auto backend = test::make_test_backend(1);
   const int L = 2;
   const int64_t b = 3;

@@ -1,12 +1,14 @@
 // Catch2 main for tests that run under mpiexec. Every rank runs every case; rank 0 reports
 // in full, other ranks only their failures. The exit status is the OR over ranks, so a
 // case that fails on one rank fails the test on all of them (and mpiexec never sees a mix
-// of passing and failing ranks).
+// of passing and failing ranks). A run in which nothing failed and some rank skipped a case
+// (SQUALL_SKIP, support/skip.hpp) exits 77 on every rank: CTest reports it as skipped.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <mpi.h>
 
 #include "mpi/runtime.hpp"
+#include "tests/support/skip.hpp"
 
 int main(int argc, char** argv) {
   squall::mpi::Runtime runtime(argc, argv);
@@ -16,5 +18,8 @@ int main(int argc, char** argv) {
   int failed = session.run() != 0 ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (failed && runtime.rank() == 0) std::fprintf(stderr, "mpi test: a case failed on at least one rank\n");
+  int skipped = squall::test::skip_count() > 0 ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &skipped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (!failed && skipped) return squall::test::k_skip_exit_code;
   return failed;
 }

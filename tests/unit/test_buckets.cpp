@@ -1,4 +1,4 @@
-// ssgd's gradient buckets on the nonblocking Reducer: a bucket is handed over as soon as
+// ssgd's gradient buckets on the nonblocking allreduce (mpi/sum.hpp): a bucket is handed over as soon as
 // every learner's backward pass has finished its tensors, without waiting for the buckets
 // before it, and nothing reads a bucket before its sum has completed.
 #include <catch2/catch.hpp>
@@ -24,12 +24,12 @@ namespace {
 // completes, and a sum completes only in wait() or after `test_calls` calls of test() on it.
 // So a group that starts bucket 2 only after bucket 1 is complete, or that reads a bucket
 // before its sum has completed, is caught.
-class LazyTwinReducer final : public train::Reducer {
+class LazyTwinAllreduce final : public mpi::Allreduce {
  public:
-  explicit LazyTwinReducer(int test_calls) : m_test_calls(test_calls) {}
+  explicit LazyTwinAllreduce(int test_calls) : m_test_calls(test_calls) {}
 
-  using train::Reducer::start;
-  Ticket start(void* data, size_t count, mpi::DType type, std::string_view) override {
+  using mpi::Allreduce::start;
+  Ticket start(void* data, size_t count, mpi::DType type, std::string_view, void*) override {
     REQUIRE(type == mpi::DType::f32);
     m_pending[++m_started] = {static_cast<float*>(data), count, 0};
     m_max_open = std::max(m_max_open, static_cast<int>(m_pending.size()));
@@ -47,6 +47,8 @@ class LazyTwinReducer final : public train::Reducer {
     if (it != m_pending.end()) complete(it);
   }
   int ranks() const override { return 2; }
+  bool takes(mpi::DType type) const override { return type == mpi::DType::f32; }
+  std::string mode() const override { return "lazy twin"; }
   int max_open() const { return m_max_open; }
   Ticket started() const { return m_started; }
 
@@ -74,8 +76,8 @@ TEST_CASE("ssgd hands over every gradient bucket before the first completes, and
   // (weight, bias) both are in flight at once, plus the BatchNorm-state part.
   const int test_calls = GENERATE(1000000, 3);
   auto backend = test::make_test_backend(2);
-  LazyTwinReducer twin(test_calls);
-  train::SingleRankReducer alone;
+  LazyTwinAllreduce twin(test_calls);
+  mpi::OneRankAllreduce alone;
   const int L = 2;
   const int64_t b = 3;
   train::OptimizerConfig sgd = test::plain_sgd();
@@ -111,7 +113,7 @@ TEST_CASE("ssgd hands over every gradient bucket before the first completes, and
 
 TEST_CASE("bucket_floats sets the bucket boundaries at whole tensors, last layers first", "[learners][buckets]") {
   auto backend = test::make_test_backend(1);
-  LazyTwinReducer twin(1);
+  LazyTwinAllreduce twin(1);
   LearnerGroupOptions o;
   o.learners = 1;
   o.ranks = 2;

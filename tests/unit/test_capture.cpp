@@ -46,7 +46,7 @@ void run_steps(LearnerGroup& g, int64_t from, int64_t to) {
 
 TEST_CASE("a refused capture falls back to eager passes, after each learner's first eager pass",
           "[learners][capture]") {
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   CaptureProbe probe(CaptureProbe::Refusal::capture_error);
   LearnerGroup group(probe, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(2, true), alone);
   CaptureProbe plain(CaptureProbe::Refusal::capture_error);
@@ -74,7 +74,7 @@ TEST_CASE("a refused capture falls back to eager passes, after each learner's fi
 }
 
 TEST_CASE("a group restored from a checkpoint does not capture its first pass", "[learners][capture]") {
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   CaptureProbe first(CaptureProbe::Refusal::capture_error);
   LearnerGroup before(first, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(2, false), alone);
   run_steps(before, 0, 5);
@@ -93,7 +93,7 @@ TEST_CASE("a group restored from a checkpoint does not capture its first pass", 
 }
 
 TEST_CASE("an error other than a refusal inside a capture abandons it and goes on up", "[learners][capture]") {
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   CaptureProbe probe(CaptureProbe::Refusal::other_error);
   LearnerGroup group(probe, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(1, true), alone);
   run_steps(group, 0, 1);

@@ -101,7 +101,7 @@ TEST_CASE("a truncated, corrupt or foreign checkpoint file is an error naming it
 
 TEST_CASE("a learner group restored from its saved state continues bit for bit", "[checkpoint][learners]") {
   auto backend = test::make_test_backend(2);
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   const int64_t b = 4;
   train::OptimizerConfig sgd = test::plain_sgd();
   sgd.momentum = 0.9;  // optimizer state that must travel

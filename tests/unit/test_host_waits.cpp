@@ -43,7 +43,7 @@ class CountingBackend final : public cpu::AsyncCpuBackend {
 
 TEST_CASE("a step of one rank waits for the device once, for every algorithm", "[learners][host-waits]") {
   CountingBackend backend;
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   const auto algorithm = GENERATE(Algorithm::ssgd, Algorithm::sma, Algorithm::local_sgd);
   const int L = GENERATE(1, 3);
   LearnerGroupOptions o;

@@ -31,7 +31,7 @@ std::vector<double> to_double(const float* p, size_t n) {
 
 TEST_CASE("sma on one rank follows Crossbow's equations step by step", "[learners]") {
   auto backend = test::make_test_backend(2);
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   const int L = 3;
   const int64_t b = 4;
   const double alpha = 0.2, mu = 0.7, lr = 0.3;
@@ -85,7 +85,7 @@ TEST_CASE("sma on one rank follows Crossbow's equations step by step", "[learner
 
 TEST_CASE("ssgd: L learners of batch b equal one learner of batch L*b on the same samples", "[learners]") {
   auto backend = test::make_test_backend(2);
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   const int L = 3;
   const int64_t b = 4;
   train::OptimizerConfig sgd = test::plain_sgd();
@@ -141,7 +141,7 @@ TEST_CASE("ssgd: L learners of batch b equal one learner of batch L*b on the sam
 
 TEST_CASE("local-sgd: ssgd before start_step, then replicas replaced by their average every period", "[learners]") {
   auto backend = test::make_test_backend(2);
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   const int L = 2;
   const int64_t b = 3;
   LearnerGroupOptions o;
@@ -179,7 +179,7 @@ TEST_CASE("local-sgd: ssgd before start_step, then replicas replaced by their av
 
 TEST_CASE("the central model's BatchNorm statistics are the learners' average", "[learners]") {
   auto backend = test::make_test_backend(2);
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   auto make = [] {
     auto g = std::make_unique<nn::Graph>(nn::Shape(1, 2, 2, 2));
     const int bn = g->add("bn", nn::batch_norm(), nn::Graph::k_input);
@@ -221,7 +221,7 @@ TEST_CASE("the central model's BatchNorm statistics are the learners' average", 
 
 TEST_CASE("an added learner starts from the central model and keeps ssgd replicas identical", "[learners]") {
   auto backend = test::make_test_backend(2);
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   const int64_t b = 2;
   train::OptimizerConfig sgd = test::plain_sgd();
   sgd.momentum = 0.9;

@@ -345,7 +345,7 @@ TEST_CASE("fp16 loss scaling: overflowing steps are skipped, the scale follows G
   const auto algorithm = GENERATE(train::Algorithm::ssgd, train::Algorithm::sma);
   INFO("algorithm " << train::algorithm_name(algorithm));
   auto backend = test::make_test_backend(2);
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   const int64_t b = 4;
   const int L = 2;
   train::LearnerGroupOptions o;

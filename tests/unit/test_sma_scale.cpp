@@ -115,7 +115,7 @@ TEST_CASE("settings unstable by construction are refused, naming the keys", "[sm
   CHECK_THAT(train::sma_instability(0.1, 3.8, 0.9),
              Catch::Contains("parallel.centre_rate") && Catch::Contains("parallel.momentum") && Catch::Contains("3.8"));
   auto backend = nn::make_cpu_backend(1);
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   LearnerGroupOptions o;
   o.algorithm = train::Algorithm::sma;
   o.alpha = 0;
@@ -125,7 +125,7 @@ TEST_CASE("settings unstable by construction are refused, naming the keys", "[sm
 
 TEST_CASE("64 learners of sma on one rank stay finite and learn", "[sma][learners]") {
   auto backend = nn::make_cpu_backend(2);
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   const int L = 64;
   const int64_t b = 4;
   LearnerGroupOptions o;

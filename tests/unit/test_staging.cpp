@@ -35,7 +35,7 @@ std::vector<float> params_of(LearnerGroup& g) { return test::on_host(g.central_p
 TEST_CASE("the next step's batches are staged during this step, and the training is unchanged",
           "[learners][staging]") {
   const Algorithm algorithm = GENERATE(Algorithm::ssgd, Algorithm::sma);
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   test::DeviceProbe probe;
   LearnerGroup staged(probe, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(algorithm), alone);
   auto cpu = test::make_test_backend(1);
@@ -78,7 +78,7 @@ TEST_CASE("the next step's batches are staged during this step, and the training
 }
 
 TEST_CASE("batches other than the staged ones are copied anew", "[learners][staging]") {
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   test::DeviceProbe probe;
   LearnerGroup staged(probe, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(Algorithm::ssgd), alone);
   auto cpu = test::make_test_backend(1);
@@ -102,7 +102,7 @@ TEST_CASE("batches in allocate_host memory, copied while the passes run, train a
   // The loader's buffers come from allocate_host (pinned on CUDA), so the copy streams copy
   // them asynchronously: a pass that did not wait for its batch would read the one before
   // (on asynchronous CPU streams, SQUALL_TEST_CPU_STREAMS=async, as on a GPU).
-  train::SingleRankReducer alone;
+  mpi::OneRankAllreduce alone;
   test::DeviceProbe probe;
   LearnerGroup staged(probe, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(Algorithm::ssgd), alone);
   auto cpu = test::make_test_backend(1);
