@@ -73,6 +73,28 @@ void GroupCore::from_host(float* data, const io::CheckpointData& from, const std
   if (n > 0) backend.copy_from_host(*stream, data, v.data(), n);
 }
 
+CentralModel::CentralModel(GroupCore& c) : core(c) {
+  const Learner& first = (*c.replicas)[0];
+  z = c.backend.allocate(c.params);
+  z_prev = c.backend.allocate(c.params);
+  state = c.backend.allocate(c.state);
+  c.backend.copy(*c.stream, z.data(), first.graph->params(), c.params);
+  c.backend.copy(*c.stream, z_prev.data(), first.graph->params(), c.params);
+  c.backend.copy(*c.stream, state.data(), first.graph->state(), c.state);
+}
+
+void CentralModel::save(io::CheckpointData& out) const {
+  out.arrays["central/z"] = core.to_host(z.data(), core.params);
+  out.arrays["central/z_prev"] = core.to_host(z_prev.data(), core.params);
+  out.arrays["central/averaged_state"] = core.to_host(state.data(), core.state);
+}
+
+void CentralModel::restore(const io::CheckpointData& in) {
+  core.from_host(z.data(), in, "central/z", core.params);
+  core.from_host(z_prev.data(), in, "central/z_prev", core.params);
+  core.from_host(state.data(), in, "central/averaged_state", core.state);
+}
+
 bool all_finite(nn::Backend& backend, nn::Stream& stream, const float* x, size_t n) {
   std::vector<float> values(n);
   backend.synchronize(stream);

@@ -69,6 +69,18 @@ struct GroupCore {
   std::function<void(Learner&)> m_pass;  // the step's pass, alive while start_only passes run
 };
 
+// The central model an algorithm keeps apart from the replicas (sma, local-sgd): z, the z of
+// the synchronisation before (sma's momentum), and the averaged BatchNorm state; all start as
+// learner 0's replica. In checkpoints: central/z, central/z_prev, central/averaged_state.
+struct CentralModel {
+  explicit CentralModel(GroupCore& core);
+  void save(io::CheckpointData& out) const;
+  void restore(const io::CheckpointData& in);
+
+  GroupCore& core;
+  nn::Buffer z, z_prev, state;
+};
+
 // Now on the steady clock, in seconds.
 double now_s();
 

@@ -17,36 +17,25 @@ namespace {
 
 class LocalSgd final : public SyncAlgorithm {
  public:
-  explicit LocalSgd(GroupCore& core) : SyncAlgorithm(core), m_warmup(make_ssgd(core)) {
-    nn::Backend& b = core.backend;
-    m_z = b.allocate(core.params);
-    m_z_prev = b.allocate(core.params);  // kept for the checkpoint's layout (sma's)
-    m_central_state = b.allocate(core.state);
-    b.copy(*core.stream, m_z.data(), (*core.replicas)[0].graph->params(), core.params);
-    b.copy(*core.stream, m_z_prev.data(), (*core.replicas)[0].graph->params(), core.params);
-    b.copy(*core.stream, m_central_state.data(), (*core.replicas)[0].graph->state(), core.state);
-  }
+  explicit LocalSgd(GroupCore& core) : SyncAlgorithm(core), m_warmup(make_ssgd(core)), m_central(core) {}
 
   bool central_is_replica0() const override { return !m_started; }
   const float* central_params() const override {
-    return m_started ? m_z.data() : SyncAlgorithm::central_params();
+    return m_started ? m_central.z.data() : SyncAlgorithm::central_params();
   }
   const float* central_state() const override {
-    return m_started ? m_central_state.data() : SyncAlgorithm::central_state();
+    return m_started ? m_central.state.data() : SyncAlgorithm::central_state();
   }
   size_t buckets() const override { return m_warmup->buckets(); }
 
+  // z_prev is unused here; it is kept so that the checkpoint's layout is sma's.
   void save(io::CheckpointData& out) const override {
     out.ints["local_started"] = m_started ? 1 : 0;
-    out.arrays["central/z"] = m_core.to_host(m_z.data(), m_core.params);
-    out.arrays["central/z_prev"] = m_core.to_host(m_z_prev.data(), m_core.params);
-    out.arrays["central/averaged_state"] = m_core.to_host(m_central_state.data(), m_core.state);
+    m_central.save(out);
   }
   void restore(const io::CheckpointData& in) override {
     m_started = in.integer("local_started") != 0;
-    m_core.from_host(m_z.data(), in, "central/z", m_core.params);
-    m_core.from_host(m_z_prev.data(), in, "central/z_prev", m_core.params);
-    m_core.from_host(m_central_state.data(), in, "central/averaged_state", m_core.state);
+    m_central.restore(in);
   }
 
   bool step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
@@ -83,8 +72,8 @@ class LocalSgd final : public SyncAlgorithm {
         c.backend.copy(*c.stream, target[i].data, source[i].data, source[i].count);
       l->optimizer->set_steps(first.optimizer->steps());
     }
-    c.backend.copy(*c.stream, m_z.data(), first.graph->params(), c.params);
-    c.backend.copy(*c.stream, m_central_state.data(), first.graph->state(), c.state);
+    c.backend.copy(*c.stream, m_central.z.data(), first.graph->params(), c.params);
+    c.backend.copy(*c.stream, m_central.state.data(), first.graph->state(), c.state);
     m_started = true;
   }
 
@@ -108,14 +97,14 @@ class LocalSgd final : public SyncAlgorithm {
       c.backend.copy(*c.stream, l->graph->params(), fused, c.params);
       c.backend.copy(*c.stream, l->graph->state(), fused + c.params, c.state);
     }
-    c.backend.copy(*c.stream, m_z.data(), fused, c.params);
-    c.backend.copy(*c.stream, m_central_state.data(), fused + c.params, c.state);
+    c.backend.copy(*c.stream, m_central.z.data(), fused, c.params);
+    c.backend.copy(*c.stream, m_central.state.data(), fused + c.params, c.state);
     c.phase("update", -1, t0, now_s());
   }
 
 
   std::unique_ptr<SyncAlgorithm> m_warmup;
-  nn::Buffer m_z, m_z_prev, m_central_state;
+  CentralModel m_central;
   bool m_started = false;
 };
 

@@ -23,31 +23,13 @@ namespace {
 
 class Sma final : public SyncAlgorithm {
  public:
-  explicit Sma(GroupCore& core) : SyncAlgorithm(core) {
-    nn::Backend& b = core.backend;
-    const float* first = (*core.replicas)[0].graph->params();
-    m_z = b.allocate(core.params);
-    m_z_prev = b.allocate(core.params);
-    m_central_state = b.allocate(core.state);
-    b.copy(*core.stream, m_z.data(), first, core.params);
-    b.copy(*core.stream, m_z_prev.data(), first, core.params);
-    b.copy(*core.stream, m_central_state.data(), (*core.replicas)[0].graph->state(), core.state);
-  }
+  explicit Sma(GroupCore& core) : SyncAlgorithm(core), m_central(core) {}
 
   bool central_is_replica0() const override { return false; }
-  const float* central_params() const override { return m_z.data(); }
-  const float* central_state() const override { return m_central_state.data(); }
-
-  void save(io::CheckpointData& out) const override {
-    out.arrays["central/z"] = m_core.to_host(m_z.data(), m_core.params);
-    out.arrays["central/z_prev"] = m_core.to_host(m_z_prev.data(), m_core.params);
-    out.arrays["central/averaged_state"] = m_core.to_host(m_central_state.data(), m_core.state);
-  }
-  void restore(const io::CheckpointData& in) override {
-    m_core.from_host(m_z.data(), in, "central/z", m_core.params);
-    m_core.from_host(m_z_prev.data(), in, "central/z_prev", m_core.params);
-    m_core.from_host(m_central_state.data(), in, "central/averaged_state", m_core.state);
-  }
+  const float* central_params() const override { return m_central.z.data(); }
+  const float* central_state() const override { return m_central.state.data(); }
+  void save(io::CheckpointData& out) const override { m_central.save(out); }
+  void restore(const io::CheckpointData& in) override { m_central.restore(in); }
 
   bool step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
             const std::vector<LearnerBatch>* next) override {
@@ -98,7 +80,7 @@ class Sma final : public SyncAlgorithm {
     const SmaCoefficients k = sma_coefficients(c.options.alpha, c.options.centre_rate, c.options.momentum,
                                                c.job_learners());
     const auto alpha = static_cast<float>(k.alpha);
-    const float* z = m_z.data();
+    const float* z = m_central.z.data();
     c.replicas->run([&](Learner& l) {
       c.backend.wait(*l.stream, *c.group_event);
       if (sync) c.backend.axpby(*l.stream, alpha, z, 1.0f - alpha, l.graph->params(), c.params);  // w - alpha (w - z)
@@ -110,12 +92,12 @@ class Sma final : public SyncAlgorithm {
       const auto beta = static_cast<float>(k.beta);
       const auto mu = static_cast<float>(k.mu);
       const auto n = static_cast<float>(c.job_learners());
-      float* zp = m_z_prev.data();
+      float* zp = m_central.z_prev.data();
       c.backend.axpby(*c.stream, 1.0f - beta + mu, z, -mu, zp, c.params);
       c.backend.axpy(*c.stream, beta / n, c.sum->data(), zp, c.params);
-      std::swap(m_z, m_z_prev);
-      c.backend.copy(*c.stream, m_central_state.data(), c.sum->data() + c.params, c.state);
-      c.backend.scale(*c.stream, 1.0f / n, m_central_state.data(), c.state);
+      std::swap(m_central.z, m_central.z_prev);
+      c.backend.copy(*c.stream, m_central.state.data(), c.sum->data() + c.params, c.state);
+      c.backend.scale(*c.stream, 1.0f / n, m_central.state.data(), c.state);
     }
     c.phase("update", -1, t0, now_s());
     bool skipped = false;
@@ -125,7 +107,7 @@ class Sma final : public SyncAlgorithm {
 
 
  private:
-  nn::Buffer m_z, m_z_prev, m_central_state;
+  CentralModel m_central;
 };
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "mpi/stall.hpp"
 #include "mpi/topology.hpp"
 #include "src/core/error.hpp"
+#include "tests/support/allreduce_data.hpp"
 
 using squall::mpi::AllreduceOptions;
 using squall::mpi::Communicator;
@@ -47,23 +48,6 @@ std::vector<Shape> shapes() {
   out.push_back({"interleaved nodes", Topology::from_plan(squall::mpi::plan_nodes(interleaved, 0))});
   out.push_back({"last rank alone", Topology::from_plan(squall::mpi::plan_nodes(last_alone, 0))});
   return out;
-}
-
-// Different values on every rank and element; integers stay far from overflow.
-template <typename T>
-std::vector<T> make_data(size_t count, int rank) {
-  std::vector<T> v(count);
-  for (size_t i = 0; i < count; ++i) {
-    const auto x = static_cast<int64_t>((i * 2654435761u + static_cast<size_t>(rank) * 40503u) % 2001) - 1000;
-    if constexpr (std::is_floating_point_v<T>)
-      v[i] = static_cast<T>(std::sin(0.37 * static_cast<double>(i) + 1.3 * rank) * (1 + rank) +
-                            1e-3 * static_cast<double>(x));
-    else if constexpr (sizeof(T) == 8)
-      v[i] = static_cast<T>(x * 1000003LL * 1000 + rank);
-    else
-      v[i] = static_cast<T>(x * 1000 + rank);
-  }
-  return v;
 }
 
 template <typename T>
@@ -95,7 +79,7 @@ template <typename T>
 void check_sum(HierAllreduce& hier, size_t count) {
   const auto world = Communicator::world();
   const int n = world.size();
-  auto mine = make_data<T>(count, world.rank());
+  auto mine = squall::test::make_data<T>(count, world.rank());
   auto expected = mine;
   if (count > 0)
     MPI_Allreduce(MPI_IN_PLACE, expected.data(), static_cast<int>(count), mpi_type_of<T>(), MPI_SUM, MPI_COMM_WORLD);
@@ -252,7 +236,7 @@ TEST_CASE("several sums in flight at once: started together, completed in any or
     const std::vector<size_t> counts = {5000, 3, 20000, 0, 1000, 7777};
     std::vector<std::vector<float>> bufs, expected;
     for (size_t i = 0; i < counts.size(); ++i) {
-      bufs.push_back(make_data<float>(counts[i], world.rank() + static_cast<int>(i)));
+      bufs.push_back(squall::test::make_data<float>(counts[i], world.rank() + static_cast<int>(i)));
       expected.push_back(bufs.back());
       if (counts[i] > 0)
         MPI_Allreduce(MPI_IN_PLACE, expected.back().data(), static_cast<int>(counts[i]), MPI_FLOAT, MPI_SUM,
@@ -272,7 +256,7 @@ TEST_CASE("several sums in flight at once: started together, completed in any or
       for (size_t e = 0; e < counts[i]; ++e) wrong += std::abs(bufs[i][e] - expected[i][e]) > 1e-5f * n * (n + 1);
     CHECK(wrong == 0);
     // A new round after wait_all: the ticket numbers go on.
-    auto again = make_data<float>(30000, world.rank());
+    auto again = squall::test::make_data<float>(30000, world.rank());
     auto want = again;
     MPI_Allreduce(MPI_IN_PLACE, want.data(), 30000, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     const auto t = hier.start(again.data(), again.size(), "again");
@@ -334,7 +318,7 @@ TEST_CASE("bf16 sums: half the bytes, within a rounding per addition of the exac
       o.chunk_bytes = 64 << 10;
       HierAllreduce hier(shape.topo, o);
       INFO(shape.name << ", mode " << hier.mode());
-      const auto mine = make_data<float>(count, world.rank());
+      const auto mine = squall::test::make_data<float>(count, world.rank());
       std::vector<uint16_t> data(count);
       std::vector<double> exact(count), magnitude(count);
       for (size_t i = 0; i < count; ++i) {

@@ -31,6 +31,7 @@
 #include "mpi/topology.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
+#include "tests/support/allreduce_data.hpp"
 #include "tests/support/skip.hpp"
 
 using namespace squall;
@@ -79,24 +80,6 @@ std::vector<ShapeSpec> shape_specs(int n) {
   return out;
 }
 
-// Different values on every rank and element. Integers stay far from overflow; bf16 gets
-// small integers, whose sums over a few ranks bf16 holds exactly.
-template <typename T>
-std::vector<T> make_data(size_t count, int rank) {
-  std::vector<T> v(count);
-  for (size_t i = 0; i < count; ++i) {
-    const auto x = static_cast<int64_t>((i * 2654435761u + static_cast<size_t>(rank) * 40503u) % 2001) - 1000;
-    if constexpr (std::is_floating_point_v<T>)
-      v[i] = static_cast<T>(std::sin(0.37 * static_cast<double>(i) + 1.3 * rank) * (1 + rank) +
-                            1e-3 * static_cast<double>(x));
-    else if constexpr (sizeof(T) == 8)
-      v[i] = static_cast<T>(x * 1000003LL * 1000 + rank);
-    else
-      v[i] = static_cast<T>(x * 1000 + rank);
-  }
-  return v;
-}
-
 uint16_t to_bf16(float f) {  // exact for the small integers used here
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -134,7 +117,7 @@ void check_sum(Allreduce& ar, MPI_Comm ref, size_t count, DType type, MPI_Dataty
   const auto world = Communicator::world();
   int n = 1;
   MPI_Comm_size(ref, &n);
-  auto mine = make_data<T>(count, world.rank());
+  auto mine = squall::test::make_data<T>(count, world.rank());
   auto expected = mine;
   if (count > 0) MPI_Allreduce(MPI_IN_PLACE, expected.data(), static_cast<int>(count), mpi_type, MPI_SUM, ref);
   if (auto* device = dynamic_cast<mpi::DeviceAllreduce*>(&ar)) {

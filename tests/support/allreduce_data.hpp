@@ -1,0 +1,29 @@
+#pragma once
+// The data the allreduce tests sum: different values on every rank and element. Integers stay
+// far from overflow; floats are smooth with a small integer part, and the integers in
+// [-1000, 1000] that bf16 sums over a few ranks hold exactly.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+namespace squall::test {
+
+template <typename T>
+std::vector<T> make_data(size_t count, int rank) {
+  std::vector<T> v(count);
+  for (size_t i = 0; i < count; ++i) {
+    const auto x = static_cast<int64_t>((i * 2654435761u + static_cast<size_t>(rank) * 40503u) % 2001) - 1000;
+    if constexpr (std::is_floating_point_v<T>)
+      v[i] = static_cast<T>(std::sin(0.37 * static_cast<double>(i) + 1.3 * rank) * (1 + rank) +
+                            1e-3 * static_cast<double>(x));
+    else if constexpr (sizeof(T) == 8)
+      v[i] = static_cast<T>(x * 1000003LL * 1000 + rank);
+    else
+      v[i] = static_cast<T>(x * 1000 + rank);
+  }
+  return v;
+}
+
+}  // namespace squall::test
