@@ -85,16 +85,7 @@ void check_sum(HierAllreduce& hier, size_t count) {
     MPI_Allreduce(MPI_IN_PLACE, expected.data(), static_cast<int>(count), mpi_type_of<T>(), MPI_SUM, MPI_COMM_WORLD);
   hier.sum(mine.data(), count, dtype_of<T>(), "test");
 
-  size_t wrong = 0;
-  for (size_t i = 0; i < count; ++i) {
-    if constexpr (std::is_floating_point_v<T>) {
-      const double tol = (std::is_same_v<T, float> ? 1e-5 : 1e-13) * n * (n + 1);
-      wrong += std::abs(static_cast<double>(mine[i]) - static_cast<double>(expected[i])) > tol;
-    } else {
-      wrong += mine[i] != expected[i];
-    }
-  }
-  CHECK(wrong == 0);
+  CHECK(squall::test::count_wrong(mine, expected, n) == 0);
   const int64_t f = fingerprint(mine.data(), count * sizeof(T));
   CHECK(world.allreduce_min(f) == world.allreduce_max(f));
 }

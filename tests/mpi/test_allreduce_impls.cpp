@@ -132,16 +132,7 @@ void check_sum(Allreduce& ar, MPI_Comm ref, size_t count, DType type, MPI_Dataty
   } else {
     ar.sum(mine.data(), count, type, "test");
   }
-  size_t wrong = 0;
-  for (size_t i = 0; i < count; ++i) {
-    if constexpr (std::is_floating_point_v<T>) {
-      const double tol = (std::is_same_v<T, float> ? 1e-5 : 1e-13) * n * (n + 1);
-      wrong += std::abs(static_cast<double>(mine[i]) - static_cast<double>(expected[i])) > tol;
-    } else {
-      wrong += mine[i] != expected[i];
-    }
-  }
-  CHECK(wrong == 0);
+  CHECK(squall::test::count_wrong(mine, expected, n) == 0);
   check_same_bits(ref, mine.data(), count * sizeof(T));
 }
 

@@ -26,4 +26,20 @@ std::vector<T> make_data(size_t count, int rank) {
   return v;
 }
 
+// Elements of a sum over n ranks that differ from MPI_Allreduce's: integers exactly, floats
+// within a tolerance that grows with the ranks (the sums run in other orders).
+template <typename T>
+size_t count_wrong(const std::vector<T>& mine, const std::vector<T>& expected, int n) {
+  size_t wrong = 0;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if constexpr (std::is_floating_point_v<T>) {
+      const double tol = (std::is_same_v<T, float> ? 1e-5 : 1e-13) * n * (n + 1);
+      wrong += std::abs(static_cast<double>(mine[i]) - static_cast<double>(expected[i])) > tol;
+    } else {
+      wrong += mine[i] != expected[i];
+    }
+  }
+  return wrong;
+}
+
 }  // namespace squall::test
