@@ -68,7 +68,7 @@ TEST_CASE("4 ranks on 2 emulated nodes x 2 learners with sma reach test accuracy
   CHECK(negative == 0);
   CHECK(pids == std::set<int>{0, 1, 2, 3});
   for (const char* n : {"load", "forward", "backward", "device_sum", "node reduce-scatter", "cross-node allreduce",
-                        "node allgather", "update", "eval"})
+                        "node allgather", "update", "host_wait", "eval"})
     CHECK(names.count(n) == 1);
   fs::remove_all(dir);
 }

@@ -79,11 +79,11 @@ TEST_CASE("a step of one rank waits for the device once, for every algorithm", "
       std::copy(d.labels.begin(), d.labels.end(), pinned.back().as<int32_t>());
       inputs.push_back({pinned[pinned.size() - 2].data(), pinned.back().as<int32_t>()});
     }
+    INFO(train::algorithm_name(algorithm) << ", " << L << " learner(s), step " << step << (timeline ? ", timeline" : ""));
     const int64_t before = backend.waits;
     const std::vector<float> losses = group.step(inputs, step, 0.1f);
     // Every synchronize() of the step, counted by the backend.
     CHECK(backend.waits - before == 1 + (timeline ? 2 * L : 0));
-    INFO(train::algorithm_name(algorithm) << ", " << L << " learner(s), step " << step << (timeline ? ", timeline" : ""));
     REQUIRE(losses.size() == static_cast<size_t>(L));
     for (float loss : losses) CHECK(std::isfinite(loss));
     CHECK(group.host_waits() == step + 1);
