@@ -14,6 +14,7 @@ set(SQUALL_TSAN_ENABLED OFF)
 set(SQUALL_TSAN_WHY_NOT "")
 if(SQUALL_TSAN_TESTS STREQUAL "OFF")
   set(SQUALL_TSAN_WHY_NOT "squall was configured with -DSQUALL_TSAN_TESTS=OFF")
+  message(STATUS "squall: tsan tests skipped: ${SQUALL_TSAN_WHY_NOT}")
   return()
 endif()
 
