@@ -42,14 +42,15 @@ endif()
 set(SQUALL_TSAN_ENABLED ON)
 message(STATUS "squall: tsan tests built (ThreadSanitizer copies of the CPU-backend libraries)")
 
-# What every instrumented target compiles and links with. -O1: tsan's own recommendation
-# (a few times faster than -O0, stacks still exact); -g for the reports' line numbers.
+# What every instrumented target compiles and links with. -O1: several times faster than
+# -O0 under tsan, with stacks that still follow the source; -g for the reports' lines.
 # OpenMP: libgomp is not instrumented, so tsan sees neither its barriers nor its hand-offs,
 # and would report every parallel loop's output as racing with whoever reads it next. The
 # copies are therefore compiled with -fopenmp-simd (simd pragmas as in the real build,
 # `omp parallel` ignored: squall's own loops run on the calling thread) and linked against
 # the OpenMP runtime only for its API (omp_get_max_threads, ...). The threads tsan checks are
-# the ones squall starts itself: stream workers, learner threads, the stall watchdog.
+# the ones squall starts itself: stream workers, learner threads, loader workers, the stall
+# watchdog.
 add_library(squall_tsan_flags INTERFACE)
 target_compile_options(squall_tsan_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread;-O1;-g;-fno-omit-frame-pointer;-fopenmp-simd;-Wno-unknown-pragmas>)
