@@ -17,6 +17,9 @@ struct OpenOptions {
   // Shards whose samples and labels together fit in this many bytes are read into memory
   // once, when opened, and served from there (no HDF5 call per sample); 0: always stream.
   int64_t cache_bytes = int64_t{1} << 30;
+  // DeepCAM files without /climate/labels_0 are read with every label -1 (no class), for
+  // `squall predict` on new simulation output; otherwise such a file is an error.
+  bool labels_optional = false;
 };
 
 // "idx", "shards", "deepcam", or "" when the folder holds none of them.

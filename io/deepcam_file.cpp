@@ -1,4 +1,5 @@
-// Whole-file access to DeepCAM-layout files (deepcam_file.hpp).
+// Whole-file access to DeepCAM-layout files (deepcam_file.hpp), and the HDF5 mask files of
+// `squall predict` (mask.hpp).
 #include "io/deepcam_file.hpp"
 
 #include <cstdio>
@@ -6,6 +7,7 @@
 #include <utility>
 
 #include "io/h5_util.hpp"
+#include "io/mask.hpp"
 #include "src/core/durable.hpp"
 #include "src/core/error.hpp"
 
@@ -87,6 +89,28 @@ void write_new_climate_file(const std::string& path, Fill&& fill) {
   }
   rename_into_place(tmp.path, path);
   tmp.keep = true;
+}
+
+// A dataset at the root of a mask file.
+void write_root_dataset(hid_t loc, const std::string& file, const std::string& name, hid_t file_type, hid_t mem_type,
+                   const std::vector<hsize_t>& dims, const void* data) {
+  H5Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  H5Handle ds(H5Dcreate2(loc, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!ds) throw Error(file + ": cannot create dataset /" + name + ": " + h5_error_text());
+  if (H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    throw Error(file + ": cannot write dataset /" + name + ": " + h5_error_text());
+}
+
+// A 1-d float64 dataset, or nothing when the file has none of that name.
+std::vector<double> read_doubles_if_present(hid_t file, const std::string& path, const std::string& name) {
+  if (!h5_exists(file, name)) return {};
+  H5Handle ds = h5_open_dataset(file, path, name);
+  const H5DatasetDesc d = h5_describe(ds.get());
+  if (d.dims.size() != 1) throw Error(path + ": dataset " + name + " has shape " + h5_dims_text(d.dims) + ", expected [n]");
+  std::vector<double> out(static_cast<size_t>(d.dims[0]));
+  if (!out.empty() && H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw Error(path + ": dataset " + name + ": unreadable (" + h5_error_text() + ")");
+  return out;
 }
 
 }  // namespace
@@ -179,6 +203,48 @@ void write_deepcam_stats(const std::string& path, const DeepcamStatsOut& stats) 
                                   {"minval", &stats.minval}, {"maxval", &stats.maxval}})
       write_climate_dataset(group, file, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, dims, v->data());
   });
+}
+
+void write_mask_h5(const std::string& path, const MaskOutput& m) {
+  const auto t = static_cast<hsize_t>(m.times), h = static_cast<hsize_t>(m.h), w = static_cast<hsize_t>(m.w);
+  const auto classes = static_cast<hsize_t>(m.class_names.size());
+  if (m.mask.size() != t * h * w) throw Error(path + ": a mask of " + std::to_string(m.mask.size()) + " pixels for " +
+                                              std::to_string(t) + " x " + std::to_string(h) + " x " + std::to_string(w));
+  if (!m.probabilities.empty() && m.probabilities.size() != t * classes * h * w)
+    throw Error(path + ": probabilities of the wrong size");
+  TempFile tmp{path + ".tmp"};
+  {
+    auto lock = h5_lock();
+    H5Handle file(H5Fcreate(tmp.path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    if (!file) throw Error(tmp.path + ": cannot create: " + h5_error_text());
+    write_root_dataset(file.get(), tmp.path, "mask", H5T_STD_U8LE, H5T_NATIVE_UINT8, {t, h, w}, m.mask.data());
+    {
+      H5Handle ds = h5_open_dataset(file.get(), tmp.path, "/mask");
+      h5_write_attr_strings(ds.get(), "class_names", m.class_names);
+    }
+    if (!m.probabilities.empty())
+      write_root_dataset(file.get(), tmp.path, "probabilities", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {t, classes, h, w},
+                    m.probabilities.data());
+    if (!m.lat.empty()) write_root_dataset(file.get(), tmp.path, "lat", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {h}, m.lat.data());
+    if (!m.lon.empty()) write_root_dataset(file.get(), tmp.path, "lon", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {w}, m.lon.data());
+    if (!m.time.empty()) {
+      write_root_dataset(file.get(), tmp.path, "time", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {t}, m.time.data());
+      H5Handle ds = h5_open_dataset(file.get(), tmp.path, "/time");
+      if (!m.time_units.empty()) h5_write_attr_string(ds.get(), "units", m.time_units);
+      if (!m.calendar.empty()) h5_write_attr_string(ds.get(), "calendar", m.calendar);
+    }
+    for (const auto& [key, value] : m.attributes) h5_write_attr_string(file.get(), key, value);
+    if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) throw Error(tmp.path + ": flush failed: " + h5_error_text());
+  }
+  rename_into_place(tmp.path, path);
+  tmp.keep = true;
+}
+
+void read_deepcam_grid(const std::string& path, std::vector<double>& lat, std::vector<double>& lon) {
+  auto lock = h5_lock();
+  H5Handle file = h5_open_file(path);
+  lat = read_doubles_if_present(file.get(), path, "/climate/lat");
+  lon = read_doubles_if_present(file.get(), path, "/climate/lon");
 }
 
 }  // namespace squall::io

@@ -24,36 +24,38 @@ struct DeepcamFile {
 };
 
 // Opens one DeepCAM file and checks its layout; `h`, `w`, `c` receive its sample shape.
-DeepcamFile open_deepcam_file(const std::string& path, int64_t& h, int64_t& w, int64_t& c) {
+// labels_optional: a file without /climate/labels_0 opens with no labels handle.
+DeepcamFile open_deepcam_file(const std::string& path, int64_t& h, int64_t& w, int64_t& c, bool labels_optional) {
   auto lock = h5_lock();
   DeepcamFile f;
   f.file = h5_open_file(path);
   f.data = h5_open_dataset(f.file.get(), path, "/climate/data");
-  f.labels = h5_open_dataset(f.file.get(), path, "/climate/labels_0");
   const H5DatasetDesc d = h5_describe(f.data.get());
-  const H5DatasetDesc l = h5_describe(f.labels.get());
   if (d.dims.size() != 3)
     throw Error(path + ": dataset /climate/data has shape " + h5_dims_text(d.dims) + ", expected rank 3 [h,w,c]");
   if (d.dtype != "float32")
     throw Error(path + ": dataset /climate/data has dtype " + d.dtype + ", expected float32");
+  h = static_cast<int64_t>(d.dims[0]);
+  w = static_cast<int64_t>(d.dims[1]);
+  c = static_cast<int64_t>(d.dims[2]);
+  if (labels_optional && !h5_exists(f.file.get(), "/climate/labels_0")) return f;
+  f.labels = h5_open_dataset(f.file.get(), path, "/climate/labels_0");
+  const H5DatasetDesc l = h5_describe(f.labels.get());
   if (l.type_class != H5T_FLOAT && l.type_class != H5T_INTEGER)
     throw Error(path + ": dataset /climate/labels_0 has dtype " + l.dtype + ", expected float or integer");
   if (l.dims.size() != 2 || l.dims[0] != d.dims[0] || l.dims[1] != d.dims[1])
     throw Error(path + ": dataset /climate/labels_0 has shape " + h5_dims_text(l.dims) + ", expected [" +
                 std::to_string(d.dims[0]) + "," + std::to_string(d.dims[1]) + "] for /climate/data " +
                 h5_dims_text(d.dims));
-  h = static_cast<int64_t>(d.dims[0]);
-  w = static_cast<int64_t>(d.dims[1]);
-  c = static_cast<int64_t>(d.dims[2]);
   return f;
 }
 
 class DeepcamSource final : public data::DataSource {
  public:
   DeepcamSource(std::vector<std::string> paths, const std::string& stats_path, const OpenOptions& options)
-      : m_paths(std::move(paths)), m_open(m_paths.size()) {
+      : m_paths(std::move(paths)), m_open(m_paths.size()), m_labels_optional(options.labels_optional) {
     if (m_paths.empty()) throw Error("no DeepCAM files given");
-    m_open[0] = open_deepcam_file(m_paths[0], m_h, m_w, m_c);
+    m_open[0] = open_deepcam_file(m_paths[0], m_h, m_w, m_c, m_labels_optional);
     m_open_order.push_back(0);
     m_shift.assign(static_cast<size_t>(m_c), 0.0f);
     m_denom.assign(static_cast<size_t>(m_c), 1.0f);
@@ -117,13 +119,18 @@ class DeepcamSource final : public data::DataSource {
       if (index < 0 || index >= size())
         throw Error("DeepCAM: sample index " + std::to_string(index) + " outside [0, " + std::to_string(size()) + ")");
       const std::string& path = m_paths[static_cast<size_t>(index)];
+      bool labelled = true;
       {
         auto lock = h5_lock();
         const DeepcamFile& f = file(static_cast<size_t>(index));
         if (H5Dread(f.data.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, hwc.get()) < 0)
           throw data::BadSample(path + ": dataset /climate/data: unreadable (" + h5_error_text() + ")", path, index);
-        if (H5Dread(f.labels.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, lab.get()) < 0)
+        if (!f.labels) {
+          std::fill(lab.get(), lab.get() + plane, -1.0f);  // labels_optional: no class
+          labelled = false;
+        } else if (H5Dread(f.labels.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, lab.get()) < 0) {
           throw data::BadSample(path + ": dataset /climate/labels_0: unreadable (" + h5_error_text() + ")", path, index);
+        }
       }
       float* dst = images + k * static_cast<size_t>(plane * m_c);
       transpose_normalise(hwc.get(), dst, plane, path, index);
@@ -131,7 +138,7 @@ class DeepcamSource final : public data::DataSource {
       bool bad = false;
       for (int64_t p = 0; p < plane; ++p) {
         const float v = lab[static_cast<size_t>(p)];
-        bad |= !(v == 0.0f || v == 1.0f || v == 2.0f);
+        bad |= labelled && !(v == 0.0f || v == 1.0f || v == 2.0f);
         out[p] = static_cast<int32_t>(v);
       }
       if (bad)
@@ -180,7 +187,7 @@ class DeepcamSource final : public data::DataSource {
   const DeepcamFile& file(size_t i) const {
     if (!m_open[i].file) {
       int64_t h = 0, w = 0, c = 0;
-      DeepcamFile f = open_deepcam_file(m_paths[i], h, w, c);
+      DeepcamFile f = open_deepcam_file(m_paths[i], h, w, c, m_labels_optional);
       if (h != m_h || w != m_w || c != m_c)
         throw Error(m_paths[i] + ": dataset /climate/data has shape [" + std::to_string(h) + "," + std::to_string(w) +
                     "," + std::to_string(c) + "] but " + m_paths[0] + " has [" + std::to_string(m_h) + "," +
@@ -198,6 +205,7 @@ class DeepcamSource final : public data::DataSource {
   std::vector<std::string> m_paths;
   mutable std::vector<DeepcamFile> m_open;  // by sample; empty handles when closed
   mutable std::deque<size_t> m_open_order;  // oldest first
+  bool m_labels_optional = false;
   int64_t m_h = 0, m_w = 0, m_c = 0;
   std::vector<float> m_shift, m_denom;  // normalised = (raw - shift) / denom, per channel
   std::vector<float> m_scale;           // 1 / denom

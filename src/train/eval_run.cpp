@@ -33,9 +33,9 @@ std::string input_text(const DatasetInfo& info) {
          (info.per_pixel_labels ? "a label per pixel" : "a label per sample");
 }
 
-// The run's config with --set applied, and --data in place of data.test. A config that does
-// not read back is the checkpoint's fault (exit 1); an override that is refused, the user's (2).
-Config eval_config(const CheckpointModel& ck, const EvalOptions& options) {
+}  // namespace
+
+Config checkpoint_config(const CheckpointModel& ck, const std::vector<std::string>& overrides) {
   const std::string origin = model_file(ck) + " (its config)";
   const std::string& text = ck.data.text("config");
   try {
@@ -45,10 +45,18 @@ Config eval_config(const CheckpointModel& ck, const EvalOptions& options) {
   }
   Config cfg;
   try {
-    cfg = parse_config(text, origin, options.overrides);
+    cfg = parse_config(text, origin, overrides);
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
+  return cfg;
+}
+
+namespace {
+
+// The run's config with --set applied, and --data in place of data.test.
+Config eval_config(const CheckpointModel& ck, const EvalOptions& options) {
+  Config cfg = checkpoint_config(ck, options.overrides);
   if (!options.data.empty()) cfg.data.test = options.data;
   return cfg;
 }
@@ -92,16 +100,18 @@ std::string trained_on(const CheckpointModel& ck, const std::string& refused_pat
 // The model that the checkpoint's config makes for this data, checked against the data and the
 // checkpoint before anything is allocated. Throws UsageError naming the data, the checkpoint
 // and what each has.
-nn::ModelSpec fit_model(const CheckpointModel& ck, const Config& cfg, const std::string& key, const DataSource& test,
-                        int64_t batch) {
+}  // namespace
+
+nn::ModelSpec fit_checkpoint_model(const CheckpointModel& ck, const Config& cfg, const std::string& key,
+                                   const std::string& data_path, const DataSource& test, int64_t batch) {
   const DatasetInfo& info = test.info();
   const io::CheckpointData& d = ck.data;
   const int64_t params = d.integer("param_count"), state = d.integer("state_count");
   auto refuse = [&](const std::string& why) {
-    return UsageError(key + " " + cfg.data.test + " does not fit the model of checkpoint " + ck.folder.string() + ": " +
+    return UsageError(key + " " + data_path + " does not fit the model of checkpoint " + ck.folder.string() + ": " +
                       why + "; the data has " + input_text(info) + " (" + info.description + "); the model is " +
                       d.text("model") + " with " + std::to_string(params) + " parameters" +
-                      trained_on(ck, cfg.data.test));
+                      trained_on(ck, data_path));
   };
   const nn::ModelSpec spec = model_spec(cfg, info);
   if (const std::string why = model_data_mismatch(cfg, info); !why.empty()) throw refuse(why);
@@ -129,6 +139,31 @@ nn::ModelSpec fit_model(const CheckpointModel& ck, const Config& cfg, const std:
   return spec;
 }
 
+InferenceModel build_inference_model(const CheckpointModel& ck, const Config& cfg, const nn::ModelSpec& spec,
+                                     const DatasetInfo& info, int64_t batch, const mpi::Topology& topo) {
+  const io::CheckpointData& d = ck.data;
+  InferenceModel m;
+  m.backend = nn::make_backend(cfg.run.backend, topo.host_rank(),
+                               cfg.run.threads > 0 ? static_cast<int>(cfg.run.threads)
+                                                   : cpu::default_threads(topo.host_ranks()),
+                               cfg.run.cpu_streams);
+  m.stream = m.backend->create_stream();
+  m.backend->bind_calling_thread(m.backend->threads());
+  const nn::DType precision = precision_dtype(cfg.train.precision);
+  m.graph = nn::make_model(spec, info.sample);
+  m.graph->set_dtype(precision);
+  m.graph->set_layout(resolve_layout(cfg.model.layout, m.backend->name(), precision));
+  m.graph->build(*m.backend, batch, static_cast<uint64_t>(cfg.run.seed));
+  const std::vector<float>& params = d.array("central/params", m.graph->param_count());
+  const std::vector<float>& state = d.array("central/state", m.graph->state_count());
+  m.backend->copy_from_host(*m.stream, m.graph->params(), params.data(), params.size());
+  m.backend->copy_from_host(*m.stream, m.graph->state(), state.data(), state.size());
+  m.backend->synchronize(*m.stream);
+  return m;
+}
+
+namespace {
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
@@ -149,7 +184,7 @@ EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& opt
     batch = cfg.train.eval_batch_size > 0 ? cfg.train.eval_batch_size : cfg.train.batch_size;
     test = open_test(cfg, options);
     if (test->size() == 0) throw UsageError(cfg.data.test + " (" + test->info().description + ") holds no samples");
-    spec = fit_model(ck, cfg, data_key(options), *test, batch);
+    spec = fit_checkpoint_model(ck, cfg, data_key(options), cfg.data.test, *test, batch);
     n_test = cfg.data.test_samples > 0 ? std::min(cfg.data.test_samples, test->size()) : test->size();
   });
   const DatasetInfo& info = test->info();
@@ -157,38 +192,22 @@ EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& opt
 
   // The model on the run's backend and precision, holding the checkpoint's central model.
   // Declared in this order so that the buffers go before the backend that owns their memory.
-  std::unique_ptr<nn::Backend> backend;
-  std::unique_ptr<nn::Stream> stream;
-  std::unique_ptr<nn::Graph> g;
+  InferenceModel m;
   nn::Buffer label_buf, pred_buf, weight_buf;
   int32_t* dev_labels = nullptr;
   int32_t* dev_pred = nullptr;
   const float* dev_weights = nullptr;
   mpi::run_agreed(world, [&] {
-    backend = nn::make_backend(cfg.run.backend, topo.host_rank(),
-                               cfg.run.threads > 0 ? static_cast<int>(cfg.run.threads)
-                                                   : cpu::default_threads(topo.host_ranks()),
-                               cfg.run.cpu_streams);
-    stream = backend->create_stream();
-    backend->bind_calling_thread(backend->threads());
-    const nn::DType precision = precision_dtype(cfg.train.precision);
-    g = nn::make_model(spec, info.sample);
-    g->set_dtype(precision);
-    g->set_layout(resolve_layout(cfg.model.layout, backend->name(), precision));
-    g->build(*backend, batch, static_cast<uint64_t>(cfg.run.seed));
-    const std::vector<float>& params = d.array("central/params", g->param_count());
-    const std::vector<float>& state = d.array("central/state", g->state_count());
-    backend->copy_from_host(*stream, g->params(), params.data(), params.size());
-    backend->copy_from_host(*stream, g->state(), state.data(), state.size());
-    dev_labels = backend->allocate_labels(static_cast<size_t>(batch * label_hw), label_buf);
-    dev_pred = backend->allocate_labels(static_cast<size_t>(batch * label_hw), pred_buf);
+    m = build_inference_model(ck, cfg, spec, info, batch, topo);
+    dev_labels = m.backend->allocate_labels(static_cast<size_t>(batch * label_hw), label_buf);
+    dev_pred = m.backend->allocate_labels(static_cast<size_t>(batch * label_hw), pred_buf);
     if (!cfg.data.class_weights.empty()) {
       const std::vector<float> weights(cfg.data.class_weights.begin(), cfg.data.class_weights.end());
-      weight_buf = backend->allocate(weights.size());
-      backend->copy_from_host(*stream, weight_buf.data(), weights.data(), weights.size());
+      weight_buf = m.backend->allocate(weights.size());
+      m.backend->copy_from_host(*m.stream, weight_buf.data(), weights.data(), weights.size());
       dev_weights = weight_buf.data();
     }
-    backend->synchronize(*stream);
+    m.backend->synchronize(*m.stream);
   });
 
   EvalResult r;
@@ -203,7 +222,7 @@ EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& opt
   const int64_t begin = n_test * world.rank() / world.size(), end = n_test * (world.rank() + 1) / world.size();
   const auto t0 = Clock::now();
   mpi::run_agreed(world, [&] {
-    r.part = evaluate_range(*g, *backend, *stream, *test, begin, end, dev_labels, dev_pred, dev_weights);
+    r.part = evaluate_range(*m.graph, *m.backend, *m.stream, *test, begin, end, dev_labels, dev_pred, dev_weights);
   });
   sum_over_ranks(r.part, world);
   r.eval_s = seconds_since(t0);

@@ -8,6 +8,10 @@
 #include <vector>
 
 #include "mpi/topology.hpp"
+#include "src/nn/backend.hpp"
+#include "src/nn/graph.hpp"
+#include "src/train/config.hpp"
+#include "src/train/datasets.hpp"
 #include "src/train/eval_checkpoint.hpp"
 #include "src/train/evaluate.hpp"
 
@@ -29,6 +33,27 @@ struct EvalResult {
   double eval_s = 0;                    // the evaluation itself, without reading and building
   int world_size = 1;
 };
+
+// The checkpoint's config with --set overrides applied. A config that does not read back is
+// the checkpoint's fault (Error, exit 1); an override that is refused, the user's (UsageError).
+Config checkpoint_config(const CheckpointModel& ck, const std::vector<std::string>& overrides);
+
+// The model the checkpoint's config makes for samples like `data`'s, checked against the data
+// and the checkpoint before anything is allocated: a UsageError naming `key` `data_path`, the
+// checkpoint and what each has.
+nn::ModelSpec fit_checkpoint_model(const CheckpointModel& ck, const Config& cfg, const std::string& key,
+                                   const std::string& data_path, const DataSource& data, int64_t batch);
+
+// The checkpoint's central model on the config's backend and precision, built for batches of
+// `batch` samples of `info`'s shape, ready for inference (eval mode is the caller's RunMode).
+// Members in this order so that the graph goes before the stream and the backend.
+struct InferenceModel {
+  std::unique_ptr<nn::Backend> backend;
+  std::unique_ptr<nn::Stream> stream;
+  std::unique_ptr<nn::Graph> graph;
+};
+InferenceModel build_inference_model(const CheckpointModel& ck, const Config& cfg, const nn::ModelSpec& spec,
+                                     const DatasetInfo& info, int64_t batch, const mpi::Topology& topo);
 
 // Collective over topo.world(). Parses the checkpoint's config with `overrides` (a bad one is
 // a usage error, exit 2), opens the test set and checks that it fits the model (sample shape,

@@ -1,0 +1,100 @@
+// `squall predict --checkpoint PATH | --run DIR --data PATH... --out DIR [--probabilities]
+// [--png] [--set section.key=value ...]`: a trained model applied to new files, one mask file
+// per input (docs/inference.md). Under mpirun the files are split over the ranks.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpi/topology.hpp"
+#include "src/app/cli.hpp"
+#include "src/core/error.hpp"
+#include "src/train/eval_checkpoint.hpp"
+#include "src/train/predict.hpp"
+
+namespace squall::app {
+namespace {
+
+struct PredictArgs {
+  std::string checkpoint;
+  std::string run_dir;
+  train::PredictOptions options;
+};
+
+// "data-000640.h5 -> masks/data-000640-mask.h5: 1 time step; background 97.1%,
+// tropical cyclone 1.2% (3 regions), atmospheric river 1.7% (2 regions)".
+std::string file_line(const train::PredictedFile& f) {
+  const std::vector<std::string>& names = f.class_names;
+  int64_t all = 0;
+  for (int64_t p : f.pixels) all += p;
+  std::string line = f.input + " -> " + f.output + ": " + std::to_string(f.samples) + " time step" +
+                     (f.samples == 1 ? "" : "s") + ";";
+  for (size_t c = 0; c < f.pixels.size(); ++c) {
+    char pct[32];
+    std::snprintf(pct, sizeof(pct), "%.1f%%", all > 0 ? 100.0 * static_cast<double>(f.pixels[c]) / static_cast<double>(all) : 0.0);
+    line += (c ? ", " : " ") + (c < names.size() ? names[c] : "class " + std::to_string(c)) + " " + pct;
+    if (c > 0) line += " (" + std::to_string(f.regions[c]) + (f.regions[c] == 1 ? " region)" : " regions)");
+  }
+  return line;
+}
+
+int run_predict(Context& ctx, const PredictArgs& args) {
+  if (args.checkpoint.empty() == args.run_dir.empty())
+    throw CollectiveError(args.checkpoint.empty()
+                              ? "predict needs --checkpoint PATH (a step-NNNNNNNN folder or its model.h5) or --run DIR "
+                                "(its newest checkpoint)"
+                              : "give --checkpoint PATH or --run DIR, not both",
+                          k_exit_usage);
+  const mpi::Topology topo = mpi::Topology::create(mpi::resolve_ranks_per_node(ctx.global.ranks_per_node));
+  const train::CheckpointModel ck = args.checkpoint.empty()
+                                        ? train::read_newest_checkpoint_model(args.run_dir, topo.world())
+                                        : train::read_checkpoint_model(args.checkpoint, topo.world());
+  const std::vector<train::PredictedFile> mine = train::predict_files(ck, args.options, topo);
+  std::string text;
+  int64_t files = 0;
+  for (const auto& f : mine) {
+    text += "predict " + file_line(f) + "\n";
+    ++files;
+  }
+  const std::vector<std::string> all = topo.world().gather_strings(text);
+  const int64_t total = topo.world().allreduce_sum(files);
+  if (topo.rank() == 0) {
+    for (const std::string& t : all) std::cout << t;
+    std::cout << "predict " << ck.name() << ": " << total << " file" << (total == 1 ? "" : "s") << ", masks in "
+              << std::filesystem::path(args.options.out).string() << "\n"
+              << std::flush;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_predict_command(CLI::App& root, Context& ctx, Actions& actions) {
+  CLI::App* sub = root.add_subcommand("predict", "Apply a checkpoint's model to new files and write their masks");
+  auto args = std::make_shared<PredictArgs>();
+  sub->add_option("--checkpoint", args->checkpoint, "The checkpoint: a step-NNNNNNNN folder or its model.h5")
+      ->type_name("PATH");
+  sub->add_option("--run", args->run_dir, "A run dir: its newest readable checkpoint")->type_name("DIR");
+  sub->add_option("--data", args->options.data, "Input files, or folders of them (labels not needed)")
+      ->type_name("PATH")
+      ->required()
+      ->take_all();
+  sub->add_option("--out", args->options.out, "The folder for the masks (made when missing)")
+      ->type_name("DIR")
+      ->required();
+  sub->add_option("--format", args->options.format, "Mask file format: h5")->type_name("FORMAT");
+  sub->add_flag("--probabilities", args->options.probabilities, "Also write the softmax of every class per pixel");
+  sub->add_flag("--png", args->options.png, "Also write a picture per input: its first channel and its mask");
+  sub->add_option("--set", args->options.overrides,
+                  "Override a key of the run's config: --set section.key=value (repeatable; e.g. data.train to "
+                  "find the training set's stats.h5, run.backend)")
+      ->take_all()
+      ->allow_extra_args(false);
+  sub->footer("Exit status: 0 done; 1 a failure at run time (an unreadable file); 2 a usage error (a flag, a missing "
+              "checkpoint or input, files that do not fit the model).");
+  actions[sub] = [&ctx, args] { return run_predict(ctx, *args); };
+}
+
+}  // namespace squall::app

@@ -1,0 +1,234 @@
+// `squall predict`: the checkpoint's model on new files (src/train/predict.hpp).
+#include "src/train/predict.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include "io/dataset.hpp"
+#include "io/mask.hpp"
+#include "io/png.hpp"
+#include "mpi/agreement.hpp"
+#include "src/core/error.hpp"
+#include "src/train/eval_run.hpp"
+#include "src/train/predictions.hpp"
+
+namespace squall::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool is_data_file(const fs::path& p) { return p.extension() == ".h5" && p.filename() != "stats.h5"; }
+
+// The training set's statistics file: predict normalises as training did.
+std::string training_stats(const Config& cfg, const CheckpointModel& ck) {
+  const std::string stats = io::find_deepcam_stats(cfg.data.train);
+  if (stats.empty())
+    throw UsageError("the training set's statistics are needed to normalise the inputs as training did, and " +
+                     cfg.data.train + " (data.train of checkpoint " + ck.folder.string() +
+                     ") has no stats.h5; give its place with --set data.train=PATH");
+  return stats;
+}
+
+// A picture of one time step: its first channel in grey, and beside it the mask's classes.
+io::RgbImage mask_picture(const float* channel, const uint8_t* mask, int64_t h, int64_t w) {
+  constexpr int64_t gap = 4;
+  io::RgbImage img(2 * w + gap, h, 255);
+  const auto [lo, hi] = std::minmax_element(channel, channel + h * w);
+  const float range = *hi > *lo ? *hi - *lo : 1.0f;
+  for (int64_t y = 0; y < h; ++y) {
+    const int64_t row = h - 1 - y;  // north at the top
+    for (int64_t x = 0; x < w; ++x) {
+      const auto i = row * w + x;
+      const auto grey = static_cast<uint8_t>(std::clamp((channel[i] - *lo) / range, 0.0f, 1.0f) * 255.0f + 0.5f);
+      img.set(x, y, grey, grey, grey);
+      uint8_t rgb[3];
+      class_colour(mask[i], rgb);
+      if (mask[i] == 0) rgb[0] = rgb[1] = rgb[2] = static_cast<uint8_t>(grey / 2);
+      img.set(w + gap + x, y, rgb[0], rgb[1], rgb[2]);
+    }
+  }
+  return img;
+}
+
+}  // namespace
+
+std::vector<std::string> predict_inputs(const std::vector<std::string>& paths) {
+  std::vector<std::string> out;
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    if (fs::is_directory(p, ec)) {
+      std::vector<std::string> files;
+      for (const auto& e : fs::directory_iterator(p))
+        if (e.is_regular_file() && is_data_file(e.path())) files.push_back(e.path().string());
+      if (files.empty()) throw UsageError("--data " + p + ": a folder with no data files (*.h5 other than stats.h5)");
+      std::sort(files.begin(), files.end());
+      out.insert(out.end(), files.begin(), files.end());
+    } else if (fs::exists(p, ec)) {
+      out.push_back(p);
+    } else {
+      throw UsageError("--data " + p + ": no such file or folder");
+    }
+  }
+  return out;
+}
+
+int64_t count_regions(const uint8_t* mask, int64_t h, int64_t w, uint8_t cls) {
+  std::vector<uint8_t> seen(static_cast<size_t>(h * w), 0);
+  std::vector<int64_t> stack;
+  int64_t regions = 0;
+  for (int64_t start = 0; start < h * w; ++start) {
+    if (mask[start] != cls || seen[static_cast<size_t>(start)]) continue;
+    ++regions;
+    seen[static_cast<size_t>(start)] = 1;
+    stack.push_back(start);
+    while (!stack.empty()) {
+      const int64_t p = stack.back();
+      stack.pop_back();
+      const int64_t y = p / w, x = p % w;
+      for (int64_t dy = -1; dy <= 1; ++dy)
+        for (int64_t dx = -1; dx <= 1; ++dx) {
+          const int64_t ny = y + dy;
+          if ((dy == 0 && dx == 0) || ny < 0 || ny >= h) continue;
+          const int64_t nx = (x + dx + w) % w;  // longitude wraps around
+          const int64_t q = ny * w + nx;
+          if (mask[q] == cls && !seen[static_cast<size_t>(q)]) {
+            seen[static_cast<size_t>(q)] = 1;
+            stack.push_back(q);
+          }
+        }
+    }
+  }
+  return regions;
+}
+
+std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const PredictOptions& options,
+                                         const mpi::Topology& topo) {
+  const mpi::Communicator& world = topo.world();
+  if (options.format != "h5")
+    throw CollectiveError("--format " + options.format + ": not a mask format squall writes (h5)", k_exit_usage);
+  Config cfg;
+  std::vector<std::string> inputs;
+  std::string stats;
+  mpi::run_agreed(world, [&] {
+    cfg = checkpoint_config(ck, options.overrides);
+    inputs = predict_inputs(options.data);
+    stats = training_stats(cfg, ck);
+    if (world.rank() == 0) fs::create_directories(options.out);
+  });
+  io::OpenOptions open;
+  open.normalization = cfg.data.normalization;
+  open.labels_optional = true;
+  open.cache_bytes = 0;
+  // Rank r takes files [n r / R, n (r + 1) / R).
+  const auto n = static_cast<int64_t>(inputs.size());
+  const int64_t first = n * world.rank() / world.size(), last = n * (world.rank() + 1) / world.size();
+  const int64_t batch = cfg.train.eval_batch_size > 0 ? cfg.train.eval_batch_size : cfg.train.batch_size;
+
+  std::vector<PredictedFile> done;
+  InferenceModel m;
+  nn::Buffer pred_buf;
+  int32_t* dev_pred = nullptr;
+  nn::Shape built;  // the sample shape the model was built for
+  mpi::run_agreed(world, [&] {
+    for (int64_t f = first; f < last; ++f) {
+      const std::string& input = inputs[static_cast<size_t>(f)];
+      const auto source = io::open_deepcam_files({input}, stats, open);
+      const data::DatasetInfo& info = source->info();
+      if (!m.graph) {
+        const nn::ModelSpec spec = fit_checkpoint_model(ck, cfg, "--data", input, *source, batch);
+        m = build_inference_model(ck, cfg, spec, info, batch, topo);
+        built = info.sample;
+        pred_buf = {};
+        const int64_t hw = info.sample.h() * info.sample.w();
+        dev_pred = m.backend->allocate_labels(static_cast<size_t>(batch * hw), pred_buf);
+      } else if (info.sample.c() != built.c() || info.sample.h() != built.h() || info.sample.w() != built.w()) {
+        throw UsageError(input + ": samples of " + info.sample.str() + ", but the files before it have " + built.str());
+      }
+      nn::Graph& g = *m.graph;
+      nn::Backend& be = *m.backend;
+      nn::Stream& s = *m.stream;
+      const int64_t h = info.sample.h(), w = info.sample.w(), hw = h * w, per = info.sample.per_sample();
+      const int64_t classes = static_cast<int64_t>(info.class_names.size());
+      io::MaskOutput out;
+      out.times = source->size();
+      out.h = h;
+      out.w = w;
+      out.class_names = info.class_names;
+      out.mask.resize(static_cast<size_t>(out.times * hw));
+      if (options.probabilities) out.probabilities.resize(static_cast<size_t>(out.times * classes * hw));
+      io::read_deepcam_grid(input, out.lat, out.lon);
+      out.attributes = {{"model", ck.data.text("model")},
+                        {"checkpoint", ck.folder.string()},
+                        {"step", std::to_string(ck.data.integer("step"))},
+                        {"source", input},
+                        {"normalisation", stats}};
+      std::vector<float> images(static_cast<size_t>(batch * per)), logits;
+      std::vector<int32_t> labels(static_cast<size_t>(batch * hw)), pred(static_cast<size_t>(batch * hw));
+      std::vector<float> first_channel;
+      nn::Buffer wide;
+      nn::RunMode mode;
+      mode.train = false;
+      std::vector<int64_t> idx;
+      for (int64_t start = 0; start < out.times; start += batch) {
+        const int64_t valid = std::min(batch, out.times - start);
+        idx.resize(static_cast<size_t>(batch));
+        for (int64_t i = 0; i < batch; ++i) idx[static_cast<size_t>(i)] = start + std::min(i, valid - 1);
+        source->read(idx, images.data(), labels.data());
+        if (start == 0) first_channel.assign(images.begin(), images.begin() + hw);
+        be.copy_from_host(s, g.input().f32(), images.data(), images.size());
+        g.forward(s, mode);
+        const auto shape = g.output_shape();
+        be.argmax_channels(s, g.dtype(), g.output().data, dev_pred, shape.n(), shape.c(), shape.h() * shape.w());
+        be.copy_labels_to_host(s, pred.data(), dev_pred, pred.size());
+        if (options.probabilities) {
+          const auto count = static_cast<size_t>(shape.n() * shape.c() * shape.h() * shape.w());
+          logits.resize(count);
+          if (g.dtype() == nn::DType::f32) {
+            be.copy_to_host(s, logits.data(), g.output().f32(), count);
+          } else {
+            if (!wide) wide = be.allocate(count);
+            be.convert(s, g.output().data, g.dtype(), wide.data(), nn::DType::f32, count);
+            be.copy_to_host(s, logits.data(), wide.data(), count);
+          }
+        }
+        be.synchronize(s);
+        for (int64_t k = 0; k < valid; ++k) {
+          uint8_t* dst = out.mask.data() + (start + k) * hw;
+          for (int64_t p = 0; p < hw; ++p) dst[p] = static_cast<uint8_t>(pred[static_cast<size_t>(k * hw + p)]);
+          if (!options.probabilities) continue;
+          const float* z = logits.data() + k * classes * hw;
+          float* prob = out.probabilities.data() + (start + k) * classes * hw;
+          for (int64_t p = 0; p < hw; ++p) {  // softmax over the classes, in double
+            double top = z[p];
+            for (int64_t c = 1; c < classes; ++c) top = std::max(top, static_cast<double>(z[c * hw + p]));
+            double sum = 0;
+            for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(z[c * hw + p]) - top);
+            for (int64_t c = 0; c < classes; ++c)
+              prob[c * hw + p] = static_cast<float>(std::exp(static_cast<double>(z[c * hw + p]) - top) / sum);
+          }
+        }
+      }
+      PredictedFile r;
+      r.input = input;
+      r.samples = out.times;
+      r.class_names = out.class_names;
+      r.output = (fs::path(options.out) / (fs::path(input).stem().string() + "-mask.h5")).string();
+      r.pixels.assign(static_cast<size_t>(classes), 0);
+      r.regions.assign(static_cast<size_t>(classes), 0);
+      for (uint8_t v : out.mask) ++r.pixels[std::min<size_t>(v, r.pixels.size() - 1)];
+      for (int64_t t = 0; t < out.times; ++t)
+        for (int64_t c = 1; c < classes; ++c)
+          r.regions[static_cast<size_t>(c)] += count_regions(out.mask.data() + t * hw, h, w, static_cast<uint8_t>(c));
+      io::write_mask_h5(r.output, out);
+      if (options.png)
+        io::write_png((fs::path(options.out) / (fs::path(input).stem().string() + "-mask.png")).string(),
+                      mask_picture(first_channel.data(), out.mask.data(), h, w));
+      done.push_back(std::move(r));
+    }
+  });
+  return done;
+}
+
+}  // namespace squall::train
