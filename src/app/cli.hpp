@@ -46,6 +46,8 @@ void add_climate_command(CLI::App& data, Context& ctx, Actions& actions);
 void add_label_command(CLI::App& data, Context& ctx, Actions& actions);
 // `eval` (cmd_eval.cpp).
 void add_eval_command(CLI::App& root, Context& ctx, Actions& actions);
+// `export` (cmd_export.cpp).
+void add_export_command(CLI::App& root, Context& ctx, Actions& actions);
 // `stage` (cmd_stage.cpp).
 void add_stage_command(CLI::App& root, Context& ctx, Actions& actions);
 // `report` (cmd_report.cpp).
