@@ -2,6 +2,9 @@
 
   check_onnx.py checker DIR   onnx.checker.check_model (full check) on every exported model
   check_onnx.py run DIR       onnxruntime on each model's input against squall's logits
+  check_onnx.py cli FILE C H W CLASSES
+                              a file `squall export` wrote: the checker, the names and shapes of
+                              input and logits, and a batch of 3 through onnxruntime
 
 `run` prints each model's largest absolute difference and fails when one exceeds the
 tolerance (1e-4, absolute), or when a batch of one does not give the first row again.
@@ -62,7 +65,26 @@ def run(dir_, manifest):
     return 1 if failed else 0
 
 
+def cli(path, c, h, w, classes):
+    import numpy as np
+    import onnxruntime as ort
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (inp,), (out,) = session.get_inputs(), session.get_outputs()
+    if inp.name != "input" or inp.shape != ["N", c, h, w] or out.name != "logits" or out.shape != ["N", classes]:
+        print(f"FAIL {path}: input {inp.name} {inp.shape}, output {out.name} {out.shape}")
+        return 1
+    x = np.random.default_rng(1).standard_normal((3, c, h, w)).astype(np.float32)
+    (y,) = session.run(["logits"], {"input": x})
+    if y.shape != (3, classes) or not np.all(np.isfinite(y)):
+        print(f"FAIL {path}: logits of shape {y.shape}, finite: {bool(np.all(np.isfinite(y)))}")
+        return 1
+    print(f"onnxruntime {ort.__version__}: {path}: input {inp.shape}, logits {out.shape} ok")
+    return 0
+
+
 def main():
+    if len(sys.argv) == 7 and sys.argv[1] == "cli":
+        return cli(sys.argv[2], *(int(v) for v in sys.argv[3:7]))
     if len(sys.argv) != 3 or sys.argv[1] not in ("checker", "run"):
         print(__doc__)
         return 2

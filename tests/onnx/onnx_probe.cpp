@@ -85,6 +85,37 @@ std::unique_ptr<Graph> other_layers(Shape& sample) {
   return g;
 }
 
+// A layer the exporter does not know: the export must refuse it, naming the node.
+class Mystery final : public Layer {
+ public:
+  std::string type() const override { return "mystery"; }
+  Shape setup(const std::vector<Shape>& inputs) override { return inputs.at(0); }
+  void build(Backend&, const std::vector<Tensor>&, const std::vector<Tensor>&, const std::vector<Tensor>&) override {}
+  void forward(Stream&, const std::vector<Tensor>&, const Tensor&, const RunMode&) override {}
+  void backward(Stream&, const std::vector<Tensor>&, const Tensor&, const Tensor&, const std::vector<Tensor>&) override {}
+};
+
+bool refuses_unknown_layer(const std::string& dir) {
+  Graph g(Shape(1, 2, 4, 4));
+  int x = g.add("head.relu", relu(), Graph::k_input);
+  g.add("head.mystery", std::make_unique<Mystery>(), x);
+  g.setup(1);
+  const std::string out = dir + "/refused.onnx";
+  try {
+    squall::exporting::write_onnx(g, {}, {}, out, {});
+  } catch (const squall::Error& e) {
+    const std::string what = e.what();
+    const bool named = what.find("'head.mystery'") != std::string::npos && what.find("mystery layer") != std::string::npos;
+    std::ifstream f(out);
+    if (named && !f) return true;
+    std::cerr << "onnx probe: the refusal of an unknown layer " << (named ? "left a file" : "does not name it: ")
+              << (named ? "" : what) << "\n";
+    return false;
+  }
+  std::cerr << "onnx probe: a graph with an unknown layer was exported\n";
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -179,6 +210,8 @@ int main(int argc, char** argv) try {
     std::cout << "onnx probe: " << c.name << " exported (" << g.param_count() << " parameters)\n" << std::flush;
   }
   std::ofstream(dir + "/manifest.json") << manifest.dump(1) << "\n";
+  if (!refuses_unknown_layer(dir)) return 1;
+  std::cout << "onnx probe: an unknown layer is refused, naming its node\n";
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "onnx probe: " << e.what() << "\n";
