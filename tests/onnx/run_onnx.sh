@@ -18,7 +18,7 @@ stamp="$venv/.squall-pins"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$pins" ] || ! "$venv/bin/python" -c "import onnxruntime, numpy" >/dev/null 2>&1; then
   rm -rf "$venv"
   "$py" -m venv "$venv" || skip "cannot create a virtual environment in $venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check $pins ||
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --retries 2 --timeout 30 $pins ||
     { rm -rf "$venv"; skip "pip cannot install $pins"; }
   echo "$pins" > "$stamp"
 fi
@@ -26,7 +26,7 @@ fi
 checker_py=$py
 if ! "$py" -c "import onnx" >/dev/null 2>&1; then
   checker_py=$venv/bin/python
-  "$checker_py" -c "import onnx" >/dev/null 2>&1 || "$checker_py" -m pip install --quiet --disable-pip-version-check "$onnx_pin" ||
+  "$checker_py" -c "import onnx" >/dev/null 2>&1 || "$checker_py" -m pip install --quiet --disable-pip-version-check --retries 2 --timeout 30 "$onnx_pin" ||
     skip "no onnx package for the checker (install python3-onnx)"
 fi
 
