@@ -48,6 +48,8 @@ void add_label_command(CLI::App& data, Context& ctx, Actions& actions);
 void add_eval_command(CLI::App& root, Context& ctx, Actions& actions);
 // `squall predict` (cmd_predict.cpp).
 void add_predict_command(CLI::App& root, Context& ctx, Actions& actions);
+// `export` (cmd_export.cpp).
+void add_export_command(CLI::App& root, Context& ctx, Actions& actions);
 // `stage` (cmd_stage.cpp).
 void add_stage_command(CLI::App& root, Context& ctx, Actions& actions);
 // `report` (cmd_report.cpp).

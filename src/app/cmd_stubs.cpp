@@ -1,4 +1,4 @@
-// The subcommands that live in their own files (eval, predict, stage, report, model) and the `data` and
+// The subcommands that live in their own files (eval, predict, export, stage, report, model) and the `data` and
 // `bench` groups, added to the root in the order `squall --help` lists them.
 #include "src/app/cli.hpp"
 
@@ -7,6 +7,7 @@ namespace squall::app {
 void add_stub_commands(CLI::App& root, Context& ctx, Actions& actions) {
   add_eval_command(root, ctx, actions);
   add_predict_command(root, ctx, actions);
+  add_export_command(root, ctx, actions);
   add_stage_command(root, ctx, actions);
   add_report_command(root, ctx, actions);
   add_model_command(root, ctx, actions);

@@ -33,6 +33,21 @@ Tensor Graph::node_grad(int i) const {
   return m_nodes[static_cast<size_t>(i)]->grad;
 }
 
+const Layer* Graph::node_layer(int i) const {
+  SQUALL_CHECK(i >= 0 && i < size(), "Graph::node_layer: no such node");
+  return m_nodes[static_cast<size_t>(i)]->layer.get();
+}
+
+const std::vector<int>& Graph::node_inputs(int i) const {
+  SQUALL_CHECK(i >= 0 && i < size(), "Graph::node_inputs: no such node");
+  return m_nodes[static_cast<size_t>(i)]->inputs;
+}
+
+const Shape& Graph::node_shape(int i) const {
+  SQUALL_CHECK(i >= 0 && i < size(), "Graph::node_shape: no such node");
+  return m_nodes[static_cast<size_t>(i)]->shape;
+}
+
 Graph::Graph(Shape input_sample) : m_input_sample(input_sample) {
   auto in = std::make_unique<Node>();
   in->name = "input";

@@ -94,6 +94,12 @@ class Graph {
   const std::string& node_name(int i) const;
   Tensor node_value(int i) const;
   Tensor node_grad(int i) const;  // its gradient after backward()
+  // The structure, for exporters (src/export/): node i's layer (null for the input), the
+  // nodes it reads, its output shape after setup() or build(), and the output node.
+  const Layer* node_layer(int i) const;
+  const std::vector<int>& node_inputs(int i) const;
+  const Shape& node_shape(int i) const;
+  int output_node() const { return m_output; }
 
  private:
   struct Node;

@@ -37,6 +37,16 @@ struct RunMode {
   uint64_t node = 0;  // set by the graph for each layer: salts per-layer random streams
 };
 
+// A layer's settings as an exporter needs them (src/export/onnx_export.cpp): what its type
+// alone does not say. Fields a layer does not have keep their defaults.
+struct LayerAttributes {
+  int64_t kernel = 0, stride = 1, padding = 0, dilation = 1, output_padding = 0;
+  bool bias = false;     // conv2d, conv_transpose2d, linear
+  float eps = 0.0f;      // batch_norm
+  float p = 0.0f;        // dropout
+  int64_t out_h = 0, out_w = 0;  // upsample_bilinear
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -46,6 +56,7 @@ class Layer {
   virtual Shape setup(const std::vector<Shape>& inputs) = 0;
   virtual std::vector<ParamSpec> param_specs() const { return {}; }
   virtual std::vector<ParamSpec> state_specs() const { return {}; }  // not learned (running stats)
+  virtual LayerAttributes attributes() const { return {}; }
   // Floating-point operations of one forward pass over the batch of the last setup(), given
   // the input shapes and the output shape that setup returned (for performance models,
   // src/train/perf_model.hpp). A multiply-add counts 2. 0: the layer only moves data.

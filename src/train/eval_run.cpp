@@ -229,4 +229,20 @@ EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& opt
   return r;
 }
 
+CheckpointGraph checkpoint_graph(const CheckpointModel& ck, const EvalOptions& options, int64_t batch) {
+  const Config cfg = eval_config(ck, options);
+  const std::unique_ptr<DataSource> test = open_test(cfg, options);
+  const nn::ModelSpec spec = fit_checkpoint_model(ck, cfg, data_key(options), cfg.data.test, *test, batch);
+  CheckpointGraph r;
+  r.model = ck.data.text("model");
+  r.step = ck.data.integer("step");
+  r.graph = nn::make_model(spec, test->info().sample);
+  r.graph->setup(batch);
+  r.params = ck.data.array("central/params", r.graph->param_count());
+  r.state = ck.data.array("central/state", r.graph->state_count());
+  r.normalization = cfg.data.normalize ? cfg.data.normalization : "";
+  r.data_path = cfg.data.test;
+  return r;
+}
+
 }  // namespace squall::train

@@ -4,6 +4,7 @@
 // ranks and summed, as training's evaluation does, so the final checkpoint of a run reproduces
 // the run's final test loss and accuracy on the same samples.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -62,5 +63,20 @@ InferenceModel build_inference_model(const CheckpointModel& ck, const Config& cf
 // precision, loads the central parameters and state and evaluates. Every failure, even one
 // that only some ranks meet, ends every rank with the same CollectiveError.
 EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& options, const mpi::Topology& topo);
+
+// The checkpoint's central model for `squall export`: its config (with options.overrides) and its
+// test set (options.data instead, when given) fix the model and its input size, as for
+// evaluation, with the same refusals; the graph is set up for `batch` samples (shapes only,
+// nothing allocated) and the central parameters and state are host copies. One process, no
+// collective.
+struct CheckpointGraph {
+  std::string model;                // the checkpoint's model ("resnet20")
+  int64_t step = 0;
+  std::unique_ptr<nn::Graph> graph;
+  std::vector<float> params, state;
+  std::string normalization;        // how the run normalised its inputs ("zscore", "minmax"; "" none)
+  std::string data_path;            // the test set that fixed the input size
+};
+CheckpointGraph checkpoint_graph(const CheckpointModel& ck, const EvalOptions& options, int64_t batch);
 
 }  // namespace squall::train

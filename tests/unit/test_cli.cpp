@@ -14,7 +14,7 @@ TEST_CASE("version and help flags succeed", "[cli]") {
   CHECK_THAT(v.out, Catch::StartsWith("squall "));
   const auto h = run_command(squall_bin() + " --help");
   CHECK(h.exit_code == 0);
-  for (const char* sub : {"info", "train", "eval", "data", "stage", "bench", "report", "model"})
+  for (const char* sub : {"info", "train", "eval", "export", "data", "stage", "bench", "report", "model"})
     CHECK_THAT(h.out, Catch::Contains(sub));
 }
 

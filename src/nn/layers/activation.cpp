@@ -45,6 +45,11 @@ class Dropout final : public Layer {
     if (!(p >= 0.0f && p < 1.0f)) throw Error("dropout: p must be in [0, 1), got " + std::to_string(p));
   }
   std::string type() const override { return "dropout"; }
+  LayerAttributes attributes() const override {
+    LayerAttributes a;
+    a.p = m_p;
+    return a;
+  }
   double forward_flops(const std::vector<Shape>&, const Shape& output) const override {
     return static_cast<double>(output.numel());  // one multiply by mask / (1 - p)
   }

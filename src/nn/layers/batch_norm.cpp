@@ -16,6 +16,11 @@ class BatchNorm final : public Layer {
                   ", momentum " + std::to_string(momentum));
   }
   std::string type() const override { return "batch_norm"; }
+  LayerAttributes attributes() const override {
+    LayerAttributes a;
+    a.eps = m_eps;
+    return a;
+  }
 
   // Training mode: the statistics (a sum and a sum of squares: 2 per element, taken as 1 here
   // with the subtraction of the mean) and the affine normalisation (x - mean) * scale + shift

@@ -94,6 +94,15 @@ class Conv2d final : public ConvBase {
                   std::to_string(o.padding) + ", dilation " + std::to_string(o.dilation) + ")");
   }
   std::string type() const override { return "conv2d"; }
+  LayerAttributes attributes() const override {
+    LayerAttributes a;
+    a.kernel = m_options.kernel;
+    a.stride = m_options.stride;
+    a.padding = m_options.padding;
+    a.dilation = m_options.dilation;
+    a.bias = m_options.bias;
+    return a;
+  }
 
   Shape setup(const std::vector<Shape>& inputs) override {
     const Shape& x = image_input(type(), inputs);
@@ -126,6 +135,15 @@ class ConvTranspose2d final : public ConvBase {
                   std::to_string(o.output_padding) + ")");
   }
   std::string type() const override { return "conv_transpose2d"; }
+  LayerAttributes attributes() const override {
+    LayerAttributes a;
+    a.kernel = m_options.kernel;
+    a.stride = m_options.stride;
+    a.padding = m_options.padding;
+    a.output_padding = m_options.output_padding;
+    a.bias = m_options.bias;
+    return a;
+  }
 
   Shape setup(const std::vector<Shape>& inputs) override {
     const Shape& x = image_input(type(), inputs);

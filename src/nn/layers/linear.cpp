@@ -14,6 +14,11 @@ class Linear final : public Layer {
     if (out_features <= 0) throw Error("linear: out_features must be positive, got " + std::to_string(out_features));
   }
   std::string type() const override { return "linear"; }
+  LayerAttributes attributes() const override {
+    LayerAttributes a;
+    a.bias = m_bias_on;
+    return a;
+  }
 
   Shape setup(const std::vector<Shape>& inputs) override {
     if (inputs.size() != 1) throw Error("linear: expects 1 input, got " + std::to_string(inputs.size()));

@@ -28,6 +28,13 @@ class Pool final : public Layer {
     m_desc.kind = kind;
   }
   std::string type() const override { return m_kind == PoolKind::max ? "max_pool" : "avg_pool"; }
+  LayerAttributes attributes() const override {
+    LayerAttributes a;
+    a.kernel = m_desc.r;
+    a.stride = m_desc.stride_h;
+    a.padding = m_desc.pad_h;
+    return a;
+  }
   // One comparison or addition per window element and output.
   double forward_flops(const std::vector<Shape>&, const Shape& output) const override {
     return static_cast<double>(output.numel()) * static_cast<double>(m_desc.r * m_desc.s);

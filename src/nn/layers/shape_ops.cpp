@@ -151,6 +151,12 @@ class UpsampleBilinear final : public StatelessLayer {
                   std::to_string(out_w));
   }
   std::string type() const override { return "upsample_bilinear"; }
+  LayerAttributes attributes() const override {
+    LayerAttributes a;
+    a.out_h = m_oh;
+    a.out_w = m_ow;
+    return a;
+  }
   // Four weighted neighbours per output element: 4 multiplies and 3 additions.
   double forward_flops(const std::vector<Shape>&, const Shape& output) const override {
     return 7.0 * static_cast<double>(output.numel());

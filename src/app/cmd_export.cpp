@@ -1,0 +1,99 @@
+// `squall export --checkpoint PATH | --run DIR --format onnx --out FILE [--batch N] [--data PATH]`:
+// a checkpoint's model as an inference graph for other runtimes (docs/inference.md, "Export to
+// ONNX"). The checkpoint is read through the same path as `squall eval`; the run's test set (or
+// --data) fixes the input size, which the checkpoint does not record.
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "mpi/topology.hpp"
+#include "squall/version.hpp"
+#include "src/app/cli.hpp"
+#include "src/core/error.hpp"
+#include "src/train/eval_checkpoint.hpp"
+#include "src/train/eval_run.hpp"
+#ifdef SQUALL_HAVE_ONNX
+#include "src/export/onnx_export.hpp"
+#endif
+
+namespace squall::app {
+namespace {
+
+struct ExportArgs {
+  std::string checkpoint;
+  std::string run_dir;
+  std::string format = "onnx";
+  std::string out;
+  std::string data;
+  int64_t batch = 0;
+};
+
+int run_export(Context& ctx, const ExportArgs& args) {
+  if (args.checkpoint.empty() == args.run_dir.empty())
+    throw UsageError(args.checkpoint.empty()
+                         ? "export needs --checkpoint PATH (a step-NNNNNNNN folder or its model.h5) or --run DIR "
+                           "(its newest checkpoint)"
+                         : "give --checkpoint PATH or --run DIR, not both");
+  if (args.format != "onnx") throw UsageError("export: unknown --format '" + args.format + "' (known: onnx)");
+  if (args.batch < 0) throw UsageError("export: --batch must be 0 (dynamic) or positive");
+#ifndef SQUALL_HAVE_ONNX
+  (void)ctx;
+  throw Error("export: this squall was built without ONNX export (libonnx-dev and libprotobuf-dev were not found "
+              "at configure time; scripts/install-deps installs them)");
+#else
+  const mpi::Topology topo = mpi::Topology::create(mpi::resolve_ranks_per_node(ctx.global.ranks_per_node));
+  const train::CheckpointModel ck = args.checkpoint.empty()
+                                        ? train::read_newest_checkpoint_model(args.run_dir, topo.world())
+                                        : train::read_checkpoint_model(args.checkpoint, topo.world());
+  if (topo.rank() != 0) return 0;  // one writer
+  train::EvalOptions options;
+  options.data = args.data;
+  const train::CheckpointGraph cg = train::checkpoint_graph(ck, options, args.batch > 0 ? args.batch : 1);
+  exporting::OnnxOptions o;
+  o.batch = args.batch;
+  o.graph_name = cg.model;
+  o.producer_version = k_version;
+  const std::string norm = cg.normalization.empty()
+                               ? "the run did not normalise its inputs"
+                               : "normalise the input as the run did (data.normalization = " + cg.normalization +
+                                     ", with the training data's statistics) before feeding it";
+  o.doc = "squall " + cg.model + " from " + ck.name() + " (step " + std::to_string(cg.step) +
+          "); evaluation mode; input NCHW float32: " + norm + "; logits before softmax";
+  exporting::write_onnx(*cg.graph, cg.params, cg.state, args.out, o);
+  const nn::Shape in = cg.graph->node_shape(nn::Graph::k_input), out = cg.graph->output_shape();
+  auto dims = [&](const nn::Shape& s) {
+    std::string t = "[" + (args.batch > 0 ? std::to_string(args.batch) : std::string("N"));
+    for (int i = 1; i < s.rank; ++i) t += "," + std::to_string(s[i]);
+    return t + "]";
+  };
+  std::cout << "export " << ck.name() << " (" << cg.model << ", step " << cg.step << ") to " << args.out
+            << ": ONNX opset " << exporting::k_onnx_opset << ", input " << dims(in) << ", logits " << dims(out)
+            << "; " << norm << "\n"
+            << std::flush;
+  return 0;
+#endif
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& root, Context& ctx, Actions& actions) {
+  CLI::App* sub = root.add_subcommand("export", "Export a checkpoint's model for inference (ONNX)");
+  auto args = std::make_shared<ExportArgs>();
+  sub->add_option("--checkpoint", args->checkpoint, "The checkpoint: a step-NNNNNNNN folder or its model.h5")
+      ->type_name("PATH");
+  sub->add_option("--run", args->run_dir, "A run dir: its newest readable checkpoint")->type_name("DIR");
+  sub->add_option("--format", args->format, "The file format (onnx)")->type_name("FORMAT")->capture_default_str();
+  sub->add_option("--out", args->out, "The file to write (replaced atomically)")->type_name("FILE")->required();
+  sub->add_option("--batch", args->batch, "A fixed batch size in the graph (0: dynamic, named N)")
+      ->type_name("N")
+      ->capture_default_str();
+  sub->add_option("--data", args->data,
+                  "The dataset that fixes the input size instead of the run's data.test (the checkpoint does not "
+                  "record it)")
+      ->type_name("PATH");
+  sub->footer("Exit status: 0 written; 1 a failure at run time (an unreadable checkpoint, a layer with no ONNX "
+              "counterpart, a file that cannot be written); 2 a usage error.");
+  actions[sub] = [&ctx, args] { return run_export(ctx, *args); };
+}
+
+}  // namespace squall::app
