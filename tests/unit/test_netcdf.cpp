@@ -18,6 +18,8 @@
 #include "io/netcdf_file.hpp"
 #include "io/netcdf_mask.hpp"
 #include "src/core/error.hpp"
+#include "src/train/config.hpp"
+#include "src/train/datasets.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -250,6 +252,14 @@ TEST_CASE("netCDF input: several files, (lat, lon) without time, renamed variabl
   renamed->read(std::span<const int64_t>(&one, 1), image.data(), labels.data());
   CHECK(image[static_cast<size_t>(7 * plane)] == field_value(7, 1, 0, 0));
   CHECK(io::netcdf_variable_map(" TS = ts , PSL=slp")[11] == "ts");
+  // squall train's way in: data.netcdf_variables through the config and open_dataset.
+  const squall::train::Config cfg = squall::train::parse_config(
+      "[data]\ntrain = \"" + e.path.string() + "\"\nnetcdf_variables = \"PSL=slp\"\n", "test.toml");
+  auto trained = squall::train::open_dataset(cfg.data.train, "train", false, "zscore", 0, cfg.data.netcdf_variables,
+                                             cfg.data.netcdf_labels);
+  CHECK(trained->size() == 3);
+  CHECK_THROWS_WITH(squall::train::parse_config("[data]\nnetcdf_variables = \"FOO=bar\"\n", "test.toml"),
+                    Catch::Contains("data.netcdf_variables") && Catch::Contains("FOO"));
   CHECK_THROWS_WITH(io::netcdf_variable_map("FOO=bar"), Catch::Contains("unknown channel 'FOO'"));
   CHECK_THROWS_WITH(io::netcdf_variable_map("PSL"), Catch::Contains("CHANNEL=variable"));
 }
