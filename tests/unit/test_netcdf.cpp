@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "io/dataset.hpp"
@@ -505,4 +506,68 @@ print(json.dumps(out))
   CHECK(j["history"] == "squall predict (test)");
   CHECK(j["checkpoint"] == "ckpt-000100");
   CHECK(j["decoded_year"] == 2001);  // 365 days after 2000-01-01 in the noleap calendar
+}
+
+TEST_CASE("netCDF input: packed variables unpacked, fill values are bad samples, reads from several threads agree",
+          "[io][netcdf]") {
+  squall::test::TempDir d("squall-netcdf-packed");
+  const std::string path = d.file("packed.nc");
+  write_nc(path, NcSpec{});
+  {
+    // TS (channel 11) rewritten as a packed short, with a fill value at step 1, pixel 5.
+    int ncid = -1, old = -1, dims[3], v = -1;
+    ok(nc_open(path.c_str(), NC_WRITE, &ncid));
+    ok(nc_inq_varid(ncid, "TS", &old));
+    ok(nc_inq_vardimid(ncid, old, dims));
+    ok(nc_rename_var(ncid, old, "TS_float"));
+    ok(nc_redef(ncid));
+    ok(nc_def_var(ncid, "TS", NC_SHORT, 3, dims, &v));
+    const float scale = 0.5f, offset = 11000.0f;
+    const short fill = -32767;
+    ok(nc_put_att_float(ncid, v, "scale_factor", NC_FLOAT, 1, &scale));
+    ok(nc_put_att_float(ncid, v, "add_offset", NC_FLOAT, 1, &offset));
+    ok(nc_put_att_short(ncid, v, "_FillValue", NC_SHORT, 1, &fill));
+    ok(nc_enddef(ncid));
+    std::vector<short> packed(3 * 6 * 8);
+    for (size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<short>(i);
+    packed[48 + 5] = fill;
+    ok(nc_put_var_short(ncid, v, packed.data()));
+    ok(nc_close(ncid));
+  }
+  auto source = io::open_netcdf_files({path}, "", k_raw);
+  const int64_t plane = 6 * 8;
+  std::vector<float> image(static_cast<size_t>(16 * plane));
+  std::vector<int32_t> labels(static_cast<size_t>(plane));
+  const int64_t zero = 0, one = 1;
+  source->read(std::span<const int64_t>(&zero, 1), image.data(), labels.data());
+  CHECK(image[static_cast<size_t>(11 * plane + 3)] == 3 * 0.5f + 11000.0f);
+  try {
+    source->read(std::span<const int64_t>(&one, 1), image.data(), labels.data());
+    FAIL("a fill value was read as data");
+  } catch (const squall::data::BadSample& e) {
+    CHECK(e.index() == 1);
+    CHECK(e.file() == path);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("'TS'") && Catch::Contains("time step 1, pixel 5"));
+  }
+
+  // The loader reads from several threads: the reads are serialised and agree with one thread.
+  squall::test::TempDir m("squall-netcdf-threads");
+  for (int f = 0; f < 3; ++f) write_nc(m.file("f" + std::to_string(f) + ".nc"), NcSpec{});
+  auto many = io::open_netcdf(m.path.string(), k_raw);
+  REQUIRE(many->size() == 9);
+  const size_t per = static_cast<size_t>(16 * plane);
+  std::vector<float> expected(per * 9);
+  std::vector<int32_t> lab(static_cast<size_t>(plane) * 9);
+  for (int64_t i = 0; i < 9; ++i) many->read(std::span<const int64_t>(&i, 1), expected.data() + per * static_cast<size_t>(i), lab.data());
+  std::vector<std::vector<float>> got(4, std::vector<float>(per * 9));
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      std::vector<int32_t> l(static_cast<size_t>(plane));
+      for (int round = 0; round < 5; ++round)
+        for (int64_t i = 8; i >= 0; --i)
+          many->read(std::span<const int64_t>(&i, 1), got[t].data() + per * static_cast<size_t>(i), l.data());
+    });
+  for (std::thread& t : threads) t.join();
+  for (const auto& g : got) CHECK(g == expected);
 }
