@@ -22,7 +22,8 @@ struct OpenOptions {
   bool labels_optional = false;
 };
 
-// "idx", "shards", "deepcam", or "" when the folder holds none of them.
+// "idx", "shards", "deepcam", "netcdf" (a *.nc file or a folder of them; io/netcdf_file.hpp),
+// or "" when the path holds none of them.
 std::string detect_format(const std::string& path);
 
 // Native shards: every `<split>-NNNNN-of-MMMMM.h5` in `dir` (docs/formats.md), in name order.

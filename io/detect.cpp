@@ -29,20 +29,22 @@ std::string detect_format(const std::string& path) {
     if (std::regex_match(name, shard_pattern())) return "shards";
     if (is_deepcam_name(name)) return "deepcam";
     if (name.find("-images-idx3-ubyte") != std::string::npos) return "idx";
+    if (fs::path(name).extension() == ".nc") return "netcdf";
     return "";
   }
   if (!fs::is_directory(path, ec)) return "";
   for (const char* stem : {"train-images-idx3-ubyte", "t10k-images-idx3-ubyte"})
     for (const char* ext : {"", ".gz"})
       if (fs::is_regular_file(fs::path(path) / (std::string(stem) + ext), ec)) return "idx";
-  bool deepcam = false;
+  bool deepcam = false, netcdf = false;
   for (const auto& entry : fs::directory_iterator(path, ec)) {
     if (!entry.is_regular_file(ec)) continue;
     const std::string name = entry.path().filename().string();
     if (std::regex_match(name, shard_pattern())) return "shards";
     deepcam = deepcam || is_deepcam_name(name);
+    netcdf = netcdf || fs::path(name).extension() == ".nc";
   }
-  return deepcam ? "deepcam" : "";
+  return deepcam ? "deepcam" : netcdf ? "netcdf" : "";
 }
 
 std::vector<std::string> list_shards(const std::string& dir, const std::string& split) {

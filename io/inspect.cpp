@@ -71,8 +71,8 @@ class Inspector {
     if (!fs::exists(path, ec)) return error(path + ": does not exist");
     const std::string format = detect_format(path);
     if (format.empty())
-      return error(path + ": holds no Fashion-MNIST IDX files, no squall shards (*-NNNNN-of-MMMMM.h5) and no "
-                          "DeepCAM files (data-*.h5)");
+      return error(path + ": holds no Fashion-MNIST IDX files, no squall shards (*-NNNNN-of-MMMMM.h5), no "
+                          "DeepCAM files (data-*.h5) and no netCDF files (*.nc)");
     note_format(format);
     const bool is_dir = fs::is_directory(path, ec);
     if (format == "idx") return add_idx(is_dir ? path : fs::path(path).parent_path().string());
@@ -82,6 +82,10 @@ class Inspector {
     }
     const std::string dir = is_dir ? path : fs::path(path).parent_path().string();
     add_deepcam_stats(find_deepcam_stats(dir));
+    if (format == "netcdf") {
+      for (const std::string& f : is_dir ? list_netcdf_files(path) : std::vector<std::string>{path}) add_netcdf(f);
+      return;
+    }
     for (const std::string& f : is_dir ? list_deepcam_files(path) : std::vector<std::string>{path}) add_deepcam(f);
   }
 
@@ -189,6 +193,23 @@ class Inspector {
       auto source = open_deepcam_files({file}, "", OpenOptions{false, "zscore"});
       const nn::Shape& s = source->info().sample;
       if (!agree(file, {s.c(), s.h(), s.w()}, "float32", true)) return;
+      set_classes(source->info().class_names);
+      const int64_t n = read_all(*source, file);
+      m_report.samples += n;
+      m_report.splits[fs::path(file).parent_path().filename().string()] += n;
+    } catch (const std::exception& e) {
+      error(e.what());
+    }
+  }
+
+  void add_netcdf(const std::string& file) {
+    m_report.files.push_back(file);
+    try {
+      m_report.netcdf.push_back(describe_netcdf(file));
+      auto source = open_netcdf_files({file}, "", OpenOptions{false, "zscore"});
+      const nn::Shape& s = source->info().sample;
+      if (!agree(file, {s.c(), s.h(), s.w()}, "float32", true)) return;
+      if (m_report.channels.empty()) m_report.channels = deepcam_channel_names();
       set_classes(source->info().class_names);
       const int64_t n = read_all(*source, file);
       m_report.samples += n;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "io/netcdf_file.hpp"
+
 // IDX folders are listed (files, format "idx") but not read: the IDX reader lives in
 // src/train, above io/; callers that link it (cmd_data.cpp) fill in samples and shape.
 
@@ -18,7 +20,7 @@ struct ChannelSummary {
 };
 
 struct InspectReport {
-  std::string format;                      // "shards", "deepcam", "idx", "mixed" or "" (nothing found)
+  std::string format;                      // "shards", "deepcam", "netcdf", "idx", "mixed" or "" (nothing found)
   std::vector<std::string> files;          // every file looked at
   int64_t samples = 0;                     // samples read (all splits)
   std::map<std::string, int64_t> splits;   // samples per split (shards: by file name; idx: train/test)
@@ -31,9 +33,11 @@ struct InspectReport {
   ChannelSummary stored;                   // statistics the files carry (shard attributes, stats.h5)
   ChannelSummary measured;                 // statistics of the raw values actually read
   std::vector<int64_t> label_counts;       // per class: samples (or pixels) with that label
+  std::vector<NetcdfFileInfo> netcdf;      // netCDF input: per file its format, dims, variables, time steps
   std::vector<std::string> errors;         // "FILE: dataset D: ...", empty when every chunk read
 };
 
+// netCDF files are read with the default variable names (io::netcdf_variable_map("")).
 // paths: dataset folders or single files. Never throws for bad data: problems go to errors.
 InspectReport inspect_paths(const std::vector<std::string>& paths);
 

@@ -227,8 +227,22 @@ json summary_json(const io::ChannelSummary& s) {
   return json{{"mean", s.mean}, {"std", s.std}, {"min", s.min}, {"max", s.max}};
 }
 
+json netcdf_json(const std::vector<io::NetcdfFileInfo>& files) {
+  json out = json::array();
+  for (const io::NetcdfFileInfo& f : files) {
+    json dims = json::object(), vars = json::array();
+    for (const auto& [name, len] : f.dims) dims[name] = len;
+    for (const io::NetcdfVariableInfo& v : f.variables)
+      vars.push_back({{"name", v.name}, {"type", v.type}, {"dims", v.dims}, {"shape", v.shape}});
+    out.push_back({{"file", f.path}, {"format", f.format}, {"dims", dims}, {"variables", vars}, {"time_steps", f.steps},
+                   {"labels", f.has_labels}, {"time_units", f.grid.time_units}, {"calendar", f.grid.calendar}});
+  }
+  return out;
+}
+
 json report_json(const io::InspectReport& r) {
   return json{{"format", r.format},
+              {"netcdf", netcdf_json(r.netcdf)},
               {"files", r.files},
               {"samples", r.samples},
               {"splits", r.splits},
@@ -275,6 +289,21 @@ void print_report(const io::InspectReport& r) {
                     c < s->max.size() ? s->max[c] : NAN);
       out += line;
     }
+  }
+  for (const io::NetcdfFileInfo& f : r.netcdf) {
+    out += "netCDF " + f.path + ": " + f.format + ", " + std::to_string(f.steps) + " time steps, " +
+           (f.has_labels ? "with" : "without") + " labels";
+    if (!f.grid.time_units.empty()) out += ", time in " + f.grid.time_units;
+    if (!f.grid.calendar.empty()) out += " (" + f.grid.calendar + " calendar)";
+    out += "\n  dims:";
+    for (const auto& [name, len] : f.dims) out += " " + name + "=" + std::to_string(len);
+    out += "\n  variables:";
+    for (const io::NetcdfVariableInfo& v : f.variables) {
+      std::string dims;
+      for (const std::string& d : v.dims) dims += (dims.empty() ? "" : ",") + d;
+      out += " " + v.name + "(" + dims + ") " + v.type + ";";
+    }
+    out += "\n";
   }
   if (!r.label_counts.empty()) {
     out += std::string("labels (") + (r.per_pixel_labels ? "pixels" : "samples") + " per class):";

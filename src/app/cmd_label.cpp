@@ -2,7 +2,10 @@
 // DeepCAM-layout files (`data-*.h5`) with TECA-style heuristics (src/data/climate_label.hpp,
 // docs/data.md) and writes each file, with /climate/labels_0 replaced, to --out; stats.h5 is
 // copied too. Each output file is written to a temporary name and renamed, so a file in
-// --out is whole or absent.
+// --out is whole or absent. A folder of netCDF files (*.nc, io/netcdf_file.hpp) is labelled
+// time step by time step; each step becomes a DeepCAM-layout file
+// `data-<file stem>-tNNNNNN.h5` (fields, lat/lon and labels), so that the output trains as
+// DeepCAM data does.
 //
 // Under mpirun, file i goes to rank i % size. A failure on any rank makes every rank exit 1
 // after one line from rank 0 naming the rank and the file (the ranks agree on the outcome
@@ -18,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/deepcam_file.hpp"
+#include "io/netcdf_file.hpp"
 #include "mpi/comm.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
@@ -31,21 +35,53 @@ using nlohmann::json;
 
 struct LabelArgs {
   std::string in, out;
+  std::string netcdf_variables;  // "CHANNEL=variable, ..." (netCDF input)
   data::LabelParams params;
   bool json = false;
 };
 
-// The data-*.h5 files of `dir`, in name order.
-std::vector<fs::path> deepcam_files(const std::string& dir) {
+// One unit of work: a DeepCAM file (step -1), or one time step of a netCDF file.
+struct Item {
+  fs::path file;
+  int64_t step = -1;
+};
+
+// The data-*.h5 files of `dir` in name order; without any, the time steps of its *.nc files.
+std::vector<Item> input_items(const std::string& dir, const io::NetcdfOptions& netcdf) {
   if (!fs::is_directory(dir)) throw UsageError("--in " + dir + ": not a folder");
-  std::vector<fs::path> files;
+  std::vector<fs::path> files, nc;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (e.is_regular_file() && name.starts_with("data-") && name.ends_with(".h5")) files.push_back(e.path());
+    if (e.is_regular_file() && e.path().extension() == ".nc") nc.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
-  if (files.empty()) throw UsageError("--in " + dir + ": no DeepCAM files (data-*.h5)");
-  return files;
+  std::sort(nc.begin(), nc.end());
+  std::vector<Item> items;
+  for (const fs::path& f : files) items.push_back({f, -1});
+  if (items.empty())
+    for (const fs::path& f : nc) {
+      const int64_t steps = io::describe_netcdf(f.string(), netcdf).steps;
+      for (int64_t t = 0; t < steps; ++t) items.push_back({f, t});
+    }
+  if (items.empty()) throw UsageError("--in " + dir + ": no DeepCAM files (data-*.h5) and no netCDF files (*.nc)");
+  return items;
+}
+
+// A netCDF time step as a DeepCAM sample: channels last, rows south to north (flipped when
+// the file's lat runs north to south, as the labeler's grid runs south to north).
+io::DeepcamFields netcdf_fields(const io::NetcdfSample& s, std::vector<double>& lat) {
+  io::DeepcamFields f{s.h, s.w, s.c, std::vector<float>(s.chw.size())};
+  lat = s.grid.lat;
+  const bool flip = lat.size() > 1 && lat.front() > lat.back();
+  if (flip) std::reverse(lat.begin(), lat.end());
+  for (int64_t c = 0; c < s.c; ++c)
+    for (int64_t y = 0; y < s.h; ++y) {
+      const int64_t src_y = flip ? s.h - 1 - y : y;
+      for (int64_t x = 0; x < s.w; ++x)
+        f.hwc[static_cast<size_t>((y * s.w + x) * s.c + c)] = s.chw[static_cast<size_t>((c * s.h + src_y) * s.w + x)];
+    }
+  return f;
 }
 
 void check_folders(const LabelArgs& a) {
@@ -69,11 +105,21 @@ void copy_atomically(const fs::path& src, const fs::path& dst) {
 }
 
 // This rank's share: labels, counts per class and centres per file.
-json label_my_files(const LabelArgs& a, const std::vector<fs::path>& files, int rank, int size) {
+json label_my_files(const LabelArgs& a, const std::vector<Item>& items, const io::NetcdfOptions& netcdf, int rank,
+                    int size) {
   json done = json::array();
-  for (size_t k = static_cast<size_t>(rank); k < files.size(); k += static_cast<size_t>(size)) {
-    const std::string src = files[k].string();
-    const io::DeepcamFields fields = io::read_deepcam_fields(src);
+  for (size_t k = static_cast<size_t>(rank); k < items.size(); k += static_cast<size_t>(size)) {
+    const std::string src = items[k].file.string();
+    const bool is_nc = items[k].step >= 0;
+    std::vector<double> lat, lon;
+    io::DeepcamFields fields;
+    if (is_nc) {
+      const io::NetcdfSample s = io::read_netcdf_sample(src, items[k].step, netcdf);
+      fields = netcdf_fields(s, lat);
+      lon = s.grid.lon;
+    } else {
+      fields = io::read_deepcam_fields(src);
+    }
     if (fields.c != data::k_climate_channels)
       throw Error(src + ": dataset /climate/data has " + std::to_string(fields.c) + " channels, expected " +
                   std::to_string(data::k_climate_channels) + " (TMQ, U850, ..., ZBOT)");
@@ -88,8 +134,15 @@ json label_my_files(const LabelArgs& a, const std::vector<fs::path>& files, int 
       labels[p] = tc[p] ? data::k_tropical_cyclone : ar[p] ? data::k_atmospheric_river : data::k_background;
       ++counts[labels[p]];
     }
-    const fs::path dst = fs::path(a.out) / files[k].filename();
-    io::write_deepcam_relabelled(src, dst.string(), labels);
+    fs::path dst = fs::path(a.out) / items[k].file.filename();
+    if (is_nc) {
+      char step[16];
+      std::snprintf(step, sizeof step, "-t%06lld", static_cast<long long>(items[k].step));
+      dst = fs::path(a.out) / ("data-" + items[k].file.stem().string() + step + ".h5");
+      io::write_deepcam_file(dst.string(), fields.hwc.data(), fields.h, fields.w, fields.c, labels.data(), lat, lon);
+    } else {
+      io::write_deepcam_relabelled(src, dst.string(), labels);
+    }
     const auto rivers = std::count_if(blobs.begin(), blobs.end(), [](const data::ArBlob& b) { return b.kept; });
     done.push_back({{"file", dst.string()}, {"cyclones", centres.size()}, {"rivers", rivers},
                     {"pixels", {counts[0], counts[1], counts[2]}}});
@@ -100,7 +153,13 @@ json label_my_files(const LabelArgs& a, const std::vector<fs::path>& files, int 
 int run_label(const LabelArgs& a) {
   const mpi::Communicator world = mpi::Communicator::world();
   check_folders(a);
-  const std::vector<fs::path> files = deepcam_files(a.in);
+  io::NetcdfOptions netcdf{{}, "labels"};
+  try {
+    netcdf.variables = io::netcdf_variable_map(a.netcdf_variables);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--netcdf-variables: ") + e.what());
+  }
+  const std::vector<Item> files = input_items(a.in, netcdf);
 
   std::string failure;  // empty: this rank did its share
   json mine;
@@ -109,7 +168,7 @@ int run_label(const LabelArgs& a) {
     fs::create_directories(a.out, ec);  // the ranks race here; the check below decides
     if (!fs::is_directory(a.out))
       throw Error("--out " + a.out + ": cannot create the folder" + (ec ? ": " + ec.message() : ""));
-    mine = label_my_files(a, files, world.rank(), world.size());
+    mine = label_my_files(a, files, netcdf, world.rank(), world.size());
     const fs::path stats = fs::path(a.in) / "stats.h5";
     if (world.rank() == 0 && fs::exists(stats)) copy_atomically(stats, fs::path(a.out) / "stats.h5");
   } catch (const std::exception& e) {
@@ -190,7 +249,10 @@ void add_label_command(CLI::App& data, Context& ctx, Actions& actions) {
   CLI::App* sub = data.add_subcommand(
       "label", "Label DeepCAM-layout climate files with TECA-style heuristics (tropical cyclones, atmospheric rivers)");
   auto args = std::make_shared<LabelArgs>();
-  sub->add_option("--in", args->in, "Folder of DeepCAM-layout files (data-*.h5, stats.h5)")->required();
+  sub->add_option("--in", args->in, "Folder of DeepCAM-layout files (data-*.h5, stats.h5) or of netCDF files (*.nc)")
+      ->required();
+  sub->add_option("--netcdf-variables", args->netcdf_variables,
+                  "netCDF input: CHANNEL=variable pairs overriding the DeepCAM names (\"PSL=slp,TS=ts\")");
   sub->add_option("--out", args->out, "Folder for the relabelled copies (not --in)")->required();
   add_threshold_options(*sub, args->params);
   sub->add_flag("--json", args->json, "Print one JSON object (rank 0)");

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <variant>
 
+#include "io/netcdf_file.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/graph.hpp"
 
@@ -54,6 +55,8 @@ std::vector<Field> fields(Config& c) {
       {"data", "train_samples", &c.data.train_samples},
       {"data", "test_samples", &c.data.test_samples},
       {"data", "class_weights", &c.data.class_weights},
+      {"data", "netcdf_variables", &c.data.netcdf_variables},
+      {"data", "netcdf_labels", &c.data.netcdf_labels},
 
       {"model", "name", &c.model.name},
       {"model", "width", &c.model.width},
@@ -596,6 +599,11 @@ void validate(const Config& c, const std::string& origin) {
   k.non_negative(c.data.cache_mb, "data.cache_mb");
   k.non_negative(c.data.train_samples, "data.train_samples");
   k.non_negative(c.data.test_samples, "data.test_samples");
+  try {
+    io::netcdf_variable_map(c.data.netcdf_variables);
+  } catch (const Error& e) {
+    k.require(false, "data.netcdf_variables", std::string("is invalid: ") + e.what());
+  }
   for (const double w : c.data.class_weights) k.non_negative(w, "data.class_weights");
 
   // The model zoo checks model.name against the models it has.

@@ -35,6 +35,8 @@ struct DataConfig {
   int64_t train_samples = 0;         // use only the first N training samples; 0 = all
   int64_t test_samples = 0;          // use only the first N test samples; 0 = all
   std::vector<double> class_weights; // per-class loss weights (segmentation); empty = uniform
+  std::string netcdf_variables;      // netCDF input: "CHANNEL=variable, ..." overrides of the DeepCAM names
+  std::string netcdf_labels = "labels";  // netCDF input: the labels variable (read when present; "" = never)
   bool operator==(const DataConfig&) const = default;
 };
 

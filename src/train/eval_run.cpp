@@ -68,7 +68,8 @@ std::unique_ptr<DataSource> open_test(const Config& cfg, const EvalOptions& opti
   const std::string& path = cfg.data.test;
   const std::string key = data_key(options);
   try {
-    return open_dataset(path, "test", cfg.data.normalize, cfg.data.normalization, cfg.data.cache_mb);
+    return open_dataset(path, "test", cfg.data.normalize, cfg.data.normalization, cfg.data.cache_mb,
+                        cfg.data.netcdf_variables, cfg.data.netcdf_labels);
   } catch (const BadSample&) {
     throw;
   } catch (const Error& e) {
@@ -90,7 +91,8 @@ std::string trained_on(const CheckpointModel& ck, const std::string& refused_pat
     const Config then = parse_config(ck.data.text("config"), model_file(ck));
     std::error_code ec;
     if (then.data.test == refused_path || !fs::exists(then.data.test, ec)) return {};
-    const auto source = open_dataset(then.data.test, "test", then.data.normalize, then.data.normalization, 0);
+    const auto source = open_dataset(then.data.test, "test", then.data.normalize, then.data.normalization, 0,
+                                     then.data.netcdf_variables, then.data.netcdf_labels);
     return ", trained on " + input_text(source->info()) + " (" + then.data.test + ")";
   } catch (const std::exception&) {
     return {};

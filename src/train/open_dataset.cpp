@@ -1,13 +1,15 @@
 #include <filesystem>
 
 #include "io/dataset.hpp"
+#include "io/netcdf_file.hpp"
 #include "src/core/error.hpp"
 #include "src/train/datasets.hpp"
 
 namespace squall::train {
 
 std::unique_ptr<DataSource> open_dataset(const std::string& path, const std::string& split, bool normalize,
-                                         const std::string& normalization, int64_t cache_mb) {
+                                         const std::string& normalization, int64_t cache_mb,
+                                         const std::string& netcdf_variables, const std::string& netcdf_labels) {
   if (path.empty()) throw Error("no dataset path given (data.train / data.test)");
   if (!std::filesystem::exists(path))
     throw Error("dataset '" + path + "' does not exist" +
@@ -17,8 +19,11 @@ std::unique_ptr<DataSource> open_dataset(const std::string& path, const std::str
   const io::OpenOptions options{normalize, normalization, cache_mb * (int64_t{1} << 20)};
   if (format == "shards") return io::open_shards(path, split, options);
   if (format == "deepcam") return io::open_deepcam(path, options);
+  if (format == "netcdf")
+    return io::open_netcdf(path, options, io::NetcdfOptions{io::netcdf_variable_map(netcdf_variables), netcdf_labels});
   throw Error("dataset '" + path + "' holds no Fashion-MNIST IDX files, no squall shards (" + split +
-              "-NNNNN-of-MMMMM.h5) and no DeepCAM files (data-*.h5); see docs/formats.md");
+              "-NNNNN-of-MMMMM.h5), no DeepCAM files (data-*.h5) and no netCDF files (*.nc); see docs/formats.md "
+              "and docs/data.md");
 }
 
 }  // namespace squall::train

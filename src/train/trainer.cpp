@@ -56,7 +56,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 std::unique_ptr<DataSource> open_source(const DataConfig& d, const std::string& split, const std::string& key) {
   const std::string& path = split == "train" ? d.train : d.test;
   try {
-    return open_dataset(path, split, d.normalize, d.normalization, d.cache_mb);
+    return open_dataset(path, split, d.normalize, d.normalization, d.cache_mb, d.netcdf_variables, d.netcdf_labels);
   } catch (const BadSample&) {
     throw;
   } catch (const Error& e) {
