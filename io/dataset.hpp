@@ -4,6 +4,7 @@
 // train::open_dataset picks among all three).
 // Header free of HDF5: src/ includes it.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,10 @@ struct OpenOptions {
   // Shards whose samples and labels together fit in this many bytes are read into memory
   // once, when opened, and served from there (no HDF5 call per sample); 0: always stream.
   int64_t cache_bytes = int64_t{1} << 30;
+  // When set (and normalize is true), these statistics are applied instead of the folder's
+  // own (stats.h5, shard attributes): the training set's, given to the test set. Its kind
+  // replaces `normalization`; a channel count that differs from the data's is an error.
+  std::optional<data::Normalization> fixed;
 };
 
 // "idx", "shards", "deepcam", or "" when the folder holds none of them.

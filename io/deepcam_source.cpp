@@ -29,6 +29,12 @@ DeepcamFile open_deepcam_file(const std::string& path, int64_t& h, int64_t& w, i
   DeepcamFile f;
   f.file = h5_open_file(path);
   f.data = h5_open_dataset(f.file.get(), path, "/climate/data");
+  if (!h5_exists(f.file.get(), "/climate/labels_0")) {
+    const std::string folder = std::filesystem::path(path).parent_path().string();
+    throw Error(folder + " holds unlabeled DeepCAM files (" + path +
+                " has no /climate/labels_0): training and evaluation need labelled samples (`squall data label` "
+                "computes labels from the fields)");
+  }
   f.labels = h5_open_dataset(f.file.get(), path, "/climate/labels_0");
   const H5DatasetDesc d = h5_describe(f.data.get());
   const H5DatasetDesc l = h5_describe(f.labels.get());
@@ -57,27 +63,42 @@ class DeepcamSource final : public data::DataSource {
     m_open_order.push_back(0);
     m_shift.assign(static_cast<size_t>(m_c), 0.0f);
     m_denom.assign(static_cast<size_t>(m_c), 1.0f);
+    const std::string folder = std::filesystem::path(m_paths[0]).parent_path().string();
     if (options.normalize) {
-      if (stats_path.empty())
-        throw Error("DeepCAM files next to " + m_paths[0] + ": no stats.h5 found (beside them or one folder up); "
-                    "normalisation needs it");
-      const ChannelStats s = read_deepcam_stats(stats_path);
-      if (s.mean.size() != static_cast<size_t>(m_c))
-        throw Error(stats_path + ": statistics for " + std::to_string(s.mean.size()) + " channels, but " + m_paths[0] +
-                    " has " + std::to_string(m_c));
-      for (size_t i = 0; i < s.mean.size(); ++i) {
-        if (options.normalization == "zscore") {
-          m_shift[i] = s.mean[i];
-          m_denom[i] = s.std[i];
-        } else if (options.normalization == "minmax") {
-          m_shift[i] = s.min[i];
-          m_denom[i] = s.max[i] - s.min[i];
-        } else {
+      if (options.fixed) {
+        m_norm = *options.fixed;
+        if (m_norm.kind != "none" && m_norm.mean.size() != static_cast<size_t>(m_c))
+          throw Error(folder + ": " + std::to_string(m_c) + " channels, but the given normalisation (" +
+                      m_norm.source + ") has statistics for " + std::to_string(m_norm.mean.size()));
+      } else {
+        if (stats_path.empty())
+          throw Error("DeepCAM files next to " + m_paths[0] + ": no stats.h5 found (beside them or one folder up); "
+                      "normalisation needs it");
+        const ChannelStats s = read_deepcam_stats(stats_path);
+        if (s.mean.size() != static_cast<size_t>(m_c))
+          throw Error(stats_path + ": statistics for " + std::to_string(s.mean.size()) + " channels, but " +
+                      m_paths[0] + " has " + std::to_string(m_c));
+        if (options.normalization != "zscore" && options.normalization != "minmax")
           throw Error("unknown normalisation '" + options.normalization + "' (zscore or minmax)");
+        m_norm.kind = options.normalization;
+        m_norm.source = stats_path;
+        for (size_t i = 0; i < s.mean.size(); ++i) {
+          const bool z = options.normalization == "zscore";
+          m_norm.mean.push_back(z ? s.mean[i] : s.min[i]);
+          m_norm.std.push_back(z ? s.std[i] : s.max[i] - s.min[i]);
         }
-        if (!(m_denom[i] > 0.0f))
-          throw Error(stats_path + ": channel " + std::to_string(i) + " has a zero spread; " + options.normalization +
-                      " normalisation impossible");
+      }
+      if (m_norm.kind != "none") {
+        if (m_norm.input_scale != 1.0f)
+          throw Error(folder + ": DeepCAM values are not scaled before normalisation, but the given normalisation (" +
+                      m_norm.source + ") scales them by " + std::to_string(m_norm.input_scale));
+        for (size_t i = 0; i < m_norm.mean.size(); ++i) {
+          m_shift[i] = m_norm.mean[i];
+          m_denom[i] = m_norm.std[i];
+          if (!(m_denom[i] > 0.0f))
+            throw Error(m_norm.source + ": channel " + std::to_string(i) + " has a zero spread; " + m_norm.kind +
+                        " normalisation impossible");
+        }
       }
     }
     for (const float d : m_denom) m_scale.push_back(1.0f / d);
@@ -90,6 +111,7 @@ class DeepcamSource final : public data::DataSource {
   }
 
   const data::DatasetInfo& info() const override { return m_info; }
+  const data::Normalization& normalization() const override { return m_norm; }
   int64_t size() const override { return static_cast<int64_t>(m_paths.size()); }
   std::vector<std::string> files() const override { return m_paths; }
   std::vector<int64_t> file_offsets() const override {
@@ -201,6 +223,7 @@ class DeepcamSource final : public data::DataSource {
   int64_t m_h = 0, m_w = 0, m_c = 0;
   std::vector<float> m_shift, m_denom;  // normalised = (raw - shift) / denom, per channel
   std::vector<float> m_scale;           // 1 / denom
+  data::Normalization m_norm;
   data::DatasetInfo m_info;
 };
 

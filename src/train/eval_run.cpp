@@ -56,11 +56,14 @@ Config eval_config(const CheckpointModel& ck, const EvalOptions& options) {
 // How messages name the test set: the flag, or the config key.
 std::string data_key(const EvalOptions& options) { return options.data.empty() ? "data.test" : "--data"; }
 
-std::unique_ptr<DataSource> open_test(const Config& cfg, const EvalOptions& options) {
+// The test set. `fixed` null: raw values, streamed (to check its shape against the model before
+// anything is read); otherwise normalised with the training set's statistics from the checkpoint.
+std::unique_ptr<DataSource> open_test(const Config& cfg, const EvalOptions& options, const data::Normalization* fixed) {
   const std::string& path = cfg.data.test;
   const std::string key = data_key(options);
   try {
-    return open_dataset(path, "test", cfg.data.normalize, cfg.data.normalization, cfg.data.cache_mb);
+    if (fixed == nullptr) return open_dataset(path, "test", false, cfg.data.normalization, 0);
+    return open_dataset(path, "test", cfg.data.normalize, cfg.data.normalization, cfg.data.cache_mb, fixed);
   } catch (const BadSample&) {
     throw;
   } catch (const Error& e) {
@@ -147,9 +150,12 @@ EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& opt
     cfg = eval_config(ck, options);
     // Training evaluates in batches of train.batch_size; the same batches give the same sums.
     batch = cfg.train.eval_batch_size > 0 ? cfg.train.eval_batch_size : cfg.train.batch_size;
-    test = open_test(cfg, options);
+    // Its shape against the model first, then the samples normalised as in training: with the
+    // training set's statistics that the checkpoint holds, never the test folder's own.
+    test = open_test(cfg, options, nullptr);
     if (test->size() == 0) throw UsageError(cfg.data.test + " (" + test->info().description + ") holds no samples");
     spec = fit_model(ck, cfg, data_key(options), *test, batch);
+    test = open_test(cfg, options, &ck.model.normalization);
     n_test = cfg.data.test_samples > 0 ? std::min(cfg.data.test_samples, test->size()) : test->size();
   });
   const DatasetInfo& info = test->info();
@@ -176,10 +182,7 @@ EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& opt
     g->set_dtype(precision);
     g->set_layout(resolve_layout(cfg.model.layout, backend->name(), precision));
     g->build(*backend, batch, static_cast<uint64_t>(cfg.run.seed));
-    const std::vector<float>& params = d.array("central/params", g->param_count());
-    const std::vector<float>& state = d.array("central/state", g->state_count());
-    backend->copy_from_host(*stream, g->params(), params.data(), params.size());
-    backend->copy_from_host(*stream, g->state(), state.data(), state.size());
+    load_into_graph(ck.model, *g, *backend, *stream);
     dev_labels = backend->allocate_labels(static_cast<size_t>(batch * label_hw), label_buf);
     dev_pred = backend->allocate_labels(static_cast<size_t>(batch * label_hw), pred_buf);
     if (!cfg.data.class_weights.empty()) {
