@@ -21,7 +21,7 @@ struct OpenOptions {
   // When set (and normalize is true), these statistics are applied instead of the folder's
   // own (stats.h5, shard attributes): the training set's, given to the test set. Its kind
   // replaces `normalization`; a channel count that differs from the data's is an error.
-  std::optional<data::Normalization> fixed;
+  std::optional<data::Normalization> fixed = std::nullopt;
 };
 
 // "idx", "shards", "deepcam", or "" when the folder holds none of them.
