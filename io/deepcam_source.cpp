@@ -31,9 +31,9 @@ DeepcamFile open_deepcam_file(const std::string& path, int64_t& h, int64_t& w, i
   f.data = h5_open_dataset(f.file.get(), path, "/climate/data");
   if (!h5_exists(f.file.get(), "/climate/labels_0")) {
     const std::string folder = std::filesystem::path(path).parent_path().string();
-    throw Error(folder + " holds unlabeled DeepCAM files (" + path +
-                " has no /climate/labels_0): training and evaluation need labelled samples (`squall data label` "
-                "computes labels from the fields)");
+    throw Error(folder + " holds unlabeled DeepCAM files: " + path +
+                ": dataset /climate/labels_0 is missing; training and evaluation need labelled samples "
+                "(`squall data label` computes labels from the fields)");
   }
   f.labels = h5_open_dataset(f.file.get(), path, "/climate/labels_0");
   const H5DatasetDesc d = h5_describe(f.data.get());

@@ -59,8 +59,8 @@ ShardFile open_shard(const std::string& path, ShardFileInfo& info) {
   f.file = h5_open_file(path);
   f.images = h5_open_dataset(f.file.get(), path, "/images");
   if (!h5_exists(f.file.get(), "/labels"))
-    throw Error(std::filesystem::path(path).parent_path().string() + " holds unlabeled shards (" + path +
-                " has no /labels): training and evaluation need labelled samples");
+    throw Error(path + ": dataset /labels is missing: " + std::filesystem::path(path).parent_path().string() +
+                " holds unlabeled shards; training and evaluation need labelled samples");
   f.labels = h5_open_dataset(f.file.get(), path, "/labels");
   const H5DatasetDesc im = h5_describe(f.images.get());
   const H5DatasetDesc lb = h5_describe(f.labels.get());

@@ -55,10 +55,12 @@ namespace fs = std::filesystem;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // `fixed`: the training set's normalisation, for the test set (null for the training set).
+// `raw`: unnormalised and uncached, only to look at its shape and classes.
 std::unique_ptr<DataSource> open_source(const DataConfig& d, const std::string& split, const std::string& key,
-                                        const data::Normalization* fixed = nullptr) {
+                                        const data::Normalization* fixed = nullptr, bool raw = false) {
   const std::string& path = split == "train" ? d.train : d.test;
   try {
+    if (raw) return open_dataset(path, split, false, d.normalization, 0);
     return open_dataset(path, split, d.normalize, d.normalization, d.cache_mb, fixed);
   } catch (const BadSample&) {
     throw;
@@ -189,10 +191,12 @@ class TrainingRun {
     const Config& cfg = m_cfg;
     m_fail = fail_at_from_env();
     m_train = open_source(cfg.data, "train", "train");
-    // The test set is normalised with the training set's statistics (docs/training.md,
-    // "Normalisation"); its shape is checked against the training set's first.
-    m_test = open_source(cfg.data, "test", "test", &m_train->normalization());
+    // The test set's shape and classes are checked against the training set's first, then it
+    // is opened again normalised with the training set's statistics (docs/training.md,
+    // "Normalisation").
+    m_test = open_source(cfg.data, "test", "test", nullptr, true);
     check_model_and_data();
+    m_test = open_source(cfg.data, "test", "test", &m_train->normalization());
     m_n_train = cfg.data.train_samples > 0 ? std::min(cfg.data.train_samples, m_train->size()) : m_train->size();
     m_n_test = cfg.data.test_samples > 0 ? std::min(cfg.data.test_samples, m_test->size()) : m_test->size();
     m_batch = cfg.train.batch_size;
