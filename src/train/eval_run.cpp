@@ -78,17 +78,21 @@ std::unique_ptr<DataSource> open_test(const Config& cfg, const EvalOptions& opti
 }
 
 // What the model was trained on, from the run's own data.test (the trainer requires it to
-// match data.train), when that is not the data being refused and can be opened here: the
-// checkpoint does not record its input shape. "" otherwise; this is only for a message.
+// match data.train), when that is not the data being refused and can be opened here; else
+// from the input shape and classes the checkpoint records. Only for a message.
 std::string trained_on(const CheckpointModel& ck, const std::string& refused_path) {
+  const nn::Shape& in = ck.model.input;
+  const std::string recorded = ", trained on samples of " + std::to_string(in.c()) + " x " + std::to_string(in.h()) +
+                               " x " + std::to_string(in.w()) + " (channels x height x width), " +
+                               std::to_string(ck.model.class_names.size()) + " classes";
   try {
     const Config then = parse_config(ck.data.text("config"), model_file(ck));
     std::error_code ec;
-    if (then.data.test == refused_path || !fs::exists(then.data.test, ec)) return {};
-    const auto source = open_dataset(then.data.test, "test", then.data.normalize, then.data.normalization, 0);
+    if (then.data.test == refused_path || !fs::exists(then.data.test, ec)) return recorded;
+    const auto source = open_dataset(then.data.test, "test", false, then.data.normalization, 0);
     return ", trained on " + input_text(source->info()) + " (" + then.data.test + ")";
   } catch (const std::exception&) {
-    return {};
+    return recorded;
   }
 }
 
