@@ -37,7 +37,8 @@ demo: build
 # The climate demo: synthetic CAM5-like fields at 96 x 144 (640 training samples, 64 held
 # out, other seeds), labelled by squall's TECA-style heuristics, then a small U-Net trained
 # to find tropical cyclones and atmospheric rivers (configs/climate-tiny.toml), ending with
-# the held-out mean IoU and the IoU of each class.
+# the held-out mean IoU and the IoU of each class; then the trained model writes masks for the
+# held-out fields as the generator wrote them, before labelling (squall predict, CF netCDF).
 CLIMATE ?= data/climate-tiny
 demo-climate: build
 	$(BUILD)/bin/squall data climate --out $(CLIMATE)/raw-train --samples 640 --height 96 --width 144 --seed 11
@@ -45,6 +46,7 @@ demo-climate: build
 	$(BUILD)/bin/squall data label --in $(CLIMATE)/raw-train --out $(CLIMATE)/train
 	$(BUILD)/bin/squall data label --in $(CLIMATE)/raw-test --out $(CLIMATE)/test
 	$(BUILD)/bin/squall train --config configs/climate-tiny.toml --overwrite --set data.train=$(CLIMATE)/train --set data.test=$(CLIMATE)/test
+	$(BUILD)/bin/squall predict --run runs/climate-tiny --data $(CLIMATE)/raw-test --out runs/climate-tiny/masks --png
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900

@@ -13,7 +13,9 @@ namespace squall::io {
 namespace {
 
 constexpr const char* k_format = "squall-checkpoint";
-constexpr int64_t k_format_version = 1;
+// Version 2 added tensor shapes (multi-dimensional datasets, the "shaped" list); version 1
+// files read as before.
+constexpr int64_t k_format_version = 2;
 constexpr hsize_t k_chunk_floats = hsize_t{1} << 20;  // 4 MiB chunks: one checksum each
 
 std::string with_cause(const std::string& message) {
@@ -47,14 +49,30 @@ double read_real_attr(hid_t obj, const std::string& name, const std::string& wha
   return value;
 }
 
-void write_array(hid_t file, const std::string& path, const std::string& name, const std::vector<float>& values) {
+// `dims`: the dataset's shape (empty: a vector of values.size()).
+void write_array(hid_t file, const std::string& path, const std::string& name, const std::vector<float>& values,
+                 const std::vector<int64_t>& shape) {
   auto lock = h5_lock();
+  std::vector<hsize_t> dims;
+  hsize_t product = 1;
+  for (const int64_t d : shape) {
+    if (d < 0) throw Error(path + ": dataset " + name + ": negative dimension in its shape");
+    dims.push_back(static_cast<hsize_t>(d));
+    product *= static_cast<hsize_t>(d);
+  }
+  if (dims.empty()) dims.push_back(product = values.size());
+  if (product != values.size())
+    throw Error(path + ": dataset " + name + " holds " + std::to_string(values.size()) +
+                " values, but its shape has " + std::to_string(product));
   const hsize_t n = values.size();
-  H5Handle space(H5Screate_simple(1, &n, nullptr));
+  H5Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
   H5Handle create(H5Pcreate(H5P_DATASET_CREATE));
   if (n > 0) {
-    const hsize_t chunk = std::min(n, k_chunk_floats);
-    H5Pset_chunk(create.get(), 1, &chunk);
+    // Chunks of whole rows of the leading dimension, about k_chunk_floats each.
+    std::vector<hsize_t> chunk = dims;
+    const hsize_t row = n / dims[0];
+    chunk[0] = std::max<hsize_t>(1, std::min(dims[0], k_chunk_floats / std::max<hsize_t>(1, row)));
+    H5Pset_chunk(create.get(), static_cast<int>(chunk.size()), chunk.data());
     H5Pset_fletcher32(create.get());
   }
   H5Handle links(H5Pcreate(H5P_LINK_CREATE));
@@ -82,10 +100,20 @@ void write_all(hid_t file, const std::string& path, const CheckpointData& data) 
   if (!data.ints.empty()) h5_write_attr_strings(file, "ints", names_of(data.ints));
   if (!data.reals.empty()) h5_write_attr_strings(file, "reals", names_of(data.reals));
   if (!data.texts.empty()) h5_write_attr_strings(file, "texts", names_of(data.texts));
+  std::vector<std::string> shaped;
+  for (const auto& [name, dims] : data.shapes) {
+    if (!data.arrays.contains(name)) throw Error(path + ": a shape for " + name + ", which is no array");
+    shaped.push_back(name);
+  }
+  if (!shaped.empty()) h5_write_attr_strings(file, "shaped", shaped);
   for (const auto& [name, value] : data.ints) h5_write_attr_int(file, "i:" + name, value);
   for (const auto& [name, value] : data.reals) write_real_attr(file, "r:" + name, value);
   for (const auto& [name, value] : data.texts) h5_write_attr_string(file, "t:" + name, value);
-  for (const auto& [name, values] : data.arrays) write_array(file, path, name, values);
+  static const std::vector<int64_t> k_vector;
+  for (const auto& [name, values] : data.arrays) {
+    const auto it = data.shapes.find(name);
+    write_array(file, path, name, values, it == data.shapes.end() ? k_vector : it->second);
+  }
 }
 
 }  // namespace
@@ -117,6 +145,14 @@ const std::string& CheckpointData::text(const std::string& name) const {
   return it->second;
 }
 
+std::vector<int64_t> CheckpointData::shape(const std::string& name) const {
+  const auto it = shapes.find(name);
+  if (it != shapes.end()) return it->second;
+  const auto a = arrays.find(name);
+  if (a == arrays.end()) throw Error(origin + ": dataset " + name + " is missing");
+  return {static_cast<int64_t>(a->second.size())};
+}
+
 // A flat byte layout: for each map, a count, then (name length, name, payload) per entry.
 std::string CheckpointData::serialize() const {
   std::string out;
@@ -146,6 +182,12 @@ std::string CheckpointData::serialize() const {
   for (const auto& [name, v] : texts) {
     put_str(name);
     put_str(v);
+  }
+  put_u64(shapes.size());
+  for (const auto& [name, v] : shapes) {
+    put_str(name);
+    put_u64(v.size());
+    put(v.data(), v.size() * sizeof(int64_t));
   }
   return out;
 }
@@ -186,6 +228,12 @@ CheckpointData CheckpointData::deserialize(const std::string& bytes, const std::
   for (uint64_t k = u64(); k > 0; --k) {
     std::string name = str();
     d.texts[name] = str();
+  }
+  for (uint64_t k = u64(); k > 0; --k) {
+    std::string name = str();
+    std::vector<int64_t> v(u64());
+    take(v.data(), v.size() * sizeof(int64_t));
+    d.shapes.emplace(std::move(name), std::move(v));
   }
   return d;
 }
@@ -234,11 +282,12 @@ CheckpointData read_checkpoint_file(const std::string& path) {
   if (!h5_read_attr_string(file.get(), "format", format, path) || format != k_format)
     throw Error(path + ": not a squall checkpoint (no format = \"" + k_format + "\" attribute)");
   int64_t version = 0;
-  if (!h5_read_attr_int(file.get(), "format_version", version, path) || version != k_format_version)
-    throw Error(path + ": checkpoint format version " + std::to_string(version) + ", this squall reads version " +
+  if (!h5_read_attr_int(file.get(), "format_version", version, path) || version < 1 || version > k_format_version)
+    throw Error(path + ": checkpoint format version " + std::to_string(version) + ", this squall reads versions 1 to " +
                 std::to_string(k_format_version));
-  std::vector<std::string> arrays, ints, reals, texts;
-  for (auto [key, list] : {std::pair{"arrays", &arrays}, {"ints", &ints}, {"reals", &reals}, {"texts", &texts}})
+  std::vector<std::string> arrays, ints, reals, texts, shaped;
+  for (auto [key, list] : {std::pair{"arrays", &arrays}, {"ints", &ints}, {"reals", &reals}, {"texts", &texts},
+                           {"shaped", &shaped}})
     h5_read_attr_strings(file.get(), key, *list, path);
   for (const std::string& name : ints) {
     int64_t v = 0;
@@ -254,10 +303,15 @@ CheckpointData read_checkpoint_file(const std::string& path) {
   for (const std::string& name : arrays) {
     H5Handle ds = h5_open_dataset(file.get(), path, name);
     const H5DatasetDesc desc = h5_describe(ds.get());
-    if (desc.type_class != H5T_FLOAT || desc.type_size != 4 || desc.dims.size() != 1)
-      throw Error(path + ": dataset " + name + " is " + desc.dtype + " " + h5_dims_text(desc.dims) +
-                  ", expected a float32 vector");
-    std::vector<float> v(static_cast<size_t>(desc.dims[0]));
+    const bool is_shaped = std::find(shaped.begin(), shaped.end(), name) != shaped.end();
+    if (desc.type_class != H5T_FLOAT || desc.type_size != 4 || desc.dims.empty() ||
+        (!is_shaped && desc.dims.size() != 1))
+      throw Error(path + ": dataset " + name + " is " + desc.dtype + " " + h5_dims_text(desc.dims) + ", expected a float32 " +
+                  (is_shaped ? "tensor" : "vector"));
+    size_t count = 1;
+    for (const auto dim : desc.dims) count *= static_cast<size_t>(dim);
+    if (is_shaped) d.shapes[name] = std::vector<int64_t>(desc.dims.begin(), desc.dims.end());
+    std::vector<float> v(count);
     // The Fletcher-32 filter verifies each chunk as it is read.
     if (!v.empty() && H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
       throw Error(with_cause(path + ": dataset " + name + " is corrupt or unreadable"));

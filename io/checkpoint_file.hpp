@@ -17,6 +17,10 @@ struct CheckpointData {
   std::map<std::string, int64_t> ints;               // "step", "world_size"
   std::map<std::string, double> reals;               // "loss_scale"
   std::map<std::string, std::string> texts;          // "config" (TOML), "model"
+  // The shape of an array that is a tensor ("model/conv1.weight" -> {6, 1, 5, 5}): the
+  // dataset is written with these dimensions (their product must be the array's size), and
+  // read back with them; arrays without an entry are plain vectors.
+  std::map<std::string, std::vector<int64_t>> shapes;
   std::string origin;                                 // the file it was read from, for messages
 
   // Accessors that throw squall::Error naming `origin` and the entry when it is missing or
@@ -25,6 +29,8 @@ struct CheckpointData {
   int64_t integer(const std::string& name) const;
   double real(const std::string& name) const;
   const std::string& text(const std::string& name) const;
+  // The shape of array `name`, or {size} when it has none recorded.
+  std::vector<int64_t> shape(const std::string& name) const;
 
   // Bytes for a broadcast to the other ranks, and back.
   std::string serialize() const;

@@ -4,6 +4,7 @@
 // train::open_dataset picks among all three).
 // Header free of HDF5: src/ includes it.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,10 @@ struct OpenOptions {
   // DeepCAM files without /climate/labels_0 are read with every label -1 (no class), for
   // `squall predict` on new simulation output; otherwise such a file is an error.
   bool labels_optional = false;
+  // When set (and normalize is true), these statistics are applied instead of the folder's
+  // own (stats.h5, shard attributes): the training set's, given to the test set. Its kind
+  // replaces `normalization`; a channel count that differs from the data's is an error.
+  std::optional<data::Normalization> fixed = std::nullopt;
 };
 
 // "idx", "shards", "deepcam", "netcdf" (a *.nc file or a folder of them; io/netcdf_file.hpp),
@@ -45,6 +50,13 @@ struct ChannelStats {
   std::vector<float> mean, std, min, max;
 };
 ChannelStats read_deepcam_stats(const std::string& stats_path);
+
+// The per-channel normalisation of climate fields (DeepCAM and netCDF readers): options.fixed
+// when given (checked against `channels`), else `stats_path` read as options.normalization
+// says. Throws squall::Error naming `files` (the readers' files) or `folder`, or the stats
+// file, when there is none, the channels differ, or a channel has no spread.
+data::Normalization channel_normalization(const OpenOptions& options, const std::string& stats_path, int64_t channels,
+                                          const std::string& files, const std::string& folder);
 // dir/stats.h5, else dir/../stats.h5, else "".
 std::string find_deepcam_stats(const std::string& dir);
 // Every data-*.h5 in dir, sorted by name.

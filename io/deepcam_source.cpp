@@ -38,7 +38,13 @@ DeepcamFile open_deepcam_file(const std::string& path, int64_t& h, int64_t& w, i
   h = static_cast<int64_t>(d.dims[0]);
   w = static_cast<int64_t>(d.dims[1]);
   c = static_cast<int64_t>(d.dims[2]);
-  if (labels_optional && !h5_exists(f.file.get(), "/climate/labels_0")) return f;
+  if (!h5_exists(f.file.get(), "/climate/labels_0")) {
+    if (labels_optional) return f;
+    const std::string folder = std::filesystem::path(path).parent_path().string();
+    throw Error(folder + " holds unlabeled DeepCAM files: " + path +
+                ": dataset /climate/labels_0 is missing; training and evaluation need labelled samples "
+                "(`squall data label` computes labels from the fields)");
+  }
   f.labels = h5_open_dataset(f.file.get(), path, "/climate/labels_0");
   const H5DatasetDesc l = h5_describe(f.labels.get());
   if (l.type_class != H5T_FLOAT && l.type_class != H5T_INTEGER)
@@ -60,26 +66,11 @@ class DeepcamSource final : public data::DataSource {
     m_shift.assign(static_cast<size_t>(m_c), 0.0f);
     m_denom.assign(static_cast<size_t>(m_c), 1.0f);
     if (options.normalize) {
-      if (stats_path.empty())
-        throw Error("DeepCAM files next to " + m_paths[0] + ": no stats.h5 found (beside them or one folder up); "
-                    "normalisation needs it");
-      const ChannelStats s = read_deepcam_stats(stats_path);
-      if (s.mean.size() != static_cast<size_t>(m_c))
-        throw Error(stats_path + ": statistics for " + std::to_string(s.mean.size()) + " channels, but " + m_paths[0] +
-                    " has " + std::to_string(m_c));
-      for (size_t i = 0; i < s.mean.size(); ++i) {
-        if (options.normalization == "zscore") {
-          m_shift[i] = s.mean[i];
-          m_denom[i] = s.std[i];
-        } else if (options.normalization == "minmax") {
-          m_shift[i] = s.min[i];
-          m_denom[i] = s.max[i] - s.min[i];
-        } else {
-          throw Error("unknown normalisation '" + options.normalization + "' (zscore or minmax)");
-        }
-        if (!(m_denom[i] > 0.0f))
-          throw Error(stats_path + ": channel " + std::to_string(i) + " has a zero spread; " + options.normalization +
-                      " normalisation impossible");
+      m_norm = channel_normalization(options, stats_path, m_c, "DeepCAM files next to " + m_paths[0],
+                                     std::filesystem::path(m_paths[0]).parent_path().string());
+      for (size_t i = 0; i < m_norm.mean.size(); ++i) {
+        m_shift[i] = m_norm.mean[i];
+        m_denom[i] = m_norm.std[i];
       }
     }
     for (const float d : m_denom) m_scale.push_back(1.0f / d);
@@ -92,6 +83,7 @@ class DeepcamSource final : public data::DataSource {
   }
 
   const data::DatasetInfo& info() const override { return m_info; }
+  const data::Normalization& normalization() const override { return m_norm; }
   int64_t size() const override { return static_cast<int64_t>(m_paths.size()); }
   std::vector<std::string> files() const override { return m_paths; }
   std::vector<int64_t> file_offsets() const override {
@@ -209,10 +201,47 @@ class DeepcamSource final : public data::DataSource {
   int64_t m_h = 0, m_w = 0, m_c = 0;
   std::vector<float> m_shift, m_denom;  // normalised = (raw - shift) / denom, per channel
   std::vector<float> m_scale;           // 1 / denom
+  data::Normalization m_norm;
   data::DatasetInfo m_info;
 };
 
 }  // namespace
+
+data::Normalization channel_normalization(const OpenOptions& options, const std::string& stats_path, int64_t channels,
+                                          const std::string& files, const std::string& folder) {
+  data::Normalization norm;
+  if (options.fixed) {
+    norm = *options.fixed;
+    if (norm.kind != "none" && norm.mean.size() != static_cast<size_t>(channels))
+      throw Error(folder + ": " + std::to_string(channels) + " channels, but the given normalisation (" + norm.source +
+                  ") has statistics for " + std::to_string(norm.mean.size()));
+  } else {
+    if (stats_path.empty())
+      throw Error(files + ": no stats.h5 found (beside them or one folder up); normalisation needs it");
+    const ChannelStats s = read_deepcam_stats(stats_path);
+    if (s.mean.size() != static_cast<size_t>(channels))
+      throw Error(stats_path + ": statistics for " + std::to_string(s.mean.size()) + " channels, but " + files +
+                  " have " + std::to_string(channels));
+    if (options.normalization != "zscore" && options.normalization != "minmax")
+      throw Error("unknown normalisation '" + options.normalization + "' (zscore or minmax)");
+    norm.kind = options.normalization;
+    norm.source = stats_path;
+    for (size_t i = 0; i < s.mean.size(); ++i) {
+      const bool z = options.normalization == "zscore";
+      norm.mean.push_back(z ? s.mean[i] : s.min[i]);
+      norm.std.push_back(z ? s.std[i] : s.max[i] - s.min[i]);
+    }
+  }
+  if (norm.kind == "none") return norm;
+  if (norm.input_scale != 1.0f)
+    throw Error(folder + ": climate fields are not scaled before normalisation, but the given normalisation (" +
+                norm.source + ") scales them by " + std::to_string(norm.input_scale));
+  for (size_t i = 0; i < norm.std.size(); ++i)
+    if (!(norm.std[i] > 0.0f))
+      throw Error(norm.source + ": channel " + std::to_string(i) + " has a zero spread; " + norm.kind +
+                  " normalisation impossible");
+  return norm;
+}
 
 ChannelStats read_deepcam_stats(const std::string& stats_path) {
   auto lock = h5_lock();

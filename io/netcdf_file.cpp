@@ -233,28 +233,11 @@ class NetcdfSourceImpl final : public NetcdfSource {
     m_shift.assign(static_cast<size_t>(m_c), 0.0f);
     m_scale.assign(static_cast<size_t>(m_c), 1.0f);
     if (options.normalize) {
-      if (stats_path.empty())
-        throw Error("netCDF files next to " + m_paths[0] + ": no stats.h5 found (beside them or one folder up); "
-                    "normalisation needs it");
-      const ChannelStats s = read_deepcam_stats(stats_path);
-      if (s.mean.size() != static_cast<size_t>(m_c))
-        throw Error(stats_path + ": statistics for " + std::to_string(s.mean.size()) + " channels, but the netCDF "
-                    "reader reads " + std::to_string(m_c));
-      for (size_t i = 0; i < s.mean.size(); ++i) {
-        float denom = 1.0f;
-        if (options.normalization == "zscore") {
-          m_shift[i] = s.mean[i];
-          denom = s.std[i];
-        } else if (options.normalization == "minmax") {
-          m_shift[i] = s.min[i];
-          denom = s.max[i] - s.min[i];
-        } else {
-          throw Error("unknown normalisation '" + options.normalization + "' (zscore or minmax)");
-        }
-        if (!(denom > 0.0f))
-          throw Error(stats_path + ": channel " + std::to_string(i) + " has a zero spread; " + options.normalization +
-                      " normalisation impossible");
-        m_scale[i] = 1.0f / denom;
+      m_norm = channel_normalization(options, stats_path, m_c, "netCDF files next to " + m_paths[0],
+                                     fs::path(m_paths[0]).parent_path().string());
+      for (size_t i = 0; i < m_norm.mean.size(); ++i) {
+        m_shift[i] = m_norm.mean[i];
+        m_scale[i] = 1.0f / m_norm.std[i];
       }
     }
     // Opened last: nothing above throws with files open.
@@ -286,6 +269,7 @@ class NetcdfSourceImpl final : public NetcdfSource {
   std::vector<std::string> files() const override { return m_paths; }
   std::vector<int64_t> file_offsets() const override { return m_offsets; }
   bool has_labels() const override { return m_all_labels; }
+  const data::Normalization& normalization() const override { return m_norm; }
 
   std::pair<std::string, int64_t> sample_location(int64_t index) const override {
     if (index < 0 || index >= size())
@@ -403,6 +387,7 @@ class NetcdfSourceImpl final : public NetcdfSource {
   bool m_all_labels = true;
   int64_t m_h = 0, m_w = 0, m_c = 0;
   std::vector<float> m_shift, m_scale;
+  data::Normalization m_norm;
   data::DatasetInfo m_info;
 };
 

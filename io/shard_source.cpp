@@ -58,6 +58,9 @@ ShardFile open_shard(const std::string& path, ShardFileInfo& info) {
   f.path = path;
   f.file = h5_open_file(path);
   f.images = h5_open_dataset(f.file.get(), path, "/images");
+  if (!h5_exists(f.file.get(), "/labels"))
+    throw Error(path + ": dataset /labels is missing: " + std::filesystem::path(path).parent_path().string() +
+                " holds unlabeled shards; training and evaluation need labelled samples");
   f.labels = h5_open_dataset(f.file.get(), path, "/labels");
   const H5DatasetDesc im = h5_describe(f.images.get());
   const H5DatasetDesc lb = h5_describe(f.labels.get());
@@ -146,27 +149,37 @@ class ShardSource final : public data::DataSource {
     const size_t c = static_cast<size_t>(m_first.sample.c());
     m_shift.assign(c, 0.0f);
     m_scale.assign(c, 1.0f);
+    const std::string& first = m_files.front().path;
     if (options.normalize) {
-      const std::string& first = m_files.front().path;
-      if (options.normalization == "zscore") {
+      if (options.fixed) {
+        m_norm = *options.fixed;
+        if (m_norm.kind != "none" && m_norm.mean.size() != c)
+          throw Error(std::filesystem::path(first).parent_path().string() + ": " + std::to_string(c) +
+                      " channels, but the given normalisation (" + m_norm.source + ") has statistics for " +
+                      std::to_string(m_norm.mean.size()));
+      } else if (options.normalization == "zscore") {
         if (meta.mean.size() != c || meta.std.size() != c)
           throw Error(first + ": no per-channel mean/std attributes; zscore normalisation needs them");
-        for (size_t i = 0; i < c; ++i) {
-          if (!(meta.std[i] > 0.0f)) throw Error(first + ": attribute std of channel " + std::to_string(i) + " is not > 0");
-          m_shift[i] = meta.mean[i];
-          m_scale[i] = 1.0f / meta.std[i];
-        }
+        m_norm = {"zscore", meta.mean, meta.std, 1.0f, first + " (its mean and std attributes)"};
       } else if (options.normalization == "minmax") {
         if (meta.min.size() != c || meta.max.size() != c)
           throw Error(first + ": no per-channel min/max attributes; minmax normalisation needs them");
-        for (size_t i = 0; i < c; ++i) {
-          if (!(meta.max[i] > meta.min[i]))
-            throw Error(first + ": channel " + std::to_string(i) + " has max <= min; minmax normalisation impossible");
-          m_shift[i] = meta.min[i];
-          m_scale[i] = 1.0f / (meta.max[i] - meta.min[i]);
-        }
+        m_norm = {"minmax", meta.min, {}, 1.0f, first + " (its min and max attributes)"};
+        for (size_t i = 0; i < c; ++i) m_norm.std.push_back(meta.max[i] - meta.min[i]);
       } else {
         throw Error("unknown normalisation '" + options.normalization + "' (zscore or minmax)");
+      }
+      if (m_norm.kind != "none") {
+        if (m_norm.input_scale != 1.0f)
+          throw Error(first + ": shard values are not scaled before normalisation, but the given normalisation (" +
+                      m_norm.source + ") scales them by " + std::to_string(m_norm.input_scale));
+        for (size_t i = 0; i < c; ++i) {
+          if (!(m_norm.std[i] > 0.0f))
+            throw Error(m_norm.source + ": channel " + std::to_string(i) + " has a zero spread (std or max - min); " +
+                        m_norm.kind + " normalisation impossible");
+          m_shift[i] = m_norm.mean[i];
+          m_scale[i] = 1.0f / m_norm.std[i];
+        }
       }
     }
     m_info.sample = m_first.sample;
@@ -180,6 +193,7 @@ class ShardSource final : public data::DataSource {
   }
 
   const data::DatasetInfo& info() const override { return m_info; }
+  const data::Normalization& normalization() const override { return m_norm; }
   int64_t size() const override { return m_offsets.back(); }
   std::vector<std::string> files() const override {
     std::vector<std::string> out;
@@ -345,6 +359,7 @@ class ShardSource final : public data::DataSource {
   std::vector<int64_t> m_offsets;
   ShardFileInfo m_first;
   data::DatasetInfo m_info;
+  data::Normalization m_norm;
   std::vector<float> m_shift, m_scale;  // normalised = (raw - shift) * scale, per channel
 };
 

@@ -1,5 +1,5 @@
-// `squall predict --checkpoint PATH | --run DIR --data PATH... --out DIR [--probabilities]
-// [--png] [--set section.key=value ...]`: a trained model applied to new files, one mask file
+// `squall predict --checkpoint PATH | --run DIR --data PATH... --out DIR [--format nc|h5]
+// [--probabilities] [--png] [--set section.key=value ...]`: a trained model applied to new files, one mask file
 // per input (docs/inference.md). Under mpirun the files are split over the ranks.
 #include <cstdio>
 #include <filesystem>
@@ -84,12 +84,14 @@ void add_predict_command(CLI::App& root, Context& ctx, Actions& actions) {
   sub->add_option("--out", args->options.out, "The folder for the masks (made when missing)")
       ->type_name("DIR")
       ->required();
-  sub->add_option("--format", args->options.format, "Mask file format: h5")->type_name("FORMAT");
+  sub->add_option("--format", args->options.format,
+                  "Mask file format: nc (CF-conventions netCDF, the default) or h5")
+      ->type_name("FORMAT");
   sub->add_flag("--probabilities", args->options.probabilities, "Also write the softmax of every class per pixel");
   sub->add_flag("--png", args->options.png, "Also write a picture per input: its first channel and its mask");
   sub->add_option("--set", args->options.overrides,
-                  "Override a key of the run's config: --set section.key=value (repeatable; e.g. data.train to "
-                  "find the training set's stats.h5, run.backend)")
+                  "Override a key of the run's config: --set section.key=value (repeatable; e.g. "
+                  "data.netcdf_variables, run.backend)")
       ->take_all()
       ->allow_extra_args(false);
   sub->footer("Exit status: 0 done; 1 a failure at run time (an unreadable file); 2 a usage error (a flag, a missing "

@@ -16,6 +16,22 @@
 
 namespace squall::data {
 
+// What a source does to the raw values of each sample: normalised = (raw * input_scale -
+// mean[c]) / std[c] per channel c. kind "zscore": mean and std are the channel means and
+// standard deviations; "minmax": mean holds the minima and std the spans (max - min); "none":
+// no normalisation (empty vectors, input_scale 1). Training reads these from the training set
+// and hands them to the test set (docs/training.md, "Normalisation").
+struct Normalization {
+  std::string kind = "none";
+  std::vector<float> mean, std;
+  float input_scale = 1.0f;
+  std::string source;  // where the statistics came from: "stats.h5 of <folder>", "<shard> attributes"
+  // The same transform (the source is only a description).
+  bool same_as(const Normalization& o) const {
+    return kind == o.kind && mean == o.mean && std == o.std && input_scale == o.input_scale;
+  }
+};
+
 struct DatasetInfo {
   nn::Shape sample;                      // one sample, batch dimension 1: [1, c, h, w]
   int64_t classes = 0;
@@ -45,6 +61,11 @@ class DataSource {
   virtual ~DataSource() = default;
   virtual const DatasetInfo& info() const = 0;
   virtual int64_t size() const = 0;
+  // The normalisation read() applies (the default: none).
+  virtual const Normalization& normalization() const {
+    static const Normalization none;
+    return none;
+  }
   // Normalised float images [indices.size(), c, h, w] and int32 labels ([n] or [n, h, w]).
   // Throws BadSample naming the file and index for a bad sample, squall::Error otherwise.
   virtual void read(std::span<const int64_t> indices, float* images, int32_t* labels) const = 0;

@@ -22,10 +22,13 @@ std::unique_ptr<DataSource> open_idx(const std::string& dir, const std::string& 
 // Any dataset squall reads, by what the folder holds: Fashion-MNIST IDX files, native
 // shards (`split` picks train-* or test-*), DeepCAM files or netCDF files. Errors name the path.
 // cache_mb: shards smaller than this are held in memory (io::OpenOptions::cache_bytes).
+// fixed: when given (and normalize is set), the statistics to normalise with instead of the
+// folder's own: the training set's, for a test set (docs/training.md, "Normalisation").
 // netcdf_variables / netcdf_labels: data.netcdf_variables and data.netcdf_labels
 // (io::netcdf_variable_map, io::NetcdfOptions::labels), used for netCDF input only.
 std::unique_ptr<DataSource> open_dataset(const std::string& path, const std::string& split, bool normalize,
                                          const std::string& normalization, int64_t cache_mb = 1024,
+                                         const data::Normalization* fixed = nullptr,
                                          const std::string& netcdf_variables = "",
                                          const std::string& netcdf_labels = "labels");
 

@@ -64,11 +64,16 @@ Config eval_config(const CheckpointModel& ck, const EvalOptions& options) {
 // How messages name the test set: the flag, or the config key.
 std::string data_key(const EvalOptions& options) { return options.data.empty() ? "data.test" : "--data"; }
 
-std::unique_ptr<DataSource> open_test(const Config& cfg, const EvalOptions& options) {
+// The test set. `fixed` null: raw values, streamed (to check its shape against the model before
+// anything is read); otherwise normalised with the training set's statistics from the checkpoint.
+std::unique_ptr<DataSource> open_test(const Config& cfg, const EvalOptions& options, const data::Normalization* fixed) {
   const std::string& path = cfg.data.test;
   const std::string key = data_key(options);
   try {
-    return open_dataset(path, "test", cfg.data.normalize, cfg.data.normalization, cfg.data.cache_mb,
+    if (fixed == nullptr)
+      return open_dataset(path, "test", false, cfg.data.normalization, 0, nullptr, cfg.data.netcdf_variables,
+                          cfg.data.netcdf_labels);
+    return open_dataset(path, "test", cfg.data.normalize, cfg.data.normalization, cfg.data.cache_mb, fixed,
                         cfg.data.netcdf_variables, cfg.data.netcdf_labels);
   } catch (const BadSample&) {
     throw;
@@ -84,18 +89,22 @@ std::unique_ptr<DataSource> open_test(const Config& cfg, const EvalOptions& opti
 }
 
 // What the model was trained on, from the run's own data.test (the trainer requires it to
-// match data.train), when that is not the data being refused and can be opened here: the
-// checkpoint does not record its input shape. "" otherwise; this is only for a message.
+// match data.train), when that is not the data being refused and can be opened here; else
+// from the input shape and classes the checkpoint records. Only for a message.
 std::string trained_on(const CheckpointModel& ck, const std::string& refused_path) {
+  const nn::Shape& in = ck.model.input;
+  const std::string recorded = ", trained on samples of " + std::to_string(in.c()) + " x " + std::to_string(in.h()) +
+                               " x " + std::to_string(in.w()) + " (channels x height x width), " +
+                               std::to_string(ck.model.class_names.size()) + " classes";
   try {
     const Config then = parse_config(ck.data.text("config"), model_file(ck));
     std::error_code ec;
-    if (then.data.test == refused_path || !fs::exists(then.data.test, ec)) return {};
-    const auto source = open_dataset(then.data.test, "test", then.data.normalize, then.data.normalization, 0,
+    if (then.data.test == refused_path || !fs::exists(then.data.test, ec)) return recorded;
+    const auto source = open_dataset(then.data.test, "test", false, then.data.normalization, 0, nullptr,
                                      then.data.netcdf_variables, then.data.netcdf_labels);
     return ", trained on " + input_text(source->info()) + " (" + then.data.test + ")";
   } catch (const std::exception&) {
-    return {};
+    return recorded;
   }
 }
 
@@ -143,7 +152,6 @@ nn::ModelSpec fit_checkpoint_model(const CheckpointModel& ck, const Config& cfg,
 
 InferenceModel build_inference_model(const CheckpointModel& ck, const Config& cfg, const nn::ModelSpec& spec,
                                      const DatasetInfo& info, int64_t batch, const mpi::Topology& topo) {
-  const io::CheckpointData& d = ck.data;
   InferenceModel m;
   m.backend = nn::make_backend(cfg.run.backend, topo.host_rank(),
                                cfg.run.threads > 0 ? static_cast<int>(cfg.run.threads)
@@ -156,10 +164,7 @@ InferenceModel build_inference_model(const CheckpointModel& ck, const Config& cf
   m.graph->set_dtype(precision);
   m.graph->set_layout(resolve_layout(cfg.model.layout, m.backend->name(), precision));
   m.graph->build(*m.backend, batch, static_cast<uint64_t>(cfg.run.seed));
-  const std::vector<float>& params = d.array("central/params", m.graph->param_count());
-  const std::vector<float>& state = d.array("central/state", m.graph->state_count());
-  m.backend->copy_from_host(*m.stream, m.graph->params(), params.data(), params.size());
-  m.backend->copy_from_host(*m.stream, m.graph->state(), state.data(), state.size());
+  load_into_graph(ck.model, *m.graph, *m.backend, *m.stream);
   m.backend->synchronize(*m.stream);
   return m;
 }
@@ -184,9 +189,12 @@ EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& opt
     cfg = eval_config(ck, options);
     // Training evaluates in batches of train.batch_size; the same batches give the same sums.
     batch = cfg.train.eval_batch_size > 0 ? cfg.train.eval_batch_size : cfg.train.batch_size;
-    test = open_test(cfg, options);
+    // Its shape against the model first, then the samples normalised as in training: with the
+    // training set's statistics that the checkpoint holds, never the test folder's own.
+    test = open_test(cfg, options, nullptr);
     if (test->size() == 0) throw UsageError(cfg.data.test + " (" + test->info().description + ") holds no samples");
     spec = fit_checkpoint_model(ck, cfg, data_key(options), cfg.data.test, *test, batch);
+    test = open_test(cfg, options, &ck.model.normalization);
     n_test = cfg.data.test_samples > 0 ? std::min(cfg.data.test_samples, test->size()) : test->size();
   });
   const DatasetInfo& info = test->info();
@@ -233,7 +241,7 @@ EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& opt
 
 CheckpointGraph checkpoint_graph(const CheckpointModel& ck, const EvalOptions& options, int64_t batch) {
   const Config cfg = eval_config(ck, options);
-  const std::unique_ptr<DataSource> test = open_test(cfg, options);
+  const std::unique_ptr<DataSource> test = open_test(cfg, options, nullptr);  // its shape only
   const nn::ModelSpec spec = fit_checkpoint_model(ck, cfg, data_key(options), cfg.data.test, *test, batch);
   CheckpointGraph r;
   r.model = ck.data.text("model");

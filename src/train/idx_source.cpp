@@ -114,9 +114,11 @@ class IdxSource final : public DataSource {
     m_info.per_pixel_labels = false;
     m_info.description = "Fashion-MNIST " + split + " (IDX, " + std::to_string(m_count) + " samples, " + dir + ")";
     m_images_path = images_path;
+    m_norm = {"zscore", {k_mean}, {k_std}, 1.0f / 255.0f, "Fashion-MNIST training set (fixed constants)"};
   }
 
   const DatasetInfo& info() const override { return m_info; }
+  const data::Normalization& normalization() const override { return m_norm; }
   int64_t size() const override { return m_count; }
 
   void read(std::span<const int64_t> indices, float* images, int32_t* labels) const override {
@@ -140,6 +142,7 @@ class IdxSource final : public DataSource {
   }
 
   DatasetInfo m_info;
+  data::Normalization m_norm;
   uint32_t m_count = 0, m_rows = 0, m_cols = 0;
   std::vector<unsigned char> m_pixels;  // [count, rows, cols] as stored
   std::vector<unsigned char> m_labels;

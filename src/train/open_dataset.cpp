@@ -9,14 +9,26 @@ namespace squall::train {
 
 std::unique_ptr<DataSource> open_dataset(const std::string& path, const std::string& split, bool normalize,
                                          const std::string& normalization, int64_t cache_mb,
-                                         const std::string& netcdf_variables, const std::string& netcdf_labels) {
+                                         const data::Normalization* fixed, const std::string& netcdf_variables,
+                                         const std::string& netcdf_labels) {
   if (path.empty()) throw Error("no dataset path given (data.train / data.test)");
   if (!std::filesystem::exists(path))
     throw Error("dataset '" + path + "' does not exist" +
                 (path == k_debian_fashion_mnist_dir ? " (install Debian's dataset-fashion-mnist package)" : ""));
   const std::string format = io::detect_format(path);
-  if (format == "idx") return open_idx(path, split);
-  const io::OpenOptions options{normalize, normalization, cache_mb * (int64_t{1} << 20)};
+  if (format == "idx") {
+    auto source = open_idx(path, split);
+    // IDX pixels are always standardised with the fixed Fashion-MNIST constants.
+    if (fixed != nullptr && !fixed->same_as(source->normalization()))
+      throw Error("dataset '" + path + "' (Fashion-MNIST IDX) is normalised with fixed constants, not with the given " +
+                  fixed->kind + " statistics (" + fixed->source + ")");
+    return source;
+  }
+  io::OpenOptions options;
+  options.normalize = normalize;
+  options.normalization = normalization;
+  options.cache_bytes = cache_mb * (int64_t{1} << 20);
+  if (fixed != nullptr) options.fixed = *fixed;
   if (format == "shards") return io::open_shards(path, split, options);
   if (format == "deepcam") return io::open_deepcam(path, options);
   if (format == "netcdf")

@@ -8,6 +8,8 @@
 
 #include "io/dataset.hpp"
 #include "io/mask.hpp"
+#include "io/netcdf_file.hpp"
+#include "io/netcdf_mask.hpp"
 #include "io/png.hpp"
 #include "mpi/agreement.hpp"
 #include "src/core/error.hpp"
@@ -19,17 +21,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool is_data_file(const fs::path& p) { return p.extension() == ".h5" && p.filename() != "stats.h5"; }
-
-// The training set's statistics file: predict normalises as training did.
-std::string training_stats(const Config& cfg, const CheckpointModel& ck) {
-  const std::string stats = io::find_deepcam_stats(cfg.data.train);
-  if (stats.empty())
-    throw UsageError("the training set's statistics are needed to normalise the inputs as training did, and " +
-                     cfg.data.train + " (data.train of checkpoint " + ck.folder.string() +
-                     ") has no stats.h5; give its place with --set data.train=PATH");
-  return stats;
+bool is_data_file(const fs::path& p) {
+  return (p.extension() == ".h5" && p.filename() != "stats.h5") || p.extension() == ".nc";
 }
+bool is_netcdf(const std::string& p) { return fs::path(p).extension() == ".nc"; }
 
 // A picture of one time step: its first channel in grey, and beside it the mask's classes.
 io::RgbImage mask_picture(const float* channel, const uint8_t* mask, int64_t h, int64_t w) {
@@ -62,7 +57,8 @@ std::vector<std::string> predict_inputs(const std::vector<std::string>& paths) {
       std::vector<std::string> files;
       for (const auto& e : fs::directory_iterator(p))
         if (e.is_regular_file() && is_data_file(e.path())) files.push_back(e.path().string());
-      if (files.empty()) throw UsageError("--data " + p + ": a folder with no data files (*.h5 other than stats.h5)");
+      if (files.empty())
+        throw UsageError("--data " + p + ": a folder with no data files (*.nc, or *.h5 other than stats.h5)");
       std::sort(files.begin(), files.end());
       out.insert(out.end(), files.begin(), files.end());
     } else if (fs::exists(p, ec)) {
@@ -106,21 +102,25 @@ int64_t count_regions(const uint8_t* mask, int64_t h, int64_t w, uint8_t cls) {
 std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const PredictOptions& options,
                                          const mpi::Topology& topo) {
   const mpi::Communicator& world = topo.world();
-  if (options.format != "h5")
-    throw CollectiveError("--format " + options.format + ": not a mask format squall writes (h5)", k_exit_usage);
+  if (options.format != "h5" && options.format != "nc")
+    throw CollectiveError("--format " + options.format + ": not a mask format squall writes (nc or h5)", k_exit_usage);
   Config cfg;
   std::vector<std::string> inputs;
-  std::string stats;
   mpi::run_agreed(world, [&] {
     cfg = checkpoint_config(ck, options.overrides);
     inputs = predict_inputs(options.data);
-    stats = training_stats(cfg, ck);
     if (world.rank() == 0) fs::create_directories(options.out);
   });
+  // The inputs normalised as training normalised its samples: with the statistics the
+  // checkpoint holds (the training set's).
+  const data::Normalization& norm = ck.model.normalization;
   io::OpenOptions open;
-  open.normalization = cfg.data.normalization;
+  open.normalize = norm.kind != "none";
+  open.normalization = norm.kind;
+  open.fixed = norm;
   open.labels_optional = true;
   open.cache_bytes = 0;
+  const io::NetcdfOptions netcdf{io::netcdf_variable_map(cfg.data.netcdf_variables), cfg.data.netcdf_labels};
   // Rank r takes files [n r / R, n (r + 1) / R).
   const auto n = static_cast<int64_t>(inputs.size());
   const int64_t first = n * world.rank() / world.size(), last = n * (world.rank() + 1) / world.size();
@@ -134,7 +134,15 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
   mpi::run_agreed(world, [&] {
     for (int64_t f = first; f < last; ++f) {
       const std::string& input = inputs[static_cast<size_t>(f)];
-      const auto source = io::open_deepcam_files({input}, stats, open);
+      const bool nc = is_netcdf(input);
+      std::unique_ptr<io::NetcdfSource> nc_source;
+      std::unique_ptr<data::DataSource> h5_source;
+      if (nc) {
+        nc_source = io::open_netcdf_files({input}, "", open, netcdf);
+      } else {
+        h5_source = io::open_deepcam_files({input}, "", open);
+      }
+      const data::DataSource* source = nc ? static_cast<const data::DataSource*>(nc_source.get()) : h5_source.get();
       const data::DatasetInfo& info = source->info();
       if (!m.graph) {
         const nn::ModelSpec spec = fit_checkpoint_model(ck, cfg, "--data", input, *source, batch);
@@ -158,12 +166,26 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
       out.class_names = info.class_names;
       out.mask.resize(static_cast<size_t>(out.times * hw));
       if (options.probabilities) out.probabilities.resize(static_cast<size_t>(out.times * classes * hw));
-      io::read_deepcam_grid(input, out.lat, out.lon);
+      if (nc) {
+        for (int64_t t = 0; t < out.times; ++t) {
+          const io::NetcdfGrid grid = nc_source->sample_grid(t);
+          if (t == 0) {
+            out.lat = grid.lat;
+            out.lon = grid.lon;
+            out.time_units = grid.time_units;
+            out.calendar = grid.calendar;
+          }
+          out.time.insert(out.time.end(), grid.time.begin(), grid.time.end());
+        }
+        if (static_cast<int64_t>(out.time.size()) != out.times) out.time.clear();
+      } else {
+        io::read_deepcam_grid(input, out.lat, out.lon);
+      }
       out.attributes = {{"model", ck.data.text("model")},
                         {"checkpoint", ck.folder.string()},
                         {"step", std::to_string(ck.data.integer("step"))},
-                        {"source", input},
-                        {"normalisation", stats}};
+                        {"input", input},
+                        {"normalisation", norm.kind + " (" + norm.source + ")"}};
       std::vector<float> images(static_cast<size_t>(batch * per)), logits;
       std::vector<int32_t> labels(static_cast<size_t>(batch * hw)), pred(static_cast<size_t>(batch * hw));
       std::vector<float> first_channel;
@@ -214,14 +236,28 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
       r.input = input;
       r.samples = out.times;
       r.class_names = out.class_names;
-      r.output = (fs::path(options.out) / (fs::path(input).stem().string() + "-mask.h5")).string();
+      r.output = (fs::path(options.out) / (fs::path(input).stem().string() + "-mask." + options.format)).string();
       r.pixels.assign(static_cast<size_t>(classes), 0);
       r.regions.assign(static_cast<size_t>(classes), 0);
       for (uint8_t v : out.mask) ++r.pixels[std::min<size_t>(v, r.pixels.size() - 1)];
       for (int64_t t = 0; t < out.times; ++t)
         for (int64_t c = 1; c < classes; ++c)
           r.regions[static_cast<size_t>(c)] += count_regions(out.mask.data() + t * hw, h, w, static_cast<uint8_t>(c));
-      io::write_mask_h5(r.output, out);
+      if (options.format == "h5") {
+        io::write_mask_h5(r.output, out);
+      } else {
+        if (out.lat.empty() || out.lon.empty())
+          throw UsageError(input + ": no latitudes and longitudes (/climate/lat, /climate/lon): a netCDF mask needs "
+                                   "its grid; write --format h5");
+        if (out.time.empty())  // DeepCAM files carry no time: the time steps are numbered
+          for (int64_t t = 0; t < out.times; ++t) out.time.push_back(static_cast<double>(t));
+        io::MaskAttributes attrs;
+        attrs.source = "squall " + ck.data.text("model");
+        attrs.checkpoint = ck.folder.string() + " (step " + std::to_string(ck.data.integer("step")) + ")";
+        attrs.history = "squall predict on " + input;
+        io::write_netcdf_masks(r.output, io::MaskGrid{out.lat, out.lon, out.time, out.time_units, out.calendar},
+                               out.mask, out.probabilities, out.class_names, attrs);
+      }
       if (options.png)
         io::write_png((fs::path(options.out) / (fs::path(input).stem().string() + "-mask.png")).string(),
                       mask_picture(first_channel.data(), out.mask.data(), h, w));

@@ -2,8 +2,8 @@
 // `squall predict` (docs/inference.md): a checkpoint's central model applied to new files,
 // with or without labels, writing one mask file per input: the class of every pixel (and,
 // when asked, the softmax per class) with the input's grid and time, the class names and the
-// checkpoint it came from. Inputs are normalised with the training set's statistics, so a
-// labelled file gets exactly the classes `squall eval` scores on it.
+// checkpoint it came from. Inputs are normalised with the statistics the checkpoint holds (the
+// training set's), so a labelled file gets exactly the classes `squall eval` scores on it.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,9 +14,9 @@
 namespace squall::train {
 
 struct PredictOptions {
-  std::vector<std::string> data;       // files, or folders of data-*.h5 files
+  std::vector<std::string> data;       // files (DeepCAM *.h5, netCDF *.nc), or folders of them
   std::string out;                     // the folder the masks go to (made when missing)
-  std::string format = "h5";           // "h5" (io/mask.hpp)
+  std::string format = "nc";           // "nc" (CF netCDF, io/netcdf_mask.hpp) or "h5" (io/mask.hpp)
   bool probabilities = false;          // the softmax per class too
   bool png = false;                    // a picture per input: its first channel and the mask
   std::vector<std::string> overrides;  // --set: keys of the checkpoint's config
@@ -31,8 +31,8 @@ struct PredictedFile {
   std::vector<int64_t> regions;           // per class, connected regions summed over time steps
 };
 
-// The input files `paths` name, in order: a file as it is, a folder's data-*.h5 in name order
-// (stats.h5 left out). Throws UsageError naming a path that does not exist or a folder that
+// The input files `paths` name, in order: a file as it is, a folder's *.nc and *.h5 files in
+// name order (stats.h5 left out). Throws UsageError naming a path that does not exist or a folder that
 // holds none.
 std::vector<std::string> predict_inputs(const std::vector<std::string>& paths);
 

@@ -31,6 +31,7 @@
 #include "src/nn/graph.hpp"
 #include "src/train/autotune.hpp"
 #include "src/train/checkpoint.hpp"
+#include "src/train/eval_checkpoint.hpp"
 #include "src/train/datasets.hpp"
 #include "src/train/evaluate.hpp"
 #include "src/train/learners.hpp"
@@ -53,10 +54,15 @@ namespace fs = std::filesystem;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::unique_ptr<DataSource> open_source(const DataConfig& d, const std::string& split, const std::string& key) {
+// `fixed`: the training set's normalisation, for the test set (null for the training set).
+// `raw`: unnormalised and uncached, only to look at its shape and classes.
+std::unique_ptr<DataSource> open_source(const DataConfig& d, const std::string& split, const std::string& key,
+                                        const data::Normalization* fixed = nullptr, bool raw = false) {
   const std::string& path = split == "train" ? d.train : d.test;
   try {
-    return open_dataset(path, split, d.normalize, d.normalization, d.cache_mb, d.netcdf_variables, d.netcdf_labels);
+    if (raw) return open_dataset(path, split, false, d.normalization, 0, nullptr, d.netcdf_variables, d.netcdf_labels);
+    return open_dataset(path, split, d.normalize, d.normalization, d.cache_mb, fixed, d.netcdf_variables,
+                        d.netcdf_labels);
   } catch (const BadSample&) {
     throw;
   } catch (const Error& e) {
@@ -88,6 +94,18 @@ class MetricsLog {
   int m_fd = -1;
   int64_t m_lines = 0;
 };
+
+// The [model] section of a config's TOML text (to_toml writes one table per section).
+std::string model_section(const std::string& toml) {
+  const size_t begin = toml.find("[model]");
+  if (begin == std::string::npos) return {};
+  const size_t end = toml.find("\n[", begin);
+  return toml.substr(begin, end == std::string::npos ? std::string::npos : end + 1 - begin);
+}
+
+json normalization_json(const data::Normalization& n) {
+  return {{"kind", n.kind}, {"mean", n.mean}, {"std", n.std}, {"input_scale", n.input_scale}, {"source", n.source}};
+}
 
 }  // namespace
 
@@ -174,8 +192,12 @@ class TrainingRun {
     const Config& cfg = m_cfg;
     m_fail = fail_at_from_env();
     m_train = open_source(cfg.data, "train", "train");
-    m_test = open_source(cfg.data, "test", "test");
+    // The test set's shape and classes are checked against the training set's first, then it
+    // is opened again normalised with the training set's statistics (docs/training.md,
+    // "Normalisation").
+    m_test = open_source(cfg.data, "test", "test", nullptr, true);
     check_model_and_data();
+    m_test = open_source(cfg.data, "test", "test", &m_train->normalization());
     m_n_train = cfg.data.train_samples > 0 ? std::min(cfg.data.train_samples, m_train->size()) : m_train->size();
     m_n_test = cfg.data.test_samples > 0 ? std::min(cfg.data.test_samples, m_test->size()) : m_test->size();
     m_batch = cfg.train.batch_size;
@@ -644,6 +666,10 @@ class TrainingRun {
       shared.texts["config_origin"] = m_origin;
       shared.texts["model"] = m_spec.name;
       shared.texts["algorithm"] = algorithm_name(m_algorithm);
+      // The same central model by name, with what it needs to be used elsewhere.
+      add_model_entries(shared, m_group->replica_graph(0), shared.arrays.at("central/params"),
+                        shared.arrays.at("central/state"), m_spec, model_section(to_toml(m_cfg)), m_train->info(),
+                        m_train->normalization());
     }
     if (per_rank) m_group->save_own(own);
     const fs::path path = m_store->save(m_step, shared, per_rank ? &own : nullptr);
@@ -918,6 +944,7 @@ class TrainingRun {
                 {"time_breakdown_s", {{"compute", t_compute}, {"allreduce", t_reduce}, {"io_wait", t_io},
                                       {"allreduce_overlapped", m_group->overlapped_reduce_seconds()}}},
                 {"skipped_samples", m_loader->bad_samples()}, {"data", m_train->info().description},
+                {"normalization", normalization_json(m_train->normalization())},
                 {"final", final_metrics}, {"model_checksum", r.model_checksum}, {"config", m_origin}};
     // The CPU backend's streams as they ran (run.cpu_streams): a bare CpuBackend runs every
     // call inline; the async one queues them on a worker per stream, delayed at random by

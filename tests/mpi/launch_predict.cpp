@@ -8,12 +8,17 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include <netcdf.h>
+
 #include "io/deepcam_file.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using nlohmann::json;
@@ -78,11 +83,30 @@ void copy_without_labels(const fs::path& src, const fs::path& dst) {
   H5Fclose(f);
 }
 
-}  // namespace
+// A netCDF mask file's `mask` variable (time x lat x lon).
+std::vector<uint8_t> read_nc_mask(const std::string& path) {
+  int nc = -1, var = -1, dims[3] = {};
+  REQUIRE(nc_open(path.c_str(), NC_NOWRITE, &nc) == NC_NOERR);
+  REQUIRE(nc_inq_varid(nc, "mask", &var) == NC_NOERR);
+  int ndims = 0;
+  REQUIRE(nc_inq_varndims(nc, var, &ndims) == NC_NOERR);
+  REQUIRE(ndims == 3);
+  REQUIRE(nc_inq_vardimid(nc, var, dims) == NC_NOERR);
+  size_t n = 1;
+  for (int d : dims) {
+    size_t len = 0;
+    REQUIRE(nc_inq_dimlen(nc, d, &len) == NC_NOERR);
+    n *= len;
+  }
+  std::vector<uint8_t> out(n);
+  REQUIRE(nc_get_var_uchar(nc, var, out.data()) == NC_NOERR);
+  nc_close(nc);
+  return out;
+}
 
-TEST_CASE("predict writes masks that score exactly what eval scores, with or without labels, on 1 or 2 ranks",
-          "[launch][predict]") {
-  TempDir tmp("squall-launch-predict");
+// Held-out climate files, labelled, and a small U-Net run trained on others: tmp/train,
+// tmp/test, tmp/run.
+std::string small_climate_run(const TempDir& tmp) {
   const std::string bin = squall_bin();
   for (const auto& [split, samples, seed] : {std::tuple{"train", 8, 3}, std::tuple{"test", 4, 4}}) {
     must_run(bin + " data climate --out " + tmp.file(std::string("raw-") + split) + " --samples " +
@@ -94,7 +118,22 @@ TEST_CASE("predict writes masks that score exactly what eval scores, with or wit
            " --set data.test=" + tmp.file("test") + " --set run.dir=" + run +
            " --set train.max_steps=4 --set train.batch_size=4 --set model.width=8 --set model.depth=2" +
            " --set schedule.warmup_steps=0");
+  return run;
+}
 
+std::string mask_name(int i, const std::string& ext) {
+  char name[40];
+  std::snprintf(name, sizeof(name), "data-%06d-mask.%s", i, ext.c_str());
+  return name;
+}
+
+}  // namespace
+
+TEST_CASE("predict writes masks that score exactly what eval scores, with or without labels, on 1 or 2 ranks",
+          "[launch][predict]") {
+  TempDir tmp("squall-launch-predict");
+  const std::string bin = squall_bin();
+  const std::string run = small_climate_run(tmp);
   const auto ev = run_command(bin + " eval --run " + run + " --json");
   INFO(ev.out << ev.err);
   REQUIRE(ev.exit_code == 0);
@@ -102,7 +141,7 @@ TEST_CASE("predict writes masks that score exactly what eval scores, with or wit
 
   const std::string masks = tmp.file("masks");
   const auto p = run_command(bin + " predict --run " + run + " --data " + tmp.file("test") + " --out " + masks +
-                             " --probabilities --png");
+                             " --format h5 --probabilities --png");
   INFO(p.out << p.err);
   REQUIRE(p.exit_code == 0);
   CHECK_THAT(p.out, Catch::Contains("-mask.h5: 1 time step; background ") && Catch::Contains(" regions)") &&
@@ -161,13 +200,8 @@ TEST_CASE("predict writes masks that score exactly what eval scores, with or wit
                               " --out " + masks2);
   INFO(p2.out << p2.err);
   REQUIRE(p2.exit_code == 0);
-  for (int i = 0; i < 4; ++i) {
-    char name[32];
-    std::snprintf(name, sizeof(name), "data-%06d-mask.h5", i);
-    const Mask m = read_mask(masks2 + "/" + name);
-    CHECK(m.mask == labelled_masks[static_cast<size_t>(i)]);
-    CHECK(m.probabilities.empty());
-  }
+  for (int i = 0; i < 4; ++i)  // the default format: CF netCDF
+    CHECK(read_nc_mask(masks2 + "/" + mask_name(i, "nc")) == labelled_masks[static_cast<size_t>(i)]);
 
   // Usage errors name what is wrong.
   const auto missing = run_command(bin + " predict --run " + run + " --data " + tmp.file("nowhere") + " --out " + masks2);
@@ -176,4 +210,55 @@ TEST_CASE("predict writes masks that score exactly what eval scores, with or wit
   const auto both = run_command(bin + " predict --run " + run + " --checkpoint x --data " + bare.string() + " --out " + masks2);
   CHECK(both.exit_code == 2);
   CHECK_THAT(both.err, Catch::Contains("not both"));
+}
+
+TEST_CASE("predict on netCDF files written by Python from the same fields gives the same masks", "[launch][predict]") {
+  if (run_command("/usr/bin/python3 -c 'import netCDF4, h5py, numpy'").exit_code != 0)
+    SQUALL_SKIP("/usr/bin/python3 cannot import netCDF4, h5py and numpy (install python3-netcdf4 python3-h5py)");
+  TempDir tmp("squall-launch-predict-nc");
+  const std::string bin = squall_bin();
+  const std::string run = small_climate_run(tmp);
+  // The 4 held-out samples as one netCDF-4 file of 4 time steps (CAM5-style variables).
+  const std::string script = tmp.file("to_nc.py");
+  {
+    std::ofstream py(script);
+    py << R"(import sys, glob, h5py, numpy as np, netCDF4
+src, dst = sys.argv[1], sys.argv[2]
+names = ["TMQ", "U850", "V850", "UBOT", "VBOT", "QREFHT", "PS", "PSL", "T200", "T500", "PRECT", "TS", "TREFHT",
+         "Z1000", "Z200", "ZBOT"]
+fields = []
+for f in sorted(glob.glob(src + "/data-*.h5")):
+    with h5py.File(f, "r") as h:
+        fields.append(h["climate/data"][...])
+        lat, lon = h["climate/lat"][...], h["climate/lon"][...]
+fields = np.stack(fields)
+with netCDF4.Dataset(dst, "w", format="NETCDF4") as d:
+    d.createDimension("time", None)
+    d.createDimension("lat", len(lat))
+    d.createDimension("lon", len(lon))
+    t = d.createVariable("time", "f8", ("time",))
+    t.units = "hours since 2001-01-01 00:00:00"
+    t.calendar = "noleap"
+    t[:] = 3.0 * np.arange(len(fields))
+    d.createVariable("lat", "f8", ("lat",))[:] = lat
+    d.createVariable("lon", "f8", ("lon",))[:] = lon
+    for c, n in enumerate(names):
+        d.createVariable(n, "f4", ("time", "lat", "lon"))[:] = fields[..., c]
+)";
+  }
+  fs::create_directories(tmp.file("nc"));
+  must_run("/usr/bin/python3 " + script + " " + tmp.file("test") + " " + tmp.file("nc") + "/cam5-h3.nc");
+  must_run(bin + " predict --run " + run + " --data " + tmp.file("test") + " --out " + tmp.file("from-h5"));
+  const auto p = run_command(bin + " predict --run " + run + " --data " + tmp.file("nc") + "/cam5-h3.nc --out " +
+                             tmp.file("from-nc"));
+  INFO(p.out << p.err);
+  REQUIRE(p.exit_code == 0);
+  CHECK_THAT(p.out, Catch::Contains("cam5-h3-mask.nc: 4 time steps;"));
+  const std::vector<uint8_t> all = read_nc_mask(tmp.file("from-nc") + "/cam5-h3-mask.nc");
+  REQUIRE(all.size() == 4 * 16 * 24);
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<uint8_t> one = read_nc_mask(tmp.file("from-h5") + "/" + mask_name(i, "nc"));
+    INFO("time step " << i);
+    CHECK(std::equal(one.begin(), one.end(), all.begin() + i * 16 * 24));
+  }
 }

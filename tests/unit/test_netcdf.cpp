@@ -256,7 +256,7 @@ TEST_CASE("netCDF input: several files, (lat, lon) without time, renamed variabl
   // squall train's way in: data.netcdf_variables through the config and open_dataset.
   const squall::train::Config cfg = squall::train::parse_config(
       "[data]\ntrain = \"" + e.path.string() + "\"\nnetcdf_variables = \"PSL=slp\"\n", "test.toml");
-  auto trained = squall::train::open_dataset(cfg.data.train, "train", false, "zscore", 0, cfg.data.netcdf_variables,
+  auto trained = squall::train::open_dataset(cfg.data.train, "train", false, "zscore", 0, nullptr, cfg.data.netcdf_variables,
                                              cfg.data.netcdf_labels);
   CHECK(trained->size() == 3);
   CHECK_THROWS_WITH(squall::train::parse_config("[data]\nnetcdf_variables = \"FOO=bar\"\n", "test.toml"),
