@@ -57,6 +57,8 @@ std::vector<Field> fields(Config& c) {
       {"data", "class_weights", &c.data.class_weights},
       {"data", "netcdf_variables", &c.data.netcdf_variables},
       {"data", "netcdf_labels", &c.data.netcdf_labels},
+      {"data", "augment_roll", &c.data.augment_roll},
+      {"data", "augment_flip", &c.data.augment_flip},
 
       {"model", "name", &c.model.name},
       {"model", "width", &c.model.width},

@@ -37,6 +37,8 @@ struct DataConfig {
   std::vector<double> class_weights; // per-class loss weights (segmentation); empty = uniform
   std::string netcdf_variables;      // netCDF input: "CHANNEL=variable, ..." overrides of the DeepCAM names
   std::string netcdf_labels = "labels";  // netCDF input: the labels variable (read when present; "" = never)
+  bool augment_roll = false;         // climate training samples: a random roll in longitude (periodic)
+  bool augment_flip = false;         // ... and a random north-south flip, the meridional wind's sign changed
   bool operator==(const DataConfig&) const = default;
 };
 

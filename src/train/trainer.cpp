@@ -29,6 +29,7 @@
 #include "src/cpu/cpu_async_backend.hpp"
 #include "src/cpu/cpu_info.hpp"
 #include "src/nn/graph.hpp"
+#include "src/train/augment.hpp"
 #include "src/train/autotune.hpp"
 #include "src/train/checkpoint.hpp"
 #include "src/train/eval_checkpoint.hpp"
@@ -359,6 +360,7 @@ class TrainingRun {
       if (m_lookahead) loader_options.prefetch = std::max(loader_options.prefetch, 2 * m_max_learners);
     }
     m_loader = std::make_unique<io::Loader>(*m_train, loader_options);
+    m_augment = make_sphere_augment(cfg.data.augment_roll, cfg.data.augment_flip, info, m_train->normalization());
     m_last_eval.cm = ConfusionMatrix(info.classes);
     m_tuner = std::make_unique<AutoTuner>(cfg.parallel.autotune, cfg.parallel.autotune_threshold, m_max_learners,
                                           std::max<int64_t>(10, m_steps_per_epoch / 20));
@@ -689,7 +691,9 @@ class TrainingRun {
   void train_step(int64_t epoch, int64_t used) {
     const double t_load = now_s();
     // `taken`: batches of the epoch taken from the loader before the ones asked for now.
-    auto take = [&](std::vector<const io::Batch*>& held, std::vector<LearnerBatch>& inputs, int64_t taken) {
+    // `step`: the step the batches are for (data.augment_*: each sample's draw depends on it).
+    auto take = [&](std::vector<const io::Batch*>& held, std::vector<LearnerBatch>& inputs, int64_t taken,
+                    int64_t step) {
       held.clear();
       inputs.clear();
       for (int j = 0; j < m_learners; ++j) {
@@ -697,6 +701,11 @@ class TrainingRun {
         if (data == nullptr)
           throw Error("loader: epoch " + std::to_string(epoch) + " ended after " + std::to_string(taken + j) +
                       " of " + std::to_string(m_batches_per_epoch) + " batches");
+        if (m_augment.any()) {
+          const nn::Shape& x = m_train->info().sample;
+          augment_batch(m_augment, data->images, data->labels, data->size, x.c(), x.h(), x.w(),
+                        static_cast<uint64_t>(m_cfg.run.seed), m_rank, j, step);
+        }
         held.push_back(data);
         inputs.push_back({data->images, data->labels});
       }
@@ -707,11 +716,11 @@ class TrainingRun {
       m_next_held.clear();
       m_next_inputs.clear();
     } else {
-      take(m_held, m_inputs, used - m_learners);
+      take(m_held, m_inputs, used - m_learners, m_step);
     }
     // The next step's batches, within this epoch, for the device to copy during this step.
     const bool ahead = m_lookahead && used + m_learners <= m_batches_per_epoch && m_step + 1 < m_total_steps;
-    if (ahead) take(m_next_held, m_next_inputs, used);
+    if (ahead) take(m_next_held, m_next_inputs, used, m_step + 1);
     m_timeline.add("load", Timeline::k_rank_track, t_load, now_s());
     if (m_rank == m_fail.rank && m_step + 1 == m_fail.step) {
       if (m_fail.kill) ::raise(SIGKILL);
@@ -996,6 +1005,7 @@ class TrainingRun {
   // learners copy batches to the device asynchronously without an extra host copy; the
   // buffers live here, by address, as long as the loader.
   std::map<void*, nn::Buffer> m_pinned_batches;
+  SphereAugment m_augment;  // data.augment_roll / augment_flip (off: nothing)
   std::unique_ptr<io::Loader> m_loader;
 
   // The outputs.

@@ -104,7 +104,8 @@ std::vector<uint8_t> read_nc_mask(const std::string& path) {
   return out;
 }
 
-// Held-out climate files, labelled, and a small U-Net run trained on others: tmp/train,
+// Held-out climate files, labelled, and a small U-Net run trained on others (with the
+// augmentation on the sphere on, so that the trainer's path through it runs): tmp/train,
 // tmp/test, tmp/run.
 std::string small_climate_run(const TempDir& tmp) {
   const std::string bin = squall_bin();
@@ -117,7 +118,7 @@ std::string small_climate_run(const TempDir& tmp) {
   must_run(bin + " train --config " + k_climate + " --set data.train=" + tmp.file("train") +
            " --set data.test=" + tmp.file("test") + " --set run.dir=" + run +
            " --set train.max_steps=4 --set train.batch_size=4 --set model.width=8 --set model.depth=2" +
-           " --set schedule.warmup_steps=0");
+           " --set schedule.warmup_steps=0 --set data.augment_roll=true --set data.augment_flip=true");
   return run;
 }
 
