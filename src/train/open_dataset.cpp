@@ -31,8 +31,16 @@ std::unique_ptr<DataSource> open_dataset(const std::string& path, const std::str
   if (fixed != nullptr) options.fixed = *fixed;
   if (format == "shards") return io::open_shards(path, split, options);
   if (format == "deepcam") return io::open_deepcam(path, options);
-  if (format == "netcdf")
-    return io::open_netcdf(path, options, io::NetcdfOptions{io::netcdf_variable_map(netcdf_variables), netcdf_labels});
+  if (format == "netcdf") {
+    auto source =
+        io::open_netcdf(path, options, io::NetcdfOptions{io::netcdf_variable_map(netcdf_variables), netcdf_labels});
+    // Training and evaluation need a label per pixel; new output without them is for predict.
+    if (!source->has_labels())
+      throw Error(path + " holds netCDF files without the labels variable '" + netcdf_labels +
+                  "' (data.netcdf_labels): training and evaluation need labelled samples (`squall data label` "
+                  "computes them; `squall predict` takes unlabelled files)");
+    return source;
+  }
   throw Error("dataset '" + path + "' holds no Fashion-MNIST IDX files, no squall shards (" + split +
               "-NNNNN-of-MMMMM.h5), no DeepCAM files (data-*.h5) and no netCDF files (*.nc); see docs/formats.md "
               "and docs/data.md");

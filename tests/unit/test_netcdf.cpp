@@ -246,6 +246,7 @@ TEST_CASE("netCDF input: several files, (lat, lon) without time, renamed variabl
   NcSpec r;
   r.rename_from = "PSL";
   r.rename_to = "slp";
+  r.labels = true;  // squall train opens it below: training needs labels
   write_nc(e.file("r.nc"), r);
   CHECK_THAT(open_error(e.file("r.nc")), Catch::Contains(e.file("r.nc")) && Catch::Contains("'PSL'"));
   const io::NetcdfOptions mapped{io::netcdf_variable_map("PSL=slp"), "labels"};
@@ -259,6 +260,12 @@ TEST_CASE("netCDF input: several files, (lat, lon) without time, renamed variabl
   auto trained = squall::train::open_dataset(cfg.data.train, "train", false, "zscore", 0, nullptr, cfg.data.netcdf_variables,
                                              cfg.data.netcdf_labels);
   CHECK(trained->size() == 3);
+  // Unlabelled files (new simulation output) are for predict: training and evaluation refuse
+  // them, naming the folder and the labels variable.
+  squall::test::TempDir u("squall-netcdf-unlabelled");
+  write_nc(u.file("new.nc"), NcSpec{});
+  CHECK_THROWS_WITH(squall::train::open_dataset(u.path.string(), "train", false, "zscore", 0),
+                    Catch::Contains(u.path.string()) && Catch::Contains("without the labels variable 'labels'"));
   CHECK_THROWS_WITH(squall::train::parse_config("[data]\nnetcdf_variables = \"FOO=bar\"\n", "test.toml"),
                     Catch::Contains("data.netcdf_variables") && Catch::Contains("FOO"));
   CHECK_THROWS_WITH(io::netcdf_variable_map("FOO=bar"), Catch::Contains("unknown channel 'FOO'"));
