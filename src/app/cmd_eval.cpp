@@ -71,18 +71,9 @@ std::string result_text(const train::CheckpointModel& ck, const train::EvalResul
 }
 
 int run_eval(Context& ctx, const EvalArgs& args) {
-  // Every rank parsed the same arguments: a usage error here is every rank's, with no
-  // collective to agree on it first.
-  if (args.checkpoint.empty() == args.run_dir.empty())
-    throw CollectiveError(args.checkpoint.empty()
-                              ? "eval needs --checkpoint PATH (a step-NNNNNNNN folder or its model.h5) or --run DIR "
-                                "(its newest checkpoint)"
-                              : "give --checkpoint PATH or --run DIR, not both",
-                          k_exit_usage);
   const mpi::Topology topo = mpi::Topology::create(mpi::resolve_ranks_per_node(ctx.global.ranks_per_node));
-  const train::CheckpointModel ck = args.checkpoint.empty()
-                                        ? train::read_newest_checkpoint_model(args.run_dir, topo.world())
-                                        : train::read_checkpoint_model(args.checkpoint, topo.world());
+  const train::CheckpointModel ck =
+      train::read_checkpoint_args("eval", args.checkpoint, args.run_dir, topo.world());
   train::EvalOptions options;
   options.overrides = args.overrides;
   options.data = args.data;

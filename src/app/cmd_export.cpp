@@ -29,11 +29,7 @@ struct ExportArgs {
 };
 
 int run_export(Context& ctx, const ExportArgs& args) {
-  if (args.checkpoint.empty() == args.run_dir.empty())
-    throw UsageError(args.checkpoint.empty()
-                         ? "export needs --checkpoint PATH (a step-NNNNNNNN folder or its model.h5) or --run DIR "
-                           "(its newest checkpoint)"
-                         : "give --checkpoint PATH or --run DIR, not both");
+  train::check_checkpoint_args("export", args.checkpoint, args.run_dir);
   if (args.format != "onnx") throw UsageError("export: unknown --format '" + args.format + "' (known: onnx)");
   if (args.batch < 0) throw UsageError("export: --batch must be 0 (dynamic) or positive");
 #ifndef SQUALL_HAVE_ONNX
@@ -42,9 +38,8 @@ int run_export(Context& ctx, const ExportArgs& args) {
               "at configure time; scripts/install-deps installs them)");
 #else
   const mpi::Topology topo = mpi::Topology::create(mpi::resolve_ranks_per_node(ctx.global.ranks_per_node));
-  const train::CheckpointModel ck = args.checkpoint.empty()
-                                        ? train::read_newest_checkpoint_model(args.run_dir, topo.world())
-                                        : train::read_checkpoint_model(args.checkpoint, topo.world());
+  const train::CheckpointModel ck =
+      train::read_checkpoint_args("export", args.checkpoint, args.run_dir, topo.world());
   if (topo.rank() != 0) return 0;  // one writer
   train::EvalOptions options;
   options.data = args.data;

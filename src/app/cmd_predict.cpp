@@ -41,16 +41,9 @@ std::string file_line(const train::PredictedFile& f) {
 }
 
 int run_predict(Context& ctx, const PredictArgs& args) {
-  if (args.checkpoint.empty() == args.run_dir.empty())
-    throw CollectiveError(args.checkpoint.empty()
-                              ? "predict needs --checkpoint PATH (a step-NNNNNNNN folder or its model.h5) or --run DIR "
-                                "(its newest checkpoint)"
-                              : "give --checkpoint PATH or --run DIR, not both",
-                          k_exit_usage);
   const mpi::Topology topo = mpi::Topology::create(mpi::resolve_ranks_per_node(ctx.global.ranks_per_node));
-  const train::CheckpointModel ck = args.checkpoint.empty()
-                                        ? train::read_newest_checkpoint_model(args.run_dir, topo.world())
-                                        : train::read_checkpoint_model(args.checkpoint, topo.world());
+  const train::CheckpointModel ck =
+      train::read_checkpoint_args("predict", args.checkpoint, args.run_dir, topo.world());
   const std::vector<train::PredictedFile> mine = train::predict_files(ck, args.options, topo);
   std::string text;
   int64_t files = 0;

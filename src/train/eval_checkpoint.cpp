@@ -254,4 +254,19 @@ CheckpointModel read_newest_checkpoint_model(const fs::path& run_dir, const mpi:
   return share(std::move(m), world);
 }
 
+void check_checkpoint_args(const std::string& command, const std::string& checkpoint, const std::string& run_dir) {
+  if (checkpoint.empty() == run_dir.empty())
+    throw CollectiveError(checkpoint.empty() ? command +
+                                                   " needs --checkpoint PATH (a step-NNNNNNNN folder or its model.h5) "
+                                                   "or --run DIR (its newest checkpoint)"
+                                             : "give --checkpoint PATH or --run DIR, not both",
+                          k_exit_usage);
+}
+
+CheckpointModel read_checkpoint_args(const std::string& command, const std::string& checkpoint,
+                                     const std::string& run_dir, const mpi::Communicator& world) {
+  check_checkpoint_args(command, checkpoint, run_dir);
+  return checkpoint.empty() ? read_newest_checkpoint_model(run_dir, world) : read_checkpoint_model(checkpoint, world);
+}
+
 }  // namespace squall::train

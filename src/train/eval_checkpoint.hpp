@@ -81,4 +81,12 @@ CheckpointModel read_checkpoint_model(const std::filesystem::path& path, const m
 // each one and why when none is readable.
 CheckpointModel read_newest_checkpoint_model(const std::filesystem::path& run_dir, const mpi::Communicator& world);
 
+// The checkpoint a command (`eval`, `predict`, `export`) names: exactly one of --checkpoint
+// PATH and --run DIR. check_checkpoint_args throws CollectiveError (exit 2) naming `command`
+// when neither or both are given (every rank parsed the same arguments, so all throw alike);
+// read_checkpoint_args checks, then reads it (collective, as the two readers above).
+void check_checkpoint_args(const std::string& command, const std::string& checkpoint, const std::string& run_dir);
+CheckpointModel read_checkpoint_args(const std::string& command, const std::string& checkpoint,
+                                     const std::string& run_dir, const mpi::Communicator& world);
+
 }  // namespace squall::train

@@ -69,7 +69,7 @@ FusedSum::Ticket FusedSum::start(size_t lo, size_t hi, const std::string& what) 
   // An allreduce that orders its sum after the group stream (by an event) needs no wait; the
   // others read the memory at once, so the stream's work on it must be done (inline CPU
   // streams are done already; async ones and devices are not).
-  if (needs_host_wait() || wire16(lo, hi)) m_host_wait();
+  if (needs_host_wait()) m_host_wait();
   return launch(lo, hi, what);
 }
 

@@ -148,7 +148,6 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
         const nn::ModelSpec spec = fit_checkpoint_model(ck, cfg, "--data", input, *source, batch);
         m = build_inference_model(ck, cfg, spec, info, batch, topo);
         built = info.sample;
-        pred_buf = {};
         const int64_t hw = info.sample.h() * info.sample.w();
         dev_pred = m.backend->allocate_labels(static_cast<size_t>(batch * hw), pred_buf);
       } else if (info.sample.c() != built.c() || info.sample.h() != built.h() || info.sample.w() != built.w()) {
@@ -189,6 +188,7 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
       std::vector<float> images(static_cast<size_t>(batch * per)), logits;
       std::vector<int32_t> labels(static_cast<size_t>(batch * hw)), pred(static_cast<size_t>(batch * hw));
       std::vector<float> first_channel;
+      std::vector<double> e(static_cast<size_t>(classes));  // one pixel's exp(z - max)
       nn::Buffer wide;
       nn::RunMode mode;
       mode.train = false;
@@ -226,9 +226,8 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
             double top = z[p];
             for (int64_t c = 1; c < classes; ++c) top = std::max(top, static_cast<double>(z[c * hw + p]));
             double sum = 0;
-            for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(z[c * hw + p]) - top);
-            for (int64_t c = 0; c < classes; ++c)
-              prob[c * hw + p] = static_cast<float>(std::exp(static_cast<double>(z[c * hw + p]) - top) / sum);
+            for (int64_t c = 0; c < classes; ++c) sum += (e[static_cast<size_t>(c)] = std::exp(z[c * hw + p] - top));
+            for (int64_t c = 0; c < classes; ++c) prob[c * hw + p] = static_cast<float>(e[static_cast<size_t>(c)] / sum);
           }
         }
       }
