@@ -144,6 +144,21 @@ inline constexpr const char* opt_lamb_beta_2 = "opt_lamb_beta_2";
 inline constexpr const char* opt_lamb_epsilon = "opt_lamb_epsilon";
 inline constexpr const char* opt_lamb_weight_decay_rate = "opt_lamb_weight_decay_rate";
 inline constexpr const char* max_steps = "max_steps";
+// DeepCAM under the HPC closed rules (hpc_*/closed_deepcam*.yaml): its own optimizer and
+// scheduler names
+inline constexpr const char* opt_lr = "opt_lr";
+inline constexpr const char* opt_betas = "opt_betas";                       // [beta1, beta2]
+inline constexpr const char* opt_eps = "opt_eps";
+inline constexpr const char* opt_bias_correction = "opt_bias_correction";   // LAMB
+inline constexpr const char* opt_grad_averaging = "opt_grad_averaging";     // LAMB
+inline constexpr const char* opt_max_grad_norm = "opt_max_grad_norm";       // LAMB
+inline constexpr const char* scheduler_type = "scheduler_type";             // "multistep" | "cosine_annealing"
+inline constexpr const char* scheduler_milestones = "scheduler_milestones"; // multistep
+inline constexpr const char* scheduler_decay_rate = "scheduler_decay_rate"; // multistep
+inline constexpr const char* scheduler_t_max = "scheduler_t_max";           // cosine_annealing
+inline constexpr const char* scheduler_eta_min = "scheduler_eta_min";       // cosine_annealing
+inline constexpr const char* scheduler_lr_warmup_steps = "scheduler_lr_warmup_steps";
+inline constexpr const char* scheduler_lr_warmup_factor = "scheduler_lr_warmup_factor";
 }  // namespace mlkey
 
 // Metadata keys, and the values of run_stop's status.

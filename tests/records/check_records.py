@@ -1,0 +1,293 @@
+"""Reads the records a squall run leaves with the readers their formats belong to: TensorBoard's
+own event-file reader, and the mlperf_logging package's parser and compliance checker.
+
+  check_records.py tensorboard DIR
+      Every event file in DIR (names holding "tfevents", as TensorBoard picks them), read twice:
+      record by record with TensorBoard's record reader, which checks both CRCs of every record
+      and fails on a corrupted or cut record, and as TensorBoard's EventAccumulator loads the
+      directory (all files merged into one run). Prints one JSON object,
+      {tag: [[step, value], ...]}, every scalar sorted by step (values as TensorBoard read them:
+      float32 widened; NaN and infinities as Python's json writes them). Fails when a record is
+      unreadable, a file does not start with the "brain.Event:2" version record, or the two
+      readings disagree.
+
+  check_records.py mllog FILE [--ruleset R]
+      FILE parsed by mlperf_logging's parser (mlp_parser.parse_file, ruleset R, default 3.0.0:
+      the HPC rules). Prints [[key, value, event_type], ...] in file order. Fails on a line the
+      parser refuses, a non-empty line that is not an MLPerf line, or an unknown event_type.
+
+  check_records.py compliance FILE [--usage hpc] [--ruleset 3.0.0]
+      mlperf_logging's compliance checker on FILE (it prints its findings); fails when it finds
+      anything.
+
+  check_records.py probe DIR
+      The test of tests/records/run_records.sh: DIR as squall_records_probe wrote it. Checks the
+      tensorboard and mllog readings against the probe's expectations exactly, runs the compliance
+      checker on its log, and checks that corrupted, cut and misframed copies are refused.
+
+Exit status: 0 when everything read, 1 otherwise (the reason on stderr), 2 for a usage error.
+Needs the tensorboard and mlperf-logging packages (run_records.sh pins their versions).
+"""
+import json
+import math
+import os
+import shutil
+import sys
+
+VERSION_RECORD = "brain.Event:2"
+EVENT_TYPES = ("POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END")
+
+
+class RecordError(Exception):
+    """A record or line the readers refused."""
+
+
+# ---- TensorBoard ---------------------------------------------------------------------------------
+
+def event_files(dir_):
+    if not os.path.isdir(dir_):
+        raise RecordError(f"{dir_}: not a directory")
+    files = sorted(os.path.join(dir_, f) for f in os.listdir(dir_) if "tfevents" in f)
+    if not files:
+        raise RecordError(f"{dir_}: no event files (names holding 'tfevents')")
+    return files
+
+
+def strict_events(path):
+    """Every Event of one file, through TensorBoard's record reader (the one it uses without
+    TensorFlow), which raises DataLossError on a CRC mismatch or a cut record. EventAccumulator
+    would stop quietly at such a record (a file being written ends in one), so the test reads
+    strictly first."""
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.compat.tensorflow_stub import errors, pywrap_tensorflow
+    reader = pywrap_tensorflow.PyRecordReader_New(path)
+    events = []
+    while True:
+        try:
+            reader.GetNext()
+        except errors.OutOfRangeError:
+            break
+        except errors.DataLossError as e:
+            raise RecordError(f"record {len(events)}: {e.message}") from None
+        event = event_pb2.Event()
+        try:
+            event.ParseFromString(reader.record())
+        except Exception as e:  # protobuf's DecodeError
+            raise RecordError(f"{path}: record {len(events)} is no Event: {e}") from None
+        events.append(event)
+    if not events or events[0].file_version != VERSION_RECORD:
+        raise RecordError(f"{path}: the first record is not the version record {VERSION_RECORD!r}")
+    return events
+
+
+def strict_scalars(dir_):
+    points = {}
+    for path in event_files(dir_):
+        for event in strict_events(path)[1:]:
+            if not event.HasField("summary"):
+                continue
+            for value in event.summary.value:
+                if value.HasField("simple_value"):
+                    points.setdefault(value.tag, []).append([event.step, value.simple_value])
+    return points
+
+
+def accumulated_scalars(dir_):
+    """The directory as TensorBoard loads it for its scalar charts."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    acc = ea.EventAccumulator(dir_, size_guidance={ea.SCALARS: 0})  # 0: keep every value
+    acc.Reload()
+    return {tag: [[s.step, s.value] for s in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def same_value(a, b):
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def same_points(a, b):
+    return len(a) == len(b) and all(sa == sb and same_value(va, vb) for (sa, va), (sb, vb) in zip(a, b))
+
+
+def read_tensorboard(dir_):
+    strict = strict_scalars(dir_)
+    loaded = accumulated_scalars(dir_)
+    by_step = {tag: sorted(points, key=lambda p: p[0]) for tag, points in loaded.items()}
+    if sorted(strict) != sorted(loaded):
+        raise RecordError(f"{dir_}: TensorBoard loaded tags {sorted(loaded)}, the records hold {sorted(strict)}")
+    for tag, points in strict.items():
+        if not same_points(sorted(points, key=lambda p: p[0]), by_step[tag]):
+            raise RecordError(f"{dir_}: tag {tag!r}: TensorBoard loaded {by_step[tag]}, the records hold {points}")
+    return by_step
+
+
+# ---- MLPerf logs ---------------------------------------------------------------------------------
+
+TOKEN = ":::MLLOG "
+
+
+def read_mllog(path, ruleset="3.0.0"):
+    from mlperf_logging.compliance_checker import mlp_parser
+    try:
+        loglines, errors = mlp_parser.parse_file(path, ruleset=ruleset)
+    except (KeyError, TypeError) as e:  # a JSON object without a field the parser takes
+        raise RecordError(f"{path}: mlperf_logging's parser failed: {e!r}") from None
+    if errors:
+        line, why = errors[0]
+        raise RecordError(f"{path}: mlperf_logging's parser refused {len(errors)} line(s), first: {why}: {line}")
+    with open(path, encoding="latin-1") as f:
+        lines = [line for line in f if line.strip()]
+    if len(lines) != len(loglines):
+        stray = next(line for line in lines if TOKEN not in line)
+        raise RecordError(f"{path}: {len(lines) - len(loglines)} line(s) are not MLPerf lines, first: {stray!r}")
+    out = []
+    for ll in loglines:
+        event_type = json.loads(ll.full_string[ll.full_string.index(TOKEN) + len(TOKEN):]).get("event_type")
+        if event_type not in EVENT_TYPES:
+            raise RecordError(f"{path}: line {ll.lineno + 1}: event_type {event_type!r}")
+        out.append([ll.key, ll.value["value"], event_type])
+    return out, loglines
+
+
+def check_compliance(path, usage="hpc", ruleset="3.0.0"):
+    from mlperf_logging.compliance_checker import mlp_compliance
+    checker = mlp_compliance.make_checker(usage, ruleset, quiet=False, werror=False)
+    if not checker.check_file(path, f"{usage}_{ruleset}/common.yaml"):
+        raise RecordError(f"{path}: the compliance checker ({usage} {ruleset}) found problems (above)")
+
+
+# ---- the probe's test ----------------------------------------------------------------------------
+
+def expect_refused(what, fn, *args):
+    try:
+        fn(*args)
+    except RecordError as e:
+        print(f"records: {what}: refused ({e})")
+        return
+    raise RecordError(f"{what}: read without complaint")
+
+
+def check_probe(dir_):
+    tb = os.path.join(dir_, "tb")
+    with open(os.path.join(dir_, "expected_tensorboard.json")) as f:
+        want = json.load(f)
+    got = read_tensorboard(tb)
+    if sorted(got) != sorted(want):
+        raise RecordError(f"tensorboard: tags {sorted(got)}, expected {sorted(want)}")
+    for tag in want:
+        if not same_points(got[tag], want[tag]):
+            raise RecordError(f"tensorboard: {tag!r}: read {got[tag]}, expected {want[tag]}")
+    files = event_files(tb)
+    if len(files) != 2:
+        raise RecordError(f"tensorboard: {len(files)} event files, expected 2 (a run and its resumed attempt)")
+    print(f"records: tensorboard: {sum(len(p) for p in got.values())} scalars of {len(got)} tags in "
+          f"{len(files)} files read back exactly")
+
+    # Damaged copies of the first file: each must be refused, not read short.
+    with open(files[0], "rb") as f:
+        good = f.read()
+    first_len = int.from_bytes(good[0:8], "little")
+    second = 12 + first_len + 4  # where the second record starts
+    damaged = {
+        "a flipped bit in a record's data": lambda b: flip(b, second + 12 + 2),
+        "a flipped bit in a record's length": lambda b: flip(b, second + 3),
+        "a flipped bit in a data CRC": lambda b: flip(b, len(b) - 1),
+        "a cut last record": lambda b: b[:-3],
+    }
+    for what, damage in damaged.items():
+        copy = os.path.join(dir_, "damaged")
+        shutil.rmtree(copy, ignore_errors=True)
+        os.makedirs(copy)
+        with open(os.path.join(copy, os.path.basename(files[0])), "wb") as f:
+            f.write(damage(good))
+        expect_refused(f"tensorboard: {what}", read_tensorboard, copy)
+        shutil.rmtree(copy)
+
+    log = os.path.join(dir_, "mllog.txt")
+    with open(os.path.join(dir_, "expected_mllog.json")) as f:
+        want_log = json.load(f)
+    got_log, loglines = read_mllog(log)
+    if got_log != want_log:
+        for i, (g, w) in enumerate(zip(got_log, want_log)):
+            if g != w:
+                raise RecordError(f"mllog: line {i + 1}: read {g}, expected {w}")
+        raise RecordError(f"mllog: {len(got_log)} lines, expected {len(want_log)}")
+    times = [ll.timestamp for ll in loglines]
+    if times != sorted(times) or times[0] < 1.6e12:
+        raise RecordError(f"mllog: time_ms not milliseconds in non-decreasing order: {times}")
+    for ll in loglines:
+        meta = ll.value["metadata"]
+        if meta.get("file") != "tests/records/records_probe.cpp" or not meta.get("lineno", 0) > 0:
+            raise RecordError(f"mllog: metadata names no caller: {ll.full_string}")
+    print(f"records: mllog: {len(got_log)} lines parsed by mlperf_logging as written")
+    check_compliance(log)
+    print("records: mllog: the HPC 3.0.0 compliance checker accepts the DeepCAM log")
+
+    with open(log, encoding="latin-1") as f:
+        lines = f.readlines()
+    broken = os.path.join(dir_, "broken-mllog.txt")
+    for what, text in {"a line cut short": lines[:3] + [lines[3][:40] + "\n"],
+                       "a line without its prefix": lines[:3] + [lines[3].replace(TOKEN, "")],
+                       "a line without a key": lines[:3] + [lines[3].replace('"key"', '"kex"')]}.items():
+        with open(broken, "w", encoding="latin-1") as f:
+            f.writelines(text)
+        expect_refused(f"mllog: {what}", read_mllog, broken)
+    # The checker is not vacuous: a run_stop without its status fails it.
+    with open(broken, "w", encoding="latin-1") as f:
+        for line in lines:
+            record = json.loads(line[len(TOKEN):])
+            if record["key"] == "run_stop":
+                del record["metadata"]["status"]
+                line = TOKEN + json.dumps(record) + "\n"
+            f.write(line)
+    expect_refused("compliance: run_stop without a status", check_compliance, broken)
+    os.remove(broken)
+
+
+def flip(data, at):
+    b = bytearray(data)
+    b[at] ^= 0x10
+    return bytes(b)
+
+
+# ---- command line --------------------------------------------------------------------------------
+
+def option(args, name, default):
+    if name in args:
+        i = args.index(name)
+        if i + 1 >= len(args):
+            raise SystemExit(f"usage: {name} needs a value")
+        value = args[i + 1]
+        del args[i:i + 2]
+        return value
+    return default
+
+
+def main(argv):
+    args = list(argv[1:])
+    try:
+        ruleset = option(args, "--ruleset", "3.0.0")
+        usage = option(args, "--usage", "hpc")
+    except SystemExit as e:
+        print(e, file=sys.stderr)
+        return 2
+    if len(args) != 2 or args[0] not in ("tensorboard", "mllog", "compliance", "probe"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    command, path = args
+    try:
+        if command == "tensorboard":
+            print(json.dumps(read_tensorboard(path), sort_keys=True))
+        elif command == "mllog":
+            print(json.dumps(read_mllog(path, ruleset)[0]))
+        elif command == "compliance":
+            check_compliance(path, usage, ruleset)
+        else:
+            check_probe(path)
+    except (RecordError, OSError) as e:
+        print(f"check_records: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
