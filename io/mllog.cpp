@@ -84,6 +84,15 @@ MlLog::MlLog(const fs::path& file, bool append) : m_path(file) {
 
 MlLog::~MlLog() { ::close(m_fd); }
 
+void MlLog::log_at(double time_s, MlEvent type, std::string_view key, const json& value, const json& metadata,
+                   std::source_location where) {
+  const auto ms = static_cast<int64_t>(time_s * 1000.0);
+  const std::string line = mllog_line(type, key, value, metadata, ms, mllog_source_file(where.file_name()),
+                                      static_cast<int>(where.line()), m_namespace);
+  write_all(m_fd, line, m_path);
+  ++m_lines;
+}
+
 void MlLog::log(MlEvent type, std::string_view key, const json& value, const json& metadata,
                 std::source_location where) {
   m_last_ms = std::max(m_last_ms, now_ms());

@@ -54,6 +54,12 @@ class MlLog {
   void log(MlEvent type, std::string_view key, const nlohmann::json& value = nullptr,
            const nlohmann::json& metadata = nullptr, std::source_location where = std::source_location::current());
 
+  // A line stamped with a time of the past, `time_s` seconds since the Unix epoch: when the
+  // process started (init_start) or when `squall stage` staged the data. It does not hold later
+  // lines back to it.
+  void log_at(double time_s, MlEvent type, std::string_view key, const nlohmann::json& value = nullptr,
+              const nlohmann::json& metadata = nullptr, std::source_location where = std::source_location::current());
+
   // log() with the type named.
   void point(std::string_view key, const nlohmann::json& value = nullptr, const nlohmann::json& metadata = nullptr,
              std::source_location where = std::source_location::current()) {

@@ -8,8 +8,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "src/core/durable.hpp"
 
 #include "src/core/error.hpp"
 
@@ -181,6 +186,32 @@ std::vector<std::string> files_to_stage(const data::DataSource& source, const Sa
     if (fs::is_regular_file(stats, ec)) out.push_back(stats.string());
   }
   return out;
+}
+
+void write_stage_record(const std::string& dir, const StageRecord& r) {
+  const nlohmann::json j{{"start_ms", r.start_ms}, {"stop_ms", r.stop_ms}, {"files", r.files},
+                         {"bytes", r.bytes},       {"source", r.source}};
+  write_file_atomic(std::filesystem::path(dir) / k_stage_record, j.dump(2) + "\n");
+}
+
+std::optional<StageRecord> read_stage_record(const std::string& dir) {
+  const std::filesystem::path path = std::filesystem::path(dir) / k_stage_record;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  const auto integer = [&](const char* key) {
+    if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer())
+      throw Error(path.string() + ": not a stage record (no integer '" + key + "'; written by squall stage)");
+    return j[key].get<int64_t>();
+  };
+  StageRecord r;
+  r.start_ms = integer("start_ms");
+  r.stop_ms = integer("stop_ms");
+  r.files = integer("files");
+  r.bytes = integer("bytes");
+  r.source = j.value("source", "");
+  return r;
 }
 
 }  // namespace squall::io

@@ -9,6 +9,7 @@
 // destination never write the same file), is fsync'd, read back and compared (size and
 // CRC-32 computed while reading the source), and only then renamed into place.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,5 +47,22 @@ std::string expand_node_placeholder(const std::string& to, int node);
 // The files `node`'s ranks read under `sampler` (Sampler::files_for_node), as paths, followed
 // by the dataset's stats.h5 when one lies beside them (DeepCAM's per-channel statistics).
 std::vector<std::string> files_to_stage(const data::DataSource& source, const Sampler& sampler, int node);
+
+// What `squall stage` leaves beside the files it staged, ".squall-stage.json": when the
+// node's staging started and stopped (ms since the epoch, the node's clock), the files and
+// bytes it holds and where they came from. A training run on the staged folder reports the
+// staging with its MLPerf log (run.mllog; docs/metrics.md).
+struct StageRecord {
+  int64_t start_ms = 0, stop_ms = 0;
+  int64_t files = 0, bytes = 0;
+  std::string source;
+};
+inline constexpr const char* k_stage_record = ".squall-stage.json";
+
+// Writes it into `dir` (atomically). Throws squall::Error naming the file.
+void write_stage_record(const std::string& dir, const StageRecord& record);
+// The record in `dir`, or nullopt when there is none; one that cannot be read is an Error
+// naming it.
+std::optional<StageRecord> read_stage_record(const std::string& dir);
 
 }  // namespace squall::io

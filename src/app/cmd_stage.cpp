@@ -25,7 +25,9 @@
 #include "io/stage.hpp"
 #include "mpi/topology.hpp"
 #include "src/app/cli.hpp"
+#include "src/core/clock.hpp"
 #include "src/core/error.hpp"
+#include "src/core/log.hpp"
 #include "src/train/datasets.hpp"
 
 namespace squall::app {
@@ -66,6 +68,7 @@ int run_stage(Context& ctx, const StageArgs& a) {
 
   world.barrier();
   const auto t0 = std::chrono::steady_clock::now();
+  const int64_t start_ms = static_cast<int64_t>(system_seconds() * 1000.0);
   json mine;
   std::string failure;  // empty: this rank did its share
   try {
@@ -78,6 +81,25 @@ int run_stage(Context& ctx, const StageArgs& a) {
   // Every rank reaches these collectives whatever happened above, so nobody waits forever.
   const int64_t failed = world.allreduce_sum(failure.empty() ? int64_t{0} : int64_t{1});
   const double seconds = static_cast<double>(world.allreduce_max(static_cast<int64_t>(ns))) * 1e-9;
+  // Each node's first rank records the staging beside the node's files (io::StageRecord), once
+  // every rank has done its share.
+  int64_t my_bytes = 0;
+  for (const json& f : mine.is_array() ? mine : json::array()) my_bytes += f["bytes"].get<int64_t>();
+  const int64_t node_files = topo.node_comm().allreduce_sum(static_cast<int64_t>(mine.is_array() ? mine.size() : 0));
+  const int64_t node_bytes = topo.node_comm().allreduce_sum(my_bytes);
+  if (failed == 0 && topo.local_rank() == 0) {
+    try {
+      io::StageRecord record;
+      record.start_ms = start_ms;
+      record.stop_ms = static_cast<int64_t>(system_seconds() * 1000.0);
+      record.source = a.from;
+      record.files = node_files;
+      record.bytes = node_bytes;
+      io::write_stage_record(io::expand_node_placeholder(a.to, topo.node()), record);
+    } catch (const std::exception& e) {
+      log::warn(std::string("stage: cannot write the stage record: ") + e.what());
+    }
+  }
   const json report = failure.empty() ? json{{"files", mine}} : json{{"error", failure}};
   const std::vector<std::string> reports = world.gather_strings(report.dump(), 0);
   if (topo.rank() != 0) return failed ? 1 : 0;

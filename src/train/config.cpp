@@ -41,6 +41,8 @@ std::vector<Field> fields(Config& c) {
       {"run", "backend", &c.run.backend},
       {"run", "threads", &c.run.threads},
       {"run", "cpu_streams", &c.run.cpu_streams},
+      {"run", "tensorboard", &c.run.tensorboard},
+      {"run", "mllog", &c.run.mllog},
 
       {"data", "train", &c.data.train},
       {"data", "test", &c.data.test},

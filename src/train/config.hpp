@@ -18,6 +18,8 @@ struct RunConfig {
   std::string backend = "cpu";       // cpu | cuda | auto (cuda when a device is present)
   int64_t threads = 0;               // CPU backend threads per rank; 0 = every core the rank may use
   std::string cpu_streams = "inline";  // CPU backend: inline | async (a worker thread per stream, for checking)
+  bool tensorboard = true;           // TensorBoard event files under <run.dir>/tensorboard/
+  bool mllog = false;                // MLPerf-style :::MLLOG lines in <run.dir>/mlperf.log
   bool operator==(const RunConfig&) const = default;
 };
 
@@ -58,6 +60,13 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
+// train.target: the run stops at the first evaluation whose metric reaches the value.
+struct TargetConfig {
+  std::string metric = "none";       // none | accuracy | miou
+  double value = 0;
+  bool operator==(const TargetConfig&) const = default;
+};
+
 struct TrainConfig {
   int64_t epochs = 5;
   int64_t max_steps = 0;             // stop after this many steps; 0 = run all epochs
@@ -74,6 +83,7 @@ struct TrainConfig {
   // stop names the step, rank, learner and layer and ends the run (exit 1); skip drops that
   // step's update, counts it (metrics.jsonl, summary.json) and goes on.
   std::string nonfinite = "stop";    // stop | skip
+  TargetConfig target;
   bool operator==(const TrainConfig&) const = default;
 };
 

@@ -155,25 +155,15 @@ void load_into_graph(const ModelCheckpoint& ck, nn::Graph& graph, nn::Backend& b
 
 namespace {
 
-// What evaluation takes from model.h5, checked as it is read, so that a readable file that
-// lacks it (another program's HDF5 file, a checkpoint cut short by hand) is reported like an
-// unreadable one, naming the file and the entry.
-void check_entries(const io::CheckpointData& d) {
-  (void)d.text("config");
-  (void)d.text("model");
-  (void)d.integer("step");
-  const int64_t params = d.integer("param_count"), state = d.integer("state_count");
-  if (params < 0 || state < 0)
-    throw Error(d.origin + ": param_count = " + std::to_string(params) + ", state_count = " + std::to_string(state) +
-                ": not a model's sizes");
-}
-
 // Rank 0: `folder`'s model.h5, read and checked. Throws squall::Error naming the file.
 CheckpointModel read_folder(const fs::path& folder) {
   CheckpointModel m;
   m.folder = folder;
   m.data = io::read_checkpoint_file((folder / CheckpointStore::k_model_file).string());
-  check_entries(m.data);
+  // What evaluation takes from model.h5, checked as it is read, so that a readable file that
+  // lacks it (another program's HDF5 file, a checkpoint cut short by hand) is reported like an
+  // unreadable one, naming the file and the entry.
+  m.state = read_trainer_state(m.data);
   m.model = model_checkpoint_from(m.data);
   return m;
 }
@@ -187,6 +177,7 @@ CheckpointModel share(CheckpointModel m, const mpi::Communicator& world) {
   if (!root) {
     m.folder = folder;
     m.data = io::CheckpointData::deserialize(bytes, (m.folder / CheckpointStore::k_model_file).string());
+    m.state = read_trainer_state(m.data);
     m.model = model_checkpoint_from(m.data);
   }
   return m;

@@ -13,6 +13,7 @@
 #include "mpi/comm.hpp"
 #include "src/data/data_source.hpp"
 #include "src/nn/graph.hpp"
+#include "src/train/trainer_state.hpp"
 
 namespace squall::train {
 
@@ -65,6 +66,7 @@ void add_model_entries(io::CheckpointData& out, const nn::Graph& graph, const st
 struct CheckpointModel {
   std::filesystem::path folder;  // the step-NNNNNNNN folder
   io::CheckpointData data;       // its model.h5, on every rank
+  TrainerState state;            // the run's config, model, step and sizes (trainer_state.hpp)
   ModelCheckpoint model;         // its named weights and what they need, on every rank
   std::string name() const { return folder.filename().string(); }
 };

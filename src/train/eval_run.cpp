@@ -3,25 +3,23 @@
 #include "src/train/eval_run.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <memory>
 
 #include "mpi/agreement.hpp"
+#include "src/core/clock.hpp"
 #include "src/core/error.hpp"
-#include "src/cpu/cpu_info.hpp"
 #include "src/nn/graph.hpp"
 #include "src/train/checkpoint.hpp"
 #include "src/train/config.hpp"
 #include "src/train/datasets.hpp"
-#include "src/train/learners.hpp"
 #include "src/train/model_spec.hpp"
+#include "src/train/setup.hpp"
 
 namespace squall::train {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 std::string model_file(const CheckpointModel& ck) { return (ck.folder / CheckpointStore::k_model_file).string(); }
 
@@ -37,7 +35,7 @@ std::string input_text(const DatasetInfo& info) {
 
 Config checkpoint_config(const CheckpointModel& ck, const std::vector<std::string>& overrides) {
   const std::string origin = model_file(ck) + " (its config)";
-  const std::string& text = ck.data.text("config");
+  const std::string& text = ck.state.config;
   try {
     (void)parse_config(text, origin);
   } catch (const Error& e) {
@@ -97,7 +95,7 @@ std::string trained_on(const CheckpointModel& ck, const std::string& refused_pat
                                " x " + std::to_string(in.w()) + " (channels x height x width), " +
                                std::to_string(ck.model.class_names.size()) + " classes";
   try {
-    const Config then = parse_config(ck.data.text("config"), model_file(ck));
+    const Config then = parse_config(ck.state.config, model_file(ck));
     std::error_code ec;
     if (then.data.test == refused_path || !fs::exists(then.data.test, ec)) return recorded;
     const auto source = open_dataset(then.data.test, "test", false, then.data.normalization, 0, nullptr,
@@ -116,12 +114,11 @@ std::string trained_on(const CheckpointModel& ck, const std::string& refused_pat
 nn::ModelSpec fit_checkpoint_model(const CheckpointModel& ck, const Config& cfg, const std::string& key,
                                    const std::string& data_path, const DataSource& test, int64_t batch) {
   const DatasetInfo& info = test.info();
-  const io::CheckpointData& d = ck.data;
-  const int64_t params = d.integer("param_count"), state = d.integer("state_count");
+  const int64_t params = ck.state.param_count, state = ck.state.state_count;
   auto refuse = [&](const std::string& why) {
     return UsageError(key + " " + data_path + " does not fit the model of checkpoint " + ck.folder.string() + ": " +
                       why + "; the data has " + input_text(info) + " (" + info.description + "); the model is " +
-                      d.text("model") + " with " + std::to_string(params) + " parameters" +
+                      ck.state.model + " with " + std::to_string(params) + " parameters" +
                       trained_on(ck, data_path));
   };
   const nn::ModelSpec spec = model_spec(cfg, info);
@@ -153,31 +150,18 @@ nn::ModelSpec fit_checkpoint_model(const CheckpointModel& ck, const Config& cfg,
 InferenceModel build_inference_model(const CheckpointModel& ck, const Config& cfg, const nn::ModelSpec& spec,
                                      const DatasetInfo& info, int64_t batch, const mpi::Topology& topo) {
   InferenceModel m;
-  m.backend = nn::make_backend(cfg.run.backend, topo.host_rank(),
-                               cfg.run.threads > 0 ? static_cast<int>(cfg.run.threads)
-                                                   : cpu::default_threads(topo.host_ranks()),
-                               cfg.run.cpu_streams);
+  m.backend = make_rank_backend(cfg, topo);
   m.stream = m.backend->create_stream();
   m.backend->bind_calling_thread(m.backend->threads());
-  const nn::DType precision = precision_dtype(cfg.train.precision);
-  m.graph = nn::make_model(spec, info.sample);
-  m.graph->set_dtype(precision);
-  m.graph->set_layout(resolve_layout(cfg.model.layout, m.backend->name(), precision));
+  m.graph = make_model_graph(spec, info.sample, graph_format(cfg, m.backend->name()));
   m.graph->build(*m.backend, batch, static_cast<uint64_t>(cfg.run.seed));
   load_into_graph(ck.model, *m.graph, *m.backend, *m.stream);
   m.backend->synchronize(*m.stream);
   return m;
 }
 
-namespace {
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-}  // namespace
-
 EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& options, const mpi::Topology& topo) {
   const mpi::Communicator& world = topo.world();
-  const io::CheckpointData& d = ck.data;
 
   // The config, the data and whether they fit: every rank opens the test set (each reads its
   // share of it), so any rank may be the one that cannot.
@@ -221,8 +205,8 @@ EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& opt
   });
 
   EvalResult r;
-  r.model = d.text("model");
-  r.step = d.integer("step");
+  r.model = ck.state.model;
+  r.step = ck.state.step;
   r.data_path = cfg.data.test;
   r.data_description = info.description;
   r.per_pixel_labels = info.per_pixel_labels;
@@ -230,12 +214,12 @@ EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& opt
   r.world_size = world.size();
   // Rank r takes samples [n r / R, n (r + 1) / R), as training's evaluation does.
   const int64_t begin = n_test * world.rank() / world.size(), end = n_test * (world.rank() + 1) / world.size();
-  const auto t0 = Clock::now();
+  const Stopwatch timer;
   mpi::run_agreed(world, [&] {
     r.part = evaluate_range(*m.graph, *m.backend, *m.stream, *test, begin, end, dev_labels, dev_pred, dev_weights);
   });
   sum_over_ranks(r.part, world);
-  r.eval_s = seconds_since(t0);
+  r.eval_s = timer.seconds();
   return r;
 }
 
@@ -244,9 +228,9 @@ CheckpointGraph checkpoint_graph(const CheckpointModel& ck, const EvalOptions& o
   const std::unique_ptr<DataSource> test = open_test(cfg, options, nullptr);  // its shape only
   const nn::ModelSpec spec = fit_checkpoint_model(ck, cfg, data_key(options), cfg.data.test, *test, batch);
   CheckpointGraph r;
-  r.model = ck.data.text("model");
-  r.step = ck.data.integer("step");
-  r.graph = nn::make_model(spec, test->info().sample);
+  r.model = ck.state.model;
+  r.step = ck.state.step;
+  r.graph = make_model_graph(spec, test->info().sample, GraphFormat{});  // ONNX's f32, NCHW
   r.graph->setup(batch);
   r.params = ck.data.array("central/params", r.graph->param_count());
   r.state = ck.data.array("central/state", r.graph->state_count());

@@ -180,9 +180,9 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
       } else {
         io::read_deepcam_grid(input, out.lat, out.lon);
       }
-      out.attributes = {{"model", ck.data.text("model")},
+      out.attributes = {{"model", ck.state.model},
                         {"checkpoint", ck.folder.string()},
-                        {"step", std::to_string(ck.data.integer("step"))},
+                        {"step", std::to_string(ck.state.step)},
                         {"input", input},
                         {"normalisation", norm.kind + " (" + norm.source + ")"}};
       std::vector<float> images(static_cast<size_t>(batch * per)), logits;
@@ -251,8 +251,8 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
         if (out.time.empty())  // DeepCAM files carry no time: the time steps are numbered
           for (int64_t t = 0; t < out.times; ++t) out.time.push_back(static_cast<double>(t));
         io::MaskAttributes attrs;
-        attrs.source = "squall " + ck.data.text("model");
-        attrs.checkpoint = ck.folder.string() + " (step " + std::to_string(ck.data.integer("step")) + ")";
+        attrs.source = "squall " + ck.state.model;
+        attrs.checkpoint = ck.folder.string() + " (step " + std::to_string(ck.state.step) + ")";
         attrs.history = "squall predict on " + input;
         io::write_netcdf_masks(r.output, io::MaskGrid{out.lat, out.lon, out.time, out.time_units, out.calendar},
                                out.mask, out.probabilities, out.class_names, attrs);

@@ -47,4 +47,18 @@ io::RgbImage prediction_picture(const std::vector<PredictionSample>& samples, in
   return img;
 }
 
+std::string write_prediction_picture(const std::filesystem::path& run_dir, int64_t epoch,
+                                     const std::vector<PredictionSample>& samples, const nn::Shape& sample) {
+  try {
+    const std::filesystem::path dir = run_dir / "predictions";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    io::write_png((dir / ("epoch-" + std::to_string(epoch) + ".png")).string(),
+                  prediction_picture(samples, sample.h(), sample.w()));
+    return "";
+  } catch (const Error& e) {
+    return std::string("cannot write the predictions picture: ") + e.what();
+  }
+}
+
 }  // namespace squall::train

@@ -4,9 +4,12 @@
 // samples, side by side, the first input channel (TMQ for climate fields), the label mask
 // and the predicted mask.
 #include <cstdint>
+#include <filesystem>
+#include <string>
 #include <vector>
 
 #include "io/png.hpp"
+#include "src/nn/tensor.hpp"
 
 namespace squall::train {
 
@@ -24,6 +27,12 @@ struct PredictionSample {
 // colours, ignored pixels black.
 inline constexpr int64_t k_gap = 4;
 io::RgbImage prediction_picture(const std::vector<PredictionSample>& samples, int64_t h, int64_t w);
+
+// Writes <run_dir>/predictions/epoch-N.png (a later evaluation in the same epoch replaces it)
+// for samples of `sample`'s shape. A picture must not end a training run: returns why it could
+// not be written ("" when it was), for a warning.
+std::string write_prediction_picture(const std::filesystem::path& run_dir, int64_t epoch,
+                                     const std::vector<PredictionSample>& samples, const nn::Shape& sample);
 
 // The colour of class c in the masks.
 void class_colour(int32_t c, uint8_t rgb[3]);

@@ -1,6 +1,9 @@
 #include "src/train/progress.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 
 namespace squall::train {
 
@@ -19,13 +22,30 @@ std::string format_duration(double seconds) {
 
 std::string format_progress(const ProgressSample& p) {
   const double remaining_steps = static_cast<double>(p.total_steps - p.step);
-  const double eta = p.step > 0 ? p.elapsed_s / static_cast<double>(p.step) * remaining_steps : -1;
+  const int64_t done = p.attempt_steps > 0 ? p.attempt_steps : p.step;
+  const double eta = done > 0 ? p.elapsed_s / static_cast<double>(done) * remaining_steps : -1;
   char buf[256];
   std::snprintf(buf, sizeof(buf), "epoch %d/%d step %lld/%lld loss %.4f %.0f samples/s ETA %s", p.epoch,
                 p.epochs, static_cast<long long>(p.step), static_cast<long long>(p.total_steps), p.loss,
                 p.samples_per_s, format_duration(eta).c_str());
   return buf;
 }
+
+namespace {
+
+// Whether a launcher started the process: variables that Open MPI's mpirun, PMIx, Slurm's srun,
+// Hydra and LSF set for the processes they start. Read before main() runs, because MPI_Init
+// sets some of them in a plain process too (Open MPI's singleton start).
+bool launched() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_STEP_ID", "LSB_JOBID"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+const bool k_launched = launched();
+
+}  // namespace
+
+bool progress_redraws(int ranks) { return ranks == 1 && !k_launched && isatty(STDOUT_FILENO) != 0; }
 
 Progress::Progress(bool live, int64_t log_every) : m_live(live), m_log_every(log_every > 0 ? log_every : 100) {}
 

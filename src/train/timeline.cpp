@@ -1,5 +1,8 @@
 #include "src/train/timeline.hpp"
 
+#include "mpi/sum.hpp"
+#include "src/train/learners.hpp"
+
 #include <cstdio>
 #include <set>
 
@@ -71,6 +74,29 @@ std::string Timeline::document(const std::vector<std::string>& rank_events) {
   }
   out += "\n]}\n";
   return out;
+}
+
+void attach_timeline(Timeline& timeline, LearnerGroup& group, mpi::Allreduce& allreduce) {
+  Timeline* t = &timeline;
+  group.set_phase_hook([t](const char* phase, int learner, double t0, double t1) {
+    t->add(phase, learner < 0 ? Timeline::k_rank_track : Timeline::learner_track(learner), t0, t1);
+  });
+  allreduce.set_level_hook([t](mpi::Level level, double t0, double t1, size_t) {
+    switch (level) {
+      case mpi::Level::node_reduce_scatter:
+        t->add("node reduce-scatter", Timeline::k_allreduce_track + 1, t0, t1);
+        break;
+      case mpi::Level::cross_allreduce:
+        t->add("cross-node allreduce", Timeline::k_allreduce_track + 2, t0, t1);
+        break;
+      case mpi::Level::node_allgather:
+        t->add("node allgather", Timeline::k_allreduce_track + 3, t0, t1);
+        break;
+      case mpi::Level::flat_allreduce:
+        t->add(mpi::level_name(level), Timeline::k_allreduce_track, t0, t1);
+        break;
+    }
+  });
 }
 
 }  // namespace squall::train

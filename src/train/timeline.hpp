@@ -13,7 +13,13 @@
 #include <string>
 #include <vector>
 
+namespace squall::mpi {
+class Allreduce;
+}
+
 namespace squall::train {
+
+class LearnerGroup;
 
 class Timeline {
  public:
@@ -48,5 +54,9 @@ class Timeline {
   std::vector<Event> m_events;
   size_t m_dropped = 0;
 };
+
+// Records the group's phases (forward, backward, the sums, the update, the host's waits) and
+// the allreduce's levels on their tracks.
+void attach_timeline(Timeline& timeline, LearnerGroup& group, mpi::Allreduce& allreduce);
 
 }  // namespace squall::train

@@ -124,7 +124,31 @@ TEST_CASE("a 2-rank run crashed at step 45 and resumed with --resume auto ends b
     // The resumed run's log is the uninterrupted one's: the records after the checkpoint were
     // dropped and written again, the window of losses carried over.
     CHECK(train_losses(crashed) == train_losses(whole));
-    CHECK(read_json(fs::path(crashed) / "summary.json").at("steps") == 60);
+    // The summary and the closing line tell this attempt from the whole run.
+    const json s = read_json(fs::path(crashed) / "summary.json");
+    CHECK(s.at("steps") == 60);
+    CHECK(s.at("attempt").at("number") == 2);
+    CHECK(s.at("attempt").at("first_step") == 40);
+    CHECK(s.at("attempt").at("steps") == 20);
+    CHECK(s.at("run").at("attempts") == 2);
+    CHECK(s.at("run").at("steps") == 60);
+    CHECK(s.at("run").at("samples") == read_json(fs::path(whole) / "summary.json").at("run").at("samples"));
+    CHECK(s.at("run").at("train_loop_s").get<double>() > s.at("attempt").at("train_loop_s").get<double>());
+    CHECK_THAT(c.out, Contains("done: 20 steps in") && Contains("(the run: 60 steps over 2 attempts"));
+    // The run's clock goes on across the resume: every record's elapsed_s is at least the one
+    // before it, and the records after the resume are attempt 2's.
+    std::ifstream in(fs::path(crashed) / "metrics.jsonl");
+    double last = 0;
+    int64_t attempt = 1;
+    for (std::string line; std::getline(in, line);) {
+      const json j = json::parse(line);
+      INFO(line);
+      CHECK(j.at("elapsed_s").get<double>() >= last);
+      last = j.at("elapsed_s").get<double>();
+      if (j.at("kind") == "resume") attempt = 2;
+      CHECK(j.at("attempt") == attempt);
+    }
+    CHECK(attempt == 2);
   }
 }
 

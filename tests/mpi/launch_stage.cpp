@@ -128,11 +128,18 @@ TEST_CASE("local sampling stages only each node's own shards", "[stage]") {
   for (const char* node : {"node0", "node1"}) {
     int count = 0;
     for (const auto& e : fs::directory_iterator(dst / node)) {
+      if (e.path().filename() == ".squall-stage.json") continue;  // the node's stage record
       seen.insert(e.path().filename().string());
       CHECK(read_all(e.path()) == read_all(source_shards() / e.path().filename()));
       ++count;
     }
     CHECK(count == 3);
+    // The record a training run's MLPerf log reports the staging from (io/stage.hpp).
+    const json record = json::parse(read_all(dst / node / ".squall-stage.json"));
+    CHECK(record.at("files") == 3);
+    CHECK(record.at("bytes").get<int64_t>() > 0);
+    CHECK(record.at("start_ms").get<int64_t>() <= record.at("stop_ms").get<int64_t>());
+    CHECK(record.at("source") == source_shards().string());
   }
   CHECK(seen.size() == 6);
   fs::remove_all(dst);

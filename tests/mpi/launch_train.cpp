@@ -156,6 +156,29 @@ TEST_CASE("the auto-tuner's learner changes reshape the rest of the run: steps p
   fs::remove_all(dir);
 }
 
+TEST_CASE("a 2-rank run's log redirected to a file holds plain lines: no carriage return, no escape sequence",
+          "[launch][train]") {
+  // Open MPI hands every rank a pseudo-terminal even when the job's output goes to a file: the
+  // progress line must not be redrawn there (src/train/progress.hpp).
+  const std::string dir = fresh_dir("log");
+  const std::string log = dir + ".log";
+  const auto r = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + k_sma +
+                             " --set train.max_steps=40 --set train.log_every_steps=10 --set data.test_samples=200"
+                             " --set run.dir=" + dir + " > " + log + " 2>&1");
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(text);
+  REQUIRE(r.exit_code == 0);
+  CHECK(text.find('\r') == std::string::npos);
+  CHECK(text.find('\033') == std::string::npos);
+  // One plain progress line per train.log_every_steps steps.
+  for (const char* step : {"step 10/40 ", "step 20/40 ", "step 30/40 ", "step 40/40 "})
+    CHECK_THAT(text, Catch::Contains(step));
+  CHECK_THAT(text, !Catch::Contains("step 15/40 "));
+  fs::remove_all(dir);
+  fs::remove(log);
+}
+
 TEST_CASE("1 rank x 40 learners of sma train 2 epochs to test accuracy 0.75", "[launch][train][sma][slow]") {
   // Crossbow's rule moved the centre by alpha x 40 = 4 times the gap and diverged at step 37.
   const std::string dir = fresh_dir("sma40");

@@ -20,6 +20,15 @@ own event-file reader, and the mlperf_logging package's parser and compliance ch
       mlperf_logging's compliance checker on FILE (it prints its findings); fails when it finds
       anything.
 
+  check_records.py run DIR
+      A run dir of `squall train` with run.mllog = true that crashed and was resumed once: its
+      TensorBoard scalars against metrics.jsonl (every train loss, learning rate and test
+      accuracy at its step, as float32; a step logged by both attempts holds the same value in
+      both, the resume being exact), and its MLPerf log against metrics.jsonl and summary.json
+      (each attempt opens with init_start and run_start, the job's keys carry the summary's
+      values, every evaluation's eval_accuracy is the record's, the last line is run_stop with
+      status success).
+
   check_records.py probe DIR
       The test of tests/records/run_records.sh: DIR as squall_records_probe wrote it. Checks the
       tensorboard and mllog readings against the probe's expectations exactly, runs the compliance
@@ -32,6 +41,7 @@ import json
 import math
 import os
 import shutil
+import struct
 import sys
 
 VERSION_RECORD = "brain.Event:2"
@@ -243,6 +253,70 @@ def check_probe(dir_):
     os.remove(broken)
 
 
+def f32(x):
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def check_run(dir_):
+    with open(os.path.join(dir_, "summary.json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(dir_, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    train = [r for r in records if r["kind"] == "train"]
+    evals = [r for r in records if r["kind"] == "eval"]
+    if not train or not evals or summary["attempt"]["number"] != 2:
+        raise RecordError(f"{dir_}: not a resumed run with train and eval records")
+
+    tb = read_tensorboard(os.path.join(dir_, "tensorboard"))
+    if len(event_files(os.path.join(dir_, "tensorboard"))) != 2:
+        raise RecordError(f"{dir_}/tensorboard: expected one event file per attempt")
+    for tag, kind, field in (("train/loss", train, "loss"), ("train/lr", train, "lr"),
+                             ("train/learners", train, "learners"), ("eval/accuracy", evals, "test_accuracy"),
+                             ("eval/loss", evals, "test_loss")):
+        points = {}
+        for step, value in tb.get(tag, []):
+            if step in points and not same_value(points[step], value):
+                raise RecordError(f"tensorboard: {tag} at step {step}: {points[step]} and {value} in two attempts")
+            points[step] = value
+        want = {r["step"]: f32(r[field]) for r in kind}
+        if points != want:
+            raise RecordError(f"tensorboard: {tag}: {sorted(points.items())}, metrics.jsonl has {sorted(want.items())}")
+    for tag in ("time/compute_s", "time/allreduce_s", "time/io_wait_s", "time/run_s", "train/samples_per_s"):
+        if not tb.get(tag):
+            raise RecordError(f"tensorboard: no {tag}")
+    print(f"records: run: tensorboard's {len(tb)} tags agree with metrics.jsonl "
+          f"({len(train)} train and {len(evals)} eval records)")
+
+    log, loglines = read_mllog(os.path.join(dir_, "mlperf.log"))
+    keys = [k for k, _, _ in log]
+    starts = [i for i, k in enumerate(keys) if k == "init_start"]
+    if len(starts) != 2 or starts[0] != 0 or keys.count("run_start") != 2:
+        raise RecordError(f"mllog: expected two attempts, each from init_start to run_start: {keys}")
+    last = log[starts[1]:]
+    values = {k: v for k, v, _ in last}
+    want = {"global_batch_size": summary["global_batch"], "local_batch_size": summary["batch_per_learner"],
+            "number_of_ranks": summary["world_size"], "number_of_nodes": summary["nodes"],
+            "opt_name": summary["optimizer"], "submission_benchmark": summary["model"]}
+    for k, v in want.items():
+        if values.get(k) != v:
+            raise RecordError(f"mllog: {k} = {values.get(k)!r}, summary.json says {v!r}")
+    for k in ("seed", "opt_base_learning_rate", "train_samples", "eval_samples", "init_stop"):
+        if k not in values:
+            raise RecordError(f"mllog: no {k} in the resumed attempt")
+    attempt2 = [r for r in evals if r["attempt"] == 2]
+    got = [v for k, v, _ in last if k == "eval_accuracy"]
+    if got != [r["test_accuracy"] for r in attempt2]:
+        raise RecordError(f"mllog: eval_accuracy {got}, metrics.jsonl's attempt 2 has "
+                          f"{[r['test_accuracy'] for r in attempt2]}")
+    epochs = [ll.value["metadata"].get("epoch_num") for ll in loglines if ll.key == "epoch_start"]
+    if not epochs or None in epochs:
+        raise RecordError("mllog: epoch_start without epoch_num")
+    final = loglines[-1]
+    if final.key != "run_stop" or final.value["metadata"].get("status") != "success":
+        raise RecordError(f"mllog: the last line is not run_stop with status success: {final.full_string}")
+    print(f"records: run: the MLPerf log's {len(log)} lines agree with metrics.jsonl and summary.json")
+
+
 def flip(data, at):
     b = bytearray(data)
     b[at] ^= 0x10
@@ -270,7 +344,7 @@ def main(argv):
     except SystemExit as e:
         print(e, file=sys.stderr)
         return 2
-    if len(args) != 2 or args[0] not in ("tensorboard", "mllog", "compliance", "probe"):
+    if len(args) != 2 or args[0] not in ("tensorboard", "mllog", "compliance", "probe", "run"):
         print(__doc__, file=sys.stderr)
         return 2
     command, path = args
@@ -281,6 +355,8 @@ def main(argv):
             print(json.dumps(read_mllog(path, ruleset)[0]))
         elif command == "compliance":
             check_compliance(path, usage, ruleset)
+        elif command == "run":
+            check_run(path)
         else:
             check_probe(path)
     except (RecordError, OSError) as e:

@@ -1,0 +1,31 @@
+#pragma once
+// The one clock for durations and timeline stamps: seconds on the steady clock (monotonic, so a
+// changed system time never makes a phase negative), as doubles. The allreduce's level hooks
+// and the timeline use the same origin, so their stamps line up.
+#include <chrono>
+
+namespace squall {
+
+// Seconds since the steady clock's epoch.
+inline double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Seconds since the system clock's epoch (wall time, for records other programs read).
+inline double system_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Seconds since it was made or restarted.
+class Stopwatch {
+ public:
+  Stopwatch() : m_start(steady_seconds()) {}
+  void restart() { m_start = steady_seconds(); }
+  double seconds() const { return steady_seconds() - m_start; }
+  double started_at() const { return m_start; }
+
+ private:
+  double m_start;
+};
+
+}  // namespace squall

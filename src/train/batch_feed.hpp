@@ -1,0 +1,50 @@
+#pragma once
+// A step's input: one batch from the loader for each learner, augmented when asked
+// (data.augment_*), held until the step has used it. On a backend the host cannot read, the
+// next step's batches are taken during this step too (look-ahead), so that the learners' copy
+// streams move them to the device while this step computes (docs/design.md, "Input").
+#include <cstdint>
+#include <vector>
+
+#include "io/loader.hpp"
+#include "src/train/augment.hpp"
+#include "src/train/learner.hpp"
+#include "src/train/step_plan.hpp"
+
+namespace squall::train {
+
+class BatchFeed {
+ public:
+  // `sample`: one sample's shape; `seed` and `rank` key the augmentation's draws.
+  BatchFeed(io::Loader& loader, const SphereAugment& augment, const nn::Shape& sample, uint64_t seed, int rank,
+            bool lookahead);
+  BatchFeed(const BatchFeed&) = delete;
+  BatchFeed& operator=(const BatchFeed&) = delete;
+  ~BatchFeed();
+
+  // The batches of step `step` + 1, whose last batch is batch `used` of epoch `epoch` (so
+  // this step's batches start at used - plan.learners). Throws squall::Error when the loader
+  // ends the epoch early.
+  const std::vector<LearnerBatch>& take(const StepPlan& plan, int64_t epoch, int64_t used, int64_t step);
+  // The next step's batches, taken by take() when look-ahead applies to this step; else null.
+  const std::vector<LearnerBatch>* next() const { return m_next_held.empty() ? nullptr : &m_next_inputs; }
+  // The step has used its batches: back to the loader.
+  void release_step();
+  // Everything held (a run stopped by a signal may hold a step it did not take).
+  void release_all();
+
+ private:
+  void fill(std::vector<const io::Batch*>& held, std::vector<LearnerBatch>& inputs, int learners, int64_t epoch,
+            int64_t taken, int64_t batches_per_epoch, int64_t step);
+
+  io::Loader& m_loader;
+  const SphereAugment& m_augment;
+  nn::Shape m_sample;
+  uint64_t m_seed;
+  int m_rank;
+  bool m_lookahead;
+  std::vector<const io::Batch*> m_held, m_next_held;  // this step's batches, and the next step's
+  std::vector<LearnerBatch> m_inputs, m_next_inputs;
+};
+
+}  // namespace squall::train

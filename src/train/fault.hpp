@@ -1,0 +1,25 @@
+#pragma once
+// Faults on purpose, for the tests of failure and restart (docs/training.md, "Checkpoints and
+// restart"): SQUALL_FAIL_AT=RANK:STEP[:kill] makes that rank fail as it starts that step (1 is
+// the first), with an error or killed by SIGKILL (what a crashed node looks like to the others).
+// The stalled collective of the watchdog's tests is mpi/stall.hpp's SQUALL_STALL_AT. Unset, it
+// costs one comparison a step.
+#include <cstdint>
+
+namespace squall::train {
+
+class FaultInjection {
+ public:
+  // From SQUALL_FAIL_AT; a malformed value is a UsageError quoting it.
+  static FaultInjection from_env();
+
+  // Called by rank `rank` before step `step` (1-based): fails there when asked to.
+  void before_step(int rank, int64_t step) const;
+
+ private:
+  int m_rank = -1;  // -1: no fault
+  int64_t m_step = 0;
+  bool m_kill = false;
+};
+
+}  // namespace squall::train

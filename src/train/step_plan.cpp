@@ -1,0 +1,58 @@
+#include "src/train/step_plan.hpp"
+
+#include <algorithm>
+
+namespace squall::train {
+
+StepPlan plan_steps(int64_t batches_per_epoch, int learners, int ranks, int64_t batch, int64_t epochs,
+                    int64_t max_steps) {
+  StepPlan p;
+  p.batches_per_epoch = batches_per_epoch;
+  p.learners = std::max(1, learners);
+  p.max_steps = max_steps;
+  p.steps_per_epoch = batches_per_epoch / p.learners;
+  if (p.steps_per_epoch == 0) return p;
+  p.total_steps = p.steps_per_epoch * epochs;
+  if (max_steps > 0) {
+    // max_steps alone (epochs = 0) runs as many epochs as it needs.
+    p.total_steps = epochs > 0 ? std::min(p.total_steps, max_steps) : max_steps;
+    p.epochs = (p.total_steps + p.steps_per_epoch - 1) / p.steps_per_epoch;
+  } else {
+    p.epochs = epochs;
+  }
+  p.schedule_steps = p.total_steps;
+  p.schedule_step_samples = batch * p.learners * ranks;
+  return p;
+}
+
+void replan(StepPlan& p, int learners, int64_t step, EpochPosition at) {
+  p.learners = std::max(1, learners);
+  p.steps_per_epoch = p.batches_per_epoch / p.learners;
+  const int64_t rest_of_epoch = (p.batches_per_epoch - at.used) / p.learners;
+  if (p.max_steps == 0) {
+    p.total_steps = step + rest_of_epoch + (p.epochs - at.epoch) * p.steps_per_epoch;
+  } else {
+    const int64_t after_this_epoch = std::max<int64_t>(0, p.total_steps - step - rest_of_epoch);
+    p.epochs = at.epoch + (after_this_epoch + p.steps_per_epoch - 1) / p.steps_per_epoch;
+  }
+}
+
+int64_t schedule_step(const StepPlan& p, int64_t samples_done) {
+  return std::min(samples_done / std::max<int64_t>(1, p.schedule_step_samples), p.schedule_steps - 1);
+}
+
+bool epoch_has_step(const StepPlan& p, int64_t used) { return used + p.learners <= p.batches_per_epoch; }
+
+bool eval_after_step(const StepPlan& p, int64_t every, int64_t step) {
+  return every > 0 && step % every == 0 && step != p.total_steps;
+}
+
+bool eval_at_epoch_end(const StepPlan& p, int64_t every, int64_t step) {
+  return every == 0 || step == p.total_steps;
+}
+
+bool checkpoint_after_step(int64_t every, int64_t step) { return every > 0 && step % every == 0; }
+
+int64_t first_synchronisation(int64_t period, int64_t start_step) { return start_step + period; }
+
+}  // namespace squall::train

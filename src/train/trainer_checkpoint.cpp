@@ -1,0 +1,170 @@
+// The run directory, resuming and checkpoints of a training run (docs/training.md,
+// "Checkpoints and restart").
+#include <algorithm>
+
+#include "src/core/error.hpp"
+#include "src/core/log.hpp"
+#include "src/train/eval_checkpoint.hpp"
+#include "src/train/run_dir.hpp"
+#include "src/train/training_run.hpp"
+
+namespace squall::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The [model] section of a config's TOML text (to_toml writes one table per section).
+std::string model_section(const std::string& toml) {
+  const size_t begin = toml.find("[model]");
+  if (begin == std::string::npos) return {};
+  const size_t end = toml.find("\n[", begin);
+  return toml.substr(begin, end == std::string::npos ? std::string::npos : end + 1 - begin);
+}
+
+}  // namespace
+
+// Rank 0 makes the run dir and checks it can write there; an earlier run's outputs are never
+// overwritten silently: --resume continues it, --overwrite replaces it.
+void TrainingRun::prepare_run_dir() {
+  m_dir = fs::path(m_cfg.run.dir);
+  if (!m_root) return;
+  ensure_writable_dir(m_dir);
+  const std::vector<std::string> found = run_outputs(m_dir);
+  if (found.empty() || !m_options.resume.empty()) return;  // resume() decides
+  if (!m_options.overwrite) {
+    std::string list;
+    for (const auto& f : found) list += (list.empty() ? "" : ", ") + f;
+    throw UsageError("run.dir = '" + m_cfg.run.dir + "' already holds a run (" + list +
+                     "): continue it with --resume auto, replace it with --overwrite, or choose another run.dir");
+  }
+  remove_run_outputs(m_dir);
+  log::info("--overwrite: removed the earlier run's outputs from " + m_cfg.run.dir);
+}
+
+void TrainingRun::resume() {
+  m_store = std::make_unique<CheckpointStore>(m_dir, m_world, m_cfg.checkpoint.keep);
+  if (m_options.resume.empty()) return;
+  std::optional<LoadedCheckpoint> ck =
+      m_options.resume == "auto" ? m_store->load_newest() : m_store->load(fs::path(m_options.resume));
+  if (!ck) {
+    // Nothing to continue (the first attempt of a job that requeues itself): a fresh start.
+    mpi::run_agreed(m_world, [&] {
+      if (m_root && !run_outputs(m_dir).empty()) remove_run_outputs(m_dir);
+    });
+    log::info("--resume auto: no checkpoint in " + (m_dir / "checkpoints").string() + ": starting from step 0");
+    return;
+  }
+  TrainerState then;
+  mpi::run_agreed(m_world, [&] {
+    then = read_trainer_state(ck->shared);
+    check_resumable(*ck, then);
+  });
+  restore(*ck, then);
+}
+
+// A checkpoint of another job is refused, naming what differs; keys that may change between
+// attempts (the learning rate, the epochs, the data's paths) are listed and accepted.
+void TrainingRun::check_resumable(const LoadedCheckpoint& ck, const TrainerState& then_state) const {
+  const std::string where = ck.path.string();
+  Config then;
+  try {
+    then = parse_config(then_state.config, where + " (its config)");
+  } catch (const Error& e) {
+    throw Error(where + ": its config cannot be read: " + e.what());
+  }
+  std::vector<std::string> changed;
+  const std::string refused = resume_incompatibility(m_cfg, then, changed);
+  if (!refused.empty())
+    throw UsageError(where + " is a checkpoint of another run: " + refused +
+                     " (resume with the checkpoint's values, or train into a new run.dir)");
+  if (then_state.train_samples != m_data.n_train)
+    throw UsageError(where + " was trained on " + std::to_string(then_state.train_samples) +
+                     " training samples; data.train (" + m_cfg.data.train + ") has " + std::to_string(m_data.n_train));
+  const LearnerGroup& g = *m_device.group;
+  if (then_state.param_count != static_cast<int64_t>(g.param_count()) ||
+      then_state.state_count != static_cast<int64_t>(g.state_count()))
+    throw UsageError(where + " holds a model of " + std::to_string(then_state.param_count) + " parameters; " +
+                     m_data.spec.name + " here has " + std::to_string(g.param_count()));
+  if (m_root && !changed.empty()) {
+    std::string list;
+    for (const auto& c : changed) list += (list.empty() ? "" : "; ") + c;
+    log::info("resuming with changed keys: " + list);
+  }
+}
+
+void TrainingRun::restore(const LoadedCheckpoint& ck, const TrainerState& s) {
+  LearnerGroup& g = *m_device.group;
+  m_pos.step = m_pos.first_step = s.step;
+  m_pos.at = m_pos.start = {s.epoch, s.epoch_batches};
+  if (s.learners != g.learners()) {  // the auto-tuner had changed it
+    while (g.learners() < s.learners) g.add_learner();
+    while (g.learners() > s.learners) g.remove_learner();
+    replan(m_data.plan, g.learners(), m_pos.step, m_pos.at);
+  }
+  g.restore(ck.shared, ck.has_own ? &ck.own : nullptr);
+  m_pos.samples_done = m_pos.samples_at_start = s.samples_done;
+  m_pos.attempt = s.attempt + 1;
+  m_pos.earlier_s = s.elapsed_s;
+  m_pos.earlier_eval_s = s.eval_elapsed_s;
+  m_window_loss.restore(s.window_loss_sum, s.window_loss_weight);
+  m_last_train_loss = s.last_train_loss;
+  m_metrics_lines_at_resume = s.metrics_lines;
+  if (s.tuner_done) m_device.tuner->stop();
+  if (s.target_reached) m_target = TargetFacts{};  // complete: nothing to train
+  m_resumed_from = ck.path;
+  m_last_checkpoint = ck.path;
+  m_last_checkpoint_step = m_pos.step;
+}
+
+TrainerState TrainingRun::trainer_state() const {
+  const LearnerGroup& g = *m_device.group;
+  TrainerState s;
+  s.step = m_pos.step;
+  s.epoch = m_pos.at.epoch;
+  s.epoch_batches = m_pos.at.used;
+  s.samples_done = m_pos.samples_done;
+  s.learners = g.learners();
+  s.tuner_done = !m_device.tuner->active();
+  s.window_loss_sum = m_window_loss.sum();
+  s.window_loss_weight = m_window_loss.weight();
+  s.last_train_loss = m_last_train_loss;
+  // The checkpoint's own record follows it in metrics.jsonl; a resume keeps the lines before.
+  s.metrics_lines = m_log ? m_log->metrics_lines() : 0;
+  s.attempt = m_pos.attempt;
+  s.elapsed_s = m_log ? m_log->clock().run_s() : m_pos.earlier_s;
+  s.eval_elapsed_s = m_log ? m_log->clock().eval_s() : m_pos.earlier_eval_s;
+  s.target_reached = m_target.has_value();
+  s.world_size = m_ranks;
+  s.per_rank_parts = g.replicas_differ();
+  s.train_samples = m_data.n_train;
+  s.param_count = static_cast<int64_t>(g.param_count());
+  s.state_count = static_cast<int64_t>(g.state_count());
+  s.config = to_toml(m_cfg);
+  s.config_origin = m_origin;
+  s.model = m_data.spec.name;
+  s.algorithm = algorithm_name(m_algorithm);
+  return s;
+}
+
+// The job's state at the end of step m_pos.step, in <run dir>/checkpoints (checkpoint.hpp).
+void TrainingRun::write_checkpoint() {
+  const Stopwatch t;
+  LearnerGroup& g = *m_device.group;
+  io::CheckpointData shared, own;
+  const TrainerState state = trainer_state();
+  if (m_root) {
+    g.save_shared(shared);
+    write_trainer_state(state, shared);
+    // The same central model by name, with what it needs to be used elsewhere.
+    add_model_entries(shared, g.replica_graph(0), shared.arrays.at("central/params"), shared.arrays.at("central/state"),
+                      m_data.spec, model_section(state.config), m_data.train->info(), m_data.train->normalization());
+  }
+  if (state.per_rank_parts) g.save_own(own);
+  const fs::path path = m_store->save(m_pos.step, shared, state.per_rank_parts ? &own : nullptr);
+  m_last_checkpoint_step = m_pos.step;
+  m_last_checkpoint = path;
+  m_timeline.add("checkpoint", Timeline::k_rank_track, t.started_at(), steady_seconds());
+  if (m_log) m_log->checkpoint_written(m_pos.step, path, t.seconds());
+}
+
+}  // namespace squall::train

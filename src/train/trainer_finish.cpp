@@ -1,0 +1,215 @@
+// The two ends of a training run: what it is, said when it starts, and how it ended (the
+// same central model on every rank, the timeline, the summary).
+#include <csignal>
+#include <cstdio>
+
+#include "io/stage.hpp"
+#include "src/core/durable.hpp"
+#include "src/core/error.hpp"
+#include "src/core/log.hpp"
+#include "src/cpu/cpu_async_backend.hpp"
+#include "src/train/stop_signal.hpp"
+#include "src/train/training_run.hpp"
+
+namespace squall::train {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+json normalization_json(const data::Normalization& n) {
+  return {{"kind", n.kind}, {"mean", n.mean}, {"std", n.std}, {"input_scale", n.input_scale}, {"source", n.source}};
+}
+
+// When `squall stage` copied the training set (io/stage.hpp's record beside the files), the
+// staging's start and stop, in ms since the epoch.
+std::optional<std::pair<int64_t, int64_t>> staging_of(const std::string& data_dir) {
+  const std::optional<io::StageRecord> r = io::read_stage_record(data_dir);
+  if (!r) return std::nullopt;
+  return std::make_pair(r->start_ms, r->stop_ms);
+}
+
+}  // namespace
+
+RunFacts TrainingRun::run_facts() const {
+  const LearnerGroup& g = *m_device.group;
+  const nn::Backend& be = *m_device.backend;
+  RunFacts f;
+  f.model = m_data.spec.name;
+  f.parameters = static_cast<int64_t>(g.param_count());
+  f.data = m_data.train->info().description;
+  f.backend = be.name();
+  f.device = be.device().name;
+  f.device_index = be.device().index;
+  f.ranks = m_ranks;
+  f.nodes = m_topo.nodes();
+  f.learners = g.learners();
+  f.algorithm = algorithm_name(m_algorithm);
+  if (m_algorithm == Algorithm::sma) {
+    const SmaCoefficients c = g.sma();
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "sma: %d learner(s) in the job, each pulled by alpha %g towards the central model, which moves by "
+                  "beta %g%s towards their mean with momentum %g",
+                  g.learners() * m_ranks, c.alpha, c.beta,
+                  m_cfg.parallel.centre_rate > 0 ? "" : " (min(alpha x learners, 1))", c.mu);
+    f.sma_line = line;
+  }
+  f.batch = m_cfg.train.batch_size;
+  f.global_batch = step_samples();
+  f.total_steps = m_data.plan.total_steps;
+  f.steps_per_epoch = m_data.plan.steps_per_epoch;
+  f.epochs = m_data.plan.epochs;
+  f.train_samples = m_data.n_train;
+  f.test_samples = m_data.n_test;
+  f.optimizer = g.optimizer_name();
+  f.precision = m_cfg.train.precision;
+  f.run_dir = m_cfg.run.dir;
+  f.base_lr = m_device.schedule->peak_lr();
+  f.warmup_steps = m_cfg.schedule.warmup_steps;
+  f.weight_decay = m_cfg.optimizer.weight_decay;
+  f.seed = m_cfg.run.seed;
+  if (m_resumed_from) f.resumed_from = m_resumed_from->string();
+  f.first_step = m_pos.first_step;
+  f.staging_ms = staging_of(m_cfg.data.train);
+  f.init_start_s = m_init_start_s;
+  return f;
+}
+
+// The central model's FNV-1a checksum (parameters then state), the same on every rank.
+std::string TrainingRun::central_checksum() {
+  const LearnerGroup& g = *m_device.group;
+  std::vector<float> host(g.param_count() + g.state_count());
+  nn::Backend& be = *m_device.backend;
+  be.copy_to_host(*m_device.stream, host.data(), g.central_params(), g.param_count());
+  be.copy_to_host(*m_device.stream, host.data() + g.param_count(), g.central_state(), g.state_count());
+  be.synchronize(*m_device.stream);
+  return fnv1a_hex(host.data(), host.size() * sizeof(float));
+}
+
+// --resume of a run that had finished: nothing to train.
+TrainResult TrainingRun::already_complete() {
+  const std::string at = m_resumed_from.value_or(fs::path()).string();
+  log::info("the run is complete: " + at + " is at step " + std::to_string(m_pos.step) + " of " +
+            std::to_string(m_data.plan.total_steps) +
+            (m_target ? ", where it reached train.target; nothing to do (raise train.target.value to train further)"
+                      : "; nothing to do (raise train.epochs or train.max_steps to train further)"));
+  TrainResult r;
+  r.steps = m_pos.step;
+  r.model_checksum = central_checksum();
+  r.checkpoint = m_last_checkpoint.string();
+  return r;
+}
+
+// A stop signal: the checkpoint is written; the job script requeues with --resume auto.
+TrainResult TrainingRun::stopped() {
+  const int sig = (m_stop_flags & k_flag_sigterm) != 0 ? SIGTERM : SIGUSR1;
+  m_log->stopped(m_pos.step, m_data.plan.total_steps, signal_name(sig), m_last_checkpoint, k_exit_requeue);
+  TrainResult r;
+  r.steps = m_pos.step;
+  r.stopped = true;
+  r.stop_signal = sig;
+  r.checkpoint = m_last_checkpoint.string();
+  return r;
+}
+
+TrainResult TrainingRun::finish() {
+  const LearnerGroup& g = *m_device.group;
+  TrainResult r;
+  r.model_checksum = central_checksum();
+  r.checkpoint = m_last_checkpoint.string();
+  const std::vector<std::string> sums = m_world.gather_strings(r.model_checksum);
+  std::string mismatch;
+  for (size_t i = 0; i < sums.size(); ++i)
+    if (sums[i] != sums[0]) mismatch += (mismatch.empty() ? "" : ", ") + ("rank " + std::to_string(i) + " " + sums[i]);
+  if (!mismatch.empty())
+    throw Error("the ranks' central models differ at the end of training: rank 0 " + sums[0] + ", " + mismatch);
+
+  if (m_timeline.enabled()) {
+    if (m_timeline.dropped() > 0)
+      log::warn("timeline: " + std::to_string(m_timeline.dropped()) + " events past the limit were dropped");
+    const auto parts = m_world.gather_strings(m_timeline.events_json(m_rank, m_topo.host(), m_topo.node()));
+    if (m_root) write_file_atomic(m_dir / "timeline.json", Timeline::document(parts));
+  }
+
+  r.steps = m_pos.step;
+  r.train_loss = m_last_train_loss;
+  r.test_accuracy = m_last_eval.cm.accuracy();
+  r.test_loss = m_last_eval_loss;
+  r.wall_s = m_wall.seconds();
+  r.samples_per_s = static_cast<double>(m_pos.samples_done - m_pos.samples_at_start) / std::max(m_loop_s, 1e-9);
+
+  RunSummary s;
+  s.first_step = m_pos.first_step;
+  s.steps = m_pos.step;
+  s.wall_s = r.wall_s;
+  s.loop_s = m_loop_s;
+  s.samples_per_s = r.samples_per_s;
+  s.compute_s = g.compute_seconds();
+  s.allreduce_s = g.reduce_seconds();
+  s.overlapped_s = g.overlapped_reduce_seconds();
+  s.io_wait_s = m_device.loader->io_wait_s();
+  s.run_s = m_pos.earlier_s + m_loop_s;
+  s.samples_done = m_pos.samples_done;
+  s.ranks = m_ranks;
+  s.nodes = m_topo.nodes();
+  s.learners = g.learners();
+  s.threads = m_device.backend->threads();
+  s.algorithm = algorithm_name(m_algorithm);
+  s.backend = m_device.backend->name();
+  s.device = m_device.backend->device().name;
+  s.model = m_data.spec.name;
+  s.precision = m_cfg.train.precision;
+  s.layout = nn::layout_name(g.layout());
+  s.optimizer = g.optimizer_name();
+  s.data = m_data.train->info().description;
+  s.config_origin = m_origin;
+  // The CPU backend's streams as they ran (run.cpu_streams), read from the backend rather than
+  // the config, so that a test can tell that a run really took the async path.
+  if (s.backend == "cpu") {
+    const auto* async = dynamic_cast<const cpu::AsyncCpuBackend*>(m_device.backend.get());
+    const bool is_async = async != nullptr && async->is_async();
+    s.cpu_streams = is_async ? "async" : "inline";
+    if (is_async) s.cpu_stream_jitter_us = async->jitter().max_us;
+  }
+  s.parameters = static_cast<int64_t>(g.param_count());
+  s.global_batch = step_samples();
+  s.batch = m_cfg.train.batch_size;
+  s.epochs = m_data.plan.epochs;
+  s.skipped_steps = g.skipped_steps();
+  s.skipped_samples = m_device.loader->bad_samples();
+  s.normalization = normalization_json(m_data.train->normalization());
+  s.parallel = {{"period", m_cfg.parallel.period}};
+  if (m_algorithm == Algorithm::sma) {
+    const SmaCoefficients c = g.sma();
+    s.parallel["alpha"] = c.alpha;
+    s.parallel["centre_rate"] = c.beta;
+    s.parallel["momentum"] = c.mu;
+  }
+  if (m_algorithm == Algorithm::local_sgd) s.parallel["start_step"] = m_cfg.parallel.start_step;
+  // The host's waits for the device inside a step (docs/design.md, "One host wait per step").
+  s.parallel["host_waits_per_step"] =
+      static_cast<double>(g.host_waits()) / static_cast<double>(std::max<int64_t>(1, m_group_steps));
+  if (m_algorithm != Algorithm::sma && m_ranks > 1) {
+    s.parallel["bucket_mb"] = m_device.bucket_mb;
+    s.parallel["buckets"] = g.buckets();
+    s.parallel["max_buckets_in_flight"] = g.max_buckets_in_flight();
+  }
+  if (g.options().graphs) s.parallel["captured_learners"] = g.captured_learners();
+  if (m_device.allreduce->memory() == mpi::Memory::device) s.parallel["device_allreduce"] = m_device.allreduce->mode();
+  s.parallel["comm_precision"] = m_cfg.parallel.comm_precision;
+  if (m_cfg.parallel.autotune) s.parallel["autotune"] = m_device.tuner->decisions();
+  s.train_loss = r.train_loss;
+  s.test_loss = r.test_loss;
+  s.cm = &m_last_eval.cm;
+  s.model_checksum = r.model_checksum;
+  if (m_cfg.train.target.metric != "none") {
+    s.target_metric = m_cfg.train.target.metric;
+    s.target_value = m_cfg.train.target.value;
+    s.target = m_target;
+  }
+  m_log->finished(s);
+  return r;
+}
+
+}  // namespace squall::train

@@ -1,0 +1,74 @@
+#pragma once
+// What a training run is made of before its first step (docs/design.md, "The trainer"): the
+// data and the plan of steps, then the backend, the job's allreduce, the learner group, the
+// schedule and the loader. The loop (trainer.cpp) drives them; this file builds them, checks
+// that they fit together and says why when they do not.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/loader.hpp"
+#include "io/sampler.hpp"
+#include "mpi/sum.hpp"
+#include "mpi/topology.hpp"
+#include "src/nn/backend.hpp"
+#include "src/train/augment.hpp"
+#include "src/train/autotune.hpp"
+#include "src/train/config.hpp"
+#include "src/train/datasets.hpp"
+#include "src/train/learners.hpp"
+#include "src/train/schedule.hpp"
+#include "src/train/step_plan.hpp"
+#include "src/train/trainer.hpp"
+
+namespace squall::train {
+
+// The datasets and the plan of steps: everything that reading the data decides.
+struct TrainingData {
+  std::unique_ptr<DataSource> train, test;  // the test set normalised with the training set's statistics
+  int64_t n_train = 0, n_test = 0;          // the samples used (data.train_samples, data.test_samples)
+  nn::ModelSpec spec;                       // the model, for this data
+  std::unique_ptr<io::Sampler> sampler;     // which samples each rank reads in each epoch
+  StepPlan plan;
+  int max_learners = 1;                     // the auto-tuner's cap (the learner count without it)
+};
+
+// Collective-free; run it under mpi::run_agreed, since any rank may be the one whose data is
+// missing. Opens both sets, checks the model against them and plans the steps; throws
+// UsageError naming the config and the keys to change when they do not fit (a step larger
+// than an epoch, a synchronisation period longer than the run, settings that contradict the
+// run's length).
+TrainingData open_training_data(const Config& cfg, const std::string& origin, const std::vector<int>& node_of_rank);
+
+// The pieces that compute, made from the config and the data.
+struct TrainingDevice {
+  std::unique_ptr<nn::Backend> backend;
+  std::unique_ptr<nn::Stream> stream;       // the rank's own work: evaluation, checksums
+  std::unique_ptr<mpi::Allreduce> allreduce;  // levels 2-4 of every sum (parallel.device_allreduce)
+  double bucket_mb = 0;                     // parallel.bucket_mb as used (bucket_mb_for)
+  std::unique_ptr<LearnerGroup> group;
+  std::unique_ptr<Schedule> schedule;
+  // Evaluation's device buffers: a batch's labels and predictions, the class weights.
+  nn::Buffer label_buf, pred_buf, weight_buf;
+  int32_t* labels = nullptr;
+  int32_t* predictions = nullptr;
+  const float* class_weights = nullptr;
+  // A device backend's loader fills pinned buffers of its own (allocate_host), so that the
+  // learners copy batches to the device asynchronously without an extra host copy; the
+  // buffers live here, by address, as long as the loader (declared before it, so destroyed
+  // after it; on the heap, so that moving the device keeps the loader's pointer to it).
+  std::unique_ptr<std::map<void*, nn::Buffer>> pinned_batches = std::make_unique<std::map<void*, nn::Buffer>>();
+  std::unique_ptr<io::Loader> loader;
+  SphereAugment augment;                    // data.augment_roll / augment_flip (off: nothing)
+  std::unique_ptr<AutoTuner> tuner;
+  bool lookahead = false;                   // the next step's batches copied during this step
+};
+
+// Builds the backend and everything on it. Usage errors (a device allreduce on the CPU, bf16
+// sums on an allreduce that takes f32 only) name the keys.
+TrainingDevice build_training_device(const Config& cfg, const std::string& origin, const RunOptions& options,
+                                     const mpi::Topology& topo, const TrainingData& data);
+
+}  // namespace squall::train

@@ -1,0 +1,114 @@
+#pragma once
+// One training run on this rank (internal to src/train: run_training is the interface). The
+// loop is trainer.cpp; the run directory, resuming and checkpoints are trainer_checkpoint.cpp.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mpi/agreement.hpp"
+#include "mpi/topology.hpp"
+#include "src/core/clock.hpp"
+#include "src/train/batch_feed.hpp"
+#include "src/train/checkpoint.hpp"
+#include "src/train/evaluate.hpp"
+#include "src/train/fault.hpp"
+#include "src/train/metrics.hpp"
+#include "src/train/run_log.hpp"
+#include "src/train/timeline.hpp"
+#include "src/train/trainer.hpp"
+#include "src/train/trainer_state.hpp"
+#include "src/train/training_job.hpp"
+
+namespace squall::train {
+
+// Where the loop stands.
+struct LoopPosition {
+  int64_t step = 0;                  // steps done
+  EpochPosition at;                  // the epoch of the last step, and its batches used
+  EpochPosition start;               // where this attempt started
+  int64_t first_step = 0;            // the step this attempt started after
+  int64_t samples_done = 0;          // samples trained on over the job, all attempts
+  int64_t samples_at_start = 0;
+  int64_t attempt = 1;
+  double earlier_s = 0;              // the run's clock when this attempt started
+  double earlier_eval_s = 0;         // ... of which evaluating
+};
+
+class TrainingRun {
+ public:
+  TrainingRun(const Config& cfg, const std::string& origin, const RunOptions& options);
+  TrainResult run();
+
+ private:
+  // trainer.cpp: the loop.
+  void train();
+  void train_step(int64_t epoch, int64_t used);
+  void log_step(int64_t epoch, double lr, const std::vector<float>& losses, double step_s);
+  bool after_step();
+  void evaluate(int64_t epoch);
+  [[noreturn]] void diverged(const NonFiniteStep& e, int64_t epoch, double lr);
+  std::string divergence_hint() const;
+  void reshape(int change);
+  int64_t step_samples() const {  // samples one step trains on over the job, at today's learner count
+    return m_cfg.train.batch_size * m_data.plan.learners * m_ranks;
+  }
+  RunFacts run_facts() const;
+  TrainResult finish();
+  TrainResult stopped();
+  TrainResult already_complete();
+
+  // trainer_checkpoint.cpp: the run directory, resuming, checkpoints.
+  void prepare_run_dir();
+  void resume();
+  void check_resumable(const LoadedCheckpoint& ck, const TrainerState& then) const;
+  void restore(const LoadedCheckpoint& ck, const TrainerState& then);
+  void write_checkpoint();
+  TrainerState trainer_state() const;
+  std::string central_checksum();
+
+  // The job.
+  const Config& m_cfg;
+  const std::string& m_origin;
+  const RunOptions& m_options;
+  const Stopwatch m_wall;            // since the run started on this rank
+  const double m_init_start_s;       // the same moment on the system clock (MLPerf's init_start)
+  const mpi::Topology m_topo;
+  const mpi::Communicator& m_world;
+  const int m_rank, m_ranks;
+  const bool m_root;
+  const Algorithm m_algorithm;
+  FaultInjection m_fault;            // SQUALL_FAIL_AT, read with the data (any rank may refuse it)
+  std::vector<int> m_node_of_rank;  // every rank's node, for the sampler
+  std::filesystem::path m_dir;
+
+  // What it is made of.
+  TrainingData m_data;
+  TrainingDevice m_device;
+  std::unique_ptr<BatchFeed> m_feed;
+
+  // Its records and checkpoints.
+  Timeline m_timeline;
+  std::unique_ptr<RunLog> m_log;
+  std::unique_ptr<CheckpointStore> m_store;
+  std::unique_ptr<mpi::FlagAgreement> m_flags;  // stop signals and timed checkpoints, agreed per step
+  static constexpr uint64_t k_flag_sigterm = 1, k_flag_sigusr1 = 2, k_flag_timed = 4;
+  uint64_t m_stop_flags = 0;                    // the agreed flags that stopped the run (0: running)
+  Stopwatch m_since_time_checkpoint;
+  int64_t m_metrics_lines_at_resume = -1;       // -1: a new run
+  std::optional<std::filesystem::path> m_resumed_from;
+  std::filesystem::path m_last_checkpoint;
+  int64_t m_last_checkpoint_step = -1;
+
+  // The loop's state.
+  LoopPosition m_pos;
+  int64_t m_group_steps = 0;  // steps this process ran
+  RunningMean m_window_loss;
+  double m_last_train_loss = 0, m_last_eval_loss = 0, m_loop_s = 0;
+  EvalPart m_last_eval{ConfusionMatrix(1)};
+  std::optional<TargetFacts> m_target;  // train.target, once reached
+};
+
+}  // namespace squall::train

@@ -1,0 +1,114 @@
+// The trainer's checkpoint entries (src/train/trainer_state.hpp): they read back as written,
+// also through an HDF5 file; checkpoints of the version before the run's clock read with its
+// defaults; a missing entry or an impossible count is an error naming the file and the entry.
+#include <catch2/catch.hpp>
+
+#include "io/checkpoint_file.hpp"
+#include "src/core/error.hpp"
+#include "src/train/trainer_state.hpp"
+#include "tests/support/temp_dir.hpp"
+
+using namespace squall;
+using namespace squall::train;
+
+namespace {
+
+TrainerState sample_state() {
+  TrainerState s;
+  s.step = 45;
+  s.epoch = 3;
+  s.epoch_batches = 12;
+  s.samples_done = 5760;
+  s.learners = 2;
+  s.tuner_done = true;
+  s.window_loss_sum = 1.5;
+  s.window_loss_weight = 3;
+  s.last_train_loss = 0.42;
+  s.metrics_lines = 17;
+  s.attempt = 2;
+  s.elapsed_s = 81.25;
+  s.eval_elapsed_s = 4.5;
+  s.target_reached = true;
+  s.world_size = 4;
+  s.per_rank_parts = true;
+  s.train_samples = 60000;
+  s.param_count = 61706;
+  s.state_count = 0;
+  s.config = "[run]\ndir = \"runs/x\"\n";
+  s.config_origin = "configs/x.toml";
+  s.model = "lenet5";
+  s.algorithm = "sma";
+  return s;
+}
+
+void check_equal(const TrainerState& a, const TrainerState& b) {
+  CHECK(a.step == b.step);
+  CHECK(a.epoch == b.epoch);
+  CHECK(a.epoch_batches == b.epoch_batches);
+  CHECK(a.samples_done == b.samples_done);
+  CHECK(a.learners == b.learners);
+  CHECK(a.tuner_done == b.tuner_done);
+  CHECK(a.window_loss_sum == b.window_loss_sum);
+  CHECK(a.window_loss_weight == b.window_loss_weight);
+  CHECK(a.last_train_loss == b.last_train_loss);
+  CHECK(a.metrics_lines == b.metrics_lines);
+  CHECK(a.attempt == b.attempt);
+  CHECK(a.elapsed_s == b.elapsed_s);
+  CHECK(a.eval_elapsed_s == b.eval_elapsed_s);
+  CHECK(a.target_reached == b.target_reached);
+  CHECK(a.world_size == b.world_size);
+  CHECK(a.per_rank_parts == b.per_rank_parts);
+  CHECK(a.train_samples == b.train_samples);
+  CHECK(a.param_count == b.param_count);
+  CHECK(a.state_count == b.state_count);
+  CHECK(a.config == b.config);
+  CHECK(a.config_origin == b.config_origin);
+  CHECK(a.model == b.model);
+  CHECK(a.algorithm == b.algorithm);
+}
+
+}  // namespace
+
+TEST_CASE("the trainer's state reads back as written, through a checkpoint file", "[trainer_state]") {
+  const TrainerState s = sample_state();
+  io::CheckpointData d;
+  write_trainer_state(s, d);
+  d.ints["learners"] = s.learners;  // the learner group's entry
+  check_equal(read_trainer_state(d), s);
+  test::TempDir dir("squall-trainer-state");
+  io::write_checkpoint_file(dir.file("model.h5"), d);
+  check_equal(read_trainer_state(io::read_checkpoint_file(dir.file("model.h5"))), s);
+}
+
+TEST_CASE("a checkpoint without the run's clock reads as a first attempt", "[trainer_state]") {
+  io::CheckpointData d;
+  write_trainer_state(sample_state(), d);
+  d.ints["learners"] = 2;
+  d.ints.erase("attempt");
+  d.ints.erase("target_reached");
+  d.reals.erase("elapsed_s");
+  d.reals.erase("eval_elapsed_s");
+  const TrainerState s = read_trainer_state(d);
+  CHECK(s.attempt == 1);
+  CHECK(s.elapsed_s == 0.0);
+  CHECK(s.eval_elapsed_s == 0.0);
+  CHECK_FALSE(s.target_reached);
+  CHECK(s.step == 45);
+}
+
+TEST_CASE("a missing entry or an impossible count names the file", "[trainer_state]") {
+  io::CheckpointData d;
+  d.origin = "runs/x/checkpoints/step-00000045/model.h5";
+  write_trainer_state(sample_state(), d);
+  d.ints["learners"] = 2;
+  io::CheckpointData no_config = d;
+  no_config.texts.erase("config");
+  REQUIRE_THROWS_AS(read_trainer_state(no_config), Error);
+  CHECK_THROWS_WITH(read_trainer_state(no_config), Catch::Contains(d.origin) && Catch::Contains("config"));
+  io::CheckpointData no_step = d;
+  no_step.ints.erase("step");
+  CHECK_THROWS_WITH(read_trainer_state(no_step), Catch::Contains(d.origin) && Catch::Contains("step"));
+  io::CheckpointData negative = d;
+  negative.ints["param_count"] = -1;
+  CHECK_THROWS_WITH(read_trainer_state(negative), Catch::Contains(d.origin) && Catch::Contains("param_count = -1"));
+}
