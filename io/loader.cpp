@@ -1,10 +1,10 @@
 #include "io/loader.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <string>
 
+#include "src/core/clock.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
 
@@ -24,10 +24,6 @@ namespace {
 constexpr size_t k_alignment = 64;
 
 size_t round_up(size_t bytes) { return std::max(k_alignment, (bytes + k_alignment - 1) / k_alignment * k_alignment); }
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 }  // namespace
 
@@ -218,7 +214,7 @@ void Loader::fill_bad_positions(Slot& slot) {
 
 const Batch* Loader::next() {
   if (m_failed) std::rethrow_exception(m_failed);
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch waited;
   Slot* slot = nullptr;
   {
     std::unique_lock lock(m_mutex);
@@ -271,11 +267,11 @@ const Batch* Loader::next() {
     slot->held = false;
     slot->error = nullptr;
     m_free.push_back(slot);
-    m_io_wait += seconds_since(t0);
+    m_io_wait += waited.seconds();
     throw;
   }
   std::lock_guard lock(m_mutex);
-  m_io_wait += seconds_since(t0);
+  m_io_wait += waited.seconds();
   m_delivered_samples += slot->batch.size;
   return &slot->batch;
 }

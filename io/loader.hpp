@@ -41,8 +41,10 @@ struct LoaderOptions {
   int prefetch = 2;             // batches read ahead of the consumer (>= 1)
   bool skip_bad = false;        // see the header comment
   int64_t samples_per_read = 1; // samples per DataSource::read call (a bad one re-reads one by one)
-  // Batch buffers: null = 64-byte aligned host memory. The CUDA backend passes pinned memory
-  // here (cudaHostAlloc) so batches copy to the device asynchronously. Both or neither.
+  // Batch buffers: null = 64-byte aligned host memory. The trainer passes the backend's
+  // allocate_host here when the backend cannot read host memory (pinned memory on CUDA) or
+  // runs asynchronous CPU streams, so that a learner's copy of its batch is queued on its
+  // stream without the host waiting (src/train/training_job.cpp). Both or neither.
   std::function<void*(size_t)> host_alloc;
   std::function<void(void*)> host_free;
 };

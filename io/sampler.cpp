@@ -1,4 +1,5 @@
 #include "io/sampler.hpp"
+#include "src/core/numeric.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -9,29 +10,22 @@
 namespace squall::io {
 namespace {
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
 // One generator state per (seed, epoch, stream): streams are 0 for the global permutation
 // and node + 1 for a node's local one, so nodes never share a permutation.
 uint64_t stream_state(uint64_t seed, int64_t epoch, uint64_t stream) {
   uint64_t s = seed;
-  uint64_t a = splitmix64(s);
+  uint64_t a = splitmix64_next(s);
   s = a ^ static_cast<uint64_t>(epoch);
-  uint64_t b = splitmix64(s);
+  uint64_t b = splitmix64_next(s);
   s = b ^ (stream * 0xD1B54A32D192ED03ULL);
-  return splitmix64(s);
+  return splitmix64_next(s);
 }
 
 // Uniform in [0, n) without modulo bias (rejects the short tail of the 2^64 range).
 uint64_t bounded(uint64_t& state, uint64_t n) {
   const uint64_t threshold = (0 - n) % n;
   for (;;) {
-    const uint64_t r = splitmix64(state);
+    const uint64_t r = splitmix64_next(state);
     if (r >= threshold) return r % n;
   }
 }

@@ -2,6 +2,8 @@
 // (the reference and the benchmark's baseline), and the polite wait of every host sum.
 #include "mpi/wire.hpp"
 
+#include "src/core/numeric.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -15,20 +17,6 @@
 
 namespace squall::mpi::wire {
 namespace {
-
-inline float bf16_to_float(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-inline uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
 void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   const auto* a = static_cast<const uint16_t*>(in);

@@ -17,7 +17,6 @@
 // Device algorithms sum the same data copied into GPU memory (the copies are not timed); a
 // rank uses GPU (its rank on its host) mod (the GPUs it sees), as training does.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -30,6 +29,7 @@
 #include "mpi/allreduce.hpp"
 #include "mpi/device_allreduce.hpp"
 #include "mpi/topology.hpp"
+#include "src/core/clock.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
 
@@ -169,14 +169,14 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
         float* dev = device ? device->device_buffer(count) : nullptr;
         if (device) device->upload(dev, input.data(), count);
         world.barrier();
-        const auto t0 = std::chrono::steady_clock::now();
+        const Stopwatch t;
         if (device)
           device->sum(dev, count, what);
         else if (reducers[k])
           reducers[k]->sum(work.data(), count, what);
         else
           mpi::plain_allreduce_sum(world, work.data(), count, mpi::DType::f32);
-        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double dt = t.seconds();
         if (device) device->download(work.data(), dev, count);
         if (it >= a.warmup) times[k * static_cast<size_t>(a.iters) + static_cast<size_t>(it - a.warmup)] = dt;
         if (wrong == 0 && std::memcmp(work.data(), reference.data(), bytes) != 0) {

@@ -9,7 +9,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -20,6 +19,7 @@
 
 #include "io/loader.hpp"
 #include "io/sampler.hpp"
+#include "src/core/clock.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
 #include "src/train/datasets.hpp"
@@ -83,9 +83,9 @@ int run_bench_loader(const BenchLoaderArgs& a) {
   double seconds = 0;
   for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
     if (a.cold) evict_from_page_cache(source->files());
-    const auto t0 = std::chrono::steady_clock::now();
+    const Stopwatch t;
     run_epoch(epoch);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    seconds += t.seconds();
   }
 
   const int64_t samples = loader.samples() - warmup_samples;

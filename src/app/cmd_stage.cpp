@@ -12,7 +12,6 @@
 // not verify) makes every rank exit 1 after one line from rank 0 naming the rank and the
 // file: the ranks agree on the outcome with a collective instead of aborting the job.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -67,7 +66,7 @@ int run_stage(Context& ctx, const StageArgs& a) {
   const std::vector<int> node_sizes = io::node_sizes_from(node_of_rank);
 
   world.barrier();
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch timer;
   const int64_t start_ms = static_cast<int64_t>(system_seconds() * 1000.0);
   json mine;
   std::string failure;  // empty: this rank did its share
@@ -76,7 +75,7 @@ int run_stage(Context& ctx, const StageArgs& a) {
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  const auto ns = static_cast<int64_t>(timer.seconds() * 1e9);
 
   // Every rank reaches these collectives whatever happened above, so nobody waits forever.
   const int64_t failed = world.allreduce_sum(failure.empty() ? int64_t{0} : int64_t{1});

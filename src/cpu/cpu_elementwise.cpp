@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "src/core/error.hpp"
+#include "src/core/numeric.hpp"
 #include "src/cpu/cpu_backend.hpp"
 
 namespace squall::cpu {
@@ -21,13 +22,6 @@ constexpr int64_t kParallelMin = 16384;
 
 inline int64_t as_signed(size_t n) { return static_cast<int64_t>(n); }
 
-// splitmix64's finaliser: a bijective mixer with full avalanche, good enough for dropout
-// masks and cheap to evaluate per element on any backend.
-inline uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 }  // namespace
 
@@ -75,23 +69,8 @@ void CpuBackend::axpby(Stream&, float alpha, const float* x, float beta, float* 
 
 namespace {
 
-// IEEE binary16 and bfloat16 from float and back, rounding to nearest even, as the CUDA
-// intrinsics (__float2bfloat16_rn, __float2half_rn) do; NaN stays NaN.
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
+// IEEE binary16 from float and back, rounding to nearest even, as CUDA's __float2half_rn
+// does; NaN stays NaN (bfloat16's conversions: src/core/numeric.hpp).
 uint16_t to_f16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -135,15 +114,6 @@ float from_f16(uint16_t h) {
 
 namespace {
 
-// Branch-free forms of the conversions above for the bulk loops (they vectorise):
-// bf16 is the top half of an f32, rounded to nearest even; NaN keeps a quiet NaN.
-inline uint16_t to_bf16_fast(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t nan = (u >> 16) | 0x40u;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
 
 #if defined(__x86_64__)
 // f16 through the F16C instructions where the CPU has them (the same rounding as to_f16).
@@ -180,7 +150,7 @@ void convert_range(const void* src, DType from, void* dst, DType to, int64_t beg
     const float* s = static_cast<const float*>(src) + begin;
     uint16_t* d = static_cast<uint16_t*>(dst) + begin;
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) d[i] = to_bf16_fast(s[i]);
+    for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]);
   } else if (from == DType::bf16 && to == DType::f32) {
     const uint16_t* s = static_cast<const uint16_t*>(src) + begin;
     uint32_t* d = static_cast<uint32_t*>(dst) + begin;  // the same bits as the float
@@ -199,8 +169,8 @@ void convert_range(const void* src, DType from, void* dst, DType to, int64_t beg
   } else {  // between the 16-bit types: through f32
     for (int64_t i = begin; i < end; ++i) {
       const uint16_t h = static_cast<const uint16_t*>(src)[i];
-      const float f = from == DType::bf16 ? from_bf16(h) : from_f16(h);
-      static_cast<uint16_t*>(dst)[i] = to == DType::bf16 ? to_bf16(f) : to_f16(f);
+      const float f = from == DType::bf16 ? bf16_to_float(h) : from_f16(h);
+      static_cast<uint16_t*>(dst)[i] = to == DType::bf16 ? float_to_bf16(f) : to_f16(f);
     }
   }
 }

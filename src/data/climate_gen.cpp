@@ -4,6 +4,7 @@
 // orography fixed per seed, atmospheric rivers and tropical cyclones. Every random number
 // of sample i comes from one generator seeded with (seed, i); the orography from (seed).
 #include "src/data/climate_gen.hpp"
+#include "src/core/numeric.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -31,12 +32,7 @@ double wrap180(double dlon) { return dlon - 360.0 * std::floor((dlon + 180.0) / 
 class Rng {
  public:
   explicit Rng(uint64_t seed) : m_state(seed) {}
-  uint64_t next() {
-    uint64_t z = (m_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return splitmix64_next(m_state); }
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
   double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
   int integer(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); }

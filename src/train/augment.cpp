@@ -1,5 +1,6 @@
 // Climate augmentation on the sphere (src/train/augment.hpp).
 #include "src/train/augment.hpp"
+#include "src/core/numeric.hpp"
 
 #include <algorithm>
 #include <vector>
@@ -9,12 +10,6 @@
 namespace squall::train {
 namespace {
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // DeepCAM's channels: TMQ U850 V850 UBOT VBOT ...; the meridional winds are 2 and 4.
 constexpr int64_t k_climate_channels = 16;
@@ -51,7 +46,7 @@ void augment_batch(const SphereAugment& a, float* images, int32_t* labels, int64
   std::vector<float> row(static_cast<size_t>(w));
   std::vector<int32_t> label_row(static_cast<size_t>(w));
   for (int64_t k = 0; k < n; ++k) {
-    const uint64_t r = mix(mix(mix(mix(seed ^ 0x5a5a17ull) ^ static_cast<uint64_t>(rank)) ^
+    const uint64_t r = splitmix64(splitmix64(splitmix64(splitmix64(seed ^ 0x5a5a17ull) ^ static_cast<uint64_t>(rank)) ^
                                (static_cast<uint64_t>(learner) << 32 | static_cast<uint64_t>(k))) ^
                            static_cast<uint64_t>(step));
     const int64_t shift = a.roll ? static_cast<int64_t>(r % static_cast<uint64_t>(w)) : 0;

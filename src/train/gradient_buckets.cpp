@@ -65,7 +65,7 @@ void GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t s
       if (!f.launched && (!sum.needs_host_wait() || backend.ready(*f.summed))) {
         f.ticket = sum.launch(f.lo, f.hi, f.what);
         f.launched = true;
-        f.begin = now_s();
+        f.begin = steady_seconds();
         moved = true;
         const auto open = std::count_if(flights.begin(), flights.end(),
                                         [](const Flight& g) { return g.launched && !g.complete; });
@@ -73,7 +73,7 @@ void GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t s
       }
       if (f.launched && !f.complete && sum.reducer().test(f.ticket)) {
         f.complete = true;
-        f.end = now_s();
+        f.end = steady_seconds();
         sum.finish(f.lo, f.hi);
         c.phase("allreduce", -1, f.begin, f.end);
         moved = true;
@@ -97,11 +97,11 @@ void GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t s
     bool moved = false;
     while (next_bucket < m_plan.size() && ready(m_plan[next_bucket].first, marks)) {
       const auto [lo, hi] = m_plan[next_bucket];
-      const double t0 = now_s();
+      const double t0 = steady_seconds();
       for (nn::Event* e : marks) backend.wait(*c.stream, *e);
       sum.add(replicas, FusedSum::Source::grads, lo, hi);
       enqueue(lo, hi, name + " bucket " + std::to_string(next_bucket + 1), *m_summed[next_bucket]);
-      c.phase("device_sum", -1, t0, now_s());
+      c.phase("device_sum", -1, t0, steady_seconds());
       ++next_bucket;
       moved = true;
     }
@@ -129,7 +129,7 @@ void GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t s
     if (!f.complete) {
       sum.reducer().wait(f.ticket);
       f.complete = true;
-      f.end = now_s();
+      f.end = steady_seconds();
       sum.finish(f.lo, f.hi);
       c.phase("allreduce", -1, f.begin, f.end);
     }

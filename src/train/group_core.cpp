@@ -3,23 +3,18 @@
 #include "src/train/group_core.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 namespace squall::train {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 GroupCore::GroupCore(nn::Backend& b, const LearnerGroupOptions& o)
     : backend(b), options(o), stream(b.create_stream()), group_event(b.create_event()) {}
 
 void GroupCore::host_wait() {
-  const double t0 = now_s();
+  const double t0 = steady_seconds();
   backend.synchronize(*stream);
   ++host_waits;
-  phase("host_wait", -1, t0, now_s());
+  phase("host_wait", -1, t0, steady_seconds());
 }
 
 void GroupCore::after_learners() {

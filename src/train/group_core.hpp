@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "io/checkpoint_file.hpp"
+#include "src/core/clock.hpp"
 #include "src/nn/backend.hpp"
 #include "src/train/fused_sum.hpp"
 #include "src/train/learner.hpp"
@@ -80,9 +81,6 @@ struct CentralModel {
   GroupCore& core;
   nn::Buffer z, z_prev, state;
 };
-
-// Now on the steady clock, in seconds.
-double now_s();
 
 // "the output of layer 'conv2' is NaN", "the gradient of fc1.weight is infinite": where a
 // learner's pass first went non-finite (forward order for a non-finite loss, else the

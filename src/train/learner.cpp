@@ -2,8 +2,9 @@
 // learner's copy stream ahead of its step and taken into the graph's input, the pass
 // enqueued, and the pass captured once as a CUDA graph (parallel.cuda_graphs).
 #include "src/train/learner.hpp"
+#include "src/core/clock.hpp"
+#include "src/core/numeric.hpp"
 
-#include <chrono>
 #include <string>
 
 #include "src/core/error.hpp"
@@ -12,16 +13,6 @@
 namespace squall::train {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 }  // namespace
 
@@ -60,7 +51,7 @@ Learner::Learner(const LearnerSetup& s, int idx) : backend(*s.backend), setup(s)
 void Learner::pass(const LearnerBatch& in, int64_t step, nn::Event& after, const PassOptions& options,
                    const LearnerBatch* next) {
   nn::Graph& g = *graph;
-  const double t0 = now_s();
+  const double t0 = steady_seconds();
   backend.wait(*stream, after);  // the group's last work on this replica
   if (in_images) {
     take_input(in, step);
@@ -85,7 +76,7 @@ void Learner::pass(const LearnerBatch& in, int64_t step, nn::Event& after, const
     // The forward/backward split of the timeline needs the forward pass complete.
     if (options.hook) {
       backend.synchronize(*stream);
-      t1 = now_s();
+      t1 = steady_seconds();
       options.hook("forward", index, t0, t1);
     }
     if (options.marks) {
@@ -106,7 +97,7 @@ void Learner::pass(const LearnerBatch& in, int64_t step, nn::Event& after, const
   backend.copy_to_host(*stream, norm_host.data(), norm_dev.data(), 1);
   backend.record(*done, *stream);
   if (options.hook) backend.synchronize(*stream);
-  pass_end = now_s();
+  pass_end = steady_seconds();
   // A replayed pass is one launch: the timeline shows it as its backward part.
   if (options.hook) options.hook("backward", index, t1, pass_end);
 }

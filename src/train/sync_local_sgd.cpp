@@ -47,13 +47,13 @@ class LocalSgd final : public SyncAlgorithm {
     if (!m_started) start_local_phase();
     c.backend.record(*c.group_event, *c.stream);
     c.host_wait();  // the step's one wait: the losses and the learners' sums of squares
-    double t0 = now_s();
+    double t0 = steady_seconds();
     c.replicas->run([&](Learner& l) {
       c.backend.wait(*l.stream, *c.group_event);
       if (c.local_update_ok(l, step)) c.local_update(l, lr);
       c.backend.record(*l.done, *l.stream);
     });
-    c.phase("update", -1, t0, now_s());
+    c.phase("update", -1, t0, steady_seconds());
     if ((step - c.options.start_step + 1) % c.options.period == 0) average(step);
     bool skipped = false;
     for (const auto& l : *c.replicas) skipped = skipped || l->overflow;
@@ -79,18 +79,18 @@ class LocalSgd final : public SyncAlgorithm {
 
   void average(int64_t step) {
     GroupCore& c = m_core;
-    double t0 = now_s();
+    double t0 = steady_seconds();
     c.after_learners();  // their updates
     c.sum->add(*c.replicas, FusedSum::Source::params, 0, c.params);
     c.sum->add_state(*c.replicas);
-    c.phase("device_sum", -1, t0, now_s());
+    c.phase("device_sum", -1, t0, steady_seconds());
     if (c.options.ranks > 1) {
-      t0 = now_s();
+      t0 = steady_seconds();
       c.sum->reduce(c.sum->check(), "model average step " + std::to_string(step + 1), false);
-      c.phase("allreduce", -1, t0, now_s());
-      c.reduce_s += now_s() - t0;
+      c.phase("allreduce", -1, t0, steady_seconds());
+      c.reduce_s += steady_seconds() - t0;
     }
-    t0 = now_s();
+    t0 = steady_seconds();
     float* fused = c.sum->data();
     c.backend.scale(*c.stream, 1.0f / static_cast<float>(c.job_learners()), fused, c.params + c.state);
     for (const auto& l : *c.replicas) {
@@ -99,7 +99,7 @@ class LocalSgd final : public SyncAlgorithm {
     }
     c.backend.copy(*c.stream, m_central.z.data(), fused, c.params);
     c.backend.copy(*c.stream, m_central.state.data(), fused + c.params, c.state);
-    c.phase("update", -1, t0, now_s());
+    c.phase("update", -1, t0, steady_seconds());
   }
 
 

@@ -38,16 +38,16 @@ class Sma final : public SyncAlgorithm {
     const std::string name = "model sum step " + std::to_string(step + 1);
     if (sync && c.options.ranks > 1 && c.replicas->threaded()) {
       // The state sum, then the passes (which write the state) with the model sum under them.
-      const double t0 = now_s();
+      const double t0 = steady_seconds();
       c.after_learners();
       c.sum->add_state(*c.replicas);
       c.backend.record(*c.group_event, *c.stream);
       c.run_passes(batches, step, next, false, true);
       c.sum->add(*c.replicas, FusedSum::Source::params, 0, c.params);  // the learners only read them now
-      const double t1 = now_s();
+      const double t1 = steady_seconds();
       c.phase("device_sum", -1, t0, t1);
       c.sum->reduce(c.sum->check(), name, false);
-      const double reduced = now_s();
+      const double reduced = steady_seconds();
       c.phase("allreduce", -1, t1, reduced);
       c.replicas->wait();
       double passes_end = 0;
@@ -60,15 +60,15 @@ class Sma final : public SyncAlgorithm {
       c.run_passes(batches, step, next, false, false);
       c.after_learners();
       if (sync) {
-        const double t0 = now_s();
+        const double t0 = steady_seconds();
         c.sum->add(*c.replicas, FusedSum::Source::params, 0, c.params);
         c.sum->add_state(*c.replicas);
-        c.phase("device_sum", -1, t0, now_s());
+        c.phase("device_sum", -1, t0, steady_seconds());
         if (c.options.ranks > 1) {
-          const double t1 = now_s();
+          const double t1 = steady_seconds();
           c.sum->reduce(c.sum->check(), name, false);
-          c.phase("allreduce", -1, t1, now_s());
-          c.reduce_s += now_s() - t1;
+          c.phase("allreduce", -1, t1, steady_seconds());
+          c.reduce_s += steady_seconds() - t1;
         }
       }
     }
@@ -76,7 +76,7 @@ class Sma final : public SyncAlgorithm {
     // were computed at.
     c.backend.record(*c.group_event, *c.stream);
     c.host_wait();  // the step's one wait: the losses and the learners' sums of squares
-    const double t0 = now_s();
+    const double t0 = steady_seconds();
     const SmaCoefficients k = sma_coefficients(c.options.alpha, c.options.centre_rate, c.options.momentum,
                                                c.job_learners());
     const auto alpha = static_cast<float>(k.alpha);
@@ -99,7 +99,7 @@ class Sma final : public SyncAlgorithm {
       c.backend.copy(*c.stream, m_central.state.data(), c.sum->data() + c.params, c.state);
       c.backend.scale(*c.stream, 1.0f / n, m_central.state.data(), c.state);
     }
-    c.phase("update", -1, t0, now_s());
+    c.phase("update", -1, t0, steady_seconds());
     bool skipped = false;
     for (const auto& l : *c.replicas) skipped = skipped || l->overflow;
     return skipped;
