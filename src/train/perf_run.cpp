@@ -70,7 +70,11 @@ CalibrationRun read_calibration_run(const std::string& path) {
   CalibrationRun run;
   run.path = path;
   std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw UsageError("--calibrate: '" + path + "' does not exist (give a run dir or its summary.json)");
   const bool is_dir = fs::is_directory(path, ec);
+  if (is_dir && !fs::exists(fs::path(path) / "summary.json", ec))
+    throw UsageError("--calibrate: run dir '" + path + "' has no summary.json (a run writes it when it ends)");
   const fs::path summary_path = is_dir ? fs::path(path) / "summary.json" : fs::path(path);
   const fs::path dir = is_dir ? fs::path(path) : summary_path.parent_path().empty() ? fs::path(".") : summary_path.parent_path();
   const json summary = read_json(summary_path);
