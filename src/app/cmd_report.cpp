@@ -283,7 +283,7 @@ struct ScalingLine {
   std::vector<const Run*> runs;
 };
 
-std::vector<ScalingLine> scaling_lines(const std::vector<const Run*>& sized) {
+std::vector<ScalingLine> scaling_lines(const std::vector<const Run*>& sized, const std::string& unit) {
   // Which of the study's fields differ between the runs: they name the lines.
   std::vector<bool> differs;
   for (const Run* r : sized) {
@@ -299,7 +299,7 @@ std::vector<ScalingLine> scaling_lines(const std::vector<const Run*>& sized) {
                           return o->count() == r->count();
                         });
     if (repeat) {
-      lines.push_back({r->name, {r}});
+      lines.push_back({r->name + " (" + std::to_string(r->count()) + " " + unit + (r->count() == 1 ? "" : "s") + ")", {r}});
       keys.emplace_back();  // a point of its own: no later run joins it
       continue;
     }
@@ -325,8 +325,9 @@ std::vector<double> distinct_counts(const std::vector<const Run*>& sized) {
 }
 
 // One series per scaling line of `set`, with `value` of each run.
-void add_scaling_series(io::LinePlot& p, const std::vector<const Run*>& set, double (*value)(const Run&)) {
-  for (const ScalingLine& line : scaling_lines(set)) {
+void add_scaling_series(io::LinePlot& p, const std::vector<const Run*>& set, const std::string& unit,
+                        double (*value)(const Run&)) {
+  for (const ScalingLine& line : scaling_lines(set, unit)) {
     io::PlotSeries s{line.label, {}, {}, false, true};
     for (const Run* r : line.runs) {
       s.x.push_back(r->count());
@@ -355,7 +356,7 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
     for (const Run* r : sized) top = std::max(top, std::isfinite(r->samples_per_s) ? r->samples_per_s : 0);
     for (double v : ideal) top = std::max(top, std::isfinite(v) ? v : 0);
     p.y_max = top > 0 ? top * 1.1 : 1;
-    add_scaling_series(p, sized, [](const Run& r) { return r.samples_per_s; });
+    add_scaling_series(p, sized, cuda ? "GPU" : "rank", [](const Run& r) { return r.samples_per_s; });
     p.series.push_back({"ideal linear scaling", counts, ideal, true, false});
     io::write_text_file((out / "throughput.svg").string(), io::render_line_plot(p));
   }
@@ -367,7 +368,7 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
     p.log2_x = true;
     p.y_min = 0;
     p.y_max = 1.1;
-    add_scaling_series(p, sized, [](const Run& r) { return r.efficiency; });
+    add_scaling_series(p, sized, cuda ? "GPU" : "rank", [](const Run& r) { return r.efficiency; });
     p.series.push_back({"ideal", counts, std::vector<double>(counts.size(), 1.0), true, false});
     io::write_text_file((out / "efficiency.svg").string(), io::render_line_plot(p));
   }
@@ -444,7 +445,7 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
     p.y_label = "time to target s (run clock)";
     p.log2_x = true;
     p.y_min = 0;
-    add_scaling_series(p, reached, [](const Run& r) { return r.target->time_s; });
+    add_scaling_series(p, reached, cuda ? "GPU" : "rank", [](const Run& r) { return r.target->time_s; });
     io::write_text_file((out / "time_to_target.svg").string(), io::render_line_plot(p));
   } else {
     std::error_code ec;
