@@ -1,6 +1,6 @@
 // `squall model --model NAME [--width N] [--depth N] [--aspp-rates LIST] [--input C,H,W]
-// [--classes K] [--batch B] [--learners L] [--machine summit|perlmutter|frontier|local] [--nodes LIST] [--algorithm ssgd|sma]
-// [--allreduce hier|flat] [--precision fp32|fp16|bf16] [--comm fp32|bf16|fp16] [--overlap F]
+// [--classes K] [--batch B] [--learners L] [--machine summit|perlmutter|frontier|local]
+// [--nodes LIST] [--algorithm ssgd|sma] [--allreduce hier|flat] [--precision fp32|fp16|bf16] [--comm fp32|bf16|fp16] [--overlap F]
 // [--efficiency F] [--calibrate RUN_DIR] [--calibrate-allreduce FILE] [--json]`:
 // the performance model of src/train/perf_model.hpp (docs/model.md). It runs no training and
 // needs no MPI job: the model's parameters and FLOPs, the machine's rates, and per node count
@@ -173,6 +173,35 @@ json knobs_json(const nn::ModelSpec& spec) {
   return k;
 }
 
+// The calibrated run's own model as it trained. Its input: what its dir says; when it says
+// nothing (no checkpoint, its data moved), --input and --classes are taken as the run's, and for
+// a summary.json without config.toml or checkpoint, the knob flags too. Its parameter count must
+// be summary.json's.
+perf::ModelCost run_model_cost(const ModelArgs& a, const perf::CalibrationRun& cal) {
+  if (!cal.has_input && (a.input.empty() || (cal.spec.classes <= 0 && a.classes == 0)))
+    throw UsageError("--calibrate: cannot tell the input of the run's " + cal.spec.name + " (" + cal.no_input_why +
+                     "); give the run's --input C,H,W" + (cal.spec.classes > 0 ? "" : " and --classes K"));
+  nn::ModelSpec spec = cal.spec;
+  if (!cal.has_knobs) apply_knobs(a, spec);
+  int64_t c = cal.c, h = cal.h, w = cal.w;
+  if (!cal.has_input) {
+    parse_input(a.input, c, h, w);
+    if (spec.classes <= 0) spec.classes = a.classes;
+  }
+  const perf::ModelCost cost = perf::model_cost(spec, c, h, w);
+  const int64_t measured = cal.measurement.parameters;
+  if (measured == cost.parameters) return cost;
+  std::string hint;
+  if (!cal.has_input) hint = "--input, --classes";
+  if (!cal.has_knobs) hint += (hint.empty() ? "" : ", ") + std::string("the knobs --width, --depth, --aspp-rates");
+  throw UsageError("--calibrate: the run's " + model_text(cost) + " at input " + std::to_string(c) + "x" +
+                   std::to_string(h) + "x" + std::to_string(w) + ", " + std::to_string(spec.classes) +
+                   " classes (model from " + cal.model_from + ", input from " +
+                   (cal.has_input ? cal.input_from : std::string("--input")) + ") has " +
+                   std::to_string(cost.parameters) + " parameters built here, but its summary.json says " +
+                   std::to_string(measured) + (hint.empty() ? "" : " (give the run's " + hint + ")"));
+}
+
 int run_model(const ModelArgs& a) {
   // The calibration, when asked for: it decides the machine and, unless --model names
   // another, the model and its input (the run's own, from its config.toml and checkpoint or data).
@@ -221,30 +250,7 @@ int run_model(const ModelArgs& a) {
   std::unique_ptr<perf::ModelCost> run_cost;  // the calibrated run's own model, as it trained
   if (machine_name == "local") {
     if (!run) throw UsageError("machine 'local' has no preset: give --calibrate RUN_DIR");
-    // The run's input: what its dir says; when it says nothing (no checkpoint, its data moved),
-    // --input and --classes are taken as the run's.
-    if (!cal->has_input && (a.input.empty() || (cal->spec.classes <= 0 && a.classes == 0)))
-      throw UsageError("--calibrate: cannot tell the input of the run's " + cal->spec.name + " (" + cal->no_input_why +
-                       "); give the run's --input C,H,W" + (cal->spec.classes > 0 ? "" : " and --classes K"));
-    nn::ModelSpec run_spec = cal->spec;
-    if (!cal->has_knobs) apply_knobs(a, run_spec);  // a summary.json alone: the knob flags are the run's too
-    int64_t rc = cal->c, rh = cal->h, rw = cal->w;
-    if (!cal->has_input) {
-      parse_input(a.input, rc, rh, rw);
-      if (run_spec.classes <= 0) run_spec.classes = a.classes;
-    }
-    run_cost = std::make_unique<perf::ModelCost>(perf::model_cost(run_spec, rc, rh, rw));
-    if (run->parameters != run_cost->parameters)
-      throw UsageError("--calibrate: the run's " + model_text(*run_cost) + " at input " + std::to_string(rc) + "x" +
-                       std::to_string(rh) + "x" + std::to_string(rw) + ", " + std::to_string(run_spec.classes) +
-                       " classes (model from " + cal->model_from + ", input from " +
-                       (cal->has_input ? cal->input_from : std::string("--input")) + ") has " +
-                       std::to_string(run_cost->parameters) + " parameters built here, but its summary.json says " +
-                       std::to_string(run->parameters) +
-                       (cal->has_input && cal->has_knobs ? ""
-                        : cal->has_knobs                 ? " (give the run's --input and --classes)"
-                        : cal->has_input                 ? " (give the run's knobs: --width, --depth, --aspp-rates)"
-                                         : " (give the run's --input, --classes and knobs: --width, --depth, --aspp-rates)"));
+    run_cost = std::make_unique<perf::ModelCost>(run_model_cost(a, *cal));
     if (!a.calibrate_allreduce.empty()) {
       try {
         fit = std::make_unique<perf::AlphaBetaFit>(

@@ -139,6 +139,7 @@ TEST_CASE("model: bad input exits 2 naming the value", "[launch][model]") {
       {"--model resnet20 --algorithm bsp", "bsp"},
       {"--machine summit --learners 0", "--learners"},
       {"--machine summit --batch -3", "--batch"},
+      {"--model alexnet", "--model"},
       {"--model lenet5 --width 8", "--width"},
       {"--model deeplabv3plus-resnet50 --depth 2", "--depth"},
       {"--model unet --aspp-rates 1,2", "--aspp-rates"},
