@@ -273,7 +273,9 @@ void write_checkpoint_file(const std::string& path, const CheckpointData& data) 
   }
 }
 
-CheckpointData read_checkpoint_file(const std::string& path) {
+namespace {
+
+CheckpointData read_file(const std::string& path, bool with_arrays) {
   auto lock = h5_lock();
   H5Handle file = h5_open_file(path);
   CheckpointData d;
@@ -300,6 +302,7 @@ CheckpointData read_checkpoint_file(const std::string& path) {
     if (!h5_read_attr_string(file.get(), "t:" + name, v, path)) throw Error(path + ": entry " + name + " is missing");
     d.texts[name] = std::move(v);
   }
+  if (!with_arrays) return d;
   for (const std::string& name : arrays) {
     H5Handle ds = h5_open_dataset(file.get(), path, name);
     const H5DatasetDesc desc = h5_describe(ds.get());
@@ -319,5 +322,11 @@ CheckpointData read_checkpoint_file(const std::string& path) {
   }
   return d;
 }
+
+}  // namespace
+
+CheckpointData read_checkpoint_file(const std::string& path) { return read_file(path, true); }
+
+CheckpointData read_checkpoint_metadata(const std::string& path) { return read_file(path, false); }
 
 }  // namespace squall::io

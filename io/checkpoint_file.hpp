@@ -47,4 +47,8 @@ void write_checkpoint_file(const std::string& path, const CheckpointData& data);
 // corrupt or not a squall checkpoint.
 CheckpointData read_checkpoint_file(const std::string& path);
 
+// The integers, reals and texts only, not the arrays: what a checkpoint says about its run and
+// model at the same small cost whatever the model's size. Throws as read_checkpoint_file.
+CheckpointData read_checkpoint_metadata(const std::string& path);
+
 }  // namespace squall::io

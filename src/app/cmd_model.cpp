@@ -1,6 +1,6 @@
-// `squall model --model NAME [--input C,H,W] [--classes K] [--batch B] [--learners L]
-// [--machine summit|perlmutter|frontier|local] [--nodes LIST] [--algorithm ssgd|sma]
-// [--allreduce hier|flat] [--precision fp32|fp16|bf16] [--comm fp32|bf16|fp16] [--overlap F]
+// `squall model --model NAME [--width N] [--depth N] [--aspp-rates LIST] [--input C,H,W]
+// [--classes K] [--batch B] [--learners L] [--machine summit|perlmutter|frontier|local]
+// [--nodes LIST] [--algorithm ssgd|sma] [--allreduce hier|flat] [--precision fp32|fp16|bf16] [--comm fp32|bf16|fp16] [--overlap F]
 // [--efficiency F] [--calibrate RUN_DIR] [--calibrate-allreduce FILE] [--json]`:
 // the performance model of src/train/perf_model.hpp (docs/model.md). It runs no training and
 // needs no MPI job: the model's parameters and FLOPs, the machine's rates, and per node count
@@ -18,7 +18,9 @@
 
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
+#include "src/nn/graph.hpp"
 #include "src/train/perf_model.hpp"
+#include "src/train/perf_run.hpp"
 
 namespace squall::app {
 namespace {
@@ -30,6 +32,9 @@ struct ModelArgs {
   std::string model, input, machine, nodes, algorithm = "ssgd", allreduce = "hier";
   std::string precision = "fp32", comm = "fp32", calibrate, calibrate_allreduce, calibrate_algo;
   int64_t classes = 0, batch = 0;
+  int64_t width = 0, depth = 0;  // the model's knobs, when given
+  std::string aspp_rates;
+  bool width_given = false, depth_given = false, aspp_rates_given = false;
   int learners = 1;
   double overlap = 0.8, efficiency = 0;
   bool json = false;
@@ -99,28 +104,117 @@ json machine_json(const perf::Machine& m) {
               {"notes", m.notes}};
 }
 
+// "resnet20, unet and deeplabv3plus": the zoo's models that take a knob.
+std::string models_taking(bool nn::ModelKnobs::*knob) {
+  std::vector<std::string> takers;
+  for (const auto& name : nn::model_names())
+    if (nn::model_knobs(name).*knob) takers.push_back(name);
+  std::string out;
+  for (size_t i = 0; i < takers.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == takers.size() ? " and " : ", ") + takers[i];
+  return out;
+}
+
+// C,H,W from --input.
+void parse_input(const std::string& text, int64_t& c, int64_t& h, int64_t& w) {
+  const auto parts = split(text);
+  if (parts.size() != 3) throw UsageError("--input: '" + text + "' is not C,H,W");
+  c = parse_int("--input", parts[0]);
+  h = parse_int("--input", parts[1]);
+  w = parse_int("--input", parts[2]);
+  if (c <= 0 || h <= 0 || w <= 0) throw UsageError("--input: '" + text + "' needs positive C, H and W");
+}
+
+// The knob flags on `spec`: each must be one the model takes (the message names the flag and
+// the models that take it) and positive.
+void apply_knobs(const ModelArgs& a, nn::ModelSpec& spec) {
+  nn::ModelKnobs knobs;
+  try {
+    knobs = nn::model_knobs(spec.name);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--model: ") + e.what());
+  }
+  auto refuse = [&](const std::string& flag, const std::string& what, bool nn::ModelKnobs::*knob) {
+    return UsageError(flag + ": model " + spec.name + " takes no " + what + " (" + models_taking(knob) + " do)");
+  };
+  if (a.width_given) {
+    if (!knobs.width) throw refuse("--width", "width", &nn::ModelKnobs::width);
+    if (a.width < 1) throw UsageError("--width must be positive, got " + std::to_string(a.width));
+    spec.width = a.width;
+  }
+  if (a.depth_given) {
+    if (!knobs.depth) throw refuse("--depth", "depth", &nn::ModelKnobs::depth);
+    if (a.depth < 1) throw UsageError("--depth must be positive, got " + std::to_string(a.depth));
+    spec.depth = a.depth;
+  }
+  if (a.aspp_rates_given) {
+    if (!knobs.aspp_rates) throw refuse("--aspp-rates", "ASPP rates", &nn::ModelKnobs::aspp_rates);
+    spec.aspp_rates.clear();
+    for (const auto& part : split(a.aspp_rates)) {
+      const int64_t r = parse_int("--aspp-rates", part);
+      if (r < 1) throw UsageError("--aspp-rates: rate " + part + " is not positive");
+      spec.aspp_rates.push_back(r);
+    }
+    if (spec.aspp_rates.empty()) throw UsageError("--aspp-rates: give at least one rate");
+  }
+}
+
+// "unet (width 8, depth 2)".
+std::string model_text(const perf::ModelCost& cost) {
+  const std::string knobs = perf::knobs_text(cost.spec);
+  return cost.name + (knobs.empty() ? "" : " (" + knobs + ")");
+}
+
+json knobs_json(const nn::ModelSpec& spec) {
+  json k = json::object();
+  if (spec.width > 0) k["width"] = spec.width;
+  if (spec.depth > 0) k["depth"] = spec.depth;
+  if (!spec.aspp_rates.empty()) k["aspp_rates"] = spec.aspp_rates;
+  return k;
+}
+
+// The calibrated run's own model as it trained. Its input: what its dir says; when it says
+// nothing (no checkpoint, its data moved), --input and --classes are taken as the run's, and for
+// a summary.json without config.toml or checkpoint, the knob flags too. Its parameter count must
+// be summary.json's.
+perf::ModelCost run_model_cost(const ModelArgs& a, const perf::CalibrationRun& cal) {
+  if (!cal.has_input && (a.input.empty() || (cal.spec.classes <= 0 && a.classes == 0)))
+    throw UsageError("--calibrate: cannot tell the input of the run's " + cal.spec.name + " (" + cal.no_input_why +
+                     "); give the run's --input C,H,W" + (cal.spec.classes > 0 ? "" : " and --classes K"));
+  nn::ModelSpec spec = cal.spec;
+  if (!cal.has_knobs) apply_knobs(a, spec);
+  int64_t c = cal.c, h = cal.h, w = cal.w;
+  if (!cal.has_input) {
+    parse_input(a.input, c, h, w);
+    if (spec.classes <= 0) spec.classes = a.classes;
+  }
+  const perf::ModelCost cost = perf::model_cost(spec, c, h, w);
+  const int64_t measured = cal.measurement.parameters;
+  if (measured == cost.parameters) return cost;
+  std::string hint;
+  if (!cal.has_input) hint = "--input, --classes";
+  if (!cal.has_knobs) hint += (hint.empty() ? "" : ", ") + std::string("the knobs --width, --depth, --aspp-rates");
+  throw UsageError("--calibrate: the run's " + model_text(cost) + " at input " + std::to_string(c) + "x" +
+                   std::to_string(h) + "x" + std::to_string(w) + ", " + std::to_string(spec.classes) +
+                   " classes (model from " + cal.model_from + ", input from " +
+                   (cal.has_input ? cal.input_from : std::string("--input")) + ") has " +
+                   std::to_string(cost.parameters) + " parameters built here, but its summary.json says " +
+                   std::to_string(measured) + (hint.empty() ? "" : " (give the run's " + hint + ")"));
+}
+
 int run_model(const ModelArgs& a) {
-  // The calibration, when asked for: it decides the machine and may name the model.
-  std::unique_ptr<perf::RunMeasurement> run;
+  // The calibration, when asked for: it decides the machine and, unless --model names
+  // another, the model and its input (the run's own, from its config.toml and checkpoint or data).
+  std::unique_ptr<perf::CalibrationRun> cal;
   if (!a.calibrate.empty()) {
     if (!a.machine.empty() && a.machine != "local")
       throw UsageError("--calibrate describes the machine 'local', not '" + a.machine + "'");
-    std::string path = a.calibrate;
-    std::ifstream probe(path + "/summary.json");
-    if (probe) path += "/summary.json";
-    try {
-      run = std::make_unique<perf::RunMeasurement>(perf::read_summary(read_json(path, "--calibrate")));
-    } catch (const UsageError&) {
-      throw;
-    } catch (const Error& e) {
-      throw UsageError(std::string("--calibrate: ") + e.what());
-    }
+    cal = std::make_unique<perf::CalibrationRun>(perf::read_calibration_run(a.calibrate));
   } else if (!a.calibrate_allreduce.empty()) {
     throw UsageError("--calibrate-allreduce needs --calibrate RUN_DIR (the compute rate of 'local')");
   }
+  const perf::RunMeasurement* run = cal ? &cal->measurement : nullptr;
   const std::string machine_name = a.machine.empty() ? (run ? "local" : "summit") : a.machine;
-  // Without --model: the calibrated run's model, else DeepCAM's network (what squall is for).
-  const std::string model_name = !a.model.empty() ? a.model : run ? run->model : "deeplabv3plus-resnet50";
   if (a.algorithm != "ssgd" && a.algorithm != "sma")
     throw UsageError("--algorithm: unknown algorithm '" + a.algorithm + "' (known: ssgd, sma)");
   if (a.allreduce != "hier" && a.allreduce != "flat")
@@ -129,28 +223,34 @@ int run_model(const ModelArgs& a) {
     throw UsageError("--comm: unknown gradient type '" + a.comm + "' (known: fp32, bf16, fp16)");
   if (!(a.overlap >= 0 && a.overlap <= 1)) throw UsageError("--overlap must be in [0, 1]");
   if (!(a.efficiency >= 0 && a.efficiency <= 1)) throw UsageError("--efficiency must be in (0, 1]");
+  if (a.classes < 0) throw UsageError("--classes must be positive, got " + std::to_string(a.classes));
 
+  // The model forecast: the calibrated run's, or --model's (default: DeepCAM's network, what
+  // squall is for) at its usual input; then the flags.
+  const bool runs_model = cal && (a.model.empty() || a.model == cal->spec.name);
+  nn::ModelSpec spec;
   int64_t c = 0, h = 0, w = 0, classes = 0;
-  perf::default_input(model_name, c, h, w, classes);
-  if (!a.input.empty()) {
-    const auto parts = split(a.input);
-    if (parts.size() != 3) throw UsageError("--input: '" + a.input + "' is not C,H,W");
-    c = parse_int("--input", parts[0]);
-    h = parse_int("--input", parts[1]);
-    w = parse_int("--input", parts[2]);
-    if (c <= 0 || h <= 0 || w <= 0) throw UsageError("--input: '" + a.input + "' needs positive C, H and W");
+  if (runs_model) {
+    spec = cal->spec;
+    perf::default_input(spec.name, c, h, w, classes);
+    if (cal->has_input) c = cal->c, h = cal->h, w = cal->w;
+    classes = spec.classes > 0 ? spec.classes : classes;
+  } else {
+    spec.name = !a.model.empty() ? a.model : "deeplabv3plus-resnet50";
+    perf::default_input(spec.name, c, h, w, classes);
   }
+  apply_knobs(a, spec);
+  if (!a.input.empty()) parse_input(a.input, c, h, w);
   if (a.classes != 0) classes = a.classes;
-  const perf::ModelCost cost = perf::model_cost(model_name, c, h, w, classes);
+  spec.classes = classes;
+  const perf::ModelCost cost = perf::model_cost(spec, c, h, w);
 
   perf::Machine m;
   std::unique_ptr<perf::AlphaBetaFit> fit;
+  std::unique_ptr<perf::ModelCost> run_cost;  // the calibrated run's own model, as it trained
   if (machine_name == "local") {
     if (!run) throw UsageError("machine 'local' has no preset: give --calibrate RUN_DIR");
-    if (run->parameters != cost.parameters)
-      throw UsageError("--calibrate: the run's " + run->model + " has " + std::to_string(run->parameters) +
-                       " parameters, the model here " + std::to_string(cost.parameters) +
-                       " (give the run's --input C,H,W and --classes)");
+    run_cost = std::make_unique<perf::ModelCost>(run_model_cost(a, *cal));
     if (!a.calibrate_allreduce.empty()) {
       try {
         fit = std::make_unique<perf::AlphaBetaFit>(
@@ -161,7 +261,7 @@ int run_model(const ModelArgs& a) {
         throw UsageError(std::string("--calibrate-allreduce: ") + e.what());
       }
     }
-    m = perf::calibrate_local(cost, *run, 0.0, a.algorithm);
+    m = perf::calibrate_local(*run_cost, *run, 0.0, a.algorithm);
     if (fit) {  // the benchmark's alpha and beta replace the run's single-size estimate
       m.intra_latency = m.inter_latency = fit->alpha;
       m.intra_bw = fit->beta;
@@ -202,8 +302,17 @@ int run_model(const ModelArgs& a) {
     perf::Scenario shape = s;
     shape.batch = run->global_batch / (static_cast<int64_t>(run->world_size) * run->learners);
     shape.learners = run->learners;
-    const perf::Row pred = perf::forecast_one(cost, m, shape, 1);
+    // The run's own model on its own shape: the prediction reproduces the measurement.
+    const perf::Row pred = perf::forecast_one(*run_cost, m, shape, 1);
     measured = json{{"run", a.calibrate},
+                    {"model", run_cost->name},
+                    {"knobs", knobs_json(run_cost->spec)},
+                    {"input", {run_cost->c, run_cost->h, run_cost->w}},
+                    {"classes", run_cost->classes},
+                    {"parameters", run_cost->parameters},
+                    {"model_from", cal->model_from},
+                    {"input_from", cal->has_input ? cal->input_from : std::string("--input")},
+                    {"steps", run->steps},
                     {"world_size", run->world_size},
                     {"global_batch", run->global_batch},
                     {"measured_samples_per_s", run->samples_per_s},
@@ -223,6 +332,7 @@ int run_model(const ModelArgs& a) {
   if (process_rank() > 0) return 0;  // under mpiexec every rank computes the same; rank 0 prints
   if (a.json) {
     json doc{{"model", cost.name},
+             {"knobs", knobs_json(cost.spec)},
              {"input", {cost.c, cost.h, cost.w}},
              {"classes", cost.classes},
              {"parameters", cost.parameters},
@@ -242,7 +352,7 @@ int run_model(const ModelArgs& a) {
     return 0;
   }
   char line[512];
-  std::cout << "model " << cost.name << " at input " << cost.c << "x" << cost.h << "x" << cost.w << ", "
+  std::cout << "model " << model_text(cost) << " at input " << cost.c << "x" << cost.h << "x" << cost.w << ", "
             << cost.classes << " classes\n";
   std::snprintf(line, sizeof line, "  parameters %lld (%.3f M); forward %.4f GFLOP/sample, training step %.4f GFLOP/sample\n",
                 static_cast<long long>(cost.parameters), cost.parameters / 1e6, cost.forward_flops / 1e9,
@@ -270,6 +380,10 @@ int run_model(const ModelArgs& a) {
     std::cout << line;
   }
   if (run) {
+    std::cout << "calibration: the run's " << model_text(*run_cost) << " at input " << run_cost->c << "x"
+              << run_cost->h << "x" << run_cost->w << ", " << run_cost->classes << " classes, "
+              << run_cost->parameters << " parameters (model from " << cal->model_from << ", input from "
+              << (cal->has_input ? cal->input_from : std::string("--input")) << ")\n";
     std::snprintf(line, sizeof line,
                   "calibration: %s on %d rank(s): measured %.1f samples/s (%.2f ms/step), predicted %.1f "
                   "(%.2f ms); %.4g GFLOP/s per rank, allreduce %.4g GB/s, %.3g us, overlap %.2f\n",
@@ -297,9 +411,17 @@ void add_model_command(CLI::App& root, Context&, Actions& actions) {
   sub->add_option("--model", args->model,
                   "Zoo model (lenet5, resnet20, unet, deeplabv3plus, deeplabv3plus-resnet50; default: the calibrated "
                   "run's, else deeplabv3plus-resnet50, DeepCAM's network)");
-  sub->add_option("--input", args->input, "Sample shape C,H,W (default: 1,28,28 for lenet5/resnet20, else 16,768,1152)")
+  CLI::Option* width = sub->add_option("--width", args->width, "Base channels (resnet20, unet, deeplabv3plus; default: "
+                                                               "the run's, else the model's)");
+  CLI::Option* depth = sub->add_option("--depth", args->depth, "Blocks per stage (resnet20), levels (unet) or encoder "
+                                                               "stages (deeplabv3plus); default: the run's, else the model's");
+  CLI::Option* rates = sub->add_option("--aspp-rates", args->aspp_rates, "ASPP rates of deeplabv3plus and "
+                                                                         "deeplabv3plus-resnet50 (default 6,12,18)")
+                           ->type_name("LIST");
+  sub->add_option("--input", args->input, "Sample shape C,H,W (default: the run's; else 1,28,28 for lenet5/resnet20, "
+                                          "16,768,1152 for the others)")
       ->type_name("C,H,W");
-  sub->add_option("--classes", args->classes, "Classes (default: 10, or 3 for the segmentation models)");
+  sub->add_option("--classes", args->classes, "Classes (default: the run's; else 10, or 3 for the segmentation models)");
   sub->add_option("--batch", args->batch, "Batch per learner (default: 32, or 2 for inputs over 100k values)");
   sub->add_option("--learners", args->learners, "Learners (model replicas) per GPU (default 1)");
   sub->add_option("--machine", args->machine, "summit | perlmutter | frontier | local (default summit; local with --calibrate)");
@@ -310,7 +432,9 @@ void add_model_command(CLI::App& root, Context&, Actions& actions) {
   sub->add_option("--comm", args->comm, "Gradient type in the allreduce: fp32 (4 B, default) | bf16 | fp16 (2 B)");
   sub->add_option("--overlap", args->overlap, "Fraction of the overlappable allreduce that is hidden (default 0.8)");
   sub->add_option("--efficiency", args->efficiency, "Sustained fraction of peak FLOP/s (default 0.4)");
-  sub->add_option("--calibrate", args->calibrate, "A squall run dir (or its summary.json): calibrates machine 'local'")
+  sub->add_option("--calibrate", args->calibrate,
+                  "A squall run dir (or its summary.json): calibrates machine 'local' with the run's model, knobs "
+                  "and input (its config.toml, checkpoint or data)")
       ->type_name("RUN_DIR");
   sub->add_option("--calibrate-allreduce", args->calibrate_allreduce,
                   "`squall bench allreduce --json` output: fits alpha and beta of 'local'")
@@ -319,7 +443,12 @@ void add_model_command(CLI::App& root, Context&, Actions& actions) {
   sub->add_flag("--json", args->json, "Print one JSON object instead of the table");
   sub->footer("Exit status: 0 done; 2 a usage error (unknown model or machine, a node count < 1 or above the "
               "machine's, an unreadable calibration). docs/model.md describes the model.");
-  actions[sub] = [args] { return run_model(*args); };
+  actions[sub] = [args, width, depth, rates] {
+    args->width_given = width->count() > 0;
+    args->depth_given = depth->count() > 0;
+    args->aspp_rates_given = rates->count() > 0;
+    return run_model(*args);
+  };
 }
 
 }  // namespace squall::app

@@ -1,7 +1,8 @@
 // `squall report RUN_DIR... [--out DIR] [--json]`: a table of runs (one row per run dir,
 // sorted by GPU or rank count) with throughput, scaling efficiency against the smallest run,
-// the time breakdown and the final metric, as report.md (also printed) or JSON, and four SVG
-// plots drawn by io/svg (docs/training.md, "Reports").
+// the time breakdown, the final metric, the whole run's time and the time to target, as
+// report.md (also printed) or JSON, and SVG plots drawn by io/svg (docs/training.md,
+// "Reports"). A resumed run is one run on one clock; runs of different dirs are never joined.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
+#include "src/train/run_records.hpp"
 
 namespace squall::app {
 namespace {
@@ -36,16 +39,6 @@ struct ReportArgs {
   bool json = false;
 };
 
-struct TrainPoint {
-  int64_t step;
-  double loss;
-};
-struct EvalPoint {
-  int64_t step;
-  double elapsed_s;  // NaN when the record has none
-  double metric;     // test_accuracy, or test_miou for per-pixel labels
-};
-
 struct Run {
   std::string path, name;
   bool complete = false;
@@ -53,12 +46,15 @@ struct Run {
   int nodes = 0, ranks = 0, gpus = 0, learners = 0;
   bool cuda = false;
   int64_t global_batch = 0;
-  double samples_per_s = k_nan, efficiency = k_nan;
+  double samples_per_s = k_nan, efficiency = k_nan;  // the last attempt's (what summary.json measured)
   double compute = k_nan, allreduce = k_nan, io_wait = k_nan;
   std::string metric_name = "test_accuracy";
   double metric = k_nan;
-  std::vector<TrainPoint> train;
-  std::vector<EvalPoint> eval;
+  // What makes runs one study whose sizes a scaling line may join: "model", "algorithm", ...
+  std::vector<std::pair<std::string, std::string>> study;
+  train::RunRecords records;   // on the run clock: one curve across attempts
+  train::RunProgress progress;
+  std::optional<train::TargetResult> target;
 
   int count() const { return cuda ? gpus : ranks; }  // what the x axes and the sort use
 };
@@ -73,6 +69,13 @@ std::string dir_name(const std::string& path) {
   if (p.filename().empty()) p = p.parent_path();
   const std::string name = p.filename().string();
   return name.empty() || name == "." ? fs::absolute(p).lexically_normal().filename().string() : name;
+}
+
+// The summary's value of `key` as text, for the study key ("" when absent).
+std::string text_of(const json& s, const char* key) {
+  const auto it = s.find(key);
+  if (it == s.end() || it->is_null()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
 }
 
 Run read_run(const std::string& path) {
@@ -91,30 +94,22 @@ Run read_run(const std::string& path) {
 
   if (has_metrics) {
     std::ifstream in(dir / "metrics.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty()) continue;
-      const json r = json::parse(line, nullptr, false);
-      if (r.is_discarded() || !r.is_object()) continue;  // a line cut by a crash
-      const std::string kind = r.value("kind", "");
-      if (kind == "train" && r.contains("step") && r.contains("loss")) {
-        run.train.push_back({r.at("step").get<int64_t>(), number(r, "loss")});
-      } else if (kind == "eval" && r.contains("step")) {
-        const bool seg = r.contains("test_iou_per_class");
-        if (seg) run.metric_name = "test_miou";
-        run.eval.push_back({r.at("step").get<int64_t>(), number(r, "elapsed_s"),
-                            number(r, seg ? "test_miou" : "test_accuracy")});
-      }
-    }
+    run.records = train::parse_metrics(in);
+    if (run.records.per_pixel) run.metric_name = "test_miou";
   }
-
+  json s = json::object();
+  if (has_summary) {
+    std::ifstream in(dir / "summary.json");
+    s = json::parse(in, nullptr, false);
+    if (s.is_discarded() || !s.is_object()) s = json::object();
+  }
+  run.progress = train::run_progress(s, run.records);
+  run.target = train::run_target(s, run.records);
   if (!has_summary) {
     run.why_incomplete = "no summary.json";
     return run;
   }
-  std::ifstream in(dir / "summary.json");
-  const json s = json::parse(in, nullptr, false);
-  if (s.is_discarded() || !s.is_object() || !s.contains("world_size") || !s.contains("samples_per_s")) {
+  if (!s.contains("world_size") || !s.contains("samples_per_s")) {
     run.why_incomplete = "summary.json unreadable";
     return run;
   }
@@ -138,6 +133,8 @@ Run read_run(const std::string& path) {
     if (f.contains("test_miou") && !f.contains("test_accuracy")) run.metric_name = "test_miou";
     run.metric = number(f, run.metric_name.c_str());
   }
+  for (const char* key : {"model", "algorithm", "precision", "batch_per_learner", "backend"})
+    run.study.emplace_back(key, text_of(s, key));
   return run;
 }
 
@@ -150,34 +147,43 @@ std::string fixed(double v, int decimals) {
 
 json or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
-// The seconds of a train record: interpolated from the eval records' (step, elapsed_s), from
-// (0, 0) on and extrapolated at the last rate; NaN without any timed eval record.
-double elapsed_at(const std::vector<std::pair<double, double>>& timed, double step) {
-  if (timed.size() < 2) return k_nan;
-  size_t k = 1;
-  while (k + 1 < timed.size() && timed[k].first < step) ++k;
-  const auto [s0, t0] = timed[k - 1];
-  const auto [s1, t1] = timed[k];
-  if (s1 == s0) return t1;
-  return t0 + (step - s0) * (t1 - t0) / (s1 - s0);
+bool any_resumed(const std::vector<Run>& runs) {
+  for (const Run& r : runs)
+    if (r.progress.attempts > 1) return true;
+  return false;
 }
 
-std::vector<std::pair<double, double>> step_times(const Run& run) {
-  std::vector<std::pair<double, double>> timed{{0.0, 0.0}};
-  for (const EvalPoint& e : run.eval)
-    if (std::isfinite(e.elapsed_s) && e.step > 0 && static_cast<double>(e.step) > timed.back().first)
-      timed.emplace_back(static_cast<double>(e.step), e.elapsed_s);
-  return timed;
+bool any_target(const std::vector<Run>& runs) {
+  for (const Run& r : runs)
+    if (r.target) return true;
+  return false;
+}
+
+// "812.3 s (step 1200)", "not reached" or "-" (no target).
+std::string target_cell(const Run& r) {
+  if (!r.target) return "-";
+  if (!r.target->reached) return "not reached";
+  return fixed(r.target->time_s, 1) + " s (step " + std::to_string(r.target->step) + ")";
+}
+
+// "812.3", "812.3 (2 attempts)".
+std::string run_time_cell(const Run& r) {
+  const std::string t = fixed(r.progress.train_loop_s, 2);
+  return r.progress.attempts > 1 ? t + " (" + std::to_string(r.progress.attempts) + " attempts)" : t;
 }
 
 std::string markdown(const std::vector<Run>& runs, const Run* base, bool cuda) {
+  const bool targets = any_target(runs);
   std::ostringstream o;
   o << "| run | nodes | ranks | GPUs | learners | global batch | samples/s | efficiency | compute s (%) | "
-       "allreduce s (%) | io_wait s (%) | final metric |\n";
-  o << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+       "allreduce s (%) | io_wait s (%) | final metric | train loop s |"
+    << (targets ? " time to target |" : "") << "\n";
+  o << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|" << (targets ? "---:|" : "") << "\n";
   for (const Run& r : runs) {
     if (!r.complete) {
-      o << "| " << r.name << " | - | - | - | - | - | - | - | - | - | - | incomplete (" << r.why_incomplete << ") |\n";
+      o << "| " << r.name << " | - | - | - | - | - | - | - | - | - | - | incomplete (" << r.why_incomplete << ") | "
+        << (r.progress.attempts > 1 ? std::to_string(r.progress.attempts) + " attempts" : std::string("-")) << " |"
+        << (targets ? " " + target_cell(r) + " |" : "") << "\n";
       continue;
     }
     const double sum = r.compute + r.allreduce + r.io_wait;
@@ -188,7 +194,8 @@ std::string markdown(const std::vector<Run>& runs, const Run* base, bool cuda) {
       << (r.cuda ? std::to_string(r.gpus) : std::string("0 (CPU ranks)")) << " | " << r.learners << " | "
       << r.global_batch << " | " << fixed(r.samples_per_s, 1) << " | " << fixed(r.efficiency, 2) << " | "
       << part(r.compute) << " | " << part(r.allreduce) << " | " << part(r.io_wait) << " | "
-      << (std::isfinite(r.metric) ? r.metric_name + " " + fixed(r.metric, 4) : std::string("-")) << " |\n";
+      << (std::isfinite(r.metric) ? r.metric_name + " " + fixed(r.metric, 4) : std::string("-")) << " | "
+      << run_time_cell(r) << " |" << (targets ? " " + target_cell(r) + " |" : "") << "\n";
   }
   if (base) {
     const std::string unit = cuda ? "GPU" : "rank";
@@ -214,13 +221,30 @@ std::string markdown(const std::vector<Run>& runs, const Run* base, bool cuda) {
   }
   if (!cuda) o << "GPUs: 0 (CPU ranks): the runs used the CPU backend; the plots count ranks.\n";
   o << "Time breakdown: rank 0's seconds (summary.json `time_breakdown_s`), as % of their sum.\n";
+  o << "Train loop s: the training loops of every attempt of the run (the run clock at its end).\n";
+  if (any_resumed(runs))
+    o << "A resumed run (several attempts) is one run: its curves continue across the resume; its samples/s and "
+         "time breakdown are its last attempt's.\n";
+  if (targets)
+    o << "Time to target: the run clock when the test metric first reached train.target.\n";
   return o.str();
+}
+
+json target_json(const train::TargetResult& t) {
+  return json{{"metric", t.metric},
+              {"target", or_null(t.target)},
+              {"reached", t.reached},
+              {"step", t.reached ? json(t.step) : json(nullptr)},
+              {"time_to_target_s", or_null(t.time_s)},
+              {"metric_value", or_null(t.metric_value)}};
 }
 
 json table_json(const std::vector<Run>& runs) {
   json a = json::array();
   for (const Run& r : runs) {
     json j{{"run", r.name}, {"path", r.path}, {"status", r.complete ? "complete" : "incomplete"}};
+    j["attempts"] = r.progress.attempts;
+    if (r.target) j["target"] = target_json(*r.target);
     if (!r.complete) {
       j["reason"] = r.why_incomplete;
       a.push_back(j);
@@ -242,21 +266,83 @@ json table_json(const std::vector<Run>& runs) {
                                {"io_wait", pct(r.io_wait)}};
     j["metric"] = r.metric_name;
     j[r.metric_name] = or_null(r.metric);
+    j["steps"] = r.progress.steps;
+    j["train_loop_s"] = or_null(r.progress.train_loop_s);
     a.push_back(j);
   }
   return a;
 }
 
+// ---- plots ----------------------------------------------------------------------------------
+
+// A line of a scaling plot: runs of one study (the same model, algorithm, precision, batch per
+// learner and backend) in order of size, at most one run per size. A run of a size its study's
+// line already holds is a point of its own: the runs of two dirs of one size are never joined.
+struct ScalingLine {
+  std::string label;
+  std::vector<const Run*> runs;
+};
+
+std::vector<ScalingLine> scaling_lines(const std::vector<const Run*>& sized, const std::string& unit) {
+  // Which of the study's fields differ between the runs: they name the lines.
+  std::vector<bool> differs;
+  for (const Run* r : sized) {
+    differs.resize(r->study.size(), false);
+    for (size_t k = 0; k < r->study.size(); ++k) differs[k] = differs[k] || r->study[k] != sized.front()->study[k];
+  }
+  std::vector<ScalingLine> lines;
+  std::vector<decltype(Run::study)> keys;
+  for (const Run* r : sized) {
+    size_t i = 0;
+    while (i < keys.size() && keys[i] != r->study) ++i;
+    const bool repeat = i < keys.size() && std::any_of(lines[i].runs.begin(), lines[i].runs.end(), [&](const Run* o) {
+                          return o->count() == r->count();
+                        });
+    if (repeat) {
+      lines.push_back({r->name + " (" + std::to_string(r->count()) + " " + unit + (r->count() == 1 ? "" : "s") + ")", {r}});
+      keys.emplace_back();  // a point of its own: no later run joins it
+      continue;
+    }
+    if (i == keys.size()) {
+      std::string label;
+      for (size_t k = 0; k < r->study.size(); ++k)
+        if (differs[k] && !r->study[k].second.empty())
+          label += (label.empty() ? "" : ", ") +
+                   (r->study[k].first == "batch_per_learner" ? "batch " + r->study[k].second : r->study[k].second);
+      lines.push_back({label.empty() ? "measured" : "measured (" + label + ")", {}});
+      keys.push_back(r->study);
+    }
+    lines[i].runs.push_back(r);
+  }
+  return lines;
+}
+
+std::vector<double> distinct_counts(const std::vector<const Run*>& sized) {
+  std::vector<double> counts;
+  for (const Run* r : sized)
+    if (counts.empty() || counts.back() != r->count()) counts.push_back(r->count());
+  return counts;
+}
+
+// One series per scaling line of `set`, with `value` of each run.
+void add_scaling_series(io::LinePlot& p, const std::vector<const Run*>& set, const std::string& unit,
+                        double (*value)(const Run&)) {
+  for (const ScalingLine& line : scaling_lines(set, unit)) {
+    io::PlotSeries s{line.label, {}, {}, false, true};
+    for (const Run* r : line.runs) {
+      s.x.push_back(r->count());
+      s.y.push_back(value(*r));
+    }
+    p.series.push_back(std::move(s));
+  }
+}
+
 void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const fs::path& out) {
   const std::string unit = cuda ? "GPUs" : "ranks";
-  std::vector<double> counts, sps, ideal, eff;
-  for (const Run& r : runs) {
-    if (!r.complete || r.count() <= 0) continue;
-    counts.push_back(r.count());
-    sps.push_back(r.samples_per_s);
-    eff.push_back(r.efficiency);
-    ideal.push_back(base ? base->samples_per_s * r.count() / base->count() : k_nan);
-  }
+  std::vector<const Run*> sized;  // sorted by count already
+  for (const Run& r : runs)
+    if (r.complete && r.count() > 0) sized.push_back(&r);
+  const auto counts = distinct_counts(sized);
   {
     io::LinePlot p;
     p.title = "Throughput against " + unit;
@@ -264,11 +350,13 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
     p.y_label = "samples/s";
     p.log2_x = true;
     p.y_min = 0;
+    std::vector<double> ideal;
+    for (double c : counts) ideal.push_back(base ? base->samples_per_s * c / base->count() : k_nan);
     double top = 0;
-    for (double v : sps) top = std::max(top, std::isfinite(v) ? v : 0);
+    for (const Run* r : sized) top = std::max(top, std::isfinite(r->samples_per_s) ? r->samples_per_s : 0);
     for (double v : ideal) top = std::max(top, std::isfinite(v) ? v : 0);
     p.y_max = top > 0 ? top * 1.1 : 1;
-    p.series.push_back({"measured", counts, sps, false, true});
+    add_scaling_series(p, sized, cuda ? "GPU" : "rank", [](const Run& r) { return r.samples_per_s; });
     p.series.push_back({"ideal linear scaling", counts, ideal, true, false});
     io::write_text_file((out / "throughput.svg").string(), io::render_line_plot(p));
   }
@@ -280,30 +368,32 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
     p.log2_x = true;
     p.y_min = 0;
     p.y_max = 1.1;
-    p.series.push_back({"efficiency", counts, eff, false, true});
+    add_scaling_series(p, sized, cuda ? "GPU" : "rank", [](const Run& r) { return r.efficiency; });
     p.series.push_back({"ideal", counts, std::vector<double>(counts.size(), 1.0), true, false});
     io::write_text_file((out / "efficiency.svg").string(), io::render_line_plot(p));
   }
-  // Loss and metric against time: seconds where every run has timed eval records, else steps.
-  bool timed = true;
-  for (const Run& r : runs)
-    if (!r.train.empty() && step_times(r).size() < 2) timed = false;
   auto label = [&](const Run& r) {
-    if (!r.complete) return r.name + " (incomplete)";
+    const std::string attempts =
+        r.progress.attempts > 1 ? ", " + std::to_string(r.progress.attempts) + " attempts" : std::string();
+    if (!r.complete) return r.name + " (incomplete" + attempts + ")";
     return r.name + " (" + std::to_string(r.count()) + " " + (cuda ? "GPU" : "rank") + (r.count() == 1 ? "" : "s") +
-           ")";
+           attempts + ")";
   };
+  // Loss and metric on the run clock (every attempt's training loops, continuous across a
+  // resume) where every run has times, else against the step. One series per run dir.
   {
+    bool timed = true;
+    for (const Run& r : runs)
+      for (const train::TrainPoint& t : r.records.train) timed &= std::isfinite(t.elapsed_s);
     io::LinePlot p;
     p.title = "Training loss";
-    p.x_label = timed ? "elapsed s" : "step";
+    p.x_label = timed ? "elapsed s (training loops of every attempt)" : "step";
     p.y_label = "train loss";
     p.x_min = 0;
     for (const Run& r : runs) {
       io::PlotSeries s{label(r), {}, {}, false, false};
-      const auto times = step_times(r);
-      for (const TrainPoint& t : r.train) {
-        s.x.push_back(timed ? elapsed_at(times, static_cast<double>(t.step)) : static_cast<double>(t.step));
+      for (const train::TrainPoint& t : r.records.train) {
+        s.x.push_back(timed ? t.elapsed_s : static_cast<double>(t.step));
         s.y.push_back(t.loss);
       }
       p.series.push_back(std::move(s));
@@ -313,23 +403,53 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
   {
     bool seg = false;
     for (const Run& r : runs) seg |= r.metric_name == "test_miou";
+    bool timed = true;
+    for (const Run& r : runs)
+      for (const train::EvalPoint& e : r.records.eval) timed &= std::isfinite(e.elapsed_s);
     io::LinePlot p;
     p.title = seg ? "Test mean IoU" : "Test accuracy";
-    bool eval_timed = true;
-    for (const Run& r : runs)
-      for (const EvalPoint& e : r.eval) eval_timed &= std::isfinite(e.elapsed_s);
-    p.x_label = eval_timed ? "elapsed s" : "step";
+    p.x_label = timed ? "elapsed s (training loops of every attempt)" : "step";
     p.y_label = seg ? "test_miou" : "test_accuracy";
     p.x_min = 0;
+    double right = 0;
     for (const Run& r : runs) {
       io::PlotSeries s{label(r), {}, {}, false, true};
-      for (const EvalPoint& e : r.eval) {
-        s.x.push_back(eval_timed ? e.elapsed_s : static_cast<double>(e.step));
-        s.y.push_back(e.metric);
+      for (const train::EvalPoint& e : r.records.eval) {
+        s.x.push_back(timed ? e.elapsed_s : static_cast<double>(e.step));
+        s.y.push_back(seg ? e.miou : e.accuracy);
+        if (std::isfinite(s.x.back())) right = std::max(right, s.x.back());
       }
       p.series.push_back(std::move(s));
     }
+    // The targets of the plotted metric, each a dashed level across the plot.
+    std::vector<double> levels;
+    for (const Run& r : runs)
+      if (r.target && (r.target->metric == "miou") == seg && std::isfinite(r.target->target) &&
+          std::find(levels.begin(), levels.end(), r.target->target) == levels.end())
+        levels.push_back(r.target->target);
+    for (double v : levels) {
+      char name[64];
+      std::snprintf(name, sizeof(name), "target %s %g", seg ? "mIoU" : "accuracy", v);
+      p.series.push_back({name, {0.0, right > 0 ? right : 1.0}, {v, v}, true, false});
+    }
     io::write_text_file((out / "accuracy.svg").string(), io::render_line_plot(p));
+  }
+  // Time to target against size, for the runs that reached one, joined as in the throughput plot.
+  std::vector<const Run*> reached;
+  for (const Run* r : sized)
+    if (r->target && r->target->reached && std::isfinite(r->target->time_s)) reached.push_back(r);
+  if (!reached.empty()) {
+    io::LinePlot p;
+    p.title = "Time to target against " + unit;
+    p.x_label = unit + " (log2 scale)";
+    p.y_label = "time to target s (run clock)";
+    p.log2_x = true;
+    p.y_min = 0;
+    add_scaling_series(p, reached, cuda ? "GPU" : "rank", [](const Run& r) { return r.target->time_s; });
+    io::write_text_file((out / "time_to_target.svg").string(), io::render_line_plot(p));
+  } else {
+    std::error_code ec;
+    fs::remove(out / "time_to_target.svg", ec);  // an earlier report's, into the same folder
   }
 }
 
@@ -382,8 +502,9 @@ void add_report_command(CLI::App& root, Context& ctx, Actions& actions) {
       ->type_name("RUN_DIR...");
   sub->add_option("--out", args->out, "Folder for report.md and the SVG plots")->type_name("DIR")->capture_default_str();
   sub->add_flag("--json", args->json, "Print the table as a JSON array instead of the Markdown");
-  sub->footer("Writes report.md (also printed), throughput.svg, efficiency.svg, loss.svg and accuracy.svg. Exit "
-              "status: 0 done; 1 the report folder cannot be written; 2 a usage error (a dir that is not a run dir).");
+  sub->footer("Writes report.md (also printed), throughput.svg, efficiency.svg, loss.svg, accuracy.svg and, when a run "
+              "reached its train.target, time_to_target.svg. Exit status: 0 done; 1 the report folder cannot be "
+              "written; 2 a usage error (a dir that is not a run dir).");
   actions[sub] = [&ctx, args] { return run_report(ctx, *args); };
 }
 

@@ -135,4 +135,15 @@ struct ModelSpec {
 std::unique_ptr<Graph> make_model(const ModelSpec& spec, Shape input_sample);
 std::vector<std::string> model_names();
 
+// Which of ModelSpec's knobs a zoo model reads, and what it uses when one is 0 or empty (the
+// others it ignores; dropout and classes every model reads). For messages that refuse a knob
+// and for showing a model's effective shape (`squall model`).
+struct ModelKnobs {
+  bool width = false, depth = false, aspp_rates = false;
+  int64_t default_width = 0, default_depth = 0;
+  std::vector<int64_t> default_aspp_rates;
+};
+// Throws squall::Error naming the model and the known ones for an unknown name.
+ModelKnobs model_knobs(const std::string& name);
+
 }  // namespace squall::nn

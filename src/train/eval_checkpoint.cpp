@@ -80,7 +80,10 @@ void add_model_entries(io::CheckpointData& out, const nn::Graph& graph, const st
   out.arrays["normalization/std"] = normalization.std;
 }
 
-ModelCheckpoint model_checkpoint_from(const io::CheckpointData& d) {
+namespace {
+
+// The spec, input and classes: the entries that are not arrays.
+ModelCheckpoint description_from(const io::CheckpointData& d) {
   if (!d.texts.contains("spec/name"))
     throw Error(d.origin + ": this checkpoint predates named weights (it holds the model only as flat arrays, "
                 "without each tensor's name and shape, its input shape, classes and normalisation); it can still "
@@ -101,6 +104,22 @@ ModelCheckpoint model_checkpoint_from(const io::CheckpointData& d) {
   n.kind = d.text("normalization/kind");
   n.source = d.text("normalization/source");
   n.input_scale = static_cast<float>(d.real("normalization/input_scale"));
+  return m;
+}
+
+fs::path model_file_of(const std::filesystem::path& path) {
+  std::error_code ec;
+  const fs::path file = fs::is_directory(path, ec) ? path / CheckpointStore::k_model_file : path;
+  if (!fs::exists(file, ec)) throw Error(file.string() + ": no such file (a checkpoint is a step-NNNNNNNN folder or its " +
+                                         CheckpointStore::k_model_file + ")");
+  return file;
+}
+
+}  // namespace
+
+ModelCheckpoint model_checkpoint_from(const io::CheckpointData& d) {
+  ModelCheckpoint m = description_from(d);
+  data::Normalization& n = m.normalization;
   const auto mean = d.arrays.find("normalization/mean"), sd = d.arrays.find("normalization/std");
   if (mean == d.arrays.end() || sd == d.arrays.end())
     throw Error(d.origin + ": dataset normalization/mean or normalization/std is missing");
@@ -121,11 +140,11 @@ ModelCheckpoint model_checkpoint_from(const io::CheckpointData& d) {
 }
 
 ModelCheckpoint load_model_checkpoint(const std::filesystem::path& path) {
-  std::error_code ec;
-  const fs::path file = fs::is_directory(path, ec) ? path / CheckpointStore::k_model_file : path;
-  if (!fs::exists(file, ec)) throw Error(file.string() + ": no such file (a checkpoint is a step-NNNNNNNN folder or its " +
-                                         CheckpointStore::k_model_file + ")");
-  return model_checkpoint_from(io::read_checkpoint_file(file.string()));
+  return model_checkpoint_from(io::read_checkpoint_file(model_file_of(path).string()));
+}
+
+ModelCheckpoint load_model_description(const std::filesystem::path& path) {
+  return description_from(io::read_checkpoint_metadata(model_file_of(path).string()));
 }
 
 void load_into_graph(const ModelCheckpoint& ck, nn::Graph& graph, nn::Backend& backend, nn::Stream& stream) {

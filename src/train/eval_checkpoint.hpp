@@ -46,6 +46,9 @@ struct ModelCheckpoint {
 // format version 2 holds only the flat arenas: it still resumes its own run, but is refused
 // here; re-save it by resuming the run for one step).
 ModelCheckpoint load_model_checkpoint(const std::filesystem::path& path);
+// What load_model_checkpoint gives without the arrays (no tensors, no normalisation mean and
+// std): the spec, input and classes, read at the same small cost whatever the model's size.
+ModelCheckpoint load_model_description(const std::filesystem::path& path);
 // The same from data already read (CheckpointData::origin names it in errors).
 ModelCheckpoint model_checkpoint_from(const io::CheckpointData& data);
 

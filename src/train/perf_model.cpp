@@ -22,33 +22,58 @@ void default_input(const std::string& model, int64_t& c, int64_t& h, int64_t& w,
   }
 }
 
-ModelCost model_cost(const std::string& model, int64_t c, int64_t h, int64_t w, int64_t classes) {
-  const auto names = nn::model_names();
-  if (std::find(names.begin(), names.end(), model) == names.end()) {
-    std::string known;
-    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-    throw UsageError("unknown model '" + model + "' (known: " + known + ")");
+ModelCost model_cost(const nn::ModelSpec& spec, int64_t c, int64_t h, int64_t w) {
+  nn::ModelKnobs knobs;
+  try {
+    knobs = nn::model_knobs(spec.name);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
   }
   if (c <= 0 || h <= 0 || w <= 0) throw UsageError("the input C,H,W must be positive");
-  if (classes <= 0) throw UsageError("--classes must be positive, got " + std::to_string(classes));
-  nn::ModelSpec spec;
-  spec.name = model;
-  spec.classes = classes;
+  if (spec.classes <= 0) throw UsageError("--classes must be positive, got " + std::to_string(spec.classes));
   ModelCost cost;
-  cost.name = model;
-  cost.c = c; cost.h = h; cost.w = w; cost.classes = classes;
+  cost.name = spec.name;
+  cost.spec = spec;
+  // The knobs as built: a 0 or an empty list is the zoo's default; one the model does not take, nothing.
+  cost.spec.width = knobs.width ? (spec.width > 0 ? spec.width : knobs.default_width) : 0;
+  cost.spec.depth = knobs.depth ? (spec.depth > 0 ? spec.depth : knobs.default_depth) : 0;
+  cost.spec.aspp_rates = knobs.aspp_rates ? (spec.aspp_rates.empty() ? knobs.default_aspp_rates : spec.aspp_rates)
+                                          : std::vector<int64_t>{};
+  cost.c = c; cost.h = h; cost.w = w; cost.classes = spec.classes;
   try {
-    auto graph = nn::make_model(spec, nn::Shape(1, c, h, w));
+    auto graph = nn::make_model(cost.spec, nn::Shape(1, c, h, w));
     graph->setup(1);
     cost.parameters = static_cast<int64_t>(graph->param_count());
     cost.forward_flops = graph->forward_flops();
   } catch (const UsageError&) {
     throw;
   } catch (const Error& e) {
-    throw UsageError(std::string("model '") + model + "' at input " + std::to_string(c) + "," +
-                     std::to_string(h) + "," + std::to_string(w) + ": " + e.what());
+    const std::string knobs_now = knobs_text(cost.spec);
+    throw UsageError(std::string("model '") + spec.name + "'" + (knobs_now.empty() ? "" : " (" + knobs_now + ")") +
+                     " at input " + std::to_string(c) + "," + std::to_string(h) + "," + std::to_string(w) + ": " +
+                     e.what());
   }
   return cost;
+}
+
+ModelCost model_cost(const std::string& model, int64_t c, int64_t h, int64_t w, int64_t classes) {
+  nn::ModelSpec spec;
+  spec.name = model;
+  spec.classes = classes;
+  return model_cost(spec, c, h, w);
+}
+
+std::string knobs_text(const nn::ModelSpec& spec) {
+  std::string out;
+  auto add = [&](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
+  if (spec.width > 0) add("width " + std::to_string(spec.width));
+  if (spec.depth > 0) add("depth " + std::to_string(spec.depth));
+  if (!spec.aspp_rates.empty()) {
+    std::string rates;
+    for (const int64_t r : spec.aspp_rates) rates += (rates.empty() ? "" : ",") + std::to_string(r);
+    add("aspp_rates " + rates);
+  }
+  return out;
 }
 
 // ---- the machine --------------------------------------------------------------------------
@@ -198,6 +223,9 @@ RunMeasurement read_summary(const json& doc) {
     r.allreduce_s = doc.at("time_breakdown_s").at("allreduce").get<double>();
     r.allreduce_overlapped_s = doc.at("time_breakdown_s").value("allreduce_overlapped", 0.0);
     r.steps = doc.value("steps", int64_t{0});
+    // A resumed run's figures are its last attempt's, and so are its steps.
+    if (doc.contains("attempt") && doc.at("attempt").is_object() && doc.at("attempt").contains("steps"))
+      r.steps = doc.at("attempt").at("steps").get<int64_t>();
     r.learners = doc.value("replicas_per_device", 1);
   } catch (const json::exception& e) {
     throw Error(std::string("summary.json: ") + e.what());

@@ -17,6 +17,7 @@ namespace squall::train::perf {
 // ---- the model ----------------------------------------------------------------------------
 struct ModelCost {
   std::string name;
+  nn::ModelSpec spec;        // as built: its knobs' effective values (the zoo's defaults filled in)
   int64_t c = 1, h = 1, w = 1, classes = 10;
   int64_t parameters = 0;
   double forward_flops = 0;  // per sample; a multiply-add counts 2
@@ -25,8 +26,14 @@ struct ModelCost {
 // The input a model is usually trained on here: 1x28x28 and 10 classes for lenet5 and
 // resnet20 (Fashion-MNIST), 16x768x1152 and 3 classes for the segmentation models (DeepCAM).
 void default_input(const std::string& model, int64_t& c, int64_t& h, int64_t& w, int64_t& classes);
-// Throws UsageError for an unknown model or an input the model cannot take.
+// Builds the model's graph (nn::make_model, shapes only) for one sample of c x h x w and
+// counts its parameters and forward FLOPs; spec.classes are the classes. Throws UsageError for
+// an unknown model or an input or knob the model cannot take, naming the model.
+ModelCost model_cost(const nn::ModelSpec& spec, int64_t c, int64_t h, int64_t w);
+// The zoo's defaults for every knob (width, depth, ASPP rates).
 ModelCost model_cost(const std::string& model, int64_t c, int64_t h, int64_t w, int64_t classes);
+// "width 16, depth 4" / "aspp_rates 6,12,18" / "" (lenet5): the knobs the model takes, as built.
+std::string knobs_text(const nn::ModelSpec& spec);
 
 // ---- the machine --------------------------------------------------------------------------
 struct Machine {
@@ -93,14 +100,18 @@ Row forecast_one(const ModelCost& model, const Machine& m, const Scenario& s, in
 struct RunMeasurement {
   std::string model;
   int world_size = 1;
-  int64_t global_batch = 0, parameters = 0, steps = 0;
+  int64_t global_batch = 0, parameters = 0;
+  int64_t steps = 0;  // the steps the figures below measured: the last attempt's (summary's `attempt.steps`)
   double samples_per_s = 0, compute_s = 0;
   double allreduce_s = 0;             // what the step waited for (time_breakdown_s.allreduce)
   double allreduce_overlapped_s = 0;  // hidden behind the passes (time_breakdown_s.allreduce_overlapped)
   int learners = 1;
   double step_s() const { return static_cast<double>(global_batch) / samples_per_s; }
 };
-RunMeasurement read_summary(const nlohmann::json& summary);  // throws Error naming a missing field
+// Throws Error naming a missing field. samples_per_s and time_breakdown_s are the last
+// attempt's: a resumed run's step count is that attempt's (`attempt.steps`; before that field,
+// the caller corrects it from the run's resume records).
+RunMeasurement read_summary(const nlohmann::json& summary);
 
 // Sets `local` (one node of world_size GPUs) so that the run's shape reproduces it: the
 // sustained FLOP rate from compute time per step, the allreduce bandwidth from the whole

@@ -1,13 +1,77 @@
 // `squall model` (the performance model, docs/model.md) as a user runs it: a forecast for
-// Summit in JSON, and bad input that exits 2 naming the value.
+// Summit in JSON, every zoo model with its knobs, calibration from real tiny runs of each zoo
+// model (their model, knobs and input read from the run dir), and bad input that exits 2
+// naming the value or the flag.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <string>
+
 #include "tests/support/process.hpp"
+#include "tests/support/skip.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using nlohmann::json;
 using squall::test::run_command;
 using squall::test::squall_bin;
+using squall::test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string k_fashion_mnist = "/usr/share/datasets/fashion-mnist";
+const std::string k_configs = std::string(SQUALL_SOURCE_DIR) + "/configs/";
+
+void must_run(const std::string& cmd) {
+  const auto r = run_command(cmd);
+  INFO(cmd << "\n" << r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+json model_json(const std::string& args) {
+  const auto r = run_command(squall_bin() + " model " + args + " --json");
+  INFO(args << "\n" << r.err);
+  REQUIRE(r.exit_code == 0);
+  return json::parse(r.out);
+}
+
+// Labelled climate fields of 16 x h x w in tmp/name (squall data climate + squall data label).
+std::string climate_data(const TempDir& tmp, const std::string& name, int samples, int h, int w, int seed) {
+  const std::string raw = tmp.file(name + "-raw"), out = tmp.file(name);
+  must_run(squall_bin() + " data climate --out " + raw + " --samples " + std::to_string(samples) + " --height " +
+           std::to_string(h) + " --width " + std::to_string(w) + " --seed " + std::to_string(seed));
+  must_run(squall_bin() + " data label --in " + raw + " --out " + out);
+  return out;
+}
+
+// The calibration of a run dir against its summary.json: the same model and parameters, and
+// the run's own shape predicted at its measured rate.
+json check_calibration(const std::string& dir, const std::string& model, const json& knobs) {
+  const json doc = model_json("--calibrate " + dir + " --nodes 1,2");
+  const json summary = read_json(dir + "/summary.json");
+  const json& cal = doc.at("calibration");
+  INFO(doc.dump(1));
+  CHECK(doc.at("model") == model);
+  CHECK(doc.at("knobs") == knobs);
+  CHECK(doc.at("parameters") == summary.at("parameters"));
+  CHECK(cal.at("model") == model);
+  CHECK(cal.at("knobs") == knobs);
+  CHECK(cal.at("parameters") == summary.at("parameters"));
+  CHECK_THAT(cal.at("model_from").get<std::string>(), Catch::EndsWith("config.toml"));
+  CHECK(cal.at("predicted_samples_per_s").get<double>() ==
+        Approx(summary.at("samples_per_s").get<double>()).epsilon(1e-9));
+  CHECK(doc.at("machine").at("name") == "local");
+  return doc;
+}
+
+}  // namespace
 
 TEST_CASE("model: resnet20 on Summit at 1 to 4608 nodes in JSON", "[launch][model]") {
   const auto r = run_command(squall_bin() + " model --machine summit --nodes 1,16,256,4608 --model resnet20 --json");
@@ -75,6 +139,15 @@ TEST_CASE("model: bad input exits 2 naming the value", "[launch][model]") {
       {"--model resnet20 --algorithm bsp", "bsp"},
       {"--machine summit --learners 0", "--learners"},
       {"--machine summit --batch -3", "--batch"},
+      {"--model alexnet", "--model"},
+      {"--model lenet5 --width 8", "--width"},
+      {"--model deeplabv3plus-resnet50 --depth 2", "--depth"},
+      {"--model unet --aspp-rates 1,2", "--aspp-rates"},
+      {"--model resnet20 --width 0", "--width"},
+      {"--model deeplabv3plus --aspp-rates 6,x", "--aspp-rates"},
+      {"--model unet --depth 9 --input 16,96,144", "depth 9"},
+      {"--model lenet5 --input 1,32,32", "28x28"},
+      {"--calibrate /no/such/run", "/no/such/run"},
   };
   for (const auto& c : cases) {
     INFO(c.args);
@@ -82,5 +155,131 @@ TEST_CASE("model: bad input exits 2 naming the value", "[launch][model]") {
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Catch::Contains(c.named));
     CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("model: every zoo model takes the knobs it has, and its parameters follow them", "[launch][model]") {
+  // The climate U-Net of configs/climate-tiny.toml at DeepCAM's size, against its defaults.
+  const json unet = model_json("--model unet --width 16 --depth 4 --machine summit --nodes 1");
+  CHECK(unet.at("knobs") == json{{"width", 16}, {"depth", 4}});
+  CHECK(unet.at("input") == json{16, 768, 1152});
+  CHECK(unet.at("classes") == 3);
+  const json plain = model_json("--model unet --machine summit --nodes 1");
+  CHECK(plain.at("knobs") == json{{"width", 16}, {"depth", 3}});
+  CHECK(unet.at("parameters").get<int64_t>() > plain.at("parameters").get<int64_t>());
+  const json r20 = model_json("--model resnet20 --width 32 --depth 5 --machine summit --nodes 1");
+  CHECK(r20.at("knobs") == json{{"width", 32}, {"depth", 5}});
+  CHECK(r20.at("parameters").get<int64_t>() > 272186);
+  const json dl = model_json("--model deeplabv3plus --width 8 --depth 3 --aspp-rates 2,4 --input 4,64,96 "
+                             "--classes 5 --machine summit --nodes 1");
+  CHECK(dl.at("knobs") == json{{"width", 8}, {"depth", 3}, {"aspp_rates", {2, 4}}});
+  CHECK(dl.at("classes") == 5);
+  const json r50 = model_json("--model deeplabv3plus-resnet50 --aspp-rates 12,24,36 --machine summit --nodes 1");
+  CHECK(r50.at("knobs") == json{{"aspp_rates", {12, 24, 36}}});
+  CHECK(r50.at("parameters") == 40388067);  // the rates change dilations, not sizes
+  const json lenet = model_json("--model lenet5 --machine summit --nodes 1");
+  CHECK(lenet.at("knobs") == json::object());
+  CHECK(lenet.at("parameters") == 61706);
+}
+
+TEST_CASE("model: --calibrate reads a tiny climate U-Net run's model, knobs and input from its run dir",
+          "[launch][model][climate]") {
+  TempDir tmp("squall-launch-model-climate");
+  const std::string train = climate_data(tmp, "train", 8, 16, 24, 3);
+  const std::string run = tmp.file("run");
+  // configs/climate-tiny.toml (unet, width 16, depth 4) made smaller still: a few seconds.
+  must_run(squall_bin() + " train --config " + k_configs + "climate-tiny.toml --set data.train=" + train +
+           " --set data.test=" + train + " --set run.dir=" + run +
+           " --set train.max_steps=4 --set train.batch_size=4 --set model.width=8 --set model.depth=2" +
+           " --set schedule.warmup_steps=0");
+  const json knobs{{"width", 8}, {"depth", 2}};
+  {
+    const json doc = check_calibration(run, "unet", knobs);
+    const json& cal = doc.at("calibration");
+    CHECK(cal.at("input") == json{16, 16, 24});
+    CHECK(cal.at("classes") == 3);
+    CHECK_THAT(cal.at("input_from").get<std::string>(), Catch::StartsWith("checkpoint ") &&
+                                                             Catch::Contains("step-00000004"));
+    CHECK(doc.at("input") == json{16, 16, 24});  // the forecast: the run's model on its input
+    CHECK(doc.at("batch_per_learner") == 4);
+    CHECK(cal.at("steps") == 4);
+  }
+  // The text names the run's model and where its shape came from.
+  const auto text = run_command(squall_bin() + " model --calibrate " + run + " --nodes 1");
+  INFO(text.err);
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out, Catch::Contains("the run's unet (width 8, depth 2) at input 16x16x24, 3 classes"));
+  // Forecast the same U-Net at DeepCAM's size on the machine this run calibrated.
+  const json big = model_json("--calibrate " + run + " --input 16,768,1152 --nodes 1");
+  CHECK(big.at("input") == json{16, 768, 1152});
+  CHECK(big.at("knobs") == knobs);
+  CHECK(big.at("calibration").at("input") == json{16, 16, 24});
+  CHECK(big.at("rows")[0].at("compute_ms").get<double>() > big.at("calibration").at("measured_step_ms").get<double>());
+  // Another model on the same machine.
+  CHECK(model_json("--calibrate " + run + " --model resnet20 --nodes 1").at("model") == "resnet20");
+
+  // Without its checkpoints the run's input comes from its data (data.train of its config.toml).
+  fs::remove_all(run + "/checkpoints");
+  CHECK_THAT(check_calibration(run, "unet", knobs).at("calibration").at("input_from").get<std::string>(),
+             Catch::Equals("data.train " + train));
+  // Without its data too, the input must be given; a wrong one is refused by the parameter count.
+  fs::rename(train, tmp.file("moved"));
+  auto r = run_command(squall_bin() + " model --calibrate " + run);
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--input") && Catch::Contains("--classes") && Catch::Contains(train));
+  CHECK(model_json("--calibrate " + run + " --input 16,16,24 --classes 3 --nodes 1").at("calibration").at(
+            "input_from") == "--input");
+  r = run_command(squall_bin() + " model --calibrate " + run + " --input 16,16,24 --classes 4");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("parameters") && Catch::Contains("summary.json"));
+}
+
+TEST_CASE("model: --calibrate reads runs of the other segmentation models", "[launch][model][climate]") {
+  TempDir tmp("squall-launch-model-deeplab");
+  const std::string climate = climate_data(tmp, "climate", 4, 16, 32, 5);
+  {  // deeplabv3plus with its width, depth and ASPP rates
+    const std::string run = tmp.file("deeplab");
+    must_run(squall_bin() + " train --config " + k_configs + "climate-tiny.toml --set data.train=" + climate +
+             " --set data.test=" + climate + " --set run.dir=" + run + " --set train.max_steps=2" +
+             " --set train.batch_size=2 --set model.name=deeplabv3plus --set model.width=4 --set model.depth=2" +
+             " --set model.aspp_rates=[1,2] --set schedule.warmup_steps=0");
+    check_calibration(run, "deeplabv3plus", json{{"width", 4}, {"depth", 2}, {"aspp_rates", {1, 2}}});
+  }
+  {  // deeplabv3plus-resnet50: training it takes too long here (18 s a step at 16 x 16 x 32), so
+     // its run dir as squall train leaves it without a checkpoint: config.toml and summary.json.
+    const std::string run = tmp.file("r50");
+    fs::create_directories(run);
+    std::ofstream(run + "/config.toml") << "[data]\ntrain = \"" << climate << "\"\ntest = \"" << climate
+                                        << "\"\n[model]\nname = \"deeplabv3plus-resnet50\"\naspp_rates = [1, 2]\n";
+    const json shape = model_json("--model deeplabv3plus-resnet50 --aspp-rates 1,2 --input 16,16,32 --classes 3 "
+                                  "--machine summit --nodes 1");
+    const json summary{{"model", "deeplabv3plus-resnet50"}, {"world_size", 1}, {"global_batch", 1},
+                       {"batch_per_learner", 1}, {"parameters", shape.at("parameters")}, {"samples_per_s", 0.1},
+                       {"steps", 2}, {"train_loop_s", 20.0},
+                       {"time_breakdown_s", {{"compute", 19.0}, {"allreduce", 0.0}, {"io_wait", 0.1}}}};
+    std::ofstream(run + "/summary.json") << summary.dump();
+    const json doc = check_calibration(run, "deeplabv3plus-resnet50", json{{"aspp_rates", {1, 2}}});
+    CHECK(doc.at("calibration").at("input") == json{16, 16, 32});
+    CHECK(doc.at("calibration").at("input_from") == "data.train " + climate);
+  }
+}
+
+TEST_CASE("model: --calibrate reads tiny runs of lenet5 and resnet20", "[launch][model]") {
+  if (!fs::exists(k_fashion_mnist + "/t10k-images-idx3-ubyte.gz"))
+    SQUALL_SKIP(k_fashion_mnist << " missing (install dataset-fashion-mnist)");
+  TempDir tmp("squall-launch-model-fashion");
+  {
+    const std::string run = tmp.file("lenet5");
+    must_run(squall_bin() + " train --config " + k_configs + "fashion-mnist-lenet5.toml --set run.dir=" + run +
+             " --set train.max_steps=3 --set data.train_samples=512 --set data.test_samples=64");
+    CHECK(check_calibration(run, "lenet5", json::object()).at("calibration").at("input") == json{1, 28, 28});
+  }
+  {  // resnet20 with its width and depth
+    const std::string run = tmp.file("resnet20");
+    must_run(squall_bin() + " train --config " + k_configs + "fashion-mnist-resnet20.toml --set run.dir=" + run +
+             " --set train.max_steps=3 --set data.train_samples=512 --set data.test_samples=64" +
+             " --set train.batch_size=16 --set model.width=4 --set model.depth=1 --set schedule.warmup_steps=0");
+    check_calibration(run, "resnet20", json{{"width", 4}, {"depth", 1}});
   }
 }

@@ -1,7 +1,9 @@
 // `squall report`: three small SMA runs on 1, 2 and 4 ranks summarised into a table (Markdown
 // and JSON), four SVG plots that are well-formed XML, an incomplete run listed as such, and a
-// dir that is not a run dir refused with exit 2. With chromium installed, each plot is also
-// rendered headless and the screenshot must not be blank.
+// dir that is not a run dir refused with exit 2. Run dirs written by hand in the records' old
+// and current forms: a resumed run is one run on one clock, runs of one size are never joined,
+// and the whole run's time and the time to target are in the table. With chromium installed,
+// each plot is also rendered headless and the screenshot must not be blank.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -49,8 +51,129 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+json read_json_file(const std::string& path) { return json::parse(slurp(path)); }
+
 squall::test::ProcessResult report(const std::string& args) {
   return run_command(squall_bin() + " report " + args);
+}
+
+// ---- run dirs written by hand, as the trainer writes them ---------------------------------
+
+void write_run(const std::string& dir, const std::vector<json>& records, const json& summary) {
+  fs::create_directories(dir);
+  std::ofstream m(dir + "/metrics.jsonl");
+  for (const json& r : records) m << r.dump() << "\n";
+  if (!summary.is_null()) std::ofstream(dir + "/summary.json") << summary.dump(2);
+}
+
+json summary_of(int ranks, double samples_per_s, int64_t steps, double loop_s) {
+  return json{{"world_size", ranks}, {"nodes", 1}, {"devices_per_rank", 1}, {"replicas_per_device", 1},
+              {"backend", "cpu"}, {"model", "lenet5"}, {"algorithm", "ssgd"}, {"precision", "fp32"},
+              {"batch_per_learner", 32}, {"global_batch", 32 * ranks}, {"samples_per_s", samples_per_s},
+              {"steps", steps}, {"train_loop_s", loop_s}, {"wall_s", loop_s + 1}, {"parameters", 61706},
+              {"time_breakdown_s", {{"compute", 0.8 * loop_s}, {"allreduce", 0.1 * loop_s}, {"io_wait", 0.01}}},
+              {"final", {{"test_accuracy", 0.8}, {"test_loss", 0.5}, {"train_loss", 0.4}}}};
+}
+
+json train_record(int64_t step) {
+  return {{"kind", "train"}, {"step", step}, {"epoch", 1 + step / 40}, {"loss", 2.0 - step / 100.0}, {"lr", 0.1},
+          {"learners", 1}, {"samples_per_s", 100.0}};
+}
+
+json eval_record(int64_t step, double elapsed, double accuracy) {
+  return {{"kind", "eval"}, {"step", step}, {"epoch", 1 + step / 40}, {"test_loss", 1.0}, {"test_accuracy", accuracy},
+          {"test_miou", 0.3}, {"eval_s", 0.1}, {"elapsed_s", elapsed}, {"train_s", elapsed}, {"epochs_done", 1.0}};
+}
+
+json with_clock(json r, int attempt, double elapsed) {
+  r["attempt"] = attempt;
+  r["elapsed_s"] = elapsed;
+  return r;
+}
+
+// Written before `attempt` and the run clock: 80 steps over two attempts of 20 s each, the
+// second resumed from the checkpoint at step 40, with elapsed_s restarting at 0 after the resume.
+void old_resumed_run(const std::string& dir) {
+  std::vector<json> r;
+  for (int64_t step : {10, 20, 30, 40}) {
+    r.push_back(train_record(step));
+    if (step % 20 == 0) r.push_back(eval_record(step, step * 0.5, 0.5 + step / 400.0));
+  }
+  r.push_back({{"kind", "checkpoint"}, {"step", 40}, {"path", "checkpoints/step-00000040"}, {"seconds", 0.1}});
+  r.push_back({{"kind", "resume"}, {"step", 40}, {"checkpoint", "checkpoints/step-00000040"}});
+  for (int64_t step : {50, 60, 70, 80}) {
+    r.push_back(train_record(step));
+    if (step % 20 == 0) r.push_back(eval_record(step, (step - 40) * 0.5, 0.5 + step / 400.0));
+  }
+  write_run(dir, r, summary_of(2, 160.0, 80, 20.0));
+}
+
+// The records as the trainer writes them now: the run clock continues across the resume; the
+// target (accuracy 0.65) is reached at step 60.
+void new_resumed_run(const std::string& dir) {
+  std::vector<json> r;
+  for (int64_t step : {10, 20, 30, 40}) {
+    r.push_back(with_clock(train_record(step), 1, step * 0.5));
+    if (step % 20 == 0) r.push_back(with_clock(eval_record(step, 0, 0.5 + step / 400.0), 1, step * 0.5 + 0.1));
+  }
+  r.push_back({{"kind", "resume"}, {"step", 40}, {"checkpoint", "checkpoints/step-00000040"}, {"attempt", 2},
+               {"elapsed_s", 20.1}});
+  for (int64_t step : {50, 60, 70, 80}) {
+    r.push_back(with_clock(train_record(step), 2, 20.1 + (step - 40) * 0.5));
+    if (step % 20 == 0) r.push_back(with_clock(eval_record(step, 0, 0.5 + step / 400.0), 2, 20.2 + (step - 40) * 0.5));
+    if (step == 60)
+      r.push_back({{"kind", "target"}, {"step", 60}, {"metric", "accuracy"}, {"value", 0.65}, {"target", 0.65},
+                   {"elapsed_s", 30.2}});
+  }
+  json s = summary_of(2, 170.0, 80, 20.0);
+  s["attempt"] = {{"number", 2}, {"first_step", 40}, {"steps", 40}, {"wall_s", 21.0}, {"train_loop_s", 20.0},
+                  {"samples_per_s", 170.0}};
+  s["run"] = {{"attempts", 2}, {"steps", 80}, {"train_loop_s", 40.1}, {"samples", 5120}};
+  s["target"] = {{"metric", "accuracy"}, {"value", 0.65}, {"reached", true}, {"step", 60}, {"epoch", 2},
+                 {"time_to_target_s", 30.2}, {"metric_value", 0.65}};
+  write_run(dir, r, s);
+}
+
+// One attempt on `ranks` ranks, in the current form, its target (accuracy 0.9) not reached.
+void plain_run(const std::string& dir, int ranks, double samples_per_s) {
+  std::vector<json> r;
+  for (int64_t step : {10, 20, 30, 40}) r.push_back(with_clock(train_record(step), 1, step * 0.3));
+  r.push_back(with_clock(eval_record(40, 0, 0.7), 1, 12.1));
+  json s = summary_of(ranks, samples_per_s, 40, 12.0);
+  s["attempt"] = {{"number", 1}, {"first_step", 0}, {"steps", 40}, {"wall_s", 13.0}, {"train_loop_s", 12.0},
+                  {"samples_per_s", samples_per_s}};
+  s["run"] = {{"attempts", 1}, {"steps", 40}, {"train_loop_s", 12.0}, {"samples", 1280 * ranks}};
+  s["target"] = {{"metric", "accuracy"}, {"value", 0.9}, {"reached", false}};
+  write_run(dir, r, s);
+}
+
+struct Polyline {
+  std::string title;
+  std::vector<std::pair<double, double>> points;
+};
+
+// Every polyline of an SVG document with its <title> (the series' label) and its points.
+std::vector<Polyline> polylines(const std::string& svg) {
+  std::vector<Polyline> out;
+  for (size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) {
+    Polyline p;
+    const size_t pts = svg.find("points=\"", at) + 8;
+    std::istringstream in(svg.substr(pts, svg.find('"', pts) - pts));
+    for (std::string xy; in >> xy;) {
+      const size_t comma = xy.find(',');
+      p.points.emplace_back(std::stod(xy.substr(0, comma)), std::stod(xy.substr(comma + 1)));
+    }
+    const size_t title = svg.find("<title>", at) + 7;
+    p.title = svg.substr(title, svg.find("</title>", title) - title);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+const Polyline* find_line(const std::vector<Polyline>& lines, const std::string& title_start) {
+  for (const Polyline& p : lines)
+    if (p.title.rfind(title_start, 0) == 0) return &p;
+  return nullptr;
 }
 
 }  // namespace
@@ -166,4 +289,132 @@ TEST_CASE("report plots render in headless chromium and are not blank", "[launch
     // A blank 800x600 page compresses to about 2 KB; lines, text and markers make it far larger.
     CHECK(bytes.size() > 8000);
   }
+}
+
+TEST_CASE("report draws a resumed run as one run on one clock, in the records' old and current forms",
+          "[launch][report]") {
+  TempDir tmp("squall-launch-report-resume");
+  old_resumed_run(tmp.file("old-resumed"));
+  new_resumed_run(tmp.file("new-resumed"));
+  plain_run(tmp.file("one"), 1, 100.0);
+  const std::string dirs = tmp.file("old-resumed") + " " + tmp.file("new-resumed") + " " + tmp.file("one");
+  const std::string out = tmp.file("report");
+  const auto md = report(dirs + " --out " + out);
+  INFO(md.out << md.err);
+  REQUIRE(md.exit_code == 0);
+  // The whole run's time (old form: the last attempt's 20 s after the 20 s before its resume),
+  // the attempts, and the time to target where a run has one.
+  CHECK_THAT(md.out, Catch::Contains("| train loop s | time to target |"));
+  CHECK_THAT(md.out, Catch::Contains("| test_accuracy 0.8000 | 40.00 (2 attempts) | - |"));
+  CHECK_THAT(md.out, Catch::Contains("| 40.10 (2 attempts) | 30.2 s (step 60) |"));
+  CHECK_THAT(md.out, Catch::Contains("| 12.00 | not reached |"));
+
+  const auto j = report(dirs + " --out " + out + " --json");
+  INFO(j.out << j.err);
+  REQUIRE(j.exit_code == 0);
+  const json table = json::parse(j.out);
+  REQUIRE(table.size() == 3);
+  CHECK(table[0].at("run") == "one");  // sorted by rank count, then as given
+  CHECK(table[1].at("run") == "old-resumed");
+  CHECK(table[2].at("run") == "new-resumed");
+  CHECK(table[0].at("attempts") == 1);
+  CHECK(table[0].at("target").at("reached") == false);
+  CHECK(table[0].at("target").at("time_to_target_s").is_null());
+  CHECK(table[1].at("attempts") == 2);
+  CHECK(table[1].at("train_loop_s").get<double>() == Approx(40.0));
+  CHECK(table[1].at("steps") == 80);
+  CHECK_FALSE(table[1].contains("target"));
+  CHECK(table[2].at("attempts") == 2);
+  CHECK(table[2].at("train_loop_s").get<double>() == Approx(40.1));
+  CHECK(table[2].at("target").at("time_to_target_s").get<double>() == Approx(30.2));
+  CHECK(table[2].at("target").at("step") == 60);
+  for (const json& row : table) CHECK(row.contains("samples_per_s"));  // the old columns stay
+
+  // loss.svg: each resumed run is one polyline through all 8 train records, its x (the run
+  // clock) increasing and going on past the resume at step 40 (the 4th point) as far again.
+  const auto loss = polylines(slurp(out + "/loss.svg"));
+  REQUIRE(loss.size() == 3);
+  for (const char* name : {"old-resumed (2 ranks, 2 attempts)", "new-resumed (2 ranks, 2 attempts)"}) {
+    INFO(name);
+    const Polyline* p = find_line(loss, name);
+    REQUIRE(p != nullptr);
+    REQUIRE(p->points.size() == 8);
+    for (size_t i = 1; i < p->points.size(); ++i) CHECK(p->points[i].first > p->points[i - 1].first);
+    const double x0 = p->points[0].first, x4 = p->points[3].first, x8 = p->points[7].first;
+    CHECK((x8 - x4) == Approx(x4 - x0 + (p->points[1].first - x0)).epsilon(0.05));  // 0.5 s a step throughout
+  }
+  // The old run's times are those of the current one, up to the 0.1 s its evaluations took.
+  CHECK(find_line(loss, "old-resumed")->points.back().first ==
+        Approx(find_line(loss, "new-resumed")->points.back().first).epsilon(0.01));
+  // accuracy.svg: four evaluations per resumed run, x increasing; the target a dashed level.
+  const std::string acc_svg = slurp(out + "/accuracy.svg");
+  const auto acc = polylines(acc_svg);
+  for (const char* name : {"old-resumed", "new-resumed"}) {
+    const Polyline* p = find_line(acc, name);
+    REQUIRE(p != nullptr);
+    REQUIRE(p->points.size() == 4);
+    for (size_t i = 1; i < p->points.size(); ++i) CHECK(p->points[i].first > p->points[i - 1].first);
+  }
+  CHECK(find_line(acc, "target accuracy 0.65") != nullptr);
+  CHECK(find_line(acc, "target accuracy 0.9") != nullptr);
+  CHECK_THAT(slurp(out + "/loss.svg"), Catch::Contains("elapsed s"));
+  // time_to_target.svg: the one run that reached its target.
+  REQUIRE(fs::exists(out + "/time_to_target.svg"));
+  const auto ttt = polylines(slurp(out + "/time_to_target.svg"));
+  REQUIRE(ttt.size() == 1);
+  CHECK(ttt[0].points.size() == 1);
+  for (const char* plot : {"throughput.svg", "efficiency.svg", "loss.svg", "accuracy.svg", "time_to_target.svg"}) {
+    INFO(plot);
+    const auto x = squall::test::check_xml(slurp(out + "/" + plot));
+    INFO(x.error);
+    CHECK(x.ok);
+  }
+}
+
+TEST_CASE("report never joins the runs of two dirs of one size", "[launch][report]") {
+  TempDir tmp("squall-launch-report-same-size");
+  plain_run(tmp.file("a-np1"), 1, 100.0);
+  plain_run(tmp.file("a-np2"), 2, 190.0);
+  plain_run(tmp.file("b-np2"), 2, 150.0);  // a second run on 2 ranks
+  plain_run(tmp.file("a-np4"), 4, 360.0);
+  old_resumed_run(tmp.file("c-np2"));      // and a third, resumed once
+  const std::string out = tmp.file("report");
+  const auto r = report(tmp.file("a-np1") + " " + tmp.file("a-np2") + " " + tmp.file("b-np2") + " " +
+                        tmp.file("a-np4") + " " + tmp.file("c-np2") + " --out " + out);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  for (const char* plot : {"throughput.svg", "efficiency.svg"}) {
+    INFO(plot);
+    const auto lines = polylines(slurp(out + "/" + plot));
+    // The study's line through 1, 2 and 4 ranks (the first run of each size), each other run
+    // of 2 ranks a point of its own, and the ideal.
+    const Polyline* measured = find_line(lines, "measured");
+    REQUIRE(measured != nullptr);
+    CHECK(measured->points.size() == 3);
+    const Polyline* b = find_line(lines, "b-np2");
+    const Polyline* c = find_line(lines, "c-np2");
+    REQUIRE(b != nullptr);
+    REQUIRE(c != nullptr);
+    CHECK(b->points.size() == 1);
+    CHECK(c->points.size() == 1);
+    CHECK(lines.size() == 4);
+    // No line has two points at one x: nothing vertical joins two runs.
+    for (const Polyline& p : lines)
+      for (size_t i = 1; i < p.points.size(); ++i) CHECK(p.points[i].first > p.points[i - 1].first);
+  }
+  // Loss and accuracy: one polyline per run dir.
+  const auto loss = polylines(slurp(out + "/loss.svg"));
+  CHECK(loss.size() == 5);
+  for (const char* name : {"a-np1", "a-np2", "b-np2", "a-np4", "c-np2"}) CHECK(find_line(loss, name) != nullptr);
+
+  // Runs of different studies (here another algorithm) are separate lines, named by what differs.
+  json s = read_json_file(tmp.file("b-np2") + "/summary.json");
+  s["algorithm"] = "sma";
+  std::ofstream(tmp.file("b-np2") + "/summary.json") << s.dump();
+  REQUIRE(report(tmp.file("a-np1") + " " + tmp.file("a-np2") + " " + tmp.file("b-np2") + " --out " + out).exit_code == 0);
+  const auto lines = polylines(slurp(out + "/throughput.svg"));
+  REQUIRE(find_line(lines, "measured (ssgd)") != nullptr);
+  CHECK(find_line(lines, "measured (ssgd)")->points.size() == 2);
+  REQUIRE(find_line(lines, "measured (sma)") != nullptr);
+  CHECK(find_line(lines, "measured (sma)")->points.size() == 1);
 }

@@ -1,14 +1,22 @@
 // The performance model (src/train/perf_model.hpp, docs/model.md): parameter counts and
-// FLOPs against the built graphs and hand counts, the allreduce formulas against hand
-// computations, the shape of the forecast, and calibration from a run's summary.json.
+// FLOPs against the built graphs (every zoo model, with and without its knobs) and hand counts,
+// the allreduce formulas against hand computations, the shape of the forecast, and calibration
+// from a run's summary.json and from a run dir (model, knobs and input from its own files).
 #include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "io/checkpoint_file.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/graph.hpp"
 #include "src/nn/layer.hpp"
+#include "src/train/config.hpp"
 #include "src/train/perf_model.hpp"
+#include "src/train/perf_run.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "tests/support/test_backend.hpp"
 
 using namespace squall;
@@ -43,6 +51,48 @@ TEST_CASE("perf model: parameter counts equal the built graph's for every zoo mo
   CHECK(r20.forward_flops < 92e6);
   // Fashion-MNIST's 28x28 single channel: less.
   CHECK(model_cost("resnet20", 1, 28, 28, 10).forward_flops < r20.forward_flops);
+}
+
+TEST_CASE("perf model: every zoo model's knobs change the graph it counts, and only the knobs it takes",
+          "[perf_model]") {
+  auto backend = test::make_test_backend();
+  for (const auto& name : nn::model_names()) {
+    INFO(name);
+    const nn::ModelKnobs knobs = nn::model_knobs(name);
+    const bool small = name == "lenet5" || name == "resnet20";
+    const int64_t c = small ? 1 : 4, h = small ? 28 : 32, w = small ? 28 : 48, classes = small ? 10 : 3;
+    nn::ModelSpec spec;
+    spec.name = name;
+    spec.classes = classes;
+    if (knobs.width) spec.width = 4;
+    if (knobs.depth) spec.depth = 2;
+    if (knobs.aspp_rates) spec.aspp_rates = {1, 2};
+    const ModelCost cost = model_cost(spec, c, h, w);
+    auto g = nn::make_model(spec, nn::Shape(1, c, h, w));
+    g->build(*backend, 1, 1);
+    CHECK(cost.parameters == static_cast<int64_t>(g->param_count()));
+    // The knobs as built, and the zoo's defaults for none: another graph.
+    CHECK(cost.spec.width == spec.width);
+    CHECK(cost.spec.depth == spec.depth);
+    CHECK(cost.spec.aspp_rates == spec.aspp_rates);
+    const ModelCost plain = model_cost(name, c, h, w, classes);
+    CHECK(plain.spec.width == knobs.default_width);
+    CHECK(plain.spec.depth == knobs.default_depth);
+    CHECK(plain.spec.aspp_rates == knobs.default_aspp_rates);
+    if (knobs.width || knobs.depth) CHECK(plain.parameters != cost.parameters);
+    if (knobs.aspp_rates && !knobs.width) CHECK(plain.forward_flops != cost.forward_flops);
+    if (name == "lenet5") CHECK(knobs_text(cost.spec).empty());
+  }
+  CHECK(knobs_text(model_cost("unet", 16, 16, 24, 3).spec) == "width 16, depth 3");
+  CHECK(knobs_text(model_cost("deeplabv3plus-resnet50", 16, 32, 32, 3).spec) == "aspp_rates 6,12,18");
+  // A knob the input cannot take names the model, its knobs and the input.
+  nn::ModelSpec deep;
+  deep.name = "unet";
+  deep.classes = 3;
+  deep.depth = 5;
+  CHECK_THROWS_WITH(model_cost(deep, 16, 16, 24), Catch::Contains("unet") && Catch::Contains("depth 5") &&
+                                                      Catch::Contains("16,16,24"));
+  CHECK_THROWS_WITH(nn::model_knobs("alexnet"), Catch::Contains("alexnet") && Catch::Contains("unet"));
 }
 
 TEST_CASE("perf model: FLOPs of one convolution and one linear layer against a hand count", "[perf_model]") {
@@ -178,6 +228,13 @@ TEST_CASE("perf model: calibration from a summary.json reproduces its samples/s"
   CHECK(row3.exposed_ms == Approx(30.0));
   CHECK(row3.samples_per_s == Approx(640.0));
   CHECK_THROWS_AS(read_summary(json{{"model", "resnet20"}}), Error);
+  // A resumed run: its figures and its steps are the last attempt's.
+  json resumed = summary;
+  resumed["steps"] = 300;
+  resumed["attempt"] = json{{"number", 2}, {"first_step", 200}, {"steps", 100}};
+  CHECK(read_summary(resumed).steps == 100);
+  s.overlap = 0;
+  CHECK(forecast_one(r20, calibrate_local(r20, read_summary(resumed)), s, 1).samples_per_s == Approx(640.0));
 }
 
 TEST_CASE("perf model: alpha and beta fitted from an allreduce benchmark", "[perf_model]") {
@@ -196,4 +253,76 @@ TEST_CASE("perf model: alpha and beta fitted from an allreduce benchmark", "[per
   CHECK(fit.beta == Approx(2e9).epsilon(1e-6));
   CHECK(fit.rms_rel_error < 1e-9);
   CHECK_THROWS_AS(fit_alpha_beta(json{{"results", json::array()}}), Error);
+}
+
+TEST_CASE("perf model: a run dir gives the calibration its model, knobs and input", "[perf_model]") {
+  test::TempDir tmp("squall-perf-run");
+  const std::filesystem::path dir = tmp.path / "run";
+  std::filesystem::create_directories(dir);
+  train::Config cfg;
+  cfg.model.name = "unet";
+  cfg.model.width = 8;
+  cfg.model.depth = 2;
+  cfg.data.train = tmp.file("moved-away");  // the run's data is not here
+  cfg.data.test = cfg.data.train;
+  std::ofstream(dir / "config.toml") << train::to_toml(cfg);
+  nn::ModelSpec spec;
+  spec.name = "unet";
+  spec.classes = 3;
+  spec.width = 8;
+  spec.depth = 2;
+  const ModelCost cost = model_cost(spec, 16, 16, 24);
+  json summary{{"model", "unet"}, {"world_size", 1}, {"global_batch", 4}, {"parameters", cost.parameters},
+               {"samples_per_s", 6.0}, {"steps", 4}, {"train_loop_s", 2.5},
+               {"time_breakdown_s", {{"compute", 2.4}, {"allreduce", 0.0}, {"io_wait", 0.01}}}};
+  std::ofstream(dir / "summary.json") << summary.dump();
+
+  // Neither checkpoint nor data: the model and its knobs, but no input.
+  CalibrationRun run = read_calibration_run(dir.string());
+  CHECK(run.spec.name == "unet");
+  CHECK(run.spec.width == 8);
+  CHECK(run.spec.depth == 2);
+  CHECK(run.has_knobs);
+  CHECK_FALSE(run.has_input);
+  CHECK_THAT(run.no_input_why, Catch::Contains("no checkpoint") && Catch::Contains("moved-away"));
+  CHECK(run.measurement.steps == 4);
+
+  // A checkpoint's metadata says the input and classes.
+  io::CheckpointData d;
+  d.ints["step"] = 4;
+  d.texts["spec/name"] = "unet";
+  d.texts["spec/config"] = "";
+  d.ints["spec/classes"] = 3;
+  d.ints["spec/width"] = 8;
+  d.ints["spec/depth"] = 2;
+  d.reals["spec/dropout"] = 0;
+  d.texts["spec/aspp_rates"] = "";
+  d.ints["input/channels"] = 16;
+  d.ints["input/height"] = 16;
+  d.ints["input/width"] = 24;
+  d.texts["class_names"] = "background\ncyclone\nriver";
+  d.texts["normalization/kind"] = "none";
+  d.texts["normalization/source"] = "";
+  d.reals["normalization/input_scale"] = 1;
+  d.arrays["normalization/mean"] = {};
+  std::filesystem::create_directories(dir / "checkpoints" / "step-00000004");
+  io::write_checkpoint_file((dir / "checkpoints" / "step-00000004" / "model.h5").string(), d);
+  run = read_calibration_run((dir / "summary.json").string());
+  REQUIRE(run.has_input);
+  CHECK(run.c == 16);
+  CHECK(run.h == 16);
+  CHECK(run.w == 24);
+  CHECK(run.spec.classes == 3);
+  CHECK_THAT(run.input_from, Catch::Contains("step-00000004"));
+  CHECK(model_cost(run.spec, run.c, run.h, run.w).parameters == cost.parameters);
+
+  // A resumed run written before summary.json's `attempt`: the steps are the last attempt's.
+  std::ofstream(dir / "metrics.jsonl") << "{\"kind\":\"resume\",\"step\":3,\"checkpoint\":\"c\"}\n";
+  CHECK(read_calibration_run(dir.string()).measurement.steps == 1);
+
+  // The summary names another model than the config: not one run.
+  summary["model"] = "resnet20";
+  std::ofstream(dir / "summary.json") << summary.dump();
+  CHECK_THROWS_AS(read_calibration_run(dir.string()), UsageError);
+  CHECK_THROWS_WITH(read_calibration_run(dir.string()), Catch::Contains("resnet20") && Catch::Contains("unet"));
 }

@@ -14,6 +14,21 @@ using models::Builder;
 
 std::string str(int64_t v) { return std::to_string(v); }
 
+// The knobs' defaults (ModelSpec's 0 or empty), here once for the builders and model_knobs.
+constexpr int64_t k_resnet20_width = 16, k_resnet20_depth = 3;
+constexpr int64_t k_unet_width = 16, k_unet_depth = 3;
+constexpr int64_t k_deeplab_width = 16, k_deeplab_depth = 4;
+const std::vector<int64_t>& default_aspp_rates() {
+  static const std::vector<int64_t> rates{6, 12, 18};
+  return rates;
+}
+
+std::string known_models() {
+  std::string known;
+  for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
+  return known;
+}
+
 // LeCun et al.'s LeNet-5 as the design fixes it: conv 5x5 1->6 pad 2, ReLU, max pool 2;
 // conv 5x5 6->16, ReLU, max pool 2; linear 400->120, ReLU; 120->84, ReLU; 84->classes.
 std::unique_ptr<Graph> lenet5(const ModelSpec& spec, Shape in) {
@@ -42,8 +57,8 @@ std::unique_ptr<Graph> lenet5(const ModelSpec& spec, Shape in) {
 std::unique_ptr<Graph> resnet20(const ModelSpec& spec, Shape in) {
   auto g = std::make_unique<Graph>(in);
   Builder b(*g);
-  const int64_t w = spec.width > 0 ? spec.width : 16;
-  const int64_t blocks = spec.depth > 0 ? spec.depth : 3;
+  const int64_t w = spec.width > 0 ? spec.width : k_resnet20_width;
+  const int64_t blocks = spec.depth > 0 ? spec.depth : k_resnet20_depth;
   int x = b.conv_bn("stem", Graph::k_input, w, 3);
   int64_t ch = w;
   for (int stage = 0; stage < 3; ++stage) {
@@ -64,8 +79,8 @@ std::unique_ptr<Graph> resnet20(const ModelSpec& spec, Shape in) {
 // transposed conv up, skip concatenation, 1x1 classifier. Input sides must be divisible by
 // 2^depth.
 std::unique_ptr<Graph> unet(const ModelSpec& spec, Shape in) {
-  const int64_t w = spec.width > 0 ? spec.width : 16;
-  const int64_t depth = spec.depth > 0 ? spec.depth : 3;
+  const int64_t w = spec.width > 0 ? spec.width : k_unet_width;
+  const int64_t depth = spec.depth > 0 ? spec.depth : k_unet_depth;
   const int64_t div = int64_t{1} << depth;
   if (in.h() % div != 0 || in.w() % div != 0)
     throw Error("model unet: input " + str(in.h()) + "x" + str(in.w()) + " is not divisible by 2^depth = " + str(div) +
@@ -136,9 +151,9 @@ void deeplab_head(Builder& b, const ModelSpec& spec, const Shape& in, int x, int
 // decoder that upsamples x2 ... to the stride-4 low-level features, concatenates them
 // (reduced by 1x1), refines with two 3x3 convs and upsamples to the input size.
 std::unique_ptr<Graph> deeplabv3plus(const ModelSpec& spec, Shape in) {
-  const int64_t w = spec.width > 0 ? spec.width : 16;
-  const int64_t stages = spec.depth > 0 ? spec.depth : 4;
-  std::vector<int64_t> rates = spec.aspp_rates.empty() ? std::vector<int64_t>{6, 12, 18} : spec.aspp_rates;
+  const int64_t w = spec.width > 0 ? spec.width : k_deeplab_width;
+  const int64_t stages = spec.depth > 0 ? spec.depth : k_deeplab_depth;
+  std::vector<int64_t> rates = spec.aspp_rates.empty() ? default_aspp_rates() : spec.aspp_rates;
   if (in.h() % 8 != 0 || in.w() % 8 != 0)
     throw Error("model deeplabv3plus: input " + str(in.h()) + "x" + str(in.w()) + " must be divisible by 8");
   if (stages < 2) throw Error("model deeplabv3plus: depth (encoder stages) must be >= 2");
@@ -169,7 +184,7 @@ std::unique_ptr<Graph> deeplabv3plus(const ModelSpec& spec, Shape in) {
 // ASPP of 256 channels (1x1, rates 6/12/18, image pooling); a decoder joining the stage-1
 // features reduced to 48 channels at /4, two 3x3 convs of 256, the classifier, and x4.
 std::unique_ptr<Graph> deeplabv3plus_resnet50(const ModelSpec& spec, Shape in) {
-  std::vector<int64_t> rates = spec.aspp_rates.empty() ? std::vector<int64_t>{6, 12, 18} : spec.aspp_rates;
+  std::vector<int64_t> rates = spec.aspp_rates.empty() ? default_aspp_rates() : spec.aspp_rates;
   if (in.h() % 16 != 0 || in.w() % 16 != 0)
     throw Error("model deeplabv3plus-resnet50: input " + str(in.h()) + "x" + str(in.w()) + " must be divisible by 16");
   auto g = std::make_unique<Graph>(in);
@@ -209,9 +224,17 @@ std::unique_ptr<Graph> make_model(const ModelSpec& spec, Shape in) {
   if (spec.name == "unet") return unet(spec, in);
   if (spec.name == "deeplabv3plus") return deeplabv3plus(spec, in);
   if (spec.name == "deeplabv3plus-resnet50") return deeplabv3plus_resnet50(spec, in);
-  std::string known;
-  for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
-  throw Error("unknown model '" + spec.name + "' (known: " + known + ")");
+  throw Error("unknown model '" + spec.name + "' (known: " + known_models() + ")");
+}
+
+ModelKnobs model_knobs(const std::string& name) {
+  ModelKnobs k;
+  if (name == "lenet5") return k;
+  if (name == "resnet20") return {true, true, false, k_resnet20_width, k_resnet20_depth, {}};
+  if (name == "unet") return {true, true, false, k_unet_width, k_unet_depth, {}};
+  if (name == "deeplabv3plus") return {true, true, true, k_deeplab_width, k_deeplab_depth, default_aspp_rates()};
+  if (name == "deeplabv3plus-resnet50") return {false, false, true, 0, 0, default_aspp_rates()};
+  throw Error("unknown model '" + name + "' (known: " + known_models() + ")");
 }
 
 }  // namespace squall::nn
