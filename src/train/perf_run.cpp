@@ -30,6 +30,18 @@ json read_json(const fs::path& path) {
   }
 }
 
+// The input and classes summary.json records (runs written before it did have none).
+bool input_from_summary(const json& summary, const fs::path& path, DatasetInfo& info, std::string& from) {
+  const auto input = summary.find("input");
+  if (input == summary.end() || !input->is_object() || !summary.contains("classes")) return false;
+  info.sample = nn::Shape(1, input->value("channels", int64_t{0}), input->value("height", int64_t{0}),
+                          input->value("width", int64_t{0}));
+  info.classes = summary.at("classes").get<int64_t>();
+  if (info.sample.c() <= 0 || info.sample.h() <= 0 || info.sample.w() <= 0 || info.classes <= 0) return false;
+  from = path.string();
+  return true;
+}
+
 // The input and classes of the run's newest checkpoint that reads (its metadata only).
 bool input_from_checkpoint(const fs::path& dir, DatasetInfo& info, std::string& from, std::string& why) {
   const auto folders = CheckpointStore::list(dir);
@@ -105,7 +117,8 @@ CalibrationRun read_calibration_run(const std::string& path) {
     }
     run.model_from = config_path.string();
     run.has_knobs = true;
-    run.has_input = input_from_checkpoint(dir, info, run.input_from, why) ||
+    run.has_input = input_from_summary(summary, summary_path, info, run.input_from) ||
+                    input_from_checkpoint(dir, info, run.input_from, why) ||
                     input_from_data(cfg, info, run.input_from, why);
     run.spec = model_spec(cfg, info);
     if (run.spec.name != run.measurement.model)

@@ -72,6 +72,7 @@ std::string tag_part(std::string s) {
 RunLog::RunLog(const RunLogOptions& options) : m_options(options) {
   m_progress = std::make_unique<Progress>(options.root && options.live_progress, options.log_every);
   if (!options.root) return;
+  write_file_atomic(options.dir / "config.toml", options.config_toml);
   const fs::path metrics = options.dir / "metrics.jsonl";
   const bool resumed = options.keep_metrics_lines >= 0;
   // Resuming: the records written after the checkpoint are written again from here.
@@ -292,6 +293,8 @@ json RunLog::summary_json(const RunSummary& s) const {
            {"threads", s.threads},
            {"model", s.model},
            {"parameters", s.parameters},
+           {"input", {{"channels", s.input_c}, {"height", s.input_h}, {"width", s.input_w}}},
+           {"classes", s.classes},
            {"precision", s.precision},
            {"layout", s.layout},
            {"skipped_steps", s.skipped_steps},

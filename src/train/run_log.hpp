@@ -1,6 +1,6 @@
 #pragma once
-// The records a training run leaves (docs/metrics.md, "Run records"): metrics.jsonl,
-// summary.json, the console, TensorBoard event files (run.tensorboard) and MLPerf log lines
+// The records a training run leaves (docs/metrics.md, "Run records"): config.toml,
+// metrics.jsonl, summary.json, the console, TensorBoard event files (run.tensorboard) and MLPerf log lines
 // (run.mllog). This is the only code that knows their field names: the loop hands it typed
 // facts, and it writes each fact to every record that carries it.
 //
@@ -55,6 +55,7 @@ class RunClock {
 
 struct RunLogOptions {
   std::filesystem::path dir;      // run.dir
+  std::string config_toml;        // the resolved config, written as config.toml
   bool root = false;              // rank 0: the one that writes
   int64_t attempt = 1;            // 1, or the resumed checkpoint's attempt + 1
   int64_t keep_metrics_lines = -1;  // a resume: metrics.jsonl's lines up to the checkpoint (-1: a new run)
@@ -132,6 +133,7 @@ struct RunSummary {
   std::optional<std::string> cpu_streams;      // the CPU's streams as they ran (inline | async)
   std::optional<double> cpu_stream_jitter_us;
   int64_t parameters = 0, global_batch = 0, batch = 0, epochs = 0;
+  int64_t input_c = 0, input_h = 0, input_w = 0, classes = 0;  // one sample's shape, the classes
   int64_t skipped_steps = 0, skipped_samples = 0;
   nlohmann::json parallel;                     // the algorithm's coefficients and the sums' shape
   nlohmann::json normalization;

@@ -80,6 +80,7 @@ void TrainingRun::train() {
   if (m_timeline.enabled()) attach_timeline(m_timeline, *m_device.group, *m_device.allreduce);
   RunLogOptions lo;
   lo.dir = m_dir;
+  lo.config_toml = to_toml(m_cfg);
   lo.root = m_root;
   lo.attempt = m_pos.attempt;
   lo.keep_metrics_lines = m_metrics_lines_at_resume;

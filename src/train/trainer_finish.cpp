@@ -173,6 +173,11 @@ TrainResult TrainingRun::finish() {
     if (is_async) s.cpu_stream_jitter_us = async->jitter().max_us;
   }
   s.parameters = static_cast<int64_t>(g.param_count());
+  const DatasetInfo& info = m_data.train->info();
+  s.input_c = info.sample.c();
+  s.input_h = info.sample.h();
+  s.input_w = info.sample.w();
+  s.classes = m_data.spec.classes > 0 ? m_data.spec.classes : info.classes;
   s.global_batch = step_samples();
   s.batch = m_cfg.train.batch_size;
   s.epochs = m_data.plan.epochs;

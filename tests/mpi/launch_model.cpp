@@ -198,11 +198,24 @@ TEST_CASE("model: --calibrate reads a tiny climate U-Net run's model, knobs and 
     const json& cal = doc.at("calibration");
     CHECK(cal.at("input") == json{16, 16, 24});
     CHECK(cal.at("classes") == 3);
-    CHECK_THAT(cal.at("input_from").get<std::string>(), Catch::StartsWith("checkpoint ") &&
-                                                             Catch::Contains("step-00000004"));
+    // summary.json records the input and classes.
+    CHECK_THAT(cal.at("input_from").get<std::string>(), Catch::EndsWith("summary.json"));
     CHECK(doc.at("input") == json{16, 16, 24});  // the forecast: the run's model on its input
     CHECK(doc.at("batch_per_learner") == 4);
     CHECK(cal.at("steps") == 4);
+  }
+  {
+    // A run dir written before summary.json had them: the newest checkpoint says.
+    json s;
+    std::ifstream(run + "/summary.json") >> s;
+    s.erase("input");
+    s.erase("classes");
+    std::ofstream(run + "/summary.json") << s.dump(2);
+    const json doc = check_calibration(run, "unet", knobs);
+    const json& cal = doc.at("calibration");
+    CHECK(cal.at("input") == json{16, 16, 24});
+    CHECK_THAT(cal.at("input_from").get<std::string>(), Catch::StartsWith("checkpoint ") &&
+                                                             Catch::Contains("step-00000004"));
   }
   // The text names the run's model and where its shape came from.
   const auto text = run_command(squall_bin() + " model --calibrate " + run + " --nodes 1");

@@ -175,6 +175,15 @@ TEST_CASE("a 2-rank run's log redirected to a file holds plain lines: no carriag
   for (const char* step : {"step 10/40 ", "step 20/40 ", "step 30/40 ", "step 40/40 "})
     CHECK_THAT(text, Catch::Contains(step));
   CHECK_THAT(text, !Catch::Contains("step 15/40 "));
+  // The run dir holds the resolved config, which `squall train --config` reads back.
+  std::ifstream config(dir + "/config.toml");
+  const std::string toml((std::istreambuf_iterator<char>(config)), std::istreambuf_iterator<char>());
+  CHECK_THAT(toml, Catch::Contains("[model]") && Catch::Contains("max_steps = 40"));
+  const auto again = run_command(squall_bin() + " train --config " + dir + "/config.toml --set run.dir=" + dir +
+                                 "-again --set train.max_steps=1 --set data.test_samples=10");
+  INFO(again.err);
+  CHECK(again.exit_code == 0);
+  fs::remove_all(dir + "-again");
   fs::remove_all(dir);
   fs::remove(log);
 }
