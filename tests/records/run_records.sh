@@ -46,7 +46,7 @@ if [ -n "$squall" ] && [ -n "$mpiexec" ] && [ -d "$fmnist" ]; then
       --set train.eval_every_steps=6 --set run.threads=1 "$@"
   }
   SQUALL_FAIL_AT=1:13 job >"$data/attempt1.log" 2>&1 && { cat "$data/attempt1.log"; echo "records: the first attempt did not fail"; exit 1; }
-  SQUALL_FAIL_AT= job --resume auto >"$data/attempt2.log" 2>&1 || { cat "$data/attempt2.log"; echo "records: the resumed attempt failed"; exit 1; }
+  SQUALL_FAIL_AT='' job --resume auto >"$data/attempt2.log" 2>&1 || { cat "$data/attempt2.log"; echo "records: the resumed attempt failed"; exit 1; }
   "$vpy" "$src/check_records.py" run "$run" || { echo "records: run: FAILED"; exit 1; }
 fi
 rm -rf "$data"
