@@ -27,7 +27,8 @@ def squall_run(a, workdir):
     run_dir = tempfile.mkdtemp(dir=workdir)
     cmd = [a.squall, "train", "--config", os.path.join(ROOT, "configs", "fashion-mnist-lenet5.toml"),
            "--set", "model.name=resnet20", "--set", f"model.width={a.width}", "--set", "train.batch_size=8",
-           "--set", f"train.max_steps={a.steps}", "--set", "checkpoint.every_steps=1",
+           "--set", f"train.max_steps={a.steps}", "--set", "schedule.warmup_steps=0",
+           "--set", "checkpoint.every_steps=1",
            "--set", f"checkpoint.keep={a.steps + 1}", "--set", "data.train_samples=512",
            "--set", "data.test_samples=64", "--set", f"run.dir={run_dir}"]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)

@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run_train(a, bucket_mb, run_dir):
     sets = ["parallel.algorithm=ssgd", "parallel.replicas_per_device=1", f"parallel.bucket_mb={bucket_mb}",
-            f"train.max_steps={a.steps}", "data.test_samples=512", f"run.dir={run_dir}"]
+            f"train.max_steps={a.steps}", "schedule.warmup_steps=0", "data.test_samples=512", f"run.dir={run_dir}"]
     args = [a.squall, "train", "--config", os.path.join(ROOT, "configs", "fashion-mnist-resnet20.toml")]
     for s in sets:
         args += ["--set", s]

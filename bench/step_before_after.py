@@ -29,7 +29,8 @@ import cpu_training  # noqa: E402  (squall_run, torch_run)
 def cluster_run(binary, algorithm, steps, run_dir, name):
     tool = os.path.join(ROOT, "tests", "cluster", "cluster")
     sets = [f"parallel.algorithm={algorithm}", "parallel.replicas_per_device=2", "parallel.period=1",
-            f"train.max_steps={steps}", "data.test_samples=256", f"run.dir={run_dir}", "run.threads=1",
+            f"train.max_steps={steps}", "schedule.warmup_steps=0", "data.test_samples=256", f"run.dir={run_dir}",
+            "run.threads=1",
             f"train.log_every_steps={steps}"]
     args = [binary, "train", "--config", os.path.join(ROOT, "configs", "fashion-mnist-lenet5.toml")]
     for s in sets:

@@ -347,19 +347,20 @@ class DeviceHier final : public Base {
 
 }  // namespace
 
-std::vector<std::string> device_allreduce_names() { return {"nccl", "device-hier"}; }
+std::vector<AllreduceKind> device_allreduce_kinds() { return {AllreduceKind::nccl, AllreduceKind::device_hier}; }
 
-std::unique_ptr<DeviceAllreduce> make_device_allreduce(const std::string& name, const Topology& topo, int device,
+std::unique_ptr<DeviceAllreduce> make_device_allreduce(AllreduceKind kind, const Topology& topo, int device,
                                                        const AllreduceOptions& options) {
+  const std::string name = k_allreduce_kinds.name(kind);
+  if (kind == AllreduceKind::host) throw Error("host sums host memory, not device buffers: use make_allreduce");
   std::string why;
   const int devices = nn::cuda_device_count(&why);
   // Every rank decides together, so that none is left alone in a collective.
   if (topo.world().allreduce_min(devices > 0 ? 1 : 0) == 0)
     throw Error(name + " sums device buffers, but " +
                 (devices == 0 ? "no GPU can be used here: " + why : std::string("another rank has no GPU")));
-  if (name == "nccl") return std::make_unique<FlatNccl>(topo, device % devices, options);
-  if (name == "device-hier") return std::make_unique<DeviceHier>(topo, device % devices, options);
-  throw Error("no device allreduce named '" + name + "' (nccl, device-hier)");
+  if (kind == AllreduceKind::nccl) return std::make_unique<FlatNccl>(topo, device % devices, options);
+  return std::make_unique<DeviceHier>(topo, device % devices, options);
 }
 
 }  // namespace squall::mpi

@@ -9,12 +9,13 @@
 #include <vector>
 
 #include "src/data/data_source.hpp"
+#include "src/data/normalization_kind.hpp"
 
 namespace squall::io {
 
 struct OpenOptions {
   bool normalize = true;
-  std::string normalization = "zscore";  // "zscore" (mean/std) or "minmax" (DeepCAM's)
+  data::NormalizationKind normalization = data::NormalizationKind::zscore;  // mean/std, or min/max (DeepCAM's)
   // Shards whose samples and labels together fit in this many bytes are read into memory
   // once, when opened, and served from there (no HDF5 call per sample); 0: always stream.
   int64_t cache_bytes = int64_t{1} << 30;

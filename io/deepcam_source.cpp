@@ -222,12 +222,10 @@ data::Normalization channel_normalization(const OpenOptions& options, const std:
     if (s.mean.size() != static_cast<size_t>(channels))
       throw Error(stats_path + ": statistics for " + std::to_string(s.mean.size()) + " channels, but " + files +
                   " have " + std::to_string(channels));
-    if (options.normalization != "zscore" && options.normalization != "minmax")
-      throw Error("unknown normalisation '" + options.normalization + "' (zscore or minmax)");
-    norm.kind = options.normalization;
+    norm.kind = data::k_normalization_kinds.name(options.normalization);
     norm.source = stats_path;
+    const bool z = options.normalization == data::NormalizationKind::zscore;
     for (size_t i = 0; i < s.mean.size(); ++i) {
-      const bool z = options.normalization == "zscore";
       norm.mean.push_back(z ? s.mean[i] : s.min[i]);
       norm.std.push_back(z ? s.std[i] : s.max[i] - s.min[i]);
     }

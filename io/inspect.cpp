@@ -164,7 +164,7 @@ class Inspector {
       if (m_report.channels.empty()) m_report.channels = fi.meta.channel_names;
       if (m_report.stored.mean.empty()) m_report.stored = ChannelSummary{fi.meta.mean, fi.meta.std, fi.meta.min, fi.meta.max};
       set_classes(fi.meta.class_names);
-      auto source = open_shard_files({file}, OpenOptions{false, "zscore"});
+      auto source = open_shard_files({file}, OpenOptions{false, data::NormalizationKind::zscore});
       const int64_t n = read_all(*source, file);
       m_report.samples += n;
       static const std::regex split_of(R"(^(.+)-\d{5}-of-\d{5}\.h5$)");
@@ -190,7 +190,7 @@ class Inspector {
   void add_deepcam(const std::string& file) {
     m_report.files.push_back(file);
     try {
-      auto source = open_deepcam_files({file}, "", OpenOptions{false, "zscore"});
+      auto source = open_deepcam_files({file}, "", OpenOptions{false, data::NormalizationKind::zscore});
       const nn::Shape& s = source->info().sample;
       if (!agree(file, {s.c(), s.h(), s.w()}, "float32", true)) return;
       set_classes(source->info().class_names);
@@ -206,7 +206,7 @@ class Inspector {
     m_report.files.push_back(file);
     try {
       m_report.netcdf.push_back(describe_netcdf(file));
-      auto source = open_netcdf_files({file}, "", OpenOptions{false, "zscore"});
+      auto source = open_netcdf_files({file}, "", OpenOptions{false, data::NormalizationKind::zscore});
       const nn::Shape& s = source->info().sample;
       if (!agree(file, {s.c(), s.h(), s.w()}, "float32", true)) return;
       if (m_report.channels.empty()) m_report.channels = deepcam_channel_names();

@@ -47,14 +47,6 @@ std::pair<int64_t, int64_t> split(int64_t m, int64_t k_ranks, int64_t k) {
 
 }  // namespace
 
-Sampling parse_sampling(std::string_view name) {
-  if (name == "global") return Sampling::global;
-  if (name == "local") return Sampling::local;
-  throw Error("unknown sampling mode '" + std::string(name) + "' (expected global or local)");
-}
-
-const char* sampling_name(Sampling mode) { return mode == Sampling::global ? "global" : "local"; }
-
 std::vector<int> node_sizes_from(std::span<const int> node_of_rank) {
   std::vector<int> sizes;
   for (const int n : node_of_rank) {

@@ -34,13 +34,14 @@
 #include <utility>
 #include <vector>
 
+#include "src/core/enum_table.hpp"
+
 namespace squall::io {
 
 enum class Sampling { global, local };
-
-// "global" or "local"; anything else throws squall::Error naming the value.
-Sampling parse_sampling(std::string_view name);
-const char* sampling_name(Sampling mode);
+// Their names (data.sampling, `squall stage --sampling`).
+inline constexpr auto k_sampling_modes =
+    enum_table<Sampling>({{"global", Sampling::global}, {"local", Sampling::local}});
 
 // node_sizes from the node number of every rank (e.g. an allgather of Topology::node()).
 std::vector<int> node_sizes_from(std::span<const int> node_of_rank);

@@ -157,17 +157,21 @@ class ShardSource final : public data::DataSource {
           throw Error(std::filesystem::path(first).parent_path().string() + ": " + std::to_string(c) +
                       " channels, but the given normalisation (" + m_norm.source + ") has statistics for " +
                       std::to_string(m_norm.mean.size()));
-      } else if (options.normalization == "zscore") {
-        if (meta.mean.size() != c || meta.std.size() != c)
-          throw Error(first + ": no per-channel mean/std attributes; zscore normalisation needs them");
-        m_norm = {"zscore", meta.mean, meta.std, 1.0f, first + " (its mean and std attributes)"};
-      } else if (options.normalization == "minmax") {
-        if (meta.min.size() != c || meta.max.size() != c)
-          throw Error(first + ": no per-channel min/max attributes; minmax normalisation needs them");
-        m_norm = {"minmax", meta.min, {}, 1.0f, first + " (its min and max attributes)"};
-        for (size_t i = 0; i < c; ++i) m_norm.std.push_back(meta.max[i] - meta.min[i]);
       } else {
-        throw Error("unknown normalisation '" + options.normalization + "' (zscore or minmax)");
+        const std::string kind = data::k_normalization_kinds.name(options.normalization);
+        switch (options.normalization) {
+          case data::NormalizationKind::zscore:
+            if (meta.mean.size() != c || meta.std.size() != c)
+              throw Error(first + ": no per-channel mean/std attributes; zscore normalisation needs them");
+            m_norm = {kind, meta.mean, meta.std, 1.0f, first + " (its mean and std attributes)"};
+            break;
+          case data::NormalizationKind::minmax:
+            if (meta.min.size() != c || meta.max.size() != c)
+              throw Error(first + ": no per-channel min/max attributes; minmax normalisation needs them");
+            m_norm = {kind, meta.min, {}, 1.0f, first + " (its min and max attributes)"};
+            for (size_t i = 0; i < c; ++i) m_norm.std.push_back(meta.max[i] - meta.min[i]);
+            break;
+        }
       }
       if (m_norm.kind != "none") {
         if (m_norm.input_scale != 1.0f)

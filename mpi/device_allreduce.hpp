@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mpi/allreduce_kind.hpp"
 #include "mpi/sum.hpp"
 #include "src/core/error.hpp"
 
@@ -65,13 +66,20 @@ class DeviceAllreduce : public Allreduce {
   int m_ranks;
 };
 
-// The device algorithms of this build: {"nccl", "device-hier"} with CUDA, {} without.
-std::vector<std::string> device_allreduce_names();
+// The device algorithms of this build: nccl and device-hier with CUDA, none without.
+std::vector<AllreduceKind> device_allreduce_kinds();
+// Their names (k_allreduce_kinds), for flags and messages.
+inline std::vector<std::string> device_allreduce_names() {
+  std::vector<std::string> names;
+  for (const AllreduceKind k : device_allreduce_kinds()) names.emplace_back(k_allreduce_kinds.name(k));
+  return names;
+}
 
 // Collective over the job. device: the GPU this rank uses. Throws squall::Error when the
-// algorithm cannot run here (no GPU, no CUDA in this build, unequal nodes for device-hier).
-// Callers other than the bench use make_allreduce (mpi/make_allreduce.hpp).
-std::unique_ptr<DeviceAllreduce> make_device_allreduce(const std::string& name, const Topology& topo, int device,
+// algorithm cannot run here (host is not a device sum, no GPU, no CUDA in this build,
+// unequal nodes for device-hier). Callers other than the bench use make_allreduce
+// (mpi/make_allreduce.hpp).
+std::unique_ptr<DeviceAllreduce> make_device_allreduce(AllreduceKind kind, const Topology& topo, int device,
                                                        const AllreduceOptions& options);
 
 // Whether this MPI library accepts CUDA device pointers (Open MPI: MPIX_Query_cuda_support).

@@ -17,26 +17,21 @@
 
 namespace squall::mpi {
 
-// The kinds make_allreduce takes: "host", and the device kinds of this build ("nccl",
-// "device-hier" with CUDA).
-inline std::vector<std::string> allreduce_kinds() {
-  std::vector<std::string> kinds{"host"};
-  for (const std::string& d : device_allreduce_names()) kinds.push_back(d);
+// The kinds this build can run: host, and the device kinds (nccl, device-hier with CUDA).
+inline std::vector<AllreduceKind> allreduce_kinds() {
+  std::vector<AllreduceKind> kinds{AllreduceKind::host};
+  for (const AllreduceKind d : device_allreduce_kinds()) kinds.push_back(d);
   return kinds;
 }
 
 // Collective over the job (every rank passes the same kind). A job of one rank gets
-// OneRankAllreduce whatever the kind (once the kind is known); "host" the hierarchical
-// allreduce of host memory; "nccl" and "device-hier" the device sums on GPU `device`. Throws
-// squall::Error naming the kind when it is unknown or cannot run here.
-inline std::unique_ptr<Allreduce> make_allreduce(const std::string& kind, const Topology& topo, int device,
+// OneRankAllreduce whatever the kind; host the hierarchical allreduce of host memory; nccl
+// and device-hier the device sums on GPU `device`. Throws squall::Error naming the kind when
+// it cannot run here.
+inline std::unique_ptr<Allreduce> make_allreduce(AllreduceKind kind, const Topology& topo, int device,
                                                  const AllreduceOptions& options = {}) {
-  const std::vector<std::string> kinds{"host", "nccl", "device-hier"};
-  bool known = false;
-  for (const std::string& k : kinds) known = known || k == kind;
-  if (!known) throw Error("no allreduce named '" + kind + "' (host, nccl, device-hier)");
   if (topo.world_size() == 1) return std::make_unique<OneRankAllreduce>();
-  if (kind == "host") return std::make_unique<HierAllreduce>(topo, options);
+  if (kind == AllreduceKind::host) return std::make_unique<HierAllreduce>(topo, options);
   return make_device_allreduce(kind, topo, device, options);  // its errors open with the kind
 }
 

@@ -145,7 +145,8 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
       reducers.push_back(std::make_unique<mpi::HierAllreduce>(topo, algo == "hier" ? options : pipeline_options));
     } else {
       reducers.emplace_back();
-      device_reducers.back() = mpi::make_device_allreduce(algo, topo, topo.host_rank(), options);
+      const mpi::AllreduceKind kind = mpi::k_allreduce_kinds.parse(algo, "--algos", "");
+      device_reducers.back() = mpi::make_device_allreduce(kind, topo, topo.host_rank(), options);
     }
   }
 

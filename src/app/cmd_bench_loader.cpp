@@ -50,7 +50,8 @@ void evict_from_page_cache(const std::vector<std::string>& files) {
 }
 
 int run_bench_loader(const BenchLoaderArgs& a) {
-  const auto source = train::open_dataset(a.data, a.split, true, "zscore", 0);  // stream: the files are what is measured
+  // Streamed: the files are what is measured.
+  const auto source = train::open_dataset(a.data, a.split, true, data::NormalizationKind::zscore, 0);
   const io::Sampler sampler(io::Sampling::global, source->file_offsets(), {1}, 1);
   const int64_t batches = sampler.steps_per_epoch(a.batch);
   if (batches == 0)

@@ -156,7 +156,7 @@ struct DeepcamArgs {
 };
 
 int run_deepcam(const DeepcamArgs& args) {
-  auto source = io::open_deepcam(args.from, io::OpenOptions{false, "zscore"});
+  auto source = io::open_deepcam(args.from, io::OpenOptions{false, data::NormalizationKind::zscore});
   const std::string stats_path = io::find_deepcam_stats(args.from);
   if (stats_path.empty()) throw Error(args.from + ": no stats.h5 (beside the data-*.h5 files or one folder up)");
   const io::ChannelStats stats = io::read_deepcam_stats(stats_path);

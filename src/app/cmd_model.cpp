@@ -91,7 +91,7 @@ json machine_json(const perf::Machine& m) {
   return json{{"name", m.name},
               {"gpus_per_node", m.gpus_per_node},
               {"max_nodes", m.max_nodes},
-              {"precision", m.precision},
+              {"precision", train::k_precisions.name(m.precision)},
               {"peak_tflops_per_gpu", m.peak_flops / 1e12},
               {"efficiency", m.efficiency},
               {"sustained_tflops_per_gpu", m.sustained_flops() / 1e12},
@@ -215,12 +215,14 @@ int run_model(const ModelArgs& a) {
   }
   const perf::RunMeasurement* run = cal ? &cal->measurement : nullptr;
   const std::string machine_name = a.machine.empty() ? (run ? "local" : "summit") : a.machine;
-  if (a.algorithm != "ssgd" && a.algorithm != "sma")
+  // The model knows the overlap windows of ssgd and sma only.
+  const train::Algorithm* algorithm = train::k_algorithms.find(a.algorithm);
+  if (algorithm == nullptr || *algorithm == train::Algorithm::local_sgd)
     throw UsageError("--algorithm: unknown algorithm '" + a.algorithm + "' (known: ssgd, sma)");
+  const train::Precision precision = train::k_precisions.parse(a.precision, "--precision", "");
   if (a.allreduce != "hier" && a.allreduce != "flat")
     throw UsageError("--allreduce: unknown allreduce '" + a.allreduce + "' (known: hier, flat)");
-  if (a.comm != "fp32" && a.comm != "bf16" && a.comm != "fp16")
-    throw UsageError("--comm: unknown gradient type '" + a.comm + "' (known: fp32, bf16, fp16)");
+  const train::Precision comm = train::k_precisions.parse(a.comm, "--comm", "");
   if (!(a.overlap >= 0 && a.overlap <= 1)) throw UsageError("--overlap must be in [0, 1]");
   if (!(a.efficiency >= 0 && a.efficiency <= 1)) throw UsageError("--efficiency must be in (0, 1]");
   if (a.classes < 0) throw UsageError("--classes must be positive, got " + std::to_string(a.classes));
@@ -261,22 +263,22 @@ int run_model(const ModelArgs& a) {
         throw UsageError(std::string("--calibrate-allreduce: ") + e.what());
       }
     }
-    m = perf::calibrate_local(*run_cost, *run, 0.0, a.algorithm);
+    m = perf::calibrate_local(*run_cost, *run, 0.0, *algorithm);
     if (fit) {  // the benchmark's alpha and beta replace the run's single-size estimate
       m.intra_latency = m.inter_latency = fit->alpha;
       m.intra_bw = fit->beta;
       m.inter_bw = fit->beta * m.gpus_per_node;
     }
   } else {
-    m = perf::machine_preset(machine_name, a.precision);
+    m = perf::machine_preset(machine_name, precision);
   }
   if (a.efficiency > 0) m.efficiency = a.efficiency;
 
   perf::Scenario s;
-  s.algorithm = a.algorithm;
+  s.algorithm = *algorithm;
   s.allreduce = a.allreduce;
   s.learners = a.learners;
-  s.grad_bytes = a.comm == "fp32" ? 4 : 2;
+  s.grad_bytes = comm == train::Precision::fp32 ? 4 : 2;
   s.overlap = m.overlap >= 0 ? m.overlap : a.overlap;  // calibrated: the run's hidden share
   if (a.batch < 0) throw UsageError("--batch must be positive (0: the default), got " + std::to_string(a.batch));
   s.batch = a.batch > 0 ? a.batch : (cost.c * cost.h * cost.w > 100000 ? 2 : 32);
@@ -339,7 +341,7 @@ int run_model(const ModelArgs& a) {
              {"forward_gflop_per_sample", cost.forward_flops / 1e9},
              {"train_gflop_per_sample", cost.train_flops() / 1e9},
              {"machine", machine_json(m)},
-             {"algorithm", s.algorithm},
+             {"algorithm", train::algorithm_name(s.algorithm)},
              {"allreduce", s.allreduce},
              {"gradient_bytes", static_cast<double>(cost.parameters) * s.grad_bytes},
              {"batch_per_learner", s.batch},
@@ -361,14 +363,14 @@ int run_model(const ModelArgs& a) {
   std::snprintf(line, sizeof line,
                 "machine %s: %d GPU(s)/node, %s peak %.4g TF x %.0f%% = %.4g TF sustained; intra %.4g GB/s "
                 "%.3g us; inter %.4g GB/s/node %.3g us\n",
-                m.name.c_str(), m.gpus_per_node, m.precision.c_str(), m.peak_flops / 1e12, m.efficiency * 100,
-                m.sustained_flops() / 1e12, m.intra_bw / 1e9, m.intra_latency * 1e6, m.inter_bw / 1e9,
-                m.inter_latency * 1e6);
+                m.name.c_str(), m.gpus_per_node, train::k_precisions.name(m.precision), m.peak_flops / 1e12,
+                m.efficiency * 100, m.sustained_flops() / 1e12, m.intra_bw / 1e9, m.intra_latency * 1e6,
+                m.inter_bw / 1e9, m.inter_latency * 1e6);
   std::cout << line;
   std::snprintf(line, sizeof line,
                 "%s, %s allreduce of %.1f MB (%s gradients), overlap %.2f; batch %lld per learner, %d learner(s)/GPU\n",
-                s.algorithm.c_str(), s.allreduce.c_str(), cost.parameters * s.grad_bytes / 1e6, a.comm.c_str(),
-                s.overlap, static_cast<long long>(s.batch), s.learners);
+                train::algorithm_name(s.algorithm), s.allreduce.c_str(), cost.parameters * s.grad_bytes / 1e6,
+                a.comm.c_str(), s.overlap, static_cast<long long>(s.batch), s.learners);
   std::cout << line;
   std::cout << "   nodes    GPUs  learners  global_batch  compute_ms  flat_ms  hier_ms  exposed_ms    io_ms   step_ms"
                "     samples/s  efficiency\n";

@@ -23,6 +23,7 @@
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
+#include "src/train/config_enums.hpp"
 #include "src/train/run_records.hpp"
 
 namespace squall::app {
@@ -423,8 +424,12 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
     }
     // The targets of the plotted metric, each a dashed level across the plot.
     std::vector<double> levels;
+    auto is_miou = [](const std::string& metric) {  // a record's name (train.target.metric)
+      const train::TargetMetric* m = train::k_target_metrics.find(metric);
+      return m != nullptr && *m == train::TargetMetric::miou;
+    };
     for (const Run& r : runs)
-      if (r.target && (r.target->metric == "miou") == seg && std::isfinite(r.target->target) &&
+      if (r.target && is_miou(r.target->metric) == seg && std::isfinite(r.target->target) &&
           std::find(levels.begin(), levels.end(), r.target->target) == levels.end())
         levels.push_back(r.target->target);
     for (double v : levels) {

@@ -41,8 +41,10 @@ struct StageArgs {
 
 // This rank's share of the staging. Throws squall::Error naming the file that failed.
 json stage_my_files(const StageArgs& a, const mpi::Topology& topo, const std::vector<int>& node_sizes) {
-  const auto source = train::open_dataset(a.from, a.split, true, "zscore", 0);  // list files, read nothing
-  const io::Sampler sampler(io::parse_sampling(a.sampling), source->file_offsets(), node_sizes, 0);
+  // The files listed, nothing read.
+  const auto source = train::open_dataset(a.from, a.split, true, data::NormalizationKind::zscore, 0);
+  const io::Sampling mode = io::k_sampling_modes.parse(a.sampling, "--sampling", "");
+  const io::Sampler sampler(mode, source->file_offsets(), node_sizes, 0);
   const std::vector<std::string> files = io::files_to_stage(*source, sampler, topo.node());
   const std::string dest = io::expand_node_placeholder(a.to, topo.node());
   std::error_code ec;
@@ -170,7 +172,7 @@ void add_stage_command(CLI::App& root, Context& ctx, Actions& actions) {
   sub->add_option("--split", args->split, "Which shards: train or test (default train)");
   sub->add_option("--sampling", args->sampling,
                   "global: every node reads every file; local: each node only its own range (default global)")
-      ->check(CLI::IsMember({"global", "local"}));
+      ->check(CLI::IsMember(io::k_sampling_modes.names()));
   sub->add_flag("--json", args->json, "Print one JSON object (rank 0)");
   actions[sub] = [&ctx, args] { return run_stage(ctx, *args); };
 }

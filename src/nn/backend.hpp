@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "src/core/error.hpp"
+#include "src/nn/backend_kind.hpp"
 #include "src/nn/tensor.hpp"
 
 namespace squall::nn {
@@ -455,12 +456,12 @@ std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options);
 int cuda_device_count(std::string* why_none = nullptr);
 std::unique_ptr<Backend> make_cuda_backend(int device);
 
-// run.backend: "cpu", "cuda" or "auto" (cuda when this build has it and a device is
-// visible, else cpu). local_rank picks the GPU (local_rank modulo the visible devices);
-// threads is the CPU backend's team size. "cuda" that cannot be had throws squall::Error
-// saying why (no device, or a build without CUDA); an unknown kind, squall::UsageError.
-// cpu_streams (run.cpu_streams): "inline" or "async", for the CPU backend only.
-std::unique_ptr<Backend> make_backend(const std::string& kind, int local_rank, int threads,
-                                      const std::string& cpu_streams = "inline");
+// run.backend (backend_kind.hpp): cpu, cuda or auto (cuda when this build has it and a
+// device is visible, else cpu). local_rank picks the GPU (local_rank modulo the visible
+// devices); threads is the CPU backend's team size. cuda that cannot be had throws
+// squall::Error saying why (no device, or a build without CUDA). cpu_streams
+// (run.cpu_streams): for the CPU backend only.
+std::unique_ptr<Backend> make_backend(BackendKind kind, int local_rank, int threads,
+                                      CpuStreams cpu_streams = CpuStreams::inline_);
 
 }  // namespace squall::nn

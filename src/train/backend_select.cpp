@@ -6,18 +6,13 @@
 
 namespace squall::nn {
 
-std::unique_ptr<Backend> make_backend(const std::string& kind, int local_rank, int threads,
-                                      const std::string& cpu_streams) {
-  if (cpu_streams != "inline" && cpu_streams != "async")
-    throw UsageError("run.cpu_streams must be one of inline | async (got \"" + cpu_streams + "\")");
-  const CpuBackendOptions cpu{threads, cpu_streams == "async"};
-  if (kind == "cpu") return make_cpu_backend(cpu);
-  if (kind != "cuda" && kind != "auto")
-    throw UsageError("run.backend must be one of cpu | cuda | auto (got \"" + kind + "\")");
+std::unique_ptr<Backend> make_backend(BackendKind kind, int local_rank, int threads, CpuStreams cpu_streams) {
+  const CpuBackendOptions cpu{threads, cpu_streams == CpuStreams::async};
+  if (kind == BackendKind::cpu) return make_cpu_backend(cpu);
   std::string why;
   const int devices = cuda_device_count(&why);
   if (devices == 0) {
-    if (kind == "auto") return make_cpu_backend(cpu);
+    if (kind == BackendKind::auto_) return make_cpu_backend(cpu);
     // Not a usage error (exit 1, not 2): the same command is right on a GPU node.
     throw Error("run.backend = cuda, but no GPU can be used: " + why +
                 " (use run.backend = cpu or auto to train on the CPU)");

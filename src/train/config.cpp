@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -15,6 +16,7 @@
 
 #include "io/netcdf_file.hpp"
 #include "src/core/error.hpp"
+#include "src/core/suggest.hpp"
 #include "src/nn/graph.hpp"
 
 namespace squall::train {
@@ -22,8 +24,27 @@ namespace {
 
 // ---- the field table ------------------------------------------------------------------------
 
+// A key whose values an enum's table names (config_enums.hpp): read, written, compared and
+// listed in messages through that table only.
+struct EnumField {
+  std::function<const char*()> name;  // the current value's name
+  // Sets the value `text` names; anything else throws the table's error (allowed values, did you mean).
+  std::function<void(std::string_view text, const std::string& key, const std::string& origin,
+                     const std::string& where)>
+      parse;
+  std::function<std::string()> list;  // "a | b | c"
+};
+
+template <typename E, size_t N>
+EnumField enum_field(E* p, const EnumTable<E, N>& table) {
+  return {[p, &table] { return table.name(*p); },
+          [p, &table](std::string_view text, const std::string& key, const std::string& origin,
+                      const std::string& where) { *p = table.parse(text, key, origin, where); },
+          [&table] { return table.list(); }};
+}
+
 using FieldRef = std::variant<bool*, int64_t*, double*, std::string*, std::vector<int64_t>*,
-                              std::vector<double>*>;
+                              std::vector<double>*, EnumField>;
 
 struct Field {
   const char* section;
@@ -33,22 +54,23 @@ struct Field {
 };
 
 // Every key, in the order to_toml writes them. Binding to a Config (rather than listing member
-// pointers per type) keeps the table one line per key.
+// pointers per type) keeps the table one line per key. A section with a dot is a sub-table
+// ([train.target]), written after its parent's keys.
 std::vector<Field> fields(Config& c) {
   return {
       {"run", "dir", &c.run.dir},
       {"run", "seed", &c.run.seed},
-      {"run", "backend", &c.run.backend},
+      {"run", "backend", enum_field(&c.run.backend, nn::k_backend_kinds)},
       {"run", "threads", &c.run.threads},
-      {"run", "cpu_streams", &c.run.cpu_streams},
+      {"run", "cpu_streams", enum_field(&c.run.cpu_streams, nn::k_cpu_stream_modes)},
       {"run", "tensorboard", &c.run.tensorboard},
       {"run", "mllog", &c.run.mllog},
 
       {"data", "train", &c.data.train},
       {"data", "test", &c.data.test},
       {"data", "normalize", &c.data.normalize},
-      {"data", "normalization", &c.data.normalization},
-      {"data", "sampling", &c.data.sampling},
+      {"data", "normalization", enum_field(&c.data.normalization, data::k_normalization_kinds)},
+      {"data", "sampling", enum_field(&c.data.sampling, io::k_sampling_modes)},
       {"data", "skip_bad_samples", &c.data.skip_bad_samples},
       {"data", "shuffle", &c.data.shuffle},
       {"data", "workers", &c.data.workers},
@@ -69,7 +91,7 @@ std::vector<Field> fields(Config& c) {
       {"model", "classes", &c.model.classes},
       {"model", "aspp_rates", &c.model.aspp_rates},
       {"model", "dropout", &c.model.dropout},
-      {"model", "layout", &c.model.layout},
+      {"model", "layout", enum_field(&c.model.layout, k_layout_choices)},
 
       {"train", "epochs", &c.train.epochs},
       {"train", "max_steps", &c.train.max_steps},
@@ -77,12 +99,15 @@ std::vector<Field> fields(Config& c) {
       {"train", "eval_batch_size", &c.train.eval_batch_size},
       {"train", "eval_every_steps", &c.train.eval_every_steps},
       {"train", "log_every_steps", &c.train.log_every_steps},
-      {"train", "precision", &c.train.precision},
+      {"train", "precision", enum_field(&c.train.precision, k_precisions)},
       {"train", "loss_scale", &c.train.loss_scale},
       {"train", "loss_scale_window", &c.train.loss_scale_window},
-      {"train", "nonfinite", &c.train.nonfinite},
+      {"train", "nonfinite", enum_field(&c.train.nonfinite, k_nonfinite_policies)},
 
-      {"optimizer", "name", &c.optimizer.name},
+      {"train.target", "metric", enum_field(&c.train.target.metric, k_target_metrics)},
+      {"train.target", "value", &c.train.target.value},
+
+      {"optimizer", "name", enum_field(&c.optimizer.name, k_optimizer_kinds)},
       {"optimizer", "lr", &c.optimizer.lr},
       {"optimizer", "momentum", &c.optimizer.momentum},
       {"optimizer", "nesterov", &c.optimizer.nesterov},
@@ -96,15 +121,15 @@ std::vector<Field> fields(Config& c) {
       {"optimizer", "decay_bias_and_norm", &c.optimizer.decay_bias_and_norm},
 
       {"schedule", "warmup_steps", &c.schedule.warmup_steps},
-      {"schedule", "kind", &c.schedule.kind},
+      {"schedule", "kind", enum_field(&c.schedule.kind, k_schedule_kinds)},
       {"schedule", "milestones", &c.schedule.milestones},
-      {"schedule", "milestone_unit", &c.schedule.milestone_unit},
+      {"schedule", "milestone_unit", enum_field(&c.schedule.milestone_unit, k_milestone_units)},
       {"schedule", "gamma", &c.schedule.gamma},
       {"schedule", "min_lr", &c.schedule.min_lr},
       {"schedule", "scale_lr_with_batch", &c.schedule.scale_lr_with_batch},
       {"schedule", "reference_batch", &c.schedule.reference_batch},
 
-      {"parallel", "algorithm", &c.parallel.algorithm},
+      {"parallel", "algorithm", enum_field(&c.parallel.algorithm, k_algorithms)},
       {"parallel", "replicas_per_device", &c.parallel.replicas_per_device},
       {"parallel", "period", &c.parallel.period},
       {"parallel", "alpha", &c.parallel.alpha},
@@ -116,8 +141,8 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "max_replicas_per_device", &c.parallel.max_replicas_per_device},
       {"parallel", "bucket_mb", &c.parallel.bucket_mb},
       {"parallel", "cuda_graphs", &c.parallel.cuda_graphs},
-      {"parallel", "comm_precision", &c.parallel.comm_precision},
-      {"parallel", "device_allreduce", &c.parallel.device_allreduce},
+      {"parallel", "comm_precision", enum_field(&c.parallel.comm_precision, k_comm_precisions)},
+      {"parallel", "device_allreduce", enum_field(&c.parallel.device_allreduce, mpi::k_allreduce_kinds)},
 
       {"checkpoint", "every_steps", &c.checkpoint.every_steps},
       {"checkpoint", "every_minutes", &c.checkpoint.every_minutes},
@@ -131,30 +156,6 @@ std::vector<std::string> section_names(std::vector<Field>& table) {
   for (const auto& f : table)
     if (std::find(out.begin(), out.end(), f.section) == out.end()) out.emplace_back(f.section);
   return out;
-}
-
-// ---- "did you mean" -------------------------------------------------------------------------
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-std::string suggestion(const std::string& wrong, const std::vector<std::string>& candidates) {
-  std::string best;
-  size_t best_d = 3;  // only near misses: a suggestion that is far off confuses more than it helps
-  for (const auto& c : candidates) {
-    const size_t d = edit_distance(wrong, c);
-    if (d < best_d) best_d = d, best = c;
-  }
-  return best.empty() ? "" : "; did you mean '" + best + "'?";
 }
 
 std::string line_of(const toml::node& n) {
@@ -212,48 +213,62 @@ double as_double(const toml::node& n) {
   return n.is_integer() ? static_cast<double>(*n.value<int64_t>()) : *n.value<double>();
 }
 
+// Sets a key of a plain type from `n` (assign); `fail(want)` throws.
+template <typename T, typename Fail>
+void assign_plain(T* p, const toml::node& n, const std::string& raw, const Fail& fail) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!n.is_boolean()) fail("a boolean (true or false)");
+    *p = *n.value<bool>();
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    if (!n.is_integer()) fail("an integer");
+    *p = *n.value<int64_t>();
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (!is_number(n)) fail("a number");
+    *p = as_double(n);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (n.is_string()) *p = *n.value<std::string>();
+    else if (!raw.empty()) *p = raw;
+    else fail("a string");
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    const auto* arr = n.as_array();
+    if (!arr) fail("an array of integers");
+    T out;
+    for (const auto& e : *arr) {
+      if (!e.is_integer()) fail("an array of integers");
+      out.push_back(*e.value<int64_t>());
+    }
+    *p = std::move(out);
+  } else {
+    static_assert(std::is_same_v<T, std::vector<double>>);
+    const auto* arr = n.as_array();
+    if (!arr) fail("an array of numbers");
+    T out;
+    for (const auto& e : *arr) {
+      if (!is_number(e)) fail("an array of numbers");
+      out.push_back(as_double(e));
+    }
+    *p = std::move(out);
+  }
+}
+
 // Sets the field from `n`; `raw` is the override's text (empty for file values) so that a
-// string key accepts unquoted text. Throws naming `origin` and the key.
+// string or enum key accepts unquoted text. Throws naming `origin` and the key.
 void assign(const Field& f, const toml::node& n, const std::string& origin, const std::string& raw) {
-  auto fail = [&](const char* want) {
+  auto fail = [&](const std::string& want) {
     throw Error(origin + ": " + f.full() + " must be " + want + " (got " + describe(n) + ")" +
                 (raw.empty() ? line_of(n) : ""));
   };
+  if (const auto* e = std::get_if<EnumField>(&f.ref)) {
+    if (n.is_string()) e->parse(*n.value<std::string>(), f.full(), origin, raw.empty() ? line_of(n) : "");
+    else if (!raw.empty()) e->parse(raw, f.full(), origin, "");
+    else fail("one of " + e->list());
+    return;
+  }
   std::visit(
-      [&](auto* p) {
-        using T = std::remove_pointer_t<decltype(p)>;
-        if constexpr (std::is_same_v<T, bool>) {
-          if (!n.is_boolean()) fail("a boolean (true or false)");
-          *p = *n.value<bool>();
-        } else if constexpr (std::is_same_v<T, int64_t>) {
-          if (!n.is_integer()) fail("an integer");
-          *p = *n.value<int64_t>();
-        } else if constexpr (std::is_same_v<T, double>) {
-          if (!is_number(n)) fail("a number");
-          *p = as_double(n);
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          if (n.is_string()) *p = *n.value<std::string>();
-          else if (!raw.empty()) *p = raw;
-          else fail("a string");
-        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-          const auto* arr = n.as_array();
-          if (!arr) fail("an array of integers");
-          T out;
-          for (const auto& e : *arr) {
-            if (!e.is_integer()) fail("an array of integers");
-            out.push_back(*e.value<int64_t>());
-          }
-          *p = std::move(out);
-        } else {
-          const auto* arr = n.as_array();
-          if (!arr) fail("an array of numbers");
-          T out;
-          for (const auto& e : *arr) {
-            if (!is_number(e)) fail("an array of numbers");
-            out.push_back(as_double(e));
-          }
-          *p = std::move(out);
-        }
+      [&](auto& ref) {
+        using R = std::decay_t<decltype(ref)>;
+        if constexpr (std::is_same_v<R, EnumField>) return;  // assigned above
+        else assign_plain(ref, n, raw, fail);
       },
       f.ref);
   if (const std::string why = non_finite(f); !why.empty())
@@ -275,31 +290,50 @@ void note_set(KeysSet* set, const Field& f, const std::string& origin, const std
   if (set) (*set)[f.full()] = SetAt{origin, line};
 }
 
+// The keys of one section (`body`, the TOML table of [section]), and of its sub-tables
+// ([train.target]) in turn.
+void apply_section(std::vector<Field>& table, const std::vector<std::string>& sections, const std::string& section,
+                   const toml::table& body, const std::string& origin, KeysSet* set) {
+  std::vector<std::string> known;  // this section's keys and sub-tables, for "did you mean"
+  for (const auto& f : table)
+    if (section == f.section) known.push_back(f.full());
+  for (const auto& s : sections)
+    if (s.size() > section.size() && s.rfind(section + ".", 0) == 0 && s.find('.', section.size() + 1) == s.npos)
+      known.push_back(s);
+  for (const auto& [key, node] : body) {
+    const std::string full = section + "." + std::string(key.str());
+    if (std::find(sections.begin(), sections.end(), full) != sections.end()) {
+      const auto* sub = node.as_table();
+      if (!sub) throw Error(origin + ": '" + full + "' must be a section ([" + full + "])" + line_of(node));
+      apply_section(table, sections, full, *sub, origin, set);
+      continue;
+    }
+    const auto it = std::find_if(table.begin(), table.end(), [&](const Field& f) { return f.full() == full; });
+    if (it == table.end())
+      throw Error(origin + ": unknown key '" + full + "'" + line_of(node) + did_you_mean(full, known));
+    assign(*it, node, origin, "");
+    note_set(set, *it, origin, line_of(node));
+  }
+}
+
 void apply_table(Config& config, const toml::table& root, const std::string& origin, KeysSet* set) {
   auto table = fields(config);
   const auto sections = section_names(table);
+  std::vector<std::string> top;  // [run], [train], ...: the sections a file's root holds
+  for (const auto& s : sections)
+    if (s.find('.') == s.npos) top.push_back(s);
   for (const auto& [section_key, section_node] : root) {
     const std::string section(section_key.str());
-    if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
+    if (std::find(top.begin(), top.end(), section) == top.end()) {
       if (!section_node.is_table())
         throw Error(origin + ": unknown key '" + section + "'" + line_of(section_node) +
                     " (keys belong in a section such as [run] or [train])");
       throw Error(origin + ": unknown section '[" + section + "]'" + line_of(section_node) +
-                  suggestion(section, sections));
+                  did_you_mean(section, top));
     }
     const auto* body = section_node.as_table();
     if (!body) throw Error(origin + ": '" + section + "' must be a section ([" + section + "])" + line_of(section_node));
-    std::vector<std::string> keys_here;
-    for (const auto& f : table)
-      if (section == f.section) keys_here.push_back(f.full());
-    for (const auto& [key, node] : *body) {
-      const std::string full = section + "." + std::string(key.str());
-      const auto it = std::find_if(table.begin(), table.end(), [&](const Field& f) { return f.full() == full; });
-      if (it == table.end())
-        throw Error(origin + ": unknown key '" + full + "'" + line_of(node) + suggestion(full, keys_here));
-      assign(*it, node, origin, "");
-      note_set(set, *it, origin, line_of(node));
-    }
+    apply_section(table, sections, section, *body, origin, set);
   }
 }
 
@@ -326,7 +360,7 @@ void apply_override_noting(Config& config, const std::string& assignment, KeysSe
   if (it == table.end()) {
     std::vector<std::string> all;
     for (const auto& f : table) all.push_back(f.full());
-    throw Error(origin + ": unknown key '" + full + "'" + suggestion(full, all));
+    throw Error(origin + ": unknown key '" + full + "'" + did_you_mean(full, all));
   }
   // The value is TOML value syntax; text that is not valid TOML (runs/x, lenet5) is taken as an
   // unquoted string, which only a string key accepts.
@@ -366,26 +400,35 @@ std::string quote(const std::string& s) {
   return out + "\"";
 }
 
+template <typename T>
+std::string format_plain(const T* p) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return *p ? "true" : "false";
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    return std::to_string(*p);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return format_double(*p);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return quote(*p);
+  } else {
+    std::string out = "[";
+    for (size_t i = 0; i < p->size(); ++i) {
+      if (i) out += ", ";
+      if constexpr (std::is_same_v<T, std::vector<int64_t>>) out += std::to_string((*p)[i]);
+      else out += format_double((*p)[i]);
+    }
+    return out + "]";
+  }
+}
+
 std::string format_value(const FieldRef& ref) {
   return std::visit(
-      [](auto* p) -> std::string {
-        using T = std::remove_pointer_t<decltype(p)>;
-        if constexpr (std::is_same_v<T, bool>) {
-          return *p ? "true" : "false";
-        } else if constexpr (std::is_same_v<T, int64_t>) {
-          return std::to_string(*p);
-        } else if constexpr (std::is_same_v<T, double>) {
-          return format_double(*p);
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          return quote(*p);
+      [](const auto& r) -> std::string {
+        using R = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<R, EnumField>) {
+          return quote(r.name());
         } else {
-          std::string out = "[";
-          for (size_t i = 0; i < p->size(); ++i) {
-            if (i) out += ", ";
-            if constexpr (std::is_same_v<T, std::vector<int64_t>>) out += std::to_string((*p)[i]);
-            else out += format_double((*p)[i]);
-          }
-          return out + "]";
+          return format_plain(r);
         }
       },
       ref);
@@ -411,18 +454,106 @@ struct Checker {
     require(v >= 0 && (one_allowed ? v <= 1 : v < 1), key,
             std::string("must be in [0, 1") + (one_allowed ? "]" : ")") + " (got " + show(v) + ")");
   }
-  void one_of(const std::string& v, const std::string& key, std::initializer_list<const char*> allowed) const {
-    std::string list;
-    for (const char* a : allowed) {
-      if (v == a) return;
-      list += list.empty() ? "" : " | ";
-      list += a;
-    }
-    throw Error(origin + ": " + key + " must be one of " + list + " (got \"" + v + "\")");
+  // Two keys that contradict each other: `why` names both and their values.
+  void consistent(const std::string& why) const {
+    if (!why.empty()) throw UsageError(origin + ": " + why);
   }
   static std::string show(int64_t v) { return std::to_string(v); }
   static std::string show(double v) { return format_double(v); }
 };
+
+// ---- settings that contradict each other -------------------------------------------------------
+
+// How long the run is, for the checks that compare an interval with it: `steps` is its length
+// (validate: train.max_steps, an upper bound; check_against_plan: the plan's count) and `said`
+// how a message names it ("train.max_steps = 1000", "train.epochs = 2: 1876 steps").
+struct RunLength {
+  int64_t steps = 0;
+  std::string said;
+  int64_t steps_per_epoch = 0;  // 0: not known yet (validate)
+};
+
+std::string show_steps(int64_t n) { return std::to_string(n) + (n == 1 ? " step" : " steps"); }
+
+// Each returns what contradicts what ("" when nothing does), naming both keys and their
+// values, why it is wrong and what to change.
+std::string warmup_vs_run(const Config& c, const RunLength& run) {
+  const int64_t w = c.schedule.warmup_steps;
+  if (w == 0 || w < run.steps) return "";
+  return "schedule.warmup_steps = " + std::to_string(w) + (w > run.steps ? " is longer than" : " lasts") +
+         " the whole run (" + run.said + "): the learning rate would " +
+         (w > run.steps ? "never reach its peak" : "reach its peak only at the last step") +
+         "; make schedule.warmup_steps shorter than " + show_steps(run.steps) + ", or train longer";
+}
+
+std::string eval_vs_run(const Config& c, const RunLength& run) {
+  const int64_t e = c.train.eval_every_steps;
+  if (e == 0 || e <= run.steps) return "";
+  return "train.eval_every_steps = " + std::to_string(e) + " is longer than the whole run (" + run.said +
+         "): no evaluation would fall on it, only the one at the end; set train.eval_every_steps to at most " +
+         std::to_string(run.steps) + ", or 0 to evaluate at the end of each epoch";
+}
+
+// Without checkpoint.at_end and timed checkpoints, the step interval is the only writer.
+std::string checkpoint_vs_run(const Config& c, const RunLength& run) {
+  const auto& k = c.checkpoint;
+  if (k.every_steps == 0 || k.every_steps <= run.steps || k.at_end || k.every_minutes > 0) return "";
+  return "checkpoint.every_steps = " + std::to_string(k.every_steps) + " is longer than the whole run (" + run.said +
+         ") and checkpoint.at_end = false: the run would write no checkpoint; set checkpoint.every_steps to at most " +
+         std::to_string(run.steps) + ", or checkpoint.at_end = true";
+}
+
+// A milestone lowers the learning rate from its step on (schedule.hpp): one at or after the
+// run's end never does. Before the plan, milestones in epochs are compared with train.epochs
+// (the run is never longer), in steps with train.max_steps.
+std::string milestones_vs_run(const Config& c, const RunLength* run) {
+  const auto& s = c.schedule;
+  if (s.kind != ScheduleKind::multistep) return "";
+  const bool epochs = s.milestone_unit == MilestoneUnit::epochs;
+  for (const int64_t m : s.milestones) {
+    std::string at, end;
+    if (epochs && (run == nullptr || run->steps_per_epoch == 0)) {
+      if (c.train.epochs == 0 || m < c.train.epochs) continue;
+      at = std::to_string(m) + " (schedule.milestone_unit = epochs)";
+      end = "train.epochs = " + std::to_string(c.train.epochs);
+    } else if (run != nullptr) {
+      const int64_t step = epochs ? m * run->steps_per_epoch : m;
+      if (step < run->steps) continue;
+      at = std::to_string(m) + (epochs ? " (schedule.milestone_unit = epochs: step " + std::to_string(step) + " at " +
+                                             std::to_string(run->steps_per_epoch) + " steps per epoch)"
+                                       : std::string());
+      end = run->said;
+    } else {
+      continue;
+    }
+    std::string list;
+    for (const int64_t x : s.milestones) list += (list.empty() ? "" : ", ") + std::to_string(x);
+    return "schedule.milestones = [" + list + "] has " + at + ", not before the end of the run (" + end +
+           "): a milestone lowers the learning rate from there on, so this one never would; remove it, or train "
+           "longer";
+  }
+  return "";
+}
+
+// Cosine decays from the peak to min_lr; a min_lr above the peak would make it climb. Under
+// the linear scaling rule the peak depends on the job's size: checked at run time, not here.
+std::string cosine_floor_vs_lr(const Config& c) {
+  if (c.schedule.kind != ScheduleKind::cosine || c.schedule.scale_lr_with_batch || c.schedule.min_lr <= c.optimizer.lr)
+    return "";
+  return "schedule.min_lr = " + format_double(c.schedule.min_lr) + " is above optimizer.lr = " +
+         format_double(c.optimizer.lr) +
+         ": schedule.kind = cosine decays the learning rate from optimizer.lr down to schedule.min_lr; set "
+         "schedule.min_lr below optimizer.lr";
+}
+
+// A device allreduce sums GPU memory, which the CPU backend does not have.
+std::string device_allreduce_vs_backend(const Config& c) {
+  const mpi::AllreduceKind a = c.parallel.device_allreduce;
+  if (a == mpi::AllreduceKind::host || c.run.backend != nn::BackendKind::cpu) return "";
+  return std::string("parallel.device_allreduce = ") + mpi::k_allreduce_kinds.name(a) +
+         " sums GPU memory, but run.backend = cpu trains in host memory: set run.backend = cuda (or auto), or "
+         "parallel.device_allreduce = host";
+}
 
 void check_finite(const Config& config, const std::string& origin) {
   Config copy = config;  // the field table binds non-const pointers
@@ -459,18 +590,16 @@ bool takes_aspp_rates(const Config& c) {
   return !known_model(c.model.name) || c.model.name.rfind("deeplabv3plus", 0) == 0;
 }
 
-bool sgd(const Config& c) { return c.optimizer.name == "sgd"; }
-bool adam_family(const Config& c) {
-  const std::string& o = c.optimizer.name;
-  return o == "adam" || o == "adamw" || o == "lamb";
-}
+bool sgd(const Config& c) { return c.optimizer.name == OptimizerKind::sgd; }
+bool adam_family(const Config& c) { return !sgd(c); }
 bool larc(const Config& c) { return c.optimizer.larc; }
-bool multistep(const Config& c) { return c.schedule.kind == "multistep"; }
-bool cosine(const Config& c) { return c.schedule.kind == "cosine"; }
+bool multistep(const Config& c) { return c.schedule.kind == ScheduleKind::multistep; }
+bool cosine(const Config& c) { return c.schedule.kind == ScheduleKind::cosine; }
 bool scaled_lr(const Config& c) { return c.schedule.scale_lr_with_batch; }
-bool fp16(const Config& c) { return c.train.precision == "fp16"; }
-bool sma(const Config& c) { return c.parallel.algorithm == "sma"; }
-bool local_sgd(const Config& c) { return c.parallel.algorithm == "local-sgd"; }
+bool fp16(const Config& c) { return c.train.precision == Precision::fp16; }
+bool sma(const Config& c) { return c.parallel.algorithm == Algorithm::sma; }
+bool local_sgd(const Config& c) { return c.parallel.algorithm == Algorithm::local_sgd; }
+bool has_target(const Config& c) { return c.train.target.metric != TargetMetric::none; }
 bool synchronises(const Config& c) { return sma(c) || local_sgd(c); }
 bool autotune(const Config& c) { return c.parallel.autotune; }
 // Validation used to ask for max_replicas_per_device >= replicas_per_device in every run, so
@@ -487,6 +616,7 @@ const std::vector<Applicability>& applicability() {
       {"model.aspp_rates", "model.name", "deeplabv3plus*", takes_aspp_rates},
       {"train.loss_scale", "train.precision", "fp16", fp16},
       {"train.loss_scale_window", "train.precision", "fp16", fp16},
+      {"train.target.value", "train.target.metric", "accuracy or miou", has_target},
       {"optimizer.momentum", "optimizer.name", "sgd", sgd},
       {"optimizer.nesterov", "optimizer.name", "sgd", sgd},
       {"optimizer.beta1", "optimizer.name", "adam, adamw or lamb", adam_family},
@@ -520,9 +650,11 @@ bool differs_from_default(const Config& config, const std::string& key) {
   Config copy = config, defaults;  // the field table binds non-const pointers
   const auto now = fields(copy), before = fields(defaults);
   return std::visit(
-      [](auto* a, auto* b) {
-        if constexpr (std::is_same_v<decltype(a), decltype(b)>) return *a != *b;
-        else return true;
+      [](const auto& a, const auto& b) {
+        using A = std::decay_t<decltype(a)>;
+        if constexpr (!std::is_same_v<A, std::decay_t<decltype(b)>>) return true;
+        else if constexpr (std::is_same_v<A, EnumField>) return std::string_view(a.name()) != b.name();
+        else return *a != *b;
       },
       field_named(now, key).ref, field_named(before, key).ref);
 }
@@ -533,6 +665,7 @@ std::string plain_value(const Config& config, const std::string& key) {
   const auto table = fields(copy);
   const FieldRef& ref = field_named(table, key).ref;
   if (const auto* p = std::get_if<std::string*>(&ref)) return **p;
+  if (const auto* e = std::get_if<EnumField>(&ref)) return e->name();
   return format_value(ref);
 }
 
@@ -549,55 +682,15 @@ void check_applicable(const Config& config, const KeysSet& set) {
   }
 }
 
-}  // namespace
+// ---- checking a config ----------------------------------------------------------------------
 
-// ---- public API ---------------------------------------------------------------------------------
-
-void apply_override(Config& config, const std::string& assignment) {
-  apply_override_noting(config, assignment, nullptr);
-}
-
-Config parse_config(const std::string& text, const std::string& origin,
-                    const std::vector<std::string>& overrides) {
-  Config config;
-  toml::table root;
-  try {
-    root = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    const auto& b = e.source().begin;
-    throw Error(origin + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) +
-                ": TOML syntax error: " + std::string(e.description()));
-  }
-  KeysSet set;
-  apply_table(config, root, origin, &set);
-  for (const auto& o : overrides) apply_override_noting(config, o, &set);
-  validate(config, overrides.empty() ? origin : origin + " with --set overrides");
-  check_applicable(config, set);
-  return config;
-}
-
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  if (path.empty()) return parse_config("", "<defaults>", overrides);
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw Error(path + ": config file not found");
-  if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a directory, not a config file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open config file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_config(text.str(), path, overrides);
-}
-
-void validate(const Config& c, const std::string& origin) {
+void check_values(const Config& c, const std::string& origin) {
   check_finite(c, origin);
   const Checker k{origin};
+  // Enum keys need no check: their tables admit only their values.
   k.require(!c.run.dir.empty(), "run.dir", "must not be empty");
-  k.one_of(c.run.backend, "run.backend", {"cpu", "cuda", "auto"});
   k.non_negative(c.run.threads, "run.threads");
-  k.one_of(c.run.cpu_streams, "run.cpu_streams", {"inline", "async"});
 
-  k.one_of(c.data.normalization, "data.normalization", {"zscore", "minmax"});
-  k.one_of(c.data.sampling, "data.sampling", {"global", "local"});
   k.non_negative(c.data.workers, "data.workers");
   k.positive(c.data.prefetch, "data.prefetch");
   k.non_negative(c.data.cache_mb, "data.cache_mb");
@@ -627,18 +720,18 @@ void validate(const Config& c, const std::string& origin) {
   k.non_negative(c.train.eval_batch_size, "train.eval_batch_size");
   k.non_negative(c.train.eval_every_steps, "train.eval_every_steps");
   k.positive(c.train.log_every_steps, "train.log_every_steps");
-  k.one_of(c.train.precision, "train.precision", {"fp32", "bf16", "fp16"});
-  k.one_of(c.model.layout, "model.layout", {"auto", "nchw", "nhwc"});
   k.require(std::isfinite(c.train.loss_scale) && c.train.loss_scale > 0, "train.loss_scale",
             "must be > 0 (got " + format_double(c.train.loss_scale) + ")");
   k.positive(c.train.loss_scale_window, "train.loss_scale_window");
-  k.one_of(c.train.nonfinite, "train.nonfinite", {"stop", "skip"});
+  const auto& t = c.train.target;
+  k.require(t.metric == TargetMetric::none || (t.value > 0 && t.value <= 1), "train.target.value",
+            std::string("must be in (0, 1] with train.target.metric = ") + k_target_metrics.name(t.metric) + " (got " +
+                format_double(t.value) + ")");
 
   const auto& o = c.optimizer;
-  k.one_of(o.name, "optimizer.name", {"sgd", "adam", "adamw", "lamb"});
   k.require(std::isfinite(o.lr) && o.lr > 0, "optimizer.lr", "must be > 0 (got " + format_double(o.lr) + ")");
   k.fraction(o.momentum, "optimizer.momentum", false);
-  k.require(!(o.nesterov && o.momentum == 0 && o.name == "sgd"), "optimizer.nesterov",
+  k.require(!(o.nesterov && o.momentum == 0 && o.name == OptimizerKind::sgd), "optimizer.nesterov",
             "needs optimizer.momentum > 0");
   k.non_negative(o.weight_decay, "optimizer.weight_decay");
   k.fraction(o.beta1, "optimizer.beta1", false);
@@ -648,9 +741,7 @@ void validate(const Config& c, const std::string& origin) {
 
   const auto& s = c.schedule;
   k.non_negative(s.warmup_steps, "schedule.warmup_steps");
-  k.one_of(s.kind, "schedule.kind", {"constant", "multistep", "cosine"});
-  k.one_of(s.milestone_unit, "schedule.milestone_unit", {"steps", "epochs"});
-  k.require(s.kind != "multistep" || !s.milestones.empty(), "schedule.milestones",
+  k.require(s.kind != ScheduleKind::multistep || !s.milestones.empty(), "schedule.milestones",
             "must list at least one milestone when schedule.kind = \"multistep\"");
   for (size_t i = 0; i < s.milestones.size(); ++i) {
     k.positive(s.milestones[i], "schedule.milestones");
@@ -661,25 +752,23 @@ void validate(const Config& c, const std::string& origin) {
   k.positive(s.reference_batch, "schedule.reference_batch");
 
   const auto& p = c.parallel;
-  k.one_of(p.algorithm, "parallel.algorithm", {"ssgd", "sma", "local-sgd"});
   k.positive(p.replicas_per_device, "parallel.replicas_per_device");
   k.positive(p.period, "parallel.period");
   k.fraction(p.alpha, "parallel.alpha", true);
   k.fraction(p.momentum, "parallel.momentum", false);
   k.non_negative(p.centre_rate, "parallel.centre_rate");
-  if (p.algorithm == "sma") {
+  if (p.algorithm == Algorithm::sma) {
     const std::string why = sma_instability(p.alpha, p.centre_rate, p.momentum);
     k.require(why.empty(), why.substr(0, why.find(' ')), why.substr(why.find(' ') + 1));
   }
   k.non_negative(p.start_step, "parallel.start_step");
   k.non_negative(p.autotune_threshold, "parallel.autotune_threshold");
   k.non_negative(p.bucket_mb, "parallel.bucket_mb");
-  k.one_of(p.device_allreduce, "parallel.device_allreduce", {"host", "nccl", "device-hier"});
-  k.one_of(p.comm_precision, "parallel.comm_precision", {"fp32", "bf16"});
-  k.require(!(p.comm_precision == "bf16" && p.algorithm == "sma"), "parallel.comm_precision",
+  const bool bf16_sums = p.comm_precision == CommPrecision::bf16;
+  k.require(!(bf16_sums && p.algorithm == Algorithm::sma), "parallel.comm_precision",
             "= bf16 rounds gradient sums; sma sums models, which bf16 would round to 3 significant digits: "
             "use fp32 with parallel.algorithm = sma");
-  k.require(!(p.comm_precision == "bf16" && p.device_allreduce != "host"), "parallel.comm_precision",
+  k.require(!(bf16_sums && p.device_allreduce != mpi::AllreduceKind::host), "parallel.comm_precision",
             "= bf16 is summed by the host allreduce: set parallel.device_allreduce = host");
   // A replayed pass repeats its arguments, and dropout's mask is drawn from the step number.
   k.require(!(p.cuda_graphs && c.model.dropout > 0), "parallel.cuda_graphs",
@@ -692,6 +781,92 @@ void validate(const Config& c, const std::string& origin) {
   k.non_negative(c.checkpoint.every_steps, "checkpoint.every_steps");
   k.non_negative(c.checkpoint.every_minutes, "checkpoint.every_minutes");
   k.positive(c.checkpoint.keep, "checkpoint.keep");
+}
+
+// Keys that contradict each other, where the config alone shows it; the run's real length is
+// check_against_plan's.
+void check_consistent(const Config& c, const std::string& origin) {
+  const Checker k{origin};
+  if (c.train.max_steps > 0) {
+    const RunLength run{c.train.max_steps, "train.max_steps = " + std::to_string(c.train.max_steps)};
+    k.consistent(warmup_vs_run(c, run));
+    k.consistent(eval_vs_run(c, run));
+    k.consistent(checkpoint_vs_run(c, run));
+    k.consistent(milestones_vs_run(c, &run));
+  } else {
+    k.consistent(milestones_vs_run(c, nullptr));
+  }
+  k.consistent(cosine_floor_vs_lr(c));
+  k.consistent(device_allreduce_vs_backend(c));
+}
+
+}  // namespace
+
+// ---- public API ---------------------------------------------------------------------------------
+
+void apply_override(Config& config, const std::string& assignment) {
+  apply_override_noting(config, assignment, nullptr);
+}
+
+namespace {
+
+// parse_config, and for a config a user is about to train from (load_config) the check of
+// keys that contradict each other too.
+Config read_config(const std::string& text, const std::string& origin, const std::vector<std::string>& overrides,
+                   bool refuse_contradictions) {
+  Config config;
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    throw Error(origin + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) +
+                ": TOML syntax error: " + std::string(e.description()));
+  }
+  KeysSet set;
+  apply_table(config, root, origin, &set);
+  for (const auto& o : overrides) apply_override_noting(config, o, &set);
+  const std::string where = overrides.empty() ? origin : origin + " with --set overrides";
+  check_values(config, where);
+  check_applicable(config, set);
+  if (refuse_contradictions) check_consistent(config, where);
+  return config;
+}
+
+}  // namespace
+
+Config parse_config(const std::string& text, const std::string& origin,
+                    const std::vector<std::string>& overrides) {
+  return read_config(text, origin, overrides, false);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  if (path.empty()) return read_config("", "<defaults>", overrides, true);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw Error(path + ": config file not found");
+  if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a directory, not a config file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open config file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return read_config(text.str(), path, overrides, true);
+}
+
+void validate(const Config& config, const std::string& origin) {
+  check_values(config, origin);
+  check_consistent(config, origin);
+}
+
+void check_against_plan(const Config& c, const std::string& origin, int64_t total_steps, int64_t steps_per_epoch) {
+  RunLength run{total_steps, "", steps_per_epoch};
+  run.said = c.train.max_steps > 0 && c.train.max_steps == total_steps
+                 ? "train.max_steps = " + std::to_string(total_steps)
+                 : "train.epochs = " + std::to_string(c.train.epochs) + ": " + show_steps(total_steps);
+  const Checker k{origin};
+  k.consistent(warmup_vs_run(c, run));
+  k.consistent(eval_vs_run(c, run));
+  k.consistent(checkpoint_vs_run(c, run));
+  k.consistent(milestones_vs_run(c, &run));
 }
 
 std::string to_toml(const Config& config) {

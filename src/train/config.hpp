@@ -5,19 +5,23 @@
 // the file is read. Every key has a default, so an empty file is a valid (CI-sized) run.
 //
 // Keys are listed once, in config.cpp's field table; loading, overrides and to_toml all use
-// that table, so a new key is one struct member plus one table row.
+// that table, so a new key is one struct member plus one table row. A key with a fixed set
+// of values is an enum whose names are listed once too (config_enums.hpp).
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "src/train/config_enums.hpp"
 
 namespace squall::train {
 
 struct RunConfig {
   std::string dir = "runs/default";  // run directory: metrics.jsonl, summary.json, checkpoints/
   int64_t seed = 1;                  // model init, shuffling, dropout
-  std::string backend = "cpu";       // cpu | cuda | auto (cuda when a device is present)
+  nn::BackendKind backend = nn::BackendKind::cpu;  // cpu | cuda | auto (cuda when a device is present)
   int64_t threads = 0;               // CPU backend threads per rank; 0 = every core the rank may use
-  std::string cpu_streams = "inline";  // CPU backend: inline | async (a worker thread per stream, for checking)
+  // CPU backend: inline | async (a worker thread per stream, for checking)
+  nn::CpuStreams cpu_streams = nn::CpuStreams::inline_;
   bool tensorboard = true;           // TensorBoard event files under <run.dir>/tensorboard/
   bool mllog = false;                // MLPerf-style :::MLLOG lines in <run.dir>/mlperf.log
   bool operator==(const RunConfig&) const = default;
@@ -27,8 +31,10 @@ struct DataConfig {
   std::string train = "/usr/share/datasets/fashion-mnist";  // IDX folder, shard folder or DeepCAM folder
   std::string test = "/usr/share/datasets/fashion-mnist";
   bool normalize = true;             // standardise inputs with the dataset's statistics
-  std::string normalization = "zscore";  // zscore: (x - mean) / std; minmax: (x - min) / (max - min) (DeepCAM's)
-  std::string sampling = "global";   // global: reshuffle all samples across ranks; local: shards stay on their node
+  // zscore: (x - mean) / std; minmax: (x - min) / (max - min) (DeepCAM's)
+  data::NormalizationKind normalization = data::NormalizationKind::zscore;
+  // global: reshuffle all samples across ranks; local: shards stay on their node
+  io::Sampling sampling = io::Sampling::global;
   bool skip_bad_samples = false;     // false: a NaN or mis-shaped sample is an error; true: skip and count it
   bool shuffle = true;               // reshuffle the training samples every epoch
   int64_t workers = 2;               // loader threads per rank
@@ -56,14 +62,14 @@ struct ModelConfig {
   double dropout = 0.0;              // probability, [0, 1)
   // Memory order of the activations (docs/training.md, "Layout"): auto = nhwc on the CUDA
   // backend at bf16/fp16 (tensor cores read NHWC directly), nchw otherwise.
-  std::string layout = "auto";       // auto | nchw | nhwc
+  LayoutChoice layout = LayoutChoice::auto_;  // auto | nchw | nhwc
   bool operator==(const ModelConfig&) const = default;
 };
 
-// train.target: the run stops at the first evaluation whose metric reaches the value.
+// [train.target]: the run stops at the first evaluation whose metric reaches the value.
 struct TargetConfig {
-  std::string metric = "none";       // none | accuracy | miou
-  double value = 0;
+  TargetMetric metric = TargetMetric::none;  // none | accuracy | miou
+  double value = 0;                  // the metric's value to reach, in (0, 1] (metric != none)
   bool operator==(const TargetConfig&) const = default;
 };
 
@@ -76,19 +82,19 @@ struct TrainConfig {
   int64_t log_every_steps = 50;
   // Mixed precision (docs/training.md, "Mixed precision"): the activations' type. Weights,
   // gradients and optimizer state stay fp32. fp16 uses dynamic loss scaling.
-  std::string precision = "fp32";    // fp32 | bf16 | fp16
+  Precision precision = Precision::fp32;  // fp32 | bf16 | fp16
   double loss_scale = 65536.0;       // fp16: the initial loss scale
   int64_t loss_scale_window = 2000;  // fp16: clean steps before the scale doubles
   // A step whose loss or gradients are NaN or infinite (docs/training.md, "Non-finite values"):
   // stop names the step, rank, learner and layer and ends the run (exit 1); skip drops that
   // step's update, counts it (metrics.jsonl, summary.json) and goes on.
-  std::string nonfinite = "stop";    // stop | skip
-  TargetConfig target;
+  NonFinitePolicy nonfinite = NonFinitePolicy::stop;  // stop | skip
+  TargetConfig target;               // [train.target]
   bool operator==(const TrainConfig&) const = default;
 };
 
 struct OptimizerConfig {
-  std::string name = "sgd";          // sgd | adam | adamw | lamb
+  OptimizerKind name = OptimizerKind::sgd;  // sgd | adam | adamw | lamb
   double lr = 0.05;                  // peak learning rate (before the linear scaling rule)
   double momentum = 0.9;             // sgd
   bool nesterov = false;             // sgd
@@ -106,9 +112,9 @@ struct OptimizerConfig {
 // Learning-rate schedule; see schedule.hpp for the exact formulas.
 struct ScheduleConfig {
   int64_t warmup_steps = 0;          // linear warm-up to the peak lr
-  std::string kind = "constant";     // constant | multistep | cosine
+  ScheduleKind kind = ScheduleKind::constant;  // constant | multistep | cosine
   std::vector<int64_t> milestones;   // multistep: lr *= gamma at each milestone
-  std::string milestone_unit = "steps";  // steps | epochs: what the milestones count
+  MilestoneUnit milestone_unit = MilestoneUnit::steps;  // steps | epochs: what the milestones count
   double gamma = 0.1;                // multistep factor
   double min_lr = 0.0;               // cosine: final lr
   bool scale_lr_with_batch = false;  // linear scaling rule: lr x global_batch / reference_batch
@@ -117,7 +123,7 @@ struct ScheduleConfig {
 };
 
 struct ParallelConfig {
-  std::string algorithm = "ssgd";    // ssgd | sma | local-sgd
+  Algorithm algorithm = Algorithm::ssgd;  // ssgd | sma | local-sgd
   int64_t replicas_per_device = 1;   // learners per device
   int64_t period = 1;                // sma / local-sgd: steps between synchronisations
   double alpha = 0.1;                // sma: pull of each replica towards the central model, (0, 1]
@@ -131,8 +137,10 @@ struct ParallelConfig {
   double bucket_mb = 0.0;            // ssgd across ranks: gradients reduced in buckets of at least this many MiB;
                                      // 0 = by backend: 1 on the CPU, 25 on a GPU (bucket_mb_for)
   bool cuda_graphs = false;          // CUDA backend: capture each learner's pass once, replay it every step
-  std::string device_allreduce = "host";  // CUDA backend, several ranks: host | nccl | device-hier
-  std::string comm_precision = "fp32";  // fp32 | bf16: gradient sums across ranks (ssgd, local-sgd's warm-up)
+  // CUDA backend, several ranks: host | nccl | device-hier
+  mpi::AllreduceKind device_allreduce = mpi::AllreduceKind::host;
+  CommPrecision comm_precision = CommPrecision::fp32;  // fp32 | bf16: gradient sums across ranks (ssgd,
+                                                       // local-sgd's warm-up)
   bool operator==(const ParallelConfig&) const = default;
 };
 
@@ -164,19 +172,34 @@ struct Config {
 // value syntax: 3, 0.1, true, "text" or text, [1, 2]) and validates the result. A key set
 // in the file or by an override that differs from its default and does not apply to the
 // chosen model, optimizer, schedule, precision or algorithm (optimizer.beta1 with sgd) is an
-// error too. Errors (squall::Error) name the file or the override and the key.
+// error too, and so are keys that contradict each other (validate). Errors (squall::Error;
+// squall::UsageError for a value an enum's table does not name and for contradictions) name
+// the file or the override and the key.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
-// Same, from TOML text; `origin` names it in errors.
+// Same, from TOML text; `origin` names it in errors. It does not refuse keys that contradict
+// each other: it reads the configs runs stored (a checkpoint's, rank 0's), which were valid
+// when written, and must read again when a later squall checks more.
 Config parse_config(const std::string& text, const std::string& origin,
                     const std::vector<std::string>& overrides = {});
 
 // Applies one "section.key=value" override to `config` (no validation).
 void apply_override(Config& config, const std::string& assignment);
 
-// Checks ranges and allowed values, and that every float is finite; throws squall::Error
-// naming `origin` and the key. (Which keys apply needs to know which were set: load_config.)
+// Checks ranges, that every float is finite, and that no two keys contradict each other where
+// the config alone shows it (schedule.warmup_steps >= train.max_steps, ...); throws
+// squall::Error naming `origin` and the key, or both keys and their values. (Which keys apply
+// needs to know which were set: load_config.)
 void validate(const Config& config, const std::string& origin);
+
+// The contradictions that need the run's length, known once the data is open: a warm-up that
+// lasts the whole run, an evaluation or checkpoint interval (with checkpoint.at_end = false
+// and no timed checkpoints) longer than the run, a multistep milestone at or after its end.
+// total_steps: the steps the run takes (train.epochs x steps_per_epoch, capped by
+// train.max_steps). Throws squall::UsageError naming `origin`, both keys and their values, and
+// what to change.
+void check_against_plan(const Config& config, const std::string& origin, int64_t total_steps,
+                        int64_t steps_per_epoch);
 
 // Every key, section by section, in a form load_config reads back to an equal Config.
 std::string to_toml(const Config& config);

@@ -34,11 +34,11 @@ std::unique_ptr<Backend> make_cuda_backend(int) { throw Error(k_not_built); }
 
 namespace squall::mpi {
 
-std::vector<std::string> device_allreduce_names() { return {}; }
+std::vector<AllreduceKind> device_allreduce_kinds() { return {}; }
 
-std::unique_ptr<DeviceAllreduce> make_device_allreduce(const std::string& name, const Topology&, int,
+std::unique_ptr<DeviceAllreduce> make_device_allreduce(AllreduceKind kind, const Topology&, int,
                                                        const AllreduceOptions&) {
-  throw Error(name + ": squall was built without the CUDA backend");
+  throw Error(std::string(k_allreduce_kinds.name(kind)) + ": squall was built without the CUDA backend");
 }
 
 }  // namespace squall::mpi

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "src/data/data_source.hpp"
+#include "src/data/normalization_kind.hpp"
 
 namespace squall::train {
 
@@ -27,7 +28,7 @@ std::unique_ptr<DataSource> open_idx(const std::string& dir, const std::string& 
 // netcdf_variables / netcdf_labels: data.netcdf_variables and data.netcdf_labels
 // (io::netcdf_variable_map, io::NetcdfOptions::labels), used for netCDF input only.
 std::unique_ptr<DataSource> open_dataset(const std::string& path, const std::string& split, bool normalize,
-                                         const std::string& normalization, int64_t cache_mb = 1024,
+                                         data::NormalizationKind normalization, int64_t cache_mb = 1024,
                                          const data::Normalization* fixed = nullptr,
                                          const std::string& netcdf_variables = "",
                                          const std::string& netcdf_labels = "labels");

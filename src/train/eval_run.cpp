@@ -234,7 +234,7 @@ CheckpointGraph checkpoint_graph(const CheckpointModel& ck, const EvalOptions& o
   r.graph->setup(batch);
   r.params = ck.data.array("central/params", r.graph->param_count());
   r.state = ck.data.array("central/state", r.graph->state_count());
-  r.normalization = cfg.data.normalize ? cfg.data.normalization : "";
+  r.normalization = cfg.data.normalize ? data::k_normalization_kinds.name(cfg.data.normalization) : "";
   r.data_path = cfg.data.test;
   return r;
 }

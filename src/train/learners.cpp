@@ -9,34 +9,22 @@
 
 namespace squall::train {
 
-nn::DType precision_dtype(std::string_view name) {
-  if (name == "fp32") return nn::DType::f32;
-  if (name == "bf16") return nn::DType::bf16;
-  if (name == "fp16") return nn::DType::f16;
-  throw Error("train.precision: unknown precision '" + std::string(name) + "' (fp32, bf16 or fp16)");
-}
-
-nn::Layout resolve_layout(std::string_view name, std::string_view backend, nn::DType precision) {
-  if (name == "nchw") return nn::Layout::nchw;
-  if (name == "nhwc") return nn::Layout::nhwc;
-  if (name == "auto") return backend == "cuda" && precision != nn::DType::f32 ? nn::Layout::nhwc : nn::Layout::nchw;
-  throw Error("model.layout: unknown layout '" + std::string(name) + "' (auto, nchw or nhwc)");
-}
-
-Algorithm parse_algorithm(std::string_view name) {
-  if (name == "ssgd") return Algorithm::ssgd;
-  if (name == "sma") return Algorithm::sma;
-  if (name == "local-sgd") return Algorithm::local_sgd;
-  throw Error("parallel.algorithm: unknown algorithm '" + std::string(name) + "' (ssgd, sma, local-sgd)");
-}
-
-const char* algorithm_name(Algorithm a) {
-  switch (a) {
-    case Algorithm::ssgd: return "ssgd";
-    case Algorithm::sma: return "sma";
-    case Algorithm::local_sgd: return "local-sgd";
+nn::DType precision_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::fp32: return nn::DType::f32;
+    case Precision::bf16: return nn::DType::bf16;
+    case Precision::fp16: return nn::DType::f16;
   }
-  return "?";
+  return nn::DType::f32;
+}
+
+nn::Layout resolve_layout(LayoutChoice layout, std::string_view backend, nn::DType precision) {
+  switch (layout) {
+    case LayoutChoice::nchw: return nn::Layout::nchw;
+    case LayoutChoice::nhwc: return nn::Layout::nhwc;
+    case LayoutChoice::auto_: break;
+  }
+  return backend == "cuda" && precision != nn::DType::f32 ? nn::Layout::nhwc : nn::Layout::nchw;
 }
 
 LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph,

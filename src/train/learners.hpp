@@ -37,16 +37,13 @@ namespace squall::train {
 struct GroupCore;
 class SyncAlgorithm;
 
-enum class Algorithm { ssgd, sma, local_sgd };
-// "ssgd" | "sma" | "local-sgd"; anything else throws squall::Error naming the value.
-Algorithm parse_algorithm(std::string_view name);
-const char* algorithm_name(Algorithm a);
-// train.precision: "fp32" | "bf16" | "fp16" -> the activations' DType; anything else throws
-// squall::Error naming the value.
-nn::DType precision_dtype(std::string_view name);
-// model.layout: "nchw" | "nhwc" | "auto" (nhwc on the cuda backend at bf16/f16, where
-// tensor-core convolutions read NHWC directly; nchw otherwise); anything else throws.
-nn::Layout resolve_layout(std::string_view name, std::string_view backend, nn::DType precision);
+// (Algorithm, parallel.algorithm, and its names are config_enums.hpp's.)
+// train.precision -> the activations' DType.
+nn::DType precision_dtype(Precision precision);
+// model.layout: nchw or nhwc, and auto as nhwc on the cuda backend (named by `backend`, the
+// Backend's name()) at bf16/f16, where tensor-core convolutions read NHWC directly; nchw
+// otherwise.
+nn::Layout resolve_layout(LayoutChoice layout, std::string_view backend, nn::DType precision);
 
 // What happens around each phase, for the timeline: phase is "forward", "backward",
 // "device_sum", "allreduce", "update", "host_wait" (the host waiting for the group's

@@ -8,7 +8,7 @@
 namespace squall::train {
 
 std::unique_ptr<DataSource> open_dataset(const std::string& path, const std::string& split, bool normalize,
-                                         const std::string& normalization, int64_t cache_mb,
+                                         data::NormalizationKind normalization, int64_t cache_mb,
                                          const data::Normalization* fixed, const std::string& netcdf_variables,
                                          const std::string& netcdf_labels) {
   if (path.empty()) throw Error("no dataset path given (data.train / data.test)");

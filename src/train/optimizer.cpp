@@ -62,7 +62,7 @@ class Sgd final : public OptimizerBase {
     backend.sgd_update(stream, *m_set, m_velocity.data(), a);
     ++m_steps;
   }
-  std::string name() const override { return "sgd"; }
+  std::string name() const override { return k_optimizer_kinds.name(OptimizerKind::sgd); }
   std::vector<OptimizerState> state() override { return {{"momentum", m_velocity.data(), m_total}}; }
 
  private:
@@ -75,9 +75,7 @@ class Sgd final : public OptimizerBase {
 // tensor by the trust ratio, computed on the device) share the moments.
 class AdamFamily final : public OptimizerBase {
  public:
-  enum class Kind { adam, adamw, lamb };
-
-  AdamFamily(Kind kind, const OptimizerConfig& c, nn::Backend& backend, std::vector<ParamGroup> groups)
+  AdamFamily(OptimizerKind kind, const OptimizerConfig& c, nn::Backend& backend, std::vector<ParamGroup> groups)
       : OptimizerBase(std::move(groups)), m_kind(kind), m_config(c),
         m_m(zeroed(backend, m_total)), m_v(zeroed(backend, m_total)),
         m_set(backend.make_tensor_set(tensor_refs(m_groups))) {}
@@ -85,8 +83,9 @@ class AdamFamily final : public OptimizerBase {
   void step(nn::Backend& backend, nn::Stream& stream, float lr) override {
     ++m_steps;  // bias correction counts from 1
     nn::AdamArgs a;
-    a.kind = m_kind == Kind::adam ? nn::AdamArgs::Kind::adam
-             : m_kind == Kind::adamw ? nn::AdamArgs::Kind::adamw : nn::AdamArgs::Kind::lamb;
+    a.kind = m_kind == OptimizerKind::adam    ? nn::AdamArgs::Kind::adam
+             : m_kind == OptimizerKind::adamw ? nn::AdamArgs::Kind::adamw
+                                              : nn::AdamArgs::Kind::lamb;
     a.lr = lr;
     a.beta1 = static_cast<float>(m_config.beta1);
     a.beta2 = static_cast<float>(m_config.beta2);
@@ -95,15 +94,13 @@ class AdamFamily final : public OptimizerBase {
     a.step = m_steps;
     backend.adam_update(stream, *m_set, m_m.data(), m_v.data(), a);
   }
-  std::string name() const override {
-    return m_kind == Kind::adam ? "adam" : m_kind == Kind::adamw ? "adamw" : "lamb";
-  }
+  std::string name() const override { return k_optimizer_kinds.name(m_kind); }
   std::vector<OptimizerState> state() override {
     return {{"exp_avg", m_m.data(), m_total}, {"exp_avg_sq", m_v.data(), m_total}};
   }
 
  private:
-  Kind m_kind;
+  OptimizerKind m_kind;  // adam, adamw or lamb
   OptimizerConfig m_config;
   nn::Buffer m_m, m_v;
   std::unique_ptr<nn::TensorSet> m_set;
@@ -155,12 +152,15 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, nn::Bac
   OptimizerConfig inner = config;
   if (config.larc) inner.weight_decay = 0.0;  // LARC applies it before scaling the gradient
   std::unique_ptr<Optimizer> opt;
-  using Kind = AdamFamily::Kind;
-  if (config.name == "sgd") opt = std::make_unique<Sgd>(inner, backend, std::move(groups));
-  else if (config.name == "adam") opt = std::make_unique<AdamFamily>(Kind::adam, inner, backend, std::move(groups));
-  else if (config.name == "adamw") opt = std::make_unique<AdamFamily>(Kind::adamw, inner, backend, std::move(groups));
-  else if (config.name == "lamb") opt = std::make_unique<AdamFamily>(Kind::lamb, inner, backend, std::move(groups));
-  else throw Error("optimizer.name must be one of sgd | adam | adamw | lamb (got \"" + config.name + "\")");
+  switch (config.name) {
+    case OptimizerKind::sgd: opt = std::make_unique<Sgd>(inner, backend, std::move(groups)); break;
+    case OptimizerKind::adam:
+    case OptimizerKind::adamw:
+    case OptimizerKind::lamb:
+      opt = std::make_unique<AdamFamily>(config.name, inner, backend, std::move(groups));
+      break;
+  }
+  if (!opt) throw Error(std::string("optimizer.name: no optimizer for value ") + k_optimizer_kinds.name(config.name));
   if (config.larc) opt = std::make_unique<Larc>(config, backend, std::move(opt));
   return opt;
 }

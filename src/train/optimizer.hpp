@@ -54,7 +54,6 @@ class Optimizer {
 
 // Builds the optimizer the config names (sgd | adam | adamw | lamb), wrapped in LARC when
 // config.larc. State buffers are allocated once, through backend.allocate, and zeroed.
-// Throws squall::Error for an unknown name.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, nn::Backend& backend,
                                           std::vector<ParamGroup> groups);
 

@@ -79,10 +79,8 @@ std::string knobs_text(const nn::ModelSpec& spec) {
 // ---- the machine --------------------------------------------------------------------------
 std::vector<std::string> machine_names() { return {"summit", "perlmutter", "frontier", "local"}; }
 
-Machine machine_preset(const std::string& name, const std::string& precision) {
-  const bool reduced = precision == "fp16" || precision == "bf16";
-  if (!reduced && precision != "fp32")
-    throw UsageError("unknown precision '" + precision + "' (known: fp32, fp16, bf16)");
+Machine machine_preset(const std::string& name, Precision precision) {
+  const bool reduced = precision != Precision::fp32;
   Machine m;
   m.name = name;
   m.precision = precision;
@@ -91,7 +89,7 @@ Machine machine_preset(const std::string& name, const std::string& precision) {
     // OLCF Summit user guide: 6 NVIDIA V100 (SXM2, 16 GB) per node, 4,608 nodes; NVLink2
     // 50 GB/s per direction between connected GPUs; dual-rail EDR InfiniBand, 2 x 12.5 GB/s;
     // 1.6 TB NVMe, about 6 GB/s read.
-    if (precision == "bf16") throw UsageError("precision 'bf16': V100 has no bf16 (use fp16 or fp32)");
+    if (precision == Precision::bf16) throw UsageError("precision 'bf16': V100 has no bf16 (use fp16 or fp32)");
     m.gpus_per_node = 6;
     m.max_nodes = 4608;
     m.peak_flops = reduced ? 125e12 : 15.7e12;
@@ -174,7 +172,7 @@ Row forecast_one(const ModelCost& model, const Machine& m, const Scenario& s, in
   const double reduce = s.allreduce == "flat" ? flat : hier;
   // ssgd: buckets reduce while backward (2/3 of compute) runs; sma: the model sum runs beside
   // the whole next forward and backward.
-  const double window = s.algorithm == "sma" ? compute_s : compute_s * 2.0 / 3.0;
+  const double window = s.algorithm == Algorithm::sma ? compute_s : compute_s * 2.0 / 3.0;
   const double exposed = reduce - s.overlap * std::min(reduce, window);
   double io = 0;
   if (m.nvme_bw > 0 && s.sample_bytes > 0)
@@ -236,7 +234,7 @@ RunMeasurement read_summary(const json& doc) {
 }
 
 Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, double alpha,
-                        const std::string& algorithm) {
+                        Algorithm algorithm) {
   const double step = run.step_s();
   // Per-step times: from the step count when the summary has it, else the shares of the
   // compute and allreduce totals in a step of global_batch / samples_per_s.
@@ -262,7 +260,7 @@ Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, doubl
   const double bytes = 4.0 * static_cast<double>(run.parameters);
   const int p = run.world_size;
   const double whole = reduce + hidden;  // the allreduce's duration, hidden or not
-  const double window = algorithm == "sma" ? compute : compute * 2.0 / 3.0;
+  const double window = algorithm == Algorithm::sma ? compute : compute * 2.0 / 3.0;
   m.overlap = hidden > 0 ? std::min(1.0, hidden / std::min(whole, window)) : 0.0;
   if (p > 1 && whole > 2.0 * (p - 1) * alpha) {
     m.intra_bw = 2.0 * (p - 1) / p * bytes / (whole - 2.0 * (p - 1) * alpha);

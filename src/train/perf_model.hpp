@@ -11,6 +11,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "src/nn/graph.hpp"
+#include "src/train/config_enums.hpp"
 
 namespace squall::train::perf {
 
@@ -49,14 +50,15 @@ struct Machine {
   double nvme_bw = 0;            // bytes/s per node (read); 0: no node-local NVMe modelled
   double step_overhead = 0;      // s per step outside compute and allreduce (calibrated only)
   double overlap = -1;           // calibrated only: the run's hidden share (Scenario::overlap); -1 none
-  std::string precision = "fp32";
+  Precision precision = Precision::fp32;
   std::string notes;             // where the numbers come from, in one line
   double sustained_flops() const { return peak_flops * efficiency; }
 };
 std::vector<std::string> machine_names();  // summit, perlmutter, frontier, local
-// precision: fp32 | fp16 | bf16 (reduced precision: the tensor/matrix-core peak). Throws
-// UsageError for an unknown machine or precision, and for `local` (it comes from calibration).
-Machine machine_preset(const std::string& name, const std::string& precision = "fp32");
+// precision: fp32, or bf16/fp16 (reduced precision: the tensor/matrix-core peak). Throws
+// UsageError for an unknown machine, a precision the machine lacks, and for `local` (it comes
+// from calibration).
+Machine machine_preset(const std::string& name, Precision precision = Precision::fp32);
 
 // ---- the allreduce ------------------------------------------------------------------------
 // Ring allreduce of `bytes` over p participants: 2(p-1) steps of latency alpha, each moving
@@ -74,7 +76,7 @@ double hier_allreduce_s(double bytes, int nodes, const Machine& m);
 struct Scenario {
   int64_t batch = 1;             // per learner
   int learners = 1;              // per GPU
-  std::string algorithm = "ssgd";  // ssgd | sma
+  Algorithm algorithm = Algorithm::ssgd;  // ssgd | sma (local-sgd is not modelled)
   std::string allreduce = "hier";  // which allreduce the step uses: hier | flat
   int grad_bytes = 4;            // per parameter in the allreduce: 4 (fp32) or 2 (bf16/fp16)
   double overlap = 0.8;          // fraction of the overlappable allreduce actually hidden
@@ -118,7 +120,7 @@ RunMeasurement read_summary(const nlohmann::json& summary);
 // allreduce time per step (exposed + overlapped; alpha as given), the overlap from the hidden
 // share, and the rest of the step as a fixed overhead. `algorithm` decides the overlap window.
 Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, double alpha = 0.0,
-                        const std::string& algorithm = "ssgd");
+                        Algorithm algorithm = Algorithm::ssgd);
 
 // From `squall bench allreduce --json`: least squares of time = a + b * x over the sizes of
 // one algorithm, with x = 2(p-1)/p * bytes; alpha = a / (2(p-1)), beta = 1 / b.

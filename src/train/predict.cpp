@@ -116,8 +116,7 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
   const data::Normalization& norm = ck.model.normalization;
   io::OpenOptions open;
   open.normalize = norm.kind != "none";
-  open.normalization = norm.kind;
-  open.fixed = norm;
+  open.fixed = norm;  // its kind, not open.normalization, says how
   open.labels_optional = true;
   open.cache_bytes = 0;
   const io::NetcdfOptions netcdf{io::netcdf_variable_map(cfg.data.netcdf_variables), cfg.data.netcdf_labels};

@@ -22,8 +22,12 @@ namespace {
 
 // train.target's metric in the evaluation (nullopt: no target).
 std::optional<double> target_metric(const TargetConfig& t, const ConfusionMatrix& cm) {
-  if (t.metric == "none") return std::nullopt;
-  return t.metric == "miou" ? cm.mean_iou() : cm.accuracy();
+  switch (t.metric) {
+    case TargetMetric::none: break;
+    case TargetMetric::accuracy: return cm.accuracy();
+    case TargetMetric::miou: return cm.mean_iou();
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -46,7 +50,7 @@ TrainingRun::TrainingRun(const Config& cfg, const std::string& origin, const Run
       m_rank(m_topo.rank()),
       m_ranks(m_topo.world_size()),
       m_root(m_rank == 0),
-      m_algorithm(parse_algorithm(cfg.parallel.algorithm)),
+      m_algorithm(cfg.parallel.algorithm),
       m_timeline(options.timeline) {
   install_stop_handlers();
 }
@@ -158,7 +162,7 @@ void TrainingRun::log_step(int64_t epoch, double lr, const std::vector<float>& l
   int finite = 0;
   for (float l : losses)
     if (std::isfinite(l)) loss += l, ++finite;
-  if (finite == 0 && m_cfg.train.nonfinite != "skip")
+  if (finite == 0 && m_cfg.train.nonfinite != NonFinitePolicy::skip)
     throw Error("training diverged: the loss is not finite at step " + std::to_string(m_pos.step) + " (rank " +
                 std::to_string(m_rank) + ")");
   if (finite > 0) m_window_loss.add(loss / finite);
@@ -243,8 +247,8 @@ void TrainingRun::evaluate(int64_t epoch) {
   m_log->evaluated({m_pos.step, epoch, &m_last_eval.cm, m_last_eval_loss, t.seconds(), epochs_done});
   const std::optional<double> value = target_metric(m_cfg.train.target, m_last_eval.cm);
   if (!value || *value < m_cfg.train.target.value || m_target) return;
-  m_target = TargetFacts{m_cfg.train.target.metric, m_cfg.train.target.value, *value, m_pos.step, epoch,
-                         m_log->clock().run_s()};
+  m_target = TargetFacts{k_target_metrics.name(m_cfg.train.target.metric), m_cfg.train.target.value, *value,
+                         m_pos.step, epoch, m_log->clock().run_s()};
   m_log->target_reached(*m_target);
 }
 

@@ -63,7 +63,7 @@ RunFacts TrainingRun::run_facts() const {
   f.train_samples = m_data.n_train;
   f.test_samples = m_data.n_test;
   f.optimizer = g.optimizer_name();
-  f.precision = m_cfg.train.precision;
+  f.precision = k_precisions.name(m_cfg.train.precision);
   f.run_dir = m_cfg.run.dir;
   f.base_lr = m_device.schedule->peak_lr();
   f.warmup_steps = m_cfg.schedule.warmup_steps;
@@ -159,7 +159,7 @@ TrainResult TrainingRun::finish() {
   s.backend = m_device.backend->name();
   s.device = m_device.backend->device().name;
   s.model = m_data.spec.name;
-  s.precision = m_cfg.train.precision;
+  s.precision = k_precisions.name(m_cfg.train.precision);
   s.layout = nn::layout_name(g.layout());
   s.optimizer = g.optimizer_name();
   s.data = m_data.train->info().description;
@@ -202,14 +202,14 @@ TrainResult TrainingRun::finish() {
   }
   if (g.options().graphs) s.parallel["captured_learners"] = g.captured_learners();
   if (m_device.allreduce->memory() == mpi::Memory::device) s.parallel["device_allreduce"] = m_device.allreduce->mode();
-  s.parallel["comm_precision"] = m_cfg.parallel.comm_precision;
+  s.parallel["comm_precision"] = k_comm_precisions.name(m_cfg.parallel.comm_precision);
   if (m_cfg.parallel.autotune) s.parallel["autotune"] = m_device.tuner->decisions();
   s.train_loss = r.train_loss;
   s.test_loss = r.test_loss;
   s.cm = &m_last_eval.cm;
   s.model_checksum = r.model_checksum;
-  if (m_cfg.train.target.metric != "none") {
-    s.target_metric = m_cfg.train.target.metric;
+  if (m_cfg.train.target.metric != TargetMetric::none) {
+    s.target_metric = k_target_metrics.name(m_cfg.train.target.metric);
     s.target_value = m_cfg.train.target.value;
     s.target = m_target;
   }

@@ -81,7 +81,7 @@ TrainingData open_training_data(const Config& cfg, const std::string& origin, co
   // consecutive batches: learner j of a step takes the rank's batch step*L + j.
   std::vector<int64_t> offsets = d.train->file_offsets();
   if (d.n_train < d.train->size()) offsets = {0, d.n_train};
-  d.sampler = std::make_unique<io::Sampler>(io::parse_sampling(cfg.data.sampling), offsets,
+  d.sampler = std::make_unique<io::Sampler>(cfg.data.sampling, offsets,
                                             io::node_sizes_from(node_of_rank), static_cast<uint64_t>(cfg.run.seed));
   const int ranks = static_cast<int>(node_of_rank.size());
   const int64_t batch = cfg.train.batch_size;
@@ -90,7 +90,8 @@ TrainingData open_training_data(const Config& cfg, const std::string& origin, co
     throw UsageError(origin + ": one step takes train.batch_size x replicas x ranks = " + std::to_string(batch) +
                      " x " + std::to_string(learners) + " x " + std::to_string(ranks) +
                      " samples, more than an epoch's " + std::to_string(d.n_train) + " training samples");
-  check_synchronises(cfg, origin, parse_algorithm(cfg.parallel.algorithm), d.plan.total_steps);
+  check_synchronises(cfg, origin, cfg.parallel.algorithm, d.plan.total_steps);
+  check_against_plan(cfg, origin, d.plan.total_steps, d.plan.steps_per_epoch);
   return d;
 }
 
@@ -99,7 +100,7 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
   TrainingDevice t;
   const DatasetInfo& info = data.train->info();
   const int ranks = topo.world_size();
-  const Algorithm algorithm = parse_algorithm(cfg.parallel.algorithm);
+  const Algorithm algorithm = cfg.parallel.algorithm;
   t.backend = make_rank_backend(cfg, topo);
   t.stream = t.backend->create_stream();
   const std::string backend = t.backend->name();
@@ -109,12 +110,13 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
   ar.stall_abort_s = options.stall_abort_s;
   // parallel.device_allreduce: a CUDA job of several ranks may sum on the GPUs instead of
   // through pinned host memory (docs/allreduce.md, "On device buffers").
-  if (cfg.parallel.device_allreduce != "host" && ranks > 1 && backend != "cuda")
-    throw UsageError(origin + ": parallel.device_allreduce = " + cfg.parallel.device_allreduce +
+  if (cfg.parallel.device_allreduce != mpi::AllreduceKind::host && ranks > 1 && backend != "cuda")
+    throw UsageError(origin + ": parallel.device_allreduce = " +
+                     mpi::k_allreduce_kinds.name(cfg.parallel.device_allreduce) +
                      " sums GPU memory, but this job trains on the " + backend +
                      " backend (set run.backend = cuda, or parallel.device_allreduce = host)");
   t.allreduce = mpi::make_allreduce(cfg.parallel.device_allreduce, topo, t.backend->device().index, ar);
-  if (cfg.parallel.comm_precision == "bf16" && !t.allreduce->takes(mpi::DType::bf16))
+  if (cfg.parallel.comm_precision == CommPrecision::bf16 && !t.allreduce->takes(mpi::DType::bf16))
     throw UsageError(origin + ": parallel.comm_precision = bf16 needs parallel.device_allreduce = host (the " +
                      t.allreduce->mode() + " allreduce sums f32 only)");
 
@@ -134,14 +136,14 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
   lg.seed = static_cast<uint64_t>(cfg.run.seed);
   lg.precision = format.dtype;
   lg.layout = format.layout;
-  lg.bf16_gradients = cfg.parallel.comm_precision == "bf16";
-  lg.skip_nonfinite = cfg.train.nonfinite == "skip";
+  lg.bf16_gradients = cfg.parallel.comm_precision == CommPrecision::bf16;
+  lg.skip_nonfinite = cfg.train.nonfinite == NonFinitePolicy::skip;
   lg.loss_scaling.dynamic = lg.precision == nn::DType::f16;
   lg.loss_scaling.initial = static_cast<float>(cfg.train.loss_scale);
   lg.loss_scaling.growth_interval = cfg.train.loss_scale_window;
   const bool root = topo.rank() == 0;
   if (lg.precision != nn::DType::f32 && backend == "cpu" && root)
-    log::warn("train.precision = " + cfg.train.precision +
+    log::warn(std::string("train.precision = ") + k_precisions.name(cfg.train.precision) +
               " on the CPU backend: the reference numerics of reduced precision, computed by rounding f32 results "
               "(slower than fp32; train in reduced precision for speed on a GPU)");
   lg.graphs = cfg.parallel.cuda_graphs && t.backend->can_capture();
@@ -176,7 +178,7 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
   // A device backend, or asynchronous CPU streams, copy the batches from pinned host memory:
   // the copy then runs on the learner's stream, ordered like any other work, and the host does
   // not wait for it (a copy from pageable memory makes the host wait).
-  if (!t.backend->host_accessible() || cfg.run.cpu_streams == "async") {
+  if (!t.backend->host_accessible() || cfg.run.cpu_streams == nn::CpuStreams::async) {
     nn::Backend* be = t.backend.get();
     std::map<void*, nn::Buffer>* pinned = t.pinned_batches.get();
     lo.host_alloc = [be, pinned](size_t bytes) {

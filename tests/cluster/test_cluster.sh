@@ -107,7 +107,8 @@ case $test in
     "$cluster" up "$name" --nodes 2 --rate 1gbit
     "$cluster" mpirun "$name" --host "$("$cluster" hosts "$name" 2)" -- "$squall" train \
       --config "$root/configs/fashion-mnist-sma.toml" --set parallel.algorithm=ssgd \
-      --set parallel.replicas_per_device=1 --set train.max_steps=20 --set data.train_samples=4096 \
+      --set parallel.replicas_per_device=1 --set train.max_steps=20 --set schedule.warmup_steps=0 \
+      --set data.train_samples=4096 \
       --set data.test_samples=512 --set parallel.bucket_mb=0.01 --set run.dir="$shared/run" >"$work/train.log" 2>&1 ||
       { cat "$work/train.log" >&2; fail "training across 2 nodes failed"; }
     s=$shared/run/summary.json
@@ -124,7 +125,8 @@ case $test in
     # --resume auto and ends bit for bit as the job that ran through.
     "$cluster" up "$name" --nodes 2 --rate 1gbit
     hosts=$("$cluster" hosts "$name" 2)
-    job=(train --config "$root/configs/fashion-mnist-sma.toml" --set train.max_steps=40 --set checkpoint.every_steps=10
+    job=(train --config "$root/configs/fashion-mnist-sma.toml" --set train.max_steps=40 --set schedule.warmup_steps=0
+         --set checkpoint.every_steps=10
          --set data.train_samples=4096 --set data.test_samples=512 --set run.threads=1)
     "$cluster" mpirun "$name" --host "$hosts" -- "$squall" "${job[@]}" --set run.dir="$shared/whole" \
       >"$work/whole.log" 2>&1 || { cat "$work/whole.log" >&2; fail "the uninterrupted job failed"; }
@@ -167,7 +169,7 @@ case $test in
     for algorithm in ssgd sma local-sgd; do
       declare -A sum=()
       for mode in inline async; do
-        job=(train --config "$root/configs/fashion-mnist-lenet5.toml" --set train.max_steps=24
+        job=(train --config "$root/configs/fashion-mnist-lenet5.toml" --set train.max_steps=24 --set schedule.warmup_steps=0
              --set parallel.replicas_per_device=2 --set data.train_samples=4096 --set data.test_samples=256
              --set run.threads=1 --set run.cpu_streams="$mode" --set run.dir="$shared/$algorithm-$mode")
         for kv in ${sets[$algorithm]}; do job+=(--set "$kv"); done

@@ -63,7 +63,7 @@ TEST_CASE("LeNet-5 learners on CUDA streams take the CPU's steps (sgd, sma)", "[
   spec.name = "lenet5";
   auto make = [spec] { return nn::make_model(spec, nn::Shape(1, 1, 28, 28)); };
   train::OptimizerConfig sgd;
-  sgd.name = "sgd";
+  sgd.name = train::OptimizerKind::sgd;
   sgd.momentum = 0.9;
   sgd.weight_decay = 5e-4;
   for (auto algorithm : {train::Algorithm::ssgd, train::Algorithm::sma}) {
@@ -104,7 +104,7 @@ TEST_CASE("after the first step the CUDA backend allocates no device memory", "[
   spec.name = "resnet20";
   auto make = [spec] { return nn::make_model(spec, nn::Shape(1, 1, 28, 28)); };
   train::OptimizerConfig opt;
-  opt.name = "lamb";
+  opt.name = train::OptimizerKind::lamb;
   train::LearnerGroupOptions o;
   o.learners = 4;
   mpi::OneRankAllreduce alone;

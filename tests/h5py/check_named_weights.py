@@ -44,7 +44,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="squall-h5py-") as tmp:
         run = os.path.join(tmp, "run")
         subprocess.run([squall, "train", "--config", os.path.join(source, "configs/fashion-mnist-lenet5.toml"),
-                        "--set", "run.dir=" + run, "--set", "train.max_steps=4", "--set", "data.train_samples=512",
+                        "--set", "run.dir=" + run, "--set", "train.max_steps=4", "--set", "schedule.warmup_steps=0",
+                        "--set", "data.train_samples=512",
                         "--set", "data.test_samples=128"], check=True)
         path = os.path.join(run, "checkpoints", "step-00000004", "model.h5")
         failures = []

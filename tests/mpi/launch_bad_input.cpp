@@ -66,7 +66,7 @@ void must_run(const std::string& command) {
   REQUIRE(r.exit_code == 0);
 }
 
-const std::string k_tiny = " --set train.max_steps=20 --set checkpoint.every_steps=10"
+const std::string k_tiny = " --set train.max_steps=20 --set schedule.warmup_steps=0 --set checkpoint.every_steps=10"
                            " --set data.train_samples=2048 --set data.test_samples=256";
 
 // What several rows use, made on first use under one folder.
@@ -155,7 +155,7 @@ std::vector<Row> rows() {
       {"config: model.dropout = 1", {}, "{train} --set model.dropout=1", 2,
        {"model.dropout must be in [0, 1) (got 1.0)"}},
       {"config: bad optimizer.name", {}, "{train} --set optimizer.name=sgdd", 2,
-       {"optimizer.name must be one of", "sgd | adam | adamw | lamb", "\"sgdd\""}},
+       {"optimizer.name must be one of", "sgd | adam | adamw | lamb", "\"sgdd\"", "did you mean 'sgd'?"}},
       {"config: bad parallel.algorithm", {}, "{train} --set parallel.algorithm=allreduce", 2,
        {"parallel.algorithm must be one of", "ssgd | sma | local-sgd", "\"allreduce\""}},
       {"config: bad train.nonfinite", {}, "{train} --set train.nonfinite=ignore", 2,
@@ -168,6 +168,15 @@ std::vector<Row> rows() {
        {"model.aspp_rates applies to model.name", "deeplabv3plus", "not lenet5"}},
       {"config: parallel.alpha with ssgd does not apply", {}, "{train} --set parallel.alpha=0.5", 2,
        {"parallel.alpha applies to parallel.algorithm = sma", "not ssgd"}},
+      {"config: a warm-up as long as train.max_steps", {}, "{train} --set schedule.warmup_steps=20", 2,
+       {"{lenet5}", "schedule.warmup_steps = 20 lasts the whole run (train.max_steps = 20)"}},
+      {"config: an evaluation interval longer than the run's epochs", {},
+       "{squall} train --config {lenet5} --set run.dir={dir}/run --set data.train_samples=2048 --set train.epochs=1"
+       " --set schedule.warmup_steps=0 --set train.eval_every_steps=100",
+       2, {"train.eval_every_steps = 100 is longer than the whole run (train.epochs = 1: 32 steps)"}},
+      {"config: [train.target] with a typo", toml("target.toml", "[train.target]\nmetrc = \"accuracy\"\n"),
+       "{squall} train --config {dir}/target.toml", 2,
+       {"{dir}/target.toml", "unknown key 'train.target.metrc'", "(line 2)", "did you mean 'train.target.metric'?"}},
       {"config: sma period longer than the run", {}, "{train} --set parallel.algorithm=sma --set parallel.period=50",
        2, {"parallel.period = 50", "longer than the run", "20 steps"}},
       {"config: --set without '='", {}, "{train} --set optimizer.lr", 2,

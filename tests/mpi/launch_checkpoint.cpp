@@ -34,12 +34,14 @@ const std::string k_configs = std::string(SQUALL_SOURCE_DIR) + "/configs/";
 std::string sma_job(const std::string& dir, const std::string& extra = "") {
   return squall_bin() + " train --config " + k_configs + "fashion-mnist-sma.toml --set run.dir=" + dir +
          " --set data.train_samples=8192 --set data.test_samples=512 --set train.max_steps=60"
-         " --set checkpoint.every_steps=10 --set train.log_every_steps=10 --set run.threads=1" + extra;
+         " --set schedule.warmup_steps=0 --set checkpoint.every_steps=10 --set train.log_every_steps=10"
+         " --set run.threads=1" + extra;
 }
 std::string ssgd_job(const std::string& dir, const std::string& extra = "") {
   return squall_bin() + " train --config " + k_configs + "fashion-mnist-lenet5.toml --set run.dir=" + dir +
          " --set data.train_samples=8192 --set data.test_samples=512 --set train.max_steps=60"
-         " --set checkpoint.every_steps=10 --set train.log_every_steps=10 --set run.threads=1" + extra;
+         " --set schedule.warmup_steps=0 --set checkpoint.every_steps=10 --set train.log_every_steps=10"
+         " --set run.threads=1" + extra;
 }
 
 json read_json(const fs::path& path) {

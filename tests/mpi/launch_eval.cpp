@@ -40,7 +40,8 @@ class SmallRun {
   SmallRun() : m_tmp("squall-launch-eval") {
     dir = m_tmp.file("run");
     const auto r = run_command(squall_bin() + " train --config " + k_lenet + " --set run.dir=" + dir +
-                               " --set train.max_steps=30 --set checkpoint.every_steps=10" +
+                               " --set train.max_steps=30 --set schedule.warmup_steps=0" +
+                               " --set checkpoint.every_steps=10" +
                                " --set data.train_samples=4096" + k_same_samples);
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);

@@ -285,7 +285,8 @@ TEST_CASE("model: --calibrate reads tiny runs of lenet5 and resnet20", "[launch]
   {
     const std::string run = tmp.file("lenet5");
     must_run(squall_bin() + " train --config " + k_configs + "fashion-mnist-lenet5.toml --set run.dir=" + run +
-             " --set train.max_steps=3 --set data.train_samples=512 --set data.test_samples=64");
+             " --set train.max_steps=3 --set data.train_samples=512 --set data.test_samples=64" +
+             " --set schedule.warmup_steps=0");
     CHECK(check_calibration(run, "lenet5", json::object()).at("calibration").at("input") == json{1, 28, 28});
   }
   {  // resnet20 with its width and depth

@@ -38,7 +38,8 @@ bool have_data() { return fs::exists(k_fashion_mnist + "/t10k-images-idx3-ubyte.
 void train(const std::string& dir, int ranks) {
   const auto r = run_command((ranks > 1 ? mpiexec(ranks) + " " : std::string()) + squall_bin() + " train --config " +
                              k_sma + " --set run.dir=" + dir +
-                             " --set train.max_steps=30 --set data.train_samples=4096 --set data.test_samples=256" +
+                             " --set train.max_steps=30 --set schedule.warmup_steps=0 --set data.train_samples=4096" +
+                             " --set data.test_samples=256" +
                              " --set train.log_every_steps=5");
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);

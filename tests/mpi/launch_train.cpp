@@ -163,7 +163,8 @@ TEST_CASE("a 2-rank run's log redirected to a file holds plain lines: no carriag
   const std::string dir = fresh_dir("log");
   const std::string log = dir + ".log";
   const auto r = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + k_sma +
-                             " --set train.max_steps=40 --set train.log_every_steps=10 --set data.test_samples=200"
+                             " --set train.max_steps=40 --set schedule.warmup_steps=0 --set train.log_every_steps=10"
+                             " --set data.test_samples=200"
                              " --set run.dir=" + dir + " > " + log + " 2>&1");
   std::ifstream in(log);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -191,8 +192,10 @@ TEST_CASE("a 2-rank run's log redirected to a file holds plain lines: no carriag
 TEST_CASE("1 rank x 40 learners of sma train 2 epochs to test accuracy 0.75", "[launch][train][sma][slow]") {
   // Crossbow's rule moved the centre by alpha x 40 = 4 times the gap and diverged at step 37.
   const std::string dir = fresh_dir("sma40");
+  // 2 epochs of 40 learners are 186 steps: the config's warm-up of 200 would outlast them.
   const auto r = run_command(squall_bin() + " train --config " + k_sma + " --set parallel.replicas_per_device=40" +
-                             " --set parallel.max_replicas_per_device=40 --set train.epochs=2 --set run.dir=" + dir);
+                             " --set parallel.max_replicas_per_device=40 --set train.epochs=2" +
+                             " --set schedule.warmup_steps=150 --set run.dir=" + dir);
   INFO(r.out.substr(r.out.size() > 2000 ? r.out.size() - 2000 : 0) << r.err);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("sma: 40 learner(s)") && Catch::Contains("beta 1"));
@@ -219,7 +222,7 @@ TEST_CASE("a central model that could never move is refused, naming the keys", "
 TEST_CASE("a rank that fails mid-training ends the job with a line naming it", "[launch][train]") {
   const std::string dir = fresh_dir("fail");
   const auto r = run_command("SQUALL_FAIL_AT=1:5 " + mpiexec(2) + " " + squall_bin() + " train --config " + k_sma +
-                             " --set train.max_steps=50 --set run.dir=" + dir);
+                             " --set train.max_steps=50 --set schedule.warmup_steps=0 --set run.dir=" + dir);
   CHECK(r.exit_code != 0);
   CHECK_THAT(r.err, Catch::Contains("rank 1") && Catch::Contains("step 5"));
   CHECK_FALSE(fs::exists(dir + "/summary.json"));
@@ -229,7 +232,8 @@ TEST_CASE("a rank that fails mid-training ends the job with a line naming it", "
 TEST_CASE("a stalled rank is named, and the job ends instead of hanging", "[launch][train]") {
   const std::string dir = fresh_dir("stall");
   const auto r = run_command("SQUALL_STALL_AT=2:3:60 " + mpiexec(3) + " " + squall_bin() + " train --config " + k_sma +
-                             " --stall-warn 1 --stall-abort 4 --set train.max_steps=50 --set run.dir=" + dir);
+                             " --stall-warn 1 --stall-abort 4 --set train.max_steps=50 --set schedule.warmup_steps=0"
+                             " --set run.dir=" + dir);
   CHECK(r.exit_code != 0);
   const std::string all = r.out + r.err;
   CHECK_THAT(all, Catch::Contains("stall"));
@@ -257,7 +261,8 @@ TEST_CASE("run.cpu_streams: async streams with random delays train to the model 
   for (const std::string mode : {"inline", "async"}) {
     const std::string dir = fresh_dir("cpu-streams-" + mode);
     const auto r = run_command("SQUALL_CPU_STREAM_JITTER=100 " + squall_bin() + " train --config " + lenet +
-                               " --set train.max_steps=30 --set parallel.replicas_per_device=2" +
+                               " --set train.max_steps=30 --set schedule.warmup_steps=0" +
+                               " --set parallel.replicas_per_device=2" +
                                " --set data.test_samples=500 --set run.cpu_streams=" + mode + " --set run.dir=" + dir);
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
@@ -301,7 +306,8 @@ TEST_CASE("run.cpu_streams: 2 ranks x 2 learners of ssgd, sma and local-sgd trai
       INFO(algorithm << " on " << mode << " streams");
       const std::string dir = fresh_dir("cpu-streams-2x2-" + algorithm + "-" + mode);
       const auto r = run_command("SQUALL_CPU_STREAM_JITTER=50 " + mpiexec(2) + " " + squall_bin() + " train --config " +
-                                 lenet + sets + " --set train.max_steps=20 --set parallel.replicas_per_device=2" +
+                                 lenet + sets + " --set train.max_steps=20 --set schedule.warmup_steps=0" +
+                                 " --set parallel.replicas_per_device=2" +
                                  " --set data.test_samples=256 --set run.threads=1 --set run.cpu_streams=" + mode +
                                  " --set run.dir=" + dir);
       INFO(r.err);
@@ -321,7 +327,8 @@ TEST_CASE("run.cpu_streams: 2 ranks x 2 learners of ssgd, sma and local-sgd trai
 
 TEST_CASE("run.backend: cuda trains on a GPU or exits 1 saying why: auto falls back to the CPU", "[launch][train][backend]") {
   const std::string lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
-  const std::string quick = " --set train.max_steps=5 --set data.test_samples=256 --set train.log_every_steps=5";
+  const std::string quick = " --set train.max_steps=5 --set schedule.warmup_steps=0 --set data.test_samples=256"
+                            " --set train.log_every_steps=5";
   {
     const std::string dir = fresh_dir("cuda");
     const auto r = run_command(squall_bin() + " train --config " + lenet + quick + " --set run.backend=cuda --set run.dir=" + dir);
@@ -355,7 +362,8 @@ TEST_CASE("run.backend: cuda trains on a GPU or exits 1 saying why: auto falls b
 
 TEST_CASE("parallel.device_allreduce: sums on the GPU across ranks, or a clear refusal", "[launch][train][backend][gpu]") {
   const std::string lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
-  const std::string quick = " --set train.max_steps=6 --set data.test_samples=256 --set train.log_every_steps=6";
+  const std::string quick = " --set train.max_steps=6 --set schedule.warmup_steps=0 --set data.test_samples=256"
+                            " --set train.log_every_steps=6";
   {  // the CPU backend has no GPU memory to sum: a usage error naming both keys, on every rank
     const auto r = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + lenet + quick +
                                " --set parallel.device_allreduce=nccl --set run.dir=" + fresh_dir("devar-cpu"));
@@ -382,7 +390,8 @@ TEST_CASE("parallel.device_allreduce: sums on the GPU across ranks, or a clear r
 TEST_CASE("train.precision: fp16 with loss scaling records skipped steps: a bad precision is refused",
           "[launch][train][precision]") {
   const std::string lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
-  const std::string quick = " --set train.max_steps=40 --set data.test_samples=256 --set train.log_every_steps=10";
+  const std::string quick = " --set train.max_steps=40 --set schedule.warmup_steps=0 --set data.test_samples=256"
+                            " --set train.log_every_steps=10";
   {  // 2 ranks, ssgd: an initial scale of 2^30 overflows f16 until it has halved about a dozen times
     const std::string dir = fresh_dir("fp16");
     const auto r = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + lenet + quick +
@@ -447,7 +456,8 @@ TEST_CASE("train.precision: fp16 with loss scaling records skipped steps: a bad 
 TEST_CASE("model.layout: nhwc trains as nchw does: auto is nchw on the CPU: a bad layout is refused",
           "[launch][train][layout]") {
   const std::string lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
-  const std::string quick = " --set train.max_steps=30 --set data.test_samples=256 --set train.log_every_steps=10";
+  const std::string quick = " --set train.max_steps=30 --set schedule.warmup_steps=0 --set data.test_samples=256"
+                            " --set train.log_every_steps=10";
   std::map<std::string, json> summaries;
   for (const std::string layout : {"auto", "nhwc"}) {
     const std::string dir = fresh_dir("layout-" + layout);
@@ -481,6 +491,7 @@ TEST_CASE("climate segmentation end to end: generated fields, TECA-style labels,
   const std::string lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
   const auto r = run_command(squall_bin() + " train --config " + lenet + " --set model.name=unet --set model.width=4" +
                              " --set model.depth=2 --set train.batch_size=2 --set train.max_steps=6" +
+                             " --set schedule.warmup_steps=0" +
                              " --set train.log_every_steps=3 --set data.train=" + labelled + " --set data.test=" +
                              labelled + " --set data.test_samples=4 --set schedule.warmup_steps=0 --set run.dir=" + dir);
   INFO(r.out << r.err);
@@ -529,6 +540,8 @@ TEST_CASE("configs/deepcam.toml: DeepLabv3+ on ResNet-50 builds at 768 x 1152 x 
   const auto r = run_command(squall_bin() + " train --config " + std::string(SQUALL_SOURCE_DIR) +
                              "/configs/deepcam.toml --set data.train=" + labelled + " --set data.test=" + labelled +
                              " --set data.test_samples=1 --set train.batch_size=1 --set train.max_steps=1" +
+                             // one step: no warm-up, and no milestone (at step 800) to come
+                             " --set schedule.warmup_steps=0 --set schedule.kind=constant --set schedule.milestones=[]" +
                              " --set train.precision=fp32 --set data.workers=1 --set run.dir=" + dir);
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);

@@ -217,7 +217,7 @@ TEST_CASE("every host allreduce equals MPI_Allreduce on every node shape, type a
     const Topology topo = Topology::from_plan(mpi::plan_nodes(spec.node_of_rank, 0));
     for (const HostImpl& impl : host_impls()) {
       INFO(impl.name << " on " << spec.name << " (" << topo.nodes() << " nodes)");
-      std::unique_ptr<Allreduce> ar = mpi::make_allreduce("host", topo, 0, impl.options);
+      std::unique_ptr<Allreduce> ar = mpi::make_allreduce(mpi::AllreduceKind::host, topo, 0, impl.options);
       CHECK(ar->ranks() == n);
       CHECK(ar->memory() == mpi::Memory::host);
       CHECK_FALSE(ar->orders_after_stream());
@@ -238,16 +238,20 @@ TEST_CASE("the one-rank allreduce: every sum complete at once, the data untouche
   check_all(alone, MPI_COMM_SELF);
   const auto topo = Topology::create(0);
   if (topo.world_size() == 1)
-    for (const std::string kind : {"host", "nccl", "device-hier"}) {
-      INFO("kind " << kind);
+    for (const auto& [name, kind] : mpi::k_allreduce_kinds.entries()) {
+      INFO("kind " << name);
       CHECK(mpi::make_allreduce(kind, topo, 0)->mode() == "none");
     }
 }
 
-TEST_CASE("make_allreduce names a kind it does not know", "[mpi][allreduce][.allreduce-impls]") {
-  const auto topo = Topology::create(0);
-  CHECK_THROWS_WITH(mpi::make_allreduce("gloo", topo, 0), Catch::Contains("gloo") && Catch::Contains("host"));
-  for (const std::string& kind : mpi::allreduce_kinds()) CHECK((kind == "host" || kind == "nccl" || kind == "device-hier"));
+TEST_CASE("an allreduce kind it does not know is refused with the known ones", "[mpi][allreduce][.allreduce-impls]") {
+  CHECK_THROWS_WITH(mpi::k_allreduce_kinds.parse("gloo", "parallel.device_allreduce", ""),
+                    Catch::Contains("gloo") && Catch::Contains("host | nccl | device-hier"));
+  CHECK(mpi::k_allreduce_kinds.parse("device-hier", "parallel.device_allreduce", "") == mpi::AllreduceKind::device_hier);
+  const auto kinds = mpi::allreduce_kinds();
+  REQUIRE_FALSE(kinds.empty());
+  CHECK(kinds.front() == mpi::AllreduceKind::host);
+  CHECK(kinds.size() == 1 + mpi::device_allreduce_names().size());
 }
 
 TEST_CASE("every device allreduce equals MPI_Allreduce on the shapes it takes", "[mpi][allreduce][.device-allreduce]") {
@@ -267,10 +271,10 @@ TEST_CASE("every device allreduce equals MPI_Allreduce on the shapes it takes", 
   }
   if (n == 1) SQUALL_SKIP("the device allreduces need a job of several ranks (one rank gets the one-rank allreduce)");
   for (const ShapeSpec& spec : shape_specs(n))
-    for (const std::string& kind : mpi::device_allreduce_names()) {
-      if (kind == "device-hier" && !spec.equal_nodes) continue;  // it needs equal nodes, and says so
+    for (const mpi::AllreduceKind kind : mpi::device_allreduce_kinds()) {
+      if (kind == mpi::AllreduceKind::device_hier && !spec.equal_nodes) continue;  // it needs equal nodes, and says so
       const Topology topo = Topology::from_plan(mpi::plan_nodes(spec.node_of_rank, 0));
-      INFO(kind << " on " << spec.name);
+      INFO(mpi::k_allreduce_kinds.name(kind) << " on " << spec.name);
       AllreduceOptions o;
       o.device_chunk_bytes = 64;  // device-hier: many chunks, and a tail
       std::unique_ptr<Allreduce> ar = mpi::make_allreduce(kind, topo, physical.host_rank(), o);

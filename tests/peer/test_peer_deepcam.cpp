@@ -15,7 +15,9 @@ TEST_CASE("DeepCAM files read as numpy expects", "[peer][io]") {
 
   for (const char* mode : {"raw", "zscore", "minmax"}) {
     const std::string m = mode;
-    auto src = squall::io::open_deepcam(dir, squall::io::OpenOptions{m != "raw", m == "raw" ? "zscore" : m});
+    const auto* kind = squall::data::k_normalization_kinds.find(m);  // null: raw
+    auto src = squall::io::open_deepcam(
+        dir, squall::io::OpenOptions{kind != nullptr, kind ? *kind : squall::data::NormalizationKind::zscore});
     REQUIRE(src->size() == 3);
     const auto& info = src->info();
     CHECK(info.sample == squall::nn::Shape(1, 16, 16, 24));

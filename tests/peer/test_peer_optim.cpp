@@ -10,7 +10,7 @@ namespace {
 
 squall::train::OptimizerConfig config_of(const nlohmann::json& j) {
   squall::train::OptimizerConfig c;
-  c.name = j.at("name").get<std::string>();
+  c.name = squall::train::k_optimizer_kinds.parse(j.at("name").get<std::string>(), "name", "gen_optim.py");
   c.momentum = j.at("momentum").get<double>();
   c.nesterov = j.at("nesterov").get<bool>();
   c.weight_decay = j.at("weight_decay").get<double>();

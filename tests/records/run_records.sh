@@ -43,7 +43,7 @@ if [ -n "$squall" ] && [ -n "$mpiexec" ] && [ -d "$fmnist" ]; then
     "$mpiexec" -n 2 --oversubscribe -x SQUALL_FAIL_AT "$squall" train --config "$src/../../configs/fashion-mnist-lenet5.toml" \
       --set run.dir="$run" --set run.mllog=true --set train.epochs=2 --set data.train_samples=2048 \
       --set data.test_samples=512 --set checkpoint.every_steps=5 --set train.log_every_steps=4 \
-      --set train.eval_every_steps=6 --set run.threads=1 "$@"
+      --set train.eval_every_steps=6 --set schedule.warmup_steps=0 --set run.threads=1 "$@"
   }
   SQUALL_FAIL_AT=1:13 job >"$data/attempt1.log" 2>&1 && { cat "$data/attempt1.log"; echo "records: the first attempt did not fail"; exit 1; }
   SQUALL_FAIL_AT='' job --resume auto >"$data/attempt2.log" 2>&1 || { cat "$data/attempt2.log"; echo "records: the resumed attempt failed"; exit 1; }

@@ -38,7 +38,8 @@ case $test in
   train)
     # The command: 2 nodes, 4 ranks, --overcommit (2 cores), 40 steps.
     timeout 300 "$cluster" sbatch "$name" --wait -N 2 -n 4 --overcommit -o "$shared/job-%j.out" \
-      "$root/jobscripts/slurm/train.sbatch" "$config" --set train.max_steps=40 --set data.test_samples=512 ||
+      "$root/jobscripts/slurm/train.sbatch" "$config" --set train.max_steps=40 --set schedule.warmup_steps=0 \
+      --set data.test_samples=512 ||
       fail "sbatch --wait train.sbatch failed"
     summary=$(ls "$shared"/runs/squall-*/summary.json 2>/dev/null | head -n 1)
     [[ -n $summary ]] || fail "no runs/squall-<job id>/summary.json"

@@ -58,7 +58,7 @@ inline TinyStep tiny_step(int rank, int learners, int64_t step, int64_t batch) {
 // SGD without momentum or weight decay: the update the references write out.
 inline train::OptimizerConfig plain_sgd() {
   train::OptimizerConfig o;
-  o.name = "sgd";
+  o.name = train::OptimizerKind::sgd;
   o.momentum = 0;
   o.weight_decay = 0;
   return o;

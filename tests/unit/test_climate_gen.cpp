@@ -189,7 +189,7 @@ TEST_CASE("data climate writes DeepCAM files that open_deepcam and data inspect 
   CHECK(std::filesystem::exists(out + "/stats.h5"));
   CHECK(std::filesystem::exists(out + "/data-000002.h5"));
 
-  auto raw = squall::io::open_deepcam(out, squall::io::OpenOptions{false, "zscore"});
+  auto raw = squall::io::open_deepcam(out, squall::io::OpenOptions{false, squall::data::NormalizationKind::zscore});
   REQUIRE(raw->size() == 3);
   CHECK(raw->info().sample == squall::nn::Shape(1, 16, 48, 72));
   const int64_t plane = 48 * 72;
@@ -267,7 +267,7 @@ TEST_CASE("data climate --layout shards writes shards equal to the DeepCAM files
     REQUIRE(r.exit_code == 0);
   }
   CHECK(std::filesystem::exists(one + "/train-00002-of-00003.h5"));
-  const squall::io::OpenOptions raw{false, "zscore"};
+  const squall::io::OpenOptions raw{false, squall::data::NormalizationKind::zscore};
   auto ref = squall::io::open_deepcam(files, raw);
   auto sa = squall::io::open_shards(one, "train", raw);
   auto sb = squall::io::open_shards(two, "train", raw);

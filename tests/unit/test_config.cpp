@@ -15,6 +15,7 @@
 using Catch::Contains;
 using squall::train::Config;
 using squall::train::load_config;
+using squall::train::OptimizerKind;
 using Overrides = std::vector<std::string>;
 
 namespace {
@@ -38,7 +39,7 @@ TEST_CASE("an empty config is the documented defaults and is valid", "[config]")
   TempConfig f("");
   const Config c = load_config(f.path, {});
   CHECK(c == Config{});
-  CHECK(c.optimizer.name == "sgd");
+  CHECK(c.optimizer.name == squall::train::OptimizerKind::sgd);
   CHECK(c.train.batch_size == 64);
   CHECK(c.optimizer.larc_eta == Approx(0.001));
   CHECK(c.schedule.reference_batch == 256);
@@ -77,30 +78,30 @@ algorithm = "local-sgd"
   CHECK(c.model.dropout == 0.25);
   CHECK(c.train.epochs == 2);
   CHECK(c.train.batch_size == 32);
-  CHECK(c.optimizer.name == "lamb");
+  CHECK(c.optimizer.name == squall::train::OptimizerKind::lamb);
   CHECK(c.optimizer.lr == 2.0);
   CHECK(c.optimizer.larc);
   CHECK_FALSE(c.optimizer.larc_clip);
   CHECK(c.schedule.milestones == std::vector<int64_t>{100, 200});
   CHECK(c.data.class_weights == std::vector<double>{1, 2.5, 3});
-  CHECK(c.parallel.algorithm == "local-sgd");
+  CHECK(c.parallel.algorithm == squall::train::Algorithm::local_sgd);
 }
 
 TEST_CASE("to_toml round-trips through load_config", "[config]") {
   Config c;
   c.run.dir = "runs/with \"quotes\" and \\ backslash";
   c.run.seed = 123456789012;
-  c.optimizer.name = "adamw";
+  c.optimizer.name = squall::train::OptimizerKind::adamw;
   c.optimizer.lr = 0.1 + 0.2;  // not exactly representable in short decimal
   c.optimizer.eps = 1e-8;
   c.optimizer.weight_decay = 5e-4;
-  c.schedule.kind = "multistep";  // every key set below applies (else loading would refuse it)
+  c.schedule.kind = squall::train::ScheduleKind::multistep;  // every key set below applies (else loading would refuse it)
   c.schedule.milestones = {3, 5};
   c.schedule.gamma = 1.0 / 3.0;
   c.model.name = "deeplabv3plus";
   c.model.aspp_rates = {};
   c.data.class_weights = {0.1, 1.0, 1e10};
-  c.parallel.algorithm = "sma";
+  c.parallel.algorithm = squall::train::Algorithm::sma;
   c.parallel.alpha = 1.0;
   c.checkpoint.keep = 9;
   TempConfig f(squall::train::to_toml(c));
@@ -312,13 +313,13 @@ TEST_CASE("config keys that apply, and keys at their default, are accepted", "[c
 
 TEST_CASE("a resolved config (every key written) loads back", "[config]") {
   // to_toml writes the keys that do not apply too, at their defaults.
-  for (const char* optimizer : {"sgd", "adam", "lamb"})
-    for (const char* algorithm : {"ssgd", "sma", "local-sgd"}) {
+  for (const auto optimizer : {OptimizerKind::sgd, OptimizerKind::adam, OptimizerKind::lamb})
+    for (const auto& [algorithm_name, algorithm] : squall::train::k_algorithms.entries()) {
       Config c;
       c.optimizer.name = optimizer;
       c.parallel.algorithm = algorithm;
       TempConfig f(squall::train::to_toml(c));
-      INFO(optimizer << " " << algorithm);
+      INFO(squall::train::k_optimizer_kinds.name(optimizer) << " " << algorithm_name);
       CHECK(load_config(f.path, {}) == c);
     }
   // A config built in code with a key that does not apply is written, but not read back.

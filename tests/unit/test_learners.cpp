@@ -242,5 +242,6 @@ TEST_CASE("an added learner starts from the central model and keeps ssgd replica
   CHECK(group.learners() == 1);
   run(4);
   CHECK_THROWS_AS(group.remove_learner(), squall::Error);
-  CHECK_THROWS_WITH(train::parse_algorithm("easgd"), Catch::Contains("easgd"));
+  CHECK_THROWS_WITH(train::k_algorithms.parse("easgd", "parallel.algorithm", ""),
+                    Catch::Contains("easgd") && Catch::Contains("ssgd | sma | local-sgd"));
 }

@@ -28,7 +28,7 @@
 namespace {
 
 namespace io = squall::io;
-const io::OpenOptions k_raw{false, "zscore"};
+const io::OpenOptions k_raw{false, squall::data::NormalizationKind::zscore};
 
 void ok(int status) {
   INFO(nc_strerror(status));
@@ -257,14 +257,14 @@ TEST_CASE("netCDF input: several files, (lat, lon) without time, renamed variabl
   // squall train's way in: data.netcdf_variables through the config and open_dataset.
   const squall::train::Config cfg = squall::train::parse_config(
       "[data]\ntrain = \"" + e.path.string() + "\"\nnetcdf_variables = \"PSL=slp\"\n", "test.toml");
-  auto trained = squall::train::open_dataset(cfg.data.train, "train", false, "zscore", 0, nullptr, cfg.data.netcdf_variables,
+  auto trained = squall::train::open_dataset(cfg.data.train, "train", false, squall::data::NormalizationKind::zscore, 0, nullptr, cfg.data.netcdf_variables,
                                              cfg.data.netcdf_labels);
   CHECK(trained->size() == 3);
   // Unlabelled files (new simulation output) are for predict: training and evaluation refuse
   // them, naming the folder and the labels variable.
   squall::test::TempDir u("squall-netcdf-unlabelled");
   write_nc(u.file("new.nc"), NcSpec{});
-  CHECK_THROWS_WITH(squall::train::open_dataset(u.path.string(), "train", false, "zscore", 0),
+  CHECK_THROWS_WITH(squall::train::open_dataset(u.path.string(), "train", false, squall::data::NormalizationKind::zscore, 0),
                     Catch::Contains(u.path.string()) && Catch::Contains("without the labels variable 'labels'"));
   CHECK_THROWS_WITH(squall::train::parse_config("[data]\nnetcdf_variables = \"FOO=bar\"\n", "test.toml"),
                     Catch::Contains("data.netcdf_variables") && Catch::Contains("FOO"));
@@ -402,7 +402,7 @@ with netCDF4.Dataset(dst, "w", format=fmt) as d:
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);
   }
-  for (const io::OpenOptions& options : {k_raw, io::OpenOptions{}, io::OpenOptions{true, "minmax"}}) {
+  for (const io::OpenOptions& options : {k_raw, io::OpenOptions{}, io::OpenOptions{true, squall::data::NormalizationKind::minmax}}) {
     auto ref = io::open_deepcam(deepcam, options);
     auto src = io::open_netcdf(nc, options);
     REQUIRE(src->size() == 5);

@@ -9,10 +9,13 @@
 #include "src/train/optimizer.hpp"
 #include "src/train/schedule.hpp"
 
+using squall::train::MilestoneUnit;
 using squall::train::OptimizerConfig;
+using squall::train::OptimizerKind;
 using squall::train::ParamGroup;
 using squall::train::Schedule;
 using squall::train::ScheduleConfig;
+using squall::train::ScheduleKind;
 
 namespace {
 
@@ -75,7 +78,7 @@ std::vector<Vec> reference(const OptimizerConfig& c, const Problem& p) {
         wd = 0;
       }
       const size_t n = g.size();
-      if (c.name == "sgd") {
+      if (c.name == OptimizerKind::sgd) {
         for (size_t i = 0; i < n; ++i) {
           const double gd = g[i] + wd * w[t][i];
           m[t][i] = c.momentum * m[t][i] + gd;
@@ -86,14 +89,14 @@ std::vector<Vec> reference(const OptimizerConfig& c, const Problem& p) {
       const double bc1 = 1 - std::pow(c.beta1, step), bc2 = 1 - std::pow(c.beta2, step);
       Vec u(n);
       for (size_t i = 0; i < n; ++i) {
-        const double gd = g[i] + (c.name == "adam" ? wd * w[t][i] : 0.0);
+        const double gd = g[i] + (c.name == OptimizerKind::adam ? wd * w[t][i] : 0.0);
         m[t][i] = c.beta1 * m[t][i] + (1 - c.beta1) * gd;
         v[t][i] = c.beta2 * v[t][i] + (1 - c.beta2) * gd * gd;
         u[i] = (m[t][i] / bc1) / (std::sqrt(v[t][i] / bc2) + c.eps);
       }
-      if (c.name == "adam") {
+      if (c.name == OptimizerKind::adam) {
         for (size_t i = 0; i < n; ++i) w[t][i] -= lr * u[i];
-      } else if (c.name == "adamw") {
+      } else if (c.name == OptimizerKind::adamw) {
         for (size_t i = 0; i < n; ++i) w[t][i] -= lr * wd * w[t][i] + lr * u[i];
       } else {  // lamb
         for (size_t i = 0; i < n; ++i) u[i] += wd * w[t][i];
@@ -156,7 +159,7 @@ void check_against_reference(const OptimizerConfig& c) {
 
 OptimizerConfig config(const std::string& name) {
   OptimizerConfig c;
-  c.name = name;
+  c.name = squall::train::k_optimizer_kinds.parse(name, "optimizer.name", "test_optim");
   c.weight_decay = 0.05;
   c.beta1 = 0.8;
   c.beta2 = 0.95;
@@ -231,7 +234,8 @@ TEST_CASE("optimizer state is exposed and named", "[optim]") {
   auto larc = squall::train::make_optimizer(c, *be, groups);
   CHECK(larc->name() == "larc(lamb)");
   CHECK(larc->groups().size() == 2);
-  CHECK_THROWS_WITH(squall::train::make_optimizer(config("rmsprop"), *be, groups), Catch::Contains("rmsprop"));
+  CHECK_THROWS_WITH(config("rmsprop"), Catch::Contains("optimizer.name must be one of sgd | adam | adamw | lamb") &&
+                                           Catch::Contains("\"rmsprop\""));
 }
 
 TEST_CASE("schedules at key steps", "[optim][schedule]") {
@@ -246,7 +250,7 @@ TEST_CASE("schedules at key steps", "[optim][schedule]") {
     CHECK(s.lr_at(99, 100) == Approx(0.1));
   }
   SECTION("multistep in steps") {
-    c.kind = "multistep";
+    c.kind = ScheduleKind::multistep;
     c.milestones = {20, 30};
     c.gamma = 0.1;
     Schedule s(c, 0.1, 64, 0);
@@ -257,9 +261,9 @@ TEST_CASE("schedules at key steps", "[optim][schedule]") {
     CHECK(s.lr_at(30, 100) == Approx(0.001));
   }
   SECTION("multistep in epochs") {
-    c.kind = "multistep";
+    c.kind = ScheduleKind::multistep;
     c.milestones = {2};
-    c.milestone_unit = "epochs";
+    c.milestone_unit = MilestoneUnit::epochs;
     c.gamma = 0.5;
     Schedule s(c, 0.2, 64, 5);
     CHECK(s.milestone_steps() == std::vector<int64_t>{10});
@@ -267,7 +271,7 @@ TEST_CASE("schedules at key steps", "[optim][schedule]") {
     CHECK(s.lr_at(10, 100) == Approx(0.1));
   }
   SECTION("cosine after warm-up") {
-    c.kind = "cosine";
+    c.kind = ScheduleKind::cosine;
     c.warmup_steps = 10;
     c.min_lr = 0.001;
     Schedule s(c, 0.1, 64, 0);

@@ -158,7 +158,7 @@ TEST_CASE("perf model: efficiency is 1 at the base and non-increasing with nodes
   const ModelCost dl = model_cost("deeplabv3plus-resnet50", 16, 768, 1152, 3);
   for (const std::string machine : {"summit", "perlmutter", "frontier"}) {
     const Machine m = machine_preset(machine);
-    for (const std::string algo : {"ssgd", "sma"}) {
+    for (const auto algo : {squall::train::Algorithm::ssgd, squall::train::Algorithm::sma}) {
       for (const std::string ar : {"hier", "flat"}) {
         Scenario s;
         s.algorithm = algo;
@@ -166,7 +166,7 @@ TEST_CASE("perf model: efficiency is 1 at the base and non-increasing with nodes
         for (const ModelCost* cost : {&r20, &dl}) {
           s.batch = cost == &dl ? 2 : 32;
           const auto rows = forecast(*cost, m, s, {1, 2, 16, 256, m.max_nodes});
-          INFO(machine << " " << algo << " " << ar << " " << cost->name);
+          INFO(machine << " " << squall::train::algorithm_name(algo) << " " << ar << " " << cost->name);
           REQUIRE(rows.size() == 5);
           CHECK(rows[0].efficiency == Approx(1.0));
           for (size_t i = 1; i < rows.size(); ++i) {

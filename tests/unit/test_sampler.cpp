@@ -65,7 +65,7 @@ TEST_CASE("every epoch every sample is read exactly once, by one rank", "[sample
         for (int shards = 1; shards <= 7; ++shards) {
           const auto offsets = uneven_offsets(n, shards, static_cast<uint64_t>(shape.world()));
           const Sampler sampler(mode, offsets, shape.node_sizes, 7);
-          INFO("mode " << squall::io::sampling_name(mode) << ", nodes " << shape.node_sizes.size() << ", ranks "
+          INFO("mode " << squall::io::k_sampling_modes.name(mode) << ", nodes " << shape.node_sizes.size() << ", ranks "
                        << shape.world() << ", samples " << n << ", shards " << shards);
           for (int64_t epoch = 0; epoch < 3; ++epoch) {
             const auto lists = all_lists(mode, offsets, shape, 7, epoch);
@@ -176,8 +176,9 @@ TEST_CASE("files_for_node in global mode is every file that holds a sample", "[s
 }
 
 TEST_CASE("bad sampler arguments are errors that say what is wrong", "[sampler]") {
-  CHECK(squall::io::parse_sampling("local") == Sampling::local);
-  CHECK_THROWS_WITH(squall::io::parse_sampling("nodewise"), Catch::Contains("'nodewise'"));
+  CHECK(squall::io::k_sampling_modes.parse("local", "--sampling", "") == Sampling::local);
+  CHECK_THROWS_WITH(squall::io::k_sampling_modes.parse("nodewise", "--sampling", ""),
+                    Catch::Contains("\"nodewise\"") && Catch::Contains("global | local"));
   CHECK_THROWS_AS(Sampler(Sampling::global, {0, 5, 3}, {1}, 1), squall::Error);
   CHECK_THROWS_AS(Sampler(Sampling::global, {1, 5}, {1}, 1), squall::Error);
   CHECK_THROWS_AS(Sampler(Sampling::global, {0, 5}, {}, 1), squall::Error);

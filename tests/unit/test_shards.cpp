@@ -34,7 +34,7 @@ struct TempDir : squall::test::TempDir {
   TempDir() : squall::test::TempDir("squall-shards") {}
 };
 
-const OpenOptions k_raw{false, "zscore"};
+const OpenOptions k_raw{false, squall::data::NormalizationKind::zscore};
 
 ShardMeta test_meta(int channels) {
   ShardMeta m;
@@ -142,8 +142,8 @@ TEST_CASE("shard round trip: uint8 images, one label per sample, several files",
   CHECK(info.meta.source == "unit test");
 
   // Normalised reads: zscore (x - mean) / std and minmax (x - min) / (max - min) per channel.
-  auto z = squall::io::open_shards(d.path.string(), "train", OpenOptions{true, "zscore"});
-  auto mm = squall::io::open_shards(d.path.string(), "train", OpenOptions{true, "minmax"});
+  auto z = squall::io::open_shards(d.path.string(), "train", OpenOptions{true, squall::data::NormalizationKind::zscore});
+  auto mm = squall::io::open_shards(d.path.string(), "train", OpenOptions{true, squall::data::NormalizationKind::minmax});
   std::vector<float> zo(24), mo(24);
   int32_t l = 0;
   const int64_t one = 6;

@@ -61,7 +61,7 @@ TEST_CASE("resnet20 learns Fashion-MNIST (short run)", "[train][slow]") {
 TEST_CASE("a run writes metrics.jsonl, summary.json and its resolved config", "[train]") {
   const auto dir = fresh_dir("outputs");
   const auto r = run_command(squall_bin() + " train --config " + k_lenet + " --set train.max_steps=60 --set " +
-                             "train.log_every_steps=20 --set data.test_samples=300 --set run.dir=" + dir);
+                             "schedule.warmup_steps=0 --set train.log_every_steps=20 --set data.test_samples=300 --set run.dir=" + dir);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("step 60/60") && Catch::Contains("samples/s"));
@@ -96,7 +96,8 @@ TEST_CASE("a run writes metrics.jsonl, summary.json and its resolved config", "[
 
   // The same seed gives the same model, bit for bit; another seed does not.
   const auto dir2 = fresh_dir("outputs-again");
-  const auto base = squall_bin() + " train --config " + k_lenet + " --set train.max_steps=60 --set data.test_samples=300";
+  const auto base = squall_bin() + " train --config " + k_lenet + " --set train.max_steps=60 --set data.test_samples=300" +
+                    " --set schedule.warmup_steps=0";
   REQUIRE(run_command(base + " --set run.dir=" + dir2).exit_code == 0);
   CHECK(read_json(dir2 + "/summary.json").at("model_checksum") == s.at("model_checksum"));
   REQUIRE(run_command(base + " --set run.seed=2 --overwrite --set run.dir=" + dir2).exit_code == 0);
