@@ -8,6 +8,7 @@
 #include "squall/version.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
+#include "src/core/suggest.hpp"
 
 namespace squall::app {
 namespace {
@@ -30,6 +31,40 @@ ParseOutcome parse_outcome(CLI::App& app, const CLI::ParseError& e, std::string&
   out = o.str();
   err = r.str();
   return code == 0 ? k_done : k_bad;
+}
+
+// A word where a command must stand that names none (`squall trian`, `squall data labl`): the
+// message naming it, the nearest command and the list; "" when the words before the first
+// flag name commands only. CLI11 would report such a word as an argument it did not expect,
+// which does not tell a user that a command was mistyped. A flag ends the scan: what follows
+// it may be its value, which CLI11 judges.
+std::string unknown_command(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* at = &app;
+  std::string path;  // the commands named so far: "data"
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') return "";
+    const auto subs = at->get_subcommands(std::function<bool(const CLI::App*)>{});
+    const bool takes_words = !at->get_options([](const CLI::Option* o) { return o->get_positional(); }).empty();
+    if (subs.empty() || takes_words) return "";  // a command's own arguments
+    std::vector<std::string> names;
+    const CLI::App* next = nullptr;
+    for (const CLI::App* sub : subs) {
+      names.push_back(sub->get_name());
+      if (sub->check_name(word)) next = sub;
+    }
+    if (next == nullptr) {
+      const std::string prefix = path.empty() ? "" : path + " ";  // "data "
+      const std::string group = app.get_name() + (path.empty() ? "" : " " + path);  // "squall data"
+      const std::string near = nearest(word, names);
+      return "unknown command '" + prefix + word + "'" +
+             (near.empty() ? std::string() : "; did you mean '" + prefix + near + "'?") + "\n" + group +
+             " commands: " + join_names(names, ", ") + " (" + group + " --help says more)";
+    }
+    path += (path.empty() ? "" : " ") + next->get_name();
+    at = next;
+  }
+  return "";
 }
 
 }  // namespace
@@ -79,10 +114,15 @@ int run(int argc, char** argv, mpi::Runtime& runtime) {
   // some ranks only (a config file missing on one node) ends every rank, with one message.
   ParseOutcome outcome = k_parsed;
   std::string out, err;
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    outcome = parse_outcome(app, e, out, err);
+  if (const std::string unknown = unknown_command(app, argc, argv); !unknown.empty()) {
+    outcome = k_bad;
+    err = "squall: error: " + unknown + "\n";
+  } else {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      outcome = parse_outcome(app, e, out, err);
+    }
   }
   if (runtime.size() > 1) {
     const auto agreed = static_cast<ParseOutcome>(runtime.max_over_ranks(outcome));

@@ -197,7 +197,10 @@ std::vector<Row> rows() {
       {"flags: bad --ranks-per-node", {}, "{train} --ranks-per-node -1", 2,
        {"--ranks-per-node", "must be an integer >= 0", "'-1'"}},
       {"flags: no subcommand", {}, "{squall}", 2, {"a subcommand is required"}},
-      {"flags: unknown subcommand", {}, "{squall} trian --config {lenet5}", 2, {"trian"}},
+      {"flags: unknown subcommand", {}, "{squall} trian --config {lenet5}", 2,
+       {"unknown command 'trian'; did you mean 'train'?", "squall commands: info, train"}},
+      {"flags: unknown subcommand of a group, under mpiexec", {}, "{mpiexec2} {squall} data labl --in {dir}", 2,
+       {"unknown command 'data labl'; did you mean 'data label'?", "squall data commands:"}},
       {"flags: a command group without its subcommand", {}, "{squall} data", 2, {"subcommand is required"}},
 
       // ---- data ----

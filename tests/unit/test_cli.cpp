@@ -46,6 +46,35 @@ TEST_CASE("no subcommand, or a group without its subcommand, is a usage error", 
   CHECK_THAT(r.err, Catch::Contains("subcommand"));
 }
 
+TEST_CASE("a misspelt command exits 2 with the nearest command and the list", "[cli]") {
+  const auto top = run_command(squall_bin() + " trian --config x.toml");
+  CHECK(top.exit_code == 2);
+  CHECK_THAT(top.err, Catch::StartsWith("squall: error: unknown command 'trian'; did you mean 'train'?\n"));
+  CHECK_THAT(top.err, Catch::Contains("squall commands: info, train, eval") && Catch::Contains("bench"));
+  CHECK_THAT(top.err, !Catch::Contains("not expected"));  // not CLI11's word for it
+  CHECK(top.out.empty());
+  // Commands of a group.
+  const auto data = run_command(squall_bin() + " data labl --in x");
+  CHECK(data.exit_code == 2);
+  CHECK_THAT(data.err, Catch::Contains("unknown command 'data labl'; did you mean 'data label'?") &&
+                           Catch::Contains("squall data commands: ") && Catch::Contains("climate"));
+  const auto bench = run_command(squall_bin() + " bench alreduce");
+  CHECK(bench.exit_code == 2);
+  CHECK_THAT(bench.err, Catch::Contains("unknown command 'bench alreduce'; did you mean 'bench allreduce'?") &&
+                            Catch::Contains("squall bench commands: allreduce, loader"));
+  // Far from every command: no guess, still the list.
+  const auto far = run_command(squall_bin() + " frobnicate");
+  CHECK(far.exit_code == 2);
+  CHECK_THAT(far.err, Catch::Contains("unknown command 'frobnicate'\n") && !Catch::Contains("did you mean"));
+  CHECK_THAT(far.err, Catch::Contains("squall commands: "));
+  // What follows a command's flags is the command's own (a value, a positional).
+  CHECK(run_command(squall_bin() + " train --help").exit_code == 0);
+  CHECK(run_command(squall_bin() + " data --help").exit_code == 0);
+  const auto extra = run_command(squall_bin() + " info trian");
+  CHECK(extra.exit_code == 2);
+  CHECK_THAT(extra.err, !Catch::Contains("unknown command"));
+}
+
 TEST_CASE("info --json in a job of one rank", "[cli][info]") {
   const auto r = run_command("SQUALL_RANKS_PER_NODE= " + squall_bin() + " info --json");
   REQUIRE(r.exit_code == 0);
