@@ -479,11 +479,11 @@ std::string show_steps(int64_t n) { return std::to_string(n) + (n == 1 ? " step"
 // values, why it is wrong and what to change.
 std::string warmup_vs_run(const Config& c, const RunLength& run) {
   const int64_t w = c.schedule.warmup_steps;
-  if (w == 0 || w < run.steps) return "";
-  return "schedule.warmup_steps = " + std::to_string(w) + (w > run.steps ? " is longer than" : " lasts") +
-         " the whole run (" + run.said + "): the learning rate would " +
-         (w > run.steps ? "never reach its peak" : "reach its peak only at the last step") +
-         "; make schedule.warmup_steps shorter than " + show_steps(run.steps) + ", or train longer";
+  // A warm-up as long as the run still reaches the peak, at its last step (schedule.hpp).
+  if (w <= run.steps) return "";
+  return "schedule.warmup_steps = " + std::to_string(w) + " is longer than the whole run (" + run.said +
+         "): the learning rate would never reach its peak; make schedule.warmup_steps at most " +
+         show_steps(run.steps) + " (--set schedule.warmup_steps=0 for none), or train longer";
 }
 
 std::string eval_vs_run(const Config& c, const RunLength& run) {

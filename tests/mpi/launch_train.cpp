@@ -189,6 +189,74 @@ TEST_CASE("a 2-rank run's log redirected to a file holds plain lines: no carriag
   fs::remove(log);
 }
 
+TEST_CASE("train.target stops a LeNet-5 run at the first evaluation >= 0.85 and records the time to target",
+          "[launch][train][target]") {
+  const std::string dir = fresh_dir("target");
+  const std::string job = mpiexec(2) + " " + squall_bin() + " train --config " + std::string(SQUALL_SOURCE_DIR) +
+                          "/configs/fashion-mnist-lenet5.toml --set run.dir=" + dir +
+                          " --set train.eval_every_steps=100 --set train.target.metric=accuracy"
+                          " --set train.target.value=0.85 --set run.mllog=true --set data.test_samples=2000";
+  const auto r = run_command(job);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::ifstream m(dir + "/metrics.jsonl");
+  std::vector<json> evals, targets;
+  for (std::string line; std::getline(m, line);) {
+    const json j = json::parse(line);
+    if (j.at("kind") == "eval") evals.push_back(j);
+    if (j.at("kind") == "target") targets.push_back(j);
+  }
+  REQUIRE(evals.size() >= 2);
+  // The first evaluation that reaches it is the last one.
+  for (size_t i = 0; i + 1 < evals.size(); ++i) CHECK(evals[i].at("test_accuracy").get<double>() < 0.85);
+  const json& hit = evals.back();
+  CHECK(hit.at("test_accuracy").get<double>() >= 0.85);
+  REQUIRE(targets.size() == 1);
+  CHECK(targets[0].at("step") == hit.at("step"));
+  CHECK(targets[0].at("value") == hit.at("test_accuracy"));
+  CHECK(targets[0].at("metric") == "accuracy");
+  const json s = read_json(dir + "/summary.json");
+  const json& t = s.at("target");
+  CHECK(t.at("reached") == true);
+  CHECK(t.at("step") == hit.at("step"));
+  CHECK(t.at("metric_value") == hit.at("test_accuracy"));
+  CHECK(t.at("time_to_target_s").get<double>() > 0);
+  CHECK(t.at("time_to_target_s") == targets[0].at("elapsed_s"));
+  CHECK(s.at("steps") == hit.at("step"));
+  CHECK(s.at("steps").get<int64_t>() < 5 * 468);  // five epochs of 2 ranks' halves
+  CHECK_THAT(r.out, Catch::Contains("target reached: test accuracy"));
+  // It ends with a checkpoint at that step, and a resumed job has nothing to do.
+  const std::string step = std::to_string(hit.at("step").get<int64_t>());
+  CHECK(fs::exists(dir + "/checkpoints/step-" + std::string(8 - step.size(), '0') + step + "/model.h5"));
+  const auto again = run_command(job + " --resume auto");
+  INFO(again.out << again.err);
+  CHECK(again.exit_code == 0);
+  CHECK_THAT(again.out, Catch::Contains("the run is complete") && Catch::Contains("reached train.target"));
+  // The MLPerf log ends in success.
+  std::ifstream ml(dir + "/mlperf.log");
+  std::string last, line;
+  while (std::getline(ml, line)) last = line;
+  CHECK_THAT(last, Catch::Contains("\"run_stop\"") && Catch::Contains("\"status\":\"success\""));
+
+  // A target out of reach: the run trains to its end and says so.
+  const auto miss = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + std::string(SQUALL_SOURCE_DIR) +
+                                "/configs/fashion-mnist-lenet5.toml --set run.dir=" + dir + "-miss" +
+                                " --set train.max_steps=60 --set schedule.warmup_steps=0 --set train.eval_every_steps=30"
+                                " --set train.target.metric=accuracy --set train.target.value=0.99 --set run.mllog=true"
+                                " --set data.test_samples=500");
+  INFO(miss.err);
+  REQUIRE(miss.exit_code == 0);
+  const json sm = read_json(dir + "-miss/summary.json");
+  CHECK(sm.at("steps") == 60);
+  CHECK(sm.at("target").at("reached") == false);
+  CHECK_FALSE(sm.at("target").contains("time_to_target_s"));
+  std::ifstream ml2(dir + "-miss/mlperf.log");
+  while (std::getline(ml2, line)) last = line;
+  CHECK_THAT(last, Catch::Contains("\"run_stop\"") && Catch::Contains("\"status\":\"aborted\""));
+  fs::remove_all(dir);
+  fs::remove_all(dir + "-miss");
+}
+
 TEST_CASE("1 rank x 40 learners of sma train 2 epochs to test accuracy 0.75", "[launch][train][sma][slow]") {
   // Crossbow's rule moved the centre by alpha x 40 = 4 times the gap and diverged at step 37.
   const std::string dir = fresh_dir("sma40");

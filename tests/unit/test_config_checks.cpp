@@ -254,9 +254,7 @@ TEST_CASE("keys that contradict each other are refused, naming both and their va
   const std::vector<Case> cases = {
       {{"train.max_steps=100", "schedule.warmup_steps=150"},
        {"schedule.warmup_steps = 150 is longer than the whole run (train.max_steps = 100)", "never reach its peak",
-        "make schedule.warmup_steps shorter than 100 steps"}},
-      {{"train.max_steps=100", "schedule.warmup_steps=100"},
-       {"schedule.warmup_steps = 100 lasts the whole run (train.max_steps = 100)", "only at the last step"}},
+        "make schedule.warmup_steps at most 100 steps"}},
       {{"train.max_steps=100", "train.eval_every_steps=101"},
        {"train.eval_every_steps = 101 is longer than the whole run (train.max_steps = 100)",
         "set train.eval_every_steps to at most 100, or 0"}},
@@ -295,7 +293,7 @@ TEST_CASE("keys that contradict each other are refused, naming both and their va
 
 TEST_CASE("settings at the edge of a contradiction are accepted", "[config][contradiction]") {
   const std::vector<Overrides> fine = {
-      {"train.max_steps=100", "schedule.warmup_steps=99"},
+      {"train.max_steps=100", "schedule.warmup_steps=100"},  // the peak at the last step
       {"train.max_steps=100", "train.eval_every_steps=100"},
       {"train.max_steps=100", "checkpoint.every_steps=100", "checkpoint.at_end=false"},
       {"train.max_steps=100", "checkpoint.every_steps=200"},  // at_end writes one
@@ -329,8 +327,8 @@ TEST_CASE("check_against_plan: the run's real length against the warm-up, the in
   REQUIRE_THROWS_AS(check_against_plan(warm, "run.toml", 1874, 937), squall::UsageError);
   REQUIRE_THROWS_WITH(check_against_plan(warm, "run.toml", 1874, 937),
                       "run.toml: schedule.warmup_steps = 5000 is longer than the whole run (train.epochs = 2: 1874 "
-                      "steps): the learning rate would never reach its peak; make schedule.warmup_steps shorter than "
-                      "1874 steps, or train longer");
+                      "steps): the learning rate would never reach its peak; make schedule.warmup_steps at most "
+                      "1874 steps (--set schedule.warmup_steps=0 for none), or train longer");
   CHECK_NOTHROW(check_against_plan(warm, "run.toml", 5001, 2501));
   // train.max_steps that ends the run early names itself.
   warm.train.max_steps = 1000;
