@@ -66,7 +66,7 @@ target_link_libraries(squall_tsan_openmp_runtime INTERFACE ${OpenMP_CXX_LIBRARIE
 # SQUALL_TSAN_LIBRARIES (clone those first, or at least before generation: names are
 # resolved then) and the serial OpenMP stand-in for OpenMP::OpenMP_CXX. DROP leaves targets
 # out of the link (the CUDA backend); EXTRA_SOURCES adds files (cuda_absent.cpp in its place).
-set(SQUALL_TSAN_LIBRARIES squall_base squall_mpi squall_data squall_io squall_nn squall_cpu squall_train
+set(SQUALL_TSAN_LIBRARIES squall_base squall_mpi squall_data squall_io squall_nn squall_cpu squall_backends squall_train
                           squall_test_support squall_mpi_test_main)
 
 function(_squall_tsan_map_links out)

@@ -1,7 +1,7 @@
 #pragma once
 // Opening datasets stored in HDF5: squall's native shards and DeepCAM's files as they are.
-// These are the DataSource implementations of io/ (the IDX reader lives in src/train, and
-// train::open_dataset picks among all three).
+// These, and the Fashion-MNIST IDX reader, are the DataSource implementations of io/
+// (train::open_dataset picks among them).
 // Header free of HDF5: src/ includes it.
 #include <memory>
 #include <optional>
@@ -31,6 +31,12 @@ struct OpenOptions {
 // "idx", "shards", "deepcam", "netcdf" (a *.nc file or a folder of them; io/netcdf_file.hpp),
 // or "" when the path holds none of them.
 std::string detect_format(const std::string& path);
+
+// Fashion-MNIST from a folder of (optionally gzipped) IDX files, as Debian's
+// dataset-fashion-mnist installs them (io/idx_source.cpp). split: "train" or "test". Pixels are
+// scaled to [0,1] and standardised with the training set's mean 0.2860 and std 0.3530. A
+// missing folder or file is an error that names it and says which package provides it.
+std::unique_ptr<data::DataSource> open_idx(const std::string& dir, const std::string& split);
 
 // Native shards: every `<split>-NNNNN-of-MMMMM.h5` in `dir` (docs/formats.md), in name order.
 std::unique_ptr<data::DataSource> open_shards(const std::string& dir, const std::string& split,

@@ -220,7 +220,7 @@ class Inspector {
   }
 
   // IDX files are read by src/train (a library above this one): only listed here; the
-  // caller (cmd_data.cpp) opens them with train::open_idx and fills in the rest.
+  // caller (cmd_data.cpp) opens them with io::open_idx and fills in the rest.
   void add_idx(const std::string& dir) {
     for (const char* stem : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                              "t10k-labels-idx1-ubyte"})

@@ -2,7 +2,7 @@
 // The one place that chooses an allreduce (mpi/sum.hpp) for a job.
 //
 // Inline on purpose: it names both the host sums of squall_mpi and the device sums, which
-// cuda/nccl.cpp (or, in a build without CUDA, src/train/cuda_absent.cpp) defines in libraries
+// cuda/nccl.cpp (or, in a build without CUDA, src/backends/cuda_absent.cpp) defines in libraries
 // linked after squall_mpi; made in the caller's object, the reference resolves wherever the
 // caller links those.
 #include <memory>

@@ -58,7 +58,7 @@ void add_report_command(CLI::App& root, Context& ctx, Actions& actions);
 void add_bench_loader_command(CLI::App& bench, Context& ctx, Actions& actions);
 // `bench allreduce` (cmd_bench_allreduce.cpp) under the `bench` group.
 void add_bench_allreduce_command(CLI::App& bench, Context& ctx, Actions& actions);
-// `model` (cmd_model.cpp): the performance model of src/train/perf_model.hpp.
+// `model` (cmd_model.cpp): the performance model of src/perf/perf_model.hpp.
 void add_model_command(CLI::App& root, Context& ctx, Actions& actions);
 // The groups and the subcommands later issues fill (cmd_stubs.cpp).
 void add_stub_commands(CLI::App& root, Context& ctx, Actions& actions);

@@ -24,7 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// The training-set pixel statistics open_idx normalises with (src/train/idx_source.cpp).
+// The training-set pixel statistics open_idx normalises with (io/idx_source.cpp).
 constexpr float k_idx_mean = 0.2860f, k_idx_std = 0.3530f;
 
 // DeepCAM's 16 CAM5 variables, in the order of /climate/data's last axis.
@@ -106,8 +106,8 @@ std::vector<uint8_t> raw_pixels(const train::DataSource& source) {
 }
 
 int run_fashion_mnist(const FashionArgs& args) {
-  auto train_source = train::open_idx(args.from, "train");
-  auto test_source = train::open_idx(args.from, "test");
+  auto train_source = io::open_idx(args.from, "train");
+  auto test_source = io::open_idx(args.from, "test");
   const nn::Shape sample = train_source->info().sample;
   const int64_t per = sample.per_sample();
   make_out_dir(args.out);
@@ -206,7 +206,7 @@ void add_idx_details(const std::vector<std::string>& paths, io::InspectReport& r
     const std::string dir = fs::is_directory(path) ? path : fs::path(path).parent_path().string();
     for (const char* split : {"train", "test"}) {
       try {
-        auto source = train::open_idx(dir, split);
+        auto source = io::open_idx(dir, split);
         const nn::Shape& s = source->info().sample;
         if (report.shape.empty()) {
           report.shape = {s.c(), s.h(), s.w()};

@@ -14,8 +14,8 @@
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
-#include "src/train/eval_checkpoint.hpp"
-#include "src/train/eval_run.hpp"
+#include "src/eval/eval_checkpoint.hpp"
+#include "src/eval/eval_run.hpp"
 
 namespace squall::app {
 namespace {

@@ -10,8 +10,8 @@
 #include "squall/version.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
-#include "src/train/eval_checkpoint.hpp"
-#include "src/train/eval_run.hpp"
+#include "src/eval/eval_checkpoint.hpp"
+#include "src/eval/eval_run.hpp"
 #ifdef SQUALL_HAVE_ONNX
 #include "src/export/onnx_export.hpp"
 #endif

@@ -2,7 +2,7 @@
 // [--classes K] [--batch B] [--learners L] [--machine summit|perlmutter|frontier|local]
 // [--nodes LIST] [--algorithm ssgd|sma] [--allreduce hier|flat] [--precision fp32|fp16|bf16] [--comm fp32|bf16|fp16] [--overlap F]
 // [--efficiency F] [--calibrate RUN_DIR] [--calibrate-allreduce FILE] [--json]`:
-// the performance model of src/train/perf_model.hpp (docs/model.md). It runs no training and
+// the performance model of src/perf/perf_model.hpp (docs/model.md). It runs no training and
 // needs no MPI job: the model's parameters and FLOPs, the machine's rates, and per node count
 // the step's compute, allreduce (flat and hierarchical), the part the overlap does not hide,
 // the step time, samples/s and the scaling efficiency against the smallest node count.
@@ -19,8 +19,8 @@
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/graph.hpp"
-#include "src/train/perf_model.hpp"
-#include "src/train/perf_run.hpp"
+#include "src/perf/perf_model.hpp"
+#include "src/perf/perf_run.hpp"
 
 namespace squall::app {
 namespace {

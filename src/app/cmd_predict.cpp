@@ -11,8 +11,8 @@
 #include "mpi/topology.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
-#include "src/train/eval_checkpoint.hpp"
-#include "src/train/predict.hpp"
+#include "src/eval/eval_checkpoint.hpp"
+#include "src/eval/predict.hpp"
 
 namespace squall::app {
 namespace {

@@ -451,7 +451,7 @@ struct CpuBackendOptions {
 std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options);
 
 // The CUDA backend on visible device `device` (cuda/cuda_backend.cpp; in a build without
-// CUDA, src/train/cuda_absent.cpp, which throws). cuda_device_count: the GPUs this process can
+// CUDA, src/backends/cuda_absent.cpp, which throws). cuda_device_count: the GPUs this process can
 // use, 0 with the reason in *why_none when there are none (no driver, no device, not built).
 int cuda_device_count(std::string* why_none = nullptr);
 std::unique_ptr<Backend> make_cuda_backend(int device);

@@ -59,7 +59,7 @@ class Layer {
   virtual LayerAttributes attributes() const { return {}; }
   // Floating-point operations of one forward pass over the batch of the last setup(), given
   // the input shapes and the output shape that setup returned (for performance models,
-  // src/train/perf_model.hpp). A multiply-add counts 2. 0: the layer only moves data.
+  // src/perf/perf_model.hpp). A multiply-add counts 2. 0: the layer only moves data.
   virtual double forward_flops(const std::vector<Shape>& inputs, const Shape& output) const {
     (void)inputs;
     (void)output;

@@ -8,7 +8,7 @@
 
 #include "io/loader.hpp"
 #include "src/train/augment.hpp"
-#include "src/train/learner.hpp"
+#include "src/parallel/learner.hpp"
 #include "src/train/step_plan.hpp"
 
 namespace squall::train {

@@ -7,7 +7,7 @@
 #include "src/core/error.hpp"
 #include "src/nn/graph.hpp"
 #include "src/train/config_fields.hpp"
-#include "src/train/sma.hpp"
+#include "src/parallel/sma.hpp"
 
 namespace squall::train {
 namespace config_detail {

@@ -1,6 +1,7 @@
 #pragma once
-// Opening the datasets squall trains on: Debian's Fashion-MNIST IDX files here, shards and
-// DeepCAM files through io/. The DataSource interface itself is src/data/data_source.hpp.
+// Opening the datasets squall trains on, whichever reader of io/ a folder needs (Debian's
+// Fashion-MNIST IDX files, shards, DeepCAM and netCDF files). The DataSource interface itself
+// is src/data/data_source.hpp.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,12 +14,6 @@ namespace squall::train {
 using data::BadSample;
 using data::DataSource;
 using data::DatasetInfo;
-
-// Fashion-MNIST from a folder of (optionally gzipped) IDX files, as Debian's
-// dataset-fashion-mnist installs them. split: "train" or "test". Pixels are scaled to [0,1]
-// and standardised with the training set's mean 0.2860 and std 0.3530. A missing folder or
-// file is an error that names it and says which package provides it.
-std::unique_ptr<DataSource> open_idx(const std::string& dir, const std::string& split);
 
 // Any dataset squall reads, by what the folder holds: Fashion-MNIST IDX files, native
 // shards (`split` picks train-* or test-*), DeepCAM files or netCDF files. Errors name the path.

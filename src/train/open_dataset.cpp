@@ -17,7 +17,7 @@ std::unique_ptr<DataSource> open_dataset(const std::string& path, const std::str
                 (path == k_debian_fashion_mnist_dir ? " (install Debian's dataset-fashion-mnist package)" : ""));
   const std::string format = io::detect_format(path);
   if (format == "idx") {
-    auto source = open_idx(path, split);
+    auto source = io::open_idx(path, split);
     // IDX pixels are always standardised with the fixed Fashion-MNIST constants.
     if (fixed != nullptr && !fixed->same_as(source->normalization()))
       throw Error("dataset '" + path + "' (Fashion-MNIST IDX) is normalised with fixed constants, not with the given " +

@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "src/core/clock.hpp"
-#include "src/train/evaluate.hpp"
-#include "src/train/metrics.hpp"
+#include "src/eval/evaluate.hpp"
+#include "src/eval/metrics.hpp"
 #include "src/train/progress.hpp"
 
 namespace squall::io {

@@ -1,7 +1,7 @@
 #include "src/train/setup.hpp"
 
 #include "src/cpu/cpu_info.hpp"
-#include "src/train/learners.hpp"
+#include "src/parallel/learners.hpp"
 
 namespace squall::train {
 

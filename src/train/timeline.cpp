@@ -1,7 +1,7 @@
 #include "src/train/timeline.hpp"
 
 #include "mpi/sum.hpp"
-#include "src/train/learners.hpp"
+#include "src/parallel/learners.hpp"
 
 #include <cstdio>
 #include <set>

@@ -12,7 +12,7 @@
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
 #include "src/cpu/cpu_async_backend.hpp"
-#include "src/train/predictions.hpp"
+#include "src/eval/predictions.hpp"
 #include "src/train/progress.hpp"
 #include "src/train/stop_signal.hpp"
 #include "src/train/training_run.hpp"

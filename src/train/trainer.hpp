@@ -1,5 +1,5 @@
 #pragma once
-// The training loop of a job: every rank drives a LearnerGroup (src/train/learners.hpp)
+// The training loop of a job: every rank drives a LearnerGroup (src/parallel/learners.hpp)
 // fed by its own loader, the groups synchronise through the hierarchical allreduce, rank 0
 // writes the run outputs of docs/design.md (metrics.jsonl, summary.json, config.toml and, on
 // request, timeline.json).

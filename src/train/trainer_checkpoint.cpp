@@ -4,7 +4,7 @@
 
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
-#include "src/train/eval_checkpoint.hpp"
+#include "src/eval/eval_checkpoint.hpp"
 #include "src/train/run_dir.hpp"
 #include "src/train/training_run.hpp"
 

@@ -2,8 +2,8 @@
 // The trainer's part of a checkpoint's model.h5 (docs/formats.md, "Checkpoints"): where the
 // loop stood and what the run was. The one place that knows these entries' names: the trainer
 // writes and restores them, and `squall eval`, `predict` and `export` read the config, the
-// model and the sizes from here. The learner group's entries (src/train/learners_checkpoint.cpp)
-// and the named model (src/train/eval_checkpoint.hpp) sit beside them in the same file.
+// model and the sizes from here. The learner group's entries (src/parallel/learners_checkpoint.cpp)
+// and the named model (src/eval/eval_checkpoint.hpp) sit beside them in the same file.
 #include <cstdint>
 #include <string>
 

@@ -10,7 +10,7 @@
 
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
-#include "src/train/learners.hpp"
+#include "src/parallel/learners.hpp"
 #include "tests/support/test_backend.hpp"
 
 namespace nn = squall::nn;

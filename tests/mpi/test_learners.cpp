@@ -11,7 +11,7 @@
 #include "mpi/allreduce.hpp"
 #include "mpi/topology.hpp"
 #include "src/nn/backend.hpp"
-#include "src/train/learners.hpp"
+#include "src/parallel/learners.hpp"
 #include "tests/support/tiny_model.hpp"
 
 using namespace squall;

@@ -11,7 +11,7 @@
 
 #include "src/nn/graph.hpp"
 #include "src/nn/layer.hpp"
-#include "src/train/learners.hpp"
+#include "src/parallel/learners.hpp"
 #include "tests/support/test_backend.hpp"
 
 namespace squall::test {

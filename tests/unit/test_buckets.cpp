@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "src/nn/backend.hpp"
-#include "src/train/buckets.hpp"
-#include "src/train/learners.hpp"
+#include "src/parallel/buckets.hpp"
+#include "src/parallel/learners.hpp"
 #include "tests/support/tiny_model.hpp"
 
 using namespace squall;

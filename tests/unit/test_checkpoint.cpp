@@ -9,7 +9,7 @@
 
 #include "io/checkpoint_file.hpp"
 #include "src/core/error.hpp"
-#include "src/train/learners.hpp"
+#include "src/parallel/learners.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/tiny_model.hpp"
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "src/cpu/cpu_async_backend.hpp"
-#include "src/train/learners.hpp"
+#include "src/parallel/learners.hpp"
 #include "tests/support/test_backend.hpp"
 #include "tests/support/tiny_model.hpp"
 

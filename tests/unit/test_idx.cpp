@@ -8,13 +8,14 @@
 #include <random>
 
 #include "src/core/error.hpp"
+#include "io/dataset.hpp"
 #include "src/train/datasets.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using Catch::Contains;
 using squall::train::k_debian_fashion_mnist_dir;
-using squall::train::open_idx;
+using squall::io::open_idx;
 
 namespace {
 

@@ -1,4 +1,4 @@
-// fp16's dynamic loss scaling (src/train/loss_scaler.hpp), on its own: PyTorch's GradScaler
+// fp16's dynamic loss scaling (src/parallel/loss_scaler.hpp), on its own: PyTorch's GradScaler
 // rule, the copy in backend memory the loss reads, the skip count, and a checkpoint round trip.
 #include <catch2/catch.hpp>
 
@@ -6,7 +6,7 @@
 
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
-#include "src/train/loss_scaler.hpp"
+#include "src/parallel/loss_scaler.hpp"
 
 using squall::train::LossScaler;
 using squall::train::LossScaling;

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "src/core/error.hpp"
-#include "src/train/metrics.hpp"
+#include "src/eval/metrics.hpp"
 
 using squall::train::ConfusionMatrix;
 using squall::train::RunningMean;

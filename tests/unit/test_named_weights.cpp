@@ -1,4 +1,4 @@
-// Named weights in checkpoints (src/train/eval_checkpoint.hpp, docs/formats.md "Checkpoints"):
+// Named weights in checkpoints (src/eval/eval_checkpoint.hpp, docs/formats.md "Checkpoints"):
 // the central model saved by name and shape reads back through load_model_checkpoint into a
 // fresh graph that gives the trained model's logits; an old flat checkpoint and a model of
 // another shape are refused naming the file and the tensor. And the normalisation: the test
@@ -18,8 +18,8 @@
 #include "io/h5_util.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/graph.hpp"
-#include "src/train/eval_checkpoint.hpp"
-#include "src/train/learners.hpp"
+#include "src/eval/eval_checkpoint.hpp"
+#include "src/parallel/learners.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/tiny_model.hpp"

@@ -1,4 +1,4 @@
-// The performance model (src/train/perf_model.hpp, docs/model.md): parameter counts and
+// The performance model (src/perf/perf_model.hpp, docs/model.md): parameter counts and
 // FLOPs against the built graphs (every zoo model, with and without its knobs) and hand counts,
 // the allreduce formulas against hand computations, the shape of the forecast, and calibration
 // from a run's summary.json and from a run dir (model, knobs and input from its own files).
@@ -14,8 +14,8 @@
 #include "src/nn/graph.hpp"
 #include "src/nn/layer.hpp"
 #include "src/train/config.hpp"
-#include "src/train/perf_model.hpp"
-#include "src/train/perf_run.hpp"
+#include "src/perf/perf_model.hpp"
+#include "src/perf/perf_run.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/test_backend.hpp"
 

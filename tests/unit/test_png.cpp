@@ -1,5 +1,5 @@
 // The PNG writer (io/png.hpp), decoded here with zlib to check what it claims, and the
-// predictions picture (src/train/predictions.hpp): its size, its panels and north up.
+// predictions picture (src/eval/predictions.hpp): its size, its panels and north up.
 #include <catch2/catch.hpp>
 #include <zlib.h>
 
@@ -7,7 +7,7 @@
 
 #include "io/png.hpp"
 #include "src/core/error.hpp"
-#include "src/train/predictions.hpp"
+#include "src/eval/predictions.hpp"
 
 using namespace squall;
 

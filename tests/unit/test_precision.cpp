@@ -11,7 +11,7 @@
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
-#include "src/train/learners.hpp"
+#include "src/parallel/learners.hpp"
 #include "tests/support/test_backend.hpp"
 #include "tests/support/tiny_model.hpp"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "src/core/error.hpp"
-#include "src/train/predict.hpp"
+#include "src/eval/predict.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using namespace squall;

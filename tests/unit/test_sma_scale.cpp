@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "src/nn/backend.hpp"
-#include "src/train/learners.hpp"
-#include "src/train/sma.hpp"
+#include "src/parallel/learners.hpp"
+#include "src/parallel/sma.hpp"
 #include "tests/support/tiny_model.hpp"
 
 using namespace squall;
@@ -40,7 +40,7 @@ test::TinyBatch learnable_batch(int learner, int64_t step, int64_t batch) {
 
 // One learner's mean mode and the centre on a quadratic loss h/2 w^2, scalar: the learners'
 // mean w, its SGD momentum buffer v (momentum m, learning rate lr), the centre z and z_prev.
-// A synchronisation step, as src/train/sync_sma.cpp runs it (the gradient is taken before the
+// A synchronisation step, as src/parallel/sync_sma.cpp runs it (the gradient is taken before the
 // correction; the sum W = L w is taken before the update):
 //   v' = m v + h w;   w' = w - alpha (w - z) - lr v';
 //   z' = z + beta (w - z) + mu (z - z_prev).

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "src/nn/backend.hpp"
-#include "src/train/learners.hpp"
+#include "src/parallel/learners.hpp"
 #include "tests/support/device_probe.hpp"
 #include "tests/support/tiny_model.hpp"
 

@@ -1,0 +1,242 @@
+// `squall eval` after the checkpoint is read: the config, the test set and whether it fits the
+// model, the model on its backend, the evaluation over the ranks.
+#include "src/eval/eval_run.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+
+#include "mpi/agreement.hpp"
+#include "src/core/clock.hpp"
+#include "src/core/error.hpp"
+#include "src/nn/graph.hpp"
+#include "src/train/checkpoint.hpp"
+#include "src/train/config.hpp"
+#include "src/train/datasets.hpp"
+#include "src/train/model_spec.hpp"
+#include "src/train/setup.hpp"
+
+namespace squall::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string model_file(const CheckpointModel& ck) { return (ck.folder / CheckpointStore::k_model_file).string(); }
+
+// "samples of 1 x 28 x 28 (channels x height x width), 10 classes, a label per sample".
+std::string input_text(const DatasetInfo& info) {
+  const nn::Shape& s = info.sample;
+  return "samples of " + std::to_string(s.c()) + " x " + std::to_string(s.h()) + " x " + std::to_string(s.w()) +
+         " (channels x height x width), " + std::to_string(info.classes) + " classes, " +
+         (info.per_pixel_labels ? "a label per pixel" : "a label per sample");
+}
+
+}  // namespace
+
+Config checkpoint_config(const CheckpointModel& ck, const std::vector<std::string>& overrides) {
+  const std::string origin = model_file(ck) + " (its config)";
+  const std::string& text = ck.state.config;
+  try {
+    (void)parse_config(text, origin);
+  } catch (const Error& e) {
+    throw Error(model_file(ck) + ": the run's config cannot be read: " + e.what());
+  }
+  Config cfg;
+  try {
+    cfg = parse_config(text, origin, overrides);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  return cfg;
+}
+
+namespace {
+
+// The run's config with --set applied, and --data in place of data.test.
+Config eval_config(const CheckpointModel& ck, const EvalOptions& options) {
+  Config cfg = checkpoint_config(ck, options.overrides);
+  if (!options.data.empty()) cfg.data.test = options.data;
+  return cfg;
+}
+
+// How messages name the test set: the flag, or the config key.
+std::string data_key(const EvalOptions& options) { return options.data.empty() ? "data.test" : "--data"; }
+
+// The test set. `fixed` null: raw values, streamed (to check its shape against the model before
+// anything is read); otherwise normalised with the training set's statistics from the checkpoint.
+std::unique_ptr<DataSource> open_test(const Config& cfg, const EvalOptions& options, const data::Normalization* fixed) {
+  const std::string& path = cfg.data.test;
+  const std::string key = data_key(options);
+  try {
+    if (fixed == nullptr)
+      return open_dataset(path, "test", false, cfg.data.normalization, 0, nullptr, cfg.data.netcdf_variables,
+                          cfg.data.netcdf_labels);
+    return open_dataset(path, "test", cfg.data.normalize, cfg.data.normalization, cfg.data.cache_mb, fixed,
+                        cfg.data.netcdf_variables, cfg.data.netcdf_labels);
+  } catch (const BadSample&) {
+    throw;
+  } catch (const Error& e) {
+    std::error_code ec;
+    // A path that is not there is the user's to fix (the run's data moved, or a typo).
+    if (!fs::exists(path, ec))
+      throw UsageError(key + ": " + e.what() +
+                       (options.data.empty() ? " (the run's config names it; evaluate on another copy with --data PATH)"
+                                             : ""));
+    throw Error(key + ": " + e.what());
+  }
+}
+
+// What the model was trained on, from the run's own data.test (the trainer requires it to
+// match data.train), when that is not the data being refused and can be opened here; else
+// from the input shape and classes the checkpoint records. Only for a message.
+std::string trained_on(const CheckpointModel& ck, const std::string& refused_path) {
+  const nn::Shape& in = ck.model.input;
+  const std::string recorded = ", trained on samples of " + std::to_string(in.c()) + " x " + std::to_string(in.h()) +
+                               " x " + std::to_string(in.w()) + " (channels x height x width), " +
+                               std::to_string(ck.model.class_names.size()) + " classes";
+  try {
+    const Config then = parse_config(ck.state.config, model_file(ck));
+    std::error_code ec;
+    if (then.data.test == refused_path || !fs::exists(then.data.test, ec)) return recorded;
+    const auto source = open_dataset(then.data.test, "test", false, then.data.normalization, 0, nullptr,
+                                     then.data.netcdf_variables, then.data.netcdf_labels);
+    return ", trained on " + input_text(source->info()) + " (" + then.data.test + ")";
+  } catch (const std::exception&) {
+    return recorded;
+  }
+}
+
+// The model that the checkpoint's config makes for this data, checked against the data and the
+// checkpoint before anything is allocated. Throws UsageError naming the data, the checkpoint
+// and what each has.
+}  // namespace
+
+nn::ModelSpec fit_checkpoint_model(const CheckpointModel& ck, const Config& cfg, const std::string& key,
+                                   const std::string& data_path, const DataSource& test, int64_t batch) {
+  const DatasetInfo& info = test.info();
+  const int64_t params = ck.state.param_count, state = ck.state.state_count;
+  auto refuse = [&](const std::string& why) {
+    return UsageError(key + " " + data_path + " does not fit the model of checkpoint " + ck.folder.string() + ": " +
+                      why + "; the data has " + input_text(info) + " (" + info.description + "); the model is " +
+                      ck.state.model + " with " + std::to_string(params) + " parameters" +
+                      trained_on(ck, data_path));
+  };
+  const nn::ModelSpec spec = model_spec(cfg, info);
+  if (const std::string why = model_data_mismatch(cfg, info); !why.empty()) throw refuse(why);
+  std::unique_ptr<nn::Graph> g;
+  try {
+    g = nn::make_model(spec, info.sample);
+    g->setup(batch);  // shapes and sizes only: nothing allocated yet
+  } catch (const Error& e) {
+    throw refuse(e.what());
+  }
+  // The model's size follows the input's channels, the classes and (through its dense layers)
+  // the sample's height and width: built for this data, it must be the checkpoint's.
+  if (static_cast<int64_t>(g->param_count()) != params || static_cast<int64_t>(g->state_count()) != state)
+    throw refuse(spec.name + " built for this data has " + std::to_string(g->param_count()) + " parameters and " +
+                 std::to_string(g->state_count()) + " state values; the checkpoint holds " + std::to_string(params) +
+                 " and " + std::to_string(state));
+  const nn::Shape out = g->output_shape();
+  const bool per_pixel_out = out.h() * out.w() > 1;
+  if (per_pixel_out != info.per_pixel_labels ||
+      (per_pixel_out && (out.h() != info.sample.h() || out.w() != info.sample.w())))
+    throw refuse(spec.name + " predicts " + (per_pixel_out ? "a " + std::to_string(out.h()) + " x " +
+                                                                 std::to_string(out.w()) + " map of classes"
+                                                           : std::string("one class")) +
+                 " per sample");
+  return spec;
+}
+
+InferenceModel build_inference_model(const CheckpointModel& ck, const Config& cfg, const nn::ModelSpec& spec,
+                                     const DatasetInfo& info, int64_t batch, const mpi::Topology& topo) {
+  InferenceModel m;
+  m.backend = make_rank_backend(cfg, topo);
+  m.stream = m.backend->create_stream();
+  m.backend->bind_calling_thread(m.backend->threads());
+  m.graph = make_model_graph(spec, info.sample, graph_format(cfg, m.backend->name()));
+  m.graph->build(*m.backend, batch, static_cast<uint64_t>(cfg.run.seed));
+  load_into_graph(ck.model, *m.graph, *m.backend, *m.stream);
+  m.backend->synchronize(*m.stream);
+  return m;
+}
+
+EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& options, const mpi::Topology& topo) {
+  const mpi::Communicator& world = topo.world();
+
+  // The config, the data and whether they fit: every rank opens the test set (each reads its
+  // share of it), so any rank may be the one that cannot.
+  Config cfg;
+  std::unique_ptr<DataSource> test;
+  nn::ModelSpec spec;
+  int64_t batch = 0, n_test = 0;
+  mpi::run_agreed(world, [&] {
+    cfg = eval_config(ck, options);
+    // Training evaluates in batches of train.batch_size; the same batches give the same sums.
+    batch = cfg.train.eval_batch_size > 0 ? cfg.train.eval_batch_size : cfg.train.batch_size;
+    // Its shape against the model first, then the samples normalised as in training: with the
+    // training set's statistics that the checkpoint holds, never the test folder's own.
+    test = open_test(cfg, options, nullptr);
+    if (test->size() == 0) throw UsageError(cfg.data.test + " (" + test->info().description + ") holds no samples");
+    spec = fit_checkpoint_model(ck, cfg, data_key(options), cfg.data.test, *test, batch);
+    test = open_test(cfg, options, &ck.model.normalization);
+    n_test = cfg.data.test_samples > 0 ? std::min(cfg.data.test_samples, test->size()) : test->size();
+  });
+  const DatasetInfo& info = test->info();
+  const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
+
+  // The model on the run's backend and precision, holding the checkpoint's central model.
+  // Declared in this order so that the buffers go before the backend that owns their memory.
+  InferenceModel m;
+  nn::Buffer label_buf, pred_buf, weight_buf;
+  int32_t* dev_labels = nullptr;
+  int32_t* dev_pred = nullptr;
+  const float* dev_weights = nullptr;
+  mpi::run_agreed(world, [&] {
+    m = build_inference_model(ck, cfg, spec, info, batch, topo);
+    dev_labels = m.backend->allocate_labels(static_cast<size_t>(batch * label_hw), label_buf);
+    dev_pred = m.backend->allocate_labels(static_cast<size_t>(batch * label_hw), pred_buf);
+    if (!cfg.data.class_weights.empty()) {
+      const std::vector<float> weights(cfg.data.class_weights.begin(), cfg.data.class_weights.end());
+      weight_buf = m.backend->allocate(weights.size());
+      m.backend->copy_from_host(*m.stream, weight_buf.data(), weights.data(), weights.size());
+      dev_weights = weight_buf.data();
+    }
+    m.backend->synchronize(*m.stream);
+  });
+
+  EvalResult r;
+  r.model = ck.state.model;
+  r.step = ck.state.step;
+  r.data_path = cfg.data.test;
+  r.data_description = info.description;
+  r.per_pixel_labels = info.per_pixel_labels;
+  r.class_names = info.class_names;
+  r.world_size = world.size();
+  // Rank r takes samples [n r / R, n (r + 1) / R), as training's evaluation does.
+  const int64_t begin = n_test * world.rank() / world.size(), end = n_test * (world.rank() + 1) / world.size();
+  const Stopwatch timer;
+  mpi::run_agreed(world, [&] {
+    r.part = evaluate_range(*m.graph, *m.backend, *m.stream, *test, begin, end, dev_labels, dev_pred, dev_weights);
+  });
+  sum_over_ranks(r.part, world);
+  r.eval_s = timer.seconds();
+  return r;
+}
+
+CheckpointGraph checkpoint_graph(const CheckpointModel& ck, const EvalOptions& options, int64_t batch) {
+  const Config cfg = eval_config(ck, options);
+  const std::unique_ptr<DataSource> test = open_test(cfg, options, nullptr);  // its shape only
+  const nn::ModelSpec spec = fit_checkpoint_model(ck, cfg, data_key(options), cfg.data.test, *test, batch);
+  CheckpointGraph r;
+  r.model = ck.state.model;
+  r.step = ck.state.step;
+  r.graph = make_model_graph(spec, test->info().sample, GraphFormat{});  // ONNX's f32, NCHW
+  r.graph->setup(batch);
+  r.params = ck.data.array("central/params", r.graph->param_count());
+  r.state = ck.data.array("central/state", r.graph->state_count());
+  r.normalization = cfg.data.normalize ? data::k_normalization_kinds.name(cfg.data.normalization) : "";
+  r.data_path = cfg.data.test;
+  return r;
+}
+
+}  // namespace squall::train

@@ -1,0 +1,82 @@
+#pragma once
+// One `squall eval` (docs/training.md, "Evaluating a checkpoint"): the checkpoint's central
+// model, rebuilt from the run's own config, on a test set. The test samples are split over the
+// ranks and summed, as training's evaluation does, so the final checkpoint of a run reproduces
+// the run's final test loss and accuracy on the same samples.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpi/topology.hpp"
+#include "src/nn/backend.hpp"
+#include "src/nn/graph.hpp"
+#include "src/train/config.hpp"
+#include "src/train/datasets.hpp"
+#include "src/eval/eval_checkpoint.hpp"
+#include "src/eval/evaluate.hpp"
+
+namespace squall::train {
+
+struct EvalOptions {
+  std::vector<std::string> overrides;  // --set: keys of the checkpoint's config
+  std::string data;                    // --data: the test set instead of the config's data.test ("": keep it)
+};
+
+struct EvalResult {
+  std::string model;                    // the checkpoint's model ("lenet5")
+  int64_t step = 0;                     // the checkpoint's step
+  std::string data_path;                // the test set evaluated on, and what it is
+  std::string data_description;         // "Fashion-MNIST test (IDX, 10000 samples)"
+  bool per_pixel_labels = false;        // segmentation: IoU per class is what matters
+  std::vector<std::string> class_names;
+  EvalPart part{ConfusionMatrix(1)};    // summed over the ranks
+  double eval_s = 0;                    // the evaluation itself, without reading and building
+  int world_size = 1;
+};
+
+// The checkpoint's config with --set overrides applied. A config that does not read back is
+// the checkpoint's fault (Error, exit 1); an override that is refused, the user's (UsageError).
+Config checkpoint_config(const CheckpointModel& ck, const std::vector<std::string>& overrides);
+
+// The model the checkpoint's config makes for samples like `data`'s, checked against the data
+// and the checkpoint before anything is allocated: a UsageError naming `key` `data_path`, the
+// checkpoint and what each has.
+nn::ModelSpec fit_checkpoint_model(const CheckpointModel& ck, const Config& cfg, const std::string& key,
+                                   const std::string& data_path, const DataSource& data, int64_t batch);
+
+// The checkpoint's central model on the config's backend and precision, built for batches of
+// `batch` samples of `info`'s shape, ready for inference (eval mode is the caller's RunMode).
+// Members in this order so that the graph goes before the stream and the backend.
+struct InferenceModel {
+  std::unique_ptr<nn::Backend> backend;
+  std::unique_ptr<nn::Stream> stream;
+  std::unique_ptr<nn::Graph> graph;
+};
+InferenceModel build_inference_model(const CheckpointModel& ck, const Config& cfg, const nn::ModelSpec& spec,
+                                     const DatasetInfo& info, int64_t batch, const mpi::Topology& topo);
+
+// Collective over topo.world(). Parses the checkpoint's config with `overrides` (a bad one is
+// a usage error, exit 2), opens the test set and checks that it fits the model (sample shape,
+// classes, per-pixel labels, the model's size against the checkpoint's arrays; else exit 2
+// naming the checkpoint, the data and both), builds the model on the config's run.backend and
+// precision, loads the central parameters and state and evaluates. Every failure, even one
+// that only some ranks meet, ends every rank with the same CollectiveError.
+EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& options, const mpi::Topology& topo);
+
+// The checkpoint's central model for `squall export`: its config (with options.overrides) and its
+// test set (options.data instead, when given) fix the model and its input size, as for
+// evaluation, with the same refusals; the graph is set up for `batch` samples (shapes only,
+// nothing allocated) and the central parameters and state are host copies. One process, no
+// collective.
+struct CheckpointGraph {
+  std::string model;                // the checkpoint's model ("resnet20")
+  int64_t step = 0;
+  std::unique_ptr<nn::Graph> graph;
+  std::vector<float> params, state;
+  std::string normalization;        // how the run normalised its inputs ("zscore", "minmax"; "" none)
+  std::string data_path;            // the test set that fixed the input size
+};
+CheckpointGraph checkpoint_graph(const CheckpointModel& ck, const EvalOptions& options, int64_t batch);
+
+}  // namespace squall::train

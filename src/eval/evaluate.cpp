@@ -1,0 +1,95 @@
+#include "src/eval/evaluate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+
+namespace squall::train {
+
+EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const DataSource& test, int64_t begin,
+                        int64_t end, int32_t* dev_labels, int32_t* dev_pred, const float* class_weights,
+                        std::vector<PredictionSample>* pictures) {
+  const int64_t batch = g.batch();
+  const auto& info = test.info();
+  const int64_t per_sample = info.sample.per_sample();
+  const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
+  std::vector<float> images(static_cast<size_t>(batch * per_sample));
+  std::vector<int32_t> labels(static_cast<size_t>(batch * label_hw));
+  EvalPart part{ConfusionMatrix(info.classes)};
+  // The loss sum and the confusion matrix accumulate in backend memory and are read once at
+  // the end: no host round trip per batch.
+  const auto classes = static_cast<size_t>(info.classes);
+  nn::Buffer loss = be.allocate(2);  // [this batch's mean loss, the sum over samples]
+  nn::Buffer confusion = be.allocate(classes * classes, nn::DType::i32);
+  be.fill(stream, loss.data(), 2, 0.0f);
+  be.fill(stream, reinterpret_cast<float*>(confusion.as<int32_t>()), classes * classes, 0.0f);  // 0.0f is all zero bits
+  std::vector<int64_t> idx;
+  nn::RunMode mode;
+  mode.train = false;
+  for (int64_t start = begin; start < end; start += batch) {
+    const int64_t valid = std::min(batch, end - start);
+    idx.resize(static_cast<size_t>(batch));
+    for (int64_t i = 0; i < batch; ++i) idx[static_cast<size_t>(i)] = start + std::min(i, valid - 1);
+    test.read(idx, images.data(), labels.data());
+    std::fill(labels.begin() + valid * label_hw, labels.end(), -1);  // padding: ignored
+    // Pageable host memory: these copies have read it when they return, so the next
+    // batch may overwrite it.
+    be.copy_from_host(stream, g.input().f32(), images.data(), images.size());
+    be.copy_labels_from_host(stream, dev_labels, labels.data(), labels.size());
+    g.forward(stream, mode);
+    const auto out = g.output_shape();
+    be.softmax_cross_entropy(stream, g.dtype(), g.output().data, dev_labels, class_weights, out.n(), out.c(),
+                             out.h() * out.w(), g.output_grad().data, loss.data(), nullptr);
+    be.axpy(stream, static_cast<float>(valid), loss.data(), loss.data() + 1, 1);
+    be.argmax_channels(stream, g.dtype(), g.output().data, dev_pred, out.n(), out.c(), out.h() * out.w());
+    be.accumulate_confusion(stream, dev_labels, dev_pred, static_cast<size_t>(valid * label_hw), info.classes,
+                            confusion.as<int32_t>());
+    if (pictures && start == begin && info.per_pixel_labels) {  // the first batch only: one wait
+      const auto keep = static_cast<size_t>(std::min<int64_t>(valid, static_cast<int64_t>(pictures->size())));
+      pictures->resize(keep);
+      std::vector<int32_t> pred(static_cast<size_t>(valid * label_hw));
+      be.copy_labels_to_host(stream, pred.data(), dev_pred, pred.size());
+      be.synchronize(stream);
+      for (size_t k = 0; k < keep; ++k) {
+        PredictionSample& p = (*pictures)[k];
+        const auto first = static_cast<int64_t>(k);
+        const float* image = images.data() + first * per_sample;  // channel 0 of sample k
+        p.channel.assign(image, image + label_hw);
+        p.label.assign(labels.begin() + first * label_hw, labels.begin() + (first + 1) * label_hw);
+        p.pred.assign(pred.begin() + first * label_hw, pred.begin() + (first + 1) * label_hw);
+      }
+    }
+    part.samples += static_cast<double>(valid);
+  }
+  float host_loss[2] = {0, 0};
+  std::vector<int32_t> counts(classes * classes);
+  be.copy_to_host(stream, host_loss, loss.data(), 2);
+  be.copy_labels_to_host(stream, counts.data(), confusion.as<int32_t>(), counts.size());
+  be.synchronize(stream);
+  part.loss_sum = static_cast<double>(host_loss[1]);
+  for (size_t i = 0; i < counts.size(); ++i) part.cm.counts()[i] += counts[i];
+  return part;
+}
+
+
+void sum_over_ranks(EvalPart& part, const mpi::Communicator& world) {
+  if (world.size() == 1) return;
+  const auto counts = part.cm.counts();  // a view of the matrix
+  std::vector<double> sums(counts.size() + 2);
+  for (size_t i = 0; i < counts.size(); ++i) sums[i] = static_cast<double>(counts[i]);
+  sums[sums.size() - 2] = part.loss_sum;
+  sums.back() = part.samples;
+  world.allreduce_sum(std::span<double>(sums));
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<int64_t>(sums[i]);
+  part.loss_sum = sums[sums.size() - 2];
+  part.samples = sums.back();
+}
+
+nlohmann::json iou_per_class_json(const ConfusionMatrix& cm) {
+  nlohmann::json per_class = nlohmann::json::array();
+  for (double v : cm.iou_per_class()) per_class.push_back(std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v));
+  return per_class;
+}
+
+
+}  // namespace squall::train

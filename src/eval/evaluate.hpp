@@ -1,0 +1,48 @@
+#pragma once
+// Evaluation of a model on held-out samples: the loss, the confusion matrix (accuracy, IoU per
+// class), summed over the ranks. Used by training at every evaluation and by `squall eval`.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mpi/comm.hpp"
+#include "src/data/data_source.hpp"
+#include "src/nn/backend.hpp"
+#include "src/nn/graph.hpp"
+#include "src/eval/metrics.hpp"
+#include "src/eval/predictions.hpp"
+
+namespace squall::train {
+
+using data::DataSource;
+
+// One rank's share of an evaluation, or (after sum_over_ranks) the job's.
+struct EvalPart {
+  ConfusionMatrix cm;
+  double loss_sum = 0, samples = 0;
+  double loss() const { return samples > 0 ? loss_sum / samples : 0; }
+};
+
+// Held-out samples drawn in predictions/epoch-N.png.
+constexpr size_t k_picture_samples = 4;
+
+// Evaluates the model on test samples [begin, end), in batches of the graph's batch size;
+// the last partial batch is padded with copies of its first sample whose labels are
+// ignored. dev_labels, dev_pred: backend label buffers of g.batch() x (h x w for per-pixel
+// labels); class_weights: backend memory or null. pictures: when not null (per-pixel labels),
+// the first samples of the range (up to its capacity) with their first channel, labels and
+// predictions, for predictions/epoch-N.png.
+EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const DataSource& test, int64_t begin,
+                        int64_t end, int32_t* dev_labels, int32_t* dev_pred, const float* class_weights,
+                        std::vector<PredictionSample>* pictures = nullptr);
+
+// Collective: every rank's part summed into the job's, on every rank.
+void sum_over_ranks(EvalPart& part, const mpi::Communicator& world);
+
+// Per-class IoU for metrics.jsonl and summary.json: null for a class absent from both the
+// labels and the predictions (its IoU is undefined).
+nlohmann::json iou_per_class_json(const ConfusionMatrix& cm);
+
+}  // namespace squall::train

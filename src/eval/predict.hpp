@@ -1,0 +1,49 @@
+#pragma once
+// `squall predict` (docs/inference.md): a checkpoint's central model applied to new files,
+// with or without labels, writing one mask file per input: the class of every pixel (and,
+// when asked, the softmax per class) with the input's grid and time, the class names and the
+// checkpoint it came from. Inputs are normalised with the statistics the checkpoint holds (the
+// training set's), so a labelled file gets exactly the classes `squall eval` scores on it.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mpi/topology.hpp"
+#include "src/eval/eval_checkpoint.hpp"
+
+namespace squall::train {
+
+struct PredictOptions {
+  std::vector<std::string> data;       // files (DeepCAM *.h5, netCDF *.nc), or folders of them
+  std::string out;                     // the folder the masks go to (made when missing)
+  std::string format = "nc";           // "nc" (CF netCDF, io/netcdf_mask.hpp) or "h5" (io/mask.hpp)
+  bool probabilities = false;          // the softmax per class too
+  bool png = false;                    // a picture per input: its first channel and the mask
+  std::vector<std::string> overrides;  // --set: keys of the checkpoint's config
+};
+
+// One input file's masks.
+struct PredictedFile {
+  std::string input, output;
+  int64_t samples = 0;                    // time steps
+  std::vector<std::string> class_names;
+  std::vector<int64_t> pixels;            // per class, over its time steps
+  std::vector<int64_t> regions;           // per class, connected regions summed over time steps
+};
+
+// The input files `paths` name, in order: a file as it is, a folder's *.nc and *.h5 files in
+// name order (stats.h5 left out). Throws UsageError naming a path that does not exist or a folder that
+// holds none.
+std::vector<std::string> predict_inputs(const std::vector<std::string>& paths);
+
+// Connected regions of class `cls` in a [h, w] map, 8-neighbours, longitude periodic (the
+// first and last columns touch, as on the sphere).
+int64_t count_regions(const uint8_t* mask, int64_t h, int64_t w, uint8_t cls);
+
+// Collective over topo.world(): the files are split over the ranks in contiguous blocks; each
+// rank writes its own files and returns what it wrote. Every failure ends every rank with the
+// same CollectiveError naming the file.
+std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const PredictOptions& options,
+                                         const mpi::Topology& topo);
+
+}  // namespace squall::train

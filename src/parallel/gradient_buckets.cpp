@@ -1,0 +1,144 @@
+// ssgd's overlapped gradient sums (src/parallel/gradient_buckets.hpp).
+#include "src/parallel/gradient_buckets.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "src/parallel/buckets.hpp"
+
+namespace squall::train {
+
+GradientBuckets::GradientBuckets(GroupCore& core) : m_core(core) {
+  std::vector<size_t> offsets;
+  for (const auto& p : (*core.replicas)[0].graph->param_info()) offsets.push_back(p.offset);
+  m_plan = plan_buckets(offsets, core.params, core.options.bucket_floats);
+  for (size_t i = 0; i <= m_plan.size(); ++i) m_summed.push_back(core.backend.create_event());
+}
+
+// A bucket moves through three states: summed over the learners on the group stream (its
+// event recorded), handed to the allreduce once that event has completed (or at once when
+// the allreduce orders itself after the stream), and complete. The host never blocks on the
+// device here: it polls the learners' marks and the buckets' events.
+void GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t step,
+                             const std::vector<LearnerBatch>* next) {
+  GroupCore& c = m_core;
+  nn::Backend& backend = c.backend;
+  ReplicaSet& replicas = *c.replicas;
+  FusedSum& sum = *c.sum;
+  for (const auto& l : replicas) l->marks_done.store(0, std::memory_order_relaxed);
+  c.run_passes(batches, step, next, true, true);
+  const std::string name = "gradients step " + std::to_string(step + 1);
+  struct Flight {
+    size_t lo, hi;
+    std::string what;
+    nn::Event* summed;
+    FusedSum::Ticket ticket = 0;
+    bool launched = false, complete = false;
+    double begin = 0, end = 0;  // handed over; seen complete
+  };
+  std::vector<Flight> flights;
+  flights.reserve(m_plan.size() + 1);
+  // The mark of each learner at or below lo, when it has been published and its work is done.
+  auto ready = [&](size_t lo, std::vector<nn::Event*>& marks) {
+    marks.clear();
+    for (const auto& l : replicas) {
+      const int done = l->marks_done.load(std::memory_order_acquire);
+      int i = 0;
+      while (i < done && l->mark_offset[static_cast<size_t>(i)] > lo) ++i;
+      if (i == done || !backend.ready(*l->mark_event[static_cast<size_t>(i)])) return false;
+      marks.push_back(l->mark_event[static_cast<size_t>(i)].get());
+    }
+    return true;
+  };
+  auto enqueue = [&](size_t lo, size_t hi, std::string what, nn::Event& summed) {
+    sum.stage(lo, hi);
+    backend.record(summed, *c.stream);
+    flights.push_back({lo, hi, std::move(what), &summed});
+  };
+  // Drives the buckets: hands over those whose sum over the learners is done, tests those in
+  // flight. True when one moved.
+  auto drive = [&] {
+    bool moved = false;
+    for (auto& f : flights) {
+      if (!f.launched && (!sum.needs_host_wait() || backend.ready(*f.summed))) {
+        f.ticket = sum.launch(f.lo, f.hi, f.what);
+        f.launched = true;
+        f.begin = steady_seconds();
+        moved = true;
+        const auto open = std::count_if(flights.begin(), flights.end(),
+                                        [](const Flight& g) { return g.launched && !g.complete; });
+        c.max_buckets_in_flight = std::max(c.max_buckets_in_flight, static_cast<int>(open));
+      }
+      if (f.launched && !f.complete && sum.reducer().test(f.ticket)) {
+        f.complete = true;
+        f.end = steady_seconds();
+        sum.finish(f.lo, f.hi);
+        c.phase("allreduce", -1, f.begin, f.end);
+        moved = true;
+      }
+    }
+    return moved;
+  };
+  auto idle = [](int& n, bool moved) {
+    if (moved) {
+      n = 0;
+    } else if (++n < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  };
+
+  std::vector<nn::Event*> marks;
+  size_t next_bucket = 0;
+  for (int n = 0; next_bucket < m_plan.size();) {
+    bool moved = false;
+    while (next_bucket < m_plan.size() && ready(m_plan[next_bucket].first, marks)) {
+      const auto [lo, hi] = m_plan[next_bucket];
+      const double t0 = steady_seconds();
+      for (nn::Event* e : marks) backend.wait(*c.stream, *e);
+      sum.add(replicas, FusedSum::Source::grads, lo, hi);
+      enqueue(lo, hi, name + " bucket " + std::to_string(next_bucket + 1), *m_summed[next_bucket]);
+      c.phase("device_sum", -1, t0, steady_seconds());
+      ++next_bucket;
+      moved = true;
+    }
+    if (next_bucket == m_plan.size() || replicas.finished()) break;
+    idle(n, drive() || moved);
+  }
+  for (int n = 0; !replicas.finished();) idle(n, drive());  // keep the sums moving while the passes end
+  replicas.wait();  // a learner's failure is rethrown here
+  double passes_end = 0;
+  for (const auto& l : replicas) passes_end = std::max(passes_end, l->pass_end);
+  // Every pass is enqueued now: the buckets left, the state and the finite check follow the
+  // learners' whole passes on the group stream.
+  c.after_learners();
+  for (; next_bucket < m_plan.size(); ++next_bucket) {
+    const auto [lo, hi] = m_plan[next_bucket];
+    sum.add(replicas, FusedSum::Source::grads, lo, hi);
+    enqueue(lo, hi, name + " bucket " + std::to_string(next_bucket + 1), *m_summed[next_bucket]);
+  }
+  sum.add_state(replicas);
+  sum.add_norms(replicas);
+  enqueue(sum.params(), sum.check() + 1, name + " state", *m_summed.back());
+  for (int n = 0; !std::all_of(flights.begin(), flights.end(), [](const Flight& f) { return f.launched; });)
+    idle(n, drive());
+  for (auto& f : flights)
+    if (!f.complete) {
+      sum.reducer().wait(f.ticket);
+      f.complete = true;
+      f.end = steady_seconds();
+      sum.finish(f.lo, f.hi);
+      c.phase("allreduce", -1, f.begin, f.end);
+    }
+  // The part of each sum that ran after the passes had ended was exposed; the rest was hidden.
+  for (const auto& f : flights) {
+    const double exposed = std::max(0.0, f.end - std::max(f.begin, passes_end));
+    c.reduce_s += exposed;
+    c.overlapped_s += (f.end - f.begin) - exposed;
+  }
+}
+
+}  // namespace squall::train

@@ -1,0 +1,191 @@
+#include "src/parallel/learners.hpp"
+
+#include <algorithm>
+
+#include "src/core/error.hpp"
+#include "src/core/log.hpp"
+#include "src/parallel/group_core.hpp"
+#include "src/parallel/sync_algorithm.hpp"
+
+namespace squall::train {
+
+nn::DType precision_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::fp32: return nn::DType::f32;
+    case Precision::bf16: return nn::DType::bf16;
+    case Precision::fp16: return nn::DType::f16;
+  }
+  return nn::DType::f32;
+}
+
+nn::Layout resolve_layout(LayoutChoice layout, std::string_view backend, nn::DType precision) {
+  switch (layout) {
+    case LayoutChoice::nchw: return nn::Layout::nchw;
+    case LayoutChoice::nhwc: return nn::Layout::nhwc;
+    case LayoutChoice::auto_: break;
+  }
+  return backend == "cuda" && precision != nn::DType::f32 ? nn::Layout::nhwc : nn::Layout::nchw;
+}
+
+LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph,
+                           int64_t batch, int64_t label_count, const OptimizerConfig& optimizer,
+                           std::vector<float> class_weights, LearnerGroupOptions options, mpi::Allreduce& allreduce)
+    : m_options(options), m_batch(batch), m_core(std::make_unique<GroupCore>(backend, m_options)) {
+  if (options.learners < 1) throw Error("parallel.replicas_per_device must be >= 1, got " + std::to_string(options.learners));
+  if (options.period < 1) throw Error("parallel.period must be >= 1, got " + std::to_string(options.period));
+  if (options.algorithm == Algorithm::sma)
+    if (const std::string why = sma_instability(options.alpha, options.centre_rate, options.momentum); !why.empty())
+      throw UsageError(why);
+  if (options.ranks < 1) throw Error("learner group: the job needs at least one rank");
+  if (options.graphs && !backend.can_capture())
+    throw Error("learner group: the " + backend.name() + " backend cannot capture a learner's pass");
+  if (m_options.threads <= 0) m_options.threads = backend.threads();
+  GroupCore& c = *m_core;
+  c.setup = {&backend, std::move(make_graph), batch, label_count, options.precision, options.layout,
+             options.seed, options.rank, optimizer};
+  c.scaler = std::make_unique<LossScaler>(backend, *c.stream, options.loss_scaling);
+  if (!class_weights.empty()) {
+    c.class_weights = backend.allocate(class_weights.size());
+    backend.copy_from_host(*c.stream, c.class_weights.data(), class_weights.data(), class_weights.size());
+  }
+  // Learners run on worker threads when there are several, or when the job has several
+  // ranks (the caller's thread then drives the allreduce while they compute).
+  c.replicas = std::make_unique<ReplicaSet>(c.setup, m_options.threads, options.learners,
+                                            options.learners > 1 || options.ranks > 1);
+  c.params = (*c.replicas)[0].graph->param_count();
+  c.state = (*c.replicas)[0].graph->state_count();
+  c.sum = std::make_unique<FusedSum>(backend, *c.stream, allreduce, c.params, c.state, options.bf16_gradients,
+                                     options.ranks > 1, [&c] { c.host_wait(); });
+  m_algorithm = make_sync_algorithm(options.algorithm, c);
+  backend.synchronize(*c.stream);
+}
+
+LearnerGroup::~LearnerGroup() {
+  // No stream may still be working on the memory the pieces free.
+  try {
+    settle();
+  } catch (const std::exception& e) {
+    log::warn(std::string("learner group: a stream failed while the group was closed: ") + e.what());
+  }
+}
+
+int LearnerGroup::learners() const { return m_core->replicas->size(); }
+size_t LearnerGroup::param_count() const { return m_core->params; }
+size_t LearnerGroup::state_count() const { return m_core->state; }
+std::string LearnerGroup::optimizer_name() const { return (*m_core->replicas)[0].optimizer->name(); }
+void LearnerGroup::set_phase_hook(PhaseHook hook) { m_core->hook = std::move(hook); }
+double LearnerGroup::reduce_seconds() const { return m_core->reduce_s; }
+double LearnerGroup::overlapped_reduce_seconds() const { return m_core->overlapped_s; }
+int64_t LearnerGroup::host_waits() const { return m_core->host_waits; }
+size_t LearnerGroup::buckets() const { return m_algorithm->buckets(); }
+int LearnerGroup::max_buckets_in_flight() const { return m_core->max_buckets_in_flight; }
+float LearnerGroup::loss_scale() const { return m_core->scaler->scale(); }
+int64_t LearnerGroup::skipped_steps() const { return m_core->scaler->skipped_steps(); }
+bool LearnerGroup::replicas_differ() const { return !m_algorithm->central_is_replica0(); }
+
+SmaCoefficients LearnerGroup::sma() const {
+  return sma_coefficients(m_options.alpha, m_options.centre_rate, m_options.momentum,
+                          static_cast<int64_t>(m_options.ranks) * learners());
+}
+
+int LearnerGroup::captured_learners() const {
+  int n = 0;
+  for (const auto& l : *m_core->replicas) n += l->captured ? 1 : 0;
+  return n;
+}
+
+std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
+                                      const std::vector<LearnerBatch>* next) {
+  GroupCore& c = *m_core;
+  if (batches.size() != static_cast<size_t>(learners()))
+    throw Error("learner group: " + std::to_string(batches.size()) + " batches for " + std::to_string(learners()) +
+                " learners");
+  if (next != nullptr && next->size() != batches.size())
+    throw Error("learner group: " + std::to_string(next->size()) + " next batches for " +
+                std::to_string(learners()) + " learners");
+  const double t_start = steady_seconds();
+  const double reduce_before = c.reduce_s;
+  for (const auto& l : *c.replicas) l->overflow = false;
+  const bool skipped = m_algorithm->step(batches, step, lr, next);
+  c.scaler->end_step(skipped, *c.stream);
+  // The learners' next passes are ordered after the group's updates of their replicas.
+  c.backend.record(*c.group_event, *c.stream);
+  m_eval_current = false;
+  std::vector<float> losses;
+  for (const auto& l : *c.replicas) losses.push_back(l->loss());
+  m_compute_s += (steady_seconds() - t_start) - (c.reduce_s - reduce_before);
+  return losses;
+}
+
+void LearnerGroup::settle() const {
+  GroupCore& c = *m_core;
+  for (const auto& l : *c.replicas) c.backend.synchronize(*l->stream);
+  c.backend.synchronize(*c.stream);
+}
+
+const float* LearnerGroup::central_params() const {
+  settle();
+  return m_algorithm->central_params();
+}
+
+const float* LearnerGroup::central_state() const {
+  settle();
+  return m_algorithm->central_state();
+}
+
+const float* LearnerGroup::replica_params(int learner) const {
+  SQUALL_CHECK(learner >= 0 && learner < learners(), "replica_params: no such learner");
+  settle();
+  return (*m_core->replicas)[learner].graph->params();
+}
+
+nn::Graph& LearnerGroup::replica_graph(int learner) {
+  SQUALL_CHECK(learner >= 0 && learner < learners(), "replica_graph: no such learner");
+  settle();
+  return *(*m_core->replicas)[learner].graph;
+}
+
+nn::Graph& LearnerGroup::eval_graph() {
+  GroupCore& c = *m_core;
+  if (!m_eval) {
+    c.backend.bind_calling_thread(m_options.threads);
+    m_eval = c.setup.make_graph();
+    m_eval->set_dtype(m_options.precision);
+    m_eval->set_layout(m_options.layout);
+    m_eval->build(c.backend, m_batch, m_options.seed);
+  }
+  if (!m_eval_current) {
+    settle();
+    c.backend.copy(*c.stream, m_eval->params(), m_algorithm->central_params(), c.params);
+    c.backend.copy(*c.stream, m_eval->state(), m_algorithm->central_state(), c.state);
+    c.backend.synchronize(*c.stream);
+    m_eval_current = true;
+  }
+  return *m_eval;
+}
+
+void LearnerGroup::add_learner() {
+  GroupCore& c = *m_core;
+  settle();
+  Learner& l = c.replicas->add();
+  c.backend.copy(*c.stream, l.graph->params(), m_algorithm->central_params(), c.params);
+  c.backend.copy(*c.stream, l.graph->state(), m_algorithm->central_state(), c.state);
+  if (m_algorithm->central_is_replica0()) {
+    // Synchronous phase: every replica must take the same steps, optimizer state included.
+    const Learner& first = (*c.replicas)[0];
+    const auto source = first.optimizer->state();
+    const auto target = l.optimizer->state();
+    for (size_t i = 0; i < source.size() && i < target.size(); ++i)
+      c.backend.copy(*c.stream, target[i].data, source[i].data, source[i].count);
+    l.optimizer->set_steps(first.optimizer->steps());
+  }
+  c.backend.record(*c.group_event, *c.stream);
+  c.backend.synchronize(*c.stream);
+}
+
+void LearnerGroup::remove_learner() {
+  settle();
+  m_core->replicas->remove();
+}
+
+}  // namespace squall::train

@@ -1,0 +1,199 @@
+#pragma once
+// The learners of one rank (one device) and the synchronisation algorithms that keep the
+// job's learners together (docs/design.md, "Learners and the training algorithms").
+//
+// A LearnerGroup owns L learners, each a replica of the model that trains on its own batch,
+// and keeps the job's learners together by one of three algorithms. It is a facade over
+// pieces with one concern each (docs/design.md, "The learner group"):
+//   learner.hpp          one replica: graph, optimizer, streams, input staging, its pass;
+//   replica_set.hpp      the learners and their worker threads;
+//   fused_sum.hpp        level 1 of the allreduce and the hand-over to levels 2-4;
+//   gradient_buckets.hpp ssgd's gradients summed during the backward pass;
+//   loss_scaler.hpp      fp16's dynamic loss scale; group_core.hpp the non-finite locator;
+//   sync_algorithm.hpp   ssgd, sma and local-sgd, each in its own file with its equations.
+// The host waits for the device once a step, where the losses are read (and, where a host
+// allreduce must read a model sum, once before it); everything else is ordered by events.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/checkpoint_file.hpp"
+#include "mpi/sum.hpp"
+#include "src/core/error.hpp"
+#include "src/nn/backend.hpp"
+#include "src/nn/graph.hpp"
+#include "src/train/config.hpp"
+#include "src/parallel/learner.hpp"
+#include "src/parallel/loss_scaler.hpp"
+#include "src/train/optimizer.hpp"
+#include "src/parallel/sma.hpp"
+
+namespace squall::train {
+
+struct GroupCore;
+class SyncAlgorithm;
+
+// (Algorithm, parallel.algorithm, and its names are config_enums.hpp's.)
+// train.precision -> the activations' DType.
+nn::DType precision_dtype(Precision precision);
+// model.layout: nchw or nhwc, and auto as nhwc on the cuda backend (named by `backend`, the
+// Backend's name()) at bf16/f16, where tensor-core convolutions read NHWC directly; nchw
+// otherwise.
+nn::Layout resolve_layout(LayoutChoice layout, std::string_view backend, nn::DType precision);
+
+// What happens around each phase, for the timeline: phase is "forward", "backward",
+// "device_sum", "allreduce", "update", "host_wait" (the host waiting for the group's
+// stream); learner is -1 for work of the whole group. Times are seconds on
+// the steady clock.
+using PhaseHook = std::function<void(const char* phase, int learner, double t_begin, double t_end)>;
+
+struct LearnerGroupOptions {
+  Algorithm algorithm = Algorithm::ssgd;
+  int learners = 1;             // replicas on this device
+  int ranks = 1;                // ranks in the job (all with the same learner count)
+  int rank = 0;                 // this rank in the job (salts the learners' random streams)
+  int64_t period = 1;           // sma / local-sgd
+  double alpha = 0.1;           // sma: pull of each learner towards the central model
+  double centre_rate = 0;       // sma: beta; 0 = min(alpha * job learners, 1)
+  double momentum = 0.9;        // sma: mu on the central model
+  int64_t start_step = 0;       // local-sgd: ssgd before this step
+  uint64_t seed = 1;            // parameter initialisation (the same on every learner)
+  int threads = 0;              // compute threads for the whole group (0: the backend's)
+  size_t bucket_floats = size_t{1} << 18;  // ssgd across ranks: gradients reduced in buckets of
+                                           // at least this many floats (1 MiB; parallel.bucket_mb)
+                                           // during the backward pass, several in flight at once
+  nn::DType precision = nn::DType::f32;  // the activations' type (train.precision)
+  nn::Layout layout = nn::Layout::nchw;  // their memory order (model.layout, resolved)
+  LossScaling loss_scaling;     // fp16: dynamic loss scaling
+  bool bf16_gradients = false;  // parallel.comm_precision = bf16: gradient sums across ranks in
+                                // bf16 (half the bytes); model sums and BatchNorm statistics stay f32
+  bool skip_nonfinite = false;  // train.nonfinite = skip: a step with non-finite gradients is not
+                                // applied (counted in skipped_steps); false: step() throws
+                                // NonFiniteStep naming the rank, learner and layer
+  bool graphs = false;          // capture each learner's pass once (after its first, eager, pass) and replay
+                                // it (a CUDA graph); steps with a timeline or per-layer buckets run
+                                // eagerly. Needs a backend that can_capture() and a model without dropout.
+};
+
+// A step whose gradients are NaN or infinite under train.nonfinite = stop. job_wide: found in
+// the gradient sum over the job (ssgd), so every rank throws it at the same step and the
+// caller may gather the culprits' descriptions; otherwise only this rank found it (a learner's
+// own update under sma or local-sgd). `culprit`: "rank R learner J: the output of layer
+// 'conv2' is NaN", or empty when no learner of this rank produced it.
+class NonFiniteStep : public Error {
+ public:
+  NonFiniteStep(const std::string& what, std::string culprit, bool job_wide)
+      : Error(what), m_culprit(std::move(culprit)), m_job_wide(job_wide) {}
+  const std::string& culprit() const { return m_culprit; }
+  bool job_wide() const { return m_job_wide; }
+
+ private:
+  std::string m_culprit;
+  bool m_job_wide;
+};
+
+class LearnerGroup {
+ public:
+  // make_graph builds an unbuilt Graph of the model (called once per learner, plus once for
+  // the central model's evaluation graph). label_count: labels per batch (batch, or
+  // batch * h * w for per-pixel labels). class_weights: per-class loss weights or empty.
+  LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph, int64_t batch,
+               int64_t label_count, const OptimizerConfig& optimizer, std::vector<float> class_weights,
+               LearnerGroupOptions options, mpi::Allreduce& allreduce);
+  ~LearnerGroup();
+  LearnerGroup(const LearnerGroup&) = delete;
+  LearnerGroup& operator=(const LearnerGroup&) = delete;
+
+  int learners() const;
+  int64_t batch() const { return m_batch; }
+  const LearnerGroupOptions& options() const { return m_options; }
+  size_t param_count() const;
+  size_t state_count() const;
+  std::string optimizer_name() const;
+
+  // One training step: learner j trains on batches[j] (batches.size() == learners()), then
+  // the group synchronises as its algorithm says at this step (collective through the
+  // allreduce on every rank). Returns each learner's loss (before the update). A non-finite
+  // loss is returned, not thrown: the caller names the step.
+  // next: the batches of step + 1, when the caller has them already. On a device backend
+  // they are copied to the device while this step computes (on each learner's copy stream),
+  // and the next step() that is given the very same batches uses them without copying
+  // again. Their memory must stay valid until that step has returned.
+  std::vector<float> step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
+                          const std::vector<LearnerBatch>* next = nullptr);
+
+  // The central model (backend memory), current after every step: these wait for the
+  // group's streams, so that the host (or another stream) may read it.
+  const float* central_params() const;
+  const float* central_state() const;
+  // A graph of batch() samples holding the central model, for evaluation (inference mode).
+  nn::Graph& eval_graph();
+  // One learner's replica (for tests).
+  const float* replica_params(int learner) const;
+  nn::Graph& replica_graph(int learner);
+
+  // The auto-tuner: one more learner, starting from the central model (its optimizer state
+  // from learner 0 under ssgd, fresh otherwise); or one less (the last). Collective in the
+  // sense that every rank must make the same change before the next step.
+  void add_learner();
+  void remove_learner();
+  void set_job_ranks(int ranks) { m_options.ranks = ranks; }
+
+  void set_phase_hook(PhaseHook hook);
+  // Seconds since construction: waiting for the allreduce (not hidden behind the learners'
+  // passes), the allreduce's time that was hidden behind them (SMA), and everything else in
+  // step().
+  double reduce_seconds() const;
+  double overlapped_reduce_seconds() const;
+  double compute_seconds() const { return m_compute_s; }
+  // The host's waits for the device inside step() since construction (the timeline shows
+  // each as "host_wait").
+  int64_t host_waits() const;
+  // ssgd across ranks: the gradient buckets of one step, and the most of them that were in
+  // the allreduce's hands at once (handed over, not yet complete) since construction.
+  size_t buckets() const;
+  int max_buckets_in_flight() const;
+  // Learners whose pass is being replayed from a capture (parallel.cuda_graphs).
+  int captured_learners() const;
+  // Dynamic loss scaling: the scale the next step uses, and the steps skipped so far
+  // (in ssgd a step of the job; in sma/local-sgd a step in which one of this group's
+  // learners skipped its update).
+  float loss_scale() const;
+  int64_t skipped_steps() const;
+  nn::Layout layout() const { return m_options.layout; }
+
+  // Checkpoints (docs/training.md, "Checkpoints and restart"). The group's whole state as
+  // named host arrays and numbers: save_shared() what every rank holds alike (the central
+  // model; while the replicas are one model, as under ssgd, that replica's optimizer state and
+  // the loss scale), save_own() what differs per rank when replicas_differ() (each learner's
+  // replica and optimizer state, the loss scale). restore() takes both (own: null when the
+  // checkpoint has no per-rank part) and throws squall::Error naming the checkpoint and the
+  // entry when something is missing or of another size. Random streams need no saving: a
+  // learner's dropout mask is drawn from (seed, rank, learner, step).
+  bool replicas_differ() const;
+  void save_shared(io::CheckpointData& out);
+  void save_own(io::CheckpointData& out);
+  void restore(const io::CheckpointData& shared, const io::CheckpointData* own);
+
+  // SMA's coefficients for the job as it is now (the auto-tuner may change L).
+  SmaCoefficients sma() const;
+
+ private:
+  // The host waits for every stream of the group: before the host or another stream reads
+  // the group's memory outside step().
+  void settle() const;
+
+  LearnerGroupOptions m_options;  // first: the core refers to it
+  int64_t m_batch;
+  std::unique_ptr<GroupCore> m_core;
+  std::unique_ptr<SyncAlgorithm> m_algorithm;
+  std::unique_ptr<nn::Graph> m_eval;
+  bool m_eval_current = false;
+  double m_compute_s = 0;
+};
+
+}  // namespace squall::train

@@ -1,0 +1,86 @@
+// A learner group's checkpoints (src/parallel/learners.hpp; docs/training.md, "Checkpoints and
+// restart"): the central model, the replicas and their optimizer state, the loss scale, and
+// what the synchronisation algorithm keeps of its own.
+#include <string>
+
+#include "src/parallel/group_core.hpp"
+#include "src/parallel/learners.hpp"
+#include "src/parallel/sync_algorithm.hpp"
+
+namespace squall::train {
+
+
+void LearnerGroup::save_shared(io::CheckpointData& out) {
+  GroupCore& c = *m_core;
+  settle();
+  out.ints["learners"] = learners();
+  out.arrays["central/params"] = c.to_host(m_algorithm->central_params(), c.params);
+  out.arrays["central/state"] = c.to_host(m_algorithm->central_state(), c.state);
+  m_algorithm->save(out);
+  if (!replicas_differ()) {  // one model: learner 0's optimizer state is every learner's
+    const Learner& first = (*c.replicas)[0];
+    for (const OptimizerState& st : first.optimizer->state())
+      out.arrays["replica/optimizer/" + st.name] = c.to_host(st.data, st.count);
+    out.ints["replica/optimizer_steps"] = first.optimizer->steps();
+    c.scaler->save(out);
+  }
+  c.backend.synchronize(*c.stream);
+}
+
+void LearnerGroup::save_own(io::CheckpointData& out) {
+  GroupCore& c = *m_core;
+  settle();
+  out.ints["rank"] = m_options.rank;
+  out.ints["learners"] = learners();
+  for (const auto& l : *c.replicas) {
+    const std::string prefix = "learner_" + std::to_string(l->index) + "/";
+    out.arrays[prefix + "params"] = c.to_host(l->graph->params(), c.params);
+    out.arrays[prefix + "state"] = c.to_host(l->graph->state(), c.state);
+    for (const OptimizerState& st : l->optimizer->state())
+      out.arrays[prefix + "optimizer/" + st.name] = c.to_host(st.data, st.count);
+    out.ints[prefix + "optimizer_steps"] = l->optimizer->steps();
+  }
+  c.scaler->save(out);
+  c.backend.synchronize(*c.stream);
+}
+
+void LearnerGroup::restore(const io::CheckpointData& shared, const io::CheckpointData* own) {
+  GroupCore& c = *m_core;
+  settle();
+  if (shared.integer("learners") != learners())
+    throw Error(shared.origin + ": holds " + std::to_string(shared.integer("learners")) +
+                " learner(s) per rank, this group has " + std::to_string(learners()));
+  m_algorithm->restore(shared);
+  if (own != nullptr) {
+    if (own->integer("learners") != learners() || own->integer("rank") != m_options.rank)
+      throw Error(own->origin + ": the part of rank " + std::to_string(own->integer("rank")) + " with " +
+                  std::to_string(own->integer("learners")) + " learner(s), not of rank " +
+                  std::to_string(m_options.rank) + " with " + std::to_string(learners()));
+    for (const auto& l : *c.replicas) {
+      const std::string prefix = "learner_" + std::to_string(l->index) + "/";
+      c.from_host(l->graph->params(), *own, prefix + "params", c.params);
+      c.from_host(l->graph->state(), *own, prefix + "state", c.state);
+      for (const OptimizerState& st : l->optimizer->state())
+        c.from_host(st.data, *own, prefix + "optimizer/" + st.name, st.count);
+      l->optimizer->set_steps(own->integer(prefix + "optimizer_steps"));
+    }
+    c.scaler->restore(*own, *c.stream);
+  } else {
+    if (replicas_differ())
+      throw Error(shared.origin + ": has no per-rank part, but the replicas of " +
+                  std::string(algorithm_name(m_options.algorithm)) + " differ at this point of the run");
+    for (const auto& l : *c.replicas) {
+      c.from_host(l->graph->params(), shared, "central/params", c.params);
+      c.from_host(l->graph->state(), shared, "central/state", c.state);
+      for (const OptimizerState& st : l->optimizer->state())
+        c.from_host(st.data, shared, "replica/optimizer/" + st.name, st.count);
+      l->optimizer->set_steps(shared.integer("replica/optimizer_steps"));
+    }
+    c.scaler->restore(shared, *c.stream);
+  }
+  c.backend.record(*c.group_event, *c.stream);
+  c.backend.synchronize(*c.stream);
+  m_eval_current = false;
+}
+
+}  // namespace squall::train

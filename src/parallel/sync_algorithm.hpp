@@ -1,0 +1,51 @@
+#pragma once
+// How a learner group keeps the job's learners together (docs/design.md, "The learner
+// group"; docs/training.md): one interface, one implementation per algorithm, each in its
+// own file opening with its equations:
+//   ssgd       sync_ssgd.cpp        synchronous SGD: the job's mean gradient, one model;
+//   sma        sync_sma.cpp         Crossbow's synchronous model averaging;
+//   local-sgd  sync_local_sgd.cpp   independent steps, the job's average every period.
+// An algorithm runs the learners' passes of a step and its synchronisation. It leaves the
+// step's losses readable on the host (the step's host wait has happened) and the group's
+// updates enqueued, ordered before the learners' next passes by the group event.
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "io/checkpoint_file.hpp"
+#include "src/parallel/group_core.hpp"
+
+namespace squall::train {
+
+class SyncAlgorithm {
+ public:
+  explicit SyncAlgorithm(GroupCore& core) : m_core(core) {}
+  virtual ~SyncAlgorithm() = default;
+  SyncAlgorithm(const SyncAlgorithm&) = delete;
+  SyncAlgorithm& operator=(const SyncAlgorithm&) = delete;
+
+  // The step: returns whether it skipped an update (non-finite gradients).
+  virtual bool step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
+                    const std::vector<LearnerBatch>* next) = 0;
+  // Whether the central model is learner 0's replica (every replica is one model), and
+  // otherwise the central model the algorithm keeps (backend memory).
+  virtual bool central_is_replica0() const { return true; }
+  virtual const float* central_params() const { return m_core.replicas->operator[](0).graph->params(); }
+  virtual const float* central_state() const { return m_core.replicas->operator[](0).graph->state(); }
+  // Its own checkpoint state (the central model's history, its phase); restore() throws
+  // squall::Error naming the checkpoint and the entry when one is missing.
+  virtual void save(io::CheckpointData&) const {}
+  virtual void restore(const io::CheckpointData&) {}
+  // Gradient buckets handed over during the backward pass (ssgd across ranks), 0 otherwise.
+  virtual size_t buckets() const { return 0; }
+
+ protected:
+  GroupCore& m_core;
+};
+
+std::unique_ptr<SyncAlgorithm> make_sync_algorithm(Algorithm algorithm, GroupCore& core);
+// ssgd for `core` (local-sgd's warm-up runs one too).
+std::unique_ptr<SyncAlgorithm> make_ssgd(GroupCore& core);
+
+}  // namespace squall::train

@@ -1,0 +1,122 @@
+// local-sgd: the learners take independent optimizer steps, and every `period` steps every
+// replica is replaced by the job's average, which becomes the central model:
+//     w_j <- optimizer(w_j, g_j)          every step,
+//     w_j <- z = (1 / L) sum_k w_k        every period steps (L: the job's learners),
+// with the BatchNorm statistics averaged the same way. Before `start_step` the group runs
+// ssgd (post-local SGD: a synchronous warm-up phase); leaving it, every learner continues
+// from learner 0's optimizer state (the others' was never used).
+#include <string>
+
+#include "src/parallel/sync_algorithm.hpp"
+
+namespace squall::train {
+
+std::unique_ptr<SyncAlgorithm> make_sma(GroupCore& core);
+
+namespace {
+
+class LocalSgd final : public SyncAlgorithm {
+ public:
+  explicit LocalSgd(GroupCore& core) : SyncAlgorithm(core), m_warmup(make_ssgd(core)), m_central(core) {}
+
+  bool central_is_replica0() const override { return !m_started; }
+  const float* central_params() const override {
+    return m_started ? m_central.z.data() : SyncAlgorithm::central_params();
+  }
+  const float* central_state() const override {
+    return m_started ? m_central.state.data() : SyncAlgorithm::central_state();
+  }
+  size_t buckets() const override { return m_warmup->buckets(); }
+
+  // z_prev is unused here; it is kept so that the checkpoint's layout is sma's.
+  void save(io::CheckpointData& out) const override {
+    out.ints["local_started"] = m_started ? 1 : 0;
+    m_central.save(out);
+  }
+  void restore(const io::CheckpointData& in) override {
+    m_started = in.integer("local_started") != 0;
+    m_central.restore(in);
+  }
+
+  bool step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
+            const std::vector<LearnerBatch>* next) override {
+    GroupCore& c = m_core;
+    if (step < c.options.start_step) return m_warmup->step(batches, step, lr, next);
+    c.run_passes(batches, step, next, false, false);
+    c.after_learners();
+    if (!m_started) start_local_phase();
+    c.backend.record(*c.group_event, *c.stream);
+    c.host_wait();  // the step's one wait: the losses and the learners' sums of squares
+    double t0 = steady_seconds();
+    c.replicas->run([&](Learner& l) {
+      c.backend.wait(*l.stream, *c.group_event);
+      if (c.local_update_ok(l, step)) c.local_update(l, lr);
+      c.backend.record(*l.done, *l.stream);
+    });
+    c.phase("update", -1, t0, steady_seconds());
+    if ((step - c.options.start_step + 1) % c.options.period == 0) average(step);
+    bool skipped = false;
+    for (const auto& l : *c.replicas) skipped = skipped || l->overflow;
+    return skipped;
+  }
+
+ private:
+  void start_local_phase() {
+    GroupCore& c = m_core;
+    const Learner& first = (*c.replicas)[0];
+    for (const auto& l : *c.replicas) {
+      if (l->index == 0) continue;
+      const auto source = first.optimizer->state();
+      const auto target = l->optimizer->state();
+      for (size_t i = 0; i < source.size() && i < target.size(); ++i)
+        c.backend.copy(*c.stream, target[i].data, source[i].data, source[i].count);
+      l->optimizer->set_steps(first.optimizer->steps());
+    }
+    c.backend.copy(*c.stream, m_central.z.data(), first.graph->params(), c.params);
+    c.backend.copy(*c.stream, m_central.state.data(), first.graph->state(), c.state);
+    m_started = true;
+  }
+
+  void average(int64_t step) {
+    GroupCore& c = m_core;
+    double t0 = steady_seconds();
+    c.after_learners();  // their updates
+    c.sum->add(*c.replicas, FusedSum::Source::params, 0, c.params);
+    c.sum->add_state(*c.replicas);
+    c.phase("device_sum", -1, t0, steady_seconds());
+    if (c.options.ranks > 1) {
+      t0 = steady_seconds();
+      c.sum->reduce(c.sum->check(), "model average step " + std::to_string(step + 1), false);
+      c.phase("allreduce", -1, t0, steady_seconds());
+      c.reduce_s += steady_seconds() - t0;
+    }
+    t0 = steady_seconds();
+    float* fused = c.sum->data();
+    c.backend.scale(*c.stream, 1.0f / static_cast<float>(c.job_learners()), fused, c.params + c.state);
+    for (const auto& l : *c.replicas) {
+      c.backend.copy(*c.stream, l->graph->params(), fused, c.params);
+      c.backend.copy(*c.stream, l->graph->state(), fused + c.params, c.state);
+    }
+    c.backend.copy(*c.stream, m_central.z.data(), fused, c.params);
+    c.backend.copy(*c.stream, m_central.state.data(), fused + c.params, c.state);
+    c.phase("update", -1, t0, steady_seconds());
+  }
+
+
+  std::unique_ptr<SyncAlgorithm> m_warmup;
+  CentralModel m_central;
+  bool m_started = false;
+};
+
+}  // namespace
+
+std::unique_ptr<SyncAlgorithm> make_sync_algorithm(Algorithm algorithm, GroupCore& core) {
+  switch (algorithm) {
+    case Algorithm::ssgd: return make_ssgd(core);
+    case Algorithm::sma: return make_sma(core);
+    case Algorithm::local_sgd: return std::make_unique<LocalSgd>(core);
+  }
+  throw Error("learner group: unknown algorithm");
+}
+
+}  // namespace squall::train

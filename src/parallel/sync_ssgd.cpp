@@ -1,0 +1,106 @@
+// ssgd: synchronous SGD. With g_j the gradient of learner j (of the job's L) on its batch and
+// S the loss scale (1 without dynamic loss scaling),
+//     g = (1 / (L S)) sum_j g_j,        w <- optimizer(w, g),
+// one model: learner 0 applies the optimizer and the others copy its weights, so every
+// replica is the central model. The sum is the hierarchical allreduce: level 1 inside the
+// device (the fused sum), levels 2-4 over the job. Across ranks the gradients go to the
+// allreduce in buckets while the backward passes still run (gradient_buckets.hpp). The
+// BatchNorm statistics are averaged the same way, with the gradients.
+//
+// The step is not applied when the sum is not finite (train.nonfinite = skip, fp16's loss
+// scaling; otherwise NonFiniteStep names the culprit): the check is every learner's sum of
+// squares of its gradients, summed over the job with them, so every rank takes the same
+// decision, read with the losses at the step's one host wait.
+#include <cmath>
+#include <string>
+
+#include "src/parallel/gradient_buckets.hpp"
+#include "src/parallel/sync_algorithm.hpp"
+
+namespace squall::train {
+namespace {
+
+class Ssgd final : public SyncAlgorithm {
+ public:
+  explicit Ssgd(GroupCore& core) : SyncAlgorithm(core), m_buckets(core) {}
+
+  size_t buckets() const override { return m_buckets.size(); }
+
+  bool step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
+            const std::vector<LearnerBatch>* next) override {
+    GroupCore& c = m_core;
+    const std::string name = "gradients step " + std::to_string(step + 1);
+    // One learner of a one-rank job sums nothing: it updates its own gradients.
+    const bool fused = c.replicas->size() > 1 || c.options.ranks > 1;
+    float check = 0;
+    if (c.options.ranks > 1 && c.replicas->threaded()) {
+      m_buckets.reduce(batches, step, next);
+      check = c.sum->read_check();
+    } else {
+      c.run_passes(batches, step, next, false, false);
+      c.after_learners();
+      if (fused) {
+        const double t0 = steady_seconds();
+        c.sum->add(*c.replicas, FusedSum::Source::grads, 0, c.params);
+        c.sum->add_state(*c.replicas);
+        c.sum->add_norms(*c.replicas);
+        c.phase("device_sum", -1, t0, steady_seconds());
+      }
+      if (c.options.ranks > 1) {
+        const double t0 = steady_seconds();
+        c.sum->reduce(c.sum->check() + 1, name, true);
+        c.phase("allreduce", -1, t0, steady_seconds());
+        c.reduce_s += steady_seconds() - t0;
+        check = c.sum->read_check();
+      } else {
+        c.host_wait();  // the step's one wait: the losses and the learners' sums of squares
+        for (const auto& l : *c.replicas) check += l->grad_norm2();
+      }
+    }
+    const double t0 = steady_seconds();
+    Learner& first = (*c.replicas)[0];
+    float* g = fused ? c.sum->data() : first.graph->grads();
+    // The sum of squares overflows for large but finite gradients (|g| > 1e19) too: only
+    // then, rarely, look at the values themselves.
+    const bool finite = std::isfinite(check) || all_finite(c.backend, *c.stream, g, c.params);
+    if (!finite && !c.skips_nonfinite()) {
+      std::string culprit;
+      for (const auto& l : *c.replicas)
+        if (const std::string where = locate_nonfinite(c.backend, *l); !where.empty()) {
+          culprit = "rank " + std::to_string(c.options.rank) + " learner " + std::to_string(l->index) + ": " + where;
+          break;
+        }
+      throw NonFiniteStep("the gradient sum over the job is not finite at step " + std::to_string(step + 1),
+                          culprit, true);
+    }
+    const float inv = 1.0f / static_cast<float>(c.job_learners());
+    if (fused) {
+      // The gradients' mean, unscaled by the loss scale; the state's mean, into every replica.
+      float* state = c.sum->data() + c.params;
+      c.backend.scale(*c.stream, inv, state, c.state);
+      if (finite) {
+        c.backend.scale(*c.stream, inv / c.scaler->scale(), g, c.params);
+        c.backend.copy(*c.stream, first.graph->grads(), g, c.params);
+        first.optimizer->step(c.backend, *c.stream, lr);
+      }
+      for (const auto& l : *c.replicas) {
+        if (l->index != 0 && finite) c.backend.copy(*c.stream, l->graph->params(), first.graph->params(), c.params);
+        c.backend.copy(*c.stream, l->graph->state(), state, c.state);
+      }
+    } else if (finite) {
+      if (c.scaler->scale() != 1.0f) c.backend.scale(*c.stream, inv / c.scaler->scale(), g, c.params);
+      first.optimizer->step(c.backend, *c.stream, lr);
+    }
+    c.phase("update", -1, t0, steady_seconds());
+    return !finite;
+  }
+
+ private:
+  GradientBuckets m_buckets;
+};
+
+}  // namespace
+
+std::unique_ptr<SyncAlgorithm> make_ssgd(GroupCore& core) { return std::make_unique<Ssgd>(core); }
+
+}  // namespace squall::train

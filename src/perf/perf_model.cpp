@@ -1,0 +1,321 @@
+// The performance model of perf_model.hpp; the formulas and the presets' sources are in
+// docs/model.md.
+#include "src/perf/perf_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "src/core/error.hpp"
+
+namespace squall::train::perf {
+
+using nlohmann::json;
+
+// ---- the model ----------------------------------------------------------------------------
+void default_input(const std::string& model, int64_t& c, int64_t& h, int64_t& w, int64_t& classes) {
+  if (model == "lenet5" || model == "resnet20") {
+    c = 1; h = 28; w = 28; classes = 10;
+  } else {
+    c = 16; h = 768; w = 1152; classes = 3;
+  }
+}
+
+ModelCost model_cost(const nn::ModelSpec& spec, int64_t c, int64_t h, int64_t w) {
+  nn::ModelKnobs knobs;
+  try {
+    knobs = nn::model_knobs(spec.name);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  if (c <= 0 || h <= 0 || w <= 0) throw UsageError("the input C,H,W must be positive");
+  if (spec.classes <= 0) throw UsageError("--classes must be positive, got " + std::to_string(spec.classes));
+  ModelCost cost;
+  cost.name = spec.name;
+  cost.spec = spec;
+  // The knobs as built: a 0 or an empty list is the zoo's default; one the model does not take, nothing.
+  cost.spec.width = knobs.width ? (spec.width > 0 ? spec.width : knobs.default_width) : 0;
+  cost.spec.depth = knobs.depth ? (spec.depth > 0 ? spec.depth : knobs.default_depth) : 0;
+  cost.spec.aspp_rates = knobs.aspp_rates ? (spec.aspp_rates.empty() ? knobs.default_aspp_rates : spec.aspp_rates)
+                                          : std::vector<int64_t>{};
+  cost.c = c; cost.h = h; cost.w = w; cost.classes = spec.classes;
+  try {
+    auto graph = nn::make_model(cost.spec, nn::Shape(1, c, h, w));
+    graph->setup(1);
+    cost.parameters = static_cast<int64_t>(graph->param_count());
+    cost.forward_flops = graph->forward_flops();
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    const std::string knobs_now = knobs_text(cost.spec);
+    throw UsageError(std::string("model '") + spec.name + "'" + (knobs_now.empty() ? "" : " (" + knobs_now + ")") +
+                     " at input " + std::to_string(c) + "," + std::to_string(h) + "," + std::to_string(w) + ": " +
+                     e.what());
+  }
+  return cost;
+}
+
+ModelCost model_cost(const std::string& model, int64_t c, int64_t h, int64_t w, int64_t classes) {
+  nn::ModelSpec spec;
+  spec.name = model;
+  spec.classes = classes;
+  return model_cost(spec, c, h, w);
+}
+
+std::string knobs_text(const nn::ModelSpec& spec) {
+  std::string out;
+  auto add = [&](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
+  if (spec.width > 0) add("width " + std::to_string(spec.width));
+  if (spec.depth > 0) add("depth " + std::to_string(spec.depth));
+  if (!spec.aspp_rates.empty()) {
+    std::string rates;
+    for (const int64_t r : spec.aspp_rates) rates += (rates.empty() ? "" : ",") + std::to_string(r);
+    add("aspp_rates " + rates);
+  }
+  return out;
+}
+
+// ---- the machine --------------------------------------------------------------------------
+std::vector<std::string> machine_names() { return {"summit", "perlmutter", "frontier", "local"}; }
+
+Machine machine_preset(const std::string& name, Precision precision) {
+  const bool reduced = precision != Precision::fp32;
+  Machine m;
+  m.name = name;
+  m.precision = precision;
+  m.efficiency = 0.4;  // convolution-heavy training: an assumption, docs/model.md
+  if (name == "summit") {
+    // OLCF Summit user guide: 6 NVIDIA V100 (SXM2, 16 GB) per node, 4,608 nodes; NVLink2
+    // 50 GB/s per direction between connected GPUs; dual-rail EDR InfiniBand, 2 x 12.5 GB/s;
+    // 1.6 TB NVMe, about 6 GB/s read.
+    if (precision == Precision::bf16) throw UsageError("precision 'bf16': V100 has no bf16 (use fp16 or fp32)");
+    m.gpus_per_node = 6;
+    m.max_nodes = 4608;
+    m.peak_flops = reduced ? 125e12 : 15.7e12;
+    m.intra_bw = 50e9;
+    m.intra_latency = 3e-6;   // estimate
+    m.inter_bw = 25e9;
+    m.inter_latency = 5e-6;   // estimate
+    m.nvme_bw = 6e9;
+    m.notes = "6 V100/node, 15.7 TF fp32 / 125 TF fp16 tensor peak, NVLink2 50 GB/s, 2x EDR IB 25 GB/s/node, NVMe 6 GB/s";
+  } else if (name == "perlmutter") {
+    // NERSC Perlmutter architecture page: 1,792 GPU nodes of 4 NVIDIA A100 (40 GB), NVLink3
+    // (4 links of 25 GB/s per direction between each pair of GPUs), 4 Slingshot-11 NICs of
+    // 25 GB/s; no node-local NVMe on compute nodes.
+    m.gpus_per_node = 4;
+    m.max_nodes = 1792;
+    m.peak_flops = reduced ? 312e12 : 19.5e12;
+    m.intra_bw = 100e9;
+    m.intra_latency = 3e-6;   // estimate
+    m.inter_bw = 100e9;
+    m.inter_latency = 5e-6;   // estimate
+    m.nvme_bw = 0;
+    m.notes = "4 A100/node, 19.5 TF fp32 / 312 TF fp16-bf16 tensor peak, NVLink3 100 GB/s per pair, 4x Slingshot-11 100 GB/s/node";
+  } else if (name == "frontier") {
+    // OLCF Frontier user guide: 9,408 nodes of 4 AMD MI250X = 8 GCDs; Infinity Fabric 200 GB/s
+    // between the GCDs of one MI250X, 50-100 GB/s between packages (the ring's slowest link:
+    // 50 GB/s); 4 Slingshot-11 NICs of 25 GB/s; 2 NVMe of 1.92 TB.
+    m.gpus_per_node = 8;
+    m.max_nodes = 9408;
+    m.peak_flops = reduced ? 191.5e12 : 23.95e12;  // per GCD: half an MI250X
+    m.intra_bw = 50e9;
+    m.intra_latency = 3e-6;   // estimate
+    m.inter_bw = 100e9;
+    m.inter_latency = 5e-6;   // estimate
+    m.nvme_bw = 8e9;          // estimate: two drives' sequential read
+    m.notes = "8 MI250X GCDs/node, 23.9 TF fp32 / 191.5 TF fp16 matrix peak per GCD, Infinity Fabric >= 50 GB/s, 4x Slingshot-11 100 GB/s/node";
+  } else if (name == "local") {
+    throw UsageError("machine 'local' has no preset: give --calibrate RUN_DIR (a squall run's summary.json)");
+  } else {
+    std::string known;
+    for (const auto& n : machine_names()) known += (known.empty() ? "" : ", ") + n;
+    throw UsageError("unknown machine '" + name + "' (known: " + known + ")");
+  }
+  return m;
+}
+
+// ---- the allreduce ------------------------------------------------------------------------
+double ring_allreduce_s(double bytes, int p, double alpha, double beta) {
+  if (p <= 1 || bytes <= 0) return 0.0;
+  const double steps = 2.0 * (p - 1);
+  return steps * alpha + steps / p * bytes / beta;
+}
+
+double flat_allreduce_s(double bytes, int nodes, const Machine& m) {
+  const int g = m.gpus_per_node;
+  if (nodes <= 1) return ring_allreduce_s(bytes, g, m.intra_latency, m.intra_bw);
+  return ring_allreduce_s(bytes, nodes * g, m.inter_latency, m.inter_bw / g);
+}
+
+double hier_allreduce_s(double bytes, int nodes, const Machine& m) {
+  const int g = m.gpus_per_node;
+  // Reduce-scatter and allgather inside the node: each half a ring allreduce.
+  const double intra = ring_allreduce_s(bytes, g, m.intra_latency, m.intra_bw);
+  if (nodes <= 1) return intra;
+  // g rings across the nodes, each on bytes/g, each with inter_bw/g of the node's NICs.
+  return intra + ring_allreduce_s(bytes / g, nodes, m.inter_latency, m.inter_bw / g);
+}
+
+// ---- the forecast -------------------------------------------------------------------------
+Row forecast_one(const ModelCost& model, const Machine& m, const Scenario& s, int nodes) {
+  Row r;
+  r.nodes = nodes;
+  r.gpus = nodes * m.gpus_per_node;
+  r.learners = r.gpus * s.learners;
+  r.global_batch = static_cast<int64_t>(r.learners) * s.batch;
+  const double samples_per_gpu = static_cast<double>(s.batch) * s.learners;
+  const double compute_s = model.train_flops() * samples_per_gpu / m.sustained_flops();
+  const double bytes = static_cast<double>(model.parameters) * s.grad_bytes;
+  const double flat = flat_allreduce_s(bytes, nodes, m);
+  const double hier = hier_allreduce_s(bytes, nodes, m);
+  const double reduce = s.allreduce == "flat" ? flat : hier;
+  // ssgd: buckets reduce while backward (2/3 of compute) runs; sma: the model sum runs beside
+  // the whole next forward and backward.
+  const double window = s.algorithm == Algorithm::sma ? compute_s : compute_s * 2.0 / 3.0;
+  const double exposed = reduce - s.overlap * std::min(reduce, window);
+  double io = 0;
+  if (m.nvme_bw > 0 && s.sample_bytes > 0)
+    io = s.sample_bytes * samples_per_gpu * m.gpus_per_node / m.nvme_bw;
+  // Reading is prefetched: it limits the step only when it takes longer than the step.
+  const double step = std::max(compute_s + exposed + m.step_overhead, io);
+  r.compute_ms = compute_s * 1e3;
+  r.allreduce_flat_ms = flat * 1e3;
+  r.allreduce_hier_ms = hier * 1e3;
+  r.exposed_ms = exposed * 1e3;
+  r.io_ms = io * 1e3;
+  r.step_ms = step * 1e3;
+  r.samples_per_s = static_cast<double>(r.global_batch) / step;
+  return r;
+}
+
+std::vector<Row> forecast(const ModelCost& model, const Machine& m, const Scenario& s, std::vector<int> nodes) {
+  if (nodes.empty()) throw UsageError("--nodes: give at least one node count");
+  for (int n : nodes) {
+    if (n < 1) throw UsageError("--nodes: node count " + std::to_string(n) + " is not positive");
+    if (n > m.max_nodes)
+      throw UsageError("--nodes: node count " + std::to_string(n) + " exceeds " + m.name + "'s " +
+                       std::to_string(m.max_nodes) + " nodes");
+  }
+  if (s.batch < 1) throw UsageError("--batch must be positive, got " + std::to_string(s.batch));
+  if (s.learners < 1) throw UsageError("--learners must be positive, got " + std::to_string(s.learners));
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  std::vector<Row> rows;
+  for (int n : nodes) rows.push_back(forecast_one(model, m, s, n));
+  const double base = rows.front().samples_per_s / rows.front().nodes;
+  for (Row& r : rows) r.efficiency = r.samples_per_s / r.nodes / base;
+  return rows;
+}
+
+// ---- calibration --------------------------------------------------------------------------
+RunMeasurement read_summary(const json& doc) {
+  RunMeasurement r;
+  try {
+    r.model = doc.at("model").get<std::string>();
+    r.world_size = doc.at("world_size").get<int>();
+    r.global_batch = doc.at("global_batch").get<int64_t>();
+    r.parameters = doc.at("parameters").get<int64_t>();
+    r.samples_per_s = doc.at("samples_per_s").get<double>();
+    r.compute_s = doc.at("time_breakdown_s").at("compute").get<double>();
+    r.allreduce_s = doc.at("time_breakdown_s").at("allreduce").get<double>();
+    r.allreduce_overlapped_s = doc.at("time_breakdown_s").value("allreduce_overlapped", 0.0);
+    r.steps = doc.value("steps", int64_t{0});
+    // A resumed run's figures are its last attempt's, and so are its steps.
+    if (doc.contains("attempt") && doc.at("attempt").is_object() && doc.at("attempt").contains("steps"))
+      r.steps = doc.at("attempt").at("steps").get<int64_t>();
+    r.learners = doc.value("replicas_per_device", 1);
+  } catch (const json::exception& e) {
+    throw Error(std::string("summary.json: ") + e.what());
+  }
+  if (r.world_size < 1 || r.global_batch < 1 || r.samples_per_s <= 0 || r.compute_s <= 0)
+    throw Error("summary.json: needs world_size, global_batch, samples_per_s and time_breakdown_s.compute > 0");
+  return r;
+}
+
+Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, double alpha,
+                        Algorithm algorithm) {
+  const double step = run.step_s();
+  // Per-step times: from the step count when the summary has it, else the shares of the
+  // compute and allreduce totals in a step of global_batch / samples_per_s.
+  double compute = 0, reduce = 0, hidden = 0;
+  if (run.steps > 0) {
+    const double steps = static_cast<double>(run.steps);
+    compute = run.compute_s / steps;
+    reduce = run.allreduce_s / steps;
+    hidden = run.allreduce_overlapped_s / steps;
+  } else {
+    const double total = run.compute_s + run.allreduce_s;
+    compute = step * run.compute_s / total;
+    reduce = step * run.allreduce_s / total;
+    hidden = step * run.allreduce_overlapped_s / total;
+  }
+  Machine m;
+  m.name = "local";
+  m.gpus_per_node = run.world_size;
+  m.max_nodes = 1 << 20;
+  m.efficiency = 1.0;
+  const double samples_per_rank = static_cast<double>(run.global_batch) / run.world_size;
+  m.peak_flops = model.train_flops() * samples_per_rank / compute;
+  const double bytes = 4.0 * static_cast<double>(run.parameters);
+  const int p = run.world_size;
+  const double whole = reduce + hidden;  // the allreduce's duration, hidden or not
+  const double window = algorithm == Algorithm::sma ? compute : compute * 2.0 / 3.0;
+  m.overlap = hidden > 0 ? std::min(1.0, hidden / std::min(whole, window)) : 0.0;
+  if (p > 1 && whole > 2.0 * (p - 1) * alpha) {
+    m.intra_bw = 2.0 * (p - 1) / p * bytes / (whole - 2.0 * (p - 1) * alpha);
+  } else {
+    m.intra_bw = 1e12;  // one rank (or no measurable time): no allreduce to fit
+  }
+  m.intra_latency = alpha;
+  m.inter_bw = m.intra_bw * m.gpus_per_node;  // unknown: taken as one more ring step's worth
+  m.inter_latency = alpha;
+  m.step_overhead = std::max(0.0, step - compute - reduce);
+  m.notes = "calibrated from a run of " + run.model + " on " + std::to_string(run.world_size) + " rank(s)";
+  return m;
+}
+
+AlphaBetaFit fit_alpha_beta(const json& bench, const std::string& algo) {
+  AlphaBetaFit fit;
+  if (!bench.contains("results") || !bench["results"].is_array() || bench["results"].empty())
+    throw Error("allreduce benchmark: no 'results' list (expected `squall bench allreduce --json` output)");
+  fit.algo = algo.empty() ? bench["results"][0].at("algo").get<std::string>() : algo;
+  std::vector<double> xs, ys;
+  for (const auto& r : bench["results"]) {
+    if (r.at("algo").get<std::string>() != fit.algo) continue;
+    fit.ranks = r.at("ranks").get<int>();
+    const double bytes = r.at("bytes").get<double>();
+    const int p = fit.ranks;
+    xs.push_back(p > 1 ? 2.0 * (p - 1) / p * bytes : bytes);
+    ys.push_back(r.at("time_us").get<double>() * 1e-6);
+  }
+  fit.points = xs.size();
+  if (fit.points < 2) throw Error("allreduce benchmark: fewer than 2 sizes for algorithm '" + fit.algo + "'");
+  if (fit.ranks < 2) throw Error("allreduce benchmark: needs at least 2 ranks to fit a ring");
+  // Weighted least squares, relative error: the sizes span orders of magnitude, and an
+  // unweighted fit would let the largest ones decide alone. Minimise sum ((a + b x - y) / y)^2.
+  double s_w = 0, s_x = 0, s_y = 0, s_xx = 0, s_xy = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double wgt = 1.0 / (ys[i] * ys[i]);
+    s_w += wgt; s_x += wgt * xs[i]; s_y += wgt * ys[i]; s_xx += wgt * xs[i] * xs[i]; s_xy += wgt * xs[i] * ys[i];
+  }
+  const double det = s_w * s_xx - s_x * s_x;
+  double a = 0, b = 0;
+  if (std::abs(det) > 0) {
+    b = (s_w * s_xy - s_x * s_y) / det;
+    a = (s_y - b * s_x) / s_w;
+  }
+  if (b <= 0) throw Error("allreduce benchmark: time does not grow with size; cannot fit a bandwidth");
+  a = std::max(a, 0.0);
+  fit.alpha = a / (2.0 * (fit.ranks - 1));
+  fit.beta = 1.0 / b;
+  double err = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double rel = (a + b * xs[i] - ys[i]) / ys[i];
+    err += rel * rel;
+  }
+  fit.rms_rel_error = std::sqrt(err / static_cast<double>(xs.size()));
+  return fit;
+}
+
+}  // namespace squall::train::perf

@@ -1,0 +1,161 @@
+// Reading a run dir for the calibration of `squall model` (perf_run.hpp).
+#include "src/perf/perf_run.hpp"
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "src/core/error.hpp"
+#include "src/train/checkpoint.hpp"
+#include "src/train/config.hpp"
+#include "src/train/datasets.hpp"
+#include "src/eval/eval_checkpoint.hpp"
+#include "src/train/model_spec.hpp"
+#include "src/train/run_records.hpp"
+
+namespace squall::train::perf {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("--calibrate: cannot read '" + path.string() + "'");
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw UsageError("--calibrate: '" + path.string() + "' is not JSON: " + e.what());
+  }
+}
+
+// The input and classes summary.json records (runs written before it did have none).
+bool input_from_summary(const json& summary, const fs::path& path, DatasetInfo& info, std::string& from) {
+  const auto input = summary.find("input");
+  if (input == summary.end() || !input->is_object() || !summary.contains("classes")) return false;
+  info.sample = nn::Shape(1, input->value("channels", int64_t{0}), input->value("height", int64_t{0}),
+                          input->value("width", int64_t{0}));
+  info.classes = summary.at("classes").get<int64_t>();
+  if (info.sample.c() <= 0 || info.sample.h() <= 0 || info.sample.w() <= 0 || info.classes <= 0) return false;
+  from = path.string();
+  return true;
+}
+
+// The input and classes of the run's newest checkpoint that reads (its metadata only).
+bool input_from_checkpoint(const fs::path& dir, DatasetInfo& info, std::string& from, std::string& why) {
+  const auto folders = CheckpointStore::list(dir);
+  if (folders.empty()) why += "no checkpoint in " + (dir / "checkpoints").string();
+  for (const fs::path& folder : folders) {
+    try {
+      const ModelCheckpoint ck = load_model_description(folder);
+      info.sample = ck.input;
+      info.classes = ck.spec.classes;
+      from = "checkpoint " + folder.string();
+      return true;
+    } catch (const Error& e) {
+      why += std::string(why.empty() ? "" : "; ") + e.what();
+    }
+  }
+  return false;
+}
+
+// The run's training data as its config names it: opened for its shape only, nothing read.
+// (The config's data keys are used here alone.)
+bool input_from_data(const Config& cfg, DatasetInfo& info, std::string& from, std::string& why) {
+  const std::string& path = cfg.data.train;
+  try {
+    const auto source = open_dataset(path, "train", false, cfg.data.normalization, 0, nullptr,
+                                     cfg.data.netcdf_variables, cfg.data.netcdf_labels);
+    info = source->info();
+    from = "data.train " + path;
+    return true;
+  } catch (const Error& e) {
+    why += std::string(why.empty() ? "" : "; ") + "data.train: " + e.what();
+    return false;
+  }
+}
+
+}  // namespace
+
+CalibrationRun read_calibration_run(const std::string& path) {
+  CalibrationRun run;
+  run.path = path;
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw UsageError("--calibrate: '" + path + "' does not exist (give a run dir or its summary.json)");
+  const bool is_dir = fs::is_directory(path, ec);
+  if (is_dir && !fs::exists(fs::path(path) / "summary.json", ec))
+    throw UsageError("--calibrate: run dir '" + path + "' has no summary.json (a run writes it when it ends)");
+  const fs::path summary_path = is_dir ? fs::path(path) / "summary.json" : fs::path(path);
+  const fs::path dir = is_dir ? fs::path(path) : summary_path.parent_path().empty() ? fs::path(".") : summary_path.parent_path();
+  const json summary = read_json(summary_path);
+  try {
+    run.measurement = read_summary(summary);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError("--calibrate: " + summary_path.string() + ": " + e.what());
+  }
+  // A run dir written before summary.json's `attempt`: a resumed run's figures are its last
+  // attempt's, which began at its last resume record.
+  if (!summary.contains("attempt") && fs::is_regular_file(dir / "metrics.jsonl", ec)) {
+    std::ifstream in(dir / "metrics.jsonl");
+    const RunRecords records = parse_metrics(in);
+    if (!records.resumes.empty()) run.measurement.steps = run_progress(summary, records).attempt_steps;
+  }
+
+  const fs::path config_path = dir / "config.toml";
+  DatasetInfo info;
+  std::string why;
+  if (fs::is_regular_file(config_path, ec)) {
+    Config cfg;
+    try {
+      cfg = load_config(config_path.string());
+    } catch (const Error& e) {
+      throw UsageError("--calibrate: the run's config cannot be read: " + std::string(e.what()));
+    }
+    run.model_from = config_path.string();
+    run.has_knobs = true;
+    run.has_input = input_from_summary(summary, summary_path, info, run.input_from) ||
+                    input_from_checkpoint(dir, info, run.input_from, why) ||
+                    input_from_data(cfg, info, run.input_from, why);
+    run.spec = model_spec(cfg, info);
+    if (run.spec.name != run.measurement.model)
+      throw UsageError("--calibrate: " + config_path.string() + " names model " + run.spec.name + " but " +
+                       summary_path.string() + " " + run.measurement.model + ": not one run");
+  } else {
+    // A summary.json alone: its model with the knobs of its checkpoint, if any, else the zoo's defaults.
+    run.model_from = summary_path.string();
+    run.spec.name = run.measurement.model;
+    run.spec.classes = 0;  // unknown
+    why = config_path.string() + " is missing";
+    const auto folders = CheckpointStore::list(dir);
+    for (const fs::path& folder : folders) {
+      try {
+        const ModelCheckpoint ck = load_model_description(folder);
+        if (ck.spec.name != run.spec.name) continue;
+        run.spec = ck.spec;
+        run.has_knobs = true;
+        run.model_from = "checkpoint " + folder.string();
+        info.sample = ck.input;
+        info.classes = ck.spec.classes;
+        run.input_from = "checkpoint " + folder.string();
+        run.has_input = true;
+        break;
+      } catch (const Error&) {
+      }
+    }
+  }
+  if (run.has_input) {
+    run.c = info.sample.c();
+    run.h = info.sample.h();
+    run.w = info.sample.w();
+    run.spec.classes = run.spec.classes > 0 ? run.spec.classes : info.classes;
+  } else {
+    run.no_input_why = why;
+  }
+  return run;
+}
+
+}  // namespace squall::train::perf
