@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/support/json_files.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -22,6 +23,8 @@ using squall::test::mpiexec;
 using squall::test::run_command;
 using squall::test::squall_bin;
 using squall::test::TempDir;
+using squall::test::read_json;
+using squall::test::read_records;
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
@@ -42,12 +45,6 @@ std::string ssgd_job(const std::string& dir, const std::string& extra = "") {
          " --set data.train_samples=8192 --set data.test_samples=512 --set train.max_steps=60"
          " --set schedule.warmup_steps=0 --set checkpoint.every_steps=10 --set train.log_every_steps=10"
          " --set run.threads=1" + extra;
-}
-
-json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  return json::parse(in);
 }
 
 std::string checksum(const fs::path& dir) { return read_json(dir / "summary.json").at("model_checksum"); }

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/support/json_files.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -18,6 +19,8 @@ using squall::test::mpiexec;
 using squall::test::run_command;
 using squall::test::squall_bin;
 using squall::test::TempDir;
+using squall::test::read_json;
+using squall::test::read_records;
 namespace fs = std::filesystem;
 
 namespace {
@@ -26,12 +29,6 @@ const std::string k_fashion_mnist = "/usr/share/datasets/fashion-mnist";
 const std::string k_lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml";
 // The test samples the run evaluates on; eval is given the same ones.
 const std::string k_same_samples = " --set data.test_samples=512";
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  return json::parse(in);
-}
 
 // A small LeNet-5 run (about a second): checkpoints at steps 10, 20 and 30 (the last one at the
 // end), and its summary.

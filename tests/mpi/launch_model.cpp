@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/support/json_files.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -17,6 +18,8 @@ using nlohmann::json;
 using squall::test::run_command;
 using squall::test::squall_bin;
 using squall::test::TempDir;
+using squall::test::read_json;
+using squall::test::read_records;
 namespace fs = std::filesystem;
 
 namespace {
@@ -28,11 +31,6 @@ void must_run(const std::string& cmd) {
   const auto r = run_command(cmd);
   INFO(cmd << "\n" << r.out << r.err);
   REQUIRE(r.exit_code == 0);
-}
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  return json::parse(in);
 }
 
 json model_json(const std::string& args) {

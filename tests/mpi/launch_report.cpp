@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/json_files.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -51,8 +52,6 @@ std::string slurp(const std::string& path) {
   ss << in.rdbuf();
   return ss.str();
 }
-
-json read_json_file(const std::string& path) { return json::parse(slurp(path)); }
 
 squall::test::ProcessResult report(const std::string& args) {
   return run_command(squall_bin() + " report " + args);
@@ -409,7 +408,7 @@ TEST_CASE("report never joins the runs of two dirs of one size", "[launch][repor
   for (const char* name : {"a-np1", "a-np2", "b-np2", "a-np4", "c-np2"}) CHECK(find_line(loss, name) != nullptr);
 
   // Runs of different studies (here another algorithm) are separate lines, named by what differs.
-  json s = read_json_file(tmp.file("b-np2") + "/summary.json");
+  json s = squall::test::read_json(tmp.file("b-np2") + "/summary.json");
   s["algorithm"] = "sma";
   std::ofstream(tmp.file("b-np2") + "/summary.json") << s.dump();
   REQUIRE(report(tmp.file("a-np1") + " " + tmp.file("a-np2") + " " + tmp.file("b-np2") + " --out " + out).exit_code == 0);

@@ -10,12 +10,14 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "tests/support/temp_dir.hpp"
 #include "tests/support/process.hpp"
 
 using nlohmann::json;
 using squall::test::mpiexec;
 using squall::test::run_command;
 using squall::test::squall_bin;
+using squall::test::fresh_dir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -54,12 +56,6 @@ std::vector<fs::path> train_shards() {
   return out;
 }
 
-fs::path fresh_dir(const char* name) {
-  const fs::path dir = fs::temp_directory_path() / ("squall-stage-" + std::to_string(getpid()) + "-" + name);
-  fs::remove_all(dir);
-  return dir;
-}
-
 json stage(const fs::path& to, const std::string& extra = "") {
   const auto r = run_command(mpiexec(4) + " " + squall_bin() + " stage --from " + source_shards().string() + " --to '" +
                              to.string() + "/node{node}' --ranks-per-node 2 --json " + extra);
@@ -77,7 +73,7 @@ bool no_temporaries(const fs::path& dir) {
 }  // namespace
 
 TEST_CASE("stage copies every file to every node, verified, and skips them the second time", "[stage]") {
-  const fs::path dst = fresh_dir("global");
+  const fs::path dst = fresh_dir("stage-global");
   const auto shards = train_shards();
   REQUIRE(shards.size() == 6);
   int64_t total = 0;
@@ -121,7 +117,7 @@ TEST_CASE("stage copies every file to every node, verified, and skips them the s
 }
 
 TEST_CASE("local sampling stages only each node's own shards", "[stage]") {
-  const fs::path dst = fresh_dir("local");
+  const fs::path dst = fresh_dir("stage-local");
   const json doc = stage(dst, "--sampling local");
   CHECK(doc.at("files_copied") == 6);  // six shards of nearly equal size: three whole ones per node
   std::set<std::string> seen;
@@ -146,7 +142,7 @@ TEST_CASE("local sampling stages only each node's own shards", "[stage]") {
 }
 
 TEST_CASE("stage failures end every rank with one line naming the rank and the path", "[stage]") {
-  const fs::path dst = fresh_dir("fail");
+  const fs::path dst = fresh_dir("stage-fail");
   {
     const auto r = run_command(mpiexec(4) + " " + squall_bin() + " stage --from /nonexistent/shards --to " +
                                dst.string() + " --ranks-per-node 2");

@@ -11,34 +11,27 @@
 #include <set>
 #include <vector>
 
+#include "tests/support/temp_dir.hpp"
+#include "tests/support/json_files.hpp"
 #include "tests/support/process.hpp"
 
 using nlohmann::json;
 using squall::test::mpiexec;
 using squall::test::run_command;
 using squall::test::squall_bin;
+using squall::test::read_json;
+using squall::test::read_records;
+using squall::test::fresh_dir;
 namespace fs = std::filesystem;
 
 namespace {
 
 const std::string k_sma = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-sma.toml";
 
-std::string fresh_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("squall-launch-train-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  return d.string();
-}
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  return json::parse(in);
-}
-
 }  // namespace
 
 TEST_CASE("4 ranks on 2 emulated nodes x 2 learners with sma reach test accuracy 0.88", "[launch][train][slow]") {
-  const std::string dir = fresh_dir("sma");
+  const std::string dir = fresh_dir("launch-train-sma");
   const auto r = run_command(mpiexec(4) + " " + squall_bin() + " train --config " + k_sma +
                              " --ranks-per-node 2 --set parallel.replicas_per_device=2 --timeline --set run.dir=" + dir);
   INFO(r.out.substr(r.out.size() > 3000 ? r.out.size() - 3000 : 0) << r.err);
@@ -75,7 +68,7 @@ TEST_CASE("4 ranks on 2 emulated nodes x 2 learners with sma reach test accuracy
 
 TEST_CASE("ssgd and local-sgd over ranks and learners end with the same model on every rank", "[launch][train]") {
   for (const std::string algo : {"ssgd", "local-sgd"}) {
-    const std::string dir = fresh_dir(algo);
+    const std::string dir = fresh_dir("launch-train-" + algo);
     // period and start_step apply to local-sgd only (an ssgd config that sets them is refused).
     const std::string local = algo == "local-sgd" ? " --set parallel.period=4 --set parallel.start_step=10" : "";
     const auto r = run_command(mpiexec(3) + " " + squall_bin() + " train --config " + k_sma + " --ranks-per-node 2" +
@@ -94,7 +87,7 @@ TEST_CASE("ssgd and local-sgd over ranks and learners end with the same model on
 }
 
 TEST_CASE("the auto-tuner reports its decisions and ends on a learner count", "[launch][train]") {
-  const std::string dir = fresh_dir("autotune");
+  const std::string dir = fresh_dir("launch-train-autotune");
   const auto r = run_command(squall_bin() + " train --config " + k_sma + " --set parallel.autotune=true" +
                              " --set parallel.replicas_per_device=1 --set parallel.max_replicas_per_device=3" +
                              " --set train.max_steps=400 --set data.test_samples=500 --set run.dir=" + dir);
@@ -123,7 +116,7 @@ TEST_CASE("the auto-tuner's learner changes reshape the rest of the run: steps p
   // One epoch of 8000 samples in batches of 16: 500 batches. Every step takes one batch per
   // learner, so once the tuner adds learners the epoch has fewer steps, and the run must still
   // end after exactly one epoch's samples.
-  const std::string dir = fresh_dir("autotune-steps");
+  const std::string dir = fresh_dir("launch-train-autotune-steps");
   const auto r = run_command(squall_bin() + " train --config " + k_sma + " --set parallel.autotune=true" +
                              " --set parallel.replicas_per_device=1 --set parallel.max_replicas_per_device=3" +
                              " --set train.epochs=1 --set data.train_samples=8000 --set data.test_samples=500" +
@@ -160,7 +153,7 @@ TEST_CASE("a 2-rank run's log redirected to a file holds plain lines: no carriag
           "[launch][train]") {
   // Open MPI hands every rank a pseudo-terminal even when the job's output goes to a file: the
   // progress line must not be redrawn there (src/train/progress.hpp).
-  const std::string dir = fresh_dir("log");
+  const std::string dir = fresh_dir("launch-train-log");
   const std::string log = dir + ".log";
   const auto r = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + k_sma +
                              " --set train.max_steps=40 --set schedule.warmup_steps=0 --set train.log_every_steps=10"
@@ -191,7 +184,7 @@ TEST_CASE("a 2-rank run's log redirected to a file holds plain lines: no carriag
 
 TEST_CASE("train.target stops a LeNet-5 run at the first evaluation >= 0.85 and records the time to target",
           "[launch][train][target]") {
-  const std::string dir = fresh_dir("target");
+  const std::string dir = fresh_dir("launch-train-target");
   const std::string job = mpiexec(2) + " " + squall_bin() + " train --config " + std::string(SQUALL_SOURCE_DIR) +
                           "/configs/fashion-mnist-lenet5.toml --set run.dir=" + dir +
                           " --set train.eval_every_steps=100 --set train.target.metric=accuracy"
@@ -199,13 +192,8 @@ TEST_CASE("train.target stops a LeNet-5 run at the first evaluation >= 0.85 and 
   const auto r = run_command(job);
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  std::ifstream m(dir + "/metrics.jsonl");
-  std::vector<json> evals, targets;
-  for (std::string line; std::getline(m, line);) {
-    const json j = json::parse(line);
-    if (j.at("kind") == "eval") evals.push_back(j);
-    if (j.at("kind") == "target") targets.push_back(j);
-  }
+  const std::vector<json> evals = read_records(dir + "/metrics.jsonl", "eval");
+  const std::vector<json> targets = read_records(dir + "/metrics.jsonl", "target");
   REQUIRE(evals.size() >= 2);
   // The first evaluation that reaches it is the last one.
   for (size_t i = 0; i + 1 < evals.size(); ++i) CHECK(evals[i].at("test_accuracy").get<double>() < 0.85);
@@ -259,7 +247,7 @@ TEST_CASE("train.target stops a LeNet-5 run at the first evaluation >= 0.85 and 
 
 TEST_CASE("1 rank x 40 learners of sma train 2 epochs to test accuracy 0.75", "[launch][train][sma][slow]") {
   // Crossbow's rule moved the centre by alpha x 40 = 4 times the gap and diverged at step 37.
-  const std::string dir = fresh_dir("sma40");
+  const std::string dir = fresh_dir("launch-train-sma40");
   // 2 epochs of 40 learners are 186 steps: the config's warm-up of 200 would outlast them.
   const auto r = run_command(squall_bin() + " train --config " + k_sma + " --set parallel.replicas_per_device=40" +
                              " --set parallel.max_replicas_per_device=40 --set train.epochs=2" +
@@ -288,7 +276,7 @@ TEST_CASE("a central model that could never move is refused, naming the keys", "
 }
 
 TEST_CASE("a rank that fails mid-training ends the job with a line naming it", "[launch][train]") {
-  const std::string dir = fresh_dir("fail");
+  const std::string dir = fresh_dir("launch-train-fail");
   const auto r = run_command("SQUALL_FAIL_AT=1:5 " + mpiexec(2) + " " + squall_bin() + " train --config " + k_sma +
                              " --set train.max_steps=50 --set schedule.warmup_steps=0 --set run.dir=" + dir);
   CHECK(r.exit_code != 0);
@@ -298,7 +286,7 @@ TEST_CASE("a rank that fails mid-training ends the job with a line naming it", "
 }
 
 TEST_CASE("a stalled rank is named, and the job ends instead of hanging", "[launch][train]") {
-  const std::string dir = fresh_dir("stall");
+  const std::string dir = fresh_dir("launch-train-stall");
   const auto r = run_command("SQUALL_STALL_AT=2:3:60 " + mpiexec(3) + " " + squall_bin() + " train --config " + k_sma +
                              " --stall-warn 1 --stall-abort 4 --set train.max_steps=50 --set schedule.warmup_steps=0"
                              " --set run.dir=" + dir);
@@ -398,7 +386,7 @@ TEST_CASE("run.backend: cuda trains on a GPU or exits 1 saying why: auto falls b
   const std::string quick = " --set train.max_steps=5 --set schedule.warmup_steps=0 --set data.test_samples=256"
                             " --set train.log_every_steps=5";
   {
-    const std::string dir = fresh_dir("cuda");
+    const std::string dir = fresh_dir("launch-train-cuda");
     const auto r = run_command(squall_bin() + " train --config " + lenet + quick + " --set run.backend=cuda --set run.dir=" + dir);
     INFO(r.out << r.err);
     if (r.exit_code == 0) {  // a machine with a GPU: it trained there
@@ -411,7 +399,7 @@ TEST_CASE("run.backend: cuda trains on a GPU or exits 1 saying why: auto falls b
     }
   }
   {
-    const std::string dir = fresh_dir("auto");
+    const std::string dir = fresh_dir("launch-train-auto");
     const auto r = run_command(squall_bin() + " train --config " + lenet + quick + " --set run.backend=auto --set run.dir=" + dir);
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);
@@ -422,7 +410,7 @@ TEST_CASE("run.backend: cuda trains on a GPU or exits 1 saying why: auto falls b
   {
     const auto r = run_command(squall_bin() + " train --config " + lenet + quick +
                                " --set run.backend=cuda --set parallel.cuda_graphs=true --set model.dropout=0.5 --set run.dir=" +
-                               fresh_dir("graphs"));
+                               fresh_dir("launch-train-graphs"));
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Catch::Contains("parallel.cuda_graphs") && Catch::Contains("dropout"));
   }
@@ -434,12 +422,12 @@ TEST_CASE("parallel.device_allreduce: sums on the GPU across ranks, or a clear r
                             " --set train.log_every_steps=6";
   {  // the CPU backend has no GPU memory to sum: a usage error naming both keys, on every rank
     const auto r = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + lenet + quick +
-                               " --set parallel.device_allreduce=nccl --set run.dir=" + fresh_dir("devar-cpu"));
+                               " --set parallel.device_allreduce=nccl --set run.dir=" + fresh_dir("launch-train-devar-cpu"));
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Catch::Contains("parallel.device_allreduce = nccl") && Catch::Contains("run.backend = cuda"));
   }
   {  // CUDA: device-hier on 2 emulated nodes of one rank (both may share one GPU)
-    const std::string dir = fresh_dir("devar-cuda");
+    const std::string dir = fresh_dir("launch-train-devar-cuda");
     const auto r = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + lenet + quick +
                                " --ranks-per-node 1 --set run.backend=cuda --set parallel.device_allreduce=device-hier"
                                " --set run.dir=" + dir);
@@ -461,7 +449,7 @@ TEST_CASE("train.precision: fp16 with loss scaling records skipped steps: a bad 
   const std::string quick = " --set train.max_steps=40 --set schedule.warmup_steps=0 --set data.test_samples=256"
                             " --set train.log_every_steps=10";
   {  // 2 ranks, ssgd: an initial scale of 2^30 overflows f16 until it has halved about a dozen times
-    const std::string dir = fresh_dir("fp16");
+    const std::string dir = fresh_dir("launch-train-fp16");
     const auto r = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + lenet + quick +
                                " --set train.precision=fp16 --set train.loss_scale=1073741824 --set run.dir=" + dir);
     INFO(r.out << r.err);
@@ -489,7 +477,7 @@ TEST_CASE("train.precision: fp16 with loss scaling records skipped steps: a bad 
     CHECK(std::isfinite(s.at("final").at("train_loss").get<double>()));
   }
   {  // bf16 needs no loss scale: no skipped steps
-    const std::string dir = fresh_dir("bf16");
+    const std::string dir = fresh_dir("launch-train-bf16");
     const auto r = run_command(squall_bin() + " train --config " + lenet + quick +
                                " --set train.precision=bf16 --set run.dir=" + dir);
     INFO(r.out << r.err);
@@ -499,7 +487,7 @@ TEST_CASE("train.precision: fp16 with loss scaling records skipped steps: a bad 
     CHECK(s.at("skipped_steps") == 0);
   }
   {  // bf16 gradient sums across 2 ranks; refused where the sums are of models
-    const std::string dir = fresh_dir("bf16-comm");
+    const std::string dir = fresh_dir("launch-train-bf16-comm");
     const auto r = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + lenet + quick +
                                " --set parallel.comm_precision=bf16 --set run.dir=" + dir);
     INFO(r.out << r.err);
@@ -509,13 +497,13 @@ TEST_CASE("train.precision: fp16 with loss scaling records skipped steps: a bad 
     CHECK(std::isfinite(s.at("final").at("train_loss").get<double>()));
     const auto refused = run_command(squall_bin() + " train --config " + lenet + quick +
                                      " --set parallel.comm_precision=bf16 --set parallel.algorithm=sma --set run.dir=" +
-                                     fresh_dir("bf16-sma"));
+                                     fresh_dir("launch-train-bf16-sma"));
     CHECK(refused.exit_code == 2);
     CHECK_THAT(refused.err, Catch::Contains("parallel.comm_precision") && Catch::Contains("sma"));
   }
   {
     const auto r = run_command(squall_bin() + " train --config " + lenet + quick +
-                               " --set train.precision=fp8 --set run.dir=" + fresh_dir("fp8"));
+                               " --set train.precision=fp8 --set run.dir=" + fresh_dir("launch-train-fp8"));
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Catch::Contains("train.precision") && Catch::Contains("fp8"));
   }
@@ -542,14 +530,14 @@ TEST_CASE("model.layout: nhwc trains as nchw does: auto is nchw on the CPU: a ba
   const double b = summaries["nhwc"].at("final").at("train_loss").get<double>();
   CHECK(std::abs(a - b) < 0.02 * std::abs(a));
   const auto bad = run_command(squall_bin() + " train --config " + lenet + quick +
-                               " --set model.layout=nchwc --set run.dir=" + fresh_dir("layout-bad"));
+                               " --set model.layout=nchwc --set run.dir=" + fresh_dir("launch-train-layout-bad"));
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("model.layout") && Catch::Contains("nchwc"));
 }
 
 TEST_CASE("climate segmentation end to end: generated fields, TECA-style labels, a unet, per-class IoU in the records",
           "[launch][train][climate]") {
-  const std::string raw = fresh_dir("climate-raw"), labelled = fresh_dir("climate-labelled"), dir = fresh_dir("climate-run");
+  const std::string raw = fresh_dir("launch-train-climate-raw"), labelled = fresh_dir("launch-train-climate-labelled"), dir = fresh_dir("launch-train-climate-run");
   auto gen = run_command(squall_bin() + " data climate --out " + raw + " --samples 6 --height 48 --width 72 --seed 3");
   INFO(gen.out << gen.err);
   REQUIRE(gen.exit_code == 0);
@@ -597,7 +585,7 @@ TEST_CASE("climate segmentation end to end: generated fields, TECA-style labels,
 
 TEST_CASE("configs/deepcam.toml: DeepLabv3+ on ResNet-50 builds at 768 x 1152 x 16 and takes a step on one sample",
           "[launch][train][climate][deepcam]") {
-  const std::string raw = fresh_dir("deepcam-raw"), labelled = fresh_dir("deepcam-labelled"), dir = fresh_dir("deepcam-run");
+  const std::string raw = fresh_dir("launch-train-deepcam-raw"), labelled = fresh_dir("launch-train-deepcam-labelled"), dir = fresh_dir("launch-train-deepcam-run");
   auto gen = run_command(squall_bin() + " data climate --out " + raw + " --samples 1 --height 768 --width 1152 --seed 4");
   INFO(gen.out << gen.err);
   REQUIRE(gen.exit_code == 0);

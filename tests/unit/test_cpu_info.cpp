@@ -6,18 +6,14 @@
 #include <unistd.h>
 
 #include "src/cpu/cpu_info.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using squall::cpu::cgroup_cpu_limit;
 
-namespace {
+using squall::test::fresh_dir;
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("squall-cgroup-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+namespace {
 
 void write(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());
@@ -27,7 +23,8 @@ void write(const fs::path& p, const std::string& text) {
 }  // namespace
 
 TEST_CASE("a cgroup CPU quota caps the thread count", "[cpu]") {
-  const fs::path d = fresh_dir("v2");
+  const fs::path d = fresh_dir("cgroup-v2");
+  fs::create_directories(d);
   write(d / "cpu.max", "200000 100000\n");
   CHECK(cgroup_cpu_limit(d.string()) == 2);
   write(d / "cpu.max", "150000 100000\n");
@@ -37,14 +34,17 @@ TEST_CASE("a cgroup CPU quota caps the thread count", "[cpu]") {
   write(d / "cpu.max", "max 100000\n");
   CHECK(cgroup_cpu_limit(d.string()) == 0);  // no quota
 
-  const fs::path v1 = fresh_dir("v1");
+  const fs::path v1 = fresh_dir("cgroup-v1");
+  fs::create_directories(v1);
   write(v1 / "cpu" / "cpu.cfs_quota_us", "400000\n");
   write(v1 / "cpu" / "cpu.cfs_period_us", "100000\n");
   CHECK(cgroup_cpu_limit(v1.string()) == 4);
   write(v1 / "cpu" / "cpu.cfs_quota_us", "-1\n");
   CHECK(cgroup_cpu_limit(v1.string()) == 0);
 
-  CHECK(cgroup_cpu_limit(fresh_dir("none").string()) == 0);
+  const fs::path none = fresh_dir("cgroup-none");
+  fs::create_directories(none);
+  CHECK(cgroup_cpu_limit(none.string()) == 0);
   CHECK(squall::cpu::hardware_threads() >= 1);
   fs::remove_all(d);
   fs::remove_all(v1);

@@ -20,6 +20,7 @@
 #include "src/nn/graph.hpp"
 #include "src/eval/eval_checkpoint.hpp"
 #include "src/parallel/learners.hpp"
+#include "tests/support/json_files.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/tiny_model.hpp"
@@ -28,6 +29,9 @@ using namespace squall;
 using Catch::Matchers::Contains;
 using nlohmann::json;
 namespace fs = std::filesystem;
+
+using squall::test::read_json;
+using squall::test::read_records;
 
 namespace {
 
@@ -58,12 +62,6 @@ std::vector<float> logits(nn::Graph& g, nn::Backend& backend, const std::vector<
   backend.copy_to_host(*stream, host.data(), out.f32(), host.size());
   backend.synchronize(*stream);
   return host;
-}
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  return json::parse(in);
 }
 
 void generate_climate(const std::string& out, int seed) {

@@ -6,11 +6,16 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/support/temp_dir.hpp"
+#include "tests/support/json_files.hpp"
 #include "tests/support/process.hpp"
 
 using nlohmann::json;
 using squall::test::run_command;
 using squall::test::squall_bin;
+using squall::test::read_json;
+using squall::test::read_records;
+using squall::test::fresh_dir;
 
 namespace {
 
@@ -18,26 +23,10 @@ const std::string k_lenet = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-m
 
 const std::string k_fmnist_dir = "/usr/share/datasets/fashion-mnist";
 
-std::string fresh_dir_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("squall-test-" + name)).string();
-}
-
-std::string fresh_dir(const std::string& name) {
-  const auto dir = fresh_dir_path(name);
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
-json read_json(const std::string& path) {
-  std::ifstream f(path);
-  REQUIRE(f.good());
-  return json::parse(f);
-}
-
 }  // namespace
 
 TEST_CASE("lenet5 reaches test accuracy >= 0.89 on Fashion-MNIST within 5 epochs", "[train][slow]") {
-  const auto dir = fresh_dir("lenet5-accuracy");
+  const auto dir = fresh_dir("test-lenet5-accuracy");
   const auto r = run_command(squall_bin() + " train --config " + k_lenet + " --set run.dir=" + dir);
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
@@ -47,7 +36,7 @@ TEST_CASE("lenet5 reaches test accuracy >= 0.89 on Fashion-MNIST within 5 epochs
 }
 
 TEST_CASE("resnet20 learns Fashion-MNIST (short run)", "[train][slow]") {
-  const auto dir = fresh_dir("resnet20-short");
+  const auto dir = fresh_dir("test-resnet20-short");
   const auto r = run_command(squall_bin() + " train --config " + SQUALL_SOURCE_DIR +
                              "/configs/fashion-mnist-resnet20.toml --set train.max_steps=250 --set "
                              "schedule.warmup_steps=50 --set data.test_samples=1000 --set run.dir=" + dir);
@@ -59,7 +48,7 @@ TEST_CASE("resnet20 learns Fashion-MNIST (short run)", "[train][slow]") {
 }
 
 TEST_CASE("a run writes metrics.jsonl, summary.json and its resolved config", "[train]") {
-  const auto dir = fresh_dir("outputs");
+  const auto dir = fresh_dir("test-outputs");
   const auto r = run_command(squall_bin() + " train --config " + k_lenet + " --set train.max_steps=60 --set " +
                              "schedule.warmup_steps=0 --set train.log_every_steps=20 --set data.test_samples=300 --set run.dir=" + dir);
   INFO(r.err);
@@ -95,7 +84,7 @@ TEST_CASE("a run writes metrics.jsonl, summary.json and its resolved config", "[
   CHECK(std::filesystem::exists(dir + "/config.toml"));
 
   // The same seed gives the same model, bit for bit; another seed does not.
-  const auto dir2 = fresh_dir("outputs-again");
+  const auto dir2 = fresh_dir("test-outputs-again");
   const auto base = squall_bin() + " train --config " + k_lenet + " --set train.max_steps=60 --set data.test_samples=300" +
                     " --set schedule.warmup_steps=0";
   REQUIRE(run_command(base + " --set run.dir=" + dir2).exit_code == 0);
@@ -106,7 +95,7 @@ TEST_CASE("a run writes metrics.jsonl, summary.json and its resolved config", "[
 
 TEST_CASE("a diverging run stops with the step number", "[train]") {
   const auto r = run_command(squall_bin() + " train --config " + k_lenet +
-                             " --set optimizer.lr=1e6 --set schedule.warmup_steps=0 --set run.dir=" + fresh_dir("nan"));
+                             " --set optimizer.lr=1e6 --set schedule.warmup_steps=0 --set run.dir=" + fresh_dir("test-nan"));
   CHECK(r.exit_code == 1);
   // train.nonfinite = stop (the default) names the step, the rank, the learner and the layer.
   CHECK_THAT(r.err, Catch::Contains("training diverged") && Catch::Contains("at step") &&
@@ -139,21 +128,22 @@ TEST_CASE("a missing dataset names the path", "[train][data]") {
 }
 
 TEST_CASE("training from HDF5 shards matches training from the IDX files", "[train][io][slow]") {
-  const auto shards = fresh_dir("fmnist-shards");
+  const auto shards = fresh_dir("test-fmnist-shards");
   const auto conv = run_command(squall_bin() + " data fashion-mnist --out " + shards + " --shards 5");
   INFO(conv.err);
   REQUIRE(conv.exit_code == 0);
   const auto base = squall_bin() + " train --config " + SQUALL_SOURCE_DIR +
                     "/configs/fashion-mnist-shards.toml --set train.epochs=2 --set run.dir=";
-  const auto from_shards = run_command(base + fresh_dir("from-shards") + " --set data.train=" + shards +
+  const std::string from_shards_dir = fresh_dir("test-from-shards"), from_idx_dir = fresh_dir("test-from-idx");
+  const auto from_shards = run_command(base + from_shards_dir + " --set data.train=" + shards +
                                        " --set data.test=" + shards);
   INFO(from_shards.err);
   REQUIRE(from_shards.exit_code == 0);
-  const auto from_idx = run_command(base + fresh_dir("from-idx") + " --set data.train=" + k_fmnist_dir +
+  const auto from_idx = run_command(base + from_idx_dir + " --set data.train=" + k_fmnist_dir +
                                     " --set data.test=" + k_fmnist_dir);
   REQUIRE(from_idx.exit_code == 0);
-  const auto a = read_json(fresh_dir_path("from-shards") + "/summary.json");
-  const auto b = read_json(fresh_dir_path("from-idx") + "/summary.json");
+  const auto a = read_json(from_shards_dir + "/summary.json");
+  const auto b = read_json(from_idx_dir + "/summary.json");
   CHECK(a.at("steps") == b.at("steps"));
   CHECK(a.at("skipped_samples") == 0);
   CHECK_THAT(a.at("data").get<std::string>(), Catch::Contains("shards"));

@@ -1,0 +1,39 @@
+#pragma once
+// The JSON files a run leaves, read by the tests: summary.json (one object) and metrics.jsonl
+// (one object a line). A file that is missing or not JSON throws, naming it, and Catch reports
+// the exception as the test's failure.
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace squall::test {
+
+inline nlohmann::json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path.string() + ": cannot open");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(path.string() + ": not JSON: " + e.what());
+  }
+}
+
+// Every line of a JSON-lines file, or those whose "kind" is `kind` when one is given.
+inline std::vector<nlohmann::json> read_records(const std::filesystem::path& path, const std::string& kind = "") {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path.string() + ": cannot open");
+  std::vector<nlohmann::json> out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) throw std::runtime_error(path.string() + ": a line is not JSON: " + line);
+    if (kind.empty() || j.value("kind", "") == kind) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace squall::test
