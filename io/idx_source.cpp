@@ -7,8 +7,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "src/core/error.hpp"
 #include "io/dataset.hpp"
+#include "src/core/error.hpp"
 
 namespace squall::io {
 

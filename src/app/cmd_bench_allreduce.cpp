@@ -29,8 +29,8 @@
 #include "mpi/allreduce.hpp"
 #include "mpi/device_allreduce.hpp"
 #include "mpi/topology.hpp"
-#include "src/core/clock.hpp"
 #include "src/app/cli.hpp"
+#include "src/core/clock.hpp"
 #include "src/core/error.hpp"
 
 namespace squall::app {

@@ -19,8 +19,8 @@
 
 #include "io/loader.hpp"
 #include "io/sampler.hpp"
-#include "src/core/clock.hpp"
 #include "src/app/cli.hpp"
+#include "src/core/clock.hpp"
 #include "src/core/error.hpp"
 #include "src/train/datasets.hpp"
 

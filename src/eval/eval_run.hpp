@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "mpi/topology.hpp"
+#include "src/eval/eval_checkpoint.hpp"
+#include "src/eval/evaluate.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
 #include "src/train/config.hpp"
 #include "src/train/datasets.hpp"
-#include "src/eval/eval_checkpoint.hpp"
-#include "src/eval/evaluate.hpp"
 
 namespace squall::train {
 

@@ -9,10 +9,10 @@
 
 #include "mpi/comm.hpp"
 #include "src/data/data_source.hpp"
-#include "src/nn/backend.hpp"
-#include "src/nn/graph.hpp"
 #include "src/eval/metrics.hpp"
 #include "src/eval/predictions.hpp"
+#include "src/nn/backend.hpp"
+#include "src/nn/graph.hpp"
 
 namespace squall::train {
 

@@ -14,8 +14,8 @@
 #include <functional>
 #include <string>
 
-#include "src/nn/backend.hpp"
 #include "mpi/sum.hpp"
+#include "src/nn/backend.hpp"
 #include "src/parallel/replica_set.hpp"
 
 namespace squall::train {

@@ -26,11 +26,11 @@
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
-#include "src/train/config.hpp"
 #include "src/parallel/learner.hpp"
 #include "src/parallel/loss_scaler.hpp"
-#include "src/train/optimizer.hpp"
 #include "src/parallel/sma.hpp"
+#include "src/train/config.hpp"
+#include "src/train/optimizer.hpp"
 
 namespace squall::train {
 

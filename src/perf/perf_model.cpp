@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/core/error.hpp"
+#include "src/train/setup.hpp"
 
 namespace squall::train::perf {
 
@@ -41,7 +42,8 @@ ModelCost model_cost(const nn::ModelSpec& spec, int64_t c, int64_t h, int64_t w)
                                           : std::vector<int64_t>{};
   cost.c = c; cost.h = h; cost.w = w; cost.classes = spec.classes;
   try {
-    auto graph = nn::make_model(cost.spec, nn::Shape(1, c, h, w));
+    // The graph training would build (src/train/setup.hpp), in f32: its parameters and FLOPs.
+    auto graph = train::make_model_graph(cost.spec, nn::Shape(1, c, h, w), train::GraphFormat{});
     graph->setup(1);
     cost.parameters = static_cast<int64_t>(graph->param_count());
     cost.forward_flops = graph->forward_flops();

@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "src/core/error.hpp"
+#include "src/eval/eval_checkpoint.hpp"
 #include "src/train/checkpoint.hpp"
 #include "src/train/config.hpp"
 #include "src/train/datasets.hpp"
-#include "src/eval/eval_checkpoint.hpp"
 #include "src/train/model_spec.hpp"
 #include "src/train/run_records.hpp"
 

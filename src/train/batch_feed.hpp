@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "io/loader.hpp"
-#include "src/train/augment.hpp"
 #include "src/parallel/learner.hpp"
+#include "src/train/augment.hpp"
 #include "src/train/step_plan.hpp"
 
 namespace squall::train {

@@ -6,8 +6,8 @@
 #include "io/netcdf_file.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/graph.hpp"
-#include "src/train/config_fields.hpp"
 #include "src/parallel/sma.hpp"
+#include "src/train/config_fields.hpp"
 
 namespace squall::train {
 namespace config_detail {

@@ -168,8 +168,8 @@ std::vector<Row> rows() {
        {"model.aspp_rates applies to model.name", "deeplabv3plus", "not lenet5"}},
       {"config: parallel.alpha with ssgd does not apply", {}, "{train} --set parallel.alpha=0.5", 2,
        {"parallel.alpha applies to parallel.algorithm = sma", "not ssgd"}},
-      {"config: a warm-up as long as train.max_steps", {}, "{train} --set schedule.warmup_steps=20", 2,
-       {"{lenet5}", "schedule.warmup_steps = 20 lasts the whole run (train.max_steps = 20)"}},
+      {"config: a warm-up longer than train.max_steps", {}, "{train} --set schedule.warmup_steps=21", 2,
+       {"{lenet5}", "schedule.warmup_steps = 21 is longer than the whole run (train.max_steps = 20)"}},
       {"config: an evaluation interval longer than the run's epochs", {},
        "{squall} train --config {lenet5} --set run.dir={dir}/run --set data.train_samples=2048 --set train.epochs=1"
        " --set schedule.warmup_steps=0 --set train.eval_every_steps=100",

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "tests/support/temp_dir.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using nlohmann::json;
 using squall::test::mpiexec;

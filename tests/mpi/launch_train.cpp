@@ -11,9 +11,9 @@
 #include <set>
 #include <vector>
 
-#include "tests/support/temp_dir.hpp"
 #include "tests/support/json_files.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using nlohmann::json;
 using squall::test::mpiexec;

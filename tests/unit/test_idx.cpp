@@ -7,8 +7,8 @@
 #include <fstream>
 #include <random>
 
-#include "src/core/error.hpp"
 #include "io/dataset.hpp"
+#include "src/core/error.hpp"
 #include "src/train/datasets.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"

@@ -7,8 +7,8 @@
 
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
-#include "tests/support/test_backend.hpp"
 #include "src/nn/graph.hpp"
+#include "tests/support/test_backend.hpp"
 
 using namespace squall::nn;
 

@@ -5,9 +5,9 @@
 #include <cmath>
 
 #include "src/nn/backend.hpp"
-#include "tests/support/test_backend.hpp"
 #include "src/train/optimizer.hpp"
 #include "src/train/schedule.hpp"
+#include "tests/support/test_backend.hpp"
 
 using squall::train::MilestoneUnit;
 using squall::train::OptimizerConfig;

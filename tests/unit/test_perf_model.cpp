@@ -13,9 +13,9 @@
 #include "src/core/error.hpp"
 #include "src/nn/graph.hpp"
 #include "src/nn/layer.hpp"
-#include "src/train/config.hpp"
 #include "src/perf/perf_model.hpp"
 #include "src/perf/perf_run.hpp"
+#include "src/train/config.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/test_backend.hpp"
 

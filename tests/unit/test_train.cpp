@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "tests/support/temp_dir.hpp"
 #include "tests/support/json_files.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using nlohmann::json;
 using squall::test::run_command;
