@@ -148,6 +148,19 @@ TEST_CASE("a 2-rank run crashed at step 45 and resumed with --resume auto ends b
       CHECK(j.at("attempt") == attempt);
     }
     CHECK(attempt == 2);
+    // squall report shows the resumed run as one run of two attempts, on the run's clock.
+    const auto rep = run_command(squall_bin() + " report " + crashed + " --out " + t.file("report") + " --json");
+    INFO(rep.err);
+    REQUIRE(rep.exit_code == 0);
+    const json row = json::parse(rep.out).at(0);
+    CHECK(row.at("attempts") == 2);
+    CHECK(row.at("steps") == 60);
+    CHECK(row.at("train_loop_s").get<double>() == Approx(s.at("run").at("train_loop_s").get<double>()));
+    std::ifstream svg(t.file("report") + "/loss.svg");
+    const std::string loss((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+    size_t lines = 0;
+    for (size_t at = loss.find("<polyline"); at != std::string::npos; at = loss.find("<polyline", at + 1)) ++lines;
+    CHECK(lines == 1);  // one run, one line through the resume
   }
 }
 
