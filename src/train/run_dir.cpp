@@ -14,8 +14,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const k_output_files[] = {"metrics.jsonl", "summary.json", "config.toml", "timeline.json"};
-const char* const k_output_dirs[] = {"checkpoints", "predictions"};
+const char* const k_output_files[] = {"metrics.jsonl", "summary.json", "config.toml", "timeline.json", "mlperf.log"};
+const char* const k_output_dirs[] = {"checkpoints", "predictions", "tensorboard"};
 
 // "section.key" -> value text, from to_toml's form.
 std::map<std::string, std::string> flatten(const Config& c) {

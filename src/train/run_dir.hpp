@@ -19,8 +19,9 @@ std::vector<std::string> run_outputs(const std::filesystem::path& dir);
 // naming it and the system's reason.
 void ensure_writable_dir(const std::filesystem::path& dir);
 
-// Removes a run's outputs from `dir` (--overwrite): metrics, summary, config, timeline,
-// predictions, checkpoints. Anything else in the folder stays.
+// Removes a run's outputs from `dir` (--overwrite): metrics, summary, config, timeline, the
+// MLPerf log, predictions, TensorBoard's event files, checkpoints. Anything else in the folder
+// stays.
 void remove_run_outputs(const std::filesystem::path& dir);
 
 // Keeps the first `lines` lines of the file (metrics.jsonl when resuming: the records written

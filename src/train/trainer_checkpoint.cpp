@@ -23,6 +23,15 @@ std::string model_section(const std::string& toml) {
 
 }  // namespace
 
+// The checkpoint's run reached its train.target; whether the config's target is still met by
+// that: the same metric, and a value no higher (a raised value or a removed target trains on).
+bool TrainingRun::target_still_reached(const TrainerState& s) const {
+  const TargetConfig& now = m_cfg.train.target;
+  if (now.metric == TargetMetric::none) return false;
+  const TargetConfig then = parse_config(s.config, "the checkpoint's config").train.target;
+  return then.metric == now.metric && now.value <= then.value;
+}
+
 // Rank 0 makes the run dir and checks it can write there; an earlier run's outputs are never
 // overwritten silently: --resume continues it, --overwrite replaces it.
 void TrainingRun::prepare_run_dir() {
@@ -110,7 +119,8 @@ void TrainingRun::restore(const LoadedCheckpoint& ck, const TrainerState& s) {
   m_last_train_loss = s.last_train_loss;
   m_metrics_lines_at_resume = s.metrics_lines;
   if (s.tuner_done) m_device.tuner->stop();
-  if (s.target_reached) m_target = TargetFacts{};  // complete: nothing to train
+  // A run that reached its train.target is complete, unless the target now asks for more.
+  if (s.target_reached && target_still_reached(s)) m_target = TargetFacts{};
   m_resumed_from = ck.path;
   m_last_checkpoint = ck.path;
   m_last_checkpoint_step = m_pos.step;

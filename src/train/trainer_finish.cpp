@@ -22,11 +22,17 @@ json normalization_json(const data::Normalization& n) {
 }
 
 // When `squall stage` copied the training set (io/stage.hpp's record beside the files), the
-// staging's start and stop, in ms since the epoch.
+// staging's start and stop, in ms since the epoch. A record that cannot be read costs the
+// MLPerf log its staging lines and a warning, not the run.
 std::optional<std::pair<int64_t, int64_t>> staging_of(const std::string& data_dir) {
-  const std::optional<io::StageRecord> r = io::read_stage_record(data_dir);
-  if (!r) return std::nullopt;
-  return std::make_pair(r->start_ms, r->stop_ms);
+  try {
+    const std::optional<io::StageRecord> r = io::read_stage_record(data_dir);
+    if (!r) return std::nullopt;
+    return std::make_pair(r->start_ms, r->stop_ms);
+  } catch (const Error& e) {
+    log::warn(std::string("the MLPerf log leaves the staging out: ") + e.what());
+    return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -71,7 +77,7 @@ RunFacts TrainingRun::run_facts() const {
   f.seed = m_cfg.run.seed;
   if (m_resumed_from) f.resumed_from = m_resumed_from->string();
   f.first_step = m_pos.first_step;
-  f.staging_ms = staging_of(m_cfg.data.train);
+  if (m_root && m_cfg.run.mllog) f.staging_ms = staging_of(m_cfg.data.train);
   f.init_start_s = m_init_start_s;
   return f;
 }
@@ -92,7 +98,8 @@ TrainResult TrainingRun::already_complete() {
   const std::string at = m_resumed_from.value_or(fs::path()).string();
   log::info("the run is complete: " + at + " is at step " + std::to_string(m_pos.step) + " of " +
             std::to_string(m_data.plan.total_steps) +
-            (m_target ? ", where it reached train.target; nothing to do (raise train.target.value to train further)"
+            (m_target ? ", where it reached train.target; nothing to do (raise train.target.value, or remove "
+                                   "[train.target], to train further)"
                       : "; nothing to do (raise train.epochs or train.max_steps to train further)"));
   TrainResult r;
   r.steps = m_pos.step;

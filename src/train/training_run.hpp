@@ -65,6 +65,7 @@ class TrainingRun {
   void resume();
   void check_resumable(const LoadedCheckpoint& ck, const TrainerState& then) const;
   void restore(const LoadedCheckpoint& ck, const TrainerState& then);
+  bool target_still_reached(const TrainerState& s) const;
   void write_checkpoint();
   TrainerState trainer_state() const;
   std::string central_checksum();

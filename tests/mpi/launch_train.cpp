@@ -225,6 +225,27 @@ TEST_CASE("train.target stops a LeNet-5 run at the first evaluation >= 0.85 and 
   std::string last, line;
   while (std::getline(ml, line)) last = line;
   CHECK_THAT(last, Catch::Contains("\"run_stop\"") && Catch::Contains("\"status\":\"success\""));
+  // A raised target trains on from the checkpoint, to the next evaluation that reaches it.
+  const auto higher = run_command(job + " --set train.target.value=0.86 --resume auto");
+  INFO(higher.out << higher.err);
+  REQUIRE(higher.exit_code == 0);
+  const json s2 = read_json(dir + "/summary.json");
+  CHECK(s2.at("attempt").at("first_step") == hit.at("step"));
+  CHECK(s2.at("steps").get<int64_t>() > hit.at("step").get<int64_t>());
+  CHECK(s2.at("target").at("reached") == true);
+  CHECK(s2.at("target").at("metric_value").get<double>() >= 0.86);
+  CHECK(s2.at("target").at("time_to_target_s").get<double>() > t.at("time_to_target_s").get<double>());
+  // --overwrite starts the records afresh: one event file, one attempt in the MLPerf log.
+  const auto fresh = run_command(job + " --set train.max_steps=100 --set schedule.warmup_steps=0 --overwrite");
+  INFO(fresh.err);
+  REQUIRE(fresh.exit_code == 0);
+  int event_files = 0;
+  for (const auto& e : fs::directory_iterator(dir + "/tensorboard")) event_files += e.path().filename().string().find("tfevents") != std::string::npos;
+  CHECK(event_files == 1);
+  std::ifstream ml3(dir + "/mlperf.log");
+  int init_starts = 0;
+  while (std::getline(ml3, line)) init_starts += line.find("\"init_start\"") != std::string::npos;
+  CHECK(init_starts == 1);
 
   // A target out of reach: the run trains to its end and says so.
   const auto miss = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + std::string(SQUALL_SOURCE_DIR) +
