@@ -131,7 +131,7 @@ struct RunSummary {
   int ranks = 1, nodes = 1, learners = 1, threads = 1;
   std::string algorithm, backend, device, model, precision, layout, optimizer, data, config_origin;
   std::optional<std::string> cpu_streams;      // the CPU's streams as they ran (inline | async)
-  std::optional<double> cpu_stream_jitter_us;
+  std::optional<int64_t> cpu_stream_jitter_us;  // an integer, as SQUALL_CPU_STREAM_JITTER gives it
   int64_t parameters = 0, global_batch = 0, batch = 0, epochs = 0;
   int64_t input_c = 0, input_h = 0, input_w = 0, classes = 0;  // one sample's shape, the classes
   int64_t skipped_steps = 0, skipped_samples = 0;
