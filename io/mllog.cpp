@@ -1,12 +1,8 @@
 #include "io/mllog.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
 
-#include "src/core/durable.hpp"
+#include "src/core/clock.hpp"
 #include "src/core/error.hpp"
 
 namespace squall::io {
@@ -29,11 +25,6 @@ std::string_view source_root() {
 template <typename Json>
 std::string dump(const Json& j) {
   return j.dump(-1, ' ', true, Json::error_handler_t::replace);
-}
-
-int64_t now_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -75,31 +66,25 @@ std::string mllog_line(MlEvent type, std::string_view key, const json& value, co
   return out;
 }
 
-MlLog::MlLog(const fs::path& file, bool append) : m_path(file) {
-  // O_APPEND in both cases: a line lands after every line already there, also those of another
-  // process that appends to the same file.
-  m_fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC), 0644);
-  if (m_fd < 0) throw Error(file.string() + ": cannot open the MLPerf log: " + errno_text());
-}
+// O_APPEND in both cases (LineFile): a line lands after every line already there, also those of
+// another process that appends to the same file.
+MlLog::MlLog(const fs::path& file, bool append) : m_file(file, append, "the MLPerf log") {}
 
-MlLog::~MlLog() { ::close(m_fd); }
+void MlLog::write(MlEvent type, std::string_view key, const json& value, const json& metadata, int64_t time_ms,
+                  const std::source_location& where) {
+  m_file.write(mllog_line(type, key, value, metadata, time_ms, mllog_source_file(where.file_name()),
+                          static_cast<int>(where.line()), m_namespace));
+}
 
 void MlLog::log_at(double time_s, MlEvent type, std::string_view key, const json& value, const json& metadata,
                    std::source_location where) {
-  const auto ms = static_cast<int64_t>(time_s * 1000.0);
-  const std::string line = mllog_line(type, key, value, metadata, ms, mllog_source_file(where.file_name()),
-                                      static_cast<int>(where.line()), m_namespace);
-  write_all(m_fd, line, m_path);
-  ++m_lines;
+  write(type, key, value, metadata, static_cast<int64_t>(time_s * 1000.0), where);
 }
 
 void MlLog::log(MlEvent type, std::string_view key, const json& value, const json& metadata,
                 std::source_location where) {
-  m_last_ms = std::max(m_last_ms, now_ms());
-  const std::string line = mllog_line(type, key, value, metadata, m_last_ms, mllog_source_file(where.file_name()),
-                                      static_cast<int>(where.line()), m_namespace);
-  write_all(m_fd, line, m_path);
-  ++m_lines;
+  m_last_ms = std::max(m_last_ms, static_cast<int64_t>(system_seconds() * 1000.0));
+  write(type, key, value, metadata, m_last_ms, where);
 }
 
 }  // namespace squall::io

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+
+#include "src/core/durable.hpp"
 #include <source_location>
 #include <string>
 #include <string_view>
@@ -43,7 +45,6 @@ class MlLog {
   // Opens (creating) `file`; `append` keeps what is there (a resumed run), else it is emptied.
   // Throws squall::Error naming the file.
   MlLog(const std::filesystem::path& file, bool append);
-  ~MlLog();
   MlLog(const MlLog&) = delete;
   MlLog& operator=(const MlLog&) = delete;
 
@@ -76,15 +77,16 @@ class MlLog {
 
   // The namespace field of later lines (default ""; the package uses it for e.g. "GPU0").
   void set_namespace(std::string name_space) { m_namespace = std::move(name_space); }
-  const std::filesystem::path& path() const { return m_path; }
-  int64_t lines() const { return m_lines; }  // lines this object wrote
+  const std::filesystem::path& path() const { return m_file.path(); }
+  int64_t lines() const { return m_file.lines(); }  // lines this object wrote
 
  private:
-  std::filesystem::path m_path;
-  int m_fd = -1;
+  void write(MlEvent type, std::string_view key, const nlohmann::json& value, const nlohmann::json& metadata,
+             int64_t time_ms, const std::source_location& where);
+
+  LineFile m_file;
   std::string m_namespace;
   int64_t m_last_ms = 0;
-  int64_t m_lines = 0;
 };
 
 // The keys, as the package's constants spell them (mlperf_logging/mllog/constants.py), and the

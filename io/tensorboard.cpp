@@ -6,11 +6,11 @@
 #include <array>
 #include <bit>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 
 #include "io/tensorboard_event.pb.h"
+#include "src/core/clock.hpp"
 #include "src/core/durable.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
@@ -82,11 +82,6 @@ uint32_t masked_crc32c(const void* data, size_t n) {
   return ((crc >> 15) | (crc << 17)) + k_mask_delta;
 }
 
-double wall_time_now() {
-  using namespace std::chrono;
-  return duration<double>(system_clock::now().time_since_epoch()).count();
-}
-
 TensorBoardWriter::TensorBoardWriter(const fs::path& dir, const std::string& suffix) {
   check_suffix(suffix, dir);
   std::error_code ec;
@@ -95,8 +90,7 @@ TensorBoardWriter::TensorBoardWriter(const fs::path& dir, const std::string& suf
 
   // O_EXCL: a file of an earlier attempt is never appended to or truncated.
   const std::string host = process_host().empty() ? std::string("localhost") : process_host();
-  const auto now = std::chrono::system_clock::now().time_since_epoch();
-  long long seconds = std::chrono::duration_cast<std::chrono::seconds>(now).count();
+  auto seconds = static_cast<long long>(system_seconds());
   for (int attempt = 0;; ++attempt, ++seconds) {
     char stamp[32];
     std::snprintf(stamp, sizeof(stamp), "%010lld", seconds);
@@ -108,7 +102,7 @@ TensorBoardWriter::TensorBoardWriter(const fs::path& dir, const std::string& suf
   }
 
   squall::tb::Event version;
-  version.set_wall_time(wall_time_now());
+  version.set_wall_time(system_seconds());
   version.set_file_version("brain.Event:2");
   try {
     append_record(version.SerializeAsString());

@@ -64,7 +64,4 @@ class TensorBoardWriter {
   std::string m_failure;   // why an earlier write failed; empty while the file is good
 };
 
-// Seconds since the Unix epoch, as the wall_time of an Event.
-double wall_time_now();
-
 }  // namespace squall::io

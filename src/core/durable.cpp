@@ -71,4 +71,16 @@ void write_file_atomic(const fs::path& path, const std::string& text) {
   }
 }
 
+LineFile::LineFile(const fs::path& path, bool keep, const std::string& what) : m_path(path) {
+  m_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (keep ? 0 : O_TRUNC), 0644);
+  if (m_fd < 0) throw Error(path.string() + ": cannot open " + what + ": " + errno_text());
+}
+
+LineFile::~LineFile() { ::close(m_fd); }
+
+void LineFile::write(const std::string& line) {
+  write_all(m_fd, line, m_path);
+  ++m_lines;
+}
+
 }  // namespace squall

@@ -2,8 +2,9 @@
 // Files that are either whole or absent: written under a temporary name, flushed to storage
 // (fsync), then renamed into place, and the rename itself made durable by syncing the
 // directory. A crash, a kill or a full disk at any moment leaves the old file (or none), never
-// half of a new one (docs/design.md, "Failure behaviour"). Errors name the path and the
-// system's reason ("No space left on device").
+// half of a new one (docs/design.md, "Failure behaviour"); and logs that grow by whole lines
+// (LineFile). Errors name the path and the system's reason ("No space left on device").
+#include <cstdint>
 #include <filesystem>
 #include <string>
 
@@ -26,5 +27,29 @@ void write_file_atomic(const std::filesystem::path& path, const std::string& tex
 
 // errno's text for the last failed system call ("No space left on device").
 std::string errno_text();
+
+// A file that only grows by whole lines (metrics.jsonl, the MLPerf log): opened O_APPEND, each
+// line written with one write(2), so that a crashed run keeps every line it wrote whole and two
+// processes appending to one file do not cut each other's lines. A failed write (a full disk)
+// is a squall::Error naming the file, never a silent gap.
+class LineFile {
+ public:
+  // Opens (creating) `path`; `keep` keeps what is there, else it is emptied. `what` names the
+  // file in the error of a failed open ("the MLPerf log").
+  LineFile(const std::filesystem::path& path, bool keep, const std::string& what);
+  ~LineFile();
+  LineFile(const LineFile&) = delete;
+  LineFile& operator=(const LineFile&) = delete;
+
+  void write(const std::string& line);          // `line` ends with '\n'
+  int64_t lines() const { return m_lines; }      // lines in the file: those written, after set_lines
+  void set_lines(int64_t n) { m_lines = n; }     // the lines `keep` found (the caller knows them)
+  const std::filesystem::path& path() const { return m_path; }
+
+ private:
+  std::filesystem::path m_path;
+  int m_fd = -1;
+  int64_t m_lines = 0;
+};
 
 }  // namespace squall

@@ -2,9 +2,6 @@
 // (docs/metrics.md, "Run records").
 #include "src/train/run_log.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 
@@ -19,31 +16,6 @@ namespace squall::train {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-// Appends one JSON object per line, each with one write(2), so a crashed run keeps what it
-// logged and a full disk is an error naming the file, not a silent gap.
-class MetricsLog {
- public:
-  MetricsLog(const fs::path& path, bool append) : m_path(path) {
-    m_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
-    if (m_fd < 0) throw Error(path.string() + ": cannot open: " + errno_text());
-  }
-  ~MetricsLog() { ::close(m_fd); }
-  MetricsLog(const MetricsLog&) = delete;
-  MetricsLog& operator=(const MetricsLog&) = delete;
-
-  void write(const json& j) {
-    write_all(m_fd, j.dump() + "\n", m_path);
-    ++m_lines;
-  }
-  int64_t lines() const { return m_lines; }
-  void set_lines(int64_t n) { m_lines = n; }
-
- private:
-  fs::path m_path;
-  int m_fd = -1;
-  int64_t m_lines = 0;
-};
 
 namespace {
 
@@ -70,6 +42,7 @@ std::string tag_part(std::string s) {
 }  // namespace
 
 RunLog::RunLog(const RunLogOptions& options) : m_options(options) {
+  m_clock.start(options.earlier_s, options.earlier_eval_s);
   m_progress = std::make_unique<Progress>(options.root && options.live_progress, options.log_every);
   if (!options.root) return;
   write_file_atomic(options.dir / "config.toml", options.config_toml);
@@ -77,7 +50,7 @@ RunLog::RunLog(const RunLogOptions& options) : m_options(options) {
   const bool resumed = options.keep_metrics_lines >= 0;
   // Resuming: the records written after the checkpoint are written again from here.
   if (resumed) keep_first_lines(metrics, options.keep_metrics_lines);
-  m_metrics = std::make_unique<MetricsLog>(metrics, resumed);
+  m_metrics = std::make_unique<LineFile>(metrics, resumed, "metrics.jsonl");
   m_metrics->set_lines(resumed ? options.keep_metrics_lines : 0);
   // One event file per attempt (TensorBoard reads every file of the folder), so no file is
   // ever rewritten; a resumed attempt's events continue the steps of the first.
@@ -101,7 +74,7 @@ void RunLog::record(json j) {
   if (!m_metrics) return;
   j["attempt"] = m_options.attempt;
   if (!j.contains("elapsed_s")) j["elapsed_s"] = m_clock.run_s();
-  m_metrics->write(j);
+  m_metrics->write(j.dump() + "\n");
 }
 
 void RunLog::scalar(const std::string& tag, int64_t step, double value) {
@@ -319,7 +292,7 @@ json RunLog::summary_json(const RunSummary& s) const {
              {"train_loop_s", s.loop_s},
              {"samples_per_s", s.samples_per_s}}},
            {"run",
-            {{"attempts", m_options.attempt}, {"steps", s.steps}, {"train_loop_s", s.run_s}, {"samples", s.samples_done}}},
+            {{"attempts", m_options.attempt}, {"steps", s.steps}, {"train_loop_s", m_clock.earlier_s() + s.loop_s}, {"samples", s.samples_done}}},
            {"skipped_samples", s.skipped_samples},
            {"data", s.data},
            {"normalization", s.normalization},
@@ -351,7 +324,7 @@ void RunLog::finished(const RunSummary& s) {
   const std::string run_part =
       m_options.attempt > 1 ? printf_text(" (the run: %lld steps over %lld attempts, %.1f s of training)",
                                           static_cast<long long>(s.steps), static_cast<long long>(m_options.attempt),
-                                          s.run_s)
+                                          m_clock.earlier_s() + s.loop_s)
                             : std::string();
   log::info(printf_text("done: %lld steps in %.1f s%s, %.0f samples/s on %d rank(s) x %d learner(s), train loss "
                         "%.4f, test accuracy %.4f (compute %.1f s, allreduce %.1f s, io_wait %.1f s); summary in %s",

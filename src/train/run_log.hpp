@@ -27,9 +27,11 @@ class MlLog;
 class TensorBoardWriter;
 }  // namespace squall::io
 
-namespace squall::train {
+namespace squall {
+class LineFile;
+}  // namespace squall
 
-class MetricsLog;
+namespace squall::train {
 
 // The run's clock: seconds of training (the loops, evaluations included) of every attempt so
 // far. An attempt starts it at the seconds its checkpoint recorded, so that a resumed run's
@@ -61,6 +63,8 @@ struct RunLogOptions {
   int64_t keep_metrics_lines = -1;  // a resume: metrics.jsonl's lines up to the checkpoint (-1: a new run)
   bool tensorboard = true;        // run.tensorboard
   bool mllog = false;             // run.mllog
+  double earlier_s = 0;           // the run's clock at the resumed checkpoint (RunClock::start)
+  double earlier_eval_s = 0;      // ... of which evaluating
   bool live_progress = false;     // redraw one progress line (a terminal of a one-rank job)
   int64_t log_every = 50;         // train.log_every_steps
   bool per_pixel = false;         // segmentation: IoU per class is what matters
@@ -124,8 +128,7 @@ struct RunSummary {
   int64_t first_step = 0, steps = 0;  // steps is the run's last step
   double wall_s = 0, loop_s = 0, samples_per_s = 0;
   double compute_s = 0, allreduce_s = 0, overlapped_s = 0, io_wait_s = 0;
-  // The whole run.
-  double run_s = 0;
+  // The whole run (its clock: the earlier attempts' seconds and loop_s).
   int64_t samples_done = 0;
   // The job.
   int ranks = 1, nodes = 1, learners = 1, threads = 1;
@@ -176,9 +179,9 @@ class RunLog {
   void stopped(int64_t step, int64_t total_steps, const std::string& signal, const std::filesystem::path& checkpoint,
                int exit_code);
 
-  // metrics.jsonl's line count (a checkpoint records it), and the run's clock.
+  // metrics.jsonl's line count (a checkpoint records it), and the run's clock, started when the
+  // log is made.
   int64_t metrics_lines() const;
-  RunClock& clock() { return m_clock; }
   const RunClock& clock() const { return m_clock; }
 
  private:
@@ -189,7 +192,7 @@ class RunLog {
   RunLogOptions m_options;
   RunClock m_clock;
   std::unique_ptr<Progress> m_progress;
-  std::unique_ptr<MetricsLog> m_metrics;
+  std::unique_ptr<LineFile> m_metrics;  // metrics.jsonl
   std::unique_ptr<io::TensorBoardWriter> m_tensorboard;
   std::unique_ptr<io::MlLog> m_mllog;
   bool m_ended = false;  // run_stop written

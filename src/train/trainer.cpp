@@ -90,12 +90,13 @@ void TrainingRun::train() {
   lo.keep_metrics_lines = m_metrics_lines_at_resume;
   lo.tensorboard = m_cfg.run.tensorboard;
   lo.mllog = m_cfg.run.mllog;
+  lo.earlier_s = m_pos.earlier_s;
+  lo.earlier_eval_s = m_pos.earlier_eval_s;
   lo.live_progress = progress_redraws(m_ranks);
   lo.log_every = m_cfg.train.log_every_steps;
   lo.per_pixel = m_data.train->info().per_pixel_labels;
   lo.class_names = m_data.train->info().class_names;
   m_log = std::make_unique<RunLog>(lo);
-  m_log->clock().start(m_pos.earlier_s, m_pos.earlier_eval_s);
   m_log->opened(run_facts());
   m_flags = std::make_unique<mpi::FlagAgreement>(m_world);
   m_since_time_checkpoint.restart();
@@ -119,10 +120,9 @@ void TrainingRun::train() {
       if (eval_after_step(plan, m_cfg.train.eval_every_steps, m_pos.step)) evaluate(epoch);
       stop = after_step() || m_target.has_value();
     }
-    if (m_stop_flags == 0 && !m_target && eval_at_epoch_end(plan, m_cfg.train.eval_every_steps, m_pos.step))
-      evaluate(epoch);
-    m_log->epoch_ended(epoch);
+    if (!stop && eval_at_epoch_end(plan, m_cfg.train.eval_every_steps, m_pos.step)) evaluate(epoch);
     stop = stop || m_target.has_value();
+    m_log->epoch_ended(epoch);
   }
   m_feed->release_all();
   m_log->end_progress();

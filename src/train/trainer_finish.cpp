@@ -156,7 +156,6 @@ TrainResult TrainingRun::finish() {
   s.allreduce_s = g.reduce_seconds();
   s.overlapped_s = g.overlapped_reduce_seconds();
   s.io_wait_s = m_device.loader->io_wait_s();
-  s.run_s = m_pos.earlier_s + m_loop_s;
   s.samples_done = m_pos.samples_done;
   s.ranks = m_ranks;
   s.nodes = m_topo.nodes();
