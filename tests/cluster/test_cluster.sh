@@ -17,7 +17,8 @@ shared=$(dirname "$squall")/../cluster-test-$test
 rm -rf "$shared" && mkdir -p "$shared"
 
 "$cluster" check || exit 77
-name=t$test
+# SQUALL_CLUSTER_TEST_PREFIX (default "t") keeps the clusters of two checkouts tested at once apart.
+name=${SQUALL_CLUSTER_TEST_PREFIX:-t}$test
 name=${name:0:8}
 cleanup() {
   "$cluster" down "$name" >/dev/null 2>&1 || true
