@@ -4,7 +4,7 @@
 # and takes the cluster down whatever happens; exit 77 (CTest: skipped) when no cluster can be
 # made here, with the reason. The jobs are small on purpose (LeNet-5 on a few hundred samples,
 # a dozen steps): what is tested is that 32 ranks on 8 hosts start, agree, fail, resume and
-# stall as 4 ranks on 2 do, within a CI budget of about a minute for all three.
+# stall as 4 ranks on 2 do, within a CI budget (about 40 s for the three on 2 cores).
 #
 #   test_many.sh SQUALL_BIN PYTHON TEST
 #   TEST: train | resume | stall
