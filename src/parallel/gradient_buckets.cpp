@@ -133,12 +133,16 @@ void GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t s
       sum.finish(f.lo, f.hi);
       c.phase("allreduce", -1, f.begin, f.end);
     }
-  // The part of each sum that ran after the passes had ended was exposed; the rest was hidden.
+  // The sums ran after the passes had ended (exposed: the step waited) or under them (hidden),
+  // as wall time: several were in flight at once, and each counted in full would make the
+  // step's allreduce longer than the step.
+  std::vector<std::pair<double, double>> after, under;
   for (const auto& f : flights) {
-    const double exposed = std::max(0.0, f.end - std::max(f.begin, passes_end));
-    c.reduce_s += exposed;
-    c.overlapped_s += (f.end - f.begin) - exposed;
+    after.emplace_back(std::max(f.begin, passes_end), f.end);
+    under.emplace_back(f.begin, std::min(f.end, passes_end));
   }
+  c.reduce_s += covered_seconds(after);
+  c.overlapped_s += covered_seconds(under);
 }
 
 }  // namespace squall::train

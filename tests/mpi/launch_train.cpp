@@ -82,6 +82,10 @@ TEST_CASE("ssgd and local-sgd over ranks and learners end with the same model on
     CHECK(s.at("nodes") == 2);
     CHECK(s.at("steps") == 60);
     CHECK(s.at("final").at("test_accuracy").get<double>() > 0.5);  // 60 steps: far above chance (0.1)
+    // The breakdown is wall time: sums in flight at once (ssgd's gradient buckets) count once.
+    const json& tb = s.at("time_breakdown_s");
+    CHECK(tb.at("compute").get<double>() >= 0);
+    CHECK(tb.at("allreduce").get<double>() + tb.at("compute").get<double>() <= s.at("wall_s").get<double>());
     fs::remove_all(dir);
   }
 }
