@@ -448,7 +448,9 @@ int run_model(const ModelArgs& a) {
 
 void add_model_command(CLI::App& root, Context&, Actions& actions) {
   CLI::App* sub = root.add_subcommand(
-      "model", "Performance model: a zoo model's parameters and FLOPs, and its step time and scaling on a machine");
+      "model",
+      "Performance model: a model's parameters and FLOPs (the zoo's, or --params/--flops), and its step time and "
+      "scaling on a machine (compute, the wait for the slowest GPU, the allreduce and its cross-node algorithm)");
   auto args = std::make_shared<ModelArgs>();
   sub->add_option("--model", args->model,
                   "Zoo model (lenet5, resnet20, unet, deeplabv3plus, deeplabv3plus-resnet50; default: the calibrated "
@@ -496,8 +498,9 @@ void add_model_command(CLI::App& root, Context&, Actions& actions) {
       ->type_name("FILE");
   sub->add_option("--calibrate-algo", args->calibrate_algo, "Which algo of that file to fit (default: its first)");
   sub->add_flag("--json", args->json, "Print one JSON object instead of the table");
-  sub->footer("Exit status: 0 done; 2 a usage error (unknown model or machine, a node count < 1 or above the "
-              "machine's, an unreadable calibration). docs/model.md describes the model.");
+  sub->footer("Exit status: 0 done; 2 a usage error (unknown model, machine or cross-node algorithm, a node count < 1 "
+              "or above the machine's, --params without --flops or the reverse, a --jitter outside [0, 1), an "
+              "unreadable calibration). docs/model.md describes the model and compares it with published runs.");
   actions[sub] = [args, width, depth, rates, params, flops] {
     args->params_given = params->count() > 0;
     args->flops_given = flops->count() > 0;
