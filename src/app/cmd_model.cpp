@@ -1,11 +1,15 @@
-// `squall model --model NAME [--width N] [--depth N] [--aspp-rates LIST] [--input C,H,W]
-// [--classes K] [--batch B] [--learners L] [--machine summit|perlmutter|frontier|local]
-// [--nodes LIST] [--algorithm ssgd|sma] [--allreduce hier|flat] [--precision fp32|fp16|bf16] [--comm fp32|bf16|fp16] [--overlap F]
+// `squall model --model NAME [--width N] [--depth N] [--aspp-rates LIST] [--params N --flops F]
+// [--input C,H,W] [--classes K] [--batch B] [--learners L]
+// [--machine summit|perlmutter|frontier|cori-gpu|horovod-p100|local] [--nodes LIST]
+// [--algorithm ssgd|sma] [--allreduce hier|flat] [--cross-node auto|ring|halving-doubling]
+// [--precision fp32|fp16|bf16] [--comm fp32|bf16|fp16] [--overlap F] [--jitter F]
 // [--efficiency F] [--calibrate RUN_DIR] [--calibrate-allreduce FILE] [--json]`:
 // the performance model of src/perf/perf_model.hpp (docs/model.md). It runs no training and
-// needs no MPI job: the model's parameters and FLOPs, the machine's rates, and per node count
-// the step's compute, allreduce (flat and hierarchical), the part the overlap does not hide,
-// the step time, samples/s and the scaling efficiency against the smallest node count.
+// needs no MPI job: the model's parameters and FLOPs (the zoo's graph, or --params/--flops for
+// a model outside the zoo), the machine's rates, and per node count the step's compute, the
+// wait for the slowest GPU, the allreduce (flat and hierarchical, with the cross-node
+// algorithm the allreduce would take), the part the overlap does not hide, the step time,
+// samples/s and the scaling efficiency against the smallest node count.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -16,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mpi/cross_algorithm.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/graph.hpp"
@@ -31,6 +36,10 @@ namespace perf = train::perf;
 struct ModelArgs {
   std::string model, input, machine, nodes, algorithm = "ssgd", allreduce = "hier";
   std::string precision = "fp32", comm = "fp32", calibrate, calibrate_allreduce, calibrate_algo;
+  std::string cross_node = "auto";
+  double params = 0, flops = 0;  // a model given by its counts (both, or neither)
+  bool params_given = false, flops_given = false;
+  double jitter = 0.02;
   int64_t classes = 0, batch = 0;
   int64_t width = 0, depth = 0;  // the model's knobs, when given
   std::string aspp_rates;
@@ -81,6 +90,8 @@ json row_json(const perf::Row& r) {
               {"allreduce_flat_ms", r.allreduce_flat_ms},
               {"allreduce_hier_ms", r.allreduce_hier_ms},
               {"exposed_ms", r.exposed_ms},
+              {"straggler_ms", r.straggler_ms},
+              {"cross_node", mpi::k_cross_algorithms.name(r.cross)},
               {"io_ms", r.io_ms},
               {"step_ms", r.step_ms},
               {"samples_per_s", r.samples_per_s},
@@ -226,13 +237,25 @@ int run_model(const ModelArgs& a) {
   if (!(a.overlap >= 0 && a.overlap <= 1)) throw UsageError("--overlap must be in [0, 1]");
   if (!(a.efficiency >= 0 && a.efficiency <= 1)) throw UsageError("--efficiency must be in (0, 1]");
   if (a.classes < 0) throw UsageError("--classes must be positive, got " + std::to_string(a.classes));
+  if (!(a.jitter >= 0 && a.jitter < 1)) throw UsageError("--jitter must be in [0, 1), got " + std::to_string(a.jitter));
+  const mpi::CrossAlgorithm cross = mpi::k_cross_algorithms.parse(a.cross_node, "--cross-node", "");
+  const bool given = a.params_given || a.flops_given;
+  if (given && !(a.params_given && a.flops_given))
+    throw UsageError(std::string(a.params_given ? "--params" : "--flops") + " needs " +
+                     (a.params_given ? "--flops" : "--params") + ": a model outside the zoo is given by both counts");
+  if (given && (a.width_given || a.depth_given || a.aspp_rates_given))
+    throw UsageError(std::string(a.width_given ? "--width" : a.depth_given ? "--depth" : "--aspp-rates") +
+                     ": a model given by --params and --flops takes no knobs");
 
   // The model forecast: the calibrated run's, or --model's (default: DeepCAM's network, what
   // squall is for) at its usual input; then the flags.
-  const bool runs_model = cal && (a.model.empty() || a.model == cal->spec.name);
+  const bool runs_model = !given && cal && (a.model.empty() || a.model == cal->spec.name);
   nn::ModelSpec spec;
   int64_t c = 0, h = 0, w = 0, classes = 0;
-  if (runs_model) {
+  if (given) {
+    // Outside the zoo: the counts as given; the input only for the I/O term.
+    spec.name = a.model.empty() ? "custom" : a.model;
+  } else if (runs_model) {
     spec = cal->spec;
     perf::default_input(spec.name, c, h, w, classes);
     if (cal->has_input) c = cal->c, h = cal->h, w = cal->w;
@@ -241,11 +264,12 @@ int run_model(const ModelArgs& a) {
     spec.name = !a.model.empty() ? a.model : "deeplabv3plus-resnet50";
     perf::default_input(spec.name, c, h, w, classes);
   }
-  apply_knobs(a, spec);
+  if (!given) apply_knobs(a, spec);
   if (!a.input.empty()) parse_input(a.input, c, h, w);
   if (a.classes != 0) classes = a.classes;
   spec.classes = classes;
-  const perf::ModelCost cost = perf::model_cost(spec, c, h, w);
+  const perf::ModelCost cost =
+      given ? perf::given_cost(spec.name, a.params, a.flops, c, h, w) : perf::model_cost(spec, c, h, w);
 
   perf::Machine m;
   std::unique_ptr<perf::AlphaBetaFit> fit;
@@ -279,6 +303,8 @@ int run_model(const ModelArgs& a) {
   s.allreduce = a.allreduce;
   s.learners = a.learners;
   s.grad_bytes = comm == train::Precision::fp32 ? 4 : 2;
+  s.jitter = a.jitter;
+  s.cross = cross;
   s.overlap = m.overlap >= 0 ? m.overlap : a.overlap;  // calibrated: the run's hidden share
   if (a.batch < 0) throw UsageError("--batch must be positive (0: the default), got " + std::to_string(a.batch));
   s.batch = a.batch > 0 ? a.batch : (cost.c * cost.h * cost.w > 100000 ? 2 : 32);
@@ -347,6 +373,9 @@ int run_model(const ModelArgs& a) {
              {"batch_per_learner", s.batch},
              {"learners_per_gpu", s.learners},
              {"overlap", s.overlap},
+             {"jitter", s.jitter},
+             {"cross_node", a.cross_node},
+             {"model_from", given ? "--params/--flops" : "zoo"},
              {"rows", json::array()}};
     for (const auto& r : rows) doc["rows"].push_back(row_json(r));
     if (run) doc["calibration"] = measured;
@@ -354,8 +383,15 @@ int run_model(const ModelArgs& a) {
     return 0;
   }
   char line[512];
-  std::cout << "model " << model_text(cost) << " at input " << cost.c << "x" << cost.h << "x" << cost.w << ", "
-            << cost.classes << " classes\n";
+  if (given)
+    std::cout << "model " << cost.name << " (given by --params and --flops, not built)"
+              << (cost.c > 0 ? " at input " + std::to_string(cost.c) + "x" + std::to_string(cost.h) + "x" +
+                                   std::to_string(cost.w)
+                             : std::string())
+              << "\n";
+  else
+    std::cout << "model " << model_text(cost) << " at input " << cost.c << "x" << cost.h << "x" << cost.w << ", "
+              << cost.classes << " classes\n";
   std::snprintf(line, sizeof line, "  parameters %lld (%.3f M); forward %.4f GFLOP/sample, training step %.4f GFLOP/sample\n",
                 static_cast<long long>(cost.parameters), cost.parameters / 1e6, cost.forward_flops / 1e9,
                 cost.train_flops() / 1e9);
@@ -368,17 +404,21 @@ int run_model(const ModelArgs& a) {
                 m.inter_bw / 1e9, m.inter_latency * 1e6);
   std::cout << line;
   std::snprintf(line, sizeof line,
-                "%s, %s allreduce of %.1f MB (%s gradients), overlap %.2f; batch %lld per learner, %d learner(s)/GPU\n",
+                "%s, %s allreduce of %.1f MB (%s gradients), cross-node %s, overlap %.2f, jitter %.3f; batch %lld per "
+                "learner, %d learner(s)/GPU\n",
                 train::algorithm_name(s.algorithm), s.allreduce.c_str(), cost.parameters * s.grad_bytes / 1e6,
-                a.comm.c_str(), s.overlap, static_cast<long long>(s.batch), s.learners);
+                a.comm.c_str(), a.cross_node.c_str(), s.overlap, s.jitter, static_cast<long long>(s.batch), s.learners);
   std::cout << line;
-  std::cout << "   nodes    GPUs  learners  global_batch  compute_ms  flat_ms  hier_ms  exposed_ms    io_ms   step_ms"
-               "     samples/s  efficiency\n";
+  // cross: the algorithm the hierarchical allreduce's cross-node stage takes (hd: halving-doubling).
+  std::cout << "   nodes    GPUs  learners  global_batch  compute_ms  straggler_ms  flat_ms  hier_ms  cross  exposed_ms"
+               "    io_ms   step_ms     samples/s  efficiency\n";
   for (const auto& r : rows) {
-    std::snprintf(line, sizeof line, "%8d %7d %9d %13lld %11.2f %8.2f %8.2f %11.2f %8.2f %9.2f %13.1f %11.3f\n",
-                  r.nodes, r.gpus, r.learners, static_cast<long long>(r.global_batch), r.compute_ms,
-                  r.allreduce_flat_ms, r.allreduce_hier_ms, r.exposed_ms, r.io_ms, r.step_ms, r.samples_per_s,
-                  r.efficiency);
+    const char* cross_text = r.nodes <= 1 ? "-" : r.cross == mpi::CrossAlgorithm::halving_doubling ? "hd" : "ring";
+    std::snprintf(line, sizeof line,
+                  "%8d %7d %9d %13lld %11.2f %13.2f %8.2f %8.2f %6s %11.2f %8.2f %9.2f %13.1f %11.3f\n", r.nodes,
+                  r.gpus, r.learners, static_cast<long long>(r.global_batch), r.compute_ms, r.straggler_ms,
+                  r.allreduce_flat_ms, r.allreduce_hier_ms, cross_text, r.exposed_ms, r.io_ms, r.step_ms,
+                  r.samples_per_s, r.efficiency);
     std::cout << line;
   }
   if (run) {
@@ -408,11 +448,18 @@ int run_model(const ModelArgs& a) {
 
 void add_model_command(CLI::App& root, Context&, Actions& actions) {
   CLI::App* sub = root.add_subcommand(
-      "model", "Performance model: a zoo model's parameters and FLOPs, and its step time and scaling on a machine");
+      "model",
+      "Performance model: a model's parameters and FLOPs (the zoo's, or --params/--flops), and its step time and "
+      "scaling on a machine (compute, the wait for the slowest GPU, the allreduce and its cross-node algorithm)");
   auto args = std::make_shared<ModelArgs>();
   sub->add_option("--model", args->model,
                   "Zoo model (lenet5, resnet20, unet, deeplabv3plus, deeplabv3plus-resnet50; default: the calibrated "
-                  "run's, else deeplabv3plus-resnet50, DeepCAM's network)");
+                  "run's, else deeplabv3plus-resnet50, DeepCAM's network); with --params/--flops, a label");
+  CLI::Option* params = sub->add_option("--params", args->params,
+                                        "A model outside the zoo: its parameter count (with --flops)");
+  CLI::Option* flops = sub->add_option("--flops", args->flops,
+                                       "A model outside the zoo: forward FLOPs per sample, a multiply-add counting 2 "
+                                       "(with --params)");
   CLI::Option* width = sub->add_option("--width", args->width, "Base channels (resnet20, unet, deeplabv3plus; default: "
                                                                "the run's, else the model's)");
   CLI::Option* depth = sub->add_option("--depth", args->depth, "Blocks per stage (resnet20), levels (unet) or encoder "
@@ -426,13 +473,21 @@ void add_model_command(CLI::App& root, Context&, Actions& actions) {
   sub->add_option("--classes", args->classes, "Classes (default: the run's; else 10, or 3 for the segmentation models)");
   sub->add_option("--batch", args->batch, "Batch per learner (default: 32, or 2 for inputs over 100k values)");
   sub->add_option("--learners", args->learners, "Learners (model replicas) per GPU (default 1)");
-  sub->add_option("--machine", args->machine, "summit | perlmutter | frontier | local (default summit; local with --calibrate)");
+  sub->add_option("--machine", args->machine,
+                  "summit | perlmutter | frontier | cori-gpu | horovod-p100 | local (default summit; local with "
+                  "--calibrate)");
   sub->add_option("--nodes", args->nodes, "Node counts, comma-separated (default 1,16,256,all)")->type_name("LIST");
   sub->add_option("--algorithm", args->algorithm, "ssgd (allreduce overlaps backward) | sma (overlaps forward+backward)");
   sub->add_option("--allreduce", args->allreduce, "The allreduce the step uses: hier (default) | flat");
+  sub->add_option("--cross-node", args->cross_node,
+                  "The hierarchical allreduce's cross-node stage: auto (default: the cheaper per size and node count, "
+                  "as the allreduce chooses) | ring | halving-doubling");
   sub->add_option("--precision", args->precision, "Compute precision: fp32 (default) | fp16 | bf16 (tensor-core peak)");
   sub->add_option("--comm", args->comm, "Gradient type in the allreduce: fp32 (4 B, default) | bf16 | fp16 (2 B)");
   sub->add_option("--overlap", args->overlap, "Fraction of the overlappable allreduce that is hidden (default 0.8)");
+  sub->add_option("--jitter", args->jitter,
+                  "Relative standard deviation of one GPU's compute time per step; the step waits for the slowest GPU "
+                  "(default 0.02, an assumption)");
   sub->add_option("--efficiency", args->efficiency, "Sustained fraction of peak FLOP/s (default 0.4)");
   sub->add_option("--calibrate", args->calibrate,
                   "A squall run dir (or its summary.json): calibrates machine 'local' with the run's model, knobs "
@@ -443,9 +498,12 @@ void add_model_command(CLI::App& root, Context&, Actions& actions) {
       ->type_name("FILE");
   sub->add_option("--calibrate-algo", args->calibrate_algo, "Which algo of that file to fit (default: its first)");
   sub->add_flag("--json", args->json, "Print one JSON object instead of the table");
-  sub->footer("Exit status: 0 done; 2 a usage error (unknown model or machine, a node count < 1 or above the "
-              "machine's, an unreadable calibration). docs/model.md describes the model.");
-  actions[sub] = [args, width, depth, rates] {
+  sub->footer("Exit status: 0 done; 2 a usage error (unknown model, machine or cross-node algorithm, a node count < 1 "
+              "or above the machine's, --params without --flops or the reverse, a --jitter outside [0, 1), an "
+              "unreadable calibration). docs/model.md describes the model and compares it with published runs.");
+  actions[sub] = [args, width, depth, rates, params, flops] {
+    args->params_given = params->count() > 0;
+    args->flops_given = flops->count() > 0;
     args->width_given = width->count() > 0;
     args->depth_given = depth->count() > 0;
     args->aspp_rates_given = rates->count() > 0;

@@ -65,6 +65,22 @@ ModelCost model_cost(const std::string& model, int64_t c, int64_t h, int64_t w, 
   return model_cost(spec, c, h, w);
 }
 
+ModelCost given_cost(const std::string& name, double parameters, double forward_flops, int64_t c, int64_t h,
+                     int64_t w) {
+  if (!(parameters >= 1) || parameters > 1e15)
+    throw UsageError("--params must be a positive parameter count, got " + std::to_string(parameters));
+  if (!(forward_flops > 0) || forward_flops > 1e21)
+    throw UsageError("--flops must be positive forward FLOPs per sample, got " + std::to_string(forward_flops));
+  ModelCost cost;
+  cost.name = name;
+  cost.spec.name = name;
+  cost.c = c; cost.h = h; cost.w = w;
+  cost.classes = 0;
+  cost.parameters = static_cast<int64_t>(std::llround(parameters));
+  cost.forward_flops = forward_flops;
+  return cost;
+}
+
 std::string knobs_text(const nn::ModelSpec& spec) {
   std::string out;
   auto add = [&](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
@@ -79,7 +95,9 @@ std::string knobs_text(const nn::ModelSpec& spec) {
 }
 
 // ---- the machine --------------------------------------------------------------------------
-std::vector<std::string> machine_names() { return {"summit", "perlmutter", "frontier", "local"}; }
+std::vector<std::string> machine_names() {
+  return {"summit", "perlmutter", "frontier", "cori-gpu", "horovod-p100", "local"};
+}
 
 Machine machine_preset(const std::string& name, Precision precision) {
   const bool reduced = precision != Precision::fp32;
@@ -127,6 +145,37 @@ Machine machine_preset(const std::string& name, Precision precision) {
     m.inter_latency = 5e-6;   // estimate
     m.nvme_bw = 8e9;          // estimate: two drives' sequential read
     m.notes = "8 MI250X GCDs/node, 23.9 TF fp32 / 191.5 TF fp16 matrix peak per GCD, Infinity Fabric >= 50 GB/s, 4x Slingshot-11 100 GB/s/node";
+  } else if (name == "cori-gpu") {
+    // NERSC Cori GPU nodes (the MLPerf HPC v0.7 DeepCAM submission's system description):
+    // 18 nodes of 8 NVIDIA V100 (SXM2) in an NVLink2 hybrid cube-mesh (25 GB/s per link per
+    // direction: the ring's hop), 4 Mellanox ConnectX-5 EDR InfiniBand cards (12.5 GB/s each,
+    // one port each taken as cabled: an assumption); node-local NVMe of unknown bandwidth
+    // (I/O not modelled: that run read from the Lustre scratch file system).
+    if (precision == Precision::bf16) throw UsageError("precision 'bf16': V100 has no bf16 (use fp16 or fp32)");
+    m.gpus_per_node = 8;
+    m.max_nodes = 18;
+    m.peak_flops = reduced ? 125e12 : 15.7e12;
+    m.intra_bw = 25e9;
+    m.intra_latency = 3e-6;   // estimate
+    m.inter_bw = 50e9;
+    m.inter_latency = 5e-6;   // estimate
+    m.nvme_bw = 0;
+    m.notes = "8 V100/node, 15.7 TF fp32 / 125 TF fp16 tensor peak, NVLink2 cube-mesh 25 GB/s per link, 4x EDR IB 50 GB/s/node";
+  } else if (name == "horovod-p100") {
+    // The cluster of the Horovod paper's benchmark (Sergeev & Del Balso 2018; Horovod's
+    // benchmarks page): 128 servers of 4 Pascal GPUs, RoCE at 25 Gbit/s = 3.125 GB/s per
+    // server. The GPU model is not stated: taken as the P100 PCIe (9.3 TF fp32, 18.7 TF fp16,
+    // NVIDIA data sheet), its GPUs joined by PCIe 3.0 x16 (15.75 GB/s per direction).
+    if (precision == Precision::bf16) throw UsageError("precision 'bf16': P100 has no bf16 (use fp16 or fp32)");
+    m.gpus_per_node = 4;
+    m.max_nodes = 128;
+    m.peak_flops = reduced ? 18.7e12 : 9.3e12;
+    m.intra_bw = 15.75e9;
+    m.intra_latency = 3e-6;   // estimate
+    m.inter_bw = 3.125e9;
+    m.inter_latency = 5e-6;   // estimate
+    m.nvme_bw = 0;
+    m.notes = "4 P100 (PCIe)/server, 9.3 TF fp32 / 18.7 TF fp16 peak, PCIe 3.0 x16 15.75 GB/s, 25 Gbit/s RoCE 3.125 GB/s/server";
   } else if (name == "local") {
     throw UsageError("machine 'local' has no preset: give --calibrate RUN_DIR (a squall run's summary.json)");
   } else {
@@ -139,9 +188,8 @@ Machine machine_preset(const std::string& name, Precision precision) {
 
 // ---- the allreduce ------------------------------------------------------------------------
 double ring_allreduce_s(double bytes, int p, double alpha, double beta) {
-  if (p <= 1 || bytes <= 0) return 0.0;
-  const double steps = 2.0 * (p - 1);
-  return steps * alpha + steps / p * bytes / beta;
+  if (bytes <= 0) return 0.0;
+  return mpi::ring_seconds(bytes, p, mpi::LinkCost{alpha, beta});
 }
 
 double flat_allreduce_s(double bytes, int nodes, const Machine& m) {
@@ -150,13 +198,40 @@ double flat_allreduce_s(double bytes, int nodes, const Machine& m) {
   return ring_allreduce_s(bytes, nodes * g, m.inter_latency, m.inter_bw / g);
 }
 
-double hier_allreduce_s(double bytes, int nodes, const Machine& m) {
+mpi::LinkCost cross_link(const Machine& m) { return mpi::LinkCost{m.inter_latency, m.inter_bw / m.gpus_per_node}; }
+
+mpi::CrossAlgorithm hier_cross_algorithm(double bytes, int nodes, const Machine& m, mpi::CrossAlgorithm forced) {
+  // The allreduce's own choice, on the part each of the g owners per node sums.
+  return mpi::choose_cross(bytes / m.gpus_per_node, nodes, cross_link(m), forced);
+}
+
+double hier_allreduce_s(double bytes, int nodes, const Machine& m, mpi::CrossAlgorithm cross) {
   const int g = m.gpus_per_node;
   // Reduce-scatter and allgather inside the node: each half a ring allreduce.
   const double intra = ring_allreduce_s(bytes, g, m.intra_latency, m.intra_bw);
-  if (nodes <= 1) return intra;
-  // g rings across the nodes, each on bytes/g, each with inter_bw/g of the node's NICs.
-  return intra + ring_allreduce_s(bytes / g, nodes, m.inter_latency, m.inter_bw / g);
+  if (nodes <= 1 || bytes <= 0) return intra;
+  // g concurrent sums across the nodes, each on bytes/g, each with inter_bw/g of the node's NICs.
+  const mpi::CrossAlgorithm algorithm = hier_cross_algorithm(bytes, nodes, m, cross);
+  return intra + mpi::cross_seconds(algorithm, bytes / g, nodes, cross_link(m));
+}
+
+// ---- stragglers ---------------------------------------------------------------------------
+double normal_quantile(double p) {
+  if (!(p > 0 && p < 1)) throw UsageError("normal quantile of " + std::to_string(p) + ": needs 0 < p < 1");
+  // Bisection on the CDF 0.5 erfc(-x / sqrt 2): monotone, and 200 halvings of [-40, 40] reach
+  // double precision; the model calls it once per row.
+  double lo = -40, hi = 40;
+  for (int i = 0; i < 200 && hi - lo > 1e-15; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+double expected_max_normal(int n) {
+  if (n < 1) throw UsageError("the expected maximum of " + std::to_string(n) + " normals: needs n >= 1");
+  if (n == 1) return 0.0;
+  return normal_quantile((n - 0.375) / (n + 0.25));
 }
 
 // ---- the forecast -------------------------------------------------------------------------
@@ -168,9 +243,14 @@ Row forecast_one(const ModelCost& model, const Machine& m, const Scenario& s, in
   r.global_batch = static_cast<int64_t>(r.learners) * s.batch;
   const double samples_per_gpu = static_cast<double>(s.batch) * s.learners;
   const double compute_s = model.train_flops() * samples_per_gpu / m.sustained_flops();
+  // Each GPU's compute is the mean plus noise of relative deviation `jitter`; the step waits for
+  // the slowest of the r.gpus, beyond what the machine's overhead already holds (local: the
+  // calibrated run's own ranks).
+  const double z = std::max(0.0, expected_max_normal(r.gpus) - expected_max_normal(std::max(1, m.jitter_base_ranks)));
+  const double straggler = compute_s * s.jitter * z;
   const double bytes = static_cast<double>(model.parameters) * s.grad_bytes;
   const double flat = flat_allreduce_s(bytes, nodes, m);
-  const double hier = hier_allreduce_s(bytes, nodes, m);
+  const double hier = hier_allreduce_s(bytes, nodes, m, s.cross);
   const double reduce = s.allreduce == "flat" ? flat : hier;
   // ssgd: buckets reduce while backward (2/3 of compute) runs; sma: the model sum runs beside
   // the whole next forward and backward.
@@ -180,8 +260,11 @@ Row forecast_one(const ModelCost& model, const Machine& m, const Scenario& s, in
   if (m.nvme_bw > 0 && s.sample_bytes > 0)
     io = s.sample_bytes * samples_per_gpu * m.gpus_per_node / m.nvme_bw;
   // Reading is prefetched: it limits the step only when it takes longer than the step.
-  const double step = std::max(compute_s + exposed + m.step_overhead, io);
+  // The allreduce starts when the slowest GPU's gradients are ready: the wait adds to the step.
+  const double step = std::max(compute_s + straggler + exposed + m.step_overhead, io);
   r.compute_ms = compute_s * 1e3;
+  r.straggler_ms = straggler * 1e3;
+  r.cross = hier_cross_algorithm(bytes, nodes, m, s.cross);
   r.allreduce_flat_ms = flat * 1e3;
   r.allreduce_hier_ms = hier * 1e3;
   r.exposed_ms = exposed * 1e3;
@@ -201,6 +284,7 @@ std::vector<Row> forecast(const ModelCost& model, const Machine& m, const Scenar
   }
   if (s.batch < 1) throw UsageError("--batch must be positive, got " + std::to_string(s.batch));
   if (s.learners < 1) throw UsageError("--learners must be positive, got " + std::to_string(s.learners));
+  if (!(s.jitter >= 0 && s.jitter < 1)) throw UsageError("--jitter must be in [0, 1), got " + std::to_string(s.jitter));
   std::sort(nodes.begin(), nodes.end());
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
   std::vector<Row> rows;
@@ -273,6 +357,7 @@ Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, doubl
   m.inter_bw = m.intra_bw * m.gpus_per_node;  // unknown: taken as one more ring step's worth
   m.inter_latency = alpha;
   m.step_overhead = std::max(0.0, step - compute - reduce);
+  m.jitter_base_ranks = run.world_size;  // the run's wait for its slowest rank is in the overhead
   m.notes = "calibrated from a run of " + run.model + " on " + std::to_string(run.world_size) + " rank(s)";
   return m;
 }

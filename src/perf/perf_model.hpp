@@ -2,7 +2,9 @@
 // A performance model of data-parallel training (docs/model.md): step time and scaling
 // efficiency of a zoo model on a machine preset, from the model's parameters and FLOPs, the
 // GPUs' sustained FLOP rate and an alpha-beta model of the gradient allreduce (a flat ring
-// against a hierarchical one), with part of the allreduce hidden behind the backward pass.
+// against a hierarchical one whose cross-node stage is the allreduce's own choice of ring or
+// halving-doubling, mpi/cross_algorithm.hpp), with part of the allreduce hidden behind the
+// backward pass, and the wait for the slowest of the GPUs that synchronise (compute jitter).
 // Backend-free: it builds no model (Graph::setup only) and touches no device.
 #include <cstdint>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "mpi/cross_algorithm.hpp"
 #include "src/nn/graph.hpp"
 #include "src/train/config_enums.hpp"
 
@@ -33,6 +36,11 @@ void default_input(const std::string& model, int64_t& c, int64_t& h, int64_t& w,
 ModelCost model_cost(const nn::ModelSpec& spec, int64_t c, int64_t h, int64_t w);
 // The zoo's defaults for every knob (width, depth, ASPP rates).
 ModelCost model_cost(const std::string& model, int64_t c, int64_t h, int64_t w, int64_t classes);
+// A model outside the zoo given by its counts (`squall model --params N --flops F`): `name` is
+// a label, `forward_flops` per sample (a multiply-add counts 2), c,h,w the sample (0,0,0: I/O
+// not modelled). Throws UsageError naming --params / --flops for a count that is not positive.
+ModelCost given_cost(const std::string& name, double parameters, double forward_flops, int64_t c = 0,
+                     int64_t h = 0, int64_t w = 0);
 // "width 16, depth 4" / "aspp_rates 6,12,18" / "" (lenet5): the knobs the model takes, as built.
 std::string knobs_text(const nn::ModelSpec& spec);
 
@@ -50,11 +58,14 @@ struct Machine {
   double nvme_bw = 0;            // bytes/s per node (read); 0: no node-local NVMe modelled
   double step_overhead = 0;      // s per step outside compute and allreduce (calibrated only)
   double overlap = -1;           // calibrated only: the run's hidden share (Scenario::overlap); -1 none
+  // The ranks whose wait for the slowest is already in step_overhead: 1 for the presets (no
+  // wait), the run's world size for `local` (its measured step holds its own stragglers).
+  int jitter_base_ranks = 1;
   Precision precision = Precision::fp32;
   std::string notes;             // where the numbers come from, in one line
   double sustained_flops() const { return peak_flops * efficiency; }
 };
-std::vector<std::string> machine_names();  // summit, perlmutter, frontier, local
+std::vector<std::string> machine_names();  // summit, perlmutter, frontier, cori-gpu, horovod-p100, local
 // precision: fp32, or bf16/fp16 (reduced precision: the tensor/matrix-core peak). Throws
 // UsageError for an unknown machine, a precision the machine lacks, and for `local` (it comes
 // from calibration).
@@ -62,15 +73,36 @@ Machine machine_preset(const std::string& name, Precision precision = Precision:
 
 // ---- the allreduce ------------------------------------------------------------------------
 // Ring allreduce of `bytes` over p participants: 2(p-1) steps of latency alpha, each moving
-// bytes/p over a link of bandwidth beta: 2(p-1) alpha + 2(p-1)/p * bytes / beta.
+// bytes/p over a link of bandwidth beta: 2(p-1) alpha + 2(p-1)/p * bytes / beta
+// (mpi::ring_seconds; 0 for no bytes).
 double ring_allreduce_s(double bytes, int p, double alpha, double beta);
 // Flat: one ring over all nodes * gpus_per_node GPUs, topology-oblivious: with more than one
 // node every GPU's share of the traffic crosses the network, inter_bw / gpus_per_node each,
-// at inter_latency per step. On one node it is the ring over the intra-node links.
+// at inter_latency per step. On one node it is the ring over the intra-node links. (The flat
+// allreduce has no cross-node stage, so no choice of algorithm: it stays a ring.)
 double flat_allreduce_s(double bytes, int nodes, const Machine& m);
-// Hierarchical: reduce-scatter inside the node, gpus_per_node concurrent rings across the
-// nodes on 1/gpus_per_node of the data each (sharing the node's NICs), allgather inside.
-double hier_allreduce_s(double bytes, int nodes, const Machine& m);
+// The link of one of the gpus_per_node concurrent cross-node sums: inter_latency per message,
+// inter_bw / gpus_per_node (they share the node's NICs).
+mpi::LinkCost cross_link(const Machine& m);
+// The algorithm the hierarchical allreduce's cross-node stage takes for `bytes` over `nodes`
+// (mpi::choose_cross on bytes / gpus_per_node, the part each owner sums): `forced` unless auto.
+mpi::CrossAlgorithm hier_cross_algorithm(double bytes, int nodes, const Machine& m,
+                                         mpi::CrossAlgorithm forced = mpi::CrossAlgorithm::automatic);
+// Hierarchical: reduce-scatter inside the node (a ring), gpus_per_node concurrent cross-node
+// sums on 1/gpus_per_node of the data each (sharing the node's NICs) by hier_cross_algorithm
+// (mpi::cross_seconds), allgather inside.
+double hier_allreduce_s(double bytes, int nodes, const Machine& m,
+                        mpi::CrossAlgorithm cross = mpi::CrossAlgorithm::automatic);
+
+// ---- stragglers ---------------------------------------------------------------------------
+// The expected maximum of n independent standard normals, by Blom's approximation
+// Phi^-1((n - 0.375) / (n + 0.25)): 0 for n = 1, and within 5% of the exact value for every n
+// (0.590 against 0.564 at n = 2, 1.282 against 1.267 at n = 6, 4.077 against 4.092 at
+// n = 27,360), where the asymptotic sqrt(2 ln n) is 109%, 49% and 10% high. Throws UsageError
+// for n < 1.
+double expected_max_normal(int n);
+// The standard normal quantile (inverse CDF) for p in (0, 1).
+double normal_quantile(double p);
 
 // ---- the forecast -------------------------------------------------------------------------
 struct Scenario {
@@ -81,20 +113,27 @@ struct Scenario {
   int grad_bytes = 4;            // per parameter in the allreduce: 4 (fp32) or 2 (bf16/fp16)
   double overlap = 0.8;          // fraction of the overlappable allreduce actually hidden
   double sample_bytes = 0;       // bytes read per sample (0: I/O not modelled)
+  // Relative standard deviation of one GPU's compute time per step (an assumption,
+  // docs/model.md): a synchronous step waits for the slowest of the GPUs.
+  double jitter = 0.02;
+  mpi::CrossAlgorithm cross = mpi::CrossAlgorithm::automatic;  // the hierarchical cross-node stage
 };
 
 struct Row {
   int nodes = 0, gpus = 0, learners = 0;
   int64_t global_batch = 0;
   double compute_ms = 0, allreduce_flat_ms = 0, allreduce_hier_ms = 0, exposed_ms = 0, io_ms = 0;
+  double straggler_ms = 0;  // the wait for the slowest GPU beyond the mean compute
   double step_ms = 0, samples_per_s = 0, efficiency = 0;
+  mpi::CrossAlgorithm cross = mpi::CrossAlgorithm::ring;  // what the hierarchical cross-node stage took
 };
 
 // One row per node count; efficiency is relative to the first (smallest) node count, per
 // node: (samples/s / nodes) / (samples/s at the base / base nodes). Throws UsageError for a
 // node count < 1 or above the machine's.
 std::vector<Row> forecast(const ModelCost& model, const Machine& m, const Scenario& s, std::vector<int> nodes);
-// The step of one row (nodes given): compute, allreduce, exposed part, I/O, step.
+// The step of one row (nodes given): compute, the wait for the slowest GPU, allreduce, exposed
+// part, I/O, step.
 Row forecast_one(const ModelCost& model, const Machine& m, const Scenario& s, int nodes);
 
 // ---- calibration --------------------------------------------------------------------------
@@ -118,7 +157,8 @@ RunMeasurement read_summary(const nlohmann::json& summary);
 // Sets `local` (one node of world_size GPUs) so that the run's shape reproduces it: the
 // sustained FLOP rate from compute time per step, the allreduce bandwidth from the whole
 // allreduce time per step (exposed + overlapped; alpha as given), the overlap from the hidden
-// share, and the rest of the step as a fixed overhead. `algorithm` decides the overlap window.
+// share, and the rest of the step as a fixed overhead (which holds the run's own stragglers:
+// jitter_base_ranks is its world size). `algorithm` decides the overlap window.
 Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, double alpha = 0.0,
                         Algorithm algorithm = Algorithm::ssgd);
 

@@ -5,9 +5,13 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/support/json_files.hpp"
 #include "tests/support/process.hpp"
@@ -293,5 +297,143 @@ TEST_CASE("model: --calibrate reads tiny runs of lenet5 and resnet20", "[launch]
              " --set train.max_steps=3 --set data.train_samples=512 --set data.test_samples=64" +
              " --set train.batch_size=16 --set model.width=4 --set model.depth=1 --set schedule.warmup_steps=0");
     check_calibration(run, "resnet20", json{{"width", 4}, {"depth", 1}});
+  }
+}
+
+namespace {
+
+// The cells of a Markdown table row, trimmed ("| a | b |" -> {"a", "b"}).
+std::vector<std::string> table_cells(const std::string& line) {
+  std::vector<std::string> cells;
+  std::string cell;
+  for (size_t i = 1; i < line.size(); ++i) {
+    if (line[i] == '|') {
+      const size_t first = cell.find_first_not_of(' '), last = cell.find_last_not_of(' ');
+      cells.push_back(first == std::string::npos ? "" : cell.substr(first, last - first + 1));
+      cell.clear();
+    } else {
+      cell += line[i];
+    }
+  }
+  return cells;
+}
+
+// The number a cell starts with after an optional sign or "×" ("+3.2" -> 3.2, "×8.47" -> 8.47),
+// and the digits after its decimal point (its printed precision).
+double cell_number(std::string text, int& decimals) {
+  const std::string times = "\xC3\x97";  // U+00D7, the multiplication sign
+  if (text.rfind(times, 0) == 0) text = text.substr(times.size());
+  size_t used = 0;
+  const double v = std::stod(text, &used);
+  const std::string digits = text.substr(0, used);
+  const size_t dot = digits.find('.');
+  decimals = dot == std::string::npos ? 0 : static_cast<int>(digits.size() - dot - 1);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("model: the model against published runs, as docs/model.md prints it", "[launch][model]") {
+  // Each row of the table: run its command, and check its forecast and difference to the
+  // precision the doc prints them with. Fewer than five rows, or a column missing, fails.
+  std::ifstream doc(std::string(SQUALL_SOURCE_DIR) + "/docs/model.md");
+  REQUIRE(doc);
+  std::string line;
+  bool in_section = false;
+  std::vector<std::string> header;
+  int rows = 0;
+  while (std::getline(doc, line)) {
+    if (line.rfind("## ", 0) == 0) {
+      in_section = line == "## The model against published runs";
+      continue;
+    }
+    if (!in_section || line.rfind("|", 0) != 0) continue;
+    const auto cells = table_cells(line);
+    if (header.empty()) {
+      header = cells;
+      continue;
+    }
+    if (line.rfind("|---", 0) == 0) continue;
+    auto column = [&](const std::string& name) -> const std::string& {
+      const auto it = std::find(header.begin(), header.end(), name);
+      REQUIRE(it != header.end());
+      REQUIRE(cells.size() == header.size());
+      return cells[static_cast<size_t>(it - header.begin())];
+    };
+    std::string command = column("command");
+    INFO(line);
+    REQUIRE(command.size() > 2);
+    REQUIRE(command.front() == '`');
+    command = command.substr(1, command.size() - 2);
+    const std::string prefix = "squall model ";
+    REQUIRE(command.rfind(prefix, 0) == 0);
+    const json out = model_json(command.substr(prefix.size()));
+    const json& last = out.at("rows").back();
+    const std::string metric = column("metric");
+    double forecast = 0;
+    if (metric == "efficiency %") {
+      forecast = last.at("efficiency").get<double>() * 100;
+    } else {
+      REQUIRE(metric == "samples/s/GPU");
+      forecast = last.at("samples_per_s").get<double>() / last.at("gpus").get<double>();
+    }
+    int decimals = 0, published_decimals = 0, difference_decimals = 0;
+    const double printed = cell_number(column("forecast"), decimals);
+    const double published = cell_number(column("published"), published_decimals);
+    const double difference = cell_number(column("difference"), difference_decimals);
+    CHECK(std::abs(forecast - printed) <= 0.5 * std::pow(10.0, -decimals) + 1e-9);
+    // The difference: points for efficiencies, a ratio for rates, from the printed figures.
+    const double expected = metric == "efficiency %" ? printed - published : printed / published;
+    CHECK(std::abs(expected - difference) <= 0.5 * std::pow(10.0, -difference_decimals) + 1e-9);
+    ++rows;
+  }
+  CHECK(rows >= 5);
+}
+
+TEST_CASE("model: --jitter, --cross-node and --params/--flops reach the forecast", "[launch][model]") {
+  const std::string base = "--model deeplabv3plus-resnet50 --machine summit --batch 2 --nodes 1,256";
+  const json plain = model_json(base);
+  CHECK(plain.at("jitter") == 0.02);
+  CHECK(plain.at("cross_node") == "auto");
+  const json& row = plain.at("rows").back();
+  CHECK(row.at("straggler_ms").get<double>() > 0);
+  CHECK(row.at("cross_node") == "halving-doubling");
+  CHECK(plain.at("rows").front().at("cross_node") == "ring");  // one node: no cross-node stage
+  // No jitter: no wait, a higher efficiency; a forced ring: a slower allreduce.
+  const json calm = model_json(base + " --jitter 0");
+  CHECK(calm.at("rows").back().at("straggler_ms") == 0.0);
+  CHECK(calm.at("rows").back().at("efficiency").get<double>() > row.at("efficiency").get<double>());
+  const json ring = model_json(base + " --cross-node ring");
+  CHECK(ring.at("rows").back().at("cross_node") == "ring");
+  CHECK(ring.at("rows").back().at("allreduce_hier_ms").get<double>() > row.at("allreduce_hier_ms").get<double>());
+  // A model by its counts: as given, not built.
+  const json given = model_json("--model resnet-101 --params 44549160 --flops 15.6e9 --machine horovod-p100 --nodes 1,2");
+  CHECK(given.at("model") == "resnet-101");
+  CHECK(given.at("model_from") == "--params/--flops");
+  CHECK(given.at("parameters") == 44549160);
+  CHECK(given.at("forward_gflop_per_sample").get<double>() == Approx(15.6));
+  // The text table has the new columns.
+  const auto r = run_command(squall_bin() + " model " + base);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("straggler_ms") && Catch::Contains("cross") && Catch::Contains(" hd "));
+}
+
+TEST_CASE("model: bad --jitter, --cross-node, --params and --flops exit 2 naming the flag", "[launch][model]") {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--jitter 1.5", "--jitter"},
+      {"--jitter -0.1", "--jitter"},
+      {"--cross-node tree", "tree"},
+      {"--params 1000", "--flops"},
+      {"--flops 1e9", "--params"},
+      {"--params 0 --flops 1e9", "--params"},
+      {"--params 1000 --flops 0", "--flops"},
+      {"--params 1000 --flops 1e9 --width 8", "--width"},
+  };
+  for (const auto& [args, named] : cases) {
+    INFO(args);
+    const auto r = run_command(squall_bin() + " model --machine summit --nodes 1,2 " + args);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains(named));
+    CHECK(r.out.empty());
   }
 }

@@ -4,6 +4,7 @@
 // from a run's summary.json and from a run dir (model, knobs and input from its own files).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -156,8 +157,12 @@ TEST_CASE("perf model: hierarchical beats flat when the network is the bottlenec
 TEST_CASE("perf model: efficiency is 1 at the base and non-increasing with nodes", "[perf_model]") {
   const ModelCost r20 = model_cost("resnet20", 1, 28, 28, 10);
   const ModelCost dl = model_cost("deeplabv3plus-resnet50", 16, 768, 1152, 3);
-  for (const std::string machine : {"summit", "perlmutter", "frontier"}) {
+  for (const std::string machine : {"summit", "perlmutter", "frontier", "cori-gpu", "horovod-p100"}) {
     const Machine m = machine_preset(machine);
+    std::vector<int> nodes;
+    for (int n : {1, 2, 16, 256})
+      if (n < m.max_nodes) nodes.push_back(n);
+    nodes.push_back(m.max_nodes);
     for (const auto algo : {squall::train::Algorithm::ssgd, squall::train::Algorithm::sma}) {
       for (const std::string ar : {"hier", "flat"}) {
         Scenario s;
@@ -165,9 +170,9 @@ TEST_CASE("perf model: efficiency is 1 at the base and non-increasing with nodes
         s.allreduce = ar;
         for (const ModelCost* cost : {&r20, &dl}) {
           s.batch = cost == &dl ? 2 : 32;
-          const auto rows = forecast(*cost, m, s, {1, 2, 16, 256, m.max_nodes});
+          const auto rows = forecast(*cost, m, s, nodes);
           INFO(machine << " " << squall::train::algorithm_name(algo) << " " << ar << " " << cost->name);
-          REQUIRE(rows.size() == 5);
+          REQUIRE(rows.size() == nodes.size());
           CHECK(rows[0].efficiency == Approx(1.0));
           for (size_t i = 1; i < rows.size(); ++i) {
             CHECK(rows[i].efficiency <= rows[i - 1].efficiency + 1e-12);
@@ -325,4 +330,126 @@ TEST_CASE("perf model: a run dir gives the calibration its model, knobs and inpu
   std::ofstream(dir / "summary.json") << summary.dump();
   CHECK_THROWS_AS(read_calibration_run(dir.string()), UsageError);
   CHECK_THROWS_WITH(read_calibration_run(dir.string()), Catch::Contains("resnet20") && Catch::Contains("unet"));
+}
+
+TEST_CASE("perf model: the expected maximum of n normals (Blom) against exact values", "[perf_model]") {
+  CHECK(normal_quantile(0.5) == Approx(0.0).margin(1e-12));
+  CHECK(normal_quantile(0.975) == Approx(1.959964).epsilon(1e-6));
+  CHECK(normal_quantile(0.025) == Approx(-1.959964).epsilon(1e-6));
+  CHECK(expected_max_normal(1) == 0.0);
+  // Exact E[max of n standard normals] (numerical integration of x n phi(x) Phi(x)^(n-1)):
+  // n = 2: 1/sqrt(pi); Blom is within 5% everywhere, within 1% from n = 6 on.
+  const struct { int n; double exact, tolerance; } cases[] = {
+      {2, 1.0 / std::sqrt(M_PI), 0.05}, {3, 0.8463, 0.03}, {6, 1.2672, 0.015}, {10, 1.5388, 0.01},
+      {100, 2.5076, 0.01}, {1000, 3.2414, 0.01}, {27360, 4.0923, 0.01}};
+  double last = 0;
+  for (const auto& c : cases) {
+    INFO(c.n);
+    CHECK(expected_max_normal(c.n) == Approx(c.exact).epsilon(c.tolerance));
+    CHECK(expected_max_normal(c.n) > last);
+    // The asymptotic sqrt(2 ln n) is higher than the exact value at every n here.
+    CHECK(std::sqrt(2.0 * std::log(c.n)) > c.exact);
+    last = expected_max_normal(c.n);
+  }
+  CHECK_THROWS_AS(expected_max_normal(0), UsageError);
+  CHECK_THROWS_AS(normal_quantile(1.0), UsageError);
+}
+
+TEST_CASE("perf model: the straggler term is compute x jitter x the expected maximum over the GPUs",
+          "[perf_model]") {
+  const ModelCost dl = model_cost("deeplabv3plus-resnet50", 16, 768, 1152, 3);
+  const Machine summit = machine_preset("summit");
+  Scenario s;
+  s.batch = 2;
+  s.jitter = 0.05;
+  for (int nodes : {1, 16, 4560}) {
+    INFO(nodes);
+    const Row r = forecast_one(dl, summit, s, nodes);
+    CHECK(r.straggler_ms == Approx(r.compute_ms * 0.05 * expected_max_normal(nodes * 6)));
+    // It is part of the step: step = compute + straggler + exposed (no overhead, not I/O-bound).
+    CHECK(r.step_ms == Approx(r.compute_ms + r.straggler_ms + r.exposed_ms));
+  }
+  // Without jitter there is no wait; with it the efficiency at scale is lower, and more so
+  // with more jitter.
+  Scenario none = s;
+  none.jitter = 0;
+  CHECK(forecast_one(dl, summit, none, 4560).straggler_ms == 0.0);
+  const double eff0 = forecast(dl, summit, none, {1, 4560}).back().efficiency;
+  const double eff2 = forecast(dl, summit, [&] { Scenario t = s; t.jitter = 0.02; return t; }(), {1, 4560}).back().efficiency;
+  const double eff5 = forecast(dl, summit, s, {1, 4560}).back().efficiency;
+  CHECK(eff2 < eff0);
+  CHECK(eff5 < eff2);
+  // Against the base node's own 6 GPUs: (1 + j z(6)) / (1 + j z(27360)) when compute dominates.
+  Scenario bare = s;
+  bare.overlap = 1.0;
+  bare.sample_bytes = 0;
+  Machine no_net = summit;
+  no_net.intra_latency = no_net.inter_latency = 0;
+  no_net.intra_bw = no_net.inter_bw = 1e30;
+  CHECK(forecast(dl, no_net, bare, {1, 4560}).back().efficiency ==
+        Approx((1 + 0.05 * expected_max_normal(6)) / (1 + 0.05 * expected_max_normal(27360))));
+  // A calibrated machine holds its own ranks' wait in its overhead: none at its own size, the
+  // growth beyond it elsewhere.
+  Machine local = summit;
+  local.gpus_per_node = 4;
+  local.jitter_base_ranks = 4;
+  const Row own = forecast_one(dl, local, s, 1);
+  CHECK(own.straggler_ms == 0.0);
+  const Row more = forecast_one(dl, local, s, 8);
+  CHECK(more.straggler_ms == Approx(more.compute_ms * 0.05 * (expected_max_normal(32) - expected_max_normal(4))));
+  s.jitter = 1.5;
+  CHECK_THROWS_WITH(forecast(dl, summit, s, {1}), Catch::Contains("--jitter"));
+}
+
+TEST_CASE("perf model: the hierarchical cross-node stage is the allreduce's own choice (mpi/cross_algorithm.hpp)",
+          "[perf_model]") {
+  using squall::mpi::CrossAlgorithm;
+  const Machine summit = machine_preset("summit");
+  const double bytes = 4.0 * 40388067;  // DeepCAM's network's fp32 gradients
+  const double intra = ring_allreduce_s(bytes, 6, summit.intra_latency, summit.intra_bw);
+  const double part = bytes / 6;
+  const double a = summit.inter_latency, bw = summit.inter_bw / 6;
+  for (int nodes : {2, 3, 16, 17, 256, 4560}) {
+    INFO(nodes);
+    // Forced: the ring is the old formula on the part; halving-doubling is the header's.
+    const double ring = hier_allreduce_s(bytes, nodes, summit, CrossAlgorithm::ring);
+    const double hd = hier_allreduce_s(bytes, nodes, summit, CrossAlgorithm::halving_doubling);
+    CHECK(ring == Approx(intra + ring_allreduce_s(part, nodes, a, bw)));
+    const int q = squall::mpi::pow2_floor(nodes);
+    const double hd_hand = 2.0 * std::log2(q) * a + 2.0 * (q - 1) / q * part / bw + (q == nodes ? 0.0 : 2.0 * (a + part / bw));
+    CHECK(hd == Approx(intra + hd_hand));
+    // Auto: the cheaper, and the same choice the allreduce makes for that part.
+    const double automatic = hier_allreduce_s(bytes, nodes, summit);
+    CHECK(automatic == Approx(std::min(ring, hd)));
+    CHECK(hier_cross_algorithm(bytes, nodes, summit) ==
+          squall::mpi::choose_cross(part, nodes, squall::mpi::LinkCost{a, bw}));
+    Scenario s;
+    s.batch = 2;
+    const ModelCost dl = model_cost("deeplabv3plus-resnet50", 16, 768, 1152, 3);
+    CHECK(forecast_one(dl, summit, s, nodes).cross == hier_cross_algorithm(bytes, nodes, summit));
+  }
+  // Two nodes: the same exchange, the ring taken on the tie.
+  CHECK(hier_cross_algorithm(bytes, 2, summit) == CrossAlgorithm::ring);
+  // A power of two at scale: halving-doubling's log2 latency wins.
+  CHECK(hier_cross_algorithm(bytes, 256, summit) == CrossAlgorithm::halving_doubling);
+  CHECK(hier_allreduce_s(bytes, 256, summit) < hier_allreduce_s(bytes, 256, summit, CrossAlgorithm::ring));
+  // Three nodes: halving-doubling's two extra steps move the whole part; the ring is cheaper.
+  CHECK(hier_cross_algorithm(bytes, 3, summit) == CrossAlgorithm::ring);
+  CHECK(hier_allreduce_s(bytes, 3, summit) < hier_allreduce_s(bytes, 3, summit, CrossAlgorithm::halving_doubling));
+  // Forced choices are kept even where they are dearer.
+  CHECK(hier_cross_algorithm(bytes, 3, summit, CrossAlgorithm::halving_doubling) == CrossAlgorithm::halving_doubling);
+}
+
+TEST_CASE("perf model: a model given by its counts", "[perf_model]") {
+  const ModelCost c = given_cost("resnet-101", 44549160, 15.6e9, 3, 224, 224);
+  CHECK(c.parameters == 44549160);
+  CHECK(c.train_flops() == Approx(46.8e9));
+  Scenario s;
+  s.batch = 64;
+  s.jitter = 0;
+  const Machine m = machine_preset("horovod-p100");
+  const Row r = forecast_one(c, m, s, 1);
+  CHECK(r.compute_ms == Approx(46.8e9 * 64 / (9.3e12 * 0.4) * 1e3));
+  CHECK_THROWS_WITH(given_cost("x", 0, 1e9), Catch::Contains("--params"));
+  CHECK_THROWS_WITH(given_cost("x", 10, -1), Catch::Contains("--flops"));
 }
