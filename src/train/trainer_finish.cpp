@@ -208,6 +208,8 @@ TrainResult TrainingRun::finish() {
   }
   if (g.options().graphs) s.parallel["captured_learners"] = g.captured_learners();
   if (m_device.allreduce->memory() == mpi::Memory::device) s.parallel["device_allreduce"] = m_device.allreduce->mode();
+  // The algorithms the cross-node stage ran (docs/allreduce.md, "The cross-node stage").
+  if (const std::string cross = m_device.allreduce->cross_node(); !cross.empty()) s.parallel["cross_node"] = cross;
   s.parallel["comm_precision"] = k_comm_precisions.name(m_cfg.parallel.comm_precision);
   if (m_cfg.parallel.autotune) s.parallel["autotune"] = m_device.tuner->decisions();
   s.train_loss = r.train_loss;
