@@ -61,6 +61,7 @@ RunFacts TrainingRun::run_facts() const {
                   m_cfg.parallel.centre_rate > 0 ? "" : " (min(alpha x learners, 1))", c.mu);
     f.sma_line = line;
   }
+  if (!m_device.cross_rule.empty()) f.cross_line = "allreduce: cross-node stage " + m_device.cross_rule;
   f.batch = m_cfg.train.batch_size;
   f.global_batch = step_samples();
   f.total_steps = m_data.plan.total_steps;

@@ -120,10 +120,7 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
   if (cfg.parallel.comm_precision == CommPrecision::bf16 && !t.allreduce->takes(mpi::DType::bf16))
     throw UsageError(origin + ": parallel.comm_precision = bf16 needs parallel.device_allreduce = host (the " +
                      t.allreduce->mode() + " allreduce sums f32 only)");
-  // The host pipeline's cross-node stage: what parallel.cross_node makes of this job's nodes
-  // (summary.json's parallel.cross_node says what ran).
-  if (t.allreduce->mode() == "pipeline" && topo.nodes() > 1)
-    log::info("allreduce: cross-node stage " + mpi::cross_rule(ar, topo.nodes()));
+  if (t.allreduce->mode() == "pipeline" && topo.nodes() > 1) t.cross_rule = mpi::cross_rule(ar, topo.nodes());
 
   const GraphFormat format = graph_format(cfg, backend);
   LearnerGroupOptions lg;
