@@ -9,16 +9,20 @@ median over runs of each algorithm's busbw (nccl-tests' bus bandwidth, GB/s) and
 per-run ratio hier/mpi, with its min-max. Prints Markdown tables for bench/RESULTS.md.
 
 Cluster mode (--cluster, as root): the same across real network links. It brings up a test
-cluster of --nodes network-namespace nodes (tests/cluster/cluster) and, for every link rate
-of --rates (tc notation, or "none"), runs `squall bench allreduce` --runs times with
---ranks-per-node ranks on each node, and prints per rate and size the median time of flat
-MPI_Allreduce and of the hierarchical allreduce, their ratio (median and min-max over runs),
-and the link bounds: the least time any allreduce needs when each node's link carries
-2(N-1)/N * S per direction (what the hierarchy sends), and the time of a flat ring over all
-ranks, whose node boundaries each carry 2(R-1)/R * S (R ranks). For example:
+cluster (tests/cluster/cluster, named --name) of the largest of --nodes (one count or a
+list) network-namespace nodes and, for every node count and every link rate of --rates (tc
+notation, or "none"), runs `squall bench allreduce` --runs times with --ranks-per-node ranks on
+each node (node counts and rates interleaved), and prints per node count, rate and size the
+median time of flat MPI_Allreduce and of each other algorithm of the run, each one's speed-up
+over MPI_Allreduce (MPI's time over its time: median and min-max of the per-run ratios), with
+--cross-node ring,halving-doubling the ring's time over halving-doubling's, the algorithms
+auto's sums took across nodes, and the link bound: the least time any allreduce needs when each
+node's link carries 2(N-1)/N * S per direction (what the hierarchy sends). For example:
 
     bench/allreduce.py --cluster --nodes 2 --ranks-per-node 2 --rates none,10gbit,1gbit --runs 3 \
         -- --sizes 1M,4M,16M --iters 10 --warmup 2
+    bench/allreduce.py --cluster --name xbench --nodes 2,4,8 --ranks-per-node 1 --rates 1gbit \
+        --cross-node auto,ring,halving-doubling -- --algos mpi,hier-pipeline --sizes 256K,4M
 """
 import argparse
 import json
@@ -61,59 +65,82 @@ def rate_bytes_per_s(rate):
 
 def cluster_mode(a):
     tool = os.path.join(ROOT, "tests", "cluster", "cluster")
-    name = "benchar"
+    name = a.name
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    node_counts = [int(n) for n in str(a.nodes).split(",")]
     subprocess.run([tool, "down", name], check=False, capture_output=True)
-    subprocess.run([tool, "up", name, "--nodes", str(a.nodes)], check=True, env=env)
-    hosts = ",".join(f"{name}-n{i + 1}:{a.ranks_per_node}" for i in range(a.nodes))
-    ranks = a.nodes * a.ranks_per_node
+    subprocess.run([tool, "up", name, "--nodes", str(max(node_counts))], check=True, env=env)
     rates = a.rates.split(",")
-    results = {}  # rate -> bytes -> {"mpi": [...], "hier": [...], "ratio": [...]}
+    cross = ["--cross-node", a.cross_node] if a.cross_node else []
+    # results[(nodes, rate)][bytes][algo] = [time_us per run]; crossed[...][bytes][algo] = set of cross_node
+    results, crossed = {}, {}
     try:
         for run in range(a.runs):
-            for rate in rates:  # rates interleaved, so a slow spell of the machine hits each
-                subprocess.run([tool, "rate", name, rate], check=True, capture_output=True)
-                cmd = [tool, "mpirun", name, "--host", hosts] + a.mpirun_args.split() + \
-                      ["--", a.squall, "bench", "allreduce", "--json"]
-                out = subprocess.run(cmd + a.bench_args, check=True, capture_output=True, text=True, env=env).stdout
-                doc = json.loads(out)
-                per = {}
-                for r in doc["results"]:
-                    per.setdefault(r["bytes"], {})[r["algo"]] = r["time_us"]
-                for nbytes, t in per.items():
-                    slot = results.setdefault(rate, {}).setdefault(nbytes, {"mpi": [], "hier": [], "ratio": []})
-                    slot["mpi"].append(t["mpi"])
-                    slot["hier"].append(t["hier"])
-                    slot["ratio"].append(t["mpi"] / t["hier"])
-                print(f"run {run + 1}/{a.runs} rate {rate}: done", file=sys.stderr)
+            for n in node_counts:  # node counts and rates interleaved: a slow spell hits each
+                hosts = ",".join(f"{name}-n{i + 1}:{a.ranks_per_node}" for i in range(n))
+                for rate in rates:
+                    subprocess.run([tool, "rate", name, rate], check=True, capture_output=True)
+                    cmd = [tool, "mpirun", name, "--host", hosts, "-np", str(n * a.ranks_per_node)] + \
+                        a.mpirun_args.split() + ["--", a.squall, "bench", "allreduce", "--json"] + cross
+                    out = subprocess.run(cmd + a.bench_args, check=True, capture_output=True, text=True,
+                                         env=env).stdout
+                    for r in json.loads(out)["results"]:
+                        slot = results.setdefault((n, rate), {}).setdefault(r["bytes"], {})
+                        slot.setdefault(r["algo"], []).append(r["time_us"])
+                        if "cross_node" in r:
+                            crossed.setdefault((n, rate), {}).setdefault(r["bytes"], {}).setdefault(
+                                r["algo"], set()).add(r["cross_node"])
+                    print(f"run {run + 1}/{a.runs} {n} nodes rate {rate}: done", file=sys.stderr)
     finally:
         subprocess.run([tool, "down", name], check=False, capture_output=True)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"nodes": a.nodes, "ranks_per_node": a.ranks_per_node, "mpirun_args": a.mpirun_args,
-                       "results": {rate: {str(b): v for b, v in per.items()} for rate, per in results.items()}},
-                      f, indent=1)
+            json.dump({"nodes": node_counts, "ranks_per_node": a.ranks_per_node, "mpirun_args": a.mpirun_args,
+                       "cross_node": a.cross_node,
+                       "results": {f"{n}x{rate}": {str(b): v for b, v in per.items()}
+                                   for (n, rate), per in results.items()}}, f, indent=1)
 
-    n = a.nodes
-    print(f"\n{n} nodes x {a.ranks_per_node} ranks over veth links ({a.runs} runs, medians; "
-          f"hier/flat = flat time / hier time, the busbw ratio){' with ' + a.mpirun_args if a.mpirun_args else ''}\n")
-    print("| link | bytes | flat MPI_Allreduce ms | hier ms | hier/flat (median, min-max) "
-          "| hier bound ms | hier / its bound | flat-ring bound ms |")
-    print("|---|---|---|---|---|---|---|---|")
-    for rate in rates:
-        bps = rate_bytes_per_s(rate)
-        for nbytes in sorted(results.get(rate, {})):
-            r = results[rate][nbytes]
-            mpi_ms, hier_ms = statistics.median(r["mpi"]) / 1e3, statistics.median(r["hier"]) / 1e3
-            ratio = r["ratio"]
-            if bps:
-                bound = 2 * (n - 1) / n * nbytes / bps * 1e3
-                ring = 2 * (ranks - 1) / ranks * nbytes / bps * 1e3
-                btext = f"{bound:.1f} | {hier_ms / bound:.2f} | {ring:.1f}"
-            else:
-                btext = "- | - | -"
-            print(f"| {rate if bps else 'unlimited'} | {human(nbytes)} | {mpi_ms:.2f} | {hier_ms:.2f} | "
-                  f"{statistics.median(ratio):.2f} ({min(ratio):.2f}-{max(ratio):.2f}) | {btext} |")
+    algos = []
+    for per in results.values():
+        for t in per.values():
+            algos += [x for x in t if x not in algos]
+    others = [x for x in algos if x != "mpi"]
+    ring = next((x for x in others if x.endswith(":ring")), None)
+    hd = next((x for x in others if x.endswith(":halving-doubling")), None)
+    print(f"\n{','.join(map(str, node_counts))} nodes x {a.ranks_per_node} ranks over veth links ({a.runs} runs; "
+          f"times are medians over runs of the median iteration of the slowest rank; X/mpi = MPI_Allreduce "
+          f"time / X time, the median of the per-run ratios and their min-max)"
+          f"{' with ' + a.mpirun_args if a.mpirun_args else ''}\n")
+    head = ["link", "nodes", "bytes"] + [f"{x} ms" for x in algos] + [f"{x}/mpi" for x in others]
+    if ring and hd:
+        head.append("ring time / halving-doubling time")
+    head += [f"{x} crossed by" for x in others if not (x.endswith(":ring") or x.endswith(":halving-doubling"))]
+    head.append("link bound ms")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+
+    def ratio(num, den):
+        rs = [x / y for x, y in zip(num, den)]
+        return f"{statistics.median(rs):.2f} ({min(rs):.2f}-{max(rs):.2f})"
+
+    for n in node_counts:
+        for rate in rates:
+            bps = rate_bytes_per_s(rate)
+            per = results.get((n, rate), {})
+            for nbytes in sorted(per):
+                t = per[nbytes]
+                row = [rate if bps else "unlimited", str(n), human(nbytes)]
+                row += [f"{statistics.median(t[x]) / 1e3:.2f}" if x in t else "-" for x in algos]
+                row += [ratio(t["mpi"], t[x]) if "mpi" in t and x in t else "-" for x in others]
+                if ring and hd:
+                    row.append(ratio(t[ring], t[hd]) if ring in t and hd in t else "-")
+                for x in others:
+                    if x.endswith(":ring") or x.endswith(":halving-doubling"):
+                        continue
+                    seen = crossed.get((n, rate), {}).get(nbytes, {}).get(x, set())
+                    row.append(" / ".join(sorted(seen)) if seen else "-")
+                row.append(f"{2 * (n - 1) / n * nbytes / bps * 1e3:.2f}" if bps else "-")
+                print("| " + " | ".join(row) + " |")
 
 
 def main():
@@ -123,7 +150,11 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated: " + ", ".join(CONFIGS))
     ap.add_argument("--cluster", action="store_true", help="across network-namespace nodes (tests/cluster)")
-    ap.add_argument("--nodes", type=int, default=2, help="cluster mode: nodes")
+    ap.add_argument("--nodes", default="2", help="cluster mode: nodes, or a comma-separated list of node counts "
+                    "(a cluster of the largest, the first N of its nodes for each)")
+    ap.add_argument("--name", default="benchar", help="cluster mode: the test cluster's name")
+    ap.add_argument("--cross-node", default="", help="cluster mode: passed to squall bench allreduce --cross-node, "
+                    "e.g. ring,halving-doubling: each hier algo runs once per value, side by side")
     ap.add_argument("--ranks-per-node", type=int, default=2, help="cluster mode: ranks on each node")
     ap.add_argument("--rates", default="none,10gbit,1gbit", help="cluster mode: link rates, comma-separated")
     ap.add_argument("--json", default="", help="cluster mode: write every run's times (us) here")

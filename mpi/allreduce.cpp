@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <set>
 #include <string>
@@ -162,6 +164,48 @@ double HierAllreduce::level_seconds(Level level) const { return m_impl->level_s[
 int64_t HierAllreduce::calls() const { return m_impl->started; }
 int HierAllreduce::parts() const { return m_impl->mode == Impl::Mode::pipeline ? m_impl->P : 0; }
 const AllreduceOptions& HierAllreduce::options() const { return m_impl->options; }
+
+std::string cross_rule(const AllreduceOptions& options, int nodes) {
+  const std::string among = " among " + std::to_string(nodes) + " nodes";
+  if (options.cross_node != CrossAlgorithm::automatic)
+    return std::string(k_cross_algorithms.name(options.cross_node)) + among + " (forced)";
+  // Both costs are linear in the bytes: their difference is a + b * bytes.
+  const LinkCost link = options.cross_link;
+  const auto diff = [&](double bytes) {
+    return halving_doubling_seconds(bytes, nodes, link) - ring_seconds(bytes, nodes, link);
+  };
+  const double a = diff(0);
+  double b = (diff(1 << 20) - a) / (1 << 20);
+  if (std::abs(b) * link.bytes_per_s < 1e-9) b = 0;  // equal per byte (n a power of two), up to rounding
+  char text[160];
+  std::snprintf(text, sizeof(text), "auto%s (link %.3g us, %.3g Gbit/s): ", among.c_str(), link.alpha_s * 1e6,
+                link.bytes_per_s * 8e-9);
+  const char* hd = k_cross_algorithms.name(CrossAlgorithm::halving_doubling);
+  if (a < 0 && b <= 0) return text + std::string(hd) + " for every part";
+  if (a >= 0 && b >= 0) return text + std::string("ring for every part");
+  const std::string below = std::to_string(static_cast<int64_t>(-a / b)) + " bytes";
+  if (a < 0) return text + std::string(hd) + " for parts below " + below + ", ring above";
+  return text + std::string("ring for parts below ") + below + ", " + hd + " above";
+}
+
+int64_t HierAllreduce::cross_parts(CrossAlgorithm algorithm) const {
+  switch (algorithm) {
+    case CrossAlgorithm::ring: return m_impl->ring_parts;
+    case CrossAlgorithm::halving_doubling: return m_impl->halving_parts;
+    case CrossAlgorithm::automatic: return m_impl->ring_parts + m_impl->halving_parts;
+  }
+  return 0;
+}
+
+std::string HierAllreduce::cross_node() const {
+  std::string out;
+  for (const CrossAlgorithm a : {CrossAlgorithm::ring, CrossAlgorithm::halving_doubling}) {
+    if (cross_parts(a) == 0) continue;
+    if (!out.empty()) out += '+';
+    out += k_cross_algorithms.name(a);
+  }
+  return out;
+}
 
 std::string HierAllreduce::mode() const {
   switch (m_impl->mode) {

@@ -5,8 +5,9 @@
 //   3. allreduce of every shard across nodes, among the ranks that hold it,
 //   4. allgather inside the node.
 // The buffer is cut into chunks that move through the three stages with nonblocking MPI
-// (the cross-node stage a ring of point-to-point messages), several chunks in flight, so
-// that the levels overlap. Nodes may hold unequal numbers of
+// (the cross-node stage point-to-point messages: a ring, or recursive halving and doubling,
+// whose latency grows with log2 of the nodes; options.cross_node), several chunks in flight,
+// so that the levels overlap. Nodes may hold unequal numbers of
 // ranks. A job with only one non-trivial level (one node, or one rank per node) is summed by
 // MPI_Allreduce over the job: there is nothing to overlap, and the library's blocking
 // algorithm is faster than its nonblocking ones (bench/RESULTS.md).
@@ -19,8 +20,8 @@
 //
 // Every sum is guarded by a stall watchdog (mpi/stall.hpp). It is the "host" implementation of
 // the one allreduce interface (mpi/sum.hpp). Sources: allreduce.cpp (set-up, mode choice,
-// the public calls), pipeline.cpp (the chunk pipeline and the blocking path), ring.cpp (the
-// cross-node ring), wire.cpp (datatypes, the bf16 operation).
+// the public calls), pipeline.cpp (the chunk pipeline and the blocking path), ring.cpp and
+// halving_doubling.cpp (the cross-node algorithms), wire.cpp (datatypes, the bf16 operation).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -66,6 +67,10 @@ class HierAllreduce final : public Allreduce {
   // "pipeline" or "none" (one rank).
   std::string mode() const override;
   int parts() const;  // parts per chunk (lcm of the node sizes); 0 when not pipelined
+  // Parts of chunks this rank has summed across nodes with `algorithm` (automatic: with
+  // either) since construction; cross_node() names those that ran.
+  int64_t cross_parts(CrossAlgorithm algorithm) const;
+  std::string cross_node() const override;
   const AllreduceOptions& options() const;
 
   // Its state (mpi/hier_impl.hpp), shared by allreduce.cpp and pipeline.cpp.
@@ -74,6 +79,11 @@ class HierAllreduce final : public Allreduce {
  private:
   std::unique_ptr<Impl> m_impl;
 };
+
+// What the cross-node stage does among `nodes` nodes with these options, in words for the
+// log: the forced algorithm, or auto's rule on options.cross_link ("auto among 5 nodes (link
+// 20 us, 10 Gbit/s): halving-doubling for parts below 26316 bytes, ring above").
+std::string cross_rule(const AllreduceOptions& options, int nodes);
 
 // Plain MPI_Allreduce (in place, sum) on `comm`: the reference and the benchmark's baseline.
 void plain_allreduce_sum(const Communicator& comm, void* data, size_t count, DType type);

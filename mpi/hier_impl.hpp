@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mpi/allreduce.hpp"
+#include "mpi/halving_doubling.hpp"
 #include "mpi/ring.hpp"
 #include "mpi/stall.hpp"
 #include "mpi/wire.hpp"
@@ -31,8 +32,11 @@ struct Chunk {
   bool active = false;                  // requests of `stage` are in flight
   wire::Clock::time_point begin;        // when `stage` was issued
   std::vector<MPI_Request> requests;    // node stages
-  std::vector<wire::Ring> rings;        // cross stage: one per non-empty part this rank owns
-  size_t ring_count = 0;
+  // Cross stage: one per non-empty part this rank owns, a ring or a halving-doubling
+  // (options.cross_node, choose_cross). Kept from chunk to chunk with their buffers.
+  std::vector<wire::Ring> rings;
+  std::vector<wire::HalvingDoubling> halvings;
+  size_t ring_count = 0, halving_count = 0;
   int tag = 0;                          // of the cross stage's messages
   std::vector<int> counts, displs;      // per local rank: its shard of the chunk (node stages)
   std::byte* shard = nullptr;           // this rank's shard: scratch, or the buffer itself
@@ -96,6 +100,7 @@ struct HierAllreduce::Impl {
 
   double total_s = 0;
   std::array<double, k_levels> level_s{};
+  int64_t ring_parts = 0, halving_parts = 0;  // parts summed across nodes by each algorithm
 
   Impl(const Topology& topo, const AllreduceOptions& o) : options(o), watch(topo, o.stall_warn_s, o.stall_abort_s) {}
 
@@ -121,8 +126,10 @@ struct HierAllreduce::Impl {
   bool run_blocking(const hier::Op* only = nullptr);
   void start_chunk(hier::Chunk& k, const hier::Op& op, size_t offset, size_t count, size_t slot);
   void issue(hier::Chunk& k);
-  // Moves every ring of a chunk's cross stage on; true when all are done.
-  bool advance_rings(hier::Chunk& k);
+  // Starts the cross stage of a chunk: one ring or halving-doubling per non-empty part.
+  void issue_cross(hier::Chunk& k);
+  // Moves every part of a chunk's cross stage on; true when all are done.
+  bool advance_cross(hier::Chunk& k);
   // Admits, tests and issues chunks; true when something moved.
   bool progress_pipeline();
   // One pass over everything in flight; true when something moved.

@@ -1,6 +1,7 @@
 // How a HierAllreduce moves its sums on (mpi/hier_impl.hpp): the chunk pipeline through the
-// three levels (node reduce-scatter, the cross-node rings of mpi/ring.hpp, node allgather)
-// and the blocking path (MPI_Allreduce over the job, in pieces).
+// three levels (node reduce-scatter, the cross-node stage: rings of mpi/ring.hpp or recursive
+// halving and doubling of mpi/halving_doubling.hpp, node allgather) and the blocking path
+// (MPI_Allreduce over the job, in pieces).
 #include <algorithm>
 
 #include "mpi/check.hpp"
@@ -157,15 +158,50 @@ void HierAllreduce::Impl::start_chunk(Chunk& k, const Op& op, size_t offset, siz
   }
 }
 
-bool HierAllreduce::Impl::advance_rings(Chunk& k) {
+// Each part takes the algorithm options.cross_node forces, or the cheaper for its bytes on
+// options.cross_link. Every owner of a part sees the same part size and owner count, so they
+// all choose the same.
+void HierAllreduce::Impl::issue_cross(Chunk& k) {
+  const size_t esize = dtype_size(k.type);
+  const size_t base = part_begin(part_lo, k.count);
+  k.ring_count = k.halving_count = 0;
+  for (int p = part_lo; p < part_hi; ++p) {
+    const size_t lo = part_begin(p, k.count), n = part_begin(p + 1, k.count) - lo;
+    if (n == 0) continue;  // every owner of the part sees the same empty part
+    const size_t i = static_cast<size_t>(p - part_lo);
+    const CrossAlgorithm algorithm =
+        choose_cross(static_cast<double>(n * esize), part_size[i], options.cross_link, options.cross_node);
+    auto setup = [&](auto& sum) {
+      sum.comm = parts[i];
+      sum.me = part_rank[i];
+      sum.n = part_size[i];
+      sum.data = k.shard + (lo - base) * esize;
+      sum.count = n;
+      sum.type = k.type;
+      sum.tag = k.tag;
+      sum.begin();
+    };
+    if (algorithm == CrossAlgorithm::halving_doubling) {
+      if (k.halvings.size() == k.halving_count) k.halvings.emplace_back();
+      setup(k.halvings[k.halving_count++]);
+      ++halving_parts;
+    } else {
+      if (k.rings.size() == k.ring_count) k.rings.emplace_back();
+      setup(k.rings[k.ring_count++]);
+      ++ring_parts;
+    }
+  }
+}
+
+bool HierAllreduce::Impl::advance_cross(Chunk& k) {
   bool all_done = true;
   for (size_t i = 0; i < k.ring_count; ++i) all_done = k.rings[i].advance() && all_done;
+  for (size_t i = 0; i < k.halving_count; ++i) all_done = k.halvings[i].advance() && all_done;
   return all_done;
 }
 
 void HierAllreduce::Impl::issue(Chunk& k) {
   const MPI_Datatype t = mpi_type(k.type);
-  const size_t esize = dtype_size(k.type);
   k.requests.clear();
   k.begin = Clock::now();
   switch (k.stage) {
@@ -173,25 +209,9 @@ void HierAllreduce::Impl::issue(Chunk& k) {
       k.requests.emplace_back();
       SQUALL_MPI_CHECK(MPI_Ireduce_scatter(k.data, k.shard, k.counts.data(), t, sum_op(k.type), rs, &k.requests.back()));
       break;
-    case k_cross: {
-      const size_t base = part_begin(part_lo, k.count);
-      k.ring_count = 0;  // the rings (and their buffers) are kept from chunk to chunk
-      for (int p = part_lo; p < part_hi; ++p) {
-        const size_t lo = part_begin(p, k.count), n = part_begin(p + 1, k.count) - lo;
-        if (n == 0) continue;  // every owner of the part sees the same empty part
-        if (k.rings.size() == k.ring_count) k.rings.emplace_back();
-        wire::Ring& r = k.rings[k.ring_count++];
-        r.comm = parts[static_cast<size_t>(p - part_lo)];
-        r.me = part_rank[static_cast<size_t>(p - part_lo)];
-        r.n = part_size[static_cast<size_t>(p - part_lo)];
-        r.data = k.shard + (lo - base) * esize;
-        r.count = n;
-        r.type = k.type;
-        r.tag = k.tag;
-        r.begin();
-      }
+    case k_cross:
+      issue_cross(k);
       break;
-    }
     case k_allgather:
       k.requests.emplace_back();
       SQUALL_MPI_CHECK(MPI_Iallgatherv(k.shard, static_cast<int>(k.shard_count), t, k.data, k.counts.data(),
@@ -229,7 +249,7 @@ bool HierAllreduce::Impl::progress_pipeline() {
     if (k.active) {
       int done = 0;
       if (k.stage == k_cross)
-        done = advance_rings(k);
+        done = advance_cross(k);
       else
         SQUALL_MPI_CHECK(MPI_Testall(static_cast<int>(k.requests.size()), k.requests.data(), &done,
                                      MPI_STATUSES_IGNORE));

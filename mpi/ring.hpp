@@ -1,12 +1,13 @@
 #pragma once
-// The cross-node stage of the hierarchical allreduce (for sources in mpi/ only): a ring
-// allreduce of one part of a chunk among the part's owners, one per node, by point-to-point
-// messages. The part is cut into n blocks; in n-1 reduce-scatter steps each rank sends one
+// One of the cross-node stage's algorithms (for sources in mpi/ only; the other is
+// mpi/halving_doubling.hpp, the choice mpi/cross_algorithm.hpp's): a ring allreduce of one
+// part of a chunk among the part's owners, one per node, by point-to-point messages. The part is cut into n blocks; in n-1 reduce-scatter steps each rank sends one
 // block to its right neighbour and adds the block it receives from its left one, then in n-1
 // allgather steps the summed blocks travel once round the ring. Each rank sends 2(n-1)/n of
 // the part, the least an allreduce can, and every step moves data in both directions of every
 // link at once. (Open MPI's nonblocking MPI_Iallreduce on two ranks is a reduce then a
-// broadcast: twice the time on a link, bench/RESULTS.md.)
+// broadcast: twice the time on a link, bench/RESULTS.md.) Its 2(n-1) steps are each a
+// message's latency, which is what halving-doubling saves on many nodes.
 #include <mpi.h>
 
 #include <cstddef>

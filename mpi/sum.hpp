@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "mpi/cross_algorithm.hpp"
 #include "src/core/dtype.hpp"
 
 namespace squall::mpi {
@@ -47,6 +48,11 @@ struct AllreduceOptions {
   // Sums of at most this many bytes are one MPI_Iallreduce over the job, whatever the nodes:
   // latency, not bandwidth, decides their time (bench/RESULTS.md).
   size_t small_bytes = 64 << 10;
+  // The host pipeline's cross-node stage (docs/allreduce.md, "The cross-node stage"): ring or
+  // halving_doubling for every part of every chunk, or automatic: per part, the cheaper by
+  // choose_cross (mpi/cross_algorithm.hpp) for its bytes and the node count on cross_link.
+  CrossAlgorithm cross_node = CrossAlgorithm::automatic;
+  LinkCost cross_link{};
 };
 
 // The stages a sum is made of, as reported to the level hook and by level_seconds().
@@ -106,6 +112,10 @@ class Allreduce {
   // How the sums run here: "none" (one rank), "flat", "pipeline", "nccl",
   // "device-hier (...)".
   virtual std::string mode() const = 0;
+  // Which algorithms the cross-node stage has run so far on this rank (mpi/cross_algorithm.hpp):
+  // "ring", "halving-doubling", "ring+halving-doubling", or "" where no sum has crossed nodes
+  // through a stage of squall's own (one node, the flat path, the device sums).
+  virtual std::string cross_node() const { return {}; }
 
   // The stages of the sums, for a timeline: implementations without levels report none.
   virtual void set_level_hook(LevelHook) {}

@@ -1,6 +1,6 @@
-// `squall bench allreduce [--sizes LIST] [--algos mpi,hier] [--iters N] [--warmup N]
-// [--chunk BYTES] [--flat-chunk BYTES] [--device-chunk BYTES] [--inflight N] [--ranks-per-node K] [--stall-warn S]
-// [--stall-abort S] [--json]`: allreduce bandwidth of the
+// `squall bench allreduce [--sizes LIST] [--algos mpi,hier] [--cross-node LIST] [--iters N] [--warmup N]
+// [--chunk BYTES] [--flat-chunk BYTES] [--device-chunk BYTES] [--inflight N] [--link-alpha-us US] [--link-gbit G]
+// [--ranks-per-node K] [--stall-warn S] [--stall-abort S] [--json]`: allreduce bandwidth of the
 // hierarchical allreduce against a plain MPI_Allreduce, in one run, interleaved per size and
 // iteration, on the same float32 data. Reported the way nccl-tests does:
 //   time_us     median over the timed iterations of the slowest rank's time
@@ -14,9 +14,14 @@
 //          nccl           (CUDA builds) ncclAllReduce over the job, on device buffers
 //          device-hier    (CUDA builds) NCCL inside the node, MPI across nodes, on device buffers
 //                         (mpi/device_allreduce.hpp)
+// --cross-node auto|ring|halving-doubling picks the hierarchical allreduce's cross-node stage
+// (mpi/cross_algorithm.hpp; auto on the link of --link-alpha-us and --link-gbit); a list runs
+// hier and hier-pipeline once per value, side by side ("hier:ring", "hier:halving-doubling").
+// Each hier result says which algorithms its sums' parts took across nodes (cross_node).
 // Device algorithms sum the same data copied into GPU memory (the copies are not timed); a
 // rank uses GPU (its rank on its host) mod (the GPUs it sees), as training does.
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -27,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mpi/allreduce.hpp"
+#include "mpi/cross_algorithm.hpp"
 #include "mpi/device_allreduce.hpp"
 #include "mpi/topology.hpp"
 #include "src/app/cli.hpp"
@@ -41,6 +47,8 @@ using nlohmann::json;
 struct BenchAllreduceArgs {
   std::vector<std::string> sizes;
   std::vector<std::string> algos{"mpi", "hier"};
+  std::vector<std::string> cross_node{"auto"};
+  double link_alpha_us = mpi::LinkCost{}.alpha_s * 1e6, link_gbit = mpi::LinkCost{}.bytes_per_s * 8e-9;
   int iters = 20, warmup = 5;
   std::string chunk = "256K", flat_chunk = "16M", device_chunk = "16M";
   int inflight = 16;
@@ -100,19 +108,64 @@ struct Result {
   size_t bytes = 0;
   double time_us = 0, algbw = 0, busbw = 0;
   double vs_mpi = -1;  // busbw / mpi's busbw at the same size; < 0 when not measured
+  std::string cross;   // hier: the algorithms its parts took across nodes ("" when none crossed)
 };
 
+// One column of the benchmark: an algorithm of --algos, and for hier and hier-pipeline one
+// value of --cross-node.
+struct Variant {
+  std::string name;  // in the results: the algo, or "algo:cross-node" when --cross-node lists several
+  std::string algo;
+  mpi::CrossAlgorithm cross = mpi::CrossAlgorithm::automatic;
+};
+
+std::vector<Variant> variants(const BenchAllreduceArgs& a) {
+  std::vector<mpi::CrossAlgorithm> cross;
+  for (const std::string& c : a.cross_node) cross.push_back(mpi::k_cross_algorithms.parse(c, "--cross-node", ""));
+  std::vector<Variant> out;
+  for (const std::string& algo : a.algos) {
+    if (algo != "hier" && algo != "hier-pipeline") {
+      out.push_back({algo, algo});
+      continue;
+    }
+    for (const mpi::CrossAlgorithm c : cross)
+      out.push_back({cross.size() > 1 ? algo + ":" + mpi::k_cross_algorithms.name(c) : algo, algo, c});
+  }
+  return out;
+}
+
 std::string text_table(const std::vector<Result>& results) {
-  std::string out = "#        bytes  algo           time_us  algbw_GBps  busbw_GBps  busbw_vs_mpi\n";
-  char line[256];
+  size_t width = 13;
+  for (const Result& r : results) width = std::max(width, r.algo.size());
+  std::string out = "#        bytes  " + (std::string("algo") + std::string(width - 4, ' ')) +
+                    "  time_us  algbw_GBps  busbw_GBps  busbw_vs_mpi  cross_node\n";
+  char line[512];
   for (const Result& r : results) {
     char ratio[32] = "-";
     if (r.vs_mpi >= 0) std::snprintf(ratio, sizeof(ratio), "%.2f", r.vs_mpi);
-    std::snprintf(line, sizeof(line), "%14zu  %-13s %9.1f  %10.3f  %10.3f  %12s\n", r.bytes, r.algo.c_str(), r.time_us,
-                  r.algbw, r.busbw, ratio);
+    std::snprintf(line, sizeof(line), "%14zu  %-*s %9.1f  %10.3f  %10.3f  %12s  %s\n", r.bytes,
+                  static_cast<int>(width), r.algo.c_str(), r.time_us, r.algbw, r.busbw, ratio,
+                  r.cross.empty() ? "-" : r.cross.c_str());
     out += line;
   }
   return out;
+}
+
+// The algorithms `hier` took across nodes since `before` (its parts per algorithm then).
+std::string crossed_since(const mpi::HierAllreduce& hier, const std::array<int64_t, 2>& before) {
+  std::string out;
+  const mpi::CrossAlgorithm algos[2] = {mpi::CrossAlgorithm::ring, mpi::CrossAlgorithm::halving_doubling};
+  for (size_t i = 0; i < 2; ++i) {
+    if (hier.cross_parts(algos[i]) == before[i]) continue;
+    if (!out.empty()) out += '+';
+    out += mpi::k_cross_algorithms.name(algos[i]);
+  }
+  return out;
+}
+
+std::array<int64_t, 2> cross_counts(const mpi::HierAllreduce* hier) {
+  if (!hier) return {0, 0};
+  return {hier->cross_parts(mpi::CrossAlgorithm::ring), hier->cross_parts(mpi::CrossAlgorithm::halving_doubling)};
 }
 
 int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
@@ -131,21 +184,24 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
   options.max_inflight = a.inflight;
   options.stall_warn_s = ctx.global.stall_warn_s;
   options.stall_abort_s = ctx.global.stall_abort_s;
-  mpi::AllreduceOptions pipeline_options = options;
-  pipeline_options.flat_single_level = false;
+  options.cross_link = {a.link_alpha_us * 1e-6, a.link_gbit * 1e9 / 8};
 
-  // One reducer per algo that needs one, made in the same order on every rank.
+  // One reducer per variant that needs one, made in the same order on every rank.
+  const std::vector<Variant> algos = variants(a);
   std::vector<std::unique_ptr<mpi::HierAllreduce>> reducers;
   std::vector<std::unique_ptr<mpi::DeviceAllreduce>> device_reducers;
-  for (const std::string& algo : a.algos) {
+  for (const Variant& v : algos) {
     device_reducers.emplace_back();
-    if (algo == "mpi") {
+    if (v.algo == "mpi") {
       reducers.emplace_back();
-    } else if (algo == "hier" || algo == "hier-pipeline") {
-      reducers.push_back(std::make_unique<mpi::HierAllreduce>(topo, algo == "hier" ? options : pipeline_options));
+    } else if (v.algo == "hier" || v.algo == "hier-pipeline") {
+      mpi::AllreduceOptions o = options;
+      o.flat_single_level = v.algo == "hier";
+      o.cross_node = v.cross;
+      reducers.push_back(std::make_unique<mpi::HierAllreduce>(topo, o));
     } else {
       reducers.emplace_back();
-      const mpi::AllreduceKind kind = mpi::k_allreduce_kinds.parse(algo, "--algos", "");
+      const mpi::AllreduceKind kind = mpi::k_allreduce_kinds.parse(v.algo, "--algos", "");
       device_reducers.back() = mpi::make_device_allreduce(kind, topo, topo.host_rank(), options);
     }
   }
@@ -160,11 +216,13 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
     mpi::plain_allreduce_sum(world, reference.data(), count, mpi::DType::f32);
 
     // times[algo * iters + i]: this rank's seconds; then the slowest rank's.
-    std::vector<double> times(a.algos.size() * static_cast<size_t>(a.iters));
+    std::vector<double> times(algos.size() * static_cast<size_t>(a.iters));
+    std::vector<std::array<int64_t, 2>> crossed_before;
+    for (const auto& r : reducers) crossed_before.push_back(cross_counts(r.get()));
     int64_t wrong = 0;  // first differing element + 1 on this rank, 0 when all agree
     std::string wrong_algo;
     for (int it = 0; it < a.warmup + a.iters; ++it) {
-      for (size_t k = 0; k < a.algos.size(); ++k) {
+      for (size_t k = 0; k < algos.size(); ++k) {
         std::memcpy(work.data(), input.data(), bytes);
         mpi::DeviceAllreduce* device = device_reducers[k].get();
         float* dev = device ? device->device_buffer(count) : nullptr;
@@ -184,7 +242,7 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
           size_t i = 0;
           while (work[i] == reference[i]) ++i;
           wrong = static_cast<int64_t>(i) + 1;
-          wrong_algo = a.algos[k] + " (element " + std::to_string(i) + ": " + std::to_string(work[i]) +
+          wrong_algo = algos[k].name + " (element " + std::to_string(i) + ": " + std::to_string(work[i]) +
                        ", MPI_Allreduce gave " + std::to_string(reference[i]) + ")";
         }
       }
@@ -199,10 +257,11 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
     world.allreduce_max(times);
 
     double mpi_busbw = -1;
-    for (size_t k = 0; k < a.algos.size(); ++k) {
+    for (size_t k = 0; k < algos.size(); ++k) {
       const auto first = times.begin() + static_cast<std::ptrdiff_t>(k * static_cast<size_t>(a.iters));
       Result r;
-      r.algo = a.algos[k];
+      r.algo = algos[k].name;
+      if (reducers[k]) r.cross = crossed_since(*reducers[k], crossed_before[k]);
       r.bytes = bytes;
       const double t = median(std::vector<double>(first, first + a.iters));
       r.time_us = t * 1e6;
@@ -211,7 +270,7 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
       if (r.algo == "mpi") mpi_busbw = r.busbw;
       results.push_back(r);
     }
-    for (auto it = results.end() - static_cast<std::ptrdiff_t>(a.algos.size()); it != results.end(); ++it)
+    for (auto it = results.end() - static_cast<std::ptrdiff_t>(algos.size()); it != results.end(); ++it)
       if (it->algo != "mpi" && mpi_busbw > 0) it->vs_mpi = it->busbw / mpi_busbw;
   }
 
@@ -230,15 +289,20 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
              {"flat_chunk_bytes", options.flat_chunk_bytes},
              {"device_chunk_bytes", options.device_chunk_bytes},
              {"max_inflight", options.max_inflight},
+             {"cross_node", a.cross_node},
+             {"link", {{"alpha_us", a.link_alpha_us}, {"gbit", a.link_gbit}}},
              {"results", json::array()}};
-    for (size_t k = 0; k < a.algos.size(); ++k) {
-      if (reducers[k]) doc["modes"][a.algos[k]] = reducers[k]->mode();
-      if (device_reducers[k]) doc["modes"][a.algos[k]] = device_reducers[k]->mode();
+    for (size_t k = 0; k < algos.size(); ++k) {
+      if (reducers[k]) doc["modes"][algos[k].name] = reducers[k]->mode();
+      if (device_reducers[k]) doc["modes"][algos[k].name] = device_reducers[k]->mode();
+      if (reducers[k] && reducers[k]->mode() == "pipeline" && topo.nodes() > 1)
+        doc["cross_rules"][algos[k].name] = mpi::cross_rule(reducers[k]->options(), topo.nodes());
     }
     for (const Result& r : results) {
       json j{{"algo", r.algo},   {"bytes", r.bytes},       {"ranks", n},
              {"time_us", r.time_us}, {"algbw_GBps", r.algbw}, {"busbw_GBps", r.busbw}};
       if (r.vs_mpi >= 0) j["busbw_vs_mpi"] = r.vs_mpi;
+      if (!r.cross.empty()) j["cross_node"] = r.cross;
       doc["results"].push_back(j);
     }
     std::cout << doc.dump(2) << std::endl;
@@ -254,8 +318,11 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
             (hier->parts() > 0 ? ", " + std::to_string(hier->parts()) + " part(s) per chunk" : "") + ", chunk " +
             std::to_string(options.chunk_bytes) + " B, " + std::to_string(options.max_inflight) +
             " in flight, flat chunk " + std::to_string(options.flat_chunk_bytes) + " B\n";
-  for (size_t k = 0; k < a.algos.size(); ++k)
-    if (device_reducers[k]) head += "# " + a.algos[k] + ": " + device_reducers[k]->mode() + ", on device buffers\n";
+  for (size_t k = 0; k < algos.size(); ++k) {
+    if (device_reducers[k]) head += "# " + algos[k].name + ": " + device_reducers[k]->mode() + ", on device buffers\n";
+    if (reducers[k] && reducers[k]->mode() == "pipeline" && topo.nodes() > 1)
+      head += "# " + algos[k].name + " across nodes: " + mpi::cross_rule(reducers[k]->options(), topo.nodes()) + "\n";
+  }
   std::cout << head << text_table(results) << std::flush;
   return 0;
 }
@@ -277,6 +344,17 @@ void add_bench_allreduce_command(CLI::App& bench, Context& ctx, Actions& actions
   sub->add_option("--algos", args->algos, "Algorithms, comma-separated: " + algo_list + " (default mpi,hier)")
       ->delimiter(',')
       ->check(CLI::IsMember(algos));
+  sub->add_option("--cross-node", args->cross_node,
+                  "Cross-node stage of hier and hier-pipeline, comma-separated: auto, ring, halving-doubling; "
+                  "several run side by side (default auto)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(mpi::k_cross_algorithms.names()));
+  sub->add_option("--link-alpha-us", args->link_alpha_us,
+                  "Seconds per message (in us) of the link between nodes that --cross-node auto assumes (default 20)")
+      ->check(CLI::Range(0.0, 1e7));
+  sub->add_option("--link-gbit", args->link_gbit,
+                  "Bandwidth (Gbit/s per direction) of that link (default 10)")
+      ->check(CLI::Range(1e-6, 1e6));
   sub->add_option("--iters", args->iters, "Timed iterations per size and algorithm (default 20)")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--warmup", args->warmup, "Untimed iterations first (default 5)")->check(CLI::Range(0, 1 << 20));

@@ -139,6 +139,8 @@ struct ParallelConfig {
   bool cuda_graphs = false;          // CUDA backend: capture each learner's pass once, replay it every step
   // CUDA backend, several ranks: host | nccl | device-hier
   mpi::AllreduceKind device_allreduce = mpi::AllreduceKind::host;
+  // The host allreduce's cross-node stage: auto (per part, by the cost model) | ring | halving-doubling
+  mpi::CrossAlgorithm cross_node = mpi::CrossAlgorithm::automatic;
   CommPrecision comm_precision = CommPrecision::fp32;  // fp32 | bf16: gradient sums across ranks (ssgd,
                                                        // local-sgd's warm-up)
   bool operator==(const ParallelConfig&) const = default;

@@ -181,6 +181,9 @@ bool local_sgd(const Config& c) { return c.parallel.algorithm == Algorithm::loca
 bool has_target(const Config& c) { return c.train.target.metric != TargetMetric::none; }
 bool synchronises(const Config& c) { return sma(c) || local_sgd(c); }
 bool autotune(const Config& c) { return c.parallel.autotune; }
+// The cross-node stage it chooses is the host allreduce's: device-hier crosses nodes with
+// MPI_Allreduce, nccl within NCCL.
+bool host_allreduce(const Config& c) { return c.parallel.device_allreduce == mpi::AllreduceKind::host; }
 // Validation used to ask for max_replicas_per_device >= replicas_per_device in every run, so
 // scripts (bench/, tests/mpi/) set the two equal without the auto-tuner: that value, which
 // says nothing new, is still accepted.
@@ -215,6 +218,7 @@ const std::vector<Applicability>& applicability() {
       {"parallel.start_step", "parallel.algorithm", "local-sgd", local_sgd},
       {"parallel.autotune_threshold", "parallel.autotune", "true", autotune},
       {"parallel.max_replicas_per_device", "parallel.autotune", "true", caps_learners},
+      {"parallel.cross_node", "parallel.device_allreduce", "host", host_allreduce},
   };
   return rules;
 }

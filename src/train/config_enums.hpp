@@ -7,9 +7,11 @@
 // Keys whose values a lower layer acts on use that layer's enum and table, so that it needs
 // no src/train header: data.sampling (io::Sampling), data.normalization
 // (data::NormalizationKind), run.backend and run.cpu_streams (nn::BackendKind,
-// nn::CpuStreams), parallel.device_allreduce (mpi::AllreduceKind).
+// nn::CpuStreams), parallel.device_allreduce (mpi::AllreduceKind), parallel.cross_node
+// (mpi::CrossAlgorithm).
 #include "io/sampler.hpp"
 #include "mpi/allreduce_kind.hpp"
+#include "mpi/cross_algorithm.hpp"
 #include "src/core/enum_table.hpp"
 #include "src/data/normalization_kind.hpp"
 #include "src/nn/backend_kind.hpp"

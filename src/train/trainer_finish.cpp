@@ -61,6 +61,7 @@ RunFacts TrainingRun::run_facts() const {
                   m_cfg.parallel.centre_rate > 0 ? "" : " (min(alpha x learners, 1))", c.mu);
     f.sma_line = line;
   }
+  if (!m_device.cross_rule.empty()) f.cross_line = "allreduce: cross-node stage " + m_device.cross_rule;
   f.batch = m_cfg.train.batch_size;
   f.global_batch = step_samples();
   f.total_steps = m_data.plan.total_steps;
@@ -208,6 +209,8 @@ TrainResult TrainingRun::finish() {
   }
   if (g.options().graphs) s.parallel["captured_learners"] = g.captured_learners();
   if (m_device.allreduce->memory() == mpi::Memory::device) s.parallel["device_allreduce"] = m_device.allreduce->mode();
+  // The algorithms the cross-node stage ran (docs/allreduce.md, "The cross-node stage").
+  if (const std::string cross = m_device.allreduce->cross_node(); !cross.empty()) s.parallel["cross_node"] = cross;
   s.parallel["comm_precision"] = k_comm_precisions.name(m_cfg.parallel.comm_precision);
   if (m_cfg.parallel.autotune) s.parallel["autotune"] = m_device.tuner->decisions();
   s.train_loss = r.train_loss;

@@ -108,6 +108,7 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
   mpi::AllreduceOptions ar;
   ar.stall_warn_s = options.stall_warn_s;
   ar.stall_abort_s = options.stall_abort_s;
+  ar.cross_node = cfg.parallel.cross_node;
   // parallel.device_allreduce: a CUDA job of several ranks may sum on the GPUs instead of
   // through pinned host memory (docs/allreduce.md, "On device buffers").
   if (cfg.parallel.device_allreduce != mpi::AllreduceKind::host && ranks > 1 && backend != "cuda")
@@ -119,6 +120,7 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
   if (cfg.parallel.comm_precision == CommPrecision::bf16 && !t.allreduce->takes(mpi::DType::bf16))
     throw UsageError(origin + ": parallel.comm_precision = bf16 needs parallel.device_allreduce = host (the " +
                      t.allreduce->mode() + " allreduce sums f32 only)");
+  if (t.allreduce->mode() == "pipeline" && topo.nodes() > 1) t.cross_rule = mpi::cross_rule(ar, topo.nodes());
 
   const GraphFormat format = graph_format(cfg, backend);
   LearnerGroupOptions lg;

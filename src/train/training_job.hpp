@@ -47,6 +47,9 @@ struct TrainingDevice {
   std::unique_ptr<nn::Backend> backend;
   std::unique_ptr<nn::Stream> stream;       // the rank's own work: evaluation, checksums
   std::unique_ptr<mpi::Allreduce> allreduce;  // levels 2-4 of every sum (parallel.device_allreduce)
+  // What parallel.cross_node makes of this job's nodes (mpi::cross_rule), for the log; "" when
+  // the allreduce has no pipelined cross-node stage. summary.json says what ran.
+  std::string cross_rule;
   double bucket_mb = 0;                     // parallel.bucket_mb as used (bucket_mb_for)
   std::unique_ptr<LearnerGroup> group;
   std::unique_ptr<Schedule> schedule;

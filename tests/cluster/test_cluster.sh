@@ -4,7 +4,7 @@
 # no cluster can be made here, with the reason.
 #
 #   test_cluster.sh SQUALL_BIN PYTHON TEST
-#   TEST: info | allreduce | rate | slurm | train | resume | streams
+#   TEST: info | allreduce | cross | rate | slurm | train | resume | streams
 set -euo pipefail
 
 squall=$1 python=$2 test=$3
@@ -62,6 +62,45 @@ case $test in
       [[ $(json "$work/ar.json" 'd["modes"]["hier"]') == pipeline ]] || fail "$layout: hier does not pipeline"
       [[ $(json "$work/ar.json" 'len(d["results"])') == 8 ]] || fail "$layout: results missing"
       echo "ok: $layout, $np ranks on $nodes nodes, hier equals MPI_Allreduce"
+    done
+    ;;
+
+  cross)
+    # The cross-node stage's algorithms against MPI_Allreduce across real nodes: ring and
+    # halving-doubling forced, and auto, side by side in one bench allreduce run (which fails on
+    # any difference from MPI_Allreduce), on 2, 3, 5 and 8 nodes, equal and unequal: 5 nodes
+    # fold one extra owner, 8 halve and double over three levels. Pipelined even with one
+    # rank per node (hier-pipeline); 64K chunks, split into parts on unequal nodes, so parts of
+    # 11 to 64 KiB; sizes below and above the small-sum limit (64 KiB: the blocking path).
+    "$cluster" up "$name" --nodes 8
+    for layout in "2,1" "1,1,1" "2,1,1,1,1" "1,1,1,1,1,1,1,1" "3,2,2,1,1,1,1,1"; do
+      IFS=, read -ra per <<<"$layout"
+      nodes=${#per[@]} np=0 hosts=""
+      for i in "${!per[@]}"; do
+        np=$((np + per[i])) hosts+="${hosts:+,}$name-n$((i + 1)):${per[i]}"
+      done
+      "$cluster" mpirun "$name" --host "$hosts" -np "$np" -- "$squall" bench allreduce --json --iters 1 --warmup 1         --algos mpi,hier-pipeline --cross-node auto,ring,halving-doubling --sizes 4,68K,1M --chunk 64K         >"$work/cross.json" || fail "bench allreduce on nodes of $layout failed"
+      [[ $(json "$work/cross.json" 'd["nodes"]') == "$nodes" ]] || fail "$layout: not $nodes nodes"
+      [[ $(json "$work/cross.json" 'd["ranks"]') == "$np" ]] || fail "$layout: not $np ranks"
+      [[ $(json "$work/cross.json" 'len(d["results"])') == 12 ]] || fail "$layout: results missing"
+      # ran ALGO BYTES: what that variant's parts took across nodes at that size.
+      ran() { json "$work/cross.json" "[r.get('cross_node', '-') for r in d['results'] if r['algo'] == 'hier-pipeline:$1' and r['bytes'] == $2][0]"; }
+      for bytes in 69632 1048576; do
+        [[ $(ran ring $bytes) == ring ]] || fail "$layout: forced ring ran $(ran ring $bytes) at $bytes bytes"
+        [[ $(ran halving-doubling $bytes) == halving-doubling ]] ||
+          fail "$layout: forced halving-doubling ran $(ran halving-doubling $bytes) at $bytes bytes"
+        # auto on the default link: the ring up to 3 nodes, halving-doubling on 8; on 5 (two
+        # parts a chunk) halving-doubling below 26 KB a part: 68K is a chunk of 64K (parts of
+        # 32K: the ring) and one of 4K (parts of 2K: halving-doubling), 1M 16 chunks of 64K.
+        case $nodes:$bytes in
+          2:* | 3:* | 5:1048576) want=ring ;;
+          5:69632) want=ring+halving-doubling ;;
+          8:*) want=halving-doubling ;;
+        esac
+        [[ $(ran auto $bytes) == "$want" ]] || fail "$layout: auto ran $(ran auto $bytes) at $bytes bytes, not $want"
+      done
+      [[ $(ran ring 4) == - ]] || fail "$layout: a 4-byte sum went through the pipeline"
+      echo "ok: nodes of $layout ($np ranks): ring, halving-doubling and auto ($(ran auto 1048576) at 1 MiB) equal MPI_Allreduce"
     done
     ;;
 

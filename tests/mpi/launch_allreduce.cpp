@@ -1,9 +1,11 @@
 // `squall bench allreduce` under mpiexec: results for both algorithms on one node and on
 // emulated nodes (equal and unequal; the bench itself fails when hier differs from
-// MPI_Allreduce), the stall watchdog ending a job whose rank never joins, and bad flags.
+// MPI_Allreduce), the cross-node algorithms side by side, the stall watchdog ending a job whose
+// rank never joins, and bad flags.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 
 #include "tests/support/process.hpp"
@@ -66,6 +68,39 @@ TEST_CASE("bench allreduce on unequal emulated nodes checks hier against MPI", "
   }
 }
 
+TEST_CASE("bench allreduce runs each cross-node algorithm side by side and says which ran", "[launch][allreduce][cross]") {
+  // 5 emulated nodes of one rank, pipelined in 16K chunks: halving-doubling folds one extra
+  // owner. On the default link (20 us, 10 Gbit/s) auto takes halving-doubling for parts below
+  // 26 KB; at 1 Gbit/s the ring from 2.6 KB on.
+  const auto doc = bench(5, "--algos mpi,hier-pipeline --cross-node auto,ring,halving-doubling --ranks-per-node 1 "
+                            "--sizes 4,256K --chunk 16K --iters 2 --warmup 1");
+  CHECK(doc.at("nodes") == 5);
+  CHECK(doc.at("cross_node") == json({"auto", "ring", "halving-doubling"}));
+  for (const char* algo : {"hier-pipeline:auto", "hier-pipeline:ring", "hier-pipeline:halving-doubling"}) {
+    INFO(algo);
+    CHECK(doc.at("modes").at(algo) == "pipeline");
+    CHECK_THAT(doc.at("cross_rules").at(algo).get<std::string>(), Catch::Contains("among 5 nodes"));
+  }
+  std::map<std::pair<std::string, int64_t>, std::string> crossed;
+  for (const json& r : doc.at("results"))
+    crossed[{r.at("algo").get<std::string>(), r.at("bytes").get<int64_t>()}] = r.value("cross_node", "-");
+  CHECK(crossed.size() == 2 * 4);
+  // 4 bytes take the blocking path: nothing crosses through the pipeline.
+  CHECK(crossed[{"hier-pipeline:ring", 4}] == "-");
+  CHECK(crossed[{"hier-pipeline:halving-doubling", 4}] == "-");
+  CHECK(crossed[{"mpi", 256 << 10}] == "-");
+  CHECK(crossed[{"hier-pipeline:ring", 256 << 10}] == "ring");
+  CHECK(crossed[{"hier-pipeline:halving-doubling", 256 << 10}] == "halving-doubling");
+  CHECK(crossed[{"hier-pipeline:auto", 256 << 10}] == "halving-doubling");
+
+  // One value keeps the plain name; the link flags reach auto.
+  const auto slow = bench(5, "--algos hier-pipeline --ranks-per-node 1 --sizes 256K --chunk 16K --link-gbit 1 "
+                             "--iters 1 --warmup 0");
+  CHECK(slow.at("link").at("gbit") == 1.0);
+  CHECK(slow.at("results").at(0).at("algo") == "hier-pipeline");
+  CHECK(slow.at("results").at(0).at("cross_node") == "ring");
+}
+
 TEST_CASE("a rank that never joins a collective ends the job, named by the watchdog", "[launch][allreduce][stall]") {
   // One node (the flat sum behind its arrival barrier) and two emulated nodes (the pipeline).
   for (const std::string extra : {"", "--ranks-per-node 2 "}) {
@@ -111,7 +146,8 @@ TEST_CASE("bad bench allreduce flags exit 2 and name the flag", "[launch][allred
   struct Case { const char* args; const char* named; };
   for (const Case c : {Case{"--sizes 12Q", "--sizes"}, Case{"--sizes 6", "--sizes"}, Case{"--sizes 2000G", "--sizes"},
                        Case{"--algos foo", "--algos"}, Case{"--algos mpi,nccl2", "--algos"},
-                       Case{"--iters 0", "--iters"}, Case{"--stall-warn -1", "--stall-warn"}}) {
+                       Case{"--iters 0", "--iters"}, Case{"--stall-warn -1", "--stall-warn"},
+                       Case{"--cross-node halving", "--cross-node"}, Case{"--link-gbit 0", "--link-gbit"}}) {
     INFO(c.args);
     const auto r = run_command(mpiexec(2) + " " + squall_bin() + " bench allreduce " + c.args);
     CHECK(r.exit_code == 2);

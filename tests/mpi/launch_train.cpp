@@ -71,8 +71,10 @@ TEST_CASE("ssgd and local-sgd over ranks and learners end with the same model on
     const std::string dir = fresh_dir("launch-train-" + algo);
     // period and start_step apply to local-sgd only (an ssgd config that sets them is refused).
     const std::string local = algo == "local-sgd" ? " --set parallel.period=4 --set parallel.start_step=10" : "";
+    // ssgd crosses the 2 nodes by halving-doubling (forced), local-sgd by auto's choice there, the ring.
+    const std::string cross = algo == "ssgd" ? " --set parallel.cross_node=halving-doubling" : "";
     const auto r = run_command(mpiexec(3) + " " + squall_bin() + " train --config " + k_sma + " --ranks-per-node 2" +
-                               " --set parallel.algorithm=" + algo + local + " --set train.max_steps=60 --set schedule.warmup_steps=0" +
+                               " --set parallel.algorithm=" + algo + local + cross + " --set train.max_steps=60 --set schedule.warmup_steps=0" +
                                " --set data.test_samples=500 --set run.dir=" + dir);
     INFO(algo << "\n" << r.err);
     REQUIRE(r.exit_code == 0);  // the end-of-run check compares the ranks' central models
@@ -86,6 +88,10 @@ TEST_CASE("ssgd and local-sgd over ranks and learners end with the same model on
     const json& tb = s.at("time_breakdown_s");
     CHECK(tb.at("compute").get<double>() >= 0);
     CHECK(tb.at("allreduce").get<double>() + tb.at("compute").get<double>() <= s.at("wall_s").get<double>());
+    const std::string ran = algo == "ssgd" ? "halving-doubling" : "ring";
+    CHECK(s.at("parallel").at("cross_node") == ran);
+    CHECK_THAT(r.out, Catch::Contains(algo == "ssgd" ? "allreduce: cross-node stage halving-doubling among 2 nodes (forced)"
+                                                     : "allreduce: cross-node stage auto among 2 nodes"));
     fs::remove_all(dir);
   }
 }

@@ -5,7 +5,8 @@
 // chunks), every element type the implementation takes, and the same bits on every rank.
 //
 //   host pipeline  HierAllreduce with the pipeline forced on every shape (flat_single_level
-//                  = false, small_bytes = 0), chunks of a few elements
+//                  = false, small_bytes = 0), chunks of a few elements; the cross-node stage
+//                  auto, ring and halving-doubling
 //   host flat      HierAllreduce summing with MPI_Allreduce in pieces on every shape
 //   one rank       OneRankAllreduce: a job of one rank, against MPI_Allreduce on MPI_COMM_SELF
 //   nccl,          the device sums ([.device-allreduce], CTest entry gpu:allreduce-impls):
@@ -201,10 +202,18 @@ std::vector<HostImpl> host_impls() {
   pipeline.chunk_bytes = 24;           // 3 to 12 elements a chunk: some parts empty, many chunks
   pipeline.min_chunk_bytes = 24;
   pipeline.max_inflight = 3;
+  // The same with each cross-node algorithm forced (auto above takes the ring or, from 4
+  // nodes on, halving-doubling for these small parts).
+  AllreduceOptions ring = pipeline, halving = pipeline;
+  ring.cross_node = mpi::CrossAlgorithm::ring;
+  halving.cross_node = mpi::CrossAlgorithm::halving_doubling;
   AllreduceOptions flat;
   flat.max_parts = 1;             // more than one part a chunk: the flat sum instead
   flat.flat_chunk_bytes = 200;    // MPI_Allreduce in pieces
-  return {{"host pipeline", pipeline, "pipeline"}, {"host flat", flat, "flat"}};
+  return {{"host pipeline", pipeline, "pipeline"},
+          {"host pipeline, ring across nodes", ring, "pipeline"},
+          {"host pipeline, halving-doubling across nodes", halving, "pipeline"},
+          {"host flat", flat, "flat"}};
 }
 
 }  // namespace

@@ -254,6 +254,8 @@ TEST_CASE("a config key that does not apply is refused, naming it and what it ap
        "parallel.autotune_threshold applies to parallel.autotune = true, not false"},
       {{"parallel.max_replicas_per_device=4"},
        "parallel.max_replicas_per_device applies to parallel.autotune = true, not false"},
+      {{"run.backend=cuda", "parallel.device_allreduce=device-hier", "parallel.cross_node=halving-doubling"},
+       "parallel.cross_node applies to parallel.device_allreduce = host, not device-hier"},
   };
   for (const auto& c : cases) {
     INFO(c.message);
@@ -294,6 +296,8 @@ TEST_CASE("config keys that apply, and keys at their default, are accepted", "[c
       // equal to it (what validation used to ask for) says nothing new and is accepted.
       {"parallel.replicas_per_device=12"},
       {"parallel.replicas_per_device=12", "parallel.max_replicas_per_device=12"},
+      {"parallel.cross_node=ring"},
+      {"run.backend=cuda", "parallel.device_allreduce=nccl", "parallel.cross_node=auto"},
       // Set, then set back to the default.
       {"optimizer.beta1=0.8", "optimizer.beta1=0.9"},
   };

@@ -80,6 +80,7 @@ std::vector<EnumKey> enum_keys() {
       {"parallel.device_allreduce", squall::mpi::k_allreduce_kinds.names(),
        [](const std::string&) { return Overrides{"run.backend=cuda"}; }},
       {"parallel.comm_precision", train::k_comm_precisions.names()},
+      {"parallel.cross_node", squall::mpi::k_cross_algorithms.names()},
   };
 }
 
@@ -163,6 +164,7 @@ TEST_CASE("the enum keys' defaults are written with the names an old config.toml
       {"train.nonfinite", "\"stop\""},      {"optimizer.name", "\"sgd\""},       {"schedule.kind", "\"constant\""},
       {"schedule.milestone_unit", "\"steps\""}, {"parallel.algorithm", "\"ssgd\""},
       {"parallel.device_allreduce", "\"host\""}, {"parallel.comm_precision", "\"fp32\""},
+      {"parallel.cross_node", "\"auto\""},
       {"train.target.metric", "\"none\""},  {"train.target.value", "0.0"},       {"run.tensorboard", "true"},
       {"run.mllog", "false"}};
   for (const auto& [key, value] : expected) {
