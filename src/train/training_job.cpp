@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mpi/make_allreduce.hpp"
+#include "mpi/node_sum.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
 #include "src/train/model_spec.hpp"
@@ -126,7 +127,13 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
   lg.learners = data.plan.learners;
   lg.ranks = ranks;
   lg.rank = topo.rank();
-  lg.period = cfg.parallel.period;
+  const SyncPeriods periods = sync_periods(cfg.parallel);
+  lg.period = periods.across;
+  lg.inside_period = periods.inside;
+  lg.node_ranks = topo.local_size();
+  // The node level's own sum (parallel.periods): over this node's ranks only.
+  if (periods.by_level() && algorithm != Algorithm::ssgd && ranks > 1)
+    t.node_allreduce = std::make_unique<mpi::NodeAllreduce>(topo);
   lg.alpha = cfg.parallel.alpha;
   lg.centre_rate = cfg.parallel.centre_rate;
   lg.momentum = cfg.parallel.momentum;
@@ -155,7 +162,7 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
   const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
   auto make_graph = [spec = data.spec, sample = info.sample, format] { return make_model_graph(spec, sample, format); };
   t.group = std::make_unique<LearnerGroup>(*t.backend, make_graph, batch, batch * label_hw, cfg.optimizer,
-                                           class_weights, lg, *t.allreduce);
+                                           class_weights, lg, *t.allreduce, t.node_allreduce.get());
   // The linear scaling rule scales by the batch one update averages over: the global batch
   // under ssgd, a learner's own batch under sma and local-sgd.
   t.schedule = std::make_unique<Schedule>(cfg.schedule, cfg.optimizer.lr,

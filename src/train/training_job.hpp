@@ -47,6 +47,7 @@ struct TrainingDevice {
   std::unique_ptr<nn::Backend> backend;
   std::unique_ptr<nn::Stream> stream;       // the rank's own work: evaluation, checksums
   std::unique_ptr<mpi::Allreduce> allreduce;  // levels 2-4 of every sum (parallel.device_allreduce)
+  std::unique_ptr<mpi::Allreduce> node_allreduce;  // parallel.periods' node level: this node's ranks (or null)
   double bucket_mb = 0;                     // parallel.bucket_mb as used (bucket_mb_for)
   std::unique_ptr<LearnerGroup> group;
   std::unique_ptr<Schedule> schedule;
