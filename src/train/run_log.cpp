@@ -101,6 +101,7 @@ void RunLog::opened(const RunFacts& f) {
             std::to_string(f.total_steps) + " steps (" + std::to_string(f.steps_per_epoch) + " per epoch), optimizer " +
             f.optimizer + ", " + f.precision + ", run dir " + f.run_dir);
   if (!f.sma_line.empty()) log::info(f.sma_line);
+  if (!f.periods_line.empty()) log::info(f.periods_line);
   if (!f.resumed_from.empty())
     log::info("resuming from " + f.resumed_from + ": attempt " + std::to_string(m_options.attempt) + ", step " +
               std::to_string(f.first_step) + " of " + std::to_string(f.total_steps) + ", " +

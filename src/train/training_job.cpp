@@ -54,7 +54,10 @@ void check_synchronises(const Config& cfg, const std::string& origin, Algorithm 
   if (algorithm == Algorithm::ssgd) return;
   const bool local = algorithm == Algorithm::local_sgd;
   if (first_synchronisation(cfg.parallel.period, local ? cfg.parallel.start_step : 0) <= total_steps) return;
-  throw UsageError(origin + ": parallel.period = " + std::to_string(cfg.parallel.period) +
+  const SyncPeriods periods = sync_periods(cfg.parallel);
+  const std::string key = periods.by_level() ? "parallel.periods = " + periods_text(periods) + ": across"
+                                             : "parallel.period";
+  throw UsageError(origin + ": " + key + " = " + std::to_string(cfg.parallel.period) +
                    (local ? " after parallel.start_step = " + std::to_string(cfg.parallel.start_step) : std::string()) +
                    " is longer than the run (" + std::to_string(total_steps) +
                    " steps: train.epochs, train.max_steps): the central model would never be synchronised and the "
