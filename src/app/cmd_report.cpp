@@ -53,6 +53,7 @@ struct Run {
   double metric = k_nan;
   // What makes runs one study whose sizes a scaling line may join: "model", "algorithm", ...
   std::vector<std::pair<std::string, std::string>> study;
+  std::string algorithm, periods;  // "sma", "[1, 4]" (summary.json's parallel.periods; "" before it existed)
   train::RunRecords records;   // on the run clock: one curve across attempts
   train::RunProgress progress;
   std::optional<train::TargetResult> target;
@@ -136,6 +137,14 @@ Run read_run(const std::string& path) {
   }
   for (const char* key : {"model", "algorithm", "precision", "batch_per_learner", "backend"})
     run.study.emplace_back(key, text_of(s, key));
+  // Averaging by level trains another model: runs of other periods are other studies.
+  run.algorithm = text_of(s, "algorithm");
+  if (const auto p = s.find("parallel"); p != s.end() && p->is_object()) {
+    const auto periods = p->find("periods");
+    if (periods != p->end() && periods->is_array() && periods->size() == 2)
+      run.periods = "[" + periods->at(0).dump() + ", " + periods->at(1).dump() + "]";
+  }
+  run.study.emplace_back("periods", run.periods.empty() ? "" : "periods " + run.periods);
   return run;
 }
 
@@ -258,6 +267,8 @@ json table_json(const std::vector<Run>& runs) {
     j["gpus"] = r.gpus;
     j["backend"] = r.cuda ? "cuda" : "cpu";
     j["learners"] = r.learners;
+    j["algorithm"] = r.algorithm;
+    j["periods"] = r.periods.empty() ? json(nullptr) : json::parse(r.periods);
     j["global_batch"] = r.global_batch;
     j["samples_per_s"] = or_null(r.samples_per_s);
     j["efficiency"] = or_null(r.efficiency);

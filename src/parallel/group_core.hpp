@@ -31,6 +31,10 @@ struct GroupCore {
                                            // learner's stream waits for it before its own
   std::unique_ptr<ReplicaSet> replicas;
   std::unique_ptr<FusedSum> sum;
+  // A node level (parallel.periods, options.by_level()): the sum over this node's ranks, on
+  // the node's allreduce (own_node when the node is this one rank). Null otherwise.
+  std::unique_ptr<mpi::Allreduce> own_node;
+  std::unique_ptr<FusedSum> node_sum;
   std::unique_ptr<LossScaler> scaler;
   nn::Buffer class_weights;  // backend copy of the class weights (or empty)
   size_t params = 0, state = 0;
@@ -43,6 +47,15 @@ struct GroupCore {
   int64_t host_waits = 0;
 
   int job_learners() const { return options.ranks * replicas->size(); }
+  int node_learners() const { return options.node_ranks * replicas->size(); }
+  // Which average ends the `done`-th step (1, 2, ...) of an algorithm's synchronising phase:
+  // the job's every period steps, the node's every inside_period steps in between.
+  enum class Level { none, node, job };
+  Level sync_level(int64_t done) const {
+    if (done % options.period == 0) return Level::job;
+    if (options.by_level() && done % options.inside_period == 0) return Level::node;
+    return Level::none;
+  }
   // Whether a non-finite step is dropped (fp16's loss scaling, or train.nonfinite = skip).
   bool skips_nonfinite() const { return options.loss_scaling.dynamic || options.skip_nonfinite; }
   void phase(const char* name, int learner, double t0, double t1) const {

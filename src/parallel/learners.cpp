@@ -29,10 +29,24 @@ nn::Layout resolve_layout(LayoutChoice layout, std::string_view backend, nn::DTy
 
 LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph,
                            int64_t batch, int64_t label_count, const OptimizerConfig& optimizer,
-                           std::vector<float> class_weights, LearnerGroupOptions options, mpi::Allreduce& allreduce)
+                           std::vector<float> class_weights, LearnerGroupOptions options, mpi::Allreduce& allreduce,
+                           mpi::Allreduce* node_allreduce)
     : m_options(options), m_batch(batch), m_core(std::make_unique<GroupCore>(backend, m_options)) {
   if (options.learners < 1) throw Error("parallel.replicas_per_device must be >= 1, got " + std::to_string(options.learners));
   if (options.period < 1) throw Error("parallel.period must be >= 1, got " + std::to_string(options.period));
+  if (m_options.inside_period == 0) m_options.inside_period = options.period;
+  const int64_t inside = m_options.inside_period;
+  if (inside < 1 || options.period % inside != 0)
+    throw Error("parallel.periods = [" + std::to_string(inside) + ", " + std::to_string(options.period) +
+                "]: across must be a multiple of inside, both > 0");
+  if (inside != options.period && options.algorithm == Algorithm::ssgd)
+    throw Error("parallel.periods = [" + std::to_string(inside) + ", " + std::to_string(options.period) +
+                "] applies to sma and local-sgd, not ssgd");
+  if (options.node_ranks < 1 || options.node_ranks > options.ranks)
+    throw Error("learner group: " + std::to_string(options.node_ranks) + " ranks on the node of a job of " +
+                std::to_string(options.ranks));
+  if (m_options.by_level() && options.node_ranks > 1 && node_allreduce == nullptr)
+    throw Error("learner group: parallel.periods' node level needs the node's sum (node_allreduce)");
   if (options.algorithm == Algorithm::sma)
     if (const std::string why = sma_instability(options.alpha, options.centre_rate, options.momentum); !why.empty())
       throw UsageError(why);
@@ -56,6 +70,13 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
   c.state = (*c.replicas)[0].graph->state_count();
   c.sum = std::make_unique<FusedSum>(backend, *c.stream, allreduce, c.params, c.state, options.bf16_gradients,
                                      options.ranks > 1, [&c] { c.host_wait(); });
+  if (m_options.by_level()) {
+    // The node level's sum (a node of one rank sums nothing across ranks: the one-rank sum).
+    if (node_allreduce == nullptr || options.node_ranks == 1) c.own_node = std::make_unique<mpi::OneRankAllreduce>();
+    mpi::Allreduce& node = c.own_node ? *c.own_node : *node_allreduce;
+    c.node_sum = std::make_unique<FusedSum>(backend, *c.stream, node, c.params, c.state, false,
+                                            options.node_ranks > 1, [&c] { c.host_wait(); });
+  }
   m_algorithm = make_sync_algorithm(options.algorithm, c);
   backend.synchronize(*c.stream);
 }
@@ -131,6 +152,11 @@ const float* LearnerGroup::central_params() const {
 const float* LearnerGroup::central_state() const {
   settle();
   return m_algorithm->central_state();
+}
+
+const float* LearnerGroup::node_params() const {
+  settle();
+  return m_algorithm->node_params();
 }
 
 const float* LearnerGroup::replica_params(int learner) const {

@@ -56,7 +56,10 @@ struct LearnerGroupOptions {
   int learners = 1;             // replicas on this device
   int ranks = 1;                // ranks in the job (all with the same learner count)
   int rank = 0;                 // this rank in the job (salts the learners' random streams)
-  int64_t period = 1;           // sma / local-sgd
+  int64_t period = 1;           // sma / local-sgd: steps between the job's synchronisations
+  int64_t inside_period = 0;    // ... and between averages inside each node (parallel.periods'
+                                // inside; a divisor of period); 0 = period: no node level
+  int node_ranks = 1;           // ranks on this rank's node (the node level's sum runs over them)
   double alpha = 0.1;           // sma: pull of each learner towards the central model
   double centre_rate = 0;       // sma: beta; 0 = min(alpha * job learners, 1)
   double momentum = 0.9;        // sma: mu on the central model
@@ -77,6 +80,8 @@ struct LearnerGroupOptions {
   bool graphs = false;          // capture each learner's pass once (after its first, eager, pass) and replay
                                 // it (a CUDA graph); steps with a timeline or per-layer buckets run
                                 // eagerly. Needs a backend that can_capture() and a model without dropout.
+  // Whether there is a node level between the job's synchronisations (parallel.periods).
+  bool by_level() const { return inside_period != 0 && inside_period != period; }
 };
 
 // A step whose gradients are NaN or infinite under train.nonfinite = stop. job_wide: found in
@@ -101,9 +106,11 @@ class LearnerGroup {
   // make_graph builds an unbuilt Graph of the model (called once per learner, plus once for
   // the central model's evaluation graph). label_count: labels per batch (batch, or
   // batch * h * w for per-pixel labels). class_weights: per-class loss weights or empty.
+  // node_allreduce: the sum over this node's ranks, for a node level (inside_period < period)
+  // in a job of several ranks; it must outlive the group.
   LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph, int64_t batch,
                int64_t label_count, const OptimizerConfig& optimizer, std::vector<float> class_weights,
-               LearnerGroupOptions options, mpi::Allreduce& allreduce);
+               LearnerGroupOptions options, mpi::Allreduce& allreduce, mpi::Allreduce* node_allreduce = nullptr);
   ~LearnerGroup();
   LearnerGroup(const LearnerGroup&) = delete;
   LearnerGroup& operator=(const LearnerGroup&) = delete;
@@ -134,6 +141,9 @@ class LearnerGroup {
   nn::Graph& eval_graph();
   // One learner's replica (for tests).
   const float* replica_params(int learner) const;
+  // The model of this rank's node between the job's synchronisations (sma's node centre under
+  // parallel.periods' node level; the central model otherwise), for tests.
+  const float* node_params() const;
   nn::Graph& replica_graph(int learner);
 
   // The auto-tuner: one more learner, starting from the central model (its optimizer state

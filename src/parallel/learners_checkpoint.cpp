@@ -40,6 +40,7 @@ void LearnerGroup::save_own(io::CheckpointData& out) {
       out.arrays[prefix + "optimizer/" + st.name] = c.to_host(st.data, st.count);
     out.ints[prefix + "optimizer_steps"] = l->optimizer->steps();
   }
+  m_algorithm->save_own(out);
   c.scaler->save(out);
   c.backend.synchronize(*c.stream);
 }
@@ -64,6 +65,7 @@ void LearnerGroup::restore(const io::CheckpointData& shared, const io::Checkpoin
         c.from_host(st.data, *own, prefix + "optimizer/" + st.name, st.count);
       l->optimizer->set_steps(own->integer(prefix + "optimizer_steps"));
     }
+    m_algorithm->restore_own(*own);
     c.scaler->restore(*own, *c.stream);
   } else {
     if (replicas_differ())

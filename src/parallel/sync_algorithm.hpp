@@ -37,6 +37,12 @@ class SyncAlgorithm {
   // squall::Error naming the checkpoint and the entry when one is missing.
   virtual void save(io::CheckpointData&) const {}
   virtual void restore(const io::CheckpointData&) {}
+  // What differs per rank (a rank's own checkpoint part): sma's node centre under a node level.
+  virtual void save_own(io::CheckpointData&) const {}
+  virtual void restore_own(const io::CheckpointData&) {}
+  // The model this node's replicas are pulled towards or averaged from between the job's
+  // synchronisations (sma's node centre under a node level); the central model otherwise.
+  virtual const float* node_params() const { return central_params(); }
   // Gradient buckets handed over during the backward pass (ssgd across ranks), 0 otherwise.
   virtual size_t buckets() const { return 0; }
 

@@ -2,7 +2,11 @@
 // replica is replaced by the job's average, which becomes the central model:
 //     w_j <- optimizer(w_j, g_j)          every step,
 //     w_j <- z = (1 / L) sum_k w_k        every period steps (L: the job's learners),
-// with the BatchNorm statistics averaged the same way. Before `start_step` the group runs
+// with the BatchNorm statistics averaged the same way. With parallel.periods = [inside,
+// across] (period = across), hierarchical local SGD (Lin et al., ICLR 2020): on the steps in
+// between that inside divides, every replica of node n becomes its node's average,
+//     w_j <- (1 / L_n) sum_{k in n} w_k   (L_n: the node's learners; the state likewise),
+// summed over the node's ranks only; the central model stays the job's last average. Before `start_step` the group runs
 // ssgd (post-local SGD: a synchronous warm-up phase); leaving it, every learner continues
 // from learner 0's optimizer state (the others' was never used).
 #include <string>
@@ -54,7 +58,8 @@ class LocalSgd final : public SyncAlgorithm {
       c.backend.record(*l.done, *l.stream);
     });
     c.phase("update", -1, t0, steady_seconds());
-    if ((step - c.options.start_step + 1) % c.options.period == 0) average(step);
+    const GroupCore::Level level = c.sync_level(step - c.options.start_step + 1);
+    if (level != GroupCore::Level::none) average(step, level);
     bool skipped = false;
     for (const auto& l : *c.replicas) skipped = skipped || l->overflow;
     return skipped;
@@ -77,28 +82,35 @@ class LocalSgd final : public SyncAlgorithm {
     m_started = true;
   }
 
-  void average(int64_t step) {
+  // The job's average (it becomes the central model) or the node's (level node).
+  void average(int64_t step, GroupCore::Level level) {
     GroupCore& c = m_core;
+    const bool job = level == GroupCore::Level::job;
+    FusedSum& sum = job ? *c.sum : *c.node_sum;
     double t0 = steady_seconds();
     c.after_learners();  // their updates
-    c.sum->add(*c.replicas, FusedSum::Source::params, 0, c.params);
-    c.sum->add_state(*c.replicas);
+    sum.add(*c.replicas, FusedSum::Source::params, 0, c.params);
+    sum.add_state(*c.replicas);
     c.phase("device_sum", -1, t0, steady_seconds());
-    if (c.options.ranks > 1) {
+    if ((job ? c.options.ranks : c.options.node_ranks) > 1) {
       t0 = steady_seconds();
-      c.sum->reduce(c.sum->check(), "model average step " + std::to_string(step + 1), false);
+      sum.reduce(sum.check(), (job ? "model average step " : "node model average step ") + std::to_string(step + 1),
+                 false);
       c.phase("allreduce", -1, t0, steady_seconds());
       c.reduce_s += steady_seconds() - t0;
     }
     t0 = steady_seconds();
-    float* fused = c.sum->data();
-    c.backend.scale(*c.stream, 1.0f / static_cast<float>(c.job_learners()), fused, c.params + c.state);
+    float* fused = sum.data();
+    c.backend.scale(*c.stream, 1.0f / static_cast<float>(job ? c.job_learners() : c.node_learners()), fused,
+                    c.params + c.state);
     for (const auto& l : *c.replicas) {
       c.backend.copy(*c.stream, l->graph->params(), fused, c.params);
       c.backend.copy(*c.stream, l->graph->state(), fused + c.params, c.state);
     }
-    c.backend.copy(*c.stream, m_central.z.data(), fused, c.params);
-    c.backend.copy(*c.stream, m_central.state.data(), fused + c.params, c.state);
+    if (job) {
+      c.backend.copy(*c.stream, m_central.z.data(), fused, c.params);
+      c.backend.copy(*c.stream, m_central.state.data(), fused + c.params, c.state);
+    }
     c.phase("update", -1, t0, steady_seconds());
   }
 

@@ -134,6 +134,9 @@ Config read_config(const std::string& text, const std::string& origin, const std
   const std::string where = overrides.empty() ? origin : origin + " with --set overrides";
   check_values(config, where);
   check_applicable(config, set);
+  // parallel.period = p is [p, p]; with parallel.periods set (check_values has refused a
+  // period that disagrees), period is its across: one number for the job's synchronisations.
+  if (config.parallel.periods.size() == 2) config.parallel.period = config.parallel.periods[1];
   if (refuse_contradictions) check_consistent(config, where);
   return config;
 }
@@ -178,6 +181,15 @@ std::vector<std::string> config_keys() {
   std::vector<std::string> out;
   for (const auto& f : fields(dummy)) out.push_back(f.full());
   return out;
+}
+
+SyncPeriods sync_periods(const ParallelConfig& parallel) {
+  if (parallel.periods.size() == 2) return {parallel.periods[0], parallel.periods[1]};
+  return {parallel.period, parallel.period};
+}
+
+std::string periods_text(const SyncPeriods& periods) {
+  return "[" + std::to_string(periods.inside) + ", " + std::to_string(periods.across) + "]";
 }
 
 double bucket_mb_for(const ParallelConfig& parallel, bool device_backend) {

@@ -125,7 +125,11 @@ struct ScheduleConfig {
 struct ParallelConfig {
   Algorithm algorithm = Algorithm::ssgd;  // ssgd | sma | local-sgd
   int64_t replicas_per_device = 1;   // learners per device
-  int64_t period = 1;                // sma / local-sgd: steps between synchronisations
+  int64_t period = 1;                // sma / local-sgd: steps between synchronisations of the job
+  // sma / local-sgd: [inside, across], steps between averages inside each node and across the
+  // job (docs/training.md, "Averaging by level"); empty = [period, period]. When set, period
+  // is its `across` (load_config makes it so when period was left at its default).
+  std::vector<int64_t> periods;
   double alpha = 0.1;                // sma: pull of each replica towards the central model, (0, 1]
   double centre_rate = 0.0;          // sma: how far the central model moves towards the replicas' mean per
                                      // synchronisation; 0 = min(alpha x job learners, 1) (docs/training.md)
@@ -215,5 +219,15 @@ std::vector<std::string> config_keys();
 // copy to pinned memory), so 1 MiB buckets would be over a hundred a step for DeepLabv3+'s
 // 40 M parameters: 25 MiB, PyTorch DDP's default.
 double bucket_mb_for(const ParallelConfig& parallel, bool device_backend);
+
+// parallel.periods as a run uses it: [inside, across], or [period, period] when unset.
+struct SyncPeriods {
+  int64_t inside = 1, across = 1;
+  bool by_level() const { return inside != across; }  // a node level between the job's averages
+  bool operator==(const SyncPeriods&) const = default;
+};
+SyncPeriods sync_periods(const ParallelConfig& parallel);
+// "[1, 4]"
+std::string periods_text(const SyncPeriods& periods);
 
 }  // namespace squall::train

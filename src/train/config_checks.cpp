@@ -263,6 +263,30 @@ void check_applicable(const Config& config, const KeysSet& set) {
   }
 }
 
+namespace {
+
+// parallel.periods = [inside, across] (docs/training.md, "Averaging by level").
+void check_periods(const Checker& k, const ParallelConfig& p) {
+  if (p.periods.empty()) return;
+  std::string shown = "[";
+  for (size_t i = 0; i < p.periods.size(); ++i) shown += (i ? ", " : "") + std::to_string(p.periods[i]);
+  shown += "]";
+  const std::string key = "parallel.periods";
+  k.require(p.periods.size() == 2, key, "must be [inside, across], two numbers of steps (got " + shown + ")");
+  k.require(p.periods[0] > 0 && p.periods[1] > 0, key, "= " + shown + ": both periods must be > 0");
+  k.require(p.periods[1] % p.periods[0] == 0, key,
+            "= " + shown + ": across (" + std::to_string(p.periods[1]) + ") must be a multiple of inside (" +
+                std::to_string(p.periods[0]) + ")");
+  k.require(p.period == 1 || p.period == p.periods[1], key,
+            "= " + shown + " and parallel.period = " + std::to_string(p.period) +
+                " disagree: parallel.period = p is short for parallel.periods = [p, p]; set one of them");
+  k.require(p.algorithm != Algorithm::ssgd || (p.periods[0] == 1 && p.periods[1] == 1), key,
+            "= " + shown + " applies to parallel.algorithm = sma or local-sgd; ssgd sums the gradients of the "
+            "whole job at every step (remove it, or set [1, 1])");
+}
+
+}  // namespace
+
 // ---- checking a config ----------------------------------------------------------------------
 
 void check_values(const Config& c, const std::string& origin) {
@@ -335,6 +359,7 @@ void check_values(const Config& c, const std::string& origin) {
   const auto& p = c.parallel;
   k.positive(p.replicas_per_device, "parallel.replicas_per_device");
   k.positive(p.period, "parallel.period");
+  check_periods(k, p);
   k.fraction(p.alpha, "parallel.alpha", true);
   k.fraction(p.momentum, "parallel.momentum", false);
   k.non_negative(p.centre_rate, "parallel.centre_rate");

@@ -90,6 +90,7 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "algorithm", enum_field(&c.parallel.algorithm, k_algorithms)},
       {"parallel", "replicas_per_device", &c.parallel.replicas_per_device},
       {"parallel", "period", &c.parallel.period},
+      {"parallel", "periods", &c.parallel.periods},
       {"parallel", "alpha", &c.parallel.alpha},
       {"parallel", "centre_rate", &c.parallel.centre_rate},
       {"parallel", "momentum", &c.parallel.momentum},

@@ -42,7 +42,7 @@ bool must_match(const std::string& key, const Config& now) {
       "model.name",        "model.width",        "model.depth",         "model.in_channels",
       "model.classes",     "model.aspp_rates",   "model.dropout",       "train.batch_size",
       "train.precision",   "optimizer.name",     "optimizer.larc",      "parallel.algorithm",
-      "parallel.period",   "parallel.start_step", "parallel.autotune"};
+      "parallel.period",   "parallel.periods",   "parallel.start_step", "parallel.autotune"};
   if (std::find(std::begin(keys), std::end(keys), key) != std::end(keys)) return true;
   // The auto-tuner changes the learner count; the checkpoint says how many there were.
   return key == "parallel.replicas_per_device" && !now.parallel.autotune;

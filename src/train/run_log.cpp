@@ -102,6 +102,7 @@ void RunLog::opened(const RunFacts& f) {
             f.optimizer + ", " + f.precision + ", run dir " + f.run_dir);
   if (!f.sma_line.empty()) log::info(f.sma_line);
   if (!f.cross_line.empty()) log::info(f.cross_line);
+  if (!f.periods_line.empty()) log::info(f.periods_line);
   if (!f.resumed_from.empty())
     log::info("resuming from " + f.resumed_from + ": attempt " + std::to_string(m_options.attempt) + ", step " +
               std::to_string(f.first_step) + " of " + std::to_string(f.total_steps) + ", " +

@@ -62,6 +62,10 @@ RunFacts TrainingRun::run_facts() const {
     f.sma_line = line;
   }
   if (!m_device.cross_rule.empty()) f.cross_line = "allreduce: cross-node stage " + m_device.cross_rule;
+  if (const SyncPeriods p = sync_periods(m_cfg.parallel); p.by_level())
+    f.periods_line = algorithm_name(m_algorithm) + std::string(" by level, parallel.periods = ") + periods_text(p) +
+                     ": each node's ranks average every " + std::to_string(p.inside) + " step(s) among themselves, " +
+                     "the " + std::to_string(m_topo.nodes()) + " node(s) every " + std::to_string(p.across);
   f.batch = m_cfg.train.batch_size;
   f.global_batch = step_samples();
   f.total_steps = m_data.plan.total_steps;
@@ -191,7 +195,8 @@ TrainResult TrainingRun::finish() {
   s.skipped_steps = g.skipped_steps();
   s.skipped_samples = m_device.loader->bad_samples();
   s.normalization = normalization_json(m_data.train->normalization());
-  s.parallel = {{"period", m_cfg.parallel.period}};
+  const SyncPeriods periods = sync_periods(m_cfg.parallel);
+  s.parallel = {{"period", periods.across}, {"periods", {periods.inside, periods.across}}};
   if (m_algorithm == Algorithm::sma) {
     const SmaCoefficients c = g.sma();
     s.parallel["alpha"] = c.alpha;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mpi/make_allreduce.hpp"
+#include "mpi/node_sum.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
 #include "src/train/model_spec.hpp"
@@ -53,7 +54,10 @@ void check_synchronises(const Config& cfg, const std::string& origin, Algorithm 
   if (algorithm == Algorithm::ssgd) return;
   const bool local = algorithm == Algorithm::local_sgd;
   if (first_synchronisation(cfg.parallel.period, local ? cfg.parallel.start_step : 0) <= total_steps) return;
-  throw UsageError(origin + ": parallel.period = " + std::to_string(cfg.parallel.period) +
+  const SyncPeriods periods = sync_periods(cfg.parallel);
+  const std::string key = periods.by_level() ? "parallel.periods = " + periods_text(periods) + ": across"
+                                             : "parallel.period";
+  throw UsageError(origin + ": " + key + " = " + std::to_string(cfg.parallel.period) +
                    (local ? " after parallel.start_step = " + std::to_string(cfg.parallel.start_step) : std::string()) +
                    " is longer than the run (" + std::to_string(total_steps) +
                    " steps: train.epochs, train.max_steps): the central model would never be synchronised and the "
@@ -128,7 +132,13 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
   lg.learners = data.plan.learners;
   lg.ranks = ranks;
   lg.rank = topo.rank();
-  lg.period = cfg.parallel.period;
+  const SyncPeriods periods = sync_periods(cfg.parallel);
+  lg.period = periods.across;
+  lg.inside_period = periods.inside;
+  lg.node_ranks = topo.local_size();
+  // The node level's own sum (parallel.periods): over this node's ranks only.
+  if (periods.by_level() && algorithm != Algorithm::ssgd && ranks > 1)
+    t.node_allreduce = std::make_unique<mpi::NodeAllreduce>(topo);
   lg.alpha = cfg.parallel.alpha;
   lg.centre_rate = cfg.parallel.centre_rate;
   lg.momentum = cfg.parallel.momentum;
@@ -157,7 +167,7 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
   const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
   auto make_graph = [spec = data.spec, sample = info.sample, format] { return make_model_graph(spec, sample, format); };
   t.group = std::make_unique<LearnerGroup>(*t.backend, make_graph, batch, batch * label_hw, cfg.optimizer,
-                                           class_weights, lg, *t.allreduce);
+                                           class_weights, lg, *t.allreduce, t.node_allreduce.get());
   // The linear scaling rule scales by the batch one update averages over: the global batch
   // under ssgd, a learner's own batch under sma and local-sgd.
   t.schedule = std::make_unique<Schedule>(cfg.schedule, cfg.optimizer.lr,

@@ -50,6 +50,7 @@ struct TrainingDevice {
   // What parallel.cross_node makes of this job's nodes (mpi::cross_rule), for the log; "" when
   // the allreduce has no pipelined cross-node stage. summary.json says what ran.
   std::string cross_rule;
+  std::unique_ptr<mpi::Allreduce> node_allreduce;  // parallel.periods' node level: this node's ranks (or null)
   double bucket_mb = 0;                     // parallel.bucket_mb as used (bucket_mb_for)
   std::unique_ptr<LearnerGroup> group;
   std::unique_ptr<Schedule> schedule;

@@ -4,7 +4,7 @@
 # no cluster can be made here, with the reason.
 #
 #   test_cluster.sh SQUALL_BIN PYTHON TEST
-#   TEST: info | allreduce | cross | rate | slurm | train | resume | streams
+#   TEST: info | allreduce | cross | rate | slurm | train | resume | streams | periods
 set -euo pipefail
 
 squall=$1 python=$2 test=$3
@@ -246,6 +246,63 @@ case $test in
         fail "$algorithm: async streams with jitter end with model_checksum ${sum[async]}, inline ones with ${sum[inline]}"
       echo "ok: $algorithm on 2 nodes x 1 rank x 2 learners, async streams with jitter $jitter as inline: ${sum[inline]}"
     done
+    ;;
+
+  periods)
+    # parallel.periods = [1, 4] (averaging by level) on real nodes: sma on 2 nodes x 2 ranks,
+    # local-sgd on unequal nodes of 2, 2 and 1 ranks. Each trains, a rank fails at step 21,
+    # and --resume auto from the checkpoint of step 18 (in the middle of an across period:
+    # the nodes' models differ there) ends with the uninterrupted job's model_checksum. sma
+    # with [1, 1] is today's period 1, bit for bit, and [1, 4] another model.
+    "$cluster" up "$name" --nodes 3 --rate 1gbit
+    declare -A hosts=([sma]="$name-n1:2,$name-n2:2" [local-sgd]="$name-n1:2,$name-n2:2,$name-n3:1")
+    declare -A np=([sma]=4 [local-sgd]=5)
+    declare -A nodes=([sma]=2 [local-sgd]=3)
+    for algorithm in sma local-sgd; do
+      last=$((np[$algorithm] - 1))
+      job=(train --config "$root/configs/fashion-mnist-sma.toml" --set parallel.algorithm="$algorithm"
+           --set train.max_steps=30 --set schedule.warmup_steps=0 --set checkpoint.every_steps=6
+           --set data.train_samples=4096 --set data.test_samples=256 --set run.threads=1)
+      run() {  # run LABEL [mpirun options --] [--set ...]: the job into $shared/$algorithm-LABEL
+        local label=$1; shift
+        "$cluster" mpirun "$name" --host "${hosts[$algorithm]}" -np "${np[$algorithm]}" "$@"
+      }
+      run whole -- "$squall" "${job[@]}" --set "parallel.periods=[1, 4]" --set run.dir="$shared/$algorithm-whole" \
+        >"$work/$algorithm-whole.log" 2>&1 || { cat "$work/$algorithm-whole.log" >&2; fail "$algorithm [1, 4] failed"; }
+      s=$shared/$algorithm-whole/summary.json
+      [[ $(json "$s" 'd["nodes"]') == "${nodes[$algorithm]}" ]] || fail "$algorithm: not ${nodes[$algorithm]} nodes"
+      [[ $(json "$s" 'd["parallel"]["periods"]') == "[1, 4]" ]] || fail "$algorithm: summary.json's periods are not [1, 4]"
+      grep -q "by level, parallel.periods = \[1, 4\]" "$work/$algorithm-whole.log" || fail "$algorithm: no line on the levels"
+      if run crashed -x SQUALL_FAIL_AT=$last:21 -- "$squall" "${job[@]}" --set "parallel.periods=[1, 4]" \
+        --set run.dir="$shared/$algorithm-crashed" >"$work/$algorithm-crash.log" 2>&1; then
+        fail "$algorithm: the job whose rank $last failed exited 0"
+      fi
+      run resumed -- "$squall" "${job[@]}" --set "parallel.periods=[1, 4]" --set run.dir="$shared/$algorithm-crashed" \
+        --resume auto >"$work/$algorithm-resume.log" 2>&1 || { cat "$work/$algorithm-resume.log" >&2; fail "$algorithm: the resumed job failed"; }
+      grep -q "resuming from .*step-00000018" "$work/$algorithm-resume.log" || fail "$algorithm: did not resume from step 18"
+      a=$(json "$s" 'd["model_checksum"]')
+      b=$(json "$shared/$algorithm-crashed/summary.json" 'd["model_checksum"]')
+      [[ $a == "$b" ]] || fail "$algorithm [1, 4]: model_checksum of the resumed job $b differs from the uninterrupted job's $a"
+      # Other periods on resume are refused, naming the key.
+      if run other -- "$squall" "${job[@]}" --set "parallel.periods=[2, 4]" --set run.dir="$shared/$algorithm-crashed" \
+        --resume auto >"$work/$algorithm-other.log" 2>&1; then
+        fail "$algorithm: a resume with periods [2, 4] of a [1, 4] checkpoint was not refused"
+      fi
+      grep -q "parallel.periods" "$work/$algorithm-other.log" || { cat "$work/$algorithm-other.log" >&2; fail "$algorithm: the refusal does not name parallel.periods"; }
+      echo "ok: $algorithm [1, 4] on ${nodes[$algorithm]} nodes: rank $last failed at step 21, resumed from step 18, model_checksum $b as uninterrupted"
+    done
+    algorithm=sma
+    job=("${job[@]/parallel.algorithm=local-sgd/parallel.algorithm=sma}")
+    run today -- "$squall" "${job[@]}" --set run.dir="$shared/sma-today" >"$work/today.log" 2>&1 ||
+      { cat "$work/today.log" >&2; fail "sma without periods failed"; }
+    run ones -- "$squall" "${job[@]}" --set "parallel.periods=[1, 1]" --set run.dir="$shared/sma-ones" \
+      >"$work/ones.log" 2>&1 || { cat "$work/ones.log" >&2; fail "sma [1, 1] failed"; }
+    a=$(json "$shared/sma-today/summary.json" 'd["model_checksum"]')
+    b=$(json "$shared/sma-ones/summary.json" 'd["model_checksum"]')
+    c=$(json "$shared/sma-whole/summary.json" 'd["model_checksum"]')
+    [[ $a == "$b" ]] || fail "sma [1, 1] ends with model_checksum $b, parallel.period = 1 with $a"
+    [[ $a != "$c" ]] || fail "sma [1, 4] ends with the model of [1, 1]: $c"
+    echo "ok: sma [1, 1] is period 1 ($a); [1, 4] another model ($c)"
     ;;
 
   *) fail "unknown test '$test'" ;;

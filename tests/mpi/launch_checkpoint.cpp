@@ -366,3 +366,36 @@ TEST_CASE("checkpoint.every_minutes: rank 0's clock decides for the job", "[laun
   CHECK(checkpoints == 2);
   CHECK(records >= 5);
 }
+
+TEST_CASE("parallel.periods [1, 3] on emulated nodes of 2, 2 and 1 ranks: a crash inside an across period resumes "
+          "bit for bit",
+          "[launch][checkpoint][periods]") {
+  // The checkpoint of step 40 is one step after the job's average of step 39: the nodes' sma
+  // centres differ there, and each rank's part carries its node's.
+  TempDir t("squall-resume-periods");
+  const std::string whole = t.file("whole"), crashed = t.file("crashed");
+  auto job = [&](const std::string& dir, const std::string& extra = "") {
+    return mpiexec(5) + " " + sma_job(dir, " --ranks-per-node 2 --set parallel.periods=[1,3]" + extra);
+  };
+  const auto a = run_command(job(whole));
+  INFO(tail(a));
+  REQUIRE(a.exit_code == 0);
+  CHECK_THAT(a.out, Contains("sma by level, parallel.periods = [1, 3]") && Contains("the 3 node(s) every 3"));
+  const json s = read_json(fs::path(whole) / "summary.json");
+  CHECK(s.at("nodes") == 3);
+  CHECK(s.at("parallel").at("periods") == json({1, 3}));
+  CHECK(s.at("parallel").at("period") == 3);
+  const auto b = run_command("SQUALL_FAIL_AT=4:45 " + job(crashed));
+  INFO(tail(b));
+  CHECK(b.exit_code != 0);
+  CHECK(fs::exists(fs::path(crashed) / "checkpoints/step-00000040/rank-00004.h5"));
+  const auto c = run_command(job(crashed, " --resume auto"));
+  INFO(tail(c));
+  REQUIRE(c.exit_code == 0);
+  CHECK_THAT(c.out, Contains("resuming from") && Contains("step-00000040"));
+  CHECK(checksum(crashed) == checksum(whole));
+  // Today's sma on the same job is another model.
+  const auto d = run_command(mpiexec(5) + " " + sma_job(t.file("today"), " --ranks-per-node 2"));
+  REQUIRE(d.exit_code == 0);
+  CHECK(checksum(t.file("today")) != checksum(whole));
+}

@@ -418,3 +418,35 @@ TEST_CASE("report never joins the runs of two dirs of one size", "[launch][repor
   REQUIRE(find_line(lines, "measured (sma)") != nullptr);
   CHECK(find_line(lines, "measured (sma)")->points.size() == 1);
 }
+
+TEST_CASE("report keeps runs of other parallel.periods apart and lists the periods", "[launch][report]") {
+  TempDir tmp("squall-launch-report-periods");
+  plain_run(tmp.file("np1"), 1, 100.0);
+  plain_run(tmp.file("np2"), 2, 190.0);
+  plain_run(tmp.file("np2-by-level"), 2, 195.0);
+  for (const auto& [name, periods] : {std::pair<std::string, json>{"np1", json{1, 1}}, {"np2", json{1, 1}},
+                                      {"np2-by-level", json{1, 4}}}) {
+    json s = squall::test::read_json(tmp.file(name) + "/summary.json");
+    s["algorithm"] = "sma";
+    s["parallel"] = {{"period", periods[1]}, {"periods", periods}};
+    std::ofstream(tmp.file(name) + "/summary.json") << s.dump();
+  }
+  const std::string dirs = tmp.file("np1") + " " + tmp.file("np2") + " " + tmp.file("np2-by-level");
+  const std::string out = tmp.file("report");
+  REQUIRE(report(dirs + " --out " + out).exit_code == 0);
+  const auto lines = polylines(slurp(out + "/throughput.svg"));
+  REQUIRE(find_line(lines, "measured (periods [1, 1])") != nullptr);
+  CHECK(find_line(lines, "measured (periods [1, 1])")->points.size() == 2);
+  REQUIRE(find_line(lines, "measured (periods [1, 4])") != nullptr);
+  CHECK(find_line(lines, "measured (periods [1, 4])")->points.size() == 1);
+  const auto j = report(dirs + " --out " + out + " --json");
+  INFO(j.out << j.err);
+  REQUIRE(j.exit_code == 0);
+  const json table = json::parse(j.out);
+  REQUIRE(table.size() == 3);
+  CHECK(table[0].at("algorithm") == "sma");
+  CHECK(table[0].at("periods") == json({1, 1}));
+  bool by_level = false;
+  for (const json& row : table) by_level = by_level || (row.at("run") == "np2-by-level" && row.at("periods") == json({1, 4}));
+  CHECK(by_level);
+}

@@ -1,0 +1,435 @@
+// Averaging by level, parallel.periods = [inside, across] (docs/training.md, "Averaging by
+// level"): several ranks of one job in one process, each on a thread of its own with its own
+// learner group, summed by an in-process allreduce over the job and one per node, against
+// references of hierarchical local SGD and of SMA by level written out in double; [1, 1] and
+// [p, p] against today's parallel.period; a checkpoint in the middle of an across period;
+// the config's checks.
+#include <catch2/catch.hpp>
+
+#include <barrier>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <thread>
+
+#include "src/core/error.hpp"
+#include "src/parallel/learners.hpp"
+#include "src/train/config.hpp"
+#include "src/train/run_dir.hpp"
+#include "tests/support/tiny_model.hpp"
+
+using namespace squall;
+using train::Algorithm;
+using train::LearnerGroup;
+using train::LearnerGroupOptions;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// The sum over a set of threads ("ranks"): every member copies its buffer in, then each adds
+// the copies in member order, so that all end with the same bits, as the job's sums do.
+class ThreadSum final : public mpi::Allreduce {
+ public:
+  struct Shared {
+    explicit Shared(int n) : members(n), barrier(n), slots(static_cast<size_t>(n)) {}
+    int members;
+    std::barrier<> barrier;
+    std::vector<std::vector<float>> slots;
+  };
+  ThreadSum(std::shared_ptr<Shared> shared, int index) : m_shared(std::move(shared)), m_index(index) {}
+
+  using Allreduce::start;
+  Ticket start(void* data, size_t count, mpi::DType type, std::string_view, void*) override {
+    check_type(type);
+    auto* x = static_cast<float*>(data);
+    Shared& s = *m_shared;
+    s.slots[static_cast<size_t>(m_index)].assign(x, x + count);
+    s.barrier.arrive_and_wait();
+    for (size_t i = 0; i < count; ++i) {
+      float sum = 0;
+      for (const auto& slot : s.slots) sum += slot[i];
+      x[i] = sum;
+    }
+    s.barrier.arrive_and_wait();  // nobody refills a slot before every member has read it
+    return ++m_started;
+  }
+  bool test(Ticket) override { return true; }
+  void wait(Ticket) override {}
+  int ranks() const override { return m_shared->members; }
+  bool takes(mpi::DType type) const override { return type == mpi::DType::f32; }
+  std::string mode() const override { return "threads"; }
+
+ private:
+  std::shared_ptr<Shared> m_shared;
+  int m_index;
+  Ticket m_started = 0;
+};
+
+struct Job {
+  Algorithm algorithm = Algorithm::sma;
+  int64_t inside = 0, across = 1;  // inside 0: today's parallel.period = across
+  std::vector<int> node_of_rank{0, 0, 1, 1};
+  int learners = 2;
+  int64_t steps = 8;
+  int64_t resume_at = -1;  // >= 0: checkpoint after this many steps, continue in new groups
+};
+
+constexpr int64_t k_batch = 3;
+constexpr double k_alpha = 0.2, k_mu = 0.7, k_lr = 0.3;
+
+// What a rank holds after a step: the central model, its node's model, its replicas.
+struct Snap {
+  std::vector<float> central, node;
+  std::vector<std::vector<float>> replicas;
+};
+using Trace = std::vector<std::vector<Snap>>;  // [rank][step]
+
+int ranks_on(const std::vector<int>& node_of_rank, int node) {
+  return static_cast<int>(std::count(node_of_rank.begin(), node_of_rank.end(), node));
+}
+
+Trace run_job(const Job& job) {
+  const int ranks = static_cast<int>(job.node_of_rank.size());
+  const int nodes = *std::max_element(job.node_of_rank.begin(), job.node_of_rank.end()) + 1;
+  auto everyone = std::make_shared<ThreadSum::Shared>(ranks);
+  std::vector<std::shared_ptr<ThreadSum::Shared>> per_node;
+  for (int n = 0; n < nodes; ++n) per_node.push_back(std::make_shared<ThreadSum::Shared>(ranks_on(job.node_of_rank, n)));
+  Trace trace(static_cast<size_t>(ranks));
+  std::vector<std::exception_ptr> failed(static_cast<size_t>(ranks));
+  auto rank_main = [&](int rank) {
+    try {
+      const int node = job.node_of_rank[static_cast<size_t>(rank)];
+      int local = 0;
+      for (int r = 0; r < rank; ++r) local += job.node_of_rank[static_cast<size_t>(r)] == node ? 1 : 0;
+      auto backend = test::make_test_backend(1);
+      ThreadSum job_sum(everyone, rank), node_sum(per_node[static_cast<size_t>(node)], local);
+      LearnerGroupOptions o;
+      o.algorithm = job.algorithm;
+      o.learners = job.learners;
+      o.ranks = ranks;
+      o.rank = rank;
+      o.period = job.across;
+      o.inside_period = job.inside;
+      o.node_ranks = ranks_on(job.node_of_rank, node);
+      o.alpha = k_alpha;
+      o.momentum = k_mu;
+      o.threads = 1;
+      auto make = [&] {
+        return std::make_unique<LearnerGroup>(*backend, test::make_tiny_graph, k_batch, k_batch, test::plain_sgd(),
+                                              std::vector<float>{}, o, job_sum, &node_sum);
+      };
+      auto group = make();
+      const size_t n = group->param_count();
+      for (int64_t step = 0; step < job.steps; ++step) {
+        if (step == job.resume_at) {
+          io::CheckpointData shared, own;
+          group->save_shared(shared);
+          group->save_own(own);
+          group = make();
+          group->restore(shared, &own);
+        }
+        const test::TinyStep batches = test::tiny_step(rank, job.learners, step, k_batch);
+        group->step(batches.inputs, step, static_cast<float>(k_lr));
+        Snap s;
+        s.central = test::on_host(group->central_params(), n);
+        s.node = test::on_host(group->node_params(), n);
+        for (int j = 0; j < job.learners; ++j) s.replicas.push_back(test::on_host(group->replica_params(j), n));
+        trace[static_cast<size_t>(rank)].push_back(std::move(s));
+      }
+    } catch (...) {
+      failed[static_cast<size_t>(rank)] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) threads.emplace_back(rank_main, r);
+  for (auto& t : threads) t.join();
+  for (const auto& e : failed)
+    if (e) std::rethrow_exception(e);
+  return trace;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+double diff(const std::vector<float>& a, const std::vector<double>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(static_cast<double>(a[i]) - b[i]));
+  return d;
+}
+
+double diff(const std::vector<float>& a, const std::vector<float>& b) {
+  return diff(a, std::vector<double>(b.begin(), b.end()));
+}
+
+using Vec = std::vector<double>;
+
+// The reference, in double: every replica w[rank][learner], every node's centre and the one
+// before it (sma), the job's central model.
+struct Reference {
+  std::vector<std::vector<Vec>> w;
+  std::vector<Vec> zn, zpn;
+  Vec z;
+};
+
+Reference start_reference(const Job& job, const std::vector<float>& initial) {
+  const int ranks = static_cast<int>(job.node_of_rank.size());
+  const int nodes = *std::max_element(job.node_of_rank.begin(), job.node_of_rank.end()) + 1;
+  Reference r;
+  const Vec w0(initial.begin(), initial.end());
+  r.w.assign(static_cast<size_t>(ranks), std::vector<Vec>(static_cast<size_t>(job.learners), w0));
+  r.zn.assign(static_cast<size_t>(nodes), w0);
+  r.zpn = r.zn;
+  r.z = w0;
+  return r;
+}
+
+// One step of hierarchical local SGD (Lin et al.) or of SMA by level, as docs/training.md writes them.
+void reference_step(const Job& job, Reference& r, int64_t step) {
+  const int ranks = static_cast<int>(r.w.size());
+  const int nodes = static_cast<int>(r.zn.size());
+  const int64_t done = step + 1;
+  const bool job_level = done % job.across == 0;
+  const bool node_level = !job_level && job.inside > 0 && done % job.inside == 0;
+  const size_t n = r.z.size();
+  std::vector<std::vector<Vec>> g(static_cast<size_t>(ranks));
+  for (int k = 0; k < ranks; ++k)
+    for (int j = 0; j < job.learners; ++j)
+      g[k].push_back(test::tiny_gradient(r.w[k][j], test::tiny_batch(k, j, step, k_batch)));
+  auto node_of = [&](int k) { return job.node_of_rank[static_cast<size_t>(k)]; };
+  auto learners_of = [&](int node) { return ranks_on(job.node_of_rank, node) * job.learners; };
+  // The sum of the replicas over a node (node >= 0) or the job (-1), before the step's update.
+  auto sum_over = [&](int node) {
+    Vec s(n, 0.0);
+    for (int k = 0; k < ranks; ++k)
+      if (node < 0 || node_of(k) == node)
+        for (const Vec& wj : r.w[k])
+          for (size_t i = 0; i < n; ++i) s[i] += wj[i];
+    return s;
+  };
+  const double total = static_cast<double>(ranks * job.learners);
+  if (job.algorithm == Algorithm::local_sgd) {
+    for (int k = 0; k < ranks; ++k)
+      for (int j = 0; j < job.learners; ++j)
+        for (size_t i = 0; i < n; ++i) r.w[k][j][i] -= k_lr * g[k][j][i];
+    if (job_level || node_level) {
+      std::vector<Vec> mean(static_cast<size_t>(nodes));
+      for (int m = 0; m < nodes; ++m) {
+        mean[m] = sum_over(job_level ? -1 : m);
+        const double count = job_level ? total : learners_of(m);
+        for (double& v : mean[m]) v /= count;
+      }
+      for (int k = 0; k < ranks; ++k)
+        for (Vec& wj : r.w[k]) wj = mean[node_of(k)];
+      if (job_level) r.z = mean[0];
+    }
+    return;
+  }
+  // sma
+  std::vector<Vec> W(static_cast<size_t>(nodes));
+  for (int m = 0; m < nodes; ++m) W[m] = sum_over(m);
+  const Vec W_job = sum_over(-1);
+  for (int k = 0; k < ranks; ++k)
+    for (int j = 0; j < job.learners; ++j)
+      for (size_t i = 0; i < n; ++i) {
+        const double pull = job_level || node_level ? k_alpha * (r.w[k][j][i] - r.zn[node_of(k)][i]) : 0.0;
+        r.w[k][j][i] -= pull + k_lr * g[k][j][i];
+      }
+  if (node_level) {
+    for (int m = 0; m < nodes; ++m) {
+      const double Ln = learners_of(m), beta = std::min(k_alpha * Ln, 1.0);
+      Vec z_new(n);
+      for (size_t i = 0; i < n; ++i)
+        z_new[i] = r.zn[m][i] + beta * (W[m][i] / Ln - r.zn[m][i]) + k_mu * (r.zn[m][i] - r.zpn[m][i]);
+      r.zpn[m] = r.zn[m];
+      r.zn[m] = z_new;
+    }
+  } else if (job_level) {
+    Vec zbar(n, 0.0), zpbar(n, 0.0);
+    for (int m = 0; m < nodes; ++m)
+      for (size_t i = 0; i < n; ++i) {
+        zbar[i] += learners_of(m) * r.zn[m][i] / total;
+        zpbar[i] += learners_of(m) * r.zpn[m][i] / total;
+      }
+    const double beta = std::min(k_alpha * total, 1.0);
+    for (size_t i = 0; i < n; ++i)
+      r.z[i] = beta * W_job[i] / total + (1 - beta + k_mu) * zbar[i] - k_mu * zpbar[i];
+    for (int m = 0; m < nodes; ++m) r.zpn[m] = r.zn[m] = r.z;
+  }
+}
+
+std::vector<float> initial_params() {
+  auto backend = test::make_test_backend(1);
+  mpi::OneRankAllreduce alone;
+  LearnerGroupOptions o;
+  LearnerGroup g(*backend, test::make_tiny_graph, k_batch, k_batch, test::plain_sgd(), {}, o, alone);
+  return test::on_host(g.central_params(), g.param_count());
+}
+
+}  // namespace
+
+TEST_CASE("parallel.periods [1, 1] and [p, p] are parallel.period 1 and p, bit for bit", "[learners][periods]") {
+  const Algorithm algorithm = GENERATE(Algorithm::sma, Algorithm::local_sgd);
+  const int64_t p = GENERATE(1, 4);
+  Job today;
+  today.algorithm = algorithm;
+  today.across = p;
+  Job same = today;
+  same.inside = p;
+  const Trace a = run_job(today), b = run_job(same);
+  INFO(train::algorithm_name(algorithm) << " period " << p);
+  for (size_t k = 0; k < a.size(); ++k) {
+    CHECK(same_bits(a[k].back().central, b[k].back().central));
+    for (size_t j = 0; j < a[k].back().replicas.size(); ++j)
+      CHECK(same_bits(a[k].back().replicas[j], b[k].back().replicas[j]));
+  }
+  // The run trained: the check above compared models that moved.
+  CHECK(diff(a[0].back().replicas[0], initial_params()) > 1e-3);
+}
+
+TEST_CASE("local-sgd [1, 4] averages inside each node every step and over the job every 4", "[learners][periods]") {
+  Job job;
+  job.algorithm = Algorithm::local_sgd;
+  job.inside = 1;
+  job.across = 4;
+  job.node_of_rank = GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 0, 1});
+  const Trace t = run_job(job);
+  Reference ref = start_reference(job, initial_params());
+  const size_t ranks = t.size();
+  for (int64_t step = 0; step < job.steps; ++step) {
+    reference_step(job, ref, step);
+    INFO("nodes of ranks " << job.node_of_rank.size() << ", step " << step + 1);
+    for (size_t k = 0; k < ranks; ++k)
+      for (int j = 0; j < job.learners; ++j) CHECK(diff(t[k][step].replicas[j], ref.w[k][j]) < 1e-5);
+    const bool across = (step + 1) % job.across == 0;
+    // Inside a node every replica is the very same model; across nodes they differ until
+    // the job's average, after which every replica and the central model are one.
+    for (size_t k = 0; k < ranks; ++k)
+      for (int j = 0; j < job.learners; ++j) {
+        const bool same_node = job.node_of_rank[k] == 0;
+        if (across || same_node) CHECK(same_bits(t[k][step].replicas[j], t[0][step].replicas[0]));
+        else CHECK(diff(t[k][step].replicas[j], t[0][step].replicas[0]) > 1e-6);
+      }
+    if (across) CHECK(same_bits(t[ranks - 1][step].central, t[0][step].replicas[0]));
+  }
+}
+
+TEST_CASE("sma [1, 4] keeps one centre per node and joins them every 4 steps", "[learners][periods]") {
+  Job job;
+  job.algorithm = Algorithm::sma;
+  job.inside = 1;
+  job.across = 4;
+  job.node_of_rank = GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 0, 1});
+  const Trace t = run_job(job);
+  Reference ref = start_reference(job, initial_params());
+  const size_t ranks = t.size();
+  for (int64_t step = 0; step < job.steps; ++step) {
+    reference_step(job, ref, step);
+    INFO("nodes of ranks " << job.node_of_rank.size() << ", step " << step + 1);
+    for (size_t k = 0; k < ranks; ++k) {
+      const int node = job.node_of_rank[k];
+      for (int j = 0; j < job.learners; ++j) CHECK(diff(t[k][step].replicas[j], ref.w[k][j]) < 1e-5);
+      CHECK(diff(t[k][step].node, ref.zn[static_cast<size_t>(node)]) < 1e-5);
+      CHECK(diff(t[k][step].central, ref.z) < 1e-5);
+      // Every rank of a node holds its node's centre bit for bit, every rank the job's.
+      const size_t first_of_node = static_cast<size_t>(
+          std::find(job.node_of_rank.begin(), job.node_of_rank.end(), node) - job.node_of_rank.begin());
+      CHECK(same_bits(t[k][step].node, t[first_of_node][step].node));
+      CHECK(same_bits(t[k][step].central, t[0][step].central));
+    }
+    const bool across = (step + 1) % job.across == 0;
+    // (At step 1 every centre moves towards the initial model, which all replicas were at.)
+    if (across) CHECK(same_bits(t[ranks - 1][step].node, t[0][step].node));
+    else if (step > 0) CHECK(diff(t[ranks - 1][step].node, t[0][step].node) > 1e-6);
+  }
+}
+
+TEST_CASE("periods [1, 4] train another model than [1, 1] and [4, 4]", "[learners][periods]") {
+  const Algorithm algorithm = GENERATE(Algorithm::sma, Algorithm::local_sgd);
+  Job by_level;
+  by_level.algorithm = algorithm;
+  by_level.inside = 1;
+  by_level.across = 4;
+  Job every_step = by_level, every_4 = by_level;
+  every_step.inside = every_step.across = 1;
+  every_4.inside = 4;
+  const auto a = run_job(by_level)[0].back().central;
+  INFO(train::algorithm_name(algorithm));
+  CHECK(diff(a, run_job(every_step)[0].back().central) > 1e-5);
+  CHECK(diff(a, run_job(every_4)[0].back().central) > 1e-5);
+}
+
+TEST_CASE("a checkpoint in the middle of an across period resumes bit for bit", "[learners][periods]") {
+  Job job;
+  job.algorithm = GENERATE(Algorithm::sma, Algorithm::local_sgd);
+  job.inside = 1;
+  job.across = 4;
+  job.steps = 11;
+  const Trace whole = run_job(job);
+  job.resume_at = 6;  // two inside steps after the job's average of step 4
+  const Trace resumed = run_job(job);
+  INFO(train::algorithm_name(job.algorithm));
+  for (size_t k = 0; k < whole.size(); ++k) {
+    CHECK(same_bits(whole[k].back().central, resumed[k].back().central));
+    CHECK(same_bits(whole[k].back().node, resumed[k].back().node));
+    for (size_t j = 0; j < whole[k].back().replicas.size(); ++j)
+      CHECK(same_bits(whole[k].back().replicas[j], resumed[k].back().replicas[j]));
+  }
+}
+
+TEST_CASE("sma by level: a checkpoint without the node's centre is refused naming it", "[learners][periods]") {
+  auto backend = test::make_test_backend(1);
+  mpi::OneRankAllreduce alone;
+  LearnerGroupOptions o;
+  o.algorithm = Algorithm::sma;
+  o.learners = 2;
+  o.period = 4;
+  o.inside_period = 1;
+  LearnerGroup g(*backend, test::make_tiny_graph, k_batch, k_batch, test::plain_sgd(), {}, o, alone);
+  io::CheckpointData shared, own;
+  g.save_shared(shared);
+  g.save_own(own);
+  REQUIRE(own.arrays.count("node_central/z") == 1);
+  own.arrays.erase("node_central/z");
+  own.origin = "step-6/rank-0";
+  REQUIRE_THROWS_WITH(g.restore(shared, &own), Contains("step-6/rank-0") && Contains("node_central/z"));
+}
+
+TEST_CASE("parallel.periods: the config's checks name the key and the values", "[config][periods]") {
+  auto load = [](std::vector<std::string> sets) { return train::load_config("", sets); };
+  SECTION("across a multiple of inside") {
+    REQUIRE_THROWS_WITH(load({"parallel.algorithm=sma", "parallel.periods=[3, 4]"}),
+                        Contains("parallel.periods = [3, 4]") && Contains("multiple of inside"));
+  }
+  SECTION("two numbers, both > 0") {
+    REQUIRE_THROWS_WITH(load({"parallel.algorithm=sma", "parallel.periods=[1, 2, 4]"}),
+                        Contains("parallel.periods must be [inside, across]"));
+    REQUIRE_THROWS_WITH(load({"parallel.algorithm=sma", "parallel.periods=[0, 4]"}), Contains("must be > 0"));
+  }
+  SECTION("a period that disagrees") {
+    REQUIRE_THROWS_WITH(load({"parallel.algorithm=sma", "parallel.period=2", "parallel.periods=[1, 4]"}),
+                        Contains("parallel.period = 2 disagree"));
+  }
+  SECTION("ssgd takes [1, 1] only") {
+    REQUIRE_THROWS_WITH(load({"parallel.periods=[1, 4]"}), Contains("parallel.periods = [1, 4] applies to "
+                                                                    "parallel.algorithm = sma or local-sgd"));
+    CHECK(train::sync_periods(load({"parallel.periods=[1, 1]"}).parallel) == train::SyncPeriods{1, 1});
+  }
+  SECTION("period is short for [period, period]; periods sets period to its across") {
+    CHECK(train::sync_periods(load({"parallel.algorithm=sma", "parallel.period=4"}).parallel) ==
+          train::SyncPeriods{4, 4});
+    const train::Config c = load({"parallel.algorithm=local-sgd", "parallel.periods=[2, 8]"});
+    CHECK(train::sync_periods(c.parallel) == train::SyncPeriods{2, 8});
+    CHECK(c.parallel.period == 8);
+    CHECK(load({"parallel.algorithm=sma", "parallel.period=8", "parallel.periods=[2, 8]"}).parallel.period == 8);
+    // A resolved config loads again (to_toml writes both keys).
+    CHECK(train::parse_config(train::to_toml(c), "config.toml").parallel == c.parallel);
+  }
+  SECTION("a resume with other periods is refused") {
+    const train::Config then = load({"parallel.algorithm=sma", "parallel.periods=[1, 4]"});
+    const train::Config now = load({"parallel.algorithm=sma", "parallel.periods=[2, 4]"});
+    std::vector<std::string> changed;
+    CHECK_THAT(train::resume_incompatibility(now, then, changed), Contains("parallel.periods: [1, 4] -> [2, 4]"));
+    CHECK(train::resume_incompatibility(then, then, changed).empty());
+  }
+}
