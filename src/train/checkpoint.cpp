@@ -243,8 +243,16 @@ std::string CheckpointStore::try_load(const fs::path& folder, LoadedCheckpoint& 
 std::string CheckpointStore::load_parts(const fs::path& folder, LoadedCheckpoint& out) {
   // Rank 0 lists the node files once; none means a checkpoint of an earlier squall version,
   // whose rank-RRRRR.h5 files each rank reads itself.
-  const std::vector<std::string> files =
-      split_lines(m_world.broadcast_string(m_world.rank() == 0 ? join_lines(node_files_in(folder)) : std::string()));
+  std::string listing;
+  if (m_world.rank() == 0) {
+    listing = join_lines(node_files_in(folder));
+    if (listing.empty() && !fs::exists(part_file(folder, 0)))
+      listing = "!" + folder.string() + ": its model.h5 says the ranks' parts are saved, but it holds neither " +
+                node_file("", 0).string() + " nor " + part_file("", 0).string();
+  }
+  listing = m_world.broadcast_string(listing);
+  if (!listing.empty() && listing.front() == '!') return listing.substr(1);
+  const std::vector<std::string> files = split_lines(listing);
   if (files.empty())
     return agree_on_reasons(m_world, reason_of([&] {
       out.own = io::read_checkpoint_file(part_file(folder, m_world.rank()).string());

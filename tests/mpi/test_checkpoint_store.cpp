@@ -267,3 +267,18 @@ TEST_CASE("a checkpoints folder that cannot be made fails the save on every rank
                              Catch::Contains("there is no earlier checkpoint"));
   }
 }
+
+TEST_CASE("a checkpoint whose model.h5 says it has parts but holds no part file is reported", "[checkpoint-store]") {
+  const auto world = Communicator::world();
+  const int n = world.size();
+  SharedDir dir(world);
+  const Topology topo = layout(blocks(n, 2));
+  CheckpointStore store(dir.path, topo, 2);
+  const io::CheckpointData own = own_of(world.rank(), 10);
+  const fs::path folder = store.save(10, shared_of(n, 10), &own);
+  if (world.rank() == 0)
+    for (int k = 0; k < topo.nodes(); ++k) fs::remove(CheckpointStore::node_file(folder, k));
+  world.barrier();
+  CHECK_THROWS_WITH(store.load(folder), Catch::Contains("step-00000010") && Catch::Contains("holds neither") &&
+                                            Catch::Contains("node-00000.h5") && Catch::Contains("rank-00000.h5"));
+}
