@@ -53,11 +53,12 @@ class CheckpointStore {
   // checkpoints are intact.
   std::filesystem::path save(int64_t step, const io::CheckpointData& shared, const io::CheckpointData* own);
 
-  // Collective: the newest checkpoint that every rank reads whole and that passes `check`
-  // (run on every rank with the loaded data; it throws squall::Error to refuse a checkpoint
-  // of another job, which is not skipped but reported). Each unreadable one is reported on
-  // rank 0 and the next older tried. nullopt when the run dir has no checkpoint; a
-  // CollectiveError when it has some and none is readable.
+  // Collective: the newest checkpoint that every rank reads whole. Each unreadable one is
+  // reported on rank 0 and the next older tried. One of a job of another size is refused
+  // (CollectiveError naming its model.h5, exit 2), not skipped; whether it is of this job
+  // otherwise is the caller's check (TrainingRun::check_resumable, which refuses it naming
+  // what differs). nullopt when the run dir has no checkpoint; a CollectiveError when it has
+  // some and none is readable.
   std::optional<LoadedCheckpoint> load_newest();
   // Collective: the checkpoint at `path` (its folder or its model.h5); CollectiveError naming
   // it when it cannot be read.
