@@ -16,6 +16,9 @@ constexpr const char* k_format = "squall-checkpoint";
 // Version 2 added tensor shapes (multi-dimensional datasets, the "shaped" list); version 1
 // files read as before.
 constexpr int64_t k_format_version = 2;
+// A file of several checkpoints, one per group (a node's part file, checkpoint.hpp).
+constexpr const char* k_groups_format = "squall-checkpoint-groups";
+constexpr int64_t k_groups_format_version = 1;
 constexpr hsize_t k_chunk_floats = hsize_t{1} << 20;  // 4 MiB chunks: one checksum each
 
 std::string with_cause(const std::string& message) {
@@ -238,7 +241,12 @@ CheckpointData CheckpointData::deserialize(const std::string& bytes, const std::
   return d;
 }
 
-void write_checkpoint_file(const std::string& path, const CheckpointData& data) {
+namespace {
+
+// Creates `path` in the 1.8+ format, lets `fill` write into it, closes and fsyncs it; any
+// failure removes the file.
+template <typename Fill>
+void write_durably(const std::string& path, Fill&& fill) {
   {
     auto lock = h5_lock();
     H5Handle access(H5Pcreate(H5P_FILE_ACCESS));
@@ -248,7 +256,7 @@ void write_checkpoint_file(const std::string& path, const CheckpointData& data) 
     H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()));
     if (!file) throw Error(write_failure(path, "the file", errno));
     try {
-      write_all(file.get(), path, data);
+      fill(file.get());
     } catch (...) {
       file.reset();
       std::error_code ec;
@@ -273,38 +281,71 @@ void write_checkpoint_file(const std::string& path, const CheckpointData& data) 
   }
 }
 
+// A group name of a groups file: one path component, no "." or "..".
+void check_group_name(const std::string& path, const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    throw Error(path + ": '" + name + "' cannot name a checkpoint group");
+}
+
+}  // namespace
+
+void write_checkpoint_file(const std::string& path, const CheckpointData& data) {
+  write_durably(path, [&](hid_t file) { write_all(file, path, data); });
+}
+
+void write_checkpoint_groups(const std::string& path, const std::vector<CheckpointGroup>& groups) {
+  write_durably(path, [&](hid_t file) {
+    std::vector<std::string> names;
+    for (const CheckpointGroup& g : groups) {
+      check_group_name(path, g.name);
+      names.push_back(g.name);
+    }
+    h5_write_attr_string(file, "format", k_groups_format);
+    h5_write_attr_int(file, "format_version", k_groups_format_version);
+    if (!names.empty()) h5_write_attr_strings(file, "groups", names);
+    for (const CheckpointGroup& g : groups) {
+      auto lock = h5_lock();
+      errno = 0;
+      H5Handle group(H5Gcreate2(file, g.name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+      if (!group) throw Error(write_failure(path, "group " + g.name, errno));
+      write_all(group.get(), path + ":/" + g.name, *g.data);
+      if (H5Gclose(group.release()) < 0) throw Error(write_failure(path, "group " + g.name, errno));
+    }
+  });
+}
+
 namespace {
 
-CheckpointData read_file(const std::string& path, bool with_arrays) {
-  auto lock = h5_lock();
-  H5Handle file = h5_open_file(path);
+// The entries of the checkpoint at `loc` (a file's root or a group of a groups file);
+// `path` names it in messages and becomes the data's origin.
+CheckpointData read_entries(hid_t loc, const std::string& path, bool with_arrays) {
   CheckpointData d;
   d.origin = path;
   std::string format;
-  if (!h5_read_attr_string(file.get(), "format", format, path) || format != k_format)
+  if (!h5_read_attr_string(loc, "format", format, path) || format != k_format)
     throw Error(path + ": not a squall checkpoint (no format = \"" + k_format + "\" attribute)");
   int64_t version = 0;
-  if (!h5_read_attr_int(file.get(), "format_version", version, path) || version < 1 || version > k_format_version)
+  if (!h5_read_attr_int(loc, "format_version", version, path) || version < 1 || version > k_format_version)
     throw Error(path + ": checkpoint format version " + std::to_string(version) + ", this squall reads versions 1 to " +
                 std::to_string(k_format_version));
   std::vector<std::string> arrays, ints, reals, texts, shaped;
   for (auto [key, list] : {std::pair{"arrays", &arrays}, {"ints", &ints}, {"reals", &reals}, {"texts", &texts},
                            {"shaped", &shaped}})
-    h5_read_attr_strings(file.get(), key, *list, path);
+    h5_read_attr_strings(loc, key, *list, path);
   for (const std::string& name : ints) {
     int64_t v = 0;
-    if (!h5_read_attr_int(file.get(), "i:" + name, v, path)) throw Error(path + ": entry " + name + " is missing");
+    if (!h5_read_attr_int(loc, "i:" + name, v, path)) throw Error(path + ": entry " + name + " is missing");
     d.ints[name] = v;
   }
-  for (const std::string& name : reals) d.reals[name] = read_real_attr(file.get(), "r:" + name, path);
+  for (const std::string& name : reals) d.reals[name] = read_real_attr(loc, "r:" + name, path);
   for (const std::string& name : texts) {
     std::string v;
-    if (!h5_read_attr_string(file.get(), "t:" + name, v, path)) throw Error(path + ": entry " + name + " is missing");
+    if (!h5_read_attr_string(loc, "t:" + name, v, path)) throw Error(path + ": entry " + name + " is missing");
     d.texts[name] = std::move(v);
   }
   if (!with_arrays) return d;
   for (const std::string& name : arrays) {
-    H5Handle ds = h5_open_dataset(file.get(), path, name);
+    H5Handle ds = h5_open_dataset(loc, path, name);
     const H5DatasetDesc desc = h5_describe(ds.get());
     const bool is_shaped = std::find(shaped.begin(), shaped.end(), name) != shaped.end();
     if (desc.type_class != H5T_FLOAT || desc.type_size != 4 || desc.dims.empty() ||
@@ -323,10 +364,54 @@ CheckpointData read_file(const std::string& path, bool with_arrays) {
   return d;
 }
 
+CheckpointData read_file(const std::string& path, bool with_arrays) {
+  auto lock = h5_lock();
+  H5Handle file = h5_open_file(path);
+  return read_entries(file.get(), path, with_arrays);
+}
+
+// A groups file opened, its root's format checked; its group names.
+H5Handle open_groups_file(const std::string& path, std::vector<std::string>& names) {
+  H5Handle file = h5_open_file(path);
+  std::string format;
+  if (!h5_read_attr_string(file.get(), "format", format, path) || format != k_groups_format)
+    throw Error(path + ": not a squall checkpoint part file (no format = \"" + k_groups_format + "\" attribute)");
+  int64_t version = 0;
+  if (!h5_read_attr_int(file.get(), "format_version", version, path) || version < 1 ||
+      version > k_groups_format_version)
+    throw Error(path + ": part file format version " + std::to_string(version) + ", this squall reads versions 1 to " +
+                std::to_string(k_groups_format_version));
+  names.clear();
+  h5_read_attr_strings(file.get(), "groups", names, path);
+  return file;
+}
+
 }  // namespace
 
 CheckpointData read_checkpoint_file(const std::string& path) { return read_file(path, true); }
 
 CheckpointData read_checkpoint_metadata(const std::string& path) { return read_file(path, false); }
+
+std::vector<std::string> read_checkpoint_group_names(const std::string& path) {
+  auto lock = h5_lock();
+  std::vector<std::string> names;
+  open_groups_file(path, names);
+  return names;
+}
+
+std::vector<CheckpointData> read_checkpoint_groups(const std::string& path, const std::vector<std::string>& wanted) {
+  auto lock = h5_lock();
+  std::vector<std::string> names;
+  H5Handle file = open_groups_file(path, names);
+  std::vector<CheckpointData> out;
+  for (const std::string& name : wanted) {
+    if (std::find(names.begin(), names.end(), name) == names.end() || !h5_exists(file.get(), name))
+      throw Error(path + ": group " + name + " is missing");
+    H5Handle group(H5Gopen2(file.get(), name.c_str(), H5P_DEFAULT));
+    if (!group) throw Error(with_cause(path + ": group " + name + " cannot be opened"));
+    out.push_back(read_entries(group.get(), path + ":/" + name, true));
+  }
+  return out;
+}
 
 }  // namespace squall::io

@@ -47,6 +47,25 @@ void write_checkpoint_file(const std::string& path, const CheckpointData& data);
 // corrupt or not a squall checkpoint.
 CheckpointData read_checkpoint_file(const std::string& path);
 
+// A file of several checkpoints, each in an HDF5 group named `name` that is laid out as a
+// checkpoint file's root (its own format attributes, entry lists and datasets): one node's
+// ranks' parts in one file (src/train/checkpoint.hpp). The file's root says format =
+// "squall-checkpoint-groups" and lists the groups in its "groups" attribute.
+struct CheckpointGroup {
+  std::string name;  // one path component: "rank-00003"
+  const CheckpointData* data = nullptr;
+};
+// Writes the groups (in order) and flushes the file to storage; throws and leaves no file as
+// write_checkpoint_file does.
+void write_checkpoint_groups(const std::string& path, const std::vector<CheckpointGroup>& groups);
+// The group names that a file written by write_checkpoint_groups lists. Throws squall::Error
+// naming the file when it is missing, corrupt or no such file.
+std::vector<std::string> read_checkpoint_group_names(const std::string& path);
+// The named groups of such a file, in the order asked, every checksum verified; each one's
+// origin is "<path>:/<name>". Throws squall::Error naming the file and the group when one is
+// missing or unreadable.
+std::vector<CheckpointData> read_checkpoint_groups(const std::string& path, const std::vector<std::string>& names);
+
 // The integers, reals and texts only, not the arrays: what a checkpoint says about its run and
 // model at the same small cost whatever the model's size. Throws as read_checkpoint_file.
 CheckpointData read_checkpoint_metadata(const std::string& path);

@@ -79,23 +79,87 @@ void Communicator::allreduce_max(std::span<double> values) const {
                                  MPI_DOUBLE, MPI_MAX, m_impl->comm));
 }
 
+namespace {
+
+// Strings of any length between one root and every rank, moved in rounds: each round carries
+// at most k_round bytes in all (so that MPI's int counts and displacements hold) and at most
+// k_round / n of each rank's string. Used by gather_strings and scatter_strings, which move
+// checkpoint parts of hundreds of MB from every rank of a node.
+constexpr uint64_t k_round = uint64_t{1} << 30;
+
+uint64_t round_share(int n) { return std::max<uint64_t>(1, k_round / static_cast<uint64_t>(n)); }
+
+// The count and displacement of each rank's slice in round `at` (the byte offset into every
+// string), given every string's length; returns the round's total.
+int round_layout(const std::vector<uint64_t>& lens, uint64_t at, uint64_t share, std::vector<int>& counts,
+                 std::vector<int>& displs) {
+  int total = 0;
+  for (size_t r = 0; r < lens.size(); ++r) {
+    counts[r] = static_cast<int>(lens[r] > at ? std::min(share, lens[r] - at) : 0);
+    displs[r] = total;
+    total += counts[r];
+  }
+  return total;
+}
+
+}  // namespace
+
 std::vector<std::string> Communicator::gather_strings(const std::string& mine, int root) const {
   const int n = m_impl->size;
-  int len = static_cast<int>(mine.size());
-  std::vector<int> lens(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
-  SQUALL_MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, root, m_impl->comm));
-  std::string all;
-  if (m_impl->rank == root) {
-    std::exclusive_scan(lens.begin(), lens.end(), displs.begin(), 0);
-    all.resize(static_cast<size_t>(displs.back() + lens.back()));
-  }
-  SQUALL_MPI_CHECK(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(),
-                               MPI_CHAR, root, m_impl->comm));
+  const bool is_root = m_impl->rank == root;
+  uint64_t len = mine.size();
+  std::vector<uint64_t> lens(static_cast<size_t>(n));
+  SQUALL_MPI_CHECK(MPI_Gather(&len, 1, MPI_UINT64_T, lens.data(), 1, MPI_UINT64_T, root, m_impl->comm));
+  uint64_t longest = 0;
+  if (is_root) longest = *std::max_element(lens.begin(), lens.end());
+  SQUALL_MPI_CHECK(MPI_Bcast(&longest, 1, MPI_UINT64_T, root, m_impl->comm));
   std::vector<std::string> out;
-  if (m_impl->rank == root) {
-    for (int r = 0; r < n; ++r) out.push_back(all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lens[r])));
+  if (is_root)
+    for (const uint64_t l : lens) out.emplace_back(static_cast<size_t>(l), '\0');
+  const uint64_t share = round_share(n);
+  std::vector<int> counts(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
+  std::string buffer;
+  // One round at least, so that every rank takes part even when every string is empty.
+  for (uint64_t at = 0; at == 0 || at < longest; at += share) {
+    const int send = static_cast<int>(len > at ? std::min(share, len - at) : 0);
+    if (is_root) buffer.resize(static_cast<size_t>(round_layout(lens, at, share, counts, displs)));
+    SQUALL_MPI_CHECK(MPI_Gatherv(mine.data() + std::min(at, len), send, MPI_CHAR, buffer.data(), counts.data(),
+                                 displs.data(), MPI_CHAR, root, m_impl->comm));
+    if (is_root)
+      for (int r = 0; r < n; ++r)
+        std::copy_n(buffer.data() + displs[static_cast<size_t>(r)], counts[static_cast<size_t>(r)],
+                    out[static_cast<size_t>(r)].data() + at);
   }
   return out;
+}
+
+std::string Communicator::scatter_strings(const std::vector<std::string>& parts, int root) const {
+  const int n = m_impl->size;
+  const bool is_root = m_impl->rank == root;
+  SQUALL_CHECK(!is_root || static_cast<int>(parts.size()) == n, "scatter_strings: the root needs one string per rank");
+  std::vector<uint64_t> lens(static_cast<size_t>(n));
+  if (is_root)
+    for (int r = 0; r < n; ++r) lens[static_cast<size_t>(r)] = parts[static_cast<size_t>(r)].size();
+  uint64_t len = 0;
+  SQUALL_MPI_CHECK(MPI_Scatter(lens.data(), 1, MPI_UINT64_T, &len, 1, MPI_UINT64_T, root, m_impl->comm));
+  uint64_t longest = is_root ? *std::max_element(lens.begin(), lens.end()) : 0;
+  SQUALL_MPI_CHECK(MPI_Bcast(&longest, 1, MPI_UINT64_T, root, m_impl->comm));
+  std::string mine(static_cast<size_t>(len), '\0');
+  const uint64_t share = round_share(n);
+  std::vector<int> counts(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
+  std::string buffer;
+  for (uint64_t at = 0; at == 0 || at < longest; at += share) {
+    if (is_root) {
+      buffer.resize(static_cast<size_t>(round_layout(lens, at, share, counts, displs)));
+      for (int r = 0; r < n; ++r)
+        std::copy_n(parts[static_cast<size_t>(r)].data() + std::min<uint64_t>(at, lens[static_cast<size_t>(r)]),
+                    counts[static_cast<size_t>(r)], buffer.data() + displs[static_cast<size_t>(r)]);
+    }
+    const int receive = static_cast<int>(len > at ? std::min(share, len - at) : 0);
+    SQUALL_MPI_CHECK(MPI_Scatterv(buffer.data(), counts.data(), displs.data(), MPI_CHAR, mine.data() + std::min(at, len),
+                                  receive, MPI_CHAR, root, m_impl->comm));
+  }
+  return mine;
 }
 
 bool mpi_is_cuda_aware() {

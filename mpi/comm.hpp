@@ -35,8 +35,12 @@ class Communicator {
   int64_t allreduce_min(int64_t value) const;
   void allreduce_sum(std::span<double> values) const;
   void allreduce_max(std::span<double> values) const;
-  // Rank `root` receives every rank's string in rank order; other ranks get {}.
+  // Rank `root` receives every rank's string in rank order; other ranks get {}. Strings of
+  // any length (moved in rounds under MPI's int counts).
   std::vector<std::string> gather_strings(const std::string& mine, int root = 0) const;
+  // The reverse: rank r gets parts[r] of rank `root` (which passes one per rank; the other
+  // ranks pass {}). Strings of any length.
+  std::string scatter_strings(const std::vector<std::string>& parts, int root = 0) const;
   // Every rank gets root's string.
   std::string broadcast_string(const std::string& value, int root = 0) const;
 

@@ -1,4 +1,4 @@
-// The checkpoint protocol of checkpoint.hpp: partial folder, parts, agreement, rename.
+// The checkpoint protocol of checkpoint.hpp: partial folder, node files, agreement, rename.
 #include "src/train/checkpoint.hpp"
 
 #include <algorithm>
@@ -24,14 +24,47 @@ int64_t step_of(const std::string& name) {
   return std::stoll(digits);
 }
 
+constexpr const char* k_node_prefix = "node-";
+// The most reasons that one message lists; the others are counted ("and 12 more ranks").
+constexpr int k_listed_reasons = 4;
+
 // Every rank's `reason` ("" = fine) gathered to rank 0, which joins the non-empty ones
 // ("rank 1: ...; rank 3: ..."); the joined text is returned on every rank.
 std::string agree_on_reasons(const mpi::Communicator& world, const std::string& reason) {
   const std::vector<std::string> all = world.gather_strings(reason);
   std::string joined;
-  for (size_t r = 0; r < all.size(); ++r)
-    if (!all[r].empty()) joined += (joined.empty() ? "" : "; ") + (all.size() > 1 ? "rank " + std::to_string(r) + ": " : "") + all[r];
+  int failed = 0;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty() || ++failed > k_listed_reasons) continue;
+    joined += (joined.empty() ? "" : "; ") + (all.size() > 1 ? "rank " + std::to_string(r) + ": " : "") + all[r];
+  }
+  if (failed > k_listed_reasons) joined += "; and " + std::to_string(failed - k_listed_reasons) + " more rank(s)";
   return world.broadcast_string(joined);
+}
+
+// Lines of text, one name each, and back: lists of names handed between ranks.
+std::string join_lines(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += n + "\n";
+  return out;
+}
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t at = 0, end; (end = text.find('\n', at)) != std::string::npos; at = end + 1)
+    out.push_back(text.substr(at, end - at));
+  return out;
+}
+
+// The node files in `folder`, sorted ("node-00000.h5", ...).
+std::vector<std::string> node_files_in(const fs::path& folder) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(k_node_prefix, 0) == 0 && it->path().extension() == ".h5") out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 template <typename F>
@@ -44,14 +77,49 @@ std::string reason_of(F&& work) {
   }
 }
 
+// On a node leader: its ranks' parts (`ranks`: their world ranks, in node order; `parts`:
+// what gather_strings brought, the leader's own first and empty) as one file of groups.
+void write_node_file(const fs::path& file, const io::CheckpointData& own, const std::vector<int>& ranks,
+                     std::vector<std::string>& parts) {
+  // A rank that could not serialize its part sent nothing and reports why itself.
+  for (size_t i = 1; i < parts.size(); ++i)
+    if (parts[i].empty()) return;
+  std::vector<io::CheckpointData> others;
+  others.reserve(parts.size());
+  for (size_t i = 1; i < parts.size(); ++i) {
+    others.push_back(io::CheckpointData::deserialize(parts[i], "the part of rank " + std::to_string(ranks[i])));
+    std::string().swap(parts[i]);  // one copy of each part at a time
+  }
+  std::vector<io::CheckpointGroup> groups;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    groups.push_back({CheckpointStore::rank_group(ranks[i]), i == 0 ? &own : &others[i - 1]});
+  io::write_checkpoint_groups(file.string(), groups);
+}
+
 }  // namespace
 
-CheckpointStore::CheckpointStore(fs::path run_dir, const mpi::Communicator& world, int64_t keep)
-    : m_dir(std::move(run_dir) / "checkpoints"), m_world(world), m_keep(std::max<int64_t>(1, keep)) {}
+CheckpointStore::CheckpointStore(fs::path run_dir, const mpi::Topology& topo, int64_t keep)
+    : m_dir(std::move(run_dir) / "checkpoints"),
+      m_topo(topo),
+      m_world(topo.world()),
+      m_node(topo.node_comm()),
+      m_keep(std::max<int64_t>(1, keep)) {}
 
 std::string CheckpointStore::folder_name(int64_t step) {
   char name[32];
   std::snprintf(name, sizeof(name), "%s%08lld", k_prefix, static_cast<long long>(step));
+  return name;
+}
+
+fs::path CheckpointStore::node_file(const fs::path& folder, int node) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "%s%05d.h5", k_node_prefix, node);
+  return folder / name;
+}
+
+std::string CheckpointStore::rank_group(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "rank-%05d", rank);
   return name;
 }
 
@@ -86,21 +154,32 @@ fs::path CheckpointStore::save(int64_t step, const io::CheckpointData& shared, c
     if (!fs::create_directory(partial, ec) || ec)
       throw Error(partial.string() + ": cannot create: " + (ec ? ec.message() : "it exists"));
   }) : std::string());
-  // 2. Every rank writes its part, rank 0 the model; each file flushed to storage.
-  if (failed.empty())
-    failed = agree_on_reasons(m_world, reason_of([&] {
-      if (own != nullptr) io::write_checkpoint_file(part_file(partial, m_world.rank()).string(), *own);
-      if (root) io::write_checkpoint_file((partial / k_model_file).string(), shared);
-    }));
-  // 3. Rank 0 checks that every part is there (a run dir not shared by every rank would lose
-  //    them), makes the folder durable and renames it into place.
+  // 2. Each node's leader gathers its ranks' parts and writes the node's file, rank 0 the
+  //    model; each file flushed to storage.
+  if (failed.empty()) {
+    const bool leader = m_node.rank() == 0;
+    std::string mine;  // this rank's part, serialized (the leader keeps its own as it is)
+    std::string reason = own != nullptr && !leader ? reason_of([&] { mine = own->serialize(); }) : std::string();
+    std::vector<std::string> parts;
+    if (own != nullptr) parts = m_node.gather_strings(mine);
+    mine.clear();
+    const std::vector<int> ranks = own != nullptr ? m_node.allgather(m_world.rank()) : std::vector<int>{};
+    if (reason.empty())
+      reason = reason_of([&] {
+        if (own != nullptr && leader) write_node_file(node_file(partial, m_topo.node()), *own, ranks, parts);
+        if (root) io::write_checkpoint_file((partial / k_model_file).string(), shared);
+      });
+    failed = agree_on_reasons(m_world, reason);
+  }
+  // 3. Rank 0 checks that every node's file is there (a run dir not shared by every rank would
+  //    lose them), makes the folder durable and renames it into place.
   if (failed.empty())
     failed = m_world.broadcast_string(root ? reason_of([&] {
       if (own != nullptr)
-        for (int r = 0; r < m_world.size(); ++r)
-          if (!fs::exists(part_file(partial, r)))
-            throw Error(part_file(partial, r).string() + ", written by rank " + std::to_string(r) +
-                        ", is not visible to rank 0: run.dir must be on a file system that every rank shares");
+        for (int n = 0; n < m_topo.nodes(); ++n)
+          if (!fs::exists(node_file(partial, n)))
+            throw Error(node_file(partial, n).string() + ", written by node " + std::to_string(n) +
+                        "'s leader, is not visible to rank 0: run.dir must be on a file system that every rank shares");
       sync_dir(partial);
       // A folder of this step from an earlier attempt (one that resumed from an older
       // checkpoint because this one was unreadable) is replaced.
@@ -138,14 +217,17 @@ void CheckpointStore::prune() {
 std::string CheckpointStore::try_load(const fs::path& folder, LoadedCheckpoint& out) {
   out = LoadedCheckpoint{};
   out.path = folder;
-  // Rank 0 reads and checks model.h5 and hands it to the others: one reader, not thousands.
-  std::string failed = m_world.broadcast_string(
-      m_world.rank() == 0 ? reason_of([&] { out.shared = io::read_checkpoint_file((folder / k_model_file).string()); })
-                          : std::string());
-  if (!failed.empty()) return failed;
+  // Each node's leader reads and checks model.h5 and hands it to its node's ranks: one reader
+  // per node, not one per rank, nor one rank sending it to the whole job.
+  const bool leader = m_node.rank() == 0;
   const std::string origin = (folder / k_model_file).string();
-  out.shared = io::CheckpointData::deserialize(
-      m_world.broadcast_string(m_world.rank() == 0 ? out.shared.serialize() : std::string()), origin);
+  std::string failed = agree_on_reasons(
+      m_world, leader ? reason_of([&] { out.shared = io::read_checkpoint_file(origin); }) : std::string());
+  if (!failed.empty()) return failed;
+  {
+    std::string bytes = m_node.broadcast_string(leader ? out.shared.serialize() : std::string());
+    if (!leader) out.shared = io::CheckpointData::deserialize(bytes, origin);
+  }
   const std::string shape = reason_of([&] {
     if (out.shared.integer("world_size") != m_world.size())
       throw Error(origin + ": written by a job of " + std::to_string(out.shared.integer("world_size")) +
@@ -155,9 +237,83 @@ std::string CheckpointStore::try_load(const fs::path& folder, LoadedCheckpoint& 
   if (!shape.empty()) throw CollectiveError(shape, k_exit_usage);
   out.has_own = out.shared.integer("per_rank_parts") != 0;
   if (!out.has_own) return {};
-  return agree_on_reasons(m_world, reason_of([&] {
-    out.own = io::read_checkpoint_file(part_file(folder, m_world.rank()).string());
-  }));
+  return load_parts(folder, out);
+}
+
+std::string CheckpointStore::load_parts(const fs::path& folder, LoadedCheckpoint& out) {
+  // Rank 0 lists the node files once; none means a checkpoint of an earlier squall version,
+  // whose rank-RRRRR.h5 files each rank reads itself.
+  std::string listing;
+  if (m_world.rank() == 0) {
+    listing = join_lines(node_files_in(folder));
+    if (listing.empty() && !fs::exists(part_file(folder, 0)))
+      listing = "!" + folder.string() + ": its model.h5 says the ranks' parts are saved, but it holds neither " +
+                node_file("", 0).string() + " nor " + part_file("", 0).string();
+  }
+  listing = m_world.broadcast_string(listing);
+  if (!listing.empty() && listing.front() == '!') return listing.substr(1);
+  const std::vector<std::string> files = split_lines(listing);
+  if (files.empty())
+    return agree_on_reasons(m_world, reason_of([&] {
+      out.own = io::read_checkpoint_file(part_file(folder, m_world.rank()).string());
+    }));
+  if (m_world.rank() == 0 && static_cast<int>(files.size()) != m_topo.nodes())
+    log::info(folder.string() + " was written by a job of " + std::to_string(files.size()) + " node(s), this job has " +
+              std::to_string(m_topo.nodes()) + ": each node reads its ranks' parts from the node files that hold them");
+  const bool leader = m_node.rank() == 0;
+  const std::vector<int> ranks = m_node.allgather(m_world.rank());
+  std::vector<std::string> parts, origins;
+  const std::string failed = agree_on_reasons(
+      m_world, leader ? reason_of([&] { read_node_parts(folder, files, ranks, parts, origins); }) : std::string());
+  if (!failed.empty()) return failed;
+  const std::string origin = m_node.scatter_strings(origins);
+  std::string bytes = m_node.scatter_strings(parts);
+  std::vector<std::string>().swap(parts);
+  out.own = io::CheckpointData::deserialize(bytes, origin);
+  return {};
+}
+
+void CheckpointStore::read_node_parts(const fs::path& folder, const std::vector<std::string>& files,
+                                      const std::vector<int>& ranks, std::vector<std::string>& parts,
+                                      std::vector<std::string>& origins) const {
+  std::vector<std::string> wanted;
+  for (const int r : ranks) wanted.push_back(rank_group(r));
+  // Which file holds each wanted group: this node's own file when it holds them all (a resume
+  // on the same layout reads one file per node), else every node file's list of groups.
+  std::vector<std::string> holder(wanted.size());
+  const std::string own_name = node_file(folder, m_topo.node()).filename().string();
+  auto take_from = [&](const std::string& file, const std::vector<std::string>& groups) {
+    for (size_t i = 0; i < wanted.size(); ++i)
+      if (holder[i].empty() && std::find(groups.begin(), groups.end(), wanted[i]) != groups.end()) holder[i] = file;
+  };
+  if (std::find(files.begin(), files.end(), own_name) != files.end())
+    take_from(own_name, io::read_checkpoint_group_names((folder / own_name).string()));
+  if (std::find(holder.begin(), holder.end(), std::string()) != holder.end())
+    for (const std::string& file : files)
+      if (file != own_name) take_from(file, io::read_checkpoint_group_names((folder / file).string()));
+  for (size_t i = 0; i < wanted.size(); ++i)
+    if (holder[i].empty())
+      throw Error(folder.string() + ": no node file holds the part of rank " + std::to_string(ranks[i]) + " (group " +
+                  wanted[i] + "; " + std::to_string(files.size()) + " node file(s): " + files.front() +
+                  (files.size() > 1 ? " to " + files.back() : std::string()) + ")");
+  parts.assign(wanted.size(), std::string());
+  origins.assign(wanted.size(), std::string());
+  for (const std::string& file : files) {
+    std::vector<std::string> here;
+    std::vector<size_t> at;
+    for (size_t i = 0; i < wanted.size(); ++i)
+      if (holder[i] == file) {
+        here.push_back(wanted[i]);
+        at.push_back(i);
+      }
+    if (here.empty()) continue;
+    std::vector<io::CheckpointData> read = io::read_checkpoint_groups((folder / file).string(), here);
+    for (size_t k = 0; k < here.size(); ++k) {
+      origins[at[k]] = read[k].origin;
+      parts[at[k]] = read[k].serialize();
+      read[k] = io::CheckpointData{};
+    }
+  }
 }
 
 std::optional<LoadedCheckpoint> CheckpointStore::load_newest() {

@@ -51,7 +51,7 @@ void TrainingRun::prepare_run_dir() {
 }
 
 void TrainingRun::resume() {
-  m_store = std::make_unique<CheckpointStore>(m_dir, m_world, m_cfg.checkpoint.keep);
+  m_store = std::make_unique<CheckpointStore>(m_dir, m_topo, m_cfg.checkpoint.keep);
   if (m_options.resume.empty()) return;
   std::optional<LoadedCheckpoint> ck =
       m_options.resume == "auto" ? m_store->load_newest() : m_store->load(fs::path(m_options.resume));

@@ -31,7 +31,7 @@ struct TrainerState {
   bool target_reached = false;      // train.target was reached: the run is complete
   // The job and the model.
   int64_t world_size = 1;
-  bool per_rank_parts = false;      // rank-RRRRR.h5 files beside model.h5
+  bool per_rank_parts = false;      // node-NNNNN.h5 files (a part per rank) beside model.h5
   int64_t train_samples = 0;        // the training set's size it was trained on
   int64_t param_count = 0, state_count = 0;
   std::string config;               // the resolved config (TOML)

@@ -160,8 +160,9 @@ case $test in
     ;;
 
   resume)
-    # sma across 2 nodes x 2 ranks: every rank writes its checkpoint part into the run dir the
-    # nodes share. A rank on node 2 fails at step 25; the job resumes from step 20 with
+    # sma across 2 nodes x 2 ranks: each node's leader gathers its ranks' checkpoint parts and
+    # writes one node file into the run dir the nodes share (model.h5 and 2 node files, no file
+    # per rank). A rank on node 2 fails at step 25; the job resumes from step 20 with
     # --resume auto and ends bit for bit as the job that ran through.
     "$cluster" up "$name" --nodes 2 --rate 1gbit
     hosts=$("$cluster" hosts "$name" 2)
@@ -175,7 +176,13 @@ case $test in
       fail "the job whose rank 3 failed exited 0"
     fi
     grep -q "rank 3" "$work/crash.log" || { cat "$work/crash.log" >&2; fail "the failing rank is not named"; }
-    [[ -f $shared/crashed/checkpoints/step-00000020/rank-00003.h5 ]] || fail "no checkpoint part of rank 3 (node 2)"
+    ck=$shared/crashed/checkpoints/step-00000020
+    files=$(cd "$ck" && ls | tr '\n' ' ')
+    [[ $files == "model.h5 node-00000.h5 node-00001.h5 " ]] || fail "$ck holds $files, not model.h5 and one file per node"
+    if "$python" -c "import h5py" 2>/dev/null; then  # the groups, as another program reads them
+      groups=$("$python" -c "import h5py,sys; print(' '.join(h5py.File(sys.argv[1], 'r').keys()))" "$ck/node-00001.h5")
+      [[ $groups == "rank-00002 rank-00003" ]] || fail "node-00001.h5 holds groups '$groups', not rank-00002 rank-00003"
+    fi
     [[ ! -e $shared/crashed/checkpoints/step-00000030 ]] || fail "a checkpoint after the failure"
     "$cluster" mpirun "$name" --host "$hosts" -- "$squall" "${job[@]}" --set run.dir="$shared/crashed" --resume auto \
       >"$work/resume.log" 2>&1 || { cat "$work/resume.log" >&2; fail "the resumed job failed"; }
@@ -183,7 +190,10 @@ case $test in
     a=$(json "$shared/whole/summary.json" 'd["model_checksum"]')
     b=$(json "$shared/crashed/summary.json" 'd["model_checksum"]')
     [[ $a == "$b" ]] || fail "model_checksum of the resumed job $b differs from the uninterrupted job's $a"
-    echo "ok: a job of 2 nodes x 2 ranks failed on node 2 at step 25, resumed from step 20, model_checksum $b as uninterrupted"
+    for d in "$shared"/whole/checkpoints/step-*; do
+      [[ $(ls "$d" | wc -l) == 3 && -f $d/node-00001.h5 ]] || fail "$d does not hold model.h5 and 2 node files"
+    done
+    echo "ok: a job of 2 nodes x 2 ranks failed on node 2 at step 25, resumed from step 20 (model.h5 + 2 node files), model_checksum $b as uninterrupted"
     ;;
 
   streams)

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/checkpoint_file.hpp"
 #include "tests/support/json_files.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
@@ -112,7 +113,9 @@ TEST_CASE("a 2-rank run crashed at step 45 and resumed with --resume auto ends b
     CHECK_THAT(b.out + b.err, Contains("rank 0") && Contains("fails at step 45"));
     CHECK_FALSE(fs::exists(fs::path(crashed) / "summary.json"));
     CHECK(fs::exists(fs::path(crashed) / "checkpoints/step-00000040/model.h5"));
-    CHECK(fs::exists(fs::path(crashed) / "checkpoints/step-00000040/rank-00001.h5") == sma);
+    // sma: one file for the node's parts, none per rank.
+    CHECK(fs::exists(fs::path(crashed) / "checkpoints/step-00000040/node-00000.h5") == sma);
+    CHECK_FALSE(fs::exists(fs::path(crashed) / "checkpoints/step-00000040/rank-00001.h5"));
     CHECK_FALSE(fs::exists(fs::path(crashed) / "checkpoints/step-00000050"));
 
     const auto c = run_command(job(crashed, " --resume auto"));
@@ -167,13 +170,16 @@ TEST_CASE("a 2-rank run crashed at step 45 and resumed with --resume auto ends b
 TEST_CASE("a corrupt or truncated newest checkpoint is reported and an older one is used", "[launch][checkpoint]") {
   TempDir t("squall-corrupt");
   const std::string whole = t.file("whole"), crashed = t.file("crashed");
-  REQUIRE(run_command(mpiexec(2) + " " + sma_job(whole)).exit_code == 0);
-  REQUIRE(run_command("SQUALL_FAIL_AT=1:45 " + mpiexec(2) + " " + sma_job(crashed)).exit_code != 0);
+  // Two nodes of one rank each: rank 1 leads node 1 and reads its file.
+  const std::string nodes = "SQUALL_RANKS_PER_NODE=1 ";
+  REQUIRE(run_command(nodes + mpiexec(2) + " " + sma_job(whole)).exit_code == 0);
+  REQUIRE(run_command(nodes + "SQUALL_FAIL_AT=1:45 " + mpiexec(2) + " " + sma_job(crashed)).exit_code != 0);
   const fs::path ck = fs::path(crashed) / "checkpoints";
-  // step 40: model.h5 cut in half; step 30: one byte of rank 1's part flipped in the middle of its data.
+  // step 40: model.h5 cut in half; step 30: one byte of node 1's file (rank 1's part) flipped
+  // in the middle of its data.
   fs::resize_file(ck / "step-00000040/model.h5", fs::file_size(ck / "step-00000040/model.h5") / 2);
   {
-    const fs::path part = ck / "step-00000030/rank-00001.h5";
+    const fs::path part = ck / "step-00000030/node-00001.h5";
     std::fstream f(part, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(static_cast<std::streamoff>(fs::file_size(part) / 2));
     char byte = 0;
@@ -182,13 +188,54 @@ TEST_CASE("a corrupt or truncated newest checkpoint is reported and an older one
     byte = static_cast<char>(byte ^ 0x5a);
     f.write(&byte, 1);
   }
-  const auto r = run_command(mpiexec(2) + " " + sma_job(crashed, " --resume auto"));
+  const auto r = run_command(nodes + mpiexec(2) + " " + sma_job(crashed, " --resume auto"));
   INFO(tail(r));
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.err, Contains("step-00000040") && Contains("model.h5") && Contains("not usable"));
-  CHECK_THAT(r.err, Contains("step-00000030") && Contains("rank 1") && Contains("rank-00001.h5"));
+  CHECK_THAT(r.err, Contains("step-00000030") && Contains("rank 1") && Contains("node-00001.h5"));
   CHECK_THAT(r.out, Contains("resuming from") && Contains("step-00000020"));
   CHECK(checksum(crashed) == checksum(whole));
+}
+
+TEST_CASE("an sma checkpoint resumes bit for bit on another node layout, and from an earlier version's rank files",
+          "[launch][checkpoint]") {
+  TempDir t("squall-layouts");
+  const std::string whole = t.file("whole"), crashed = t.file("crashed"), legacy = t.file("legacy");
+  REQUIRE(run_command(mpiexec(2) + " " + sma_job(whole)).exit_code == 0);
+  // Written on two nodes of one rank each: model.h5 and two node files.
+  const auto b = run_command("SQUALL_RANKS_PER_NODE=1 SQUALL_FAIL_AT=0:45 " + mpiexec(2) + " " + sma_job(crashed));
+  INFO(tail(b));
+  REQUIRE(b.exit_code != 0);
+  const fs::path step40 = fs::path(crashed) / "checkpoints/step-00000040";
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(step40)) files.push_back(e.path().filename());
+  std::sort(files.begin(), files.end());
+  CHECK(files == std::vector<std::string>{"model.h5", "node-00000.h5", "node-00001.h5"});
+  // The same checkpoint as an earlier squall wrote it: a rank-RRRRR.h5 per rank.
+  fs::copy(crashed, legacy, fs::copy_options::recursive);
+  const fs::path old = fs::path(legacy) / "checkpoints/step-00000040";
+  for (const int node : {0, 1}) {
+    const std::string file = (old / ("node-0000" + std::to_string(node) + ".h5")).string();
+    const std::string group = "rank-0000" + std::to_string(node);
+    REQUIRE(squall::io::read_checkpoint_group_names(file) == std::vector<std::string>{group});
+    squall::io::write_checkpoint_file((old / (group + ".h5")).string(),
+                                      squall::io::read_checkpoint_groups(file, {group}).at(0));
+    fs::remove(file);
+  }
+  // Resumed on one node (this machine's physical layout): both ranks' parts come from the two files.
+  const auto c = run_command(mpiexec(2) + " " + sma_job(crashed, " --resume auto"));
+  INFO(tail(c));
+  REQUIRE(c.exit_code == 0);
+  CHECK_THAT(c.out, Contains("resuming from") && Contains("step-00000040") && Contains("written by a job of 2 node(s)"));
+  CHECK(checksum(crashed) == checksum(whole));
+  const auto d = run_command(mpiexec(2) + " " + sma_job(legacy, " --resume auto"));
+  INFO(tail(d));
+  REQUIRE(d.exit_code == 0);
+  CHECK_THAT(d.out, Contains("resuming from") && Contains("step-00000040"));
+  CHECK(checksum(legacy) == checksum(whole));
+  // Its later checkpoints are in the new layout.
+  CHECK(fs::exists(fs::path(legacy) / "checkpoints/step-00000060/node-00000.h5"));
+  CHECK_FALSE(fs::exists(fs::path(legacy) / "checkpoints/step-00000060/rank-00000.h5"));
 }
 
 TEST_CASE("kill -9 of one rank ends the 2-rank job, non-zero, within 60 seconds, naming the rank",
@@ -256,28 +303,43 @@ TEST_CASE("SIGUSR1 and SIGTERM stop a run after a checkpoint with exit 75: --res
 TEST_CASE("a run dir that fills up stops the run with a clear error: its last checkpoint resumes",
           "[launch][checkpoint][disk]") {
   if (!can_mount_tmpfs()) SQUALL_SKIP("cannot mount a tmpfs in a private mount namespace here (needs root and unshare)");
-  TempDir t("squall-full");
-  const std::string whole = t.file("whole"), mnt = t.file("mnt"), copy = t.file("copy");
-  REQUIRE(run_command(mpiexec(2) + " " + ssgd_job(whole)).exit_code == 0);
-  // LeNet-5's checkpoint (weights and momentum) is about 0.5 MB; three are kept: 1.8 MB of
-  // space fills while the fourth is written.
-  fs::create_directories(mnt);
-  const std::string script = "mount -t tmpfs -o size=1800k tmpfs " + mnt + " && " + mpiexec(2) + " " +
-                             ssgd_job(mnt + "/run", " --set checkpoint.keep=3") + " > " + t.file("log") +
-                             " 2>&1; echo rc=$?; cp -a " + mnt + "/run " + copy;
-  const auto r = run_script(t, "timeout 240 unshare -m", script);
-  const std::string printed = read_text(t.file("log"));
-  INFO(r.out << r.err << printed);
-  CHECK_THAT(r.out, Contains("rc=") && !Contains("rc=0"));
-  CHECK_THAT(printed, Contains("No space left on device"));
-  CHECK_FALSE(fs::exists(fs::path(copy) / "summary.json"));
-  // Nothing half-written is left to be trusted: no partial folder, only whole checkpoints.
-  for (const auto& e : fs::directory_iterator(fs::path(copy) / "checkpoints"))
-    CHECK(e.path().filename().string().find("partial") == std::string::npos);
-  const auto resumed = run_command(mpiexec(2) + " " + ssgd_job(copy, " --resume auto"));
-  INFO(tail(resumed));
-  REQUIRE(resumed.exit_code == 0);
-  CHECK(checksum(copy) == checksum(whole));
+  // ssgd: model.h5 alone; sma on two nodes of one rank: model.h5 and a node file per node,
+  // the second written by rank 1, so that the disk may fill under either writer.
+  for (const bool sma : {false, true}) {
+    INFO((sma ? "sma, 2 nodes" : "ssgd"));
+    TempDir t("squall-full");
+    const std::string whole = t.file("whole"), mnt = t.file("mnt"), copy = t.file("copy");
+    const std::string env = sma ? "SQUALL_RANKS_PER_NODE=1 " : "";
+    auto job = [&](const std::string& dir, const std::string& extra) {
+      return env + mpiexec(2) + " " + (sma ? sma_job(dir, extra) : ssgd_job(dir, extra));
+    };
+    REQUIRE(run_command(job(whole, "")).exit_code == 0);
+    // LeNet-5's ssgd checkpoint (weights and momentum) is about 0.5 MB; three are kept: 1.8 MB
+    // of space fills while the fourth is written. An sma checkpoint is larger: room for two
+    // and a half.
+    uintmax_t one = 0;
+    for (const auto& e : fs::directory_iterator(fs::path(whole) / "checkpoints/step-00000060")) one += fs::file_size(e);
+    const std::string size = sma ? std::to_string(one * 5 / 2 / 1024) + "k" : "1800k";
+    fs::create_directories(mnt);
+    const std::string script = "mount -t tmpfs -o size=" + size + " tmpfs " + mnt + " && " +
+                               job(mnt + "/run", " --set checkpoint.keep=3") + " > " + t.file("log") +
+                               " 2>&1; echo rc=$?; cp -a " + mnt + "/run " + copy;
+    const auto r = run_script(t, "timeout 240 unshare -m", script);
+    // The whole log: what a rank prints as it ends may follow the error.
+    std::ifstream in(t.file("log"));
+    const std::string printed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    INFO(r.out << r.err << read_text(t.file("log")));
+    CHECK_THAT(r.out, Contains("rc=") && !Contains("rc=0"));
+    CHECK_THAT(printed, Contains("No space left on device") && Contains("not written"));
+    CHECK_FALSE(fs::exists(fs::path(copy) / "summary.json"));
+    // Nothing half-written is left to be trusted: no partial folder, only whole checkpoints.
+    for (const auto& e : fs::directory_iterator(fs::path(copy) / "checkpoints"))
+      CHECK(e.path().filename().string().find("partial") == std::string::npos);
+    const auto resumed = run_command(job(copy, " --resume auto"));
+    INFO(tail(resumed));
+    REQUIRE(resumed.exit_code == 0);
+    CHECK(checksum(copy) == checksum(whole));
+  }
 }
 
 TEST_CASE("a checkpoints folder that becomes read-only stops the run with a clear error: the last checkpoint resumes",
