@@ -450,7 +450,9 @@ TEST_CASE("parallel.periods [1, 3] on emulated nodes of 2, 2 and 1 ranks: a cras
   const auto b = run_command("SQUALL_FAIL_AT=4:45 " + job(crashed));
   INFO(tail(b));
   CHECK(b.exit_code != 0);
-  CHECK(fs::exists(fs::path(crashed) / "checkpoints/step-00000040/rank-00004.h5"));
+  // Rank 4 is node 3 of 2, 2 and 1 ranks: its part (with the node's centre) is node-00002.h5.
+  CHECK(fs::exists(fs::path(crashed) / "checkpoints/step-00000040/node-00002.h5"));
+  CHECK_FALSE(fs::exists(fs::path(crashed) / "checkpoints/step-00000040/rank-00004.h5"));
   const auto c = run_command(job(crashed, " --resume auto"));
   INFO(tail(c));
   REQUIRE(c.exit_code == 0);
