@@ -101,8 +101,16 @@ case $test in
       fail "the job whose rank $late failed exited 0"
     fi
     grep -q "rank $late fails at step 7" "$work/crash.log" || { cat "$work/crash.log" >&2; fail "the failing rank is not named"; }
-    printf -v part 'rank-%05d.h5' "$late"
-    [[ -f $shared/crashed/checkpoints/step-00000004/$part ]] || fail "no checkpoint part of rank $late (node $nodes) at step 4"
+    # One file per node, not per rank: model.h5 and node-00000.h5 .. node-00007.h5, rank $late's
+    # part a group of the last.
+    ck=$shared/crashed/checkpoints/step-00000004
+    files=$(cd "$ck" && ls | tr '\n' ' ')
+    expect="model.h5 $(for ((n = 0; n < nodes; ++n)); do printf 'node-%05d.h5 ' "$n"; done)"
+    [[ $files == "$expect" ]] || fail "$ck holds $files, not model.h5 and one file per node"
+    printf -v group 'rank-%05d' "$late"
+    printf -v last 'node-%05d.h5' $((nodes - 1))
+    "$python" -c "import h5py,sys; sys.exit(0 if sys.argv[2] in h5py.File(sys.argv[1], 'r') else 1)" "$ck/$last" "$group" ||
+      fail "$last holds no group $group: no checkpoint part of rank $late (node $nodes) at step 4"
     [[ ! -e $shared/crashed/checkpoints/step-00000008 ]] || fail "a checkpoint after the failure"
     run "$work/resume.log" -- "$squall" "${sma[@]}" --set run.dir="$shared/crashed" --resume auto ||
       { cat "$work/resume.log" >&2; fail "the resumed job failed"; }
