@@ -27,6 +27,9 @@ using squall::mpi::Communicator;
 using squall::mpi::DType;
 using squall::mpi::HierAllreduce;
 using squall::mpi::Topology;
+using squall::test::dtype_of;
+using squall::test::mpi_type_of;
+using squall::test::fingerprint;
 
 namespace {
 
@@ -48,29 +51,6 @@ std::vector<Shape> shapes() {
   out.push_back({"interleaved nodes", Topology::from_plan(squall::mpi::plan_nodes(interleaved, 0))});
   out.push_back({"last rank alone", Topology::from_plan(squall::mpi::plan_nodes(last_alone, 0))});
   return out;
-}
-
-template <typename T>
-MPI_Datatype mpi_type_of() {
-  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
-  if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
-  if constexpr (std::is_same_v<T, int32_t>) return MPI_INT32_T;
-  return MPI_INT64_T;
-}
-
-template <typename T>
-DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::f32;
-  if constexpr (std::is_same_v<T, double>) return DType::f64;
-  if constexpr (std::is_same_v<T, int32_t>) return DType::i32;
-  return DType::i64;
-}
-
-// FNV-1a over the bytes: equal on every rank iff (almost surely) the bits are.
-int64_t fingerprint(const void* data, size_t bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
-  return static_cast<int64_t>(h >> 1);
 }
 
 // Sums `count` elements with `hier` and with MPI_Allreduce; counts the elements that differ

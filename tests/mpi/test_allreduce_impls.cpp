@@ -41,6 +41,7 @@ using mpi::AllreduceOptions;
 using mpi::Communicator;
 using mpi::DType;
 using mpi::Topology;
+using test::fingerprint;
 
 namespace {
 
@@ -92,13 +93,6 @@ float from_bf16(uint16_t h) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
-}
-
-// FNV-1a over the bytes: equal on every rank iff (almost surely) the bits are.
-int64_t fingerprint(const void* data, size_t bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
-  return static_cast<int64_t>(h >> 1);
 }
 
 // The same bits on every rank of `job` (a collective over it).

@@ -34,6 +34,8 @@ using squall::mpi::DType;
 using squall::mpi::HierAllreduce;
 using squall::mpi::LinkCost;
 using squall::mpi::Topology;
+using squall::test::dtype_of;
+using squall::test::mpi_type_of;
 
 namespace {
 
@@ -71,27 +73,9 @@ AllreduceOptions pipelined(CrossAlgorithm algorithm) {
   return o;
 }
 
-template <typename T>
-MPI_Datatype mpi_type_of() {
-  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
-  if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
-  if constexpr (std::is_same_v<T, int32_t>) return MPI_INT32_T;
-  return MPI_INT64_T;
-}
-
-template <typename T>
-DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::f32;
-  if constexpr (std::is_same_v<T, double>) return DType::f64;
-  if constexpr (std::is_same_v<T, int32_t>) return DType::i32;
-  return DType::i64;
-}
-
-// FNV-1a over the bytes: equal on every rank iff (almost surely) the bits are.
+// The same bits on every rank (a collective over the job).
 void check_same_bits(const void* data, size_t bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
-  const auto f = static_cast<int64_t>(h >> 1);
+  const int64_t f = squall::test::fingerprint(data, bytes);
   const auto world = Communicator::world();
   CHECK(world.allreduce_min(f) == world.allreduce_max(f));
 }

@@ -1,12 +1,17 @@
 #pragma once
 // The data the allreduce tests sum: different values on every rank and element. Integers stay
 // far from overflow; floats are smooth with a small integer part, and the integers in
-// [-1000, 1000] that bf16 sums over a few ranks hold exactly.
+// [-1000, 1000] that bf16 sums over a few ranks hold exactly. Also the element types' MPI and
+// squall names, and a fingerprint of a buffer's bits.
+#include <mpi.h>
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
+
+#include "mpi/sum.hpp"
 
 namespace squall::test {
 
@@ -40,6 +45,29 @@ size_t count_wrong(const std::vector<T>& mine, const std::vector<T>& expected, i
     }
   }
   return wrong;
+}
+
+template <typename T>
+MPI_Datatype mpi_type_of() {
+  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
+  if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+  if constexpr (std::is_same_v<T, int32_t>) return MPI_INT32_T;
+  return MPI_INT64_T;
+}
+
+template <typename T>
+mpi::DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return mpi::DType::f32;
+  if constexpr (std::is_same_v<T, double>) return mpi::DType::f64;
+  if constexpr (std::is_same_v<T, int32_t>) return mpi::DType::i32;
+  return mpi::DType::i64;
+}
+
+// FNV-1a over the bytes: equal on every rank iff (almost surely) the bits are.
+inline int64_t fingerprint(const void* data, size_t bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
+  return static_cast<int64_t>(h >> 1);
 }
 
 }  // namespace squall::test
