@@ -23,6 +23,7 @@
 #include <mutex>
 #include <string>
 
+#include "cuda/batch_norm_fallback.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cudnn_describe.hpp"
 #include "cuda/cudnn_util.hpp"
@@ -145,9 +146,10 @@ class WidenedBatchNormPlan final : public nn::BatchNormPlan {
 // plan's and must survive until backward. Eval has no extended call: it runs the plain plan.
 //
 // f16 and bf16 training takes this path wherever cuDNN states a workspace and reserve size for
-// the problem (the plain plan otherwise). SQUALL_CUDNN_BN_EX=0 keeps every batch norm on the
-// plain calls (bf16 through f32 copies): the fallback, and what scripts/gpu-check compares
-// with, until a GPU has measured both.
+// the problem (the plain plan otherwise). Where cuDNN then refuses a call all the same, the plan
+// runs the plain calls from then on and says so once per process (cuda/batch_norm_fallback.hpp).
+// SQUALL_CUDNN_BN_EX=0 keeps every batch norm on the plain calls (bf16 through f32 copies) from
+// the start: what scripts/gpu-check compares with, until a GPU has measured both.
 
 bool ex_requested() {
   static const bool requested = [] {
@@ -190,63 +192,57 @@ bool ex_sizes(const detail::BatchNormDescriptors& d, ExSizes* out) {
                                                               &out->reserve) == CUDNN_STATUS_SUCCESS;
 }
 
-class ExBatchNormPlan final : public nn::BatchNormPlan {
+// The extended calls on cuDNN for one problem: the descriptors, the workspace sizes, the saved
+// batch statistics and the reserve space the forward fills and the backward reads. The plan
+// around them (cuda/batch_norm_fallback.hpp) decides what runs, and runs the plain calls where
+// cuDNN refuses these.
+class CudnnExCalls final : public detail::BatchNormExCalls {
  public:
-  // `eval`: the plain plan of the same description, for forward with train=false.
-  ExBatchNormPlan(std::unique_ptr<const detail::BatchNormDescriptors> cudnn, const ExSizes& sizes,
-                  std::unique_ptr<nn::BatchNormPlan> eval)
+  CudnnExCalls(std::unique_ptr<const detail::BatchNormDescriptors> cudnn, const ExSizes& sizes)
       : m_cudnn(std::move(cudnn)),
-        m_desc(m_cudnn->desc()),
+        m_c(static_cast<size_t>(m_cudnn->desc().c)),
         m_sizes(sizes),
-        m_eval(std::move(eval)),
-        m_saved(2 * static_cast<size_t>(m_desc.c)),
+        m_saved(2 * m_c),
+        m_scratch(2 * m_c),
         m_reserve(sizes.reserve) {}
 
-  void forward(nn::Stream& s, const void* x, const float* gamma, const float* beta, float* running_mean,
-               float* running_var, void* y, bool train) override {
-    m_have_batch_stats = false;
-    if (!train) {
-      m_eval->forward(s, x, gamma, beta, running_mean, running_var, y, false);
-      return;
-    }
-    if (m_desc.n * m_desc.h * m_desc.w < 2)
-      throw Error("batch norm: training needs more than one value per channel, got input " +
-                  nn::Shape(m_desc.n, m_desc.c, m_desc.h, m_desc.w).str());
+  cudnnStatus_t forward_training(nn::Stream& s, const void* x, const float* gamma, const float* beta,
+                                 float* running_mean, float* running_var, void* y) override {
     CudaStream& cs = cuda_stream(s);
+    const nn::BatchNormDesc& d = m_cudnn->desc();
     const cudnnTensorDescriptor_t xd = m_cudnn->ex_x();
-    SQUALL_CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
+    return cudnnBatchNormalizationForwardTrainingEx(
         cs.cudnn(), m_cudnn->ex_mode(), CUDNN_BATCHNORM_OPS_BN, &kOne, &kZero, xd, x, nullptr, nullptr, xd, y,
-        m_cudnn->ex_param(), gamma, beta, static_cast<double>(m_desc.momentum), running_mean, running_var,
-        static_cast<double>(m_desc.eps), saved_mean(), saved_inv_std(), nullptr,
-        workspace(cs, m_sizes.forward_workspace), m_sizes.forward_workspace, m_reserve.data(), m_sizes.reserve));
-    m_have_batch_stats = true;
+        m_cudnn->ex_param(), gamma, beta, static_cast<double>(d.momentum), running_mean, running_var,
+        static_cast<double>(d.eps), saved_mean(), saved_inv_std(), nullptr, workspace(cs, m_sizes.forward_workspace),
+        m_sizes.forward_workspace, m_reserve.data(), m_sizes.reserve);
   }
 
-  void backward(nn::Stream& s, const void* x, const void* dy, const float* gamma, void* dx, float* dgamma,
-                float* dbeta) override {
-    if (!m_have_batch_stats) throw Error("batch norm: backward needs a forward with train=true first");
+  cudnnStatus_t backward(nn::Stream& s, const void* x, const void* dy, const float* gamma, void* dx, float* dgamma,
+                         float* dbeta) override {
     CudaStream& cs = cuda_stream(s);
     const cudnnTensorDescriptor_t xd = m_cudnn->ex_x();
     // No y, z, dz or activation (CUDNN_BATCHNORM_OPS_BN); dx, dgamma and dbeta overwritten.
-    SQUALL_CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
+    return cudnnBatchNormalizationBackwardEx(
         cs.cudnn(), m_cudnn->ex_mode(), CUDNN_BATCHNORM_OPS_BN, &kOne, &kZero, &kOne, &kZero, xd, x, nullptr,
         nullptr, xd, dy, nullptr, nullptr, xd, dx, m_cudnn->ex_param(), gamma, nullptr, dgamma, dbeta,
-        static_cast<double>(m_desc.eps), saved_mean(), saved_inv_std(), nullptr,
-        workspace(cs, m_sizes.backward_workspace), m_sizes.backward_workspace, m_reserve.data(), m_sizes.reserve));
+        static_cast<double>(m_cudnn->desc().eps), saved_mean(), saved_inv_std(), nullptr,
+        workspace(cs, m_sizes.backward_workspace), m_sizes.backward_workspace, m_reserve.data(), m_sizes.reserve);
   }
+
+  float* scratch_statistics() override { return m_scratch.data(); }
 
  private:
   static void* workspace(CudaStream& cs, size_t bytes) { return bytes > 0 ? cs.workspace(bytes) : nullptr; }
   float* saved_mean() const { return m_saved.data(); }
-  float* saved_inv_std() const { return m_saved.data() + m_desc.c; }
+  float* saved_inv_std() const { return m_saved.data() + m_c; }
 
   std::unique_ptr<const detail::BatchNormDescriptors> m_cudnn;
-  nn::BatchNormDesc m_desc;
+  size_t m_c;
   ExSizes m_sizes;
-  std::unique_ptr<nn::BatchNormPlan> m_eval;
-  DeviceFloats m_saved;         // batch mean, then 1/sqrt(var + eps), of the last training forward
+  DeviceFloats m_saved;           // batch mean, then 1/sqrt(var + eps), of the last training forward
+  DeviceFloats m_scratch;         // a redone plain forward's running statistics (batch_norm_fallback.hpp)
   detail::DeviceBytes m_reserve;  // cuDNN's reserve space, filled by forward, read by backward
-  bool m_have_batch_stats = false;
 };
 
 // The plain plans: f32 and f16 directly, bf16 through f32 copies.
@@ -262,8 +258,9 @@ std::unique_ptr<nn::BatchNormPlan> make_cudnn_batch_norm(const nn::BatchNormDesc
   auto cudnn = std::make_unique<const detail::BatchNormDescriptors>(d);  // checks d, bf16 included
   ExSizes sizes;
   if (cudnn->ex_candidate() && ex_requested() && ex_sizes(*cudnn, &sizes))
-    return std::make_unique<ExBatchNormPlan>(std::move(cudnn), sizes,
-                                             make_plain(d, std::make_unique<const detail::BatchNormDescriptors>(d)));
+    return std::make_unique<detail::FallbackBatchNormPlan>(
+        d, std::make_unique<CudnnExCalls>(std::move(cudnn), sizes),
+        make_plain(d, std::make_unique<const detail::BatchNormDescriptors>(d)), detail::ExRefusalLog::process());
   return make_plain(d, std::move(cudnn));
 }
 

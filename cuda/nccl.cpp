@@ -14,6 +14,7 @@
 #include "mpi/comm.hpp"
 #include "mpi/device_allreduce.hpp"
 #include "mpi/device_map.hpp"
+#include "mpi/launch_env.hpp"
 #include "mpi/stall.hpp"
 #include "mpi/topology.hpp"
 #include "src/core/error.hpp"
@@ -47,6 +48,7 @@ class NcclComm {
  public:
   NcclComm(const Communicator& comm, int device) {
     check_one_gpu_per_rank(comm, device);
+    apply_nccl_launch_settings();  // NCCL reads NCCL_SOCKET_IFNAME at its first call
     ncclUniqueId id;
     if (comm.rank() == 0) SQUALL_NCCL_CHECK(ncclGetUniqueId(&id));
     const std::string bytes = comm.broadcast_string(

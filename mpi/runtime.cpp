@@ -4,7 +4,9 @@
 #include <string>
 
 #include "mpi/check.hpp"
+#include "mpi/launch_env.hpp"
 #include "src/core/error.hpp"
+#include "src/core/log.hpp"
 
 namespace squall::mpi {
 
@@ -24,6 +26,8 @@ void abort_job(int exit_code) {
 }
 
 Runtime::Runtime(int& argc, char**& argv) {
+  // What the MPI library reads from the environment at MPI_Init (mpi/launch_env.hpp).
+  const std::string launch_line = apply_mpi_launch_settings();
   // MULTIPLE: the stall watchdog's thread sends and receives on its own communicator while the
   // caller's thread is inside a collective (mpi/stall.hpp).
   SQUALL_MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &m_thread_level));
@@ -36,6 +40,7 @@ Runtime::Runtime(int& argc, char**& argv) {
   SQUALL_MPI_CHECK(MPI_Get_processor_name(name, &len));
   m_host.assign(name, static_cast<size_t>(len));
   set_process_identity(m_rank, m_host);
+  if (!launch_line.empty()) log::info(launch_line);
 }
 
 int Runtime::max_over_ranks(int value) const {

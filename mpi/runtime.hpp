@@ -1,5 +1,6 @@
 #pragma once
-// Owns MPI for the life of the process: MPI_Init_thread in the constructor, MPI_Finalize
+// Owns MPI for the life of the process: MPI_Init_thread in the constructor (after the launch
+// settings of mpi/launch_env.hpp, which the MPI library reads at MPI_Init), MPI_Finalize
 // in the destructor. Installs the abort hook (fatal() -> MPI_Abort on COMM_WORLD) and
 // sets MPI_ERRORS_RETURN so that SQUALL_MPI_CHECK reports failures with context.
 // A plain `squall ...` without mpirun is an MPI singleton: a job of one rank.

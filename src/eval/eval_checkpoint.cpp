@@ -45,17 +45,19 @@ std::vector<int64_t> shape_of(const nn::Shape& s) { return std::vector<int64_t>(
 void add_model_entries(io::CheckpointData& out, const nn::Graph& graph, const std::vector<float>& params,
                        const std::vector<float>& state, const nn::ModelSpec& spec, const std::string& model_config,
                        const data::DatasetInfo& info, const data::Normalization& normalization) {
-  if (params.size() != graph.param_count() || state.size() != graph.state_count())
+  if (params.size() != graph.parameter_count() || state.size() != graph.state_value_count())
     throw Error("checkpoint: the central model holds " + std::to_string(params.size()) + " parameters and " +
-                std::to_string(state.size()) + " state values, its graph " + std::to_string(graph.param_count()) +
-                " and " + std::to_string(graph.state_count()));
-  auto add = [&](const std::vector<nn::ParamInfo>& infos, const std::vector<float>& arena) {
+                std::to_string(state.size()) + " state values, its graph " + std::to_string(graph.parameter_count()) +
+                " and " + std::to_string(graph.state_value_count()));
+  auto add = [&](const std::vector<nn::ParamInfo>& infos, const std::vector<float>& packed) {
+    size_t at = 0;
     for (const nn::ParamInfo& p : infos) {
       const std::string key = k_tensors + p.name;
       if (out.arrays.contains(key)) throw Error("checkpoint: two tensors of the model are named " + p.name);
-      out.arrays[key].assign(arena.begin() + static_cast<std::ptrdiff_t>(p.offset),
-                             arena.begin() + static_cast<std::ptrdiff_t>(p.offset + p.count));
+      out.arrays[key].assign(packed.begin() + static_cast<std::ptrdiff_t>(at),
+                             packed.begin() + static_cast<std::ptrdiff_t>(at + p.count));
       out.shapes[key] = shape_of(p.shape);
+      at += p.count;
     }
   };
   add(graph.param_info(), params);

@@ -61,7 +61,8 @@ void load_into_graph(const ModelCheckpoint& ck, nn::Graph& graph, nn::Backend& b
 // What the trainer writes for load_model_checkpoint: the entries "model/<name>" (parameters
 // and state tensors) with their shapes, "spec/...", "input/...", "class_names" and
 // "normalization/..." (docs/formats.md). `graph` gives the names and shapes; `params` and
-// `state` are the central model's flat arenas on the host, laid out as in `graph`.
+// `state` are the central model's tensors on the host in `graph`'s order, packed as the
+// checkpoint's central/params and central/state hold them (src/nn/param_arena.hpp).
 void add_model_entries(io::CheckpointData& out, const nn::Graph& graph, const std::vector<float>& params,
                        const std::vector<float>& state, const nn::ModelSpec& spec, const std::string& model_config,
                        const data::DatasetInfo& info, const data::Normalization& normalization);

@@ -132,9 +132,9 @@ nn::ModelSpec fit_checkpoint_model(const CheckpointModel& ck, const Config& cfg,
   }
   // The model's size follows the input's channels, the classes and (through its dense layers)
   // the sample's height and width: built for this data, it must be the checkpoint's.
-  if (static_cast<int64_t>(g->param_count()) != params || static_cast<int64_t>(g->state_count()) != state)
-    throw refuse(spec.name + " built for this data has " + std::to_string(g->param_count()) + " parameters and " +
-                 std::to_string(g->state_count()) + " state values; the checkpoint holds " + std::to_string(params) +
+  if (static_cast<int64_t>(g->parameter_count()) != params || static_cast<int64_t>(g->state_value_count()) != state)
+    throw refuse(spec.name + " built for this data has " + std::to_string(g->parameter_count()) + " parameters and " +
+                 std::to_string(g->state_value_count()) + " state values; the checkpoint holds " + std::to_string(params) +
                  " and " + std::to_string(state));
   const nn::Shape out = g->output_shape();
   const bool per_pixel_out = out.h() * out.w() > 1;
@@ -232,8 +232,12 @@ CheckpointGraph checkpoint_graph(const CheckpointModel& ck, const EvalOptions& o
   r.step = ck.state.step;
   r.graph = make_model_graph(spec, test->info().sample, GraphFormat{});  // ONNX's f32, NCHW
   r.graph->setup(batch);
-  r.params = ck.data.array("central/params", r.graph->param_count());
-  r.state = ck.data.array("central/state", r.graph->state_count());
+  // The file keeps the tensors packed; the exporter reads them at the graph's arena offsets.
+  const nn::Graph& g = *r.graph;
+  r.params = nn::unpack_arena(ck.data.array("central/params", g.parameter_count()), g.param_info(),
+                              g.param_arena_floats(), ck.data.origin + ": dataset central/params");
+  r.state = nn::unpack_arena(ck.data.array("central/state", g.state_value_count()), g.state_info(),
+                             g.state_arena_floats(), ck.data.origin + ": dataset central/state");
   r.normalization = cfg.data.normalize ? data::k_normalization_kinds.name(cfg.data.normalization) : "";
   r.data_path = cfg.data.test;
   return r;

@@ -84,10 +84,10 @@ class Writer {
     const int out = m_g.output_node();
     if (out == Graph::k_input) throw Error("onnx export: the model has no layers");
     if (m_g.node_shape(Graph::k_input).rank == 0) throw Error("onnx export: the graph has not been set up");
-    if (m_params.size() != m_g.param_count() || m_state.size() != m_g.state_count())
-      throw Error("onnx export: " + std::to_string(m_params.size()) + " parameters and " +
-                  std::to_string(m_state.size()) + " state values given, the model has " +
-                  std::to_string(m_g.param_count()) + " and " + std::to_string(m_g.state_count()));
+    if (m_params.size() != m_g.param_arena_floats() || m_state.size() != m_g.state_arena_floats())
+      throw Error("onnx export: arenas of " + std::to_string(m_params.size()) + " parameter and " +
+                  std::to_string(m_state.size()) + " state floats given, the model's are " +
+                  std::to_string(m_g.param_arena_floats()) + " and " + std::to_string(m_g.state_arena_floats()));
     // Only the nodes the output depends on.
     std::vector<bool> needed(static_cast<size_t>(m_g.size()), false);
     needed[static_cast<size_t>(out)] = true;

@@ -24,7 +24,8 @@ inline constexpr int64_t k_onnx_opset = 17;
 
 // The model as a serialized onnx.ModelProto. `graph` must have been set up (setup() or
 // build()); `params` and `state` are host copies of its parameter and state arenas (the layout
-// of graph.param_info() and graph.state_info()), whose entries become initializers of the same
+// of graph.param_info() and graph.state_info(), padding included: param_arena_floats() and
+// state_arena_floats() floats), whose tensors become initializers of the same
 // names ("stage1.block0.a.conv.weight"). Throws squall::Error naming the node and its layer
 // type when a layer has no ONNX counterpart, or when the arrays do not match the graph.
 std::string onnx_model_bytes(const nn::Graph& graph, std::span<const float> params, std::span<const float> state,

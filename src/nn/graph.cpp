@@ -72,7 +72,7 @@ void Graph::setup(int64_t batch) {
   if (batch <= 0) throw Error("graph: batch size must be positive");
   m_batch = batch;
   m_nodes[0]->shape = m_input_sample.with_batch(batch);
-  m_param_count = m_state_count = 0;
+  m_param_count = m_state_count = m_param_arena = m_state_arena = 0;
   m_param_info.clear();
   m_state_info.clear();
   m_param_specs.clear();
@@ -86,16 +86,20 @@ void Graph::setup(int64_t batch) {
     } catch (const Error& e) {
       throw Error("model node '" + n.name + "' (" + n.layer->type() + "): " + e.what());
     }
-    n.param_begin = m_param_count;
+    n.param_begin = m_param_arena;
     n.has_params = !n.layer->param_specs().empty();
     for (const auto& s : n.layer->param_specs()) {
-      m_param_info.push_back({n.name + "." + s.name, m_param_count, static_cast<size_t>(s.shape.numel()), s.shape, s.weight_decay});
-      m_param_count += static_cast<size_t>(s.shape.numel());
+      const auto count = static_cast<size_t>(s.shape.numel());
+      m_param_info.push_back({n.name + "." + s.name, m_param_arena, count, s.shape, s.weight_decay});
+      m_param_arena = arena_aligned(m_param_arena + count);
+      m_param_count += count;
       m_param_specs.push_back(s);
     }
     for (const auto& s : n.layer->state_specs()) {
-      m_state_info.push_back({n.name + "." + s.name, m_state_count, static_cast<size_t>(s.shape.numel()), s.shape, false});
-      m_state_count += static_cast<size_t>(s.shape.numel());
+      const auto count = static_cast<size_t>(s.shape.numel());
+      m_state_info.push_back({n.name + "." + s.name, m_state_arena, count, s.shape, false});
+      m_state_arena = arena_aligned(m_state_arena + count);
+      m_state_count += count;
       m_state_specs.push_back(s);
     }
   }
@@ -140,9 +144,9 @@ void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
   }
 
   // Arenas: one allocation each.
-  m_params = backend.allocate(std::max<size_t>(m_param_count, 1));
-  m_grads = backend.allocate(std::max<size_t>(m_param_count, 1));
-  m_state = backend.allocate(std::max<size_t>(m_state_count, 1));
+  m_params = backend.allocate(std::max<size_t>(m_param_arena, 1));
+  m_grads = backend.allocate(std::max<size_t>(m_param_arena, 1));
+  m_state = backend.allocate(std::max<size_t>(m_state_arena, 1));
   m_activations = backend.allocate(activation_count, m_dtype);
   m_scratch = backend.allocate(largest, m_dtype);
   const bool nhwc = m_layout == Layout::nhwc;
@@ -163,19 +167,21 @@ void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
     off += padded(n->shape.numel());
   }
 
-  // Initial values, drawn on the host, as PyTorch does per layer type.
+  // Initial values, drawn on the host, as PyTorch does per layer type. The padding between
+  // tensors is written too (zeros), in all three arenas: it must never hold garbage that a
+  // sum of squares over the arena or a sum over ranks would read.
   auto stream = backend.create_stream();
   {
-    std::vector<float> host(m_param_count);
+    std::vector<float> host(m_param_arena, 0.0f);
     std::mt19937_64 rng(seed);
     for (size_t i = 0; i < m_param_specs.size(); ++i)
       initialize(m_param_specs[i], host.data() + m_param_info[i].offset, rng);
-    if (m_param_count) backend.copy_from_host(*stream, m_params.data(), host.data(), m_param_count);
-    std::vector<float> state(m_state_count);
+    if (m_param_arena) backend.copy_from_host(*stream, m_params.data(), host.data(), m_param_arena);
+    std::vector<float> state(m_state_arena, 0.0f);
     for (size_t i = 0; i < m_state_specs.size(); ++i)
       initialize(m_state_specs[i], state.data() + m_state_info[i].offset, rng);
-    if (m_state_count) backend.copy_from_host(*stream, m_state.data(), state.data(), m_state_count);
-    backend.fill(*stream, m_grads.data(), m_param_count, 0.0f);
+    if (m_state_arena) backend.copy_from_host(*stream, m_state.data(), state.data(), m_state_arena);
+    backend.fill(*stream, m_grads.data(), m_param_arena, 0.0f);
     backend.synchronize(*stream);
   }
 

@@ -2,10 +2,11 @@
 // Graph: a model as a DAG of layers, materialised for one backend and one batch size.
 //
 // Nodes are added in topological order (a node's inputs already exist); node 0 is the
-// input. build() runs every layer's setup, lays out all parameters contiguously in one
-// arena (and their gradients in a second, non-learned state such as BatchNorm running
-// statistics in a third), allocates one activation and one gradient tensor per node, and
-// makes the layers' backend plans. Nothing is allocated after build().
+// input. build() runs every layer's setup, lays out all parameters in one arena, each on a
+// 256-byte boundary (their gradients in a second of the same layout, non-learned state such as
+// BatchNorm running statistics in a third: src/nn/param_arena.hpp), allocates one activation
+// and one gradient tensor per node, and makes the layers' backend plans. Nothing is allocated
+// after build().
 //
 // Backward visits nodes in reverse; a node used by several consumers (a residual branch)
 // receives the first consumer's gradient directly and the others' through a scratch
@@ -18,17 +19,9 @@
 
 #include "src/nn/backend.hpp"
 #include "src/nn/layer.hpp"
+#include "src/nn/param_arena.hpp"
 
 namespace squall::nn {
-
-// Where one parameter tensor lives inside the flat arenas.
-struct ParamInfo {
-  std::string name;     // "stage2.block0.conv1.weight"
-  size_t offset = 0;    // floats from the arena start
-  size_t count = 0;
-  Shape shape;
-  bool weight_decay = true;
-};
 
 class Graph {
  public:
@@ -79,14 +72,21 @@ class Graph {
   // reducing those while the earlier layers still compute. Nothing here waits.
   void backward(Stream& stream, const std::function<void(size_t offset)>& on_params_ready = nullptr);
 
-  // Flat arenas: parameters, their gradients (same layout), and non-learned state.
+  // Flat arenas: parameters, their gradients (same layout), and non-learned state. Each
+  // tensor starts on a 256-byte boundary; the floats between are zero (src/nn/param_arena.hpp).
   float* params() const { return m_params.data(); }
   float* grads() const { return m_grads.data(); }
   float* state() const { return m_state.data(); }
-  size_t param_count() const { return m_param_count; }
+  // Two sizes each, never to be mixed up: the model's true number of parameters (and of state
+  // values), which is what a report or a comparison with another framework means, and the
+  // floats of the arena that holds them, padding included, which is what memory, copies,
+  // sums and optimizer tensor sets over the whole arena mean.
+  size_t parameter_count() const { return m_param_count; }
+  size_t param_arena_floats() const { return m_param_arena; }
+  size_t state_value_count() const { return m_state_count; }
+  size_t state_arena_floats() const { return m_state_arena; }
   // Forward FLOPs of the whole batch of the last setup() or build() (Layer::forward_flops).
   double forward_flops() const;
-  size_t state_count() const { return m_state_count; }
   const std::vector<ParamInfo>& param_info() const { return m_param_info; }
   const std::vector<ParamInfo>& state_info() const { return m_state_info; }
   // Node i (0 = input, in topological order): its name and its value after forward() (of
@@ -114,7 +114,8 @@ class Graph {
   Buffer m_params, m_grads, m_state, m_activations, m_scratch;
   Buffer m_input_f32;  // reduced precision or NHWC: the f32 NCHW input, converted at the start of forward
   Buffer m_output_nchw, m_output_grad_nchw;  // NHWC with 4-D logits: the logits and their gradient in NCHW
-  size_t m_param_count = 0, m_state_count = 0;
+  size_t m_param_count = 0, m_state_count = 0;  // values, without padding
+  size_t m_param_arena = 0, m_state_arena = 0;  // floats of the arenas, padding included
   std::vector<ParamInfo> m_param_info, m_state_info;
   std::vector<Tensor> m_in, m_din;  // per-node argument lists, kept to avoid per-step allocation
   std::vector<int> m_pending_add;

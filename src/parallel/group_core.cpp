@@ -68,6 +68,31 @@ void GroupCore::from_host(float* data, const io::CheckpointData& from, const std
   if (n > 0) backend.copy_from_host(*stream, data, v.data(), n);
 }
 
+namespace {
+
+const std::vector<nn::ParamInfo>& arena_info(const GroupCore& c, GroupCore::Arena which) {
+  const nn::Graph& g = *(*c.replicas)[0].graph;
+  return which == GroupCore::Arena::params ? g.param_info() : g.state_info();
+}
+
+}  // namespace
+
+std::vector<float> GroupCore::arena_to_host(const float* data, Arena which) {
+  const std::vector<float> arena = to_host(data, which == Arena::params ? params : state);
+  backend.synchronize(*stream);
+  return nn::pack_arena(arena, arena_info(*this, which));
+}
+
+void GroupCore::arena_from_host(float* data, const io::CheckpointData& from, const std::string& name, Arena which) {
+  const std::vector<nn::ParamInfo>& info = arena_info(*this, which);
+  const size_t n = which == Arena::params ? params : state;
+  const std::vector<float> arena =
+      nn::unpack_arena(from.array(name, nn::packed_count(info)), info, n, from.origin + ": dataset " + name);
+  if (n > 0) backend.copy_from_host(*stream, data, arena.data(), n);
+  // The copy reads `arena`, which goes out of scope here.
+  backend.synchronize(*stream);
+}
+
 CentralModel::CentralModel(GroupCore& c) : core(c) {
   const Learner& first = (*c.replicas)[0];
   z = c.backend.allocate(c.params);
@@ -79,15 +104,17 @@ CentralModel::CentralModel(GroupCore& c) : core(c) {
 }
 
 void CentralModel::save(io::CheckpointData& out) const {
-  out.arrays["central/z"] = core.to_host(z.data(), core.params);
-  out.arrays["central/z_prev"] = core.to_host(z_prev.data(), core.params);
-  out.arrays["central/averaged_state"] = core.to_host(state.data(), core.state);
+  using Arena = GroupCore::Arena;
+  out.arrays["central/z"] = core.arena_to_host(z.data(), Arena::params);
+  out.arrays["central/z_prev"] = core.arena_to_host(z_prev.data(), Arena::params);
+  out.arrays["central/averaged_state"] = core.arena_to_host(state.data(), Arena::state);
 }
 
 void CentralModel::restore(const io::CheckpointData& in) {
-  core.from_host(z.data(), in, "central/z", core.params);
-  core.from_host(z_prev.data(), in, "central/z_prev", core.params);
-  core.from_host(state.data(), in, "central/averaged_state", core.state);
+  using Arena = GroupCore::Arena;
+  core.arena_from_host(z.data(), in, "central/z", Arena::params);
+  core.arena_from_host(z_prev.data(), in, "central/z_prev", Arena::params);
+  core.arena_from_host(state.data(), in, "central/averaged_state", Arena::state);
 }
 
 bool all_finite(nn::Backend& backend, nn::Stream& stream, const float* x, size_t n) {

@@ -78,6 +78,12 @@ struct GroupCore {
   // them after a wait), and a checkpoint's array `name` of n floats into backend memory.
   std::vector<float> to_host(const float* data, size_t n);
   void from_host(float* data, const io::CheckpointData& from, const std::string& name, size_t n);
+  // A whole parameter or state arena (params or state floats of backend memory, laid out as
+  // the replicas' graphs) as checkpoints keep it, packed without the padding between tensors
+  // (src/nn/param_arena.hpp; ready when it returns), and such an array back into an arena.
+  enum class Arena { params, state };
+  std::vector<float> arena_to_host(const float* data, Arena which);
+  void arena_from_host(float* data, const io::CheckpointData& from, const std::string& name, Arena which);
 
  private:
   std::function<void(Learner&)> m_pass;  // the step's pass, alive while start_only passes run

@@ -93,7 +93,7 @@ void Learner::pass(const LearnerBatch& in, int64_t step, nn::Event& after, const
     ++eager_passes;
   }
   // The finite check's input, read by the host with the loss (train.nonfinite, loss scaling).
-  backend.sum_squares(*stream, g.grads(), g.param_count(), norm_dev.data());
+  backend.sum_squares(*stream, g.grads(), g.param_arena_floats(), norm_dev.data());
   backend.copy_to_host(*stream, norm_host.data(), norm_dev.data(), 1);
   backend.record(*done, *stream);
   if (options.hook) backend.synchronize(*stream);

@@ -66,8 +66,8 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
   // ranks (the caller's thread then drives the allreduce while they compute).
   c.replicas = std::make_unique<ReplicaSet>(c.setup, m_options.threads, options.learners,
                                             options.learners > 1 || options.ranks > 1);
-  c.params = (*c.replicas)[0].graph->param_count();
-  c.state = (*c.replicas)[0].graph->state_count();
+  c.params = (*c.replicas)[0].graph->param_arena_floats();
+  c.state = (*c.replicas)[0].graph->state_arena_floats();
   c.sum = std::make_unique<FusedSum>(backend, *c.stream, allreduce, c.params, c.state, options.bf16_gradients,
                                      options.ranks > 1, [&c] { c.host_wait(); });
   if (m_options.by_level()) {
@@ -91,8 +91,10 @@ LearnerGroup::~LearnerGroup() {
 }
 
 int LearnerGroup::learners() const { return m_core->replicas->size(); }
-size_t LearnerGroup::param_count() const { return m_core->params; }
-size_t LearnerGroup::state_count() const { return m_core->state; }
+size_t LearnerGroup::parameter_count() const { return (*m_core->replicas)[0].graph->parameter_count(); }
+size_t LearnerGroup::state_value_count() const { return (*m_core->replicas)[0].graph->state_value_count(); }
+size_t LearnerGroup::param_arena_floats() const { return m_core->params; }
+size_t LearnerGroup::state_arena_floats() const { return m_core->state; }
 std::string LearnerGroup::optimizer_name() const { return (*m_core->replicas)[0].optimizer->name(); }
 void LearnerGroup::set_phase_hook(PhaseHook hook) { m_core->hook = std::move(hook); }
 double LearnerGroup::reduce_seconds() const { return m_core->reduce_s; }

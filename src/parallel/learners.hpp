@@ -118,8 +118,13 @@ class LearnerGroup {
   int learners() const;
   int64_t batch() const { return m_batch; }
   const LearnerGroupOptions& options() const { return m_options; }
-  size_t param_count() const;
-  size_t state_count() const;
+  // The model's true numbers of parameters and state values (what a report says), and the
+  // floats of the arenas that hold them, padding between tensors included (what a copy or a
+  // sum over central_params() or central_state() covers): nn::Graph's four sizes.
+  size_t parameter_count() const;
+  size_t state_value_count() const;
+  size_t param_arena_floats() const;
+  size_t state_arena_floats() const;
   std::string optimizer_name() const;
 
   // One training step: learner j trains on batches[j] (batches.size() == learners()), then

@@ -1,6 +1,8 @@
 // A learner group's checkpoints (src/parallel/learners.hpp; docs/training.md, "Checkpoints and
 // restart"): the central model, the replicas and their optimizer state, the loss scale, and
-// what the synchronisation algorithm keeps of its own.
+// what the synchronisation algorithm keeps of its own. The flat arrays hold the arenas packed
+// (GroupCore::arena_to_host; docs/formats.md, "Checkpoints"), so that a file does not depend on
+// the padding between tensors in memory.
 #include <string>
 
 #include "src/parallel/group_core.hpp"
@@ -9,13 +11,14 @@
 
 namespace squall::train {
 
+using Arena = GroupCore::Arena;
 
 void LearnerGroup::save_shared(io::CheckpointData& out) {
   GroupCore& c = *m_core;
   settle();
   out.ints["learners"] = learners();
-  out.arrays["central/params"] = c.to_host(m_algorithm->central_params(), c.params);
-  out.arrays["central/state"] = c.to_host(m_algorithm->central_state(), c.state);
+  out.arrays["central/params"] = c.arena_to_host(m_algorithm->central_params(), Arena::params);
+  out.arrays["central/state"] = c.arena_to_host(m_algorithm->central_state(), Arena::state);
   m_algorithm->save(out);
   if (!replicas_differ()) {  // one model: learner 0's optimizer state is every learner's
     const Learner& first = (*c.replicas)[0];
@@ -34,8 +37,8 @@ void LearnerGroup::save_own(io::CheckpointData& out) {
   out.ints["learners"] = learners();
   for (const auto& l : *c.replicas) {
     const std::string prefix = "learner_" + std::to_string(l->index) + "/";
-    out.arrays[prefix + "params"] = c.to_host(l->graph->params(), c.params);
-    out.arrays[prefix + "state"] = c.to_host(l->graph->state(), c.state);
+    out.arrays[prefix + "params"] = c.arena_to_host(l->graph->params(), Arena::params);
+    out.arrays[prefix + "state"] = c.arena_to_host(l->graph->state(), Arena::state);
     for (const OptimizerState& st : l->optimizer->state())
       out.arrays[prefix + "optimizer/" + st.name] = c.to_host(st.data, st.count);
     out.ints[prefix + "optimizer_steps"] = l->optimizer->steps();
@@ -59,8 +62,8 @@ void LearnerGroup::restore(const io::CheckpointData& shared, const io::Checkpoin
                   std::to_string(m_options.rank) + " with " + std::to_string(learners()));
     for (const auto& l : *c.replicas) {
       const std::string prefix = "learner_" + std::to_string(l->index) + "/";
-      c.from_host(l->graph->params(), *own, prefix + "params", c.params);
-      c.from_host(l->graph->state(), *own, prefix + "state", c.state);
+      c.arena_from_host(l->graph->params(), *own, prefix + "params", Arena::params);
+      c.arena_from_host(l->graph->state(), *own, prefix + "state", Arena::state);
       for (const OptimizerState& st : l->optimizer->state())
         c.from_host(st.data, *own, prefix + "optimizer/" + st.name, st.count);
       l->optimizer->set_steps(own->integer(prefix + "optimizer_steps"));
@@ -72,8 +75,8 @@ void LearnerGroup::restore(const io::CheckpointData& shared, const io::Checkpoin
       throw Error(shared.origin + ": has no per-rank part, but the replicas of " +
                   std::string(algorithm_name(m_options.algorithm)) + " differ at this point of the run");
     for (const auto& l : *c.replicas) {
-      c.from_host(l->graph->params(), shared, "central/params", c.params);
-      c.from_host(l->graph->state(), shared, "central/state", c.state);
+      c.arena_from_host(l->graph->params(), shared, "central/params", Arena::params);
+      c.arena_from_host(l->graph->state(), shared, "central/state", Arena::state);
       for (const OptimizerState& st : l->optimizer->state())
         c.from_host(st.data, shared, "replica/optimizer/" + st.name, st.count);
       l->optimizer->set_steps(shared.integer("replica/optimizer_steps"));

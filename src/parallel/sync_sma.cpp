@@ -59,13 +59,13 @@ class Sma final : public SyncAlgorithm {
   // keeps its node's in its own part.
   void save_own(io::CheckpointData& out) const override {
     if (!m_node) return;
-    out.arrays["node_central/z"] = m_core.to_host(m_node->z.data(), m_core.params);
-    out.arrays["node_central/z_prev"] = m_core.to_host(m_node->z_prev.data(), m_core.params);
+    out.arrays["node_central/z"] = m_core.arena_to_host(m_node->z.data(), GroupCore::Arena::params);
+    out.arrays["node_central/z_prev"] = m_core.arena_to_host(m_node->z_prev.data(), GroupCore::Arena::params);
   }
   void restore_own(const io::CheckpointData& in) override {
     if (!m_node) return;
-    m_core.from_host(m_node->z.data(), in, "node_central/z", m_core.params);
-    m_core.from_host(m_node->z_prev.data(), in, "node_central/z_prev", m_core.params);
+    m_core.arena_from_host(m_node->z.data(), in, "node_central/z", GroupCore::Arena::params);
+    m_core.arena_from_host(m_node->z_prev.data(), in, "node_central/z_prev", GroupCore::Arena::params);
   }
 
   bool step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,

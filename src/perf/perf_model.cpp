@@ -45,7 +45,7 @@ ModelCost model_cost(const nn::ModelSpec& spec, int64_t c, int64_t h, int64_t w)
     // The graph training would build (src/train/setup.hpp), in f32: its parameters and FLOPs.
     auto graph = train::make_model_graph(cost.spec, nn::Shape(1, c, h, w), train::GraphFormat{});
     graph->setup(1);
-    cost.parameters = static_cast<int64_t>(graph->param_count());
+    cost.parameters = static_cast<int64_t>(graph->parameter_count());
     cost.forward_flops = graph->forward_flops();
   } catch (const UsageError&) {
     throw;

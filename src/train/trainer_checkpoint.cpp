@@ -90,10 +90,10 @@ void TrainingRun::check_resumable(const LoadedCheckpoint& ck, const TrainerState
     throw UsageError(where + " was trained on " + std::to_string(then_state.train_samples) +
                      " training samples; data.train (" + m_cfg.data.train + ") has " + std::to_string(m_data.n_train));
   const LearnerGroup& g = *m_device.group;
-  if (then_state.param_count != static_cast<int64_t>(g.param_count()) ||
-      then_state.state_count != static_cast<int64_t>(g.state_count()))
+  if (then_state.param_count != static_cast<int64_t>(g.parameter_count()) ||
+      then_state.state_count != static_cast<int64_t>(g.state_value_count()))
     throw UsageError(where + " holds a model of " + std::to_string(then_state.param_count) + " parameters; " +
-                     m_data.spec.name + " here has " + std::to_string(g.param_count()));
+                     m_data.spec.name + " here has " + std::to_string(g.parameter_count()));
   if (m_root && !changed.empty()) {
     std::string list;
     for (const auto& c : changed) list += (list.empty() ? "" : "; ") + c;
@@ -147,8 +147,8 @@ TrainerState TrainingRun::trainer_state() const {
   s.world_size = m_ranks;
   s.per_rank_parts = g.replicas_differ();
   s.train_samples = m_data.n_train;
-  s.param_count = static_cast<int64_t>(g.param_count());
-  s.state_count = static_cast<int64_t>(g.state_count());
+  s.param_count = static_cast<int64_t>(g.parameter_count());
+  s.state_count = static_cast<int64_t>(g.state_value_count());
   s.config = to_toml(m_cfg);
   s.config_origin = m_origin;
   s.model = m_data.spec.name;

@@ -42,7 +42,7 @@ RunFacts TrainingRun::run_facts() const {
   const nn::Backend& be = *m_device.backend;
   RunFacts f;
   f.model = m_data.spec.name;
-  f.parameters = static_cast<int64_t>(g.param_count());
+  f.parameters = static_cast<int64_t>(g.parameter_count());
   f.data = m_data.train->info().description;
   f.backend = be.name();
   f.device = be.device().name;
@@ -87,14 +87,19 @@ RunFacts TrainingRun::run_facts() const {
   return f;
 }
 
-// The central model's FNV-1a checksum (parameters then state), the same on every rank.
+// The central model's FNV-1a checksum (parameters then state, packed: of the model's values,
+// not of the padding between them in memory), the same on every rank.
 std::string TrainingRun::central_checksum() {
-  const LearnerGroup& g = *m_device.group;
-  std::vector<float> host(g.param_count() + g.state_count());
+  LearnerGroup& g = *m_device.group;
+  std::vector<float> params(g.param_arena_floats()), state(g.state_arena_floats());
   nn::Backend& be = *m_device.backend;
-  be.copy_to_host(*m_device.stream, host.data(), g.central_params(), g.param_count());
-  be.copy_to_host(*m_device.stream, host.data() + g.param_count(), g.central_state(), g.state_count());
+  be.copy_to_host(*m_device.stream, params.data(), g.central_params(), params.size());
+  be.copy_to_host(*m_device.stream, state.data(), g.central_state(), state.size());
   be.synchronize(*m_device.stream);
+  const nn::Graph& graph = g.replica_graph(0);
+  std::vector<float> host = nn::pack_arena(params, graph.param_info());
+  const std::vector<float> packed_state = nn::pack_arena(state, graph.state_info());
+  host.insert(host.end(), packed_state.begin(), packed_state.end());
   return fnv1a_hex(host.data(), host.size() * sizeof(float));
 }
 
@@ -183,7 +188,7 @@ TrainResult TrainingRun::finish() {
     s.cpu_streams = is_async ? "async" : "inline";
     if (is_async) s.cpu_stream_jitter_us = async->jitter().max_us;
   }
-  s.parameters = static_cast<int64_t>(g.param_count());
+  s.parameters = static_cast<int64_t>(g.parameter_count());
   const DatasetInfo& info = m_data.train->info();
   s.input_c = info.sample.c();
   s.input_h = info.sample.h();

@@ -40,7 +40,7 @@ Batches lenet_batches(int learners, int64_t batch, int64_t step) {
 }
 
 std::vector<float> central(nn::Backend& be, train::LearnerGroup& g) {
-  return squall::test::download(be, g.central_params(), g.param_count());
+  return squall::test::download(be, g.central_params(), g.param_arena_floats());
 }
 
 }  // namespace

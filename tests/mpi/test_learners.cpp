@@ -43,7 +43,7 @@ TEST_CASE("sma across ranks x 2 learners matches Crossbow's equations for every 
   LearnerGroup group(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o, reducer);
 
   const int n = ranks * L;  // learners in the job; learner (r, j) is n-index r*L + j
-  const std::vector<float> z0 = test::on_host(group.central_params(), test::k_tiny_params);
+  const std::vector<float> z0 = test::on_host(group.central_params(), test::k_tiny_arena);
   std::vector<double> z(z0.begin(), z0.end()), z_prev = z;
   std::vector<std::vector<double>> w(static_cast<size_t>(n), z);
   for (int64_t step = 0; step < 5; ++step) {
@@ -104,7 +104,7 @@ TEST_CASE("ssgd across ranks x 2 learners equals one learner on the job's whole 
       all.labels.insert(all.labels.end(), d.labels.begin(), d.labels.end());
     }
     whole.step({{all.images.data(), all.labels.data()}}, step, 0.3f);
-    const std::vector<float> whole_host = test::on_host(whole.central_params(), test::k_tiny_params);
+    const std::vector<float> whole_host = test::on_host(whole.central_params(), test::k_tiny_arena);
     const std::vector<double> want(whole_host.begin(), whole_host.end());
     INFO("ranks " << ranks << " K " << k << " bucket " << bucket << " step " << step);
     CHECK(test::max_diff(group.central_params(), want) < 1e-6);
@@ -134,7 +134,7 @@ TEST_CASE("ssgd with bf16 gradient sums stays within bf16's rounding of the f32 
   o16.bf16_gradients = true;
   LearnerGroup g32(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o, reducer);
   LearnerGroup g16(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o16, reducer);
-  const size_t P = test::k_tiny_params;
+  const size_t P = test::k_tiny_arena;
   const auto initial = test::on_host(g32.central_params(), P);
   for (int64_t step = 0; step < 6; ++step) {
     const test::TinyStep mine = test::tiny_step(me, L, step, b);

@@ -153,7 +153,7 @@ int main(int argc, char** argv) try {
     Graph& g = *c.graph;
     g.build(be, batch, 7);
     // Batch norm's scale and shift away from 1 and 0.
-    std::vector<float> params(g.param_count()), state(g.state_count());
+    std::vector<float> params(g.param_arena_floats()), state(g.state_arena_floats());
     be.copy_to_host(*stream, params.data(), g.params(), params.size());
     size_t pi = 0;
     for (int i = 1; i < g.size(); ++i) {
@@ -207,7 +207,7 @@ int main(int argc, char** argv) try {
       return d;
     };
     manifest.push_back({{"name", c.name}, {"input", dims(in)}, {"logits", dims(out)}});
-    std::cout << "onnx probe: " << c.name << " exported (" << g.param_count() << " parameters)\n" << std::flush;
+    std::cout << "onnx probe: " << c.name << " exported (" << g.parameter_count() << " parameters)\n" << std::flush;
   }
   std::ofstream(dir + "/manifest.json") << manifest.dump(1) << "\n";
   if (!refuses_unknown_layer(dir)) return 1;

@@ -2,7 +2,8 @@
 // A tiny model whose gradient the tests can write down: flatten -> linear(4 -> 3) with a
 // softmax cross-entropy loss, deterministic batches for every (rank, learner, step), and the
 // helpers the learner tests (tests/unit, tests/mpi) share.
-// The reference works in double on the flat parameter arena [weight (3x4, row-major) | bias (3)].
+// The reference works in double on the flat parameter arena: the weight (3x4, row-major) at 0,
+// the bias (3) at the next 256-byte boundary (src/nn/param_arena.hpp), zeros between and after.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,7 +18,9 @@
 namespace squall::test {
 
 inline constexpr int k_tiny_in = 4, k_tiny_out = 3;
-inline constexpr size_t k_tiny_params = k_tiny_in * k_tiny_out + k_tiny_out;
+inline constexpr size_t k_tiny_params = k_tiny_in * k_tiny_out + k_tiny_out;  // the model's parameters
+inline constexpr size_t k_tiny_bias = nn::arena_aligned(k_tiny_in * k_tiny_out);  // the bias's arena offset
+inline constexpr size_t k_tiny_arena = nn::arena_aligned(k_tiny_bias + k_tiny_out);  // the arena's floats
 
 inline std::unique_ptr<nn::Graph> make_tiny_graph() {
   auto g = std::make_unique<nn::Graph>(nn::Shape(1, k_tiny_in, 1, 1));
@@ -87,11 +90,11 @@ inline double max_diff(const float* a_mem, const float* b_mem, size_t n) {
 // d(mean softmax cross-entropy)/d(params) at `w` (arena layout) for one batch.
 inline std::vector<double> tiny_gradient(const std::vector<double>& w, const TinyBatch& b) {
   const size_t n = b.labels.size();
-  std::vector<double> g(k_tiny_params, 0.0);
+  std::vector<double> g(k_tiny_arena, 0.0);
   for (size_t i = 0; i < n; ++i) {
     double logits[k_tiny_out], p[k_tiny_out], mx = -1e300, sum = 0;
     for (int o = 0; o < k_tiny_out; ++o) {
-      logits[o] = w[k_tiny_in * k_tiny_out + o];
+      logits[o] = w[k_tiny_bias + o];
       for (int k = 0; k < k_tiny_in; ++k) logits[o] += w[o * k_tiny_in + k] * b.images[i * k_tiny_in + k];
       mx = std::max(mx, logits[o]);
     }
@@ -99,7 +102,7 @@ inline std::vector<double> tiny_gradient(const std::vector<double>& w, const Tin
     for (int o = 0; o < k_tiny_out; ++o) {
       const double d = (p[o] / sum - (o == b.labels[i] ? 1.0 : 0.0)) / static_cast<double>(n);
       for (int k = 0; k < k_tiny_in; ++k) g[o * k_tiny_in + k] += d * b.images[i * k_tiny_in + k];
-      g[k_tiny_in * k_tiny_out + o] += d;
+      g[k_tiny_bias + o] += d;
     }
   }
   return g;

@@ -98,8 +98,8 @@ TEST_CASE("ssgd hands over every gradient bucket before the first completes, and
     group.step(in.inputs, step, 0.2f);
     reference.step(in.inputs, step, 0.2f);
     INFO("step " << step << ", completes after " << test_calls << " tests");
-    CHECK(test::max_diff(group.central_params(), reference.central_params(), test::k_tiny_params) < 1e-6);
-    CHECK(test::max_diff(group.replica_params(1), reference.central_params(), test::k_tiny_params) < 1e-6);
+    CHECK(test::max_diff(group.central_params(), reference.central_params(), test::k_tiny_arena) < 1e-6);
+    CHECK(test::max_diff(group.replica_params(1), reference.central_params(), test::k_tiny_arena) < 1e-6);
   }
   CHECK(twin.started() == 5 * 3);  // per step: 2 buckets and the state part
   // The buckets are handed over when their events say so: no step blocks on the device more
@@ -117,9 +117,12 @@ TEST_CASE("bucket_floats sets the bucket boundaries at whole tensors, last layer
   LearnerGroupOptions o;
   o.learners = 1;
   o.ranks = 2;
-  // weight 12 floats, bias 3: a bucket of at least 3 floats cuts after the bias, at least 13
-  // floats or more keeps both together.
-  for (const auto& [floats, buckets] : std::vector<std::pair<size_t, size_t>>{{1, 2}, {3, 2}, {4, 1}, {1000, 1}}) {
+  // weight 12 floats at 0, bias 3 at the next 256-byte boundary (float 64): the bias's range
+  // runs to the arena's end (64 floats with its padding), so a bucket of at most that many
+  // floats cuts before the bias, and more keeps both together.
+  const size_t bias_range = test::k_tiny_arena - test::k_tiny_bias;
+  for (const auto& [floats, buckets] : std::vector<std::pair<size_t, size_t>>{
+           {1, 2}, {3, 2}, {bias_range, 2}, {bias_range + 1, 1}, {1000, 1}}) {
     o.bucket_floats = floats;
     LearnerGroup group(*backend, test::make_tiny_graph, 2, 2, test::plain_sgd(), {}, o, twin);
     INFO("bucket_floats " << floats);

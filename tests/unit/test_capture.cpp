@@ -33,7 +33,7 @@ LearnerGroupOptions options(int learners, bool graphs) {
   return o;
 }
 
-std::vector<float> params_of(LearnerGroup& g) { return test::on_host(g.central_params(), g.param_count()); }
+std::vector<float> params_of(LearnerGroup& g) { return test::on_host(g.central_params(), g.param_arena_floats()); }
 
 void run_steps(LearnerGroup& g, int64_t from, int64_t to) {
   for (int64_t step = from; step < to; ++step) {

@@ -130,8 +130,8 @@ TEST_CASE("a learner group restored from its saved state continues bit for bit",
   shared.origin = "saved";
   c.restore(shared, per_rank ? &own : nullptr);
   for (int64_t step = 5; step < 8; ++step) c.step(test::tiny_step(0, 2, step, b).inputs, step, 0.1f);
-  CHECK(test::max_diff(a.central_params(), c.central_params(), a.param_count()) == 0.0);
-  for (int j = 0; j < 2; ++j) CHECK(test::max_diff(a.replica_params(j), c.replica_params(j), a.param_count()) == 0.0);
+  CHECK(test::max_diff(a.central_params(), c.central_params(), a.param_arena_floats()) == 0.0);
+  for (int j = 0; j < 2; ++j) CHECK(test::max_diff(a.replica_params(j), c.replica_params(j), a.param_arena_floats()) == 0.0);
 
   // Without its momentum the continuation differs: the test sees the optimizer state.
   if (!per_rank) {
@@ -141,7 +141,7 @@ TEST_CASE("a learner group restored from its saved state continues bit for bit",
     train::LearnerGroup d(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
     d.restore(no_momentum, nullptr);
     for (int64_t step = 5; step < 8; ++step) d.step(test::tiny_step(0, 2, step, b).inputs, step, 0.1f);
-    CHECK(test::max_diff(a.central_params(), d.central_params(), a.param_count()) > 0.0);
+    CHECK(test::max_diff(a.central_params(), d.central_params(), a.param_arena_floats()) > 0.0);
   }
 
   // State of another shape is refused, naming the checkpoint and the entry.
@@ -153,4 +153,59 @@ TEST_CASE("a learner group restored from its saved state continues bit for bit",
   cut.arrays.erase("central/params");
   train::LearnerGroup f(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
   if (!per_rank) CHECK_THROWS_WITH(f.restore(cut, nullptr), Contains("central/params") && Contains("missing"));
+}
+
+TEST_CASE("checkpoints hold the arenas packed, as earlier versions wrote them", "[checkpoint][learners][alignment]") {
+  // In memory the tiny model's bias starts at a 256-byte boundary (float 64), after padding; a
+  // checkpoint holds weight then bias back to back (15 values), which is also what squall wrote
+  // before the tensors were aligned: such a checkpoint must resume bit for bit.
+  REQUIRE(test::k_tiny_bias > test::k_tiny_in * test::k_tiny_out);
+  auto backend = test::make_test_backend(2);
+  mpi::OneRankAllreduce alone;
+  const int64_t b = 4;
+  train::OptimizerConfig sgd = test::plain_sgd();
+  sgd.momentum = 0.9;
+  train::LearnerGroupOptions o;
+  o.learners = 2;
+  o.algorithm = train::Algorithm::sma;  // a central model of its own, and per-rank parts
+  o.period = 2;
+  // The layout of earlier versions, written out here: each tensor right after the one before.
+  auto packed_by_hand = [](const float* arena_mem) {
+    const std::vector<float> arena = test::on_host(arena_mem, test::k_tiny_arena);
+    std::vector<float> out(arena.begin(), arena.begin() + test::k_tiny_in * test::k_tiny_out);
+    out.insert(out.end(), arena.begin() + test::k_tiny_bias, arena.begin() + test::k_tiny_bias + test::k_tiny_out);
+    return out;
+  };
+
+  train::LearnerGroup a(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
+  for (int64_t step = 0; step < 3; ++step) a.step(test::tiny_step(0, 2, step, b).inputs, step, 0.1f);
+  io::CheckpointData shared, own;
+  a.save_shared(shared);
+  a.save_own(own);
+  REQUIRE(a.replicas_differ());
+  for (const std::string& name : {"central/params", "central/z", "central/z_prev"})
+    CHECK(shared.array(name, test::k_tiny_params).size() == test::k_tiny_params);
+  CHECK(shared.arrays.at("central/params") == packed_by_hand(a.central_params()));
+  for (int j = 0; j < 2; ++j)
+    CHECK(own.arrays.at("learner_" + std::to_string(j) + "/params") == packed_by_hand(a.replica_params(j)));
+
+  // Restored: the same arenas, padding zero, and the same steps after.
+  train::LearnerGroup c(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
+  c.restore(shared, &own);
+  CHECK(test::on_host(c.central_params(), test::k_tiny_arena) == test::on_host(a.central_params(), test::k_tiny_arena));
+  for (int64_t step = 3; step < 7; ++step) {
+    a.step(test::tiny_step(0, 2, step, b).inputs, step, 0.1f);
+    c.step(test::tiny_step(0, 2, step, b).inputs, step, 0.1f);
+  }
+  CHECK(test::max_diff(a.central_params(), c.central_params(), test::k_tiny_arena) == 0.0);
+  for (int j = 0; j < 2; ++j)
+    CHECK(test::max_diff(a.replica_params(j), c.replica_params(j), test::k_tiny_arena) == 0.0);
+
+  // An array of the arena's length (padding included) is no checkpoint of this model.
+  io::CheckpointData padded = shared;
+  padded.origin = "padded.h5";
+  padded.arrays["central/z"] = test::on_host(a.central_params(), test::k_tiny_arena);
+  train::LearnerGroup d(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
+  CHECK_THROWS_WITH(d.restore(padded, &own), Contains("padded.h5") && Contains("central/z") &&
+                                                 Contains(std::to_string(test::k_tiny_arena) + " values"));
 }

@@ -43,11 +43,12 @@ TEST_CASE("sma on one rank follows Crossbow's equations step by step", "[learner
   o.momentum = mu;
   o.period = period;
   LearnerGroup group(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o, alone);
-  REQUIRE(group.param_count() == test::k_tiny_params);
+  REQUIRE(group.parameter_count() == test::k_tiny_params);
+  REQUIRE(group.param_arena_floats() == test::k_tiny_arena);
   REQUIRE(group.replica_graph(0).param_info()[0].name.find("weight") != std::string::npos);
 
   // Every replica starts as the central model.
-  std::vector<double> z = to_double(group.central_params(), test::k_tiny_params), z_prev = z;
+  std::vector<double> z = to_double(group.central_params(), test::k_tiny_arena), z_prev = z;
   std::vector<std::vector<double>> w(L, z);
   for (int j = 0; j < L; ++j) REQUIRE(test::max_diff(group.replica_params(j), z) == 0.0);
 
@@ -79,7 +80,7 @@ TEST_CASE("sma on one rank follows Crossbow's equations step by step", "[learner
     CHECK(test::max_diff(group.central_params(), z) < 1e-5);
   }
   // The replicas moved apart and the central model moved: the check above was not vacuous.
-  CHECK(test::max_diff(group.replica_params(0), group.replica_params(1), test::k_tiny_params) > 1e-4);
+  CHECK(test::max_diff(group.replica_params(0), group.replica_params(1), test::k_tiny_arena) > 1e-4);
   CHECK(test::max_diff(group.central_params(), z_prev) > 1e-5);
 }
 
@@ -109,9 +110,9 @@ TEST_CASE("ssgd: L learners of batch b equal one learner of batch L*b on the sam
       double mean = 0;
       for (float l : l_split) mean += l / L;
       CHECK(mean == Approx(l_whole[0]).epsilon(1e-5));
-      CHECK(test::max_diff(split.central_params(), whole.central_params(), test::k_tiny_params) < 1e-6);
+      CHECK(test::max_diff(split.central_params(), whole.central_params(), test::k_tiny_arena) < 1e-6);
       for (int j = 1; j < L; ++j)  // every replica is the central model
-        CHECK(test::max_diff(split.replica_params(j), split.central_params(), test::k_tiny_params) == 0.0);
+        CHECK(test::max_diff(split.replica_params(j), split.central_params(), test::k_tiny_arena) == 0.0);
     }
   }
 
@@ -126,7 +127,7 @@ TEST_CASE("ssgd: L learners of batch b equal one learner of batch L*b on the sam
     LearnerGroup whole(*backend, make, 2 * b, 2 * b, sgd, {}, one, alone);
     std::vector<float> images(static_cast<size_t>(2 * b * 28 * 28));
     std::vector<int32_t> labels(static_cast<size_t>(2 * b));
-    const std::vector<double> before = to_double(whole.central_params(), whole.param_count());
+    const std::vector<double> before = to_double(whole.central_params(), whole.param_arena_floats());
     for (int64_t step = 0; step < 3; ++step) {
       for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>(std::sin(0.01 * i + step));
       for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>((i * 3 + step) % 10);
@@ -134,7 +135,7 @@ TEST_CASE("ssgd: L learners of batch b equal one learner of batch L*b on the sam
       split.step({{images.data(), labels.data()}, {images.data() + half, labels.data() + b}}, step, 0.05f);
       whole.step({{images.data(), labels.data()}}, step, 0.05f);
     }
-    CHECK(test::max_diff(split.central_params(), whole.central_params(), whole.param_count()) < 1e-5);
+    CHECK(test::max_diff(split.central_params(), whole.central_params(), whole.param_arena_floats()) < 1e-5);
     CHECK(test::max_diff(whole.central_params(), before) > 1e-4);  // it trained
   }
 }
@@ -150,7 +151,7 @@ TEST_CASE("local-sgd: ssgd before start_step, then replicas replaced by their av
   o.period = 3;
   o.start_step = 2;
   LearnerGroup group(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o, alone);
-  std::vector<std::vector<double>> w(L, to_double(group.central_params(), test::k_tiny_params));
+  std::vector<std::vector<double>> w(L, to_double(group.central_params(), test::k_tiny_arena));
   const double lr = 0.4;
   for (int64_t step = 0; step < 8; ++step) {
     const test::TinyStep batches = test::tiny_step(0, L, step, b);
@@ -173,7 +174,7 @@ TEST_CASE("local-sgd: ssgd before start_step, then replicas replaced by their av
     for (int j = 0; j < L; ++j) CHECK(test::max_diff(group.replica_params(j), w[j]) < 1e-5);
     const bool synced = step < o.start_step || (step - o.start_step + 1) % o.period == 0;
     if (synced) CHECK(test::max_diff(group.central_params(), w[0]) < 1e-5);
-    else CHECK(test::max_diff(group.replica_params(0), group.replica_params(1), test::k_tiny_params) > 1e-6);
+    else CHECK(test::max_diff(group.replica_params(0), group.replica_params(1), test::k_tiny_arena) > 1e-6);
   }
 }
 
@@ -193,11 +194,11 @@ TEST_CASE("the central model's BatchNorm statistics are the learners' average", 
   o.algorithm = algorithm;
   o.learners = 2;
   LearnerGroup group(*backend, make, b, b, test::plain_sgd(), {}, o, alone);
-  REQUIRE(group.state_count() > 0);
+  REQUIRE(group.state_value_count() > 0);
   std::vector<float> images(static_cast<size_t>(2 * b * 8));
   for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>(i < images.size() / 2 ? std::sin(i) : 3 + std::cos(i));
   std::vector<int32_t> labels = {0, 1, 2, 0, 1, 2, 0, 1};
-  const auto before = to_double(group.central_state(), group.state_count());
+  const auto before = to_double(group.central_state(), group.state_arena_floats());
   group.step({{images.data(), labels.data()}, {images.data() + b * 8, labels.data() + b}}, 0, 0.1f);
   // Recompute what each learner's running statistics became from its own batch: run one
   // more learner-free check by comparing against two single-learner groups.
@@ -206,7 +207,7 @@ TEST_CASE("the central model's BatchNorm statistics are the learners' average", 
   LearnerGroup a(*backend, make, b, b, test::plain_sgd(), {}, single, alone), c(*backend, make, b, b, test::plain_sgd(), {}, single, alone);
   a.step({{images.data(), labels.data()}}, 0, 0.1f);
   c.step({{images.data() + b * 8, labels.data() + b}}, 0, 0.1f);
-  const size_t n = group.state_count();
+  const size_t n = group.state_arena_floats();
   std::vector<double> want(n);
   const auto sa = test::on_host(a.replica_graph(0).state(), n), sc = test::on_host(c.replica_graph(0).state(), n);
   for (size_t i = 0; i < n; ++i) want[i] = (sa[i] + sc[i]) / 2.0;
@@ -216,7 +217,7 @@ TEST_CASE("the central model's BatchNorm statistics are the learners' average", 
   // The evaluation graph holds the central model.
   nn::Graph& eval = group.eval_graph();
   CHECK(test::max_diff(eval.state(), want) < 1e-6);
-  CHECK(test::max_diff(eval.params(), group.central_params(), group.param_count()) == 0.0);
+  CHECK(test::max_diff(eval.params(), group.central_params(), group.param_arena_floats()) == 0.0);
 }
 
 TEST_CASE("an added learner starts from the central model and keeps ssgd replicas identical", "[learners]") {
@@ -234,10 +235,10 @@ TEST_CASE("an added learner starts from the central model and keeps ssgd replica
   run(1);
   group.add_learner();
   REQUIRE(group.learners() == 2);
-  CHECK(test::max_diff(group.replica_params(1), group.central_params(), test::k_tiny_params) == 0.0);
+  CHECK(test::max_diff(group.replica_params(1), group.central_params(), test::k_tiny_arena) == 0.0);
   run(2);
   run(3);
-  CHECK(test::max_diff(group.replica_params(1), group.replica_params(0), test::k_tiny_params) == 0.0);
+  CHECK(test::max_diff(group.replica_params(1), group.replica_params(0), test::k_tiny_arena) == 0.0);
   group.remove_learner();
   CHECK(group.learners() == 1);
   run(4);

@@ -41,8 +41,8 @@ std::pair<float, float> fit_one_batch(Graph& g, Backend& be, int steps, float lr
   Buffer owner;
   int32_t* dev_labels = be.allocate_labels(labels.size(), owner);
   be.copy_labels_from_host(*stream, dev_labels, labels.data(), labels.size());
-  Buffer velocity = be.allocate(g.param_count());
-  be.fill(*stream, velocity.data(), g.param_count(), 0.0f);
+  Buffer velocity = be.allocate(g.param_arena_floats());
+  be.fill(*stream, velocity.data(), g.param_arena_floats(), 0.0f);
   Buffer loss_dev = be.allocate(1);
   float first = 0, last = 0;
   RunMode mode;
@@ -58,7 +58,7 @@ std::pair<float, float> fit_one_batch(Graph& g, Backend& be, int steps, float lr
     if (s == 0) first = loss;
     last = loss;
     g.backward(*stream);
-    be.sgd_step(*stream, g.params(), g.grads(), velocity.data(), g.param_count(), lr, 0.9f, 0.0f, false);
+    be.sgd_step(*stream, g.params(), g.grads(), velocity.data(), g.param_arena_floats(), lr, 0.9f, 0.0f, false);
   }
   be.synchronize(*stream);
   return {first, last};
@@ -71,13 +71,13 @@ TEST_CASE("lenet5 and resnet20 have PyTorch's parameter counts", "[models]") {
   // sum(p.numel() for p in model.parameters()) and the BatchNorm running buffers.
   auto lenet = make_model(spec_of("lenet5", 10), Shape(1, 1, 28, 28));
   lenet->setup(2);
-  CHECK(lenet->param_count() == 61706);
+  CHECK(lenet->parameter_count() == 61706);
   CHECK(lenet->output_shape() == Shape(2, 10));
 
   auto resnet = make_model(spec_of("resnet20", 10), Shape(1, 1, 28, 28));
   resnet->setup(2);
-  CHECK(resnet->param_count() == 272186);
-  CHECK(resnet->state_count() == 1568);
+  CHECK(resnet->parameter_count() == 272186);
+  CHECK(resnet->state_value_count() == 1568);
   CHECK(resnet->output_shape() == Shape(2, 10));
   auto resnet32 = make_model(spec_of("resnet20", 100), Shape(1, 3, 32, 32));
   resnet32->setup(1);
@@ -100,7 +100,7 @@ TEST_CASE("segmentation models give per-pixel logits from a tile to the DeepCAM 
     auto full = make_model(spec, Shape(1, 16, 768, 1152));
     full->setup(1);
     CHECK(full->output_shape() == Shape(1, 3, 768, 1152));
-    CHECK(full->param_count() > 1000000);
+    CHECK(full->parameter_count() > 1000000);
   }
   ModelSpec wide;
   wide.name = "deeplabv3plus";

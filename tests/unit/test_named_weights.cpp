@@ -103,7 +103,7 @@ TEST_CASE("a checkpoint's named weights load into a fresh graph that gives the t
     for (int64_t i = 0; i < b; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>((i + step) % 3);
     group.step({{x.data(), labels.data()}}, step, 0.1f);
   }
-  REQUIRE(group.state_count() > 0);  // BatchNorm's running statistics travel too
+  REQUIRE(group.state_value_count() > 0);  // BatchNorm's running statistics travel too
 
   io::CheckpointData shared;
   group.save_shared(shared);

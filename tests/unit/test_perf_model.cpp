@@ -38,7 +38,7 @@ TEST_CASE("perf model: parameter counts equal the built graph's for every zoo mo
     spec.classes = classes;
     auto g = nn::make_model(spec, nn::Shape(1, c, h, w));
     g->build(*backend, 1, 1);
-    CHECK(cost.parameters == static_cast<int64_t>(g->param_count()));
+    CHECK(cost.parameters == static_cast<int64_t>(g->parameter_count()));
     CHECK(cost.forward_flops > 0);
   }
   CHECK(model_cost("lenet5", 1, 28, 28, 10).parameters == 61706);
@@ -71,7 +71,7 @@ TEST_CASE("perf model: every zoo model's knobs change the graph it counts, and o
     const ModelCost cost = model_cost(spec, c, h, w);
     auto g = nn::make_model(spec, nn::Shape(1, c, h, w));
     g->build(*backend, 1, 1);
-    CHECK(cost.parameters == static_cast<int64_t>(g->param_count()));
+    CHECK(cost.parameters == static_cast<int64_t>(g->parameter_count()));
     // The knobs as built, and the zoo's defaults for none: another graph.
     CHECK(cost.spec.width == spec.width);
     CHECK(cost.spec.depth == spec.depth);

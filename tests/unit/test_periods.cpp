@@ -119,7 +119,7 @@ Trace run_job(const Job& job) {
                                               std::vector<float>{}, o, job_sum, &node_sum);
       };
       auto group = make();
-      const size_t n = group->param_count();
+      const size_t n = group->param_arena_floats();
       for (int64_t step = 0; step < job.steps; ++step) {
         if (step == job.resume_at) {
           io::CheckpointData shared, own;
@@ -263,7 +263,7 @@ std::vector<float> initial_params() {
   mpi::OneRankAllreduce alone;
   LearnerGroupOptions o;
   LearnerGroup g(*backend, test::make_tiny_graph, k_batch, k_batch, test::plain_sgd(), {}, o, alone);
-  return test::on_host(g.central_params(), g.param_count());
+  return test::on_host(g.central_params(), g.param_arena_floats());
 }
 
 }  // namespace

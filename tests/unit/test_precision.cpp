@@ -323,7 +323,7 @@ TEST_CASE("reduced precision: LeNet-5 at bf16 computes the f32 model's logits an
                                g->output_grad().data, loss.data(), nullptr);
     g->backward(*s);
     logits.push_back(read(Typed{nn::Buffer(g->output().data, 80, g->dtype(), nullptr), g->dtype(), 80}));
-    grads.push_back(test::download(be(), g->grads(), g->param_count()));
+    grads.push_back(test::download(be(), g->grads(), g->param_arena_floats()));
   }
   CHECK(g16->output().dtype == DType::bf16);
   CHECK(test::relative_l2(logits[1], logits[0]) < 0.03);
@@ -360,7 +360,7 @@ TEST_CASE("fp16 loss scaling: overflowing steps are skipped, the scale follows G
   o16.loss_scaling.growth_interval = 3;
   train::LearnerGroup g32(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o, alone);
   train::LearnerGroup g16(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o16, alone);
-  const size_t P = test::k_tiny_params;
+  const size_t P = test::k_tiny_arena;
   const auto initial = test::on_host(g16.central_params(), P);
 
   float expected_scale = o16.loss_scaling.initial;

@@ -138,14 +138,14 @@ TEST_CASE("64 learners of sma on one rank stay finite and learn", "[sma][learner
 
   // The loss of the central model on a fixed set of batches, before and after.
   auto central_loss = [&] {
-    const std::vector<double> w(group.central_params(), group.central_params() + test::k_tiny_params);
+    const std::vector<double> w(group.central_params(), group.central_params() + test::k_tiny_arena);
     double loss = 0;
     for (int j = 0; j < 8; ++j) {
       const test::TinyBatch batch = learnable_batch(j, 100000, 16);
       for (size_t i = 0; i < batch.labels.size(); ++i) {
         double logits[test::k_tiny_out], mx = -1e300, sum = 0;
         for (int k = 0; k < test::k_tiny_out; ++k) {
-          logits[k] = w[test::k_tiny_in * test::k_tiny_out + static_cast<size_t>(k)];
+          logits[k] = w[test::k_tiny_bias + static_cast<size_t>(k)];
           for (int x = 0; x < test::k_tiny_in; ++x)
             logits[k] += w[static_cast<size_t>(k * test::k_tiny_in + x)] * batch.images[i * test::k_tiny_in + static_cast<size_t>(x)];
           mx = std::max(mx, logits[k]);
@@ -172,7 +172,7 @@ TEST_CASE("64 learners of sma on one rank stay finite and learn", "[sma][learner
     if (step < 5) first += mean / 5;
     if (step >= 55) last += mean / 5;
   }
-  for (size_t i = 0; i < test::k_tiny_params; ++i) REQUIRE(std::isfinite(group.central_params()[i]));
+  for (size_t i = 0; i < test::k_tiny_arena; ++i) REQUIRE(std::isfinite(group.central_params()[i]));
   const double after = central_loss();
   INFO("learners' loss " << first << " -> " << last << ", central model's loss " << before << " -> " << after);
   CHECK(last < 0.7 * first);

@@ -28,7 +28,7 @@ LearnerGroupOptions options(Algorithm a) {
   return o;
 }
 
-std::vector<float> params_of(LearnerGroup& g) { return test::on_host(g.central_params(), g.param_count()); }
+std::vector<float> params_of(LearnerGroup& g) { return test::on_host(g.central_params(), g.param_arena_floats()); }
 
 }  // namespace
 

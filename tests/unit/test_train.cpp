@@ -81,6 +81,10 @@ TEST_CASE("a run writes metrics.jsonl, summary.json and its resolved config", "[
   CHECK(s.at("samples_per_s").get<double>() > 0);
   CHECK(s.at("time_breakdown_s").at("compute").get<double>() > 0);
   CHECK(s.at("model_checksum").get<std::string>().size() == 16);
+  // LeNet-5's true parameter count (as PyTorch counts it), not the floats of its arena, whose
+  // tensors each start on a 256-byte boundary (src/nn/param_arena.hpp).
+  CHECK(s.at("parameters") == 61706);
+  CHECK_THAT(r.out, Catch::Contains("(61706 parameters)"));
   CHECK(std::filesystem::exists(dir + "/config.toml"));
 
   // The same seed gives the same model, bit for bit; another seed does not.
