@@ -5,176 +5,62 @@ squall trains its deeplabv3plus (width 16, 4 encoder stages, ASPP rates 6/12/18;
 zoo.cpp) at train.precision = bf16 (or fp16) on synthetic DeepCAM-layout files of H x W x 16
 (768 x 1152 by default) with 3 classes, written by `squall data climate` (docs/data.md; its
 labels are all background, which costs the same to train on as real masks); PyTorch trains
-the same network (the module below mirrors squall's graph: conv without bias -> BatchNorm ->
-ReLU blocks, the same strides, dilations and projections) under torch.autocast with
-channels_last memory format and cudnn.benchmark, batch and optimizer (SGD, momentum 0.9) the
-same. Each side runs --steps steps after --warmup, alternating --runs times. squall runs
-channels last (model.layout = nhwc) with and without parallel.cuda_graphs, and NCHW, to show
-what the layout is worth.
+the same network (bench/torch_models.py, layer for layer; the parameter counts are checked)
+under torch.autocast with cudnn.benchmark, on a batch of the same shape already on the
+device, with the same optimizer (SGD, momentum 0.9).
 
-It measures the backend, not the loader: squall reads its samples from files with
---workers loader threads (data.workers; default: the cores, at most 8) keeping --prefetch
-batches ready (data.prefetch), and for each side the script prints, beside the samples/s of
-the whole run, the compute time: squall's summary.json time_breakdown_s.compute (its
-io_wait too: time the learners waited for the loader) and PyTorch's timed loop, which
-trains on a batch already on the device (no data loading at all). The ratios squall /
-PyTorch are given for both (issue 10's bar: >= 1.0 at batch 1-2, bf16, on a GPU).
+Cases per batch (--layout picks the layouts; the first case is the headline):
+  squall nhwc          model.layout = nhwc                     against AMP channels_last
+  squall nhwc+graphs   the same with parallel.cuda_graphs (GPU only)  against AMP channels_last
+  squall nchw          model.layout = nchw                     against AMP NCHW
 
-Needs PyTorch and the standard library only (no numpy, no h5py): a missing module is a
-skip ("SKIP: needs torch", exit 77). On a machine without a GPU it runs both on the CPU at a
-small size to check that the script works (--device cpu --size 96x144); the ratios then mean
-nothing and are labelled so. Exit 77 when --device cuda is asked for and no GPU can be used.
+What is measured, on both sides, is the steady rate of --steps steps: squall trains exactly
+--steps steps (train.max_steps decides; the files hold batch x steps samples, so one epoch
+and no loader restart; one evaluation, after the last step; no checkpoint; the script checks
+the step count in summary.json) and reports summary.json's steady_samples_per_s (the steps
+after the first max(10, 5%), docs/metrics.md "Steady rate"); PyTorch trains the same number
+of steps after a warm-up of the same count (bench/torch_peer.py). squall reads its samples
+from files with --workers loader threads keeping --prefetch batches ready; its io_wait
+(summary.json's time_breakdown_s) says whether the loader kept up. PyTorch loads nothing.
 
-    python3 bench/deeplab_amp.py --squall build/bin/squall --batch 1,2 --runs 3
-    python3 bench/deeplab_amp.py --device cpu --size 96x144 --batch 1 --steps 2 --warmup 1 --runs 1
+On the GPU one run per case by default (--runs 1: a lease is short); on the CPU --runs
+alternating runs and medians. --budget SECONDS: a case that would end past it is not
+started, and the ones left out are named. --rehearse (with --device cpu): a check of the
+script in seconds (with --size 96x144 --batch 1, as gpu-check gives it): 11 steps, NHWC only,
+one thread a side, PyTorch timing 1 step after 1 (its ratios mean nothing).
+
+Output (scripts/gpu-check reads it): a markdown table, a row as each case finishes, then as
+the last two lines `figure: <headline: squall's samples/s>` and `ratio: <squall / PyTorch of
+the headline>`. Needs PyTorch and the standard library only: without torch, or with --device
+cuda and no GPU, `SKIP: <reason>` and exit 77.
+
+    python3 bench/deeplab_amp.py --squall build/bin/squall --batch 2 --budget 120
+    python3 bench/deeplab_amp.py --device cpu --rehearse --size 96x144 --batch 1
 """
 import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import bench_common as bc  # noqa: E402
+import torch_peer  # noqa: E402
+
+ROOT = bc.ROOT
 CHANNELS, CLASSES = 16, 3
-PARAMS = {}  # parameter counts of both networks: they must agree
 
 
-def write_deepcam(a, folder, h, w, samples):
-    """DeepCAM-layout files (data-*.h5 and stats.h5) from squall's own generator."""
-    cmd = [a.squall, "data", "climate", "--out", folder, "--samples", str(samples), "--height", str(h),
-           "--width", str(w), "--seed", "7"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"squall data climate failed ({r.returncode}): {' '.join(cmd)}\n{(r.stdout + r.stderr)[-3000:]}")
-
-
-def squall_run(a, data, batch, steps, precision, graphs, layout, workdir):
-    run_dir = tempfile.mkdtemp(dir=workdir)
-    sets = [f"run.backend={a.device}", "model.name=deeplabv3plus", f"train.precision={precision}",
-            f"train.batch_size={batch}", f"train.max_steps={steps}", f"train.log_every_steps={steps}",
-            f"data.train={data}", f"data.test={data}", "data.test_samples=2", "schedule.warmup_steps=0",
-            f"data.workers={a.workers}", f"data.prefetch={a.prefetch}",
-            "optimizer.lr=0.01", "optimizer.weight_decay=0", f"parallel.cuda_graphs={'true' if graphs else 'false'}",
-            f"model.layout={layout}",
-            f"run.dir={run_dir}"]
-    cmd = [a.squall, "train", "--config", os.path.join(ROOT, "configs", "fashion-mnist-lenet5.toml")]
-    for s in sets:
-        cmd += ["--set", s]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode == 1 and "no GPU can be used" in r.stderr:
-        print("SKIP: squall: " + r.stderr.strip().splitlines()[-1])
-        sys.exit(77)
-    if r.returncode != 0:
-        sys.exit(f"squall failed: {' '.join(cmd)}\n{r.stderr[-3000:]}")
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        s = json.load(f)
-    PARAMS["squall"] = s["parameters"]
-    t = s.get("time_breakdown_s", {})
-    done = s.get("steps", steps)
-    compute = t.get("compute", 0.0)
-    return {"rate": s["samples_per_s"], "compute_ms": 1000 * compute / max(done, 1),
-            "compute_rate": batch * done / compute if compute > 0 else float("nan"),
-            "io_wait_s": t.get("io_wait", 0.0)}
-
-
-def torch_model(torch, width=16, stages=4, rates=(6, 12, 18)):
-    nn = torch.nn
-    F = torch.nn.functional
-
-    def conv_bn(cin, cout, k, stride=1, dilation=1, relu=True):
-        layers = [nn.Conv2d(cin, cout, k, stride, dilation * (k - 1) // 2, dilation, bias=False), nn.BatchNorm2d(cout)]
-        return nn.Sequential(*(layers + [nn.ReLU()] if relu else layers))
-
-    class Block(nn.Module):
-        def __init__(self, cin, cout, stride, dilation):
-            super().__init__()
-            self.a = conv_bn(cin, cout, 3, stride, dilation)
-            self.b = conv_bn(cout, cout, 3, 1, dilation, relu=False)
-            self.proj = conv_bn(cin, cout, 1, stride, relu=False) if stride != 1 or cin != cout else None
-
-        def forward(self, x):
-            return F.relu(self.b(self.a(x)) + (self.proj(x) if self.proj is not None else x))
-
-    class DeepLab(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.stem = conv_bn(CHANNELS, width, 3, 2)
-            enc, ch, dil = [], width, 1
-            for s in range(stages):
-                out = width << min(s + 1, 4)
-                stride = 2 if s < 2 else 1
-                if s >= 2:
-                    dil *= 2
-                enc.append(nn.Sequential(Block(ch, out, stride, dil), Block(out, out, 1, dil)))
-                ch = out
-            self.enc = nn.ModuleList(enc)
-            a = width * 4
-            self.aspp = nn.ModuleList([conv_bn(ch, a, 1)] + [conv_bn(ch, a, 3, 1, r) for r in rates])
-            self.pool_fc = nn.Linear(ch, a)
-            self.project = conv_bn(a * (len(rates) + 2), a, 1)
-            self.low = conv_bn(width << 1, max(width, 8), 1)
-            self.dec_a = conv_bn(a + max(width, 8), a, 3)
-            self.dec_b = conv_bn(a, a, 3)
-            self.classifier = nn.Conv2d(a, CLASSES, 1)
-
-        def forward(self, x):
-            h, w = x.shape[-2:]
-            x = self.stem(x)
-            low = None
-            for s, e in enumerate(self.enc):
-                x = e(x)
-                if s == 0:
-                    low = x
-            fh, fw = x.shape[-2:]
-            pooled = F.relu(self.pool_fc(x.mean((2, 3))))[:, :, None, None]
-            branches = [b(x) for b in self.aspp] + [F.interpolate(pooled, (fh, fw), mode="bilinear", align_corners=False)]
-            x = self.project(torch.cat(branches, 1))
-            x = F.interpolate(x, (h // 4, w // 4), mode="bilinear", align_corners=False)
-            x = self.dec_b(self.dec_a(torch.cat([x, self.low(low)], 1)))
-            return F.interpolate(self.classifier(x), (h, w), mode="bilinear", align_corners=False)
-
-    return DeepLab()
-
-
-def torch_run(torch, a, h, w, batch, steps, precision):
-    dev = torch.device(a.device)
-    model = torch_model(torch).to(dev).to(memory_format=torch.channels_last)
-    PARAMS["pytorch"] = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    if hasattr(torch.amp, "GradScaler"):
-        scaler = torch.amp.GradScaler(a.device, enabled=precision == "fp16")
-    else:  # older PyTorch (Debian's): the CUDA one; disabled it passes everything through
-        scaler = torch.cuda.amp.GradScaler(enabled=precision == "fp16" and a.device == "cuda")
-    x = torch.randn(batch, CHANNELS, h, w, device=dev).to(memory_format=torch.channels_last)
-    y = torch.randint(0, CLASSES, (batch, h, w), device=dev)
-    loss_fn = torch.nn.CrossEntropyLoss()
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(a.device, dtype=dtype):
-            loss = loss_fn(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-
-    for _ in range(a.warmup):
-        step()
-    if a.device == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    if a.device == "cuda":
-        torch.cuda.synchronize()
-    dt = time.perf_counter() - t0
-    # The batch is on the device already: the timed loop is all compute.
-    return {"rate": batch * steps / dt, "compute_ms": 1000 * dt / steps, "compute_rate": batch * steps / dt,
-            "io_wait_s": 0.0}
+def squall_sets(a, data, batch, graphs, layout):
+    return bc.rate_sets(a.steps) + [
+        f"run.backend={a.device}", "model.name=deeplabv3plus", f"train.precision={a.precision}",
+        f"train.batch_size={batch}", f"data.train={data}", f"data.test={data}", f"data.test_samples={batch}",
+        f"data.workers={a.workers}", f"data.prefetch={a.prefetch}", "optimizer.name=sgd", "optimizer.lr=0.01",
+        "optimizer.momentum=0.9", "optimizer.weight_decay=0", f"parallel.cuda_graphs={'true' if graphs else 'false'}",
+        f"model.layout={layout}"] + ([f"run.threads={a.threads}"] if a.device == "cpu" else [])
 
 
 def main():
@@ -183,73 +69,131 @@ def main():
     ap.add_argument("--squall", default=os.path.join(ROOT, "build", "bin", "squall"))
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--size", default="768x1152")
-    ap.add_argument("--batch", default="1,2")
+    ap.add_argument("--batch", default="2", help="batches, comma-separated (the first is the headline's)")
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp16"])
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--layout", default="", help="squall's layouts, comma-separated: nhwc, nchw (default: both; "
+                                                 "nhwc rehearsing)")
+    ap.add_argument("--steps", type=int, default=0, help="steps a run (default 40; 11 rehearsing)")
+    ap.add_argument("--runs", type=int, default=0, help="runs a case (default: 1 on cuda or rehearsing, 3 on cpu)")
+    ap.add_argument("--budget", type=float, default=0, help="seconds this call may use (0: no limit)")
+    ap.add_argument("--rehearse", action="store_true", help="tiny sizes, to check the script (with --device cpu)")
     ap.add_argument("--workers", type=int, default=min(8, cpus),
                     help="squall's loader threads, data.workers (default: the cores, at most 8; here %(default)s)")
     ap.add_argument("--prefetch", type=int, default=4, help="batches squall keeps ready, data.prefetch")
-    ap.add_argument("--json", action="store_true", help="also print the medians as one JSON line")
+    ap.add_argument("--distinct", type=int, default=4, help="distinct generated samples, repeated by links")
+    ap.add_argument("--json", action="store_true", help="also print the medians as one JSON line (before the last two)")
     a = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print(f"SKIP: needs torch ({sys.executable} cannot import it)")
-        sys.exit(77)
-    if a.device == "cuda" and not torch.cuda.is_available():
-        print("SKIP: PyTorch sees no GPU")
-        sys.exit(77)
+    if a.rehearse and a.device != "cpu":
+        sys.exit("--rehearse runs on the CPU: give --device cpu")
+    a.steps = a.steps or (11 if a.rehearse else 40)
+    a.runs = a.runs or (1 if a.device == "cuda" or a.rehearse else 3)
+    layouts = (a.layout or ("nhwc" if a.rehearse else "nhwc,nchw")).split(",")
+    a.threads = cpus
+    if a.rehearse:  # one thread a side: a busy machine's cores make OpenMP teams wait on each other
+        a.threads, a.workers = 1, 1
+    if not layouts or any(x not in ("nhwc", "nchw") for x in layouts):
+        sys.exit(f"--layout {a.layout}: nhwc, nchw or both")
     if a.workers < 1 or a.prefetch < 1:
         sys.exit("--workers and --prefetch must be at least 1")
-    torch.backends.cudnn.benchmark = True
+    skip = torch_peer.steady_skip(a.steps)
+    if a.steps <= skip:
+        sys.exit(f"--steps {a.steps}: a steady rate leaves out the first {skip}: give at least {skip + 1}")
+    # Rehearsing, PyTorch times 1 step after 1: its figures mean nothing, and its CPU bf16 is slow.
+    peer_warmup, peer_steps = (1, 1) if a.rehearse else (skip, a.steps - skip)
+    torch = bc.import_torch()
+    if a.device == "cuda" and not torch.cuda.is_available():
+        bc.skip("PyTorch sees no GPU")
+    import torch_models
+    torch_peer.configure(torch, a.device, a.threads if a.device == "cpu" else None)
     h, w = (int(v) for v in a.size.split("x"))
-    report = []
+    batches = [int(b) for b in a.batch.split(",")]
+    budget = bc.Budget(a.budget)
+    device_name = torch.cuda.get_device_name(0) if a.device == "cuda" else "cpu"
+    cases = [(f"squall {layout}" + ("+graphs" if graphs else ""), layout, graphs)
+             for layout in layouts for graphs in ((False, True) if layout == "nhwc" and a.device == "cuda" else (False,))]
+    spent = {"squall": [], "torch": []}
+    estimate = lambda k, n: 1.2 * n * (max(spent[k]) if spent[k] else 0.0)  # noqa: E731
+    params, report, left_out, failed = {}, [], [], []
+    headline = None
     with tempfile.TemporaryDirectory() as workdir:
-        data = os.path.join(workdir, "deepcam")
-        batches = [int(b) for b in a.batch.split(",")]
-        write_deepcam(a, data, h, w, max(batches) * 2)
-        print(f"deeplabv3plus {h}x{w}x{CHANNELS}, {a.precision}, {a.device}, {a.steps} steps, {a.runs} runs, "
-              f"squall's loader: {a.workers} workers, prefetch {a.prefetch}"
-              + ("" if a.device == "cuda" else " (CPU: a check of the script, not a measurement)"))
-        print("\nsamples/s: the whole run (squall: its summary.json, warm-up and loading included); compute: "
-              "squall's time_breakdown_s.compute, PyTorch's timed loop (its batch is on the device already)\n")
-        print("| batch | run | samples/s | compute ms/step | samples/s of compute | io_wait s |")
-        print("|---|---|---|---|---|---|")
+        data = bc.climate_data(a.squall, os.path.join(workdir, "deepcam"), max(batches) * a.steps,
+                               min(max(batches) * a.steps, a.distinct), h, w, seed=7, label=False)
+        bc.out(f"deeplabv3plus {h}x{w}x{CHANNELS}, {a.precision}, {device_name}, {a.steps} steps a run (steady rate "
+               f"over the last {a.steps - skip}), {a.runs} run(s) a case, squall's loader: {a.workers} workers, "
+               f"prefetch {a.prefetch}" + (" (rehearsal: the figures mean nothing)" if a.rehearse else ""))
+        bc.print_table_head(["batch", "case", "squall samples/s", "PyTorch samples/s", "PyTorch", "squall / PyTorch",
+                             "squall io_wait s"])
         for b in batches:
-            runs = {"squall nhwc": [], "squall nhwc+graphs": [], "squall nchw": [], "pytorch amp": []}
-            for _ in range(a.runs):
-                # squall's own warm-up: its summary rate covers the whole run, so it runs
-                # warmup + steps and the first steps' cost (algorithm search) is in it.
-                n = a.warmup + a.steps
-                runs["squall nhwc"].append(squall_run(a, data, b, n, a.precision, False, "nhwc", workdir))
-                runs["squall nchw"].append(squall_run(a, data, b, n, a.precision, False, "nchw", workdir))
-                if a.device == "cuda":
-                    runs["squall nhwc+graphs"].append(squall_run(a, data, b, n, a.precision, True, "nhwc", workdir))
-                runs["pytorch amp"].append(torch_run(torch, a, h, w, b, a.steps, a.precision))
-            med = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in runs.items() if v}
-            for k, m in med.items():
-                print(f"| {b} | {k} | {m['rate']:.2f} | {m['compute_ms']:.1f} | {m['compute_rate']:.2f} | "
-                      f"{m['io_wait_s']:.2f} |")
-            best = max(m["rate"] for k, m in med.items() if k.startswith("squall"))
-            best_c = max(m["compute_rate"] for k, m in med.items() if k.startswith("squall"))
-            pt = med["pytorch amp"]
-            ratios = {"batch": b, "squall_over_pytorch": best / pt["rate"],
-                      "squall_over_pytorch_compute": best_c / pt["compute_rate"], "medians": med}
-            report.append(ratios)
-        print()
-        for r in report:
-            print(f"batch {r['batch']}: squall / pytorch = {r['squall_over_pytorch']:.2f} (whole run), "
-                  f"{r['squall_over_pytorch_compute']:.2f} (compute)"
-                  + ("" if a.device == "cuda" else " (CPU: means nothing)"))
-        if PARAMS.get("squall") != PARAMS.get("pytorch"):
-            sys.exit(f"the two networks differ: {PARAMS['squall']} parameters in squall's, {PARAMS['pytorch']} in PyTorch's")
-        print(f"both networks have {PARAMS['squall']} parameters")
-        if a.json:
-            print(json.dumps({"size": [h, w], "precision": a.precision, "device": a.device, "workers": a.workers,
-                              "prefetch": a.prefetch, "batches": report}))
+            peer = {}  # channels_last -> [samples/s]
+            for label, layout, graphs in cases:
+                cl = layout == "nhwc"
+                if not budget.fits(estimate("squall", a.runs) + (estimate("torch", a.runs) if cl not in peer else 0)):
+                    left_out.append(f"batch {b} {label}")
+                    continue
+                sq, io, pt = [], [], peer.get(cl, [])
+                try:
+                    for _ in range(a.runs):  # alternating: both sides see the same machine
+                        t0 = time.monotonic()
+                        s = bc.squall_train(a.squall, os.path.join(ROOT, "configs", "climate-tiny.toml"),
+                                            squall_sets(a, data, b, graphs, layout), workdir, a.steps,
+                                            timeout=budget.timeout())
+                        spent["squall"].append(time.monotonic() - t0)
+                        params["squall"] = s["parameters"]
+                        sq.append(bc.steady_rate(s))
+                        io.append(s["time_breakdown_s"]["io_wait"])
+                        if cl not in peer:
+                            t0 = time.monotonic()
+                            net = torch_models.deeplabv3plus(CLASSES, CHANNELS)
+                            params["pytorch"] = torch_models.parameter_count(net)
+                            feed = torch_peer.fixed_batch(torch, (b, CHANNELS, h, w), CLASSES, a.device, True, cl)
+                            pt.append(torch_peer.train_rate(torch, net, feed, b, peer_steps, peer_warmup, a.device,
+                                                            a.precision, cl, deadline=budget.deadline()))
+                            del net, feed
+                            if a.device == "cuda":
+                                torch.cuda.empty_cache()
+                            spent["torch"].append(time.monotonic() - t0)
+                except (bc.OutOfBudget, torch_peer.PastDeadline) as e:
+                    left_out.append(f"batch {b} {label} ({e})")
+                    bc.print_row([b, label, "cut", "-", "-", "-", "-"])
+                    continue
+                except bc.CaseFailed as e:
+                    failed.append(f"batch {b} {label}: {e}")
+                    bc.print_row([b, label, "FAILED", "-", "-", "-", "-"])
+                    continue
+                except bc.NoGpu as e:
+                    bc.skip(f"squall: {e}")
+                peer[cl] = pt
+                s_rate, p_rate = statistics.median(sq), statistics.median(pt)
+                peer_name = f"AMP {a.precision} " + ("channels_last" if cl else "NCHW")
+                bc.print_row([b, label, bc.fmt(s_rate, 2), bc.fmt(p_rate, 2), peer_name, bc.fmt(s_rate / p_rate, 2),
+                              bc.fmt(statistics.median(io), 2)])
+                report.append({"batch": b, "case": label, "squall": s_rate, "pytorch": p_rate, "peer": peer_name,
+                               "ratio": s_rate / p_rate})
+                if headline is None:
+                    headline = (b, label, s_rate, s_rate / p_rate)
+    if a.device == "cuda" and a.runs == 1:
+        bc.out("\none run per case (a GPU lease is short): no spread is known")
+    if left_out:
+        bc.out(f"\nleft out, past the budget of {budget.seconds:.0f} s: {', '.join(left_out)}")
+    for f in failed:
+        bc.out(f"\nFAILED {f}")
+    if params and params.get("squall") != params.get("pytorch"):
+        failed.append("networks")
+        bc.out(f"\nFAILED: the two networks differ: {params.get('squall')} parameters in squall's, "
+               f"{params.get('pytorch')} in PyTorch's")
+    elif params:
+        bc.out(f"\nboth networks have {params['squall']} parameters")
+    if a.json:
+        bc.out(json.dumps({"size": [h, w], "precision": a.precision, "device": a.device, "steps": a.steps,
+                           "workers": a.workers, "prefetch": a.prefetch, "cases": report}))
+    if headline is None:
+        bc.contract_end(f"deeplabv3plus {h}x{w}: no case ran", None)
+    else:
+        b, label, rate, ratio = headline
+        bc.contract_end(f"deeplabv3plus {h}x{w} b{b} {a.precision} {label.removeprefix('squall ')}: {rate:.2f} samples/s",
+                        ratio)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """io_wait in training: LeNet-5 on Fashion-MNIST read from HDF5 shards through the loader,
 side by side with the same run reading Debian's IDX files (held in memory), alternating,
-several runs; prints the median share of step time spent waiting for data (goal <= 5%).
+several runs; prints the median share of step time spent waiting for data (goal <= 5%) and
+the median steady samples/s (summary.json's steady_samples_per_s: without the first steps
+and the evaluations; docs/metrics.md, "Steady rate").
 
     python3 bench/io_wait.py --squall build/bin/squall --runs 5
 """
@@ -14,6 +16,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import bench_common as bc  # noqa: E402
 
 
 def train(squall, config, extra, epochs, run_dir):
@@ -23,7 +27,7 @@ def train(squall, config, extra, epochs, run_dir):
     with open(os.path.join(run_dir, "summary.json")) as f:
         s = json.load(f)
     t = s["time_breakdown_s"]
-    return 100.0 * t["io_wait"] / (t["io_wait"] + t["compute"]), s["samples_per_s"]
+    return 100.0 * t["io_wait"] / (t["io_wait"] + t["compute"]), bc.steady_rate(s, run_dir)
 
 
 def main():
@@ -44,7 +48,7 @@ def main():
                 results[name].append(train(args.squall, config, ["--set", f"data.train={folder}", "--set",
                                                                  f"data.test={folder}"], args.epochs,
                                            os.path.join(work, "run")))
-    print("| data | runs | io_wait % of step time (median, min-max) | samples/s (median) |")
+    print("| data | runs | io_wait % of step time (median, min-max) | steady samples/s (median) |")
     print("|---|---|---|---|")
     for name, rows in results.items():
         waits = [w for w, _ in rows]

@@ -4,7 +4,9 @@
 same run with one bucket of the whole model (handed over only when the backward pass has
 ended: nothing can hide), alternating, --runs times.
 
-Reported per setting (medians over runs): samples/s, the allreduce seconds hidden behind the
+Reported per setting (medians over runs): samples/s (the steady rate, summary.json's
+steady_samples_per_s: the steps after the first max(10, 5%), no evaluation or checkpoint in
+their time; docs/metrics.md, "Steady rate"), the allreduce seconds hidden behind the
 passes and exposed after them (summary.json time_breakdown_s), the hidden share
 = hidden / (hidden + exposed), the buckets and the most in flight at once, and the
 throughput against the one-bucket run.
@@ -21,11 +23,13 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import bench_common as bc  # noqa: E402
 
 
 def run_train(a, bucket_mb, run_dir):
-    sets = ["parallel.algorithm=ssgd", "parallel.replicas_per_device=1", f"parallel.bucket_mb={bucket_mb}",
-            f"train.max_steps={a.steps}", "schedule.warmup_steps=0", "data.test_samples=512", f"run.dir={run_dir}"]
+    sets = bc.rate_sets(a.steps) + ["parallel.algorithm=ssgd", "parallel.replicas_per_device=1",
+                                    f"parallel.bucket_mb={bucket_mb}", "data.test_samples=512", f"run.dir={run_dir}"]
     args = [a.squall, "train", "--config", os.path.join(ROOT, "configs", "fashion-mnist-resnet20.toml")]
     for s in sets:
         args += ["--set", s]
@@ -39,7 +43,7 @@ def run_train(a, bucket_mb, run_dir):
     with open(os.path.join(run_dir, "summary.json")) as f:
         s = json.load(f)
     t = s["time_breakdown_s"]
-    return {"samples_per_s": s["samples_per_s"], "hidden": t["allreduce_overlapped"], "exposed": t["allreduce"],
+    return {"samples_per_s": bc.steady_rate(s, run_dir), "hidden": t["allreduce_overlapped"], "exposed": t["allreduce"],
             "buckets": s["parallel"]["buckets"], "in_flight": s["parallel"]["max_buckets_in_flight"]}
 
 

@@ -15,7 +15,9 @@ For each global batch G (default 64, 256, 1024) on --np ranks:
    --target (evaluations excluded), or "not reached".
 Warm-up is half an epoch and the schedule a cosine over the run, whatever the batch. The runs
 go one after the other, ssgd and sma alternating, so a slow spell of the machine hits both.
-Prints Markdown tables for bench/RESULTS.md and writes every number to --json.
+Prints Markdown tables for bench/RESULTS.md and writes every number to --json. Their samples/s
+is the steady rate (summary.json's steady_samples_per_s: without the first steps and the
+evaluations; docs/metrics.md, "Steady rate").
 
     python3 bench/sma_vs_ssgd.py                       # about 20 minutes on two cores
     python3 bench/sma_vs_ssgd.py --quick               # a smoke run of about a minute
@@ -71,7 +73,7 @@ def train(a, algo, global_batch, lr, seed, epochs, eval_quarters, run_dir):
         s = json.load(f)
     hit = next((e for e in evals if e["test_accuracy"] >= a.target), None)
     return {"final": s["final"]["test_accuracy"], "epochs": hit["epochs_done"] if hit else None,
-            "seconds": hit["train_s"] if hit else None, "samples_per_s": s["samples_per_s"]}
+            "seconds": hit["train_s"] if hit else None, "samples_per_s": s.get("steady_samples_per_s")}
 
 
 def fmt(v, spec):
@@ -145,7 +147,7 @@ def main():
             print(f"| {g} | {algo} | " + " | ".join(cells) + " |")
     print(f"\nRuns ({a.epochs} epochs, seeds {' '.join(map(str, a.seeds))}; to test accuracy {a.target}):\n")
     print("| global batch | algorithm | layout | lr | epochs to target (median; per seed) "
-          "| train seconds to target (median; per seed) | final accuracy (median) | samples/s |")
+          "| train seconds to target (median; per seed) | final accuracy (median) | steady samples/s |")
     print("|---|---|---|---|---|---|---|---|")
     for g in a.global_batches:
         for algo in ("ssgd", "sma"):

@@ -7,8 +7,11 @@ Two squall binaries (--before, --after) and PyTorch, alternating --runs times:
      threads, samples, SGD with momentum);
   2. 2 nodes x 1 rank of tests/cluster over --rate links (root): ssgd and sma, LeNet-5 on
      Fashion-MNIST with 2 learners per rank, after against before.
-Prints medians and the ratios (after / before, and each against PyTorch). Run with an
-interpreter that imports torch (Debian: /usr/bin/python3):
+Prints medians and the ratios (after / before, and each against PyTorch). Every rate is a
+steady rate (docs/metrics.md, "Steady rate"): squall's steady_samples_per_s, or for a
+binary older than it the same steps' rate read from its train records, and PyTorch's timed
+loop over the same steps after a warm-up of the same count (bench/cpu_training.py). Run with
+an interpreter that imports torch (Debian: /usr/bin/python3):
 
     /usr/bin/python3 bench/step_before_after.py --before OLD/bin/squall --after build/bin/squall
 """
@@ -23,15 +26,14 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import bench_common as bc  # noqa: E402
 import cpu_training  # noqa: E402  (squall_run, torch_run)
 
 
 def cluster_run(binary, algorithm, steps, run_dir, name):
     tool = os.path.join(ROOT, "tests", "cluster", "cluster")
-    sets = [f"parallel.algorithm={algorithm}", "parallel.replicas_per_device=2", "parallel.period=1",
-            f"train.max_steps={steps}", "schedule.warmup_steps=0", "data.test_samples=256", f"run.dir={run_dir}",
-            "run.threads=1",
-            f"train.log_every_steps={steps}"]
+    sets = bc.rate_sets(steps) + [f"parallel.algorithm={algorithm}", "parallel.replicas_per_device=2",
+                                  "parallel.period=1", "data.test_samples=256", f"run.dir={run_dir}", "run.threads=1"]
     args = [binary, "train", "--config", os.path.join(ROOT, "configs", "fashion-mnist-lenet5.toml")]
     for s in sets:
         args += ["--set", s]
@@ -39,7 +41,7 @@ def cluster_run(binary, algorithm, steps, run_dir, name):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
     with open(os.path.join(run_dir, "summary.json")) as f:
-        return json.load(f)["samples_per_s"]
+        return bc.steady_rate(json.load(f), run_dir)
 
 
 def med(x):

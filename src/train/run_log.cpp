@@ -19,14 +19,21 @@ using nlohmann::json;
 
 namespace {
 
+// Sized to fit: the closing line holds the run dir's path, which may be long.
 std::string printf_text(const char* format, auto... args) {
-  char line[512];
-  std::snprintf(line, sizeof(line), format, args...);
+  const int n = std::snprintf(nullptr, 0, format, args...);
+  if (n <= 0) return {};
+  std::string line(static_cast<size_t>(n) + 1, '\0');
+  std::snprintf(line.data(), line.size(), format, args...);
+  line.pop_back();
   return line;
 }
 
 // A per-class IoU for the console: "-" where it is undefined (docs/metrics.md).
 std::string fixed4(double v) { return std::isnan(v) ? "-" : printf_text("%.4f", v); }
+
+// A rate that may be unknown: null in JSON.
+json or_null(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
 std::string class_name(const std::vector<std::string>& names, size_t k) {
   return k < names.size() ? names[k] : "class " + std::to_string(k);
@@ -149,13 +156,14 @@ void RunLog::train_window(const TrainWindow& w) {
   if (!m_options.root) return;
   json j{{"kind", "train"}, {"step", w.step},         {"epoch", w.epoch},
          {"loss", w.loss},  {"lr", w.lr},             {"learners", w.learners},
-         {"samples_per_s", w.samples_per_s}};
+         {"samples_per_s", w.samples_per_s}, {"steady_samples_per_s", or_null(w.steady_samples_per_s)}};
   if (w.loss_scale) j["loss_scale"] = *w.loss_scale;
   if (w.skipped_steps) j["skipped_steps"] = *w.skipped_steps;
   record(j);
   scalar("train/loss", w.step, w.loss);
   scalar("train/lr", w.step, w.lr);
   scalar("train/samples_per_s", w.step, w.samples_per_s);
+  if (w.steady_samples_per_s) scalar("train/steady_samples_per_s", w.step, *w.steady_samples_per_s);
   scalar("train/learners", w.step, w.learners);
   scalar("time/compute_s", w.step, w.compute_s);
   scalar("time/allreduce_s", w.step, w.allreduce_s);
@@ -281,6 +289,7 @@ json RunLog::summary_json(const RunSummary& s) const {
            {"wall_s", s.wall_s},
            {"train_loop_s", s.loop_s},
            {"samples_per_s", s.samples_per_s},
+           {"steady_samples_per_s", or_null(s.steady.samples_per_s())},
            {"time_breakdown_s",
             {{"compute", s.compute_s},
              {"allreduce", s.allreduce_s},
@@ -292,7 +301,13 @@ json RunLog::summary_json(const RunSummary& s) const {
              {"steps", s.steps - s.first_step},
              {"wall_s", s.wall_s},
              {"train_loop_s", s.loop_s},
-             {"samples_per_s", s.samples_per_s}}},
+             {"samples_per_s", s.samples_per_s},
+             {"steady_samples_per_s", or_null(s.steady.samples_per_s())},
+             {"steady",
+              {{"skipped_steps", s.steady.skip()},
+               {"steps", s.steady.steps()},
+               {"samples", s.steady.samples()},
+               {"seconds", s.steady.seconds()}}}}},
            {"run",
             {{"attempts", m_options.attempt}, {"steps", s.steps}, {"train_loop_s", m_clock.earlier_s() + s.loop_s}, {"samples", s.samples_done}}},
            {"skipped_samples", s.skipped_samples},
@@ -328,9 +343,13 @@ void RunLog::finished(const RunSummary& s) {
                                           static_cast<long long>(s.steps), static_cast<long long>(m_options.attempt),
                                           m_clock.earlier_s() + s.loop_s)
                             : std::string();
-  log::info(printf_text("done: %lld steps in %.1f s%s, %.0f samples/s on %d rank(s) x %d learner(s), train loss "
+  const std::optional<double> steady = s.steady.samples_per_s();
+  const std::string steady_part =
+      steady ? printf_text("%.0f samples/s steady (%.0f over the loop)", *steady, s.samples_per_s)
+             : printf_text("%.0f samples/s over the loop (too few steps for a steady rate)", s.samples_per_s);
+  log::info(printf_text("done: %lld steps in %.1f s%s, %s on %d rank(s) x %d learner(s), train loss "
                         "%.4f, test accuracy %.4f (compute %.1f s, allreduce %.1f s, io_wait %.1f s); summary in %s",
-                        static_cast<long long>(attempt_steps), s.wall_s, run_part.c_str(), s.samples_per_s, s.ranks,
+                        static_cast<long long>(attempt_steps), s.wall_s, run_part.c_str(), steady_part.c_str(), s.ranks,
                         s.learners, s.train_loss, cm.accuracy(), s.compute_s, s.allreduce_s, s.io_wait_s,
                         summary.c_str()));
   if (m_options.per_pixel) {  // segmentation: the held-out IoU, per class too

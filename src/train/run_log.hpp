@@ -21,6 +21,7 @@
 #include "src/eval/evaluate.hpp"
 #include "src/eval/metrics.hpp"
 #include "src/train/progress.hpp"
+#include "src/train/steady_rate.hpp"
 
 namespace squall::io {
 class MlLog;
@@ -103,6 +104,7 @@ struct TrainWindow {
   double loss = 0, lr = 0;
   int learners = 1;
   double samples_per_s = 0;       // this attempt's, over its loop so far
+  std::optional<double> steady_samples_per_s;  // this attempt's steady rate so far (nullopt: not yet)
   double compute_s = 0, allreduce_s = 0, io_wait_s = 0;  // this attempt's, so far
   std::optional<double> loss_scale;     // fp16's dynamic loss scale
   std::optional<int64_t> skipped_steps; // non-finite steps skipped
@@ -130,6 +132,7 @@ struct RunSummary {
   int64_t first_step = 0, steps = 0;  // steps is the run's last step
   double wall_s = 0, loop_s = 0, samples_per_s = 0;
   double compute_s = 0, allreduce_s = 0, overlapped_s = 0, io_wait_s = 0;
+  SteadyRate steady;                  // the steady rate and what it measured
   // The whole run (its clock: the earlier attempts' seconds and loop_s).
   int64_t samples_done = 0;
   // The job.

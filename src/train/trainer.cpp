@@ -101,6 +101,7 @@ void TrainingRun::train() {
   m_flags = std::make_unique<mpi::FlagAgreement>(m_world);
   m_since_time_checkpoint.restart();
   const StepPlan& plan = m_data.plan;
+  m_steady.start(plan.total_steps - m_pos.step);
   bool stop = false;
   for (int64_t epoch = m_pos.start.epoch; epoch <= plan.epochs && m_pos.step < plan.total_steps && !stop; ++epoch) {
     // A resumed run starts inside its checkpoint's epoch, at the batch after the checkpoint.
@@ -141,6 +142,8 @@ void TrainingRun::train_step(int64_t epoch, int64_t used) {
   std::vector<float> losses;
   try {
     losses = m_device.group->step(inputs, m_pos.step, static_cast<float>(lr), m_feed->next());
+    // step() returns after the host's wait for the losses: the device's work is done.
+    m_steady.step_ended(steady_seconds(), step_samples());
     ++m_group_steps;
   } catch (const NonFiniteStep& e) {
     m_log->end_progress();
@@ -181,6 +184,7 @@ void TrainingRun::log_step(int64_t epoch, double lr, const std::vector<float>& l
     w.lr = lr;
     w.learners = g.learners();
     w.samples_per_s = rate;
+    w.steady_samples_per_s = m_steady.samples_per_s();
     w.compute_s = g.compute_seconds();
     w.allreduce_s = g.reduce_seconds();
     w.io_wait_s = m_device.loader->io_wait_s();
@@ -189,8 +193,11 @@ void TrainingRun::log_step(int64_t epoch, double lr, const std::vector<float>& l
     m_log->train_window(w);
     m_window_loss.reset();
   }
-  if (const int change = m_device.tuner->after_step(m_world, plan.learners, step_samples(), step_s); change != 0)
+  if (const int change = m_device.tuner->after_step(m_world, plan.learners, step_samples(), step_s); change != 0) {
+    const Stopwatch t;
     reshape(change);
+    m_steady.exclude(t.seconds());
+  }
 }
 
 // After each step the job agrees, one step late and without waiting (mpi/agreement.hpp), on
@@ -210,7 +217,11 @@ bool TrainingRun::after_step() {
   const bool last = m_pos.step == m_data.plan.total_steps || m_target.has_value();
   const bool stop = (agreed & (k_flag_sigterm | k_flag_sigusr1)) != 0 && !last;
   const bool due = stop || (agreed & k_flag_timed) != 0 || checkpoint_after_step(m_cfg.checkpoint.every_steps, m_pos.step);
-  if (due && !(last && m_cfg.checkpoint.at_end)) write_checkpoint();
+  if (due && !(last && m_cfg.checkpoint.at_end)) {
+    const Stopwatch t;
+    write_checkpoint();
+    m_steady.exclude(t.seconds());
+  }
   if (stop) m_stop_flags = agreed;
   return stop;
 }
@@ -245,6 +256,7 @@ void TrainingRun::evaluate(int64_t epoch) {
   m_timeline.add("eval", Timeline::k_rank_track, t.started_at(), steady_seconds());
   const double epochs_done = static_cast<double>(m_pos.samples_done) / static_cast<double>(m_data.n_train);
   m_log->evaluated({m_pos.step, epoch, &m_last_eval.cm, m_last_eval_loss, t.seconds(), epochs_done});
+  m_steady.exclude(t.seconds());
   const std::optional<double> value = target_metric(m_cfg.train.target, m_last_eval.cm);
   if (!value || *value < m_cfg.train.target.value || m_target) return;
   m_target = TargetFacts{k_target_metrics.name(m_cfg.train.target.metric), m_cfg.train.target.value, *value,

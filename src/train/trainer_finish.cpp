@@ -162,6 +162,7 @@ TrainResult TrainingRun::finish() {
   s.wall_s = r.wall_s;
   s.loop_s = m_loop_s;
   s.samples_per_s = r.samples_per_s;
+  s.steady = m_steady;
   s.compute_s = g.compute_seconds();
   s.allreduce_s = g.reduce_seconds();
   s.overlapped_s = g.overlapped_reduce_seconds();

@@ -106,6 +106,7 @@ class TrainingRun {
   // The loop's state.
   LoopPosition m_pos;
   int64_t m_group_steps = 0;  // steps this process ran
+  SteadyRate m_steady;        // this attempt's steady rate (steady_rate.hpp)
   RunningMean m_window_loss;
   double m_last_train_loss = 0, m_last_eval_loss = 0, m_loop_s = 0;
   EvalPart m_last_eval{ConfusionMatrix(1)};
