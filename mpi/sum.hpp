@@ -89,10 +89,11 @@ class Allreduce {
   // own fixed order, never in the order it happened to see them ready). `what` names the
   // collective in stall messages ("gradients step 12 bucket 2") and is the same on every
   // rank (the sum check compares it, mpi/sum_check.hpp). `after_stream` is the caller's
-  // stream (a cudaStream_t, opaque here) whose work so far writes `data`: an implementation
-  // that orders_after_stream() orders the sum after it itself; the others ignore it and need
-  // the data complete when start() is called. Every rank ends with the same bits. A type
-  // that takes() refuses throws squall::Error.
+  // stream whose work so far writes `data`, as its backend names it (a cudaStream_t, opaque
+  // here; a backend without native handles passes its own stream object, which only a test's
+  // device-like sum reads): an implementation that orders_after_stream() orders the sum after
+  // it itself; the others ignore it and need the data complete when start() is called. Every
+  // rank ends with the same bits. A type that takes() refuses throws squall::Error.
   virtual Ticket start(void* data, size_t count, DType type, std::string_view what,
                        void* after_stream = nullptr) = 0;
   Ticket start(float* data, size_t count, std::string_view what = "allreduce") {
@@ -103,6 +104,12 @@ class Allreduce {
   virtual bool test(Ticket ticket) = 0;
   // Drives every sum in flight until `ticket` has completed.
   virtual void wait(Ticket ticket) = 0;
+  // Makes the later work of `stream` (named as after_stream in start()) wait for sum
+  // `ticket` on the device, without the host waiting: true when done (or when the sum has
+  // completed already), false where this allreduce cannot (host sums: the caller wait()s).
+  // The sum stays in flight for test() and wait(), which the caller still calls to retire it
+  // (cheaply, once the stream has passed it).
+  virtual bool order_stream_after(Ticket, void* /*stream*/) { return false; }
 
   // start() then wait().
   void sum(void* data, size_t count, DType type, std::string_view what = "allreduce") {

@@ -62,6 +62,7 @@ class CheckedAllreduce final : public Allreduce {
   Ticket start(void* data, size_t count, DType type, std::string_view what, void* after_stream = nullptr) override;
   bool test(Ticket ticket) override;
   void wait(Ticket ticket) override;
+  bool order_stream_after(Ticket ticket, void* stream) override { return m_inner->order_stream_after(ticket, stream); }
 
   int ranks() const override { return m_inner->ranks(); }
   bool takes(DType type) const override { return m_inner->takes(type); }

@@ -27,8 +27,13 @@ GradientBuckets::GradientBuckets(GroupCore& core) : m_core(core) {
 // complete in (PyTorch's reducer does the same). Handing over whichever is ready lets two
 // ranks start different buckets as the same collective: sums of equal size then add the
 // wrong buckets in silence, and sums of different sizes fail or hang (MPI, NCCL).
-void GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t step,
-                             const std::vector<LearnerBatch>* next) {
+//
+// An allreduce that can order the group stream after a sum on the device (NCCL) is not
+// waited for on the host: the group stream waits for the last sums' events and the finite
+// check is read behind them, at the step's one host wait (docs/design.md, "One host wait
+// per step").
+float GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t step,
+                              const std::vector<LearnerBatch>* next) {
   GroupCore& c = m_core;
   nn::Backend& backend = c.backend;
   ReplicaSet& replicas = *c.replicas;
@@ -138,11 +143,27 @@ void GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t s
   sum.add_norms(replicas);
   enqueue(sum.params(), sum.check() + 1, name + " state", *m_summed.back());
   for (int n = 0; launched < flights.size();) idle(n, drive());
-  for (auto& f : flights)
-    if (!f.complete) {
+  // The sums still in flight: the group stream waits for them on the device where the
+  // allreduce can order it so, and the host waits for the others.
+  std::vector<Flight*> ordered;
+  for (auto& f : flights) {
+    if (f.complete) continue;
+    if (sum.order_after(f.ticket)) {
+      sum.finish(f.lo, f.hi);
+      ordered.push_back(&f);
+    } else {
       reducer.wait(f.ticket);
       complete(f);
     }
+  }
+  const float check = sum.read_check();  // the step's host wait, behind every sum
+  // The ordered sums have completed with the group stream's work: retired without waiting.
+  for (Flight* f : ordered) {
+    if (!reducer.test(f->ticket)) reducer.wait(f->ticket);
+    f->complete = true;
+    f->end = steady_seconds();
+    c.phase("allreduce", -1, f->begin, f->end);
+  }
   // The sums ran after the passes had ended (exposed: the step waited) or under them (hidden),
   // as wall time: several were in flight at once, and each counted in full would make the
   // step's allreduce longer than the step.
@@ -153,6 +174,7 @@ void GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t s
   }
   c.reduce_s += covered_seconds(after);
   c.overlapped_s += covered_seconds(under);
+  return check;
 }
 
 }  // namespace squall::train

@@ -22,9 +22,10 @@ class GradientBuckets {
   // over the learners (on the group stream, once every learner's backward pass has published
   // a mark at or below it) and handed to the allreduce once that sum is done and every
   // bucket before it has been handed over (the same order on every rank), several in flight
-  // at once; then the state and the finite check. Returns with fused[0, check] summed over
-  // the job.
-  void reduce(const std::vector<LearnerBatch>& batches, int64_t step, const std::vector<LearnerBatch>* next);
+  // at once; then the state and the finite check. Returns the finite check, read at the
+  // step's host wait, with fused[0, check] summed over the job (for the group stream's later
+  // work; the host waits no more).
+  float reduce(const std::vector<LearnerBatch>& batches, int64_t step, const std::vector<LearnerBatch>* next);
 
  private:
   GroupCore& m_core;
