@@ -5,12 +5,16 @@
 # mpirun and in every rank when munge is installed (the Slurm tests need it) but no munged
 # answers, as on a machine without systemd; every test runs on one machine, where PMIx's
 # native security is all there is to check (tests/cluster/README.md, measured there).
+# SQUALL_CHECK_SUMS=1: every sum of a multi-rank test is compared across ranks before it runs
+# (mpi/sum_check.hpp), so that ranks that start different sums fail naming both instead of
+# adding the wrong buffers together (the launch tests get it from tests/support/process.cpp).
 set(SQUALL_MPI_TEST_ENV
     "OMPI_ALLOW_RUN_AS_ROOT=1"
     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
     "OMPI_MCA_rmaps_base_oversubscribe=1"
     "OMPI_MCA_btl_vader_single_copy_mechanism=none"
-    "PMIX_MCA_psec=native")
+    "PMIX_MCA_psec=native"
+    "SQUALL_CHECK_SUMS=1")
 
 # One CTest test per Catch2 test case, labelled; every case gets a timeout. A case that calls
 # SQUALL_SKIP exits 77 (tests/support/skip.hpp) and is reported as skipped. (The launcher

@@ -148,6 +148,18 @@ class Base : public DeviceAllreduce {
       collect();
     }
   }
+  // The caller's stream waits for the sum's event on the device: its host wait is then the
+  // one that reads the caller's results (docs/design.md, "One host wait per step"). A sum
+  // already retired has completed, and later work on any stream sees it.
+  bool order_stream_after(Ticket ticket, void* stream) override {
+    if (stream == nullptr) return false;
+    for (const Pending& p : m_pending)
+      if (p.ticket == ticket) {
+        SQUALL_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), p.done, 0));
+        return true;
+      }
+    return true;
+  }
 
  protected:
   // The communicators whose asynchronous errors a wait polls.

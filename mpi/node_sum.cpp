@@ -6,6 +6,7 @@
 
 #include "mpi/check.hpp"
 #include "mpi/comm_native.hpp"
+#include "mpi/sum_check.hpp"
 #include "mpi/topology.hpp"
 #include "mpi/wire.hpp"
 
@@ -29,6 +30,11 @@ Allreduce::Ticket NodeAllreduce::start(void* data, size_t count, DType type, std
     done += n;
   }
   return m_started;
+}
+
+std::unique_ptr<Allreduce> make_node_allreduce(const Topology& topo, const AllreduceOptions& options) {
+  return with_sum_check(std::make_unique<NodeAllreduce>(topo), topo.node_comm(), options,
+                        "node " + std::to_string(topo.node()));
 }
 
 }  // namespace squall::mpi

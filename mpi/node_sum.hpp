@@ -35,4 +35,9 @@ class NodeAllreduce final : public Allreduce {
   Ticket m_started = 0;
 };
 
+// The node's sum for a job: a NodeAllreduce, its sums compared across the node's ranks when
+// options.check_sums or SQUALL_CHECK_SUMS asks (mpi/sum_check.hpp). Every rank of the job
+// calls it (collective over each node).
+std::unique_ptr<Allreduce> make_node_allreduce(const Topology& topo, const AllreduceOptions& options);
+
 }  // namespace squall::mpi

@@ -6,6 +6,8 @@
 //   nccl,        DeviceAllreduce (mpi/device_allreduce.hpp, implemented in cuda/nccl.cpp):
 //   device-hier  f32 buffers in GPU memory, ordered after the caller's CUDA stream.
 //   one rank     OneRankAllreduce (below): the job is this rank, every sum is complete at once.
+//   checked      CheckedAllreduce (mpi/sum_check.hpp): any of these, each start compared
+//                across ranks first (parallel.check_sums, SQUALL_CHECK_SUMS=1).
 //
 // make_allreduce (mpi/make_allreduce.hpp) picks one. Callers (the learner group, the bench,
 // the tests) see only this class: what memory it sums, which element types it takes,
@@ -53,6 +55,9 @@ struct AllreduceOptions {
   // choose_cross (mpi/cross_algorithm.hpp) for its bytes and the node count on cross_link.
   CrossAlgorithm cross_node = CrossAlgorithm::automatic;
   LinkCost cross_link{};
+  // Compare every sum's start across ranks before it runs (parallel.check_sums; the
+  // environment's SQUALL_CHECK_SUMS=1 turns it on too): mpi/sum_check.hpp.
+  bool check_sums = false;
 };
 
 // The stages a sum is made of, as reported to the level hook and by level_seconds().
@@ -79,12 +84,16 @@ class Allreduce {
 
   // Starts an in-place sum of `count` elements of `type` over every rank of the job and
   // returns; `data` (of memory()) must not be touched until the sum has completed.
-  // Collective: every rank starts the same sums (count and type) in the same order. `what`
-  // names the collective in stall messages ("gradients step 12 bucket 2"). `after_stream` is
-  // the caller's stream (a cudaStream_t, opaque here) whose work so far writes `data`: an
-  // implementation that orders_after_stream() orders the sum after it itself; the others
-  // ignore it and need the data complete when start() is called. Every rank ends with the
-  // same bits. A type that takes() refuses throws squall::Error.
+  // Collective: every rank starts the same sums (count and type) in the same order, whatever
+  // order their data became ready in (a caller with several ready at once starts them in its
+  // own fixed order, never in the order it happened to see them ready). `what` names the
+  // collective in stall messages ("gradients step 12 bucket 2") and is the same on every
+  // rank (the sum check compares it, mpi/sum_check.hpp). `after_stream` is the caller's
+  // stream whose work so far writes `data`, as its backend names it (a cudaStream_t, opaque
+  // here; a backend without native handles passes its own stream object, which only a test's
+  // device-like sum reads): an implementation that orders_after_stream() orders the sum after
+  // it itself; the others ignore it and need the data complete when start() is called. Every
+  // rank ends with the same bits. A type that takes() refuses throws squall::Error.
   virtual Ticket start(void* data, size_t count, DType type, std::string_view what,
                        void* after_stream = nullptr) = 0;
   Ticket start(float* data, size_t count, std::string_view what = "allreduce") {
@@ -95,6 +104,12 @@ class Allreduce {
   virtual bool test(Ticket ticket) = 0;
   // Drives every sum in flight until `ticket` has completed.
   virtual void wait(Ticket ticket) = 0;
+  // Makes the later work of `stream` (named as after_stream in start()) wait for sum
+  // `ticket` on the device, without the host waiting: true when done (or when the sum has
+  // completed already), false where this allreduce cannot (host sums: the caller wait()s).
+  // The sum stays in flight for test() and wait(), which the caller still calls to retire it
+  // (cheaply, once the stream has passed it).
+  virtual bool order_stream_after(Ticket, void* /*stream*/) { return false; }
 
   // start() then wait().
   void sum(void* data, size_t count, DType type, std::string_view what = "allreduce") {

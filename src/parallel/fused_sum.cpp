@@ -55,13 +55,23 @@ void FusedSum::stage(size_t lo, size_t hi) {
   if (m_host) m_backend.copy_to_host(m_stream, m_host + lo, m_fused.data() + lo, hi - lo);
 }
 
+void* FusedSum::stream_handle() const {
+  void* native = m_stream.native_handle();
+  return native != nullptr ? native : static_cast<void*>(&m_stream);
+}
+
 FusedSum::Ticket FusedSum::launch(size_t lo, size_t hi, const std::string& what) {
   if (wire16(lo, hi)) {
     void* g16 = m_fused16_host ? m_fused16_host.as<uint16_t>() + lo : m_fused16.as<uint16_t>() + lo;
-    return m_reducer.start(g16, hi - lo, mpi::DType::bf16, what, m_stream.native_handle());
+    return m_reducer.start(g16, hi - lo, mpi::DType::bf16, what, stream_handle());
   }
-  return m_reducer.start(m_host ? m_host + lo : m_fused.data() + lo, hi - lo, mpi::DType::f32, what,
-                         m_stream.native_handle());
+  return m_reducer.start(m_host ? m_host + lo : m_fused.data() + lo, hi - lo, mpi::DType::f32, what, stream_handle());
+}
+
+bool FusedSum::order_after(Ticket ticket) {
+  // A sum through the pinned mirror ends in host memory, which finish() copies back: the host
+  // must see it complete first.
+  return m_host == nullptr && m_reducer.order_stream_after(ticket, stream_handle());
 }
 
 FusedSum::Ticket FusedSum::start(size_t lo, size_t hi, const std::string& what) {

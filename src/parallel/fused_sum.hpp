@@ -49,17 +49,27 @@ class FusedSum {
   bool needs_host_wait() const { return m_host != nullptr || !m_reducer.orders_after_stream(); }
   Ticket launch(size_t lo, size_t hi, const std::string& what);
   Ticket start(size_t lo, size_t hi, const std::string& what);
-  // After the sum of [lo, hi) has completed: its result back into backend memory.
+  // Instead of a host wait for sum `ticket`: the group stream's later work waits for it on
+  // the device, where the allreduce can order the stream so (NCCL) and the sum went straight
+  // from backend memory; false otherwise (the caller waits for it on the host).
+  bool order_after(Ticket ticket);
+  // After the sum of [lo, hi) has completed (or the stream has been ordered after it): its
+  // result back into backend memory.
   void finish(size_t lo, size_t hi);
   // Every sum of the buffer's [0, end) over the job (end: check() + 1 for a gradient sum,
   // check() for a model sum); returns when it has completed.
   void reduce(size_t end, const std::string& what, bool gradients);
-  // The finite check after a gradient sum has finished; reads host memory where the sum
-  // ended there (the mirror, or a host-readable backend) and otherwise waits for the stream.
+  // The finite check after a gradient sum has finished (or the stream has been ordered after
+  // it); reads host memory where the sum ended there (the mirror, or a host-readable backend)
+  // and otherwise copies it to pinned memory on the stream and waits for the stream: the
+  // step's one host wait, which the losses' copies are behind too.
   float read_check();
 
  private:
   bool wire16(size_t lo, size_t hi) const { return m_fused16 && hi <= m_params; }
+  // The group stream as the allreduce takes it (after_stream): the backend's native handle,
+  // or the nn::Stream itself where there is none (a CPU test's device-like sum reads it).
+  void* stream_handle() const;
 
   nn::Backend& m_backend;
   nn::Stream& m_stream;

@@ -21,12 +21,24 @@ GradientBuckets::GradientBuckets(GroupCore& core) : m_core(core) {
 // event recorded), handed to the allreduce once that event has completed (or at once when
 // the allreduce orders itself after the stream), and complete. The host never blocks on the
 // device here: it polls the learners' marks and the buckets' events.
-void GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t step,
-                             const std::vector<LearnerBatch>* next) {
+//
+// Buckets are handed over strictly in bucket order, on every rank: a bucket goes only after
+// every bucket before it has gone, whatever order the host happens to see their events
+// complete in (PyTorch's reducer does the same). Handing over whichever is ready lets two
+// ranks start different buckets as the same collective: sums of equal size then add the
+// wrong buckets in silence, and sums of different sizes fail or hang (MPI, NCCL).
+//
+// An allreduce that can order the group stream after a sum on the device (NCCL) is not
+// waited for on the host: the group stream waits for the last sums' events and the finite
+// check is read behind them, at the step's one host wait (docs/design.md, "One host wait
+// per step").
+float GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t step,
+                              const std::vector<LearnerBatch>* next) {
   GroupCore& c = m_core;
   nn::Backend& backend = c.backend;
   ReplicaSet& replicas = *c.replicas;
   FusedSum& sum = *c.sum;
+  mpi::Allreduce& reducer = sum.reducer();
   for (const auto& l : replicas) l->marks_done.store(0, std::memory_order_relaxed);
   c.run_passes(batches, step, next, true, true);
   const std::string name = "gradients step " + std::to_string(step + 1);
@@ -40,6 +52,7 @@ void GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t s
   };
   std::vector<Flight> flights;
   flights.reserve(m_plan.size() + 1);
+  size_t launched = 0;  // flights [0, launched) have been handed over
   // The mark of each learner at or below lo, when it has been published and its work is done.
   auto ready = [&](size_t lo, std::vector<nn::Event*>& marks) {
     marks.clear();
@@ -57,25 +70,31 @@ void GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t s
     backend.record(summed, *c.stream);
     flights.push_back({lo, hi, std::move(what), &summed});
   };
-  // Drives the buckets: hands over those whose sum over the learners is done, tests those in
-  // flight. True when one moved.
+  auto complete = [&](Flight& f) {
+    f.complete = true;
+    f.end = steady_seconds();
+    sum.finish(f.lo, f.hi);
+    c.phase("allreduce", -1, f.begin, f.end);
+  };
+  // Drives the buckets: hands over the next ones in bucket order while their sums over the
+  // learners are done, tests those in flight. True when one moved.
   auto drive = [&] {
     bool moved = false;
-    for (auto& f : flights) {
-      if (!f.launched && (!sum.needs_host_wait() || backend.ready(*f.summed))) {
-        f.ticket = sum.launch(f.lo, f.hi, f.what);
-        f.launched = true;
-        f.begin = steady_seconds();
-        moved = true;
-        const auto open = std::count_if(flights.begin(), flights.end(),
-                                        [](const Flight& g) { return g.launched && !g.complete; });
-        c.max_buckets_in_flight = std::max(c.max_buckets_in_flight, static_cast<int>(open));
-      }
-      if (f.launched && !f.complete && sum.reducer().test(f.ticket)) {
-        f.complete = true;
-        f.end = steady_seconds();
-        sum.finish(f.lo, f.hi);
-        c.phase("allreduce", -1, f.begin, f.end);
+    for (; launched < flights.size(); ++launched) {
+      Flight& f = flights[launched];
+      if (sum.needs_host_wait() && !backend.ready(*f.summed)) break;  // and so must every later one
+      f.ticket = sum.launch(f.lo, f.hi, f.what);
+      f.launched = true;
+      f.begin = steady_seconds();
+      moved = true;
+      const auto open = std::count_if(flights.begin(), flights.end(),
+                                      [](const Flight& g) { return g.launched && !g.complete; });
+      c.max_buckets_in_flight = std::max(c.max_buckets_in_flight, static_cast<int>(open));
+    }
+    for (size_t i = 0; i < launched; ++i) {
+      Flight& f = flights[i];
+      if (!f.complete && reducer.test(f.ticket)) {
+        complete(f);
         moved = true;
       }
     }
@@ -123,16 +142,28 @@ void GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t s
   sum.add_state(replicas);
   sum.add_norms(replicas);
   enqueue(sum.params(), sum.check() + 1, name + " state", *m_summed.back());
-  for (int n = 0; !std::all_of(flights.begin(), flights.end(), [](const Flight& f) { return f.launched; });)
-    idle(n, drive());
-  for (auto& f : flights)
-    if (!f.complete) {
-      sum.reducer().wait(f.ticket);
-      f.complete = true;
-      f.end = steady_seconds();
+  for (int n = 0; launched < flights.size();) idle(n, drive());
+  // The sums still in flight: the group stream waits for them on the device where the
+  // allreduce can order it so, and the host waits for the others.
+  std::vector<Flight*> ordered;
+  for (auto& f : flights) {
+    if (f.complete) continue;
+    if (sum.order_after(f.ticket)) {
       sum.finish(f.lo, f.hi);
-      c.phase("allreduce", -1, f.begin, f.end);
+      ordered.push_back(&f);
+    } else {
+      reducer.wait(f.ticket);
+      complete(f);
     }
+  }
+  const float check = sum.read_check();  // the step's host wait, behind every sum
+  // The ordered sums have completed with the group stream's work: retired without waiting.
+  for (Flight* f : ordered) {
+    if (!reducer.test(f->ticket)) reducer.wait(f->ticket);
+    f->complete = true;
+    f->end = steady_seconds();
+    c.phase("allreduce", -1, f->begin, f->end);
+  }
   // The sums ran after the passes had ended (exposed: the step waited) or under them (hidden),
   // as wall time: several were in flight at once, and each counted in full would make the
   // step's allreduce longer than the step.
@@ -143,6 +174,7 @@ void GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t s
   }
   c.reduce_s += covered_seconds(after);
   c.overlapped_s += covered_seconds(under);
+  return check;
 }
 
 }  // namespace squall::train

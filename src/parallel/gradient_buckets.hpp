@@ -20,10 +20,12 @@ class GradientBuckets {
 
   // The passes of `step` on the learners' threads and, on this thread, each bucket summed
   // over the learners (on the group stream, once every learner's backward pass has published
-  // a mark at or below it) and handed to the allreduce as soon as that sum is done, several
-  // in flight at once; then the state and the finite check. Returns with fused[0, check]
-  // summed over the job.
-  void reduce(const std::vector<LearnerBatch>& batches, int64_t step, const std::vector<LearnerBatch>* next);
+  // a mark at or below it) and handed to the allreduce once that sum is done and every
+  // bucket before it has been handed over (the same order on every rank), several in flight
+  // at once; then the state and the finite check. Returns the finite check, read at the
+  // step's host wait, with fused[0, check] summed over the job (for the group stream's later
+  // work; the host waits no more).
+  float reduce(const std::vector<LearnerBatch>& batches, int64_t step, const std::vector<LearnerBatch>* next);
 
  private:
   GroupCore& m_core;

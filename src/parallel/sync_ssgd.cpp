@@ -34,8 +34,7 @@ class Ssgd final : public SyncAlgorithm {
     const bool fused = c.replicas->size() > 1 || c.options.ranks > 1;
     float check = 0;
     if (c.options.ranks > 1 && c.replicas->threaded()) {
-      m_buckets.reduce(batches, step, next);
-      check = c.sum->read_check();
+      check = m_buckets.reduce(batches, step, next);
     } else {
       c.run_passes(batches, step, next, false, false);
       c.after_learners();

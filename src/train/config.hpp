@@ -147,6 +147,7 @@ struct ParallelConfig {
   mpi::CrossAlgorithm cross_node = mpi::CrossAlgorithm::automatic;
   CommPrecision comm_precision = CommPrecision::fp32;  // fp32 | bf16: gradient sums across ranks (ssgd,
                                                        // local-sgd's warm-up)
+  bool check_sums = false;           // compare every sum's start across ranks (SQUALL_CHECK_SUMS=1 too)
   bool operator==(const ParallelConfig&) const = default;
 };
 

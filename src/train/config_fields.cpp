@@ -103,6 +103,7 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "comm_precision", enum_field(&c.parallel.comm_precision, k_comm_precisions)},
       {"parallel", "device_allreduce", enum_field(&c.parallel.device_allreduce, mpi::k_allreduce_kinds)},
       {"parallel", "cross_node", enum_field(&c.parallel.cross_node, mpi::k_cross_algorithms)},
+      {"parallel", "check_sums", &c.parallel.check_sums},
 
       {"checkpoint", "every_steps", &c.checkpoint.every_steps},
       {"checkpoint", "every_minutes", &c.checkpoint.every_minutes},

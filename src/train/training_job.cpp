@@ -113,6 +113,7 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
   ar.stall_warn_s = options.stall_warn_s;
   ar.stall_abort_s = options.stall_abort_s;
   ar.cross_node = cfg.parallel.cross_node;
+  ar.check_sums = cfg.parallel.check_sums;
   // parallel.device_allreduce: a CUDA job of several ranks may sum on the GPUs instead of
   // through pinned host memory (docs/allreduce.md, "On device buffers").
   if (cfg.parallel.device_allreduce != mpi::AllreduceKind::host && ranks > 1 && backend != "cuda")
@@ -138,7 +139,7 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
   lg.node_ranks = topo.local_size();
   // The node level's own sum (parallel.periods): over this node's ranks only.
   if (periods.by_level() && algorithm != Algorithm::ssgd && ranks > 1)
-    t.node_allreduce = std::make_unique<mpi::NodeAllreduce>(topo);
+    t.node_allreduce = mpi::make_node_allreduce(topo, ar);
   lg.alpha = cfg.parallel.alpha;
   lg.centre_rate = cfg.parallel.centre_rate;
   lg.momentum = cfg.parallel.momentum;

@@ -142,6 +142,34 @@ TEST_CASE("a late rank is warned about once and the job goes on", "[launch][allr
   CHECK_THAT(r.out, Catch::Contains("hier"));
 }
 
+TEST_CASE("ranks that start different sums end the job with one line naming both", "[launch][allreduce][sum-check]") {
+  const auto r = run_command(mpiexec(3) + " " + SQUALL_FAULT_PROBE + " sums");
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  const std::string line = "sum check: rank 0 started sum 2 'probe sum 2' (1000 f32) where rank 1 started sum 2 "
+                           "'probe sum 3' (1000 f32); ending the job";
+  CHECK_THAT(r.err, Catch::Contains("squall: error: rank 0 on ") && Catch::Contains(line));
+  std::string::size_type count = 0, pos = 0;
+  while ((pos = r.err.find("sum check: rank 0 started", pos)) != std::string::npos) ++count, ++pos;
+  CHECK(count == 1);  // said once, by the first rank of the two
+}
+
+TEST_CASE("a rank that stops starting sums ends the job through the sum check's limits",
+          "[launch][allreduce][sum-check]") {
+  // Rank 1 sleeps before its second sum: the others wait for its record past --stall-warn
+  // (0.5 s) and --stall-abort (2 s), then end the job.
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run_command(mpiexec(3) + " " + SQUALL_FAULT_PROBE + " sums-stop");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(seconds < 30);
+  CHECK_THAT(r.err, Catch::Contains("squall: warning: rank 0 on ") &&
+                        Catch::Contains("sum check: sum 2 'probe sum 2' (1000 f32) has waited"));
+  CHECK_THAT(r.err, Catch::Contains("for the other ranks to start their sum 2; a rank has stopped starting sums: "
+                                    "ending the job (--stall-abort 2 s)"));
+}
+
 TEST_CASE("bad bench allreduce flags exit 2 and name the flag", "[launch][allreduce]") {
   struct Case { const char* args; const char* named; };
   for (const Case c : {Case{"--sizes 12Q", "--sizes"}, Case{"--sizes 6", "--sizes"}, Case{"--sizes 2000G", "--sizes"},

@@ -7,8 +7,10 @@
 #include <algorithm>
 
 #include <cmath>
+#include <memory>
 
 #include "mpi/allreduce.hpp"
+#include "mpi/sum_check.hpp"
 #include "mpi/topology.hpp"
 #include "src/nn/backend.hpp"
 #include "src/parallel/learners.hpp"
@@ -26,8 +28,9 @@ TEST_CASE("sma across ranks x 2 learners matches Crossbow's equations for every 
   const int ranks = topo.world_size(), me = topo.rank();
   mpi::AllreduceOptions ar_options;
   ar_options.chunk_bytes = 16;  // several pipeline chunks even for this tiny model
-  mpi::HierAllreduce ar(topo, ar_options);
-  mpi::Allreduce& reducer = ar;
+  // With SQUALL_CHECK_SUMS=1 (the MPI tests' environment), every sum is compared across ranks.
+  const auto ar = mpi::with_sum_check(std::make_unique<mpi::HierAllreduce>(topo, ar_options), topo.world(), ar_options);
+  mpi::Allreduce& reducer = *ar;
   auto backend = test::make_test_backend(1);
   const int L = 2;
   const int64_t b = 3;
@@ -78,8 +81,8 @@ TEST_CASE("ssgd across ranks x 2 learners equals one learner on the job's whole 
   const size_t bucket = GENERATE(size_t{3}, size_t{1} << 18);
   const auto topo = mpi::Topology::create(k);
   const int ranks = topo.world_size(), me = topo.rank();
-  mpi::HierAllreduce ar(topo);
-  mpi::Allreduce& reducer = ar;
+  const auto ar = mpi::with_sum_check(std::make_unique<mpi::HierAllreduce>(topo), topo.world(), {});
+  mpi::Allreduce& reducer = *ar;
   mpi::OneRankAllreduce alone;
   auto backend = test::make_test_backend(1);
   const int L = 2;
@@ -119,8 +122,9 @@ TEST_CASE("ssgd with bf16 gradient sums stays within bf16's rounding of the f32 
   const int ranks = topo.world_size(), me = topo.rank();
   mpi::AllreduceOptions ar_options;
   ar_options.chunk_bytes = 16;
-  mpi::HierAllreduce ar(topo, ar_options);
-  mpi::Allreduce& reducer = ar;
+  // With SQUALL_CHECK_SUMS=1 (the MPI tests' environment), every sum is compared across ranks.
+  const auto ar = mpi::with_sum_check(std::make_unique<mpi::HierAllreduce>(topo, ar_options), topo.world(), ar_options);
+  mpi::Allreduce& reducer = *ar;
   auto backend = test::make_test_backend(1);
   const int L = 2;
   const int64_t b = 3;
