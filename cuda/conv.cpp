@@ -31,6 +31,11 @@
 // plan keeps its copy of the weights in that order (permuted from the f32 [k, c, r, s] by
 // forward) and permutes the weight gradient back.
 //
+// The copy is the plan's weight mirror (docs/design.md, "Weight mirrors"): the fused
+// optimizer update writes it with the weights, and forward_mirrored then runs without the
+// copy. While the stream is being captured forward_mirrored copies anyway: a CUDA graph
+// replays the same work whatever has written the weights since.
+//
 // bf16/f16 (docs/design.md, "Precision"): x, y, dx, dy, the filter and its gradient are of
 // the activation type, the convolution computes in f32 (cuDNN's "pseudo" configurations),
 // and the math type is CUDNN_TENSOR_OP_MATH: tensor cores, and the fastest algorithm of any
@@ -324,26 +329,17 @@ class CudnnConvPlan final : public nn::ConvPlan {
   }
 
   void forward(nn::Stream& s, const void* x, const float* w, const float* b, void* y) override {
+    run_forward(cuda_stream(s), x, w, b, y, true);
+  }
+
+  void forward_mirrored(nn::Stream& s, const void* x, const float* w, const float* b, void* y) override {
     CudaStream& cs = cuda_stream(s);
-    void* ws = workspace(cs);
-    const void* wt = w;
-    if (m_copy) {  // the weights in the activations' type and order, kept for backward_data
-      kernels::permute_convert(cs.stream(), w, 0, false, m_w_copy.data(), detail::kernel_type(m_desc.dtype), m_nhwc,
-                               m_filter.n(), m_filter.c(), m_filter.h(), m_filter.w());
-      wt = m_w_copy.data();
-    }
-    if (m_desc.transposed)
-      problem_backward_data(cs, wt, x, y, ws);
-    else
-      problem_forward(cs, x, wt, y, ws);
-    if (!m_desc.bias || b == nullptr) return;
-    if (m_copy) {
-      const nn::Shape out = m_desc.output();
-      kernels::bias_add(cs.stream(), detail::kernel_type(m_desc.dtype), m_nhwc, y, b, out.n(), out.c(),
-                        out.h() * out.w());
-    } else {
-      SQUALL_CUDNN_CHECK(cudnnAddTensor(cs.cudnn(), &kOne, m_b, b, &kOne, m_y, y));
-    }
+    run_forward(cs, x, w, b, y, cs.capturing());
+  }
+
+  nn::WeightMirror weight_mirror() const override {
+    if (!m_copy) return {};
+    return {m_w_copy.data(), m_desc.dtype, false, m_nhwc, m_filter.n(), m_filter.c(), m_filter.h() * m_filter.w()};
   }
 
   void backward_data(nn::Stream& s, const void* dy, const float* w, void* dx) override {
@@ -382,6 +378,30 @@ class CudnnConvPlan final : public nn::ConvPlan {
   }
 
  private:
+  // copy_weights: the f32 weights into the plan's copy first (else the copy holds them).
+  void run_forward(CudaStream& cs, const void* x, const float* w, const float* b, void* y, bool copy_weights) {
+    void* ws = workspace(cs);
+    const void* wt = w;
+    if (m_copy) {  // the weights in the activations' type and order, kept for backward_data
+      if (copy_weights)
+        kernels::permute_convert(cs.stream(), w, 0, false, m_w_copy.data(), detail::kernel_type(m_desc.dtype), m_nhwc,
+                                 m_filter.n(), m_filter.c(), m_filter.h(), m_filter.w());
+      wt = m_w_copy.data();
+    }
+    if (m_desc.transposed)
+      problem_backward_data(cs, wt, x, y, ws);
+    else
+      problem_forward(cs, x, wt, y, ws);
+    if (!m_desc.bias || b == nullptr) return;
+    if (m_copy) {
+      const nn::Shape out = m_desc.output();
+      kernels::bias_add(cs.stream(), detail::kernel_type(m_desc.dtype), m_nhwc, y, b, out.n(), out.c(),
+                        out.h() * out.w());
+    } else {
+      SQUALL_CUDNN_CHECK(cudnnAddTensor(cs.cudnn(), &kOne, m_b, b, &kOne, m_y, y));
+    }
+  }
+
   void* workspace(CudaStream& cs) const { return m_workspace > 0 ? cs.workspace(m_workspace) : nullptr; }
 
   // out = conv(in, w) of the forward problem.

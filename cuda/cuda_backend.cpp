@@ -226,6 +226,23 @@ Buffer pooled(const std::shared_ptr<Pool>& pool, size_t count, DType dtype) {
 
 // ---- fused updates: the tensor table on the device ------------------------------------------
 
+// A tensor's row of the device table; its mirror, if any, as the update kernels write it
+// (cuda/optim_ops.cuh, write_mirror).
+kernels::DeviceTensor device_tensor(const TensorRef& t, uint64_t state_offset) {
+  kernels::DeviceTensor d{t.w, t.g, t.n, state_offset, t.decay ? 1.0f : 0.0f, 0.0f, nullptr, 0, 0, 0, 0};
+  const WeightMirror& m = t.mirror;
+  if (m.data == nullptr) return d;
+  if (m.c > UINT32_MAX || m.rs > UINT32_MAX)
+    throw Error("tensor set: a weight mirror of " + std::to_string(m.c) + " x " + std::to_string(m.rs) +
+                " elements per filter is too large");
+  d.mirror = m.data;
+  d.mirror_type = static_cast<int32_t>(m.dtype);
+  d.mirror_widened = m.widened ? 1 : 0;
+  d.mirror_c = m.nhwc ? static_cast<uint32_t>(m.c) : 0;
+  d.mirror_rs = m.nhwc ? static_cast<uint32_t>(m.rs) : 0;
+  return d;
+}
+
 class CudaTensorSet final : public TensorSet {
  public:
   static constexpr int32_t k_chunk = 65536;  // elements per chunk of the fused kernels
@@ -238,7 +255,7 @@ class CudaTensorSet final : public TensorSet {
     uint64_t offset = 0;
     for (size_t i = 0; i < m_tensors.size(); ++i) {
       const auto& t = m_tensors[i];
-      table.push_back({t.w, t.g, t.n, offset, t.decay ? 1.0f : 0.0f, 0.0f});
+      table.push_back(device_tensor(t, offset));
       for (uint64_t b = 0; b < t.n; b += k_chunk) {
         chunk_tensor.push_back(static_cast<int32_t>(i));
         chunk_begin.push_back(b);
@@ -420,6 +437,15 @@ class CudaBackend final : public Backend {
     if (n < 0 || c < 0 || h < 0 || w < 0) throw Error("permute_layout: bad shape " + Shape(n, c, h, w).str());
     kernels::permute_bits(raw(s), dtype_size(t), src, from == Layout::nhwc, dst, to == Layout::nhwc, n, c, h, w);
   }
+  void permute_convert(Stream& s, const void* src, DType from, Layout from_layout, void* dst, DType to,
+                       Layout to_layout, int64_t n, int64_t c, int64_t h, int64_t w) override {
+    for (DType t : {from, to})
+      if (t != DType::f32 && t != DType::bf16 && t != DType::f16)
+        throw Error(std::string("permute_convert: ") + dtype_name(t) + " is not a float type");
+    if (n < 0 || c < 0 || h < 0 || w < 0) throw Error("permute_convert: bad shape " + Shape(n, c, h, w).str());
+    kernels::permute_convert(raw(s), src, code(from), from_layout == Layout::nhwc, dst, code(to),
+                             to_layout == Layout::nhwc, n, c, h, w);
+  }
 
   // Plans are made on this backend's device (cuDNN's algorithm search runs there).
   std::unique_ptr<ConvPlan> make_conv(const ConvDesc& d) override {
@@ -533,8 +559,10 @@ class CudaBackend final : public Backend {
   }
 
   std::unique_ptr<TensorSet> make_tensor_set(std::vector<TensorRef> tensors) override {
-    for (const auto& t : tensors)
+    for (const auto& t : tensors) {
       if (t.n > 0 && (!t.w || !t.g)) throw Error("tensor set: a tensor has no parameter or gradient memory");
+      check_weight_mirror(t, "tensor set");
+    }
     SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
     return std::make_unique<CudaTensorSet>(std::move(tensors), m_pool);
   }

@@ -11,9 +11,9 @@ namespace squall::cuda::kernels::detail {
 struct DeviceLaunch {
   cudaStream_t stream;
 
-  template <class F>
-  void for_each(unsigned grid, unsigned block, const F& f, size_t n) const {
-    for_each_kernel<F><<<grid, block, 0, stream>>>(f, n);
+  template <class F, class I>
+  void for_each(unsigned grid, unsigned block, const F& f, I n) const {
+    for_each_kernel<F, I><<<grid, block, 0, stream>>>(f, n);
     SQUALL_CUDA_CHECK(cudaGetLastError());
   }
   template <class F>

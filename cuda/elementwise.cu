@@ -23,15 +23,13 @@ void add(cudaStream_t s, int t, const void* a, const void* b, void* y, size_t n)
 }
 
 void axpy(cudaStream_t s, float alpha, const float* x, float* y, size_t n) {
-  detail::each(DeviceLaunch{s}, detail::AxpyOp{alpha, x, y}, n);
+  detail::axpy_on(DeviceLaunch{s}, alpha, x, y, n);
 }
 
-void scale(cudaStream_t s, float alpha, float* x, size_t n) {
-  detail::each(DeviceLaunch{s}, detail::ScaleOp{alpha, x}, n);
-}
+void scale(cudaStream_t s, float alpha, float* x, size_t n) { detail::scale_on(DeviceLaunch{s}, alpha, x, n); }
 
 void axpby(cudaStream_t s, float alpha, const float* x, float beta, float* y, size_t n) {
-  detail::each(DeviceLaunch{s}, detail::AxpbyOp{alpha, x, beta, y}, n);
+  detail::axpby_on(DeviceLaunch{s}, alpha, x, beta, y, n);
 }
 
 void multiply(cudaStream_t s, int t, const void* a, const void* b, void* y, size_t n) {

@@ -4,13 +4,10 @@
 
 namespace squall::cuda {
 
-// The body is the element-wise FillOp (cuda/elementwise_ops.cuh, which the host emulator
-// checks); the launch keeps this call's own shape: 256 threads, at most 65535 blocks.
+// The element-wise fill_on (cuda/elementwise_ops.cuh, which the host emulator checks), with
+// its launch shape.
 void fill(float* dst, size_t n, float value, cudaStream_t stream) {
-  if (n == 0) return;
-  const unsigned threads = 256;
-  const auto blocks = static_cast<unsigned>(std::min<size_t>((n + threads - 1) / threads, 65535));
-  kernels::detail::DeviceLaunch{stream}.for_each(blocks, threads, kernels::detail::FillOp{dst, value}, n);
+  kernels::detail::fill_on(kernels::detail::DeviceLaunch{stream}, dst, n, value);
 }
 
 }  // namespace squall::cuda

@@ -9,7 +9,8 @@
 // Launch shapes are arguments (grid, block), computed by the callers from kernel_util.cuh's
 // grid_for and reduce_blocks. A launcher (DeviceLaunch in device_launch.cuh, HostLaunch in
 // host_grid.cuh) is what the shared launch sequences (the ops headers' *_on functions) call:
-//   for_each(grid, block, f, n)      f(i) for i < n, grid-stride (element-wise kernels)
+//   for_each(grid, block, f, n)      f(i) for i < n, grid-stride (element-wise kernels); i is
+//                                    of n's type (uint32_t where the caller's count allows)
 //   for_units(grid, block, f, units) f(u, thread, threads) for every unit a block takes, the
 //                                    units block-stride over the grid (chunk kernels)
 //   reduce(grid, block, f, units)    per unit: every thread's f.part(u, place), each of the
@@ -54,9 +55,11 @@ __host__ __device__ __forceinline__ void add_int(int32_t* p, int32_t v) {
 #endif
 }
 
-template <class F>
-__global__ void for_each_kernel(F f, size_t n) {
-  for (size_t i = global_index(); i < n; i += global_stride()) f(i);
+template <class F, class I>
+__global__ void for_each_kernel(F f, I n) {
+  const I stride = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < n; i += stride)
+    f(i);
 }
 
 template <class F>

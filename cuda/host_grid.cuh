@@ -53,12 +53,12 @@ inline double host_block_sum(const std::vector<double>& per_thread) {
 }
 
 struct HostLaunch {
-  template <class F>
-  void for_each(unsigned grid, unsigned block, const F& f, size_t n) const {
-    const size_t stride = static_cast<size_t>(grid) * block;
+  template <class F, class I>
+  void for_each(unsigned grid, unsigned block, const F& f, I n) const {
+    const I stride = static_cast<I>(grid) * static_cast<I>(block);
     for (unsigned b = 0; b < grid; ++b)
       for (unsigned t = 0; t < block; ++t)
-        for (size_t i = static_cast<size_t>(b) * block + t; i < n; i += stride) f(i);
+        for (I i = static_cast<I>(b) * static_cast<I>(block) + static_cast<I>(t); i < n; i += stride) f(i);
   }
 
   template <class F>

@@ -87,6 +87,11 @@ struct DeviceTensor {
   uint64_t state_offset;  // into the flat state buffers (momentum, moments, update scratch)
   float decay;            // 1 when weight decay applies, else 0
   float pad;
+  // The plan's copy of w (nn::WeightMirror) that the updates write with w; null: none.
+  void* mirror;
+  int32_t mirror_type;            // its values' dtype code (0 f32, 1 bf16, 2 f16)
+  int32_t mirror_widened;         // 1: stored as f32 holding values of that type
+  uint32_t mirror_c, mirror_rs;   // > 0: w [k, c, rs] is stored [k, rs, c]; 0: in w's order
 };
 // Work split: `chunks` chunks of at most chunk_elems elements; chunk_tensor[c] is the tensor
 // chunk c belongs to and chunk_begin[c] its first element within it. Built on the host once,
@@ -104,6 +109,8 @@ void sgd_step(cudaStream_t s, float* w, const float* g, float* velocity, size_t 
               float weight_decay, bool nesterov);
 void adam_step(cudaStream_t s, float* w, const float* g, float* m, float* v, float* update, size_t n, float lr,
                float beta1, float beta2, float eps, float weight_decay, bool decoupled, int64_t step, bool apply);
+// The fused updates (sgd_update, adam_update) write each tensor's mirror from its new
+// weights in the same pass; larc_scale touches gradients only.
 void sgd_update(cudaStream_t s, const ChunkTable& t, float* velocity, float lr, float momentum, float weight_decay,
                 bool nesterov);
 // Scratch for the per-tensor norms of lamb and larc: per-chunk partial sums of squares, then

@@ -86,6 +86,41 @@ __host__ __device__ __forceinline__ int32_t first_chunk_of(const ChunkTable& tab
   return lo;
 }
 
+// ---- weight mirrors (docs/design.md, "Weight mirrors") ----
+
+// Where element i of w [k, c, rs] lands in the mirror ([k, rs, c] when mirror_c > 0), in 32-bit
+// arithmetic for every tensor below 2^31 elements.
+__host__ __device__ __forceinline__ uint64_t mirror_index(const DeviceTensor& t, uint64_t i) {
+  if (t.mirror_c == 0) return i;
+  if (t.n < (static_cast<uint64_t>(1) << 31)) {
+    const uint32_t j = static_cast<uint32_t>(i), c = t.mirror_c, rs = t.mirror_rs;
+    const uint32_t q = j / rs, p = j - q * rs;  // q = filter * c + channel
+    const uint32_t k = q / c, ch = q - k * c;
+    return (static_cast<uint64_t>(k) * rs + p) * c + ch;
+  }
+  const uint64_t c = t.mirror_c, rs = t.mirror_rs;
+  const uint64_t q = i / rs, p = i - q * rs, k = q / c, ch = q - k * c;
+  return (k * rs + p) * c + ch;
+}
+
+template <class T>
+__host__ __device__ __forceinline__ void store_mirror(const DeviceTensor& t, uint64_t d, float w) {
+  const T v = from_float<T>(w);
+  if (t.mirror_widened) static_cast<float*>(t.mirror)[d] = to_float(v);
+  else static_cast<T*>(t.mirror)[d] = v;
+}
+
+// The mirror's element for w's element i, from its new value: rounded once to the mirror's
+// type, what the plan's copy of the weights (permute_convert) would hold.
+__host__ __device__ __forceinline__ void write_mirror(const DeviceTensor& t, uint64_t i, float w) {
+  const uint64_t d = mirror_index(t, i);
+  switch (t.mirror_type) {
+    case 1: store_mirror<__nv_bfloat16>(t, d, w); break;
+    case 2: store_mirror<__half>(t, d, w); break;
+    default: static_cast<float*>(t.mirror)[d] = w;
+  }
+}
+
 // ---- single range (element-wise) ----
 
 struct SgdStepOp {
@@ -132,11 +167,13 @@ struct SgdChunksOp {
     const Chunk k = chunk_at(table, c);
     const float wd = weight_decay * k.t.decay;
     float* vel = velocity + k.t.state_offset;
+    const bool mirrored = k.t.mirror != nullptr;
     for (uint64_t i = k.begin + thread; i < k.end; i += threads) {
       float wi = k.t.w[i], vi = vel[i];
       sgd_element(wi, k.t.g[i], vi, lr, momentum, wd, nesterov);
       vel[i] = vi;
       k.t.w[i] = wi;
+      if (mirrored) write_mirror(k.t, i, wi);
     }
   }
 };
@@ -155,13 +192,16 @@ struct AdamChunksOp {
     const float decoupled_wd = decoupled ? wd : 0.0f;
     float* mt = m + ch.t.state_offset;
     float* vt = v + ch.t.state_offset;
+    const bool mirrored = ch.t.mirror != nullptr;
     for (uint64_t i = ch.begin + thread; i < ch.end; i += threads) {
       const float wi = ch.t.w[i];
       float mi = mt[i], vi = vt[i];
       const float u = adam_direction(wi, ch.t.g[i], mi, vi, coupled_wd, k);
       mt[i] = mi;
       vt[i] = vi;
-      ch.t.w[i] = wi - k.lr * decoupled_wd * wi - k.lr * u;
+      const float next = wi - k.lr * decoupled_wd * wi - k.lr * u;
+      ch.t.w[i] = next;
+      if (mirrored) write_mirror(ch.t, i, next);
     }
   }
 };
@@ -260,7 +300,12 @@ struct LambApplyOp {
     const double trust = (w_norm > 0 && u_norm > 0) ? w_norm / u_norm : 1.0;
     const float alpha = static_cast<float>(-static_cast<double>(lr) * trust);
     const float* ut = update + ch.t.state_offset;
-    for (uint64_t i = ch.begin + thread; i < ch.end; i += threads) ch.t.w[i] += alpha * ut[i];
+    const bool mirrored = ch.t.mirror != nullptr;
+    for (uint64_t i = ch.begin + thread; i < ch.end; i += threads) {
+      const float next = ch.t.w[i] + alpha * ut[i];
+      ch.t.w[i] = next;
+      if (mirrored) write_mirror(ch.t, i, next);
+    }
   }
 };
 

@@ -125,7 +125,7 @@ void enqueue(Stream& s, Op op) {
 // work is queued lives until that work has run.
 // Convolution and linear plans have the same three passes: one wrapper serves both.
 template <class Plan>
-class AsyncWeightedPlan final : public Plan {
+class AsyncWeightedPlan : public Plan {
  public:
   explicit AsyncWeightedPlan(std::unique_ptr<Plan> p) : m_p(std::move(p)) {}
   void forward(Stream& s, const void* x, const float* w, const float* b, void* y) override {
@@ -138,8 +138,18 @@ class AsyncWeightedPlan final : public Plan {
     enqueue(s, [p = m_p, x, dy, dw, db](Stream& in) { p->backward_weights(in, x, dy, dw, db); });
   }
 
- private:
+ protected:
   std::shared_ptr<Plan> m_p;
+};
+
+// A convolution's weight mirror is the wrapped plan's (its memory, written by queued updates).
+class AsyncConvPlan final : public AsyncWeightedPlan<ConvPlan> {
+ public:
+  using AsyncWeightedPlan<ConvPlan>::AsyncWeightedPlan;
+  WeightMirror weight_mirror() const override { return m_p->weight_mirror(); }
+  void forward_mirrored(Stream& s, const void* x, const float* w, const float* b, void* y) override {
+    enqueue(s, [p = m_p, x, w, b, y](Stream& in) { p->forward_mirrored(in, x, w, b, y); });
+  }
 };
 
 class AsyncPoolPlan final : public PoolPlan {
@@ -291,9 +301,16 @@ void AsyncCpuBackend::permute_layout(Stream& s, DType t, const void* src, Layout
   run_on(s, [=, this](Stream& in) { m_b->permute_layout(in, t, src, from, dst, to, n, c, h, w); });
 }
 
+void AsyncCpuBackend::permute_convert(Stream& s, const void* src, DType from, Layout from_layout, void* dst, DType to,
+                                      Layout to_layout, int64_t n, int64_t c, int64_t h, int64_t w) {
+  run_on(s, [=, this](Stream& in) {
+    m_b->permute_convert(in, src, from, from_layout, dst, to, to_layout, n, c, h, w);
+  });
+}
+
 std::unique_ptr<ConvPlan> AsyncCpuBackend::make_conv(const ConvDesc& d) {
   if (!m_async) return m_b->make_conv(d);
-  return std::make_unique<AsyncWeightedPlan<ConvPlan>>(m_b->make_conv(d));
+  return std::make_unique<AsyncConvPlan>(m_b->make_conv(d));
 }
 
 std::unique_ptr<LinearPlan> AsyncCpuBackend::make_linear(const LinearDesc& d) {

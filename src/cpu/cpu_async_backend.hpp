@@ -57,6 +57,8 @@ class AsyncCpuBackend : public Backend {
   void convert(Stream& s, const void* src, DType from, void* dst, DType to, size_t n) override;
   void permute_layout(Stream& s, DType t, const void* src, Layout from, void* dst, Layout to, int64_t n, int64_t c,
                       int64_t h, int64_t w) override;
+  void permute_convert(Stream& s, const void* src, DType from, Layout from_layout, void* dst, DType to,
+                       Layout to_layout, int64_t n, int64_t c, int64_t h, int64_t w) override;
 
   // ---- plans ----
   std::unique_ptr<ConvPlan> make_conv(const ConvDesc& d) override;

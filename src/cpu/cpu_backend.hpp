@@ -52,6 +52,8 @@ class CpuBackend : public Backend {
   // cpu_layout.cpp
   void permute_layout(Stream&, DType t, const void* src, Layout from, void* dst, Layout to, int64_t n, int64_t c,
                       int64_t h, int64_t w) override;
+  void permute_convert(Stream&, const void* src, DType from, Layout from_layout, void* dst, DType to,
+                       Layout to_layout, int64_t n, int64_t c, int64_t h, int64_t w) override;
 
   // oneDNN plans: cpu_conv.cpp, cpu_linear.cpp, cpu_pool.cpp, cpu_batch_norm.cpp
   std::unique_ptr<ConvPlan> make_conv(const ConvDesc&) override;
@@ -138,6 +140,10 @@ class CpuBackend : public Backend {
   dnnl::engine m_engine;
   std::shared_ptr<MemoryPool> m_pool;  // shared with every live Buffer's deleter
 };
+
+// n elements converted as CpuBackend::convert converts them, on the calling thread
+// (cpu_elementwise.cpp): for the operations that convert blocks they gather first.
+void convert_elements(const void* src, DType from, void* dst, DType to, int64_t n);
 
 // Reduced-precision plans (cpu_precision.cpp): the f32 plan `inner` run on widened copies of
 // bf16/f16 activations, with the weights rounded to the activation type first and the

@@ -177,6 +177,15 @@ void convert_range(const void* src, DType from, void* dst, DType to, int64_t beg
 
 }  // namespace
 
+void convert_elements(const void* src, DType from, void* dst, DType to, int64_t n) {
+  if (n <= 0) return;
+  if (from == to) {
+    std::memmove(dst, src, static_cast<size_t>(n) * dtype_size(from));
+    return;
+  }
+  convert_range(src, from, dst, to, 0, n);
+}
+
 void CpuBackend::convert(Stream&, const void* src, DType from, void* dst, DType to, size_t n) {
   auto supported = [](DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; };
   if (!supported(from) || !supported(to))

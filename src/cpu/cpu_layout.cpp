@@ -1,9 +1,12 @@
 // NHWC activations on the CPU backend (docs/design.md, "Layout"): the permutation between
-// the two memory orders, and batch norm in NHWC. Convolution and pooling take NHWC directly
+// the two memory orders (with a conversion of type in the same pass, for the batch that
+// enters a reduced-precision NHWC model), and batch norm in NHWC. Convolution and pooling take NHWC directly
 // (oneDNN's nhwc format, cpu_conv.cpp and cpu_pool.cpp); batch norm's loops are written for
 // NCHW, so an NHWC plan permutes into NCHW copies, runs them and permutes back: the CPU is
 // the reference for NHWC, not a fast path.
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "src/core/error.hpp"
 #include "src/cpu/cpu_backend.hpp"
@@ -27,6 +30,40 @@ void permute(const E* src, E* dst, int64_t n, int64_t c, int64_t hw, bool to_nhw
           dst[nchw] = src[nhwc];
       }
     }
+}
+
+// Elements gathered in the destination's order before they are converted: a block that stays
+// in the L1 cache, so that the data is read and written once.
+constexpr int64_t kGatherBlock = 1024;
+
+// src [n, c, hw] of element bits E (NCHW) into dst [n, hw, c] of type `to` (to_nhwc), or the
+// reverse, converting each element as convert does.
+template <class E>
+void permute_convert_blocks(const E* src, DType from, void* dst, DType to, int64_t n, int64_t c, int64_t hw,
+                            bool to_nhwc) {
+  const auto out_size = static_cast<int64_t>(dtype_size(to));
+  auto* out = static_cast<char*>(dst);
+  // NHWC out: blocks of whole pixels (every channel of each); NCHW out: runs of one channel's pixels.
+  const int64_t run = to_nhwc ? std::max<int64_t>(1, kGatherBlock / c) : kGatherBlock;
+  const int64_t runs = (hw + run - 1) / run, planes = to_nhwc ? 1 : c;
+#pragma omp parallel if (n * c * hw >= 65536)
+  {
+    std::vector<E> tmp(static_cast<size_t>(to_nhwc ? run * c : run));
+#pragma omp for collapse(3) schedule(static)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t ch = 0; ch < planes; ++ch)
+        for (int64_t b = 0; b < runs; ++b) {
+          const int64_t p0 = b * run, p1 = std::min(hw, p0 + run);
+          if (to_nhwc) {
+            for (int64_t k = 0; k < c; ++k)
+              for (int64_t p = p0; p < p1; ++p) tmp[static_cast<size_t>((p - p0) * c + k)] = src[(i * c + k) * hw + p];
+            convert_elements(tmp.data(), from, out + (i * hw + p0) * c * out_size, to, (p1 - p0) * c);
+          } else {
+            for (int64_t p = p0; p < p1; ++p) tmp[static_cast<size_t>(p - p0)] = src[(i * hw + p) * c + ch];
+            convert_elements(tmp.data(), from, out + ((i * c + ch) * hw + p0) * out_size, to, p1 - p0);
+          }
+        }
+  }
 }
 
 class NhwcBatchNorm final : public BatchNormPlan {
@@ -88,6 +125,25 @@ void CpuBackend::permute_layout(Stream&, DType t, const void* src, Layout from, 
     permute(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), n, c, h * w, to_nhwc);
   else
     permute(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), n, c, h * w, to_nhwc);
+}
+
+void CpuBackend::permute_convert(Stream& s, const void* src, DType from, Layout from_layout, void* dst, DType to,
+                                 Layout to_layout, int64_t n, int64_t c, int64_t h, int64_t w) {
+  for (const DType t : {from, to})
+    if (t != DType::f32 && t != DType::bf16 && t != DType::f16)
+      throw Error(std::string("permute_convert: ") + dtype_name(t) + " is not a float type");
+  if (n < 0 || c < 0 || h < 0 || w < 0) throw Error("permute_convert: bad shape " + Shape(n, c, h, w).str());
+  const int64_t count = n * c * h * w;
+  if (count == 0) return;
+  // One channel or one pixel: both orders are the same.
+  if (from_layout == to_layout || c == 1 || h * w == 1)
+    return convert(s, src, from, dst, to, static_cast<size_t>(count));
+  if (from == to) return permute_layout(s, from, src, from_layout, dst, to_layout, n, c, h, w);
+  const bool to_nhwc = to_layout == Layout::nhwc;
+  if (dtype_size(from) == 4)
+    permute_convert_blocks(static_cast<const uint32_t*>(src), from, dst, to, n, c, h * w, to_nhwc);
+  else
+    permute_convert_blocks(static_cast<const uint16_t*>(src), from, dst, to, n, c, h * w, to_nhwc);
 }
 
 }  // namespace squall::cpu

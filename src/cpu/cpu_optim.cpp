@@ -1,5 +1,7 @@
 // Optimizer arithmetic on flat parameter ranges, element for element as torch.optim does it
 // (SGD with dampening 0, Adam/AdamW without amsgrad), so a run can be checked against PyTorch.
+// The fused updates also write each tensor's weight mirror (docs/design.md, "Weight
+// mirrors") from its new weights, converted and permuted as the plan would copy them.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -78,6 +80,22 @@ double squares(const float* x, size_t n) {
   return sum;
 }
 
+// The mirror of t from its weights: the values rounded to the mirror's type, in its order,
+// stored as that type or (widened) as f32. A pass after the tensor's update: the CPU is the
+// reference, not the fast path.
+void write_mirror(CpuBackend& b, Stream& s, const TensorRef& t) {
+  const WeightMirror& m = t.mirror;
+  if (m.data == nullptr || t.n == 0) return;
+  const Layout order = m.nhwc ? Layout::nhwc : Layout::nchw;
+  if (!m.widened || m.dtype == DType::f32) {
+    b.permute_convert(s, t.w, DType::f32, Layout::nchw, m.data, m.widened ? DType::f32 : m.dtype, order, m.k, m.c, m.rs, 1);
+    return;
+  }
+  Buffer rounded = b.allocate(t.n, m.dtype);
+  b.permute_convert(s, t.w, DType::f32, Layout::nchw, rounded.raw(), m.dtype, order, m.k, m.c, m.rs, 1);
+  b.convert(s, rounded.raw(), m.dtype, m.data, DType::f32, t.n);
+}
+
 class CpuTensorSet final : public TensorSet {
  public:
   explicit CpuTensorSet(std::vector<TensorRef> t) : m_tensors(std::move(t)) {
@@ -98,8 +116,10 @@ class CpuTensorSet final : public TensorSet {
 }  // namespace
 
 std::unique_ptr<TensorSet> CpuBackend::make_tensor_set(std::vector<TensorRef> tensors) {
-  for (const auto& t : tensors)
+  for (const auto& t : tensors) {
     if (t.n > 0 && (!t.w || !t.g)) throw Error("tensor set: a tensor has no parameter or gradient memory");
+    check_weight_mirror(t, "tensor set");
+  }
   return std::make_unique<CpuTensorSet>(std::move(tensors));
 }
 
@@ -107,6 +127,7 @@ void CpuBackend::sgd_update(Stream& s, TensorSet& set, float* velocity, const Sg
   size_t off = 0;
   for (const auto& t : set.tensors()) {
     sgd_step(s, t.w, t.g, velocity + off, t.n, a.lr, a.momentum, t.decay ? a.weight_decay : 0.0f, a.nesterov);
+    write_mirror(*this, s, t);
     off += t.n;
   }
 }
@@ -126,6 +147,7 @@ void CpuBackend::adam_update(Stream& s, TensorSet& set, float* m, float* v, cons
       const double trust = (w_norm > 0 && u_norm > 0) ? w_norm / u_norm : 1.0;
       axpy(s, static_cast<float>(-static_cast<double>(a.lr) * trust), u, t.w, t.n);
     }
+    write_mirror(*this, s, t);
     off += t.n;
   }
 }

@@ -48,7 +48,7 @@ inline float* f32(void* p) { return static_cast<float*>(p); }
 // Convolution and linear share the shape of their plans: forward, backward_data,
 // backward_weights over f32 weights. One template serves both.
 template <class Plan>
-class ReducedWeightPlan final : public Plan {
+class ReducedWeightPlan : public Plan {
  public:
   ReducedWeightPlan(CpuBackend& backend, DType dtype, std::unique_ptr<Plan> inner, size_t x_count, size_t y_count,
                     size_t w_count, size_t b_count)
@@ -63,11 +63,9 @@ class ReducedWeightPlan final : public Plan {
   }
 
   void forward(Stream& s, const void* x, const float* w, const float* bias, void* y) override {
-    m_b.convert(s, x, m_t, m_x.data(), DType::f32, m_x_count);
     std::memcpy(m_w.data(), w, m_w_count * sizeof(float));
     round_to(m_b, s, m_t, m_w.data(), m_w_count, m_round);
-    m_inner->forward(s, m_x.data(), m_w.data(), bias, m_y.data());
-    narrow(m_b, s, m_y.data(), m_t, y, m_y_count);
+    forward_rounded(s, x, bias, y);
   }
 
   void backward_data(Stream& s, const void* dy, const float*, void* dx) override {
@@ -84,12 +82,34 @@ class ReducedWeightPlan final : public Plan {
     if (db != nullptr) round_to(m_b, s, m_t, db, m_b_count, m_round);
   }
 
- private:
+ protected:
+  // forward with the rounded weights as m_w holds them.
+  void forward_rounded(Stream& s, const void* x, const float* bias, void* y) {
+    m_b.convert(s, x, m_t, m_x.data(), DType::f32, m_x_count);
+    m_inner->forward(s, m_x.data(), m_w.data(), bias, m_y.data());
+    narrow(m_b, s, m_y.data(), m_t, y, m_y_count);
+  }
+
   CpuBackend& m_b;
   DType m_t;
   std::unique_ptr<Plan> m_inner;
   size_t m_x_count, m_y_count, m_w_count, m_b_count;
   Buffer m_x, m_dx, m_y, m_w, m_round;  // f32: x, dx, y or dy, rounded w; m_round of type t
+};
+
+// A convolution's rounded weights are its mirror (docs/design.md, "Weight mirrors"): f32
+// values of the activation type, in the weights' order. When the fused update has written
+// them, forward uses them as they are, so that a CPU run checks the mirrors' freshness: a
+// stale one computes with the wrong weights here as on a GPU.
+class ReducedConvPlan final : public ReducedWeightPlan<ConvPlan> {
+ public:
+  using ReducedWeightPlan<ConvPlan>::ReducedWeightPlan;
+  WeightMirror weight_mirror() const override {
+    return {m_w.raw(), m_t, true, false, static_cast<int64_t>(m_w_count), 1, 1};
+  }
+  void forward_mirrored(Stream& s, const void* x, const float*, const float* bias, void* y) override {
+    forward_rounded(s, x, bias, y);
+  }
 };
 
 class ReducedPool final : public PoolPlan {
@@ -159,8 +179,7 @@ std::unique_ptr<ConvPlan> make_reduced_conv(CpuBackend& b, const ConvDesc& d, st
   const auto x = static_cast<size_t>(d.n * d.c * d.h * d.w);
   const auto y = static_cast<size_t>(d.output().numel());
   const auto w = static_cast<size_t>(d.weight().numel());
-  return std::make_unique<ReducedWeightPlan<ConvPlan>>(b, d.dtype, std::move(inner), x, y, w,
-                                                       d.bias ? static_cast<size_t>(d.k) : 0);
+  return std::make_unique<ReducedConvPlan>(b, d.dtype, std::move(inner), x, y, w, d.bias ? static_cast<size_t>(d.k) : 0);
 }
 
 std::unique_ptr<LinearPlan> make_reduced_linear(CpuBackend& b, const LinearDesc& d,

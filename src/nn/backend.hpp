@@ -97,6 +97,21 @@ class Buffer {
 
 // ---- operation descriptions ---------------------------------------------------------------
 
+// A plan's own copy of a parameter tensor, in the form it computes with (docs/design.md,
+// "Weight mirrors"): the tensor's f32 values rounded to `dtype`, stored as `dtype`, or as f32
+// when `widened` (the CPU reference's rounded copy); a filter [k, c, r, s] in [k, r, s, c]
+// order when `nhwc` (k, c and rs = r * s name the permutation), else in the tensor's order.
+// The fused updates write it with the weights when a TensorRef carries it.
+struct WeightMirror {
+  void* data = nullptr;  // null: the tensor has none
+  DType dtype = DType::f32;
+  bool widened = false;
+  bool nhwc = false;
+  int64_t k = 0, c = 0, rs = 0;
+  size_t count() const { return static_cast<size_t>(k * c * rs); }
+  size_t bytes() const { return count() * (widened ? sizeof(float) : dtype_size(dtype)); }
+};
+
 struct ConvDesc {
   int64_t n = 1, c = 1, h = 1, w = 1;  // input
   int64_t k = 1;                        // output channels
@@ -118,6 +133,15 @@ class ConvPlan {
   // Uses the reduced-precision copy of w that forward made (w must not change in between).
   virtual void backward_data(Stream&, const void* dy, const float* w, void* dx) = 0;
   virtual void backward_weights(Stream&, const void* x, const void* dy, float* dw, float* db) = 0;
+  // The copy of w the plan computes with when it keeps one (the reduced-precision or NHWC
+  // filter; none when it computes with w as given), for the fused updates to keep current.
+  virtual WeightMirror weight_mirror() const { return {}; }
+  // forward, when the caller vouches that weight_mirror() holds w's current values (an
+  // update wrote it and nothing has written w since): the weights are not copied again. The
+  // CUDA plan copies anyway while its stream is being captured, since a replay cannot know.
+  virtual void forward_mirrored(Stream& s, const void* x, const float* w, const float* b, void* y) {
+    forward(s, x, w, b, y);
+  }
 };
 
 // y[n, out] = x[n, in] · w[out, in]^T + b[out]
@@ -196,13 +220,19 @@ class CaptureError : public Error {
 
 // One parameter tensor of a fused update: its weights and gradient (backend memory), its
 // size, and whether weight decay applies to it. A TensorSet's optimizer state buffers
-// (momentum, moments) hold every tensor back to back in this order.
+// (momentum, moments) hold every tensor back to back in this order. sgd_update and
+// adam_update also write `mirror` (when it has data) from the new weights, in the same pass.
 struct TensorRef {
   float* w = nullptr;
   float* g = nullptr;
   size_t n = 0;
   bool decay = true;
+  WeightMirror mirror{};
 };
+
+// Throws squall::Error naming `who` when t's mirror (if any) cannot be t's copy: not k * c * rs
+// = n elements, or not of a float type (src/nn/weight_mirror.cpp).
+void check_weight_mirror(const TensorRef& t, const char* who);
 
 // A list of tensors prepared once for fused updates (on CUDA: the table uploaded to device
 // memory, and the per-tensor norm and scratch space), so that one launch updates them all.
@@ -324,6 +354,11 @@ class Backend {
   // copy when from == to); src and dst must not overlap.
   virtual void permute_layout(Stream&, DType t, const void* src, Layout from, void* dst, Layout to, int64_t n,
                               int64_t c, int64_t h, int64_t w) = 0;
+  // Both in one pass: [n, c, h, w] of type `from` in memory order `from_layout` to type `to`
+  // in `to_layout` (the f32 NCHW batch into bf16 NHWC activations), each element converted as
+  // convert does; src and dst must not overlap.
+  virtual void permute_convert(Stream&, const void* src, DType from, Layout from_layout, void* dst, DType to,
+                               Layout to_layout, int64_t n, int64_t c, int64_t h, int64_t w) = 0;
 
   // ---- plans ----
   virtual std::unique_ptr<ConvPlan> make_conv(const ConvDesc&) = 0;

@@ -1,8 +1,10 @@
 #include "src/nn/graph.hpp"
 
+#include <map>
 #include <random>
 
 #include "src/core/error.hpp"
+#include "src/nn/gradient_aliases.hpp"
 #include "src/nn/init.hpp"
 
 namespace squall::nn {
@@ -14,6 +16,7 @@ struct Graph::Node {
   Shape shape;                    // output shape, with batch
   Tensor value, grad;
   bool grad_written = false;      // during backward: first writer overwrites
+  std::vector<bool> hands_through;  // per input: its gradient is this node's own (alias_gradients)
   size_t param_begin = 0;         // arena offset of its first parameter
   bool has_params = false;
 };
@@ -132,6 +135,7 @@ void Graph::set_layout(Layout l) {
 void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
   setup(batch);
   m_backend = &backend;
+  m_mirrors_current.store(false);
   // Every activation view starts on a 256-byte boundary, as a cudaMalloc'd block does:
   // cuDNN's and cuBLAS's vectorised (tensor-core) kernels need 16-byte aligned bf16/f16
   // operands, and a view at an odd element offset of a 2-byte type would not be.
@@ -166,6 +170,7 @@ void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
     n->grad = m_activations.view(n->shape, off);
     off += padded(n->shape.numel());
   }
+  alias_gradients();
 
   // Initial values, drawn on the host, as PyTorch does per layer type. The padding between
   // tensors is written too (zeros), in all three arenas: it must never hold garbage that a
@@ -215,19 +220,47 @@ Tensor Graph::output_grad() const {
 }
 Shape Graph::output_shape() const { return m_nodes[static_cast<size_t>(m_output)]->shape; }
 
+float* Graph::params() const {
+  m_mirrors_current.store(false, std::memory_order_release);
+  return m_params.data();
+}
+
+void Graph::set_weight_mirrors(bool on) {
+  if (built()) throw Error("graph: weight mirrors must be chosen before build()");
+  m_mirrors_enabled = on;
+}
+
+// By parameter name, so that the answer follows param_info() whatever order the arena has.
+std::vector<WeightMirror> Graph::weight_mirrors() const {
+  if (!m_mirrors_enabled || !built()) return {};
+  std::map<std::string, WeightMirror> by_name;
+  for (int id = 1; id < size(); ++id) {
+    const Node& n = *m_nodes[static_cast<size_t>(id)];
+    const std::vector<ParamSpec> specs = n.layer->param_specs();
+    const std::vector<WeightMirror> mirrors = n.layer->weight_mirrors();
+    if (mirrors.empty()) continue;
+    SQUALL_CHECK(mirrors.size() == specs.size(), "layer '" + n.name + "' names a weight mirror per parameter");
+    for (size_t k = 0; k < specs.size(); ++k)
+      if (mirrors[k].data != nullptr) by_name[n.name + "." + specs[k].name] = mirrors[k];
+  }
+  std::vector<WeightMirror> out;
+  for (const ParamInfo& p : m_param_info) {
+    const auto it = by_name.find(p.name);
+    out.push_back(it == by_name.end() ? WeightMirror{} : it->second);
+  }
+  return out;
+}
+
 void Graph::forward(Stream& stream, const RunMode& run_mode) {
   RunMode mode = run_mode;
+  mode.weights_mirrored = mirrors_current();
   std::vector<Tensor>& in = m_in;
   if (m_input_f32) {
     const Tensor& x = m_nodes[0]->value;
-    if (m_layout == Layout::nhwc && x.shape.rank == 4) {
-      const void* src = m_input_f32.raw();
-      if (m_dtype != DType::f32) {  // convert into the scratch buffer (free during forward), then permute
-        m_backend->convert(stream, src, DType::f32, m_scratch.raw(), m_dtype, static_cast<size_t>(x.numel()));
-        src = m_scratch.raw();
-      }
+    if (m_layout == Layout::nhwc && x.shape.rank == 4) {  // converted and permuted in one pass
       const Shape& d = x.shape;
-      m_backend->permute_layout(stream, m_dtype, src, Layout::nchw, x.data, Layout::nhwc, d.n(), d.c(), d.h(), d.w());
+      m_backend->permute_convert(stream, m_input_f32.raw(), DType::f32, Layout::nchw, x.data, m_dtype, Layout::nhwc,
+                                 d.n(), d.c(), d.h(), d.w());
     } else {
       m_backend->convert(stream, m_input_f32.raw(), DType::f32, x.data, m_dtype, static_cast<size_t>(x.numel()));
     }
@@ -244,6 +277,37 @@ void Graph::forward(Stream& stream, const RunMode& run_mode) {
     const Shape& d = y.shape;
     m_backend->permute_layout(stream, m_dtype, y.data, Layout::nhwc, m_output_nchw.raw(), Layout::nchw, d.n(), d.c(),
                               d.h(), d.w());
+  }
+}
+
+void Graph::set_gradient_aliasing(bool on) {
+  if (built()) throw Error("graph: gradient aliasing must be chosen before build()");
+  m_alias_gradients = on;
+}
+
+// A residual add's inputs take its gradient's memory as theirs where plan_gradient_aliases
+// finds it safe: its backward then copies nothing, and the one pass left is the
+// accumulation of the shortcut's other reader (docs/design.md, "The residual add's backward").
+void Graph::alias_gradients() {
+  for (auto& n : m_nodes) n->hands_through.assign(n->inputs.size(), false);
+  if (!m_alias_gradients) return;
+  BackwardStructure structure;
+  for (const auto& n : m_nodes) {
+    structure.inputs.push_back(n->inputs);
+    structure.passes_through.push_back(n->layer != nullptr && n->layer->passes_gradient_through());
+  }
+  structure.output = m_output;
+  const std::vector<std::vector<bool>> alias = plan_gradient_aliases(structure);
+  // From the last node down, so that a node's gradient view is final before its inputs share it.
+  for (int id = size() - 1; id >= 1; --id) {
+    Node& n = *m_nodes[static_cast<size_t>(id)];
+    n.hands_through = alias[static_cast<size_t>(id)];
+    for (size_t q = 0; q < n.inputs.size(); ++q) {
+      if (!n.hands_through[q]) continue;
+      Node& src = *m_nodes[static_cast<size_t>(n.inputs[q])];
+      SQUALL_CHECK(src.shape.numel() == n.shape.numel(), "graph node '" + n.name + "' hands on a gradient of another size");
+      src.grad = Tensor{n.grad.data, src.shape, m_dtype};
+    }
   }
 }
 
@@ -265,10 +329,11 @@ void Graph::backward(Stream& stream, const std::function<void(size_t)>& on_param
     in.clear();
     din.clear();
     pending_add.clear();
-    for (int i : n.inputs) {
+    for (size_t q = 0; q < n.inputs.size(); ++q) {
+      const int i = n.inputs[q];
       Node& src = *m_nodes[static_cast<size_t>(i)];
       in.push_back(src.value);
-      if (i == k_input) {
+      if (i == k_input || n.hands_through[q]) {  // not needed, or already dout's memory
         din.push_back(Tensor{nullptr, src.shape, m_dtype});
       } else if (!src.grad_written) {
         din.push_back(src.grad);

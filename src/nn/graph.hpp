@@ -10,7 +10,11 @@
 //
 // Backward visits nodes in reverse; a node used by several consumers (a residual branch)
 // receives the first consumer's gradient directly and the others' through a scratch
-// buffer that is added in, so layers can always overwrite their input gradients.
+// buffer that is added in, so layers can always overwrite their input gradients. A layer
+// that passes its gradient through unchanged (the residual add) hands it on without a copy:
+// its inputs' gradients are its own gradient's memory wherever that is safe
+// (src/nn/gradient_aliases.hpp), decided once by build().
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -54,6 +58,24 @@ class Graph {
   // graph permutes the batch in and the logits out. Set before build().
   void set_layout(Layout l);
   Layout layout() const { return m_layout; }
+  // Weight mirrors (docs/design.md, "Weight mirrors"): the convolution plans' own copies of
+  // their weights (reduced precision, NHWC) may be written by the optimizer's fused update in
+  // the pass that writes the weights, instead of by every forward. weight_mirrors(): after
+  // build, one per param_info() entry (none where a parameter has no copy), empty when off.
+  // mark_mirrors_current(): the caller has enqueued an update that wrote every one of them
+  // from the parameters' new values (an optimizer over all of param_info() with these
+  // mirrors); forward then uses them as they are, until params() is called. Default on; set
+  // before build(); off, every forward copies the weights (the reference path).
+  void set_weight_mirrors(bool on);
+  bool weight_mirrors_enabled() const { return m_mirrors_enabled; }
+  std::vector<WeightMirror> weight_mirrors() const;
+  void mark_mirrors_current() { m_mirrors_current.store(true, std::memory_order_release); }
+  bool mirrors_current() const { return m_mirrors_enabled && m_mirrors_current.load(std::memory_order_acquire); }
+  // Whether build() lets a residual add's inputs share its gradient's memory (the default)
+  // or gives every node a gradient of its own, copied into (the reference path the tests
+  // compare with). Set before build().
+  void set_gradient_aliasing(bool on);
+  bool gradient_aliasing() const { return m_alias_gradients; }
   // Materialise; `seed` initialises the parameters (PyTorch-style per layer type).
   void build(Backend& backend, int64_t batch, uint64_t seed);
   bool built() const { return m_backend != nullptr; }
@@ -74,7 +96,9 @@ class Graph {
 
   // Flat arenas: parameters, their gradients (same layout), and non-learned state. Each
   // tensor starts on a 256-byte boundary; the floats between are zero (src/nn/param_arena.hpp).
-  float* params() const { return m_params.data(); }
+  // params() hands out the parameters for writing: the weight mirrors count as stale from
+  // then on, until an optimizer update that writes them marks them current again.
+  float* params() const;
   float* grads() const { return m_grads.data(); }
   float* state() const { return m_state.data(); }
   // Two sizes each, never to be mixed up: the model's true number of parameters (and of state
@@ -93,7 +117,9 @@ class Graph {
   // dtype(), in layout()), for diagnostics such as naming the first non-finite layer.
   const std::string& node_name(int i) const;
   Tensor node_value(int i) const;
-  Tensor node_grad(int i) const;  // its gradient after backward()
+  // Its gradient during backward(). A node whose gradient a residual add handed on shares
+  // the add's memory, which may hold another node's gradient once backward() has returned.
+  Tensor node_grad(int i) const;
   // The structure, for exporters (src/export/): node i's layer (null for the input), the
   // nodes it reads, its output shape after setup() or build(), and the output node.
   const Layer* node_layer(int i) const;
@@ -103,6 +129,7 @@ class Graph {
 
  private:
   struct Node;
+  void alias_gradients();  // build(): the residual adds' inputs' gradient views
   std::vector<std::unique_ptr<Node>> m_nodes;
   Shape m_input_sample;
   int m_output = 0;
@@ -111,6 +138,10 @@ class Graph {
   int64_t m_batch = 0;
   DType m_dtype = DType::f32;
   Layout m_layout = Layout::nchw;
+  bool m_alias_gradients = true;
+  bool m_mirrors_enabled = true;
+  // Written by whoever calls params() or updates the weights, read by forward, on any thread.
+  mutable std::atomic<bool> m_mirrors_current{false};
   Buffer m_params, m_grads, m_state, m_activations, m_scratch;
   Buffer m_input_f32;  // reduced precision or NHWC: the f32 NCHW input, converted at the start of forward
   Buffer m_output_nchw, m_output_grad_nchw;  // NHWC with 4-D logits: the logits and their gradient in NCHW

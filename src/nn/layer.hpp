@@ -35,6 +35,9 @@ struct RunMode {
   uint64_t seed = 0;  // per learner; with step, seeds dropout masks
   uint64_t step = 0;
   uint64_t node = 0;  // set by the graph for each layer: salts per-layer random streams
+  // Set by the graph: the plans' weight mirrors hold the parameters' current values
+  // (Layer::weight_mirrors, docs/design.md "Weight mirrors"), so forward need not copy them.
+  bool weights_mirrored = false;
 };
 
 // A layer's settings as an exporter needs them (src/export/onnx_export.cpp): what its type
@@ -79,9 +82,17 @@ class Layer {
                      const std::vector<Tensor>& grads, const std::vector<Tensor>& state) = 0;
   virtual void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out,
                        const RunMode& mode) = 0;
-  // din[i].data == nullptr: the gradient of input i is not needed (e.g. the model input).
+  // din[i].data == nullptr: the gradient of input i is not needed (e.g. the model input), or
+  // the graph has made it dout itself (passes_gradient_through).
   virtual void backward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out,
                         const Tensor& dout, const std::vector<Tensor>& din) = 0;
+  // True when backward writes dout unchanged into every input gradient (the residual add):
+  // the graph may then give an input dout's memory as its gradient instead of a copy
+  // (src/nn/gradient_aliases.hpp).
+  virtual bool passes_gradient_through() const { return false; }
+  // After build: per parameter of param_specs(), the copy its plan computes with
+  // (WeightMirror; none for most). Empty: none at all.
+  virtual std::vector<WeightMirror> weight_mirrors() const { return {}; }
 
  protected:
   DType m_dtype = DType::f32;

@@ -39,11 +39,18 @@ Learner::Learner(const LearnerSetup& s, int idx) : backend(*s.backend), setup(s)
     mark_offset.push_back(0);
     mark_event.push_back(backend.create_event());
   }
+  // The update writes the convolutions' own weight copies too, so that the next forward need
+  // not (docs/design.md, "Weight mirrors").
+  const std::vector<nn::WeightMirror> mirrors = graph->weight_mirrors();
   std::vector<ParamGroup> groups;
-  for (const auto& p : graph->param_info())
+  for (size_t i = 0; i < graph->param_info().size(); ++i) {
+    const nn::ParamInfo& p = graph->param_info()[i];
     groups.push_back({graph->params() + p.offset, graph->grads() + p.offset, p.count,
-                      p.weight_decay || s.optimizer.decay_bias_and_norm, p.name});
-  optimizer = make_optimizer(s.optimizer, backend, std::move(groups));
+                      p.weight_decay || s.optimizer.decay_bias_and_norm, p.name,
+                      mirrors.empty() ? nn::WeightMirror{} : mirrors[i]});
+  }
+  nn::Graph* g = graph.get();
+  optimizer = make_optimizer(s.optimizer, backend, std::move(groups), [g] { g->mark_mirrors_current(); });
   mode.train = true;
   mode.seed = splitmix64(s.seed ^ splitmix64((static_cast<uint64_t>(s.rank) << 20) | static_cast<uint64_t>(idx)));
 }

@@ -8,10 +8,10 @@
 namespace squall::train {
 namespace {
 
-// The groups as the backend's fused updates take them.
+// The groups as the backend's fused updates take them (with the mirrors the update writes).
 std::vector<nn::TensorRef> tensor_refs(const std::vector<ParamGroup>& groups) {
   std::vector<nn::TensorRef> refs;
-  for (const auto& g : groups) refs.push_back({g.w, g.g, g.n, g.weight_decay});
+  for (const auto& g : groups) refs.push_back({g.w, g.g, g.n, g.weight_decay, g.mirror});
   return refs;
 }
 
@@ -135,6 +135,26 @@ class Larc final : public Optimizer {
   std::unique_ptr<nn::TensorSet> m_set;
 };
 
+// Tells the mirrors' owner, after each update, that the update has written them.
+class MirrorsWritten final : public Optimizer {
+ public:
+  MirrorsWritten(std::unique_ptr<Optimizer> inner, std::function<void()> written)
+      : m_inner(std::move(inner)), m_written(std::move(written)) {}
+  void step(nn::Backend& backend, nn::Stream& stream, float lr) override {
+    m_inner->step(backend, stream, lr);
+    m_written();
+  }
+  std::string name() const override { return m_inner->name(); }
+  std::vector<OptimizerState> state() override { return m_inner->state(); }
+  int64_t steps() const override { return m_inner->steps(); }
+  void set_steps(int64_t steps) override { m_inner->set_steps(steps); }
+  const std::vector<ParamGroup>& groups() const override { return m_inner->groups(); }
+
+ private:
+  std::unique_ptr<Optimizer> m_inner;
+  std::function<void()> m_written;
+};
+
 }  // namespace
 
 double lamb_trust_ratio(double w_norm, double u_norm) {
@@ -148,7 +168,7 @@ double larc_factor(double w_norm, double g_norm, double weight_decay, double eta
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, nn::Backend& backend,
-                                          std::vector<ParamGroup> groups) {
+                                          std::vector<ParamGroup> groups, std::function<void()> mirrors_written) {
   OptimizerConfig inner = config;
   if (config.larc) inner.weight_decay = 0.0;  // LARC applies it before scaling the gradient
   std::unique_ptr<Optimizer> opt;
@@ -162,6 +182,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, nn::Bac
   }
   if (!opt) throw Error(std::string("optimizer.name: no optimizer for value ") + k_optimizer_kinds.name(config.name));
   if (config.larc) opt = std::make_unique<Larc>(config, backend, std::move(opt));
+  if (mirrors_written) opt = std::make_unique<MirrorsWritten>(std::move(opt), std::move(mirrors_written));
   return opt;
 }
 

@@ -13,6 +13,7 @@
 // LARC follows NVIDIA apex's LARC wrapper.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@ struct ParamGroup {
   size_t n = 0;               // element count
   bool weight_decay = true;   // false: biases and norm parameters when they are excluded
   std::string name;           // "conv1.weight", for errors and checkpoints
+  nn::WeightMirror mirror{};  // a plan's copy of w that each update writes too (none: no data)
 };
 
 // One optimizer state buffer (all groups back to back, in group order), for checkpoints.
@@ -54,8 +56,11 @@ class Optimizer {
 
 // Builds the optimizer the config names (sgd | adam | adamw | lamb), wrapped in LARC when
 // config.larc. State buffers are allocated once, through backend.allocate, and zeroed.
+// mirrors_written, when given, is called after each step has enqueued its update: the
+// groups' mirrors then hold the new weights (nn::Graph::mark_mirrors_current).
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, nn::Backend& backend,
-                                          std::vector<ParamGroup> groups);
+                                          std::vector<ParamGroup> groups,
+                                          std::function<void()> mirrors_written = {});
 
 // Trust ratio ||w|| / ||u|| used by LAMB; 1 when either norm is 0.
 double lamb_trust_ratio(double w_norm, double u_norm);

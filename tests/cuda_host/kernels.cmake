@@ -7,6 +7,7 @@
 add_executable(squall_cuda_host_kernel_tests
   ${CMAKE_CURRENT_SOURCE_DIR}/kernels_emulated.cu
   ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_elementwise.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_vector.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_reductions.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_resample.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_optim.cpp)

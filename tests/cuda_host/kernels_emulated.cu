@@ -24,10 +24,10 @@ void relu_backward(int t, const void* y, const void* dy, void* dx, size_t n) {
 }
 void add(int t, const void* a, const void* b, void* y, size_t n) { d::add_on(HostLaunch{}, t, a, b, y, n); }
 void multiply(int t, const void* a, const void* b, void* y, size_t n) { d::multiply_on(HostLaunch{}, t, a, b, y, n); }
-void axpy(float alpha, const float* x, float* y, size_t n) { d::each(HostLaunch{}, d::AxpyOp{alpha, x, y}, n); }
-void scale(float alpha, float* x, size_t n) { d::each(HostLaunch{}, d::ScaleOp{alpha, x}, n); }
+void axpy(float alpha, const float* x, float* y, size_t n) { d::axpy_on(HostLaunch{}, alpha, x, y, n); }
+void scale(float alpha, float* x, size_t n) { d::scale_on(HostLaunch{}, alpha, x, n); }
 void axpby(float alpha, const float* x, float beta, float* y, size_t n) {
-  d::each(HostLaunch{}, d::AxpbyOp{alpha, x, beta, y}, n);
+  d::axpby_on(HostLaunch{}, alpha, x, beta, y, n);
 }
 void dropout_forward(int t, const void* x, void* y, void* mask, size_t n, float p, uint64_t seed, uint64_t offset) {
   d::dropout_on(HostLaunch{}, t, x, y, mask, n, p, seed, offset);
@@ -47,11 +47,42 @@ void permute_bits(size_t elem_bytes, const void* src, bool from_nhwc, void* dst,
                   int64_t h, int64_t w) {
   d::permute_bits_on(HostLaunch{}, elem_bytes, src, from_nhwc, dst, to_nhwc, n, c, h, w);
 }
+void add_wide_index(int t, const void* a, const void* b, void* y, size_t n) {
+  d::dispatch_float(t, "add", [&](auto tag) {
+    using T = decltype(tag);
+    d::map_with<d::per_access<T>(), uint64_t>(
+        HostLaunch{}, d::AddOp<T>{static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y)}, n,
+        d::aligned16(a) && d::aligned16(b) && d::aligned16(y));
+  });
+}
+void permute_convert_wide_index(const void* src, int from, void* dst, int to, bool to_nhwc, int64_t n, int64_t c,
+                                int64_t h, int64_t w) {
+  d::dispatch_float(from, "permute", [&](auto from_tag) {
+    using From = decltype(from_tag);
+    d::dispatch_float(to, "permute", [&](auto to_tag) {
+      using To = decltype(to_tag);
+      d::permute_with<uint64_t>(HostLaunch{}, static_cast<const From*>(src), to_nhwc, static_cast<To*>(dst), n, c, h * w);
+    });
+  });
+}
+bool permute_tiles(size_t from_bytes, size_t to_bytes, const void* src, const void* dst, int64_t c, int64_t hw) {
+  // The decision depends on the element sizes only: integers of those sizes stand for the types.
+  const auto tiles = [&](auto from, auto to) {
+    return d::permute_by_tiles<decltype(from), decltype(to)>(src, dst, c, hw);
+  };
+  if (from_bytes == 4) return to_bytes == 4 ? tiles(uint32_t{}, uint32_t{}) : tiles(uint32_t{}, uint16_t{});
+  return to_bytes == 4 ? tiles(uint16_t{}, uint32_t{}) : tiles(uint16_t{}, uint16_t{});
+}
 
 void bias_add(int t, bool nhwc, void* y, const float* b, int64_t n, int64_t c, int64_t hw) {
   d::bias_add_on(HostLaunch{}, t, nhwc, y, b, n, c, hw);
 }
 size_t bias_grad_scratch_floats(int64_t n, int64_t c, int64_t hw) { return d::bias_grad_scratch(n, c, hw); }
+bool bias_grad_by_groups(int t, bool nhwc, const void* dy, int64_t c) {
+  bool groups = false;
+  d::dispatch_float(t, "bias", [&](auto tag) { groups = d::bias_grad_by_groups<decltype(tag)>(nhwc, dy, c); });
+  return groups;
+}
 int64_t bias_grad_parts(int64_t n, int64_t c, int64_t hw) { return d::bias_grad_parts(n, c, hw); }
 void bias_grad(int t, bool nhwc, const void* dy, float* db, int64_t n, int64_t c, int64_t hw, bool round_to_type,
                float* scratch) {
@@ -112,7 +143,8 @@ FusedSet::FusedSet(std::vector<Tensor> tensors, int32_t chunk_elems) : m_table(s
   uint64_t offset = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& x = tensors[i];
-    t.rows.push_back({x.w, x.g, x.n, offset, x.decay ? 1.0f : 0.0f, 0.0f});
+    t.rows.push_back({x.w, x.g, x.n, offset, x.decay ? 1.0f : 0.0f, 0.0f, x.mirror, x.mirror_type,
+                      x.mirror_widened ? 1 : 0, static_cast<uint32_t>(x.mirror_c), static_cast<uint32_t>(x.mirror_rs)});
     for (uint64_t b = 0; b < x.n; b += static_cast<uint64_t>(chunk_elems)) {
       t.chunk_tensor.push_back(static_cast<int32_t>(i));
       t.chunk_begin.push_back(b);

@@ -31,9 +31,19 @@ void permute_convert(const void* src, int from, bool from_nhwc, void* dst, int t
                      int64_t c, int64_t h, int64_t w);
 void permute_bits(size_t elem_bytes, const void* src, bool from_nhwc, void* dst, bool to_nhwc, int64_t n, int64_t c,
                   int64_t h, int64_t w);
+// add and permute_convert (not an identity case) with 64-bit indices whatever the size: the
+// path of tensors of 2^31 elements and more, checked on small ones.
+void add_wide_index(int t, const void* a, const void* b, void* y, size_t n);
+void permute_convert_wide_index(const void* src, int from, void* dst, int to, bool to_nhwc, int64_t n, int64_t c,
+                                int64_t h, int64_t w);
+// Whether permute_convert and permute_bits of this shape and these pointers take the 16-byte
+// tile path (else the one-element one); the same decision the launch makes.
+bool permute_tiles(size_t from_bytes, size_t to_bytes, const void* src, const void* dst, int64_t c, int64_t hw);
 
 void bias_add(int t, bool nhwc, void* y, const float* b, int64_t n, int64_t c, int64_t hw);
 size_t bias_grad_scratch_floats(int64_t n, int64_t c, int64_t hw);
+// Whether bias_grad's first pass takes channels in groups of one 16-byte access.
+bool bias_grad_by_groups(int t, bool nhwc, const void* dy, int64_t c);
 int64_t bias_grad_parts(int64_t n, int64_t c, int64_t hw);
 void bias_grad(int t, bool nhwc, const void* dy, float* db, int64_t n, int64_t c, int64_t hw, bool round_to_type,
                float* scratch);
@@ -63,11 +73,17 @@ void adam_step(float* w, const float* g, float* m, float* v, float* update, size
 // cuda/cuda_backend.cpp: tensors in order, chunks of chunk_elems elements, state offsets
 // back to back), here with a chunk size of the test's choosing so that small tensors span
 // several chunks.
+// mirror: a weight mirror the updates write (nn::WeightMirror's fields): values of dtype code
+// mirror_type, stored as f32 when widened, [k, rs, c] of w's [k, c, rs] when mirror_c > 0.
 struct Tensor {
   float* w;
   float* g;
   size_t n;
   bool decay;
+  void* mirror = nullptr;
+  int mirror_type = 0;
+  bool mirror_widened = false;
+  int64_t mirror_c = 0, mirror_rs = 0;
 };
 class FusedSet {
  public:

@@ -127,3 +127,83 @@ TEST_CASE("fused updates over the chunk table match the CPU bit for bit", "[cuda
           [&](emu::FusedSet& f, Model&, int) { f.larc_scale(0.1f, 0.02f, 1e-4f, clip); });
   }
 }
+
+TEST_CASE("fused updates write the weight mirrors with the weights, as the CPU does, bit for bit",
+          "[cuda-host][kernels]") {
+  // Filters of a bf16 and an f16 NHWC plan, a bias (no mirror), the CPU's widened copy in the
+  // weights' order, and an f32 NHWC plan's copy; small chunks, so that chunks cross filters.
+  struct Mirror {
+    size_t n;
+    bool has;
+    DType type;
+    bool widened, nhwc;
+    int64_t k, c, rs;
+  };
+  const std::vector<Mirror> mirrors{{16 * 8 * 9, true, DType::bf16, false, true, 16, 8, 9},
+                                    {16, false, DType::f32, false, false, 0, 0, 0},
+                                    {32 * 16, true, DType::f16, false, true, 32, 16, 1},
+                                    {5 * 7 * 9, true, DType::bf16, true, false, 5 * 7 * 9, 1, 1},
+                                    {4 * 6 * 25, true, DType::f32, false, true, 4, 6, 25}};
+  std::vector<size_t> sizes;
+  for (const Mirror& m : mirrors) sizes.push_back(m.n);
+  const auto stored = [](const Mirror& m) { return m.widened ? sizeof(float) : squall::nn::dtype_size(m.type); };
+  using Kind = squall::nn::AdamArgs::Kind;
+  for (int kind = -1; kind < 3; ++kind) {  // -1: sgd; else adam, adamw, lamb
+    INFO("optimizer " << kind);
+    Model want(sizes), got = want;
+    std::vector<Bytes> want_m, got_m;
+    for (const Mirror& m : mirrors) {
+      want_m.emplace_back(m.n * stored(m), 0);
+      got_m.emplace_back(m.n * stored(m), 0);
+    }
+    std::vector<squall::nn::TensorRef> refs;
+    std::vector<emu::Tensor> tensors;
+    for (size_t i = 0; i < mirrors.size(); ++i) {
+      const Mirror& m = mirrors[i];
+      squall::nn::WeightMirror wm;
+      if (m.has) wm = {want_m[i].data(), m.type, m.widened, m.nhwc, m.k, m.c, m.rs};
+      refs.push_back({want.w[i].data(), want.g[i].data(), m.n, i != 1, wm});
+      emu::Tensor t{got.w[i].data(), got.g[i].data(), m.n, i != 1};
+      if (m.has) {
+        t.mirror = got_m[i].data();
+        t.mirror_type = code(m.type);
+        t.mirror_widened = m.widened;
+        t.mirror_c = m.nhwc ? m.c : 0;
+        t.mirror_rs = m.nhwc ? m.rs : 0;
+      }
+      tensors.push_back(t);
+    }
+    auto set = cpu().make_tensor_set(refs);
+    emu::FusedSet fused(tensors, 256);
+    for (int step = 1; step <= 3; ++step) {
+      if (kind < 0) {
+        squall::nn::SgdArgs a;
+        a.lr = 0.05f, a.momentum = 0.9f, a.weight_decay = 5e-4f;
+        cpu().sgd_update(cpu_stream(), *set, want.s1.data(), a);
+        fused.sgd_update(got.s1.data(), 0.05f, 0.9f, 5e-4f, false);
+      } else {
+        squall::nn::AdamArgs a;
+        a.kind = static_cast<Kind>(kind), a.lr = 2e-3f, a.weight_decay = 0.01f, a.step = step;
+        cpu().adam_update(cpu_stream(), *set, want.s1.data(), want.s2.data(), a);
+        fused.adam_update(got.s1.data(), got.s2.data(), kind, 2e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step);
+      }
+    }
+    require_same(got, want, "with mirrors");
+    for (size_t i = 0; i < mirrors.size(); ++i) {
+      const Mirror& m = mirrors[i];
+      INFO("tensor " << i);
+      if (!m.has) {
+        CHECK(got_m[i] == Bytes(got_m[i].size(), 0));  // a tensor without one: nothing written
+        continue;
+      }
+      require_same_bits(got_m[i], want_m[i], stored(m), "mirror, emulated against the CPU");
+      // What the plan's own copy of the final weights would hold.
+      Bytes copy(m.n * squall::nn::dtype_size(m.type));
+      using squall::nn::Layout;
+      cpu().permute_convert(cpu_stream(), got.w[i].data(), DType::f32, Layout::nchw, copy.data(), m.type,
+                            m.nhwc ? Layout::nhwc : Layout::nchw, m.k, m.c, m.rs, 1);
+      if (m.widened) copy = to_type(DType::f32, widen(m.type, copy));
+      require_same_bits(got_m[i], copy, stored(m), "mirror, against a copy of the new weights");
+    }
+  }
+}

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -95,6 +96,38 @@ TEST_CASE("bias_grad: two passes over (channel, part), as the exact sum and the 
           CHECK(std::abs(static_cast<double>(got[ch]) - want[ch]) <= cpu_tol + ulp(t, want[ch]));
         }
       }
+}
+
+TEST_CASE("bias_grad in NHWC sums groups of channels per 16-byte access, each as its own block would",
+          "[cuda-host][kernels]") {
+  struct Shape {
+    int64_t n, c, hw;
+  };
+  // Several parts per channel, and few; 16 and 32 channels (whole groups of 8 and of 4).
+  const std::vector<Shape> shapes{{2, 16, 301 * 7}, {3, 32, 50}, {1, 16, 9}};
+  for (const Shape& s : shapes)
+    for (DType t : float_types()) {
+      INFO(type_name(t) << " " << s.n << "x" << s.c << "x" << s.hw);
+      const size_t e = squall::nn::dtype_size(t), count = static_cast<size_t>(s.n * s.c * s.hw);
+      const Bytes dy = random_typed(t, count, 29, -1.0f, 1.5f);
+      // The same values one element past a 16-byte boundary: the launch takes one channel
+      // per block there.
+      std::vector<unsigned char> store(count * e + 64), other(count * e + 96);
+      const auto place = [](std::vector<unsigned char>& v, size_t off) {
+        return v.data() + (64 - reinterpret_cast<uintptr_t>(v.data()) % 64) % 64 + off;
+      };
+      unsigned char* base = place(store, 0);
+      unsigned char* shifted = place(other, e);
+      std::memcpy(base, dy.data(), dy.size());
+      std::memcpy(shifted, dy.data(), dy.size());
+      REQUIRE(emu::bias_grad_by_groups(code(t), true, base, s.c));
+      REQUIRE_FALSE(emu::bias_grad_by_groups(code(t), true, shifted, s.c));
+      std::vector<float> grouped(static_cast<size_t>(s.c)), single(static_cast<size_t>(s.c));
+      std::vector<float> scratch(emu::bias_grad_scratch_floats(s.n, s.c, s.hw));
+      emu::bias_grad(code(t), true, base, grouped.data(), s.n, s.c, s.hw, t != DType::f32, scratch.data());
+      emu::bias_grad(code(t), true, shifted, single.data(), s.n, s.c, s.hw, t != DType::f32, scratch.data());
+      require_same_bits(grouped, single, "bias gradient by groups and by single channels");
+    }
 }
 
 TEST_CASE("bias_grad of an empty batch is zero", "[cuda-host][kernels]") {

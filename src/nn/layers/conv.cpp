@@ -33,10 +33,24 @@ class ConvBase : public Layer {
     m_desc.dtype = m_dtype;
     m_desc.layout = m_layout;
     m_plan = backend.make_conv(m_desc);
+    m_mirror = m_plan->weight_mirror();
   }
 
-  void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
-    m_plan->forward(stream, in[0].data, m_weight.f32(), m_desc.bias ? m_bias.f32() : nullptr, out.data);
+  // The plan's copy of the weights (reduced precision, NHWC) is used as it stands when the
+  // graph says the optimizer has written it from the current weights.
+  void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode& mode) override {
+    const float* b = m_desc.bias ? m_bias.f32() : nullptr;
+    if (mode.weights_mirrored && m_mirror.data != nullptr)
+      m_plan->forward_mirrored(stream, in[0].data, m_weight.f32(), b, out.data);
+    else
+      m_plan->forward(stream, in[0].data, m_weight.f32(), b, out.data);
+  }
+
+  std::vector<WeightMirror> weight_mirrors() const override {
+    if (m_mirror.data == nullptr) return {};
+    std::vector<WeightMirror> mirrors{m_mirror};
+    if (m_desc.bias) mirrors.emplace_back();
+    return mirrors;
   }
 
   void backward(Stream& stream, const std::vector<Tensor>& in, const Tensor&, const Tensor& dout,
@@ -81,6 +95,7 @@ class ConvBase : public Layer {
 
   ConvDesc m_desc;
   std::unique_ptr<ConvPlan> m_plan;
+  WeightMirror m_mirror;  // the plan's copy of the weights, if it keeps one
   Tensor m_weight, m_bias, m_dweight, m_dbias;
 };
 

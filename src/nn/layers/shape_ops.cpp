@@ -40,11 +40,13 @@ class Add final : public StatelessLayer {
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
     m_backend->add(stream, m_dtype, in[0].data, in[1].data, out.data, static_cast<size_t>(out.numel()));
   }
-  void backward(Stream& stream, const std::vector<Tensor>&, const Tensor& out, const Tensor& dout,
+  // An input whose gradient the graph made dout itself comes with a null din: no copy.
+  void backward(Stream& stream, const std::vector<Tensor>&, const Tensor&, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
     for (const Tensor& d : din)
       if (d.data != nullptr) m_backend->copy_bytes(stream, d.data, dout.data, dout.bytes());
   }
+  bool passes_gradient_through() const override { return true; }
 };
 
 // Concatenates over dimension 1 (channels of [n,c,h,w], features of [n,f]): per sample (NCHW,

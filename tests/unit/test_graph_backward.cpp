@@ -1,0 +1,247 @@
+// The residual add's backward (docs/design.md, "The residual add's backward"): an add's inputs
+// take its gradient's memory as theirs instead of a copy, where plan_gradient_aliases
+// (src/nn/gradient_aliases.hpp) finds it safe. Checked three ways: the plan on hand-made
+// structures, including one where handing on would clobber a gradient still to be read;
+// every zoo model's gradients against the graph that copies (Graph::set_gradient_aliasing
+// false), bit for bit, at every type and layout; and ResNet-20's backward counted: no copy,
+// one add per extra reader of a tensor.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "src/cpu/cpu_async_backend.hpp"
+#include "src/nn/gradient_aliases.hpp"
+#include "src/nn/graph.hpp"
+#include "tests/support/test_backend.hpp"
+
+using namespace squall;
+using nn::DType;
+using nn::Layout;
+using nn::Shape;
+
+namespace {
+
+// A structure of nodes 0..n-1: the inputs of each (node 0 has none) and which pass through.
+nn::BackwardStructure structure(std::vector<std::vector<int>> inputs, std::vector<bool> passes, int output) {
+  nn::BackwardStructure s;
+  s.inputs = std::move(inputs);
+  s.passes_through = std::move(passes);
+  s.output = output;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("gradient aliases: a residual block's add hands its gradient to both inputs", "[models][aliases]") {
+  // 1 = stem(0); 2 = a(1); 3 = b(2); 4 = add(3, 1); 5 = relu(4), the output. The shortcut 1
+  // has a second reader, a (2), whose gradient is added into 4's memory after b (3) has read it.
+  const auto s = structure({{}, {0}, {1}, {2}, {3, 1}, {4}}, {false, false, false, false, true, false}, 5);
+  const auto alias = nn::plan_gradient_aliases(s);
+  CHECK(alias[4] == std::vector<bool>{true, true});
+  for (int j : {1, 2, 3, 5}) CHECK(alias[static_cast<size_t>(j)] == std::vector<bool>(s.inputs[static_cast<size_t>(j)].size(), false));
+  CHECK(nn::gradient_aliases_safe(s, alias));
+}
+
+TEST_CASE("gradient aliases: an input read again before the other input's gradient is used keeps a copy",
+          "[models][aliases]") {
+  // 1 = s(0); 2 = x(1); 3 = c(1); 4 = add(x, s); 5 = add(4, c), the output. In reverse, c (3)
+  // adds its part into s's gradient before x (2) has read its own: x and s may not share 4's
+  // memory, so s gets a copy; 5's inputs and x do share.
+  const auto s = structure({{}, {0}, {1}, {1}, {2, 1}, {4, 3}}, {false, false, false, false, true, true}, 5);
+  const auto alias = nn::plan_gradient_aliases(s);
+  CHECK(alias[5] == std::vector<bool>{true, true});
+  CHECK(alias[4] == std::vector<bool>{true, false});
+  CHECK(nn::gradient_aliases_safe(s, alias));
+  auto unsafe = alias;
+  unsafe[4][1] = true;
+  CHECK_FALSE(nn::gradient_aliases_safe(s, unsafe));
+  // Not a first writer, not a pass-through layer, the graph's input, an input read twice:
+  // never handed on.
+  auto not_first = alias;
+  not_first[3][0] = true;  // c does not pass through
+  CHECK_FALSE(nn::gradient_aliases_safe(s, not_first));
+  const auto twice = structure({{}, {0}, {1, 1}}, {false, false, true}, 2);
+  CHECK(nn::plan_gradient_aliases(twice)[2] == std::vector<bool>{false, false});
+  const auto from_input = structure({{}, {0}, {1, 0}}, {false, false, true}, 2);
+  CHECK(nn::plan_gradient_aliases(from_input)[2] == std::vector<bool>{true, false});
+}
+
+namespace {
+
+nn::Backend& be() { return test::test_backend(); }
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+// The bytes of n elements of backend memory of type t, on the host.
+std::vector<unsigned char> bytes_of(nn::Stream& s, const void* p, size_t bytes) {
+  be().synchronize_all();
+  std::vector<unsigned char> host(bytes);
+  be().copy_bytes_to_host(s, host.data(), p, bytes);
+  be().synchronize(s);
+  return host;
+}
+
+// One forward and backward of `g` on a fixed batch, with a loss gradient that depends on the
+// logits (so that every path carries a different value): the parameters' gradients, as bytes.
+std::vector<unsigned char> gradients(nn::Graph& g, nn::Stream& s) {
+  const auto x = random_floats(static_cast<size_t>(g.input().numel()), 11);
+  be().copy_from_host(s, g.input().f32(), x.data(), x.size());
+  g.forward(s, nn::RunMode{});
+  be().copy_bytes(s, g.output_grad().data, g.output().data, g.output().bytes());
+  g.backward(s);
+  return bytes_of(s, g.grads(), g.param_arena_floats() * sizeof(float));
+}
+
+}  // namespace
+
+namespace {
+
+struct ZooCase {
+  std::string name;
+  Shape sample;
+  int64_t width;
+};
+
+// Forward and backward of the model at every type and layout, aliasing on and off: the
+// parameters' gradients must be the same bytes.
+void check_against_copying_graph(const ZooCase& c) {
+  auto s = be().create_stream();
+  for (const DType t : {DType::f32, DType::bf16, DType::f16})
+    for (const Layout l : {Layout::nchw, Layout::nhwc}) {
+      INFO(c.name << " " << nn::dtype_name(t) << " " << nn::layout_name(l));
+      std::vector<std::vector<unsigned char>> grads;
+      for (const bool alias : {true, false}) {
+        nn::ModelSpec spec;
+        spec.name = c.name;
+        spec.classes = 3;
+        spec.width = c.width;
+        auto g = nn::make_model(spec, c.sample);
+        g->set_dtype(t);
+        g->set_layout(l);
+        g->set_gradient_aliasing(alias);
+        g->build(be(), 2, 7);
+        grads.push_back(gradients(*g, *s));
+      }
+      REQUIRE(grads[0].size() == grads[1].size());
+      CHECK(std::memcmp(grads[0].data(), grads[1].data(), grads[0].size()) == 0);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("gradient aliases: every zoo model's gradients are the copying graph's, bit for bit", "[models][aliases]") {
+  const ZooCase cases[] = {{"lenet5", Shape(1, 1, 28, 28), 0},
+                           {"resnet20", Shape(1, 3, 16, 16), 0},
+                           {"unet", Shape(1, 4, 16, 16), 4},
+                           {"deeplabv3plus", Shape(1, 4, 16, 24), 4}};
+  for (const ZooCase& c : cases) check_against_copying_graph(c);
+}
+
+TEST_CASE("gradient aliases: DeepLabv3+ on ResNet-50's gradients are the copying graph's, bit for bit",
+          "[models][aliases][slow]") {
+  check_against_copying_graph({"deeplabv3plus-resnet50", Shape(1, 2, 16, 16), 0});
+}
+
+TEST_CASE("gradient aliases: the fallback to a copy gives the copying graph's gradients", "[models][aliases]") {
+  // The structure of the second case above as layers: s and c are ReLUs of a linear layer's
+  // output, so that a wrong gradient reaches the weights.
+  auto s = be().create_stream();
+  std::vector<std::vector<unsigned char>> grads;
+  for (const bool alias : {true, false}) {
+    nn::Graph g(Shape(1, 6, 1, 1));
+    const int fc = g.add("fc", nn::linear(5), nn::Graph::k_input);
+    const int sx = g.add("s", nn::relu(), fc);
+    const int x = g.add("x", nn::linear(5), sx);
+    const int c = g.add("c", nn::linear(5), sx);
+    const int a = g.add("a", nn::add(), {x, sx});
+    g.add("out", nn::add(), {a, c});
+    g.set_gradient_aliasing(alias);
+    g.build(be(), 3, 5);
+    grads.push_back(gradients(g, *s));
+  }
+  CHECK(std::memcmp(grads[0].data(), grads[1].data(), grads[0].size()) == 0);
+  nn::Graph g(Shape(1, 2, 1, 1));
+  g.build(be(), 1, 1);
+  CHECK_THROWS_AS(g.set_gradient_aliasing(false), Error);  // after build: refused
+}
+
+namespace {
+
+// The CPU backend, counting the copies and adds it is asked for while `counting` is set.
+class CopyCounter final : public cpu::AsyncCpuBackend {
+ public:
+  CopyCounter() : cpu::AsyncCpuBackend(std::make_unique<cpu::CpuBackend>(2), false, {}) {}
+  using cpu::AsyncCpuBackend::add;
+  void copy_bytes(nn::Stream& s, void* dst, const void* src, size_t bytes) override {
+    if (counting) {
+      ++copies;
+      copied += bytes;
+    }
+    cpu::AsyncCpuBackend::copy_bytes(s, dst, src, bytes);
+  }
+  void add(nn::Stream& s, DType t, const void* a, const void* b, void* y, size_t n) override {
+    if (counting) ++adds;
+    cpu::AsyncCpuBackend::add(s, t, a, b, y, n);
+  }
+  bool counting = false;
+  size_t copies = 0, copied = 0, adds = 0;
+};
+
+}  // namespace
+
+TEST_CASE("gradient aliases: ResNet-20's backward copies no gradient and adds once per extra reader",
+          "[models][aliases][cpu-only]") {
+  for (const DType t : {DType::f32, DType::bf16}) {
+    INFO(nn::dtype_name(t));
+    size_t copies[2] = {0, 0}, copied[2] = {0, 0}, adds[2] = {0, 0};
+    size_t residual_adds = 0, extra_readers = 0, add_bytes = 0;
+    for (const bool alias : {true, false}) {
+      CopyCounter backend;
+      auto stream = backend.create_stream();
+      nn::ModelSpec spec;
+      spec.name = "resnet20";
+      auto g = nn::make_model(spec, Shape(1, 3, 16, 16));
+      g->set_dtype(t);
+      g->set_gradient_aliasing(alias);
+      g->build(backend, 2, 3);
+      // From the structure: the residual adds, and every reader of a tensor after its first.
+      std::vector<int> readers(static_cast<size_t>(g->size()), 0);
+      residual_adds = extra_readers = add_bytes = 0;
+      for (int i = 1; i < g->size(); ++i) {
+        if (g->node_layer(i)->type() == "add") {
+          ++residual_adds;
+          add_bytes += static_cast<size_t>(g->node_shape(i).numel()) * nn::dtype_size(t);
+        }
+        for (int j : g->node_inputs(i)) ++readers[static_cast<size_t>(j)];
+      }
+      for (int i = 1; i < g->size(); ++i) extra_readers += readers[static_cast<size_t>(i)] > 1 ? readers[static_cast<size_t>(i)] - 1 : 0;
+      const std::vector<float> x(static_cast<size_t>(g->input().numel()), 0.5f);
+      backend.copy_from_host(*stream, g->input().f32(), x.data(), x.size());
+      g->forward(*stream, nn::RunMode{});
+      backend.copy_bytes(*stream, g->output_grad().data, g->output().data, g->output().bytes());
+      backend.counting = true;
+      g->backward(*stream);
+      backend.counting = false;
+      copies[alias ? 0 : 1] = backend.copies;
+      copied[alias ? 0 : 1] = backend.copied;
+      adds[alias ? 0 : 1] = backend.adds;
+    }
+    REQUIRE(residual_adds == 9);  // 3 stages of 3 basic blocks
+    CHECK(copies[0] == 0);
+    CHECK(copied[0] == 0);
+    CHECK(adds[0] == extra_readers);
+    // The copying graph: each add copies its gradient into both inputs.
+    CHECK(copies[1] == 2 * residual_adds);
+    CHECK(copied[1] == 2 * add_bytes);
+    CHECK(adds[1] == extra_readers);
+  }
+}
