@@ -99,6 +99,9 @@ class Graph {
   // params() hands out the parameters for writing: the weight mirrors count as stale from
   // then on, until an optimizer update that writes them marks them current again.
   float* params() const;
+  // The parameters for reading (a copy's source, a sum, a checkpoint): the mirrors stay as
+  // they are. Never write through it, nor cast it back to float*.
+  const float* read_params() const { return m_params.data(); }
   float* grads() const { return m_grads.data(); }
   float* state() const { return m_state.data(); }
   // Two sizes each, never to be mixed up: the model's true number of parameters (and of state

@@ -26,7 +26,9 @@ FusedSum::FusedSum(nn::Backend& backend, nn::Stream& stream, mpi::Allreduce& red
 }
 
 void FusedSum::add(const ReplicaSet& replicas, Source source, size_t lo, size_t hi) {
-  auto of = [&](const Learner& l) { return (source == Source::grads ? l.graph->grads() : l.graph->params()) + lo; };
+  auto of = [&](const Learner& l) -> const float* {
+    return (source == Source::grads ? l.graph->grads() : l.graph->read_params()) + lo;
+  };
   float* out = m_fused.data() + lo;
   m_backend.copy(m_stream, out, of(replicas[0]), hi - lo);
   for (int j = 1; j < replicas.size(); ++j) m_backend.add(m_stream, out, of(replicas[j]), out, hi - lo);

@@ -98,8 +98,8 @@ CentralModel::CentralModel(GroupCore& c) : core(c) {
   z = c.backend.allocate(c.params);
   z_prev = c.backend.allocate(c.params);
   state = c.backend.allocate(c.state);
-  c.backend.copy(*c.stream, z.data(), first.graph->params(), c.params);
-  c.backend.copy(*c.stream, z_prev.data(), first.graph->params(), c.params);
+  c.backend.copy(*c.stream, z.data(), first.graph->read_params(), c.params);
+  c.backend.copy(*c.stream, z_prev.data(), first.graph->read_params(), c.params);
   c.backend.copy(*c.stream, state.data(), first.graph->state(), c.state);
 }
 

@@ -164,7 +164,7 @@ const float* LearnerGroup::node_params() const {
 const float* LearnerGroup::replica_params(int learner) const {
   SQUALL_CHECK(learner >= 0 && learner < learners(), "replica_params: no such learner");
   settle();
-  return (*m_core->replicas)[learner].graph->params();
+  return (*m_core->replicas)[learner].graph->read_params();
 }
 
 nn::Graph& LearnerGroup::replica_graph(int learner) {

@@ -37,7 +37,7 @@ void LearnerGroup::save_own(io::CheckpointData& out) {
   out.ints["learners"] = learners();
   for (const auto& l : *c.replicas) {
     const std::string prefix = "learner_" + std::to_string(l->index) + "/";
-    out.arrays[prefix + "params"] = c.arena_to_host(l->graph->params(), Arena::params);
+    out.arrays[prefix + "params"] = c.arena_to_host(l->graph->read_params(), Arena::params);
     out.arrays[prefix + "state"] = c.arena_to_host(l->graph->state(), Arena::state);
     for (const OptimizerState& st : l->optimizer->state())
       out.arrays[prefix + "optimizer/" + st.name] = c.to_host(st.data, st.count);

@@ -31,7 +31,7 @@ class SyncAlgorithm {
   // Whether the central model is learner 0's replica (every replica is one model), and
   // otherwise the central model the algorithm keeps (backend memory).
   virtual bool central_is_replica0() const { return true; }
-  virtual const float* central_params() const { return m_core.replicas->operator[](0).graph->params(); }
+  virtual const float* central_params() const { return m_core.replicas->operator[](0).graph->read_params(); }
   virtual const float* central_state() const { return m_core.replicas->operator[](0).graph->state(); }
   // Its own checkpoint state (the central model's history, its phase); restore() throws
   // squall::Error naming the checkpoint and the entry when one is missing.

@@ -77,7 +77,7 @@ class LocalSgd final : public SyncAlgorithm {
         c.backend.copy(*c.stream, target[i].data, source[i].data, source[i].count);
       l->optimizer->set_steps(first.optimizer->steps());
     }
-    c.backend.copy(*c.stream, m_central.z.data(), first.graph->params(), c.params);
+    c.backend.copy(*c.stream, m_central.z.data(), first.graph->read_params(), c.params);
     c.backend.copy(*c.stream, m_central.state.data(), first.graph->state(), c.state);
     m_started = true;
   }

@@ -83,7 +83,7 @@ class Ssgd final : public SyncAlgorithm {
         first.optimizer->step(c.backend, *c.stream, lr);
       }
       for (const auto& l : *c.replicas) {
-        if (l->index != 0 && finite) c.backend.copy(*c.stream, l->graph->params(), first.graph->params(), c.params);
+        if (l->index != 0 && finite) c.backend.copy(*c.stream, l->graph->params(), first.graph->read_params(), c.params);
         c.backend.copy(*c.stream, l->graph->state(), state, c.state);
       }
     } else if (finite) {
