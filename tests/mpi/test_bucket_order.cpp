@@ -41,7 +41,7 @@ TEST_CASE("ssgd across ranks starts the same bucket sums when one rank sees its 
   o.learners = L;
   o.ranks = ranks;
   o.rank = me;
-  o.bucket_floats = 3;  // the bias (3 floats), the weight (12), then the state part
+  o.bucket_floats = 3;  // a bucket per tensor: the bias (3 floats and its padding), the weight, then the state
   LearnerGroup group(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o, *ar);
   mpi::OneRankAllreduce alone;
   auto plain = test::make_test_backend(1);
@@ -57,7 +57,7 @@ TEST_CASE("ssgd across ranks starts the same bucket sums when one rank sees its 
       all.labels.insert(all.labels.end(), d.labels.begin(), d.labels.end());
     }
     whole.step({{all.images.data(), all.labels.data()}}, step, 0.3f);
-    const std::vector<float> whole_host = test::on_host(whole.central_params(), test::k_tiny_params);
+    const std::vector<float> whole_host = test::on_host(whole.central_params(), test::k_tiny_arena);
     INFO("ranks " << ranks << " K " << k << " step " << step << (adversary ? " (out of order here)" : ""));
     CHECK(test::max_diff(group.central_params(), std::vector<double>(whole_host.begin(), whole_host.end())) < 1e-6);
   }

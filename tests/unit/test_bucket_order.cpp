@@ -69,7 +69,7 @@ TEST_CASE("ssgd starts its bucket sums in bucket order when the events look comp
     const std::string name = "gradients step " + std::to_string(step + 1);
     want.insert(want.end(), {name + " bucket 1", name + " bucket 2", name + " state"});
     INFO("step " << step);
-    CHECK(test::max_diff(group.central_params(), reference.central_params(), test::k_tiny_params) < 1e-6);
+    CHECK(test::max_diff(group.central_params(), reference.central_params(), test::k_tiny_arena) < 1e-6);
   }
   CHECK(twin.started == want);
   // The adversary had its chance: some bucket's event was said not to be complete while a

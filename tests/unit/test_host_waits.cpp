@@ -187,6 +187,6 @@ TEST_CASE("ssgd over a device sum that orders itself after streams waits for the
     const std::vector<float> want = reference.step(in.inputs, step, 0.2f);
     REQUIRE(losses.size() == want.size());
     for (size_t j = 0; j < want.size(); ++j) CHECK(losses[j] == Approx(want[j]).epsilon(1e-6));
-    CHECK(test::max_diff(group.central_params(), reference.central_params(), test::k_tiny_params) < 1e-6);
+    CHECK(test::max_diff(group.central_params(), reference.central_params(), test::k_tiny_arena) < 1e-6);
   }
 }
