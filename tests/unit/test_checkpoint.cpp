@@ -183,7 +183,7 @@ TEST_CASE("checkpoints hold the arenas packed, as earlier versions wrote them", 
   a.save_shared(shared);
   a.save_own(own);
   REQUIRE(a.replicas_differ());
-  for (const std::string& name : {"central/params", "central/z", "central/z_prev"})
+  for (const char* name : {"central/params", "central/z", "central/z_prev"})
     CHECK(shared.array(name, test::k_tiny_params).size() == test::k_tiny_params);
   CHECK(shared.arrays.at("central/params") == packed_by_hand(a.central_params()));
   for (int j = 0; j < 2; ++j)
