@@ -120,6 +120,10 @@ function(squall_tsan_clone target)
         set_property(TARGET ${clone} PROPERTY ${prop} "")
       endif()
     endforeach()
+    # Batched as the original is (SQUALL_UNITY_BUILD): the copies are the other half of the
+    # libraries' compile time.
+    get_target_property(unity ${target} UNITY_BUILD)
+    set_property(TARGET ${clone} PROPERTY UNITY_BUILD "${unity}")
     get_target_property(links ${target} LINK_LIBRARIES)
     if(NOT links)
       set(links)

@@ -21,17 +21,12 @@ constexpr const char* k_groups_format = "squall-checkpoint-groups";
 constexpr int64_t k_groups_format_version = 1;
 constexpr hsize_t k_chunk_floats = hsize_t{1} << 20;  // 4 MiB chunks: one checksum each
 
-std::string with_cause(const std::string& message) {
-  const std::string cause = h5_error_text();
-  return cause.empty() ? message : message + " (" + cause + ")";
-}
-
 // A failed HDF5 write: the library's innermost message, and errno's when the system refused
 // (ENOSPC, EIO, EROFS), which is what a user acts on.
 std::string write_failure(const std::string& path, const std::string& what, int saved_errno) {
   std::string message = path + ": cannot write " + what;
   if (saved_errno != 0) message += ": " + std::string(std::strerror(saved_errno));
-  return with_cause(message);
+  return h5_with_cause(message);
 }
 
 void write_real_attr(hid_t obj, const std::string& name, double value) {
@@ -39,7 +34,7 @@ void write_real_attr(hid_t obj, const std::string& name, double value) {
   H5Handle space(H5Screate(H5S_SCALAR));
   H5Handle attr(H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
   if (!attr || H5Awrite(attr.get(), H5T_NATIVE_DOUBLE, &value) < 0)
-    throw Error(with_cause("cannot write attribute " + name));
+    throw Error(h5_with_cause("cannot write attribute " + name));
 }
 
 double read_real_attr(hid_t obj, const std::string& name, const std::string& what) {
@@ -48,7 +43,7 @@ double read_real_attr(hid_t obj, const std::string& name, const std::string& wha
   H5Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
   double value = 0;
   if (!attr || H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &value) < 0)
-    throw Error(with_cause(what + ": attribute " + name + " unreadable"));
+    throw Error(h5_with_cause(what + ": attribute " + name + " unreadable"));
   return value;
 }
 
@@ -358,7 +353,7 @@ CheckpointData read_entries(hid_t loc, const std::string& path, bool with_arrays
     std::vector<float> v(count);
     // The Fletcher-32 filter verifies each chunk as it is read.
     if (!v.empty() && H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
-      throw Error(with_cause(path + ": dataset " + name + " is corrupt or unreadable"));
+      throw Error(h5_with_cause(path + ": dataset " + name + " is corrupt or unreadable"));
     d.arrays[name] = std::move(v);
   }
   return d;
@@ -408,7 +403,7 @@ std::vector<CheckpointData> read_checkpoint_groups(const std::string& path, cons
     if (std::find(names.begin(), names.end(), name) == names.end() || !h5_exists(file.get(), name))
       throw Error(path + ": group " + name + " is missing");
     H5Handle group(H5Gopen2(file.get(), name.c_str(), H5P_DEFAULT));
-    if (!group) throw Error(with_cause(path + ": group " + name + " cannot be opened"));
+    if (!group) throw Error(h5_with_cause(path + ": group " + name + " cannot be opened"));
     out.push_back(read_entries(group.get(), path + ":/" + name, true));
   }
   return out;

@@ -17,7 +17,7 @@ namespace squall::io {
 namespace {
 
 constexpr size_t k_max_open = 512;
-constexpr int64_t k_classes = 3;
+constexpr int64_t k_deepcam_classes = 3;
 
 struct DeepcamFile {
   H5Handle file, data, labels;
@@ -75,7 +75,7 @@ class DeepcamSource final : public data::DataSource {
     }
     for (const float d : m_denom) m_scale.push_back(1.0f / d);
     m_info.sample = nn::Shape(1, m_c, m_h, m_w);
-    m_info.classes = k_classes;
+    m_info.classes = k_deepcam_classes;
     m_info.class_names = {"background", "tropical cyclone", "atmospheric river"};
     m_info.per_pixel_labels = true;
     m_info.description = "DeepCAM (" + std::to_string(m_paths.size()) + " files, " + m_info.sample.str() + ", " +

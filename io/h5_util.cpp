@@ -11,11 +11,6 @@ herr_t take_innermost(unsigned n, const H5E_error2_t* err, void* out) {
   return 0;
 }
 
-std::string with_cause(std::string message) {
-  const std::string cause = h5_error_text();
-  return cause.empty() ? message : message + " (" + cause + ")";
-}
-
 }  // namespace
 
 std::unique_lock<std::recursive_mutex> h5_lock() {
@@ -34,6 +29,11 @@ std::string h5_error_text() {
   std::string text;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, take_innermost, &text);
   return text;
+}
+
+std::string h5_with_cause(const std::string& message) {
+  const std::string cause = h5_error_text();
+  return cause.empty() ? message : message + " (" + cause + ")";
 }
 
 void H5Handle::reset() {
@@ -55,9 +55,9 @@ void H5Handle::reset() {
 H5Handle h5_open_file(const std::string& path) {
   auto lock = h5_lock();
   const htri_t is_h5 = H5Fis_hdf5(path.c_str());
-  if (is_h5 <= 0) throw Error(with_cause(path + ": not an HDF5 file, or unreadable"));
+  if (is_h5 <= 0) throw Error(h5_with_cause(path + ": not an HDF5 file, or unreadable"));
   H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file) throw Error(with_cause(path + ": cannot open as HDF5 (truncated or corrupt?)"));
+  if (!file) throw Error(h5_with_cause(path + ": cannot open as HDF5 (truncated or corrupt?)"));
   return file;
 }
 
@@ -77,7 +77,7 @@ H5Handle h5_open_dataset(hid_t file, const std::string& file_path, const std::st
   auto lock = h5_lock();
   if (!h5_exists(file, name)) throw Error(file_path + ": dataset " + name + " is missing");
   H5Handle ds(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
-  if (!ds) throw Error(with_cause(file_path + ": dataset " + name + ": cannot open"));
+  if (!ds) throw Error(h5_with_cause(file_path + ": dataset " + name + ": cannot open"));
   return ds;
 }
 
@@ -131,7 +131,7 @@ void h5_write_attr_strings(hid_t obj, const std::string& name, const std::vector
   std::vector<const char*> ptrs;
   for (const std::string& v : values) ptrs.push_back(v.c_str());
   if (!attr || H5Awrite(attr.get(), type.get(), ptrs.data()) < 0)
-    throw Error(with_cause("cannot write attribute " + name));
+    throw Error(h5_with_cause("cannot write attribute " + name));
 }
 
 void h5_write_attr_floats(hid_t obj, const std::string& name, const std::vector<float>& values) {
@@ -140,7 +140,7 @@ void h5_write_attr_floats(hid_t obj, const std::string& name, const std::vector<
   H5Handle space(H5Screate_simple(1, &n, nullptr));
   H5Handle attr(H5Acreate2(obj, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
   if (!attr || H5Awrite(attr.get(), H5T_NATIVE_FLOAT, values.data()) < 0)
-    throw Error(with_cause("cannot write attribute " + name));
+    throw Error(h5_with_cause("cannot write attribute " + name));
 }
 
 void h5_write_attr_int(hid_t obj, const std::string& name, int64_t value) {
@@ -148,7 +148,7 @@ void h5_write_attr_int(hid_t obj, const std::string& name, int64_t value) {
   H5Handle space(H5Screate(H5S_SCALAR));
   H5Handle attr(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
   if (!attr || H5Awrite(attr.get(), H5T_NATIVE_INT64, &value) < 0)
-    throw Error(with_cause("cannot write attribute " + name));
+    throw Error(h5_with_cause("cannot write attribute " + name));
 }
 
 namespace {
@@ -157,7 +157,7 @@ namespace {
 int64_t open_attr(hid_t obj, const std::string& name, H5Handle& attr, const std::string& what) {
   if (H5Aexists(obj, name.c_str()) <= 0) return -1;
   attr = H5Handle(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
-  if (!attr) throw Error(with_cause(what + ": attribute " + name + " unreadable"));
+  if (!attr) throw Error(h5_with_cause(what + ": attribute " + name + " unreadable"));
   H5Handle space(H5Aget_space(attr.get()));
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
   if (n < 0) throw Error(what + ": attribute " + name + " unreadable");
@@ -179,7 +179,7 @@ bool h5_read_attr_strings(hid_t obj, const std::string& name, std::vector<std::s
     H5Tset_size(mem.get(), H5T_VARIABLE);
     H5Tset_cset(mem.get(), H5Tget_cset(file_type.get()));
     std::vector<char*> ptrs(static_cast<size_t>(n), nullptr);
-    if (H5Aread(attr.get(), mem.get(), ptrs.data()) < 0) throw Error(with_cause(what + ": attribute " + name + " unreadable"));
+    if (H5Aread(attr.get(), mem.get(), ptrs.data()) < 0) throw Error(h5_with_cause(what + ": attribute " + name + " unreadable"));
     for (char* p : ptrs) out.emplace_back(p ? p : "");
     H5Handle space(H5Aget_space(attr.get()));
     H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, ptrs.data());
@@ -187,7 +187,7 @@ bool h5_read_attr_strings(hid_t obj, const std::string& name, std::vector<std::s
     const size_t len = H5Tget_size(file_type.get());
     std::vector<char> buf(len * static_cast<size_t>(n));
     if (H5Aread(attr.get(), file_type.get(), buf.data()) < 0)
-      throw Error(with_cause(what + ": attribute " + name + " unreadable"));
+      throw Error(h5_with_cause(what + ": attribute " + name + " unreadable"));
     for (int64_t i = 0; i < n; ++i) {
       const char* s = buf.data() + static_cast<size_t>(i) * len;
       size_t l = 0;
@@ -216,7 +216,7 @@ bool h5_read_attr_floats(hid_t obj, const std::string& name, std::vector<float>&
   if (cls != H5T_FLOAT && cls != H5T_INTEGER) throw Error(what + ": attribute " + name + " is not numeric");
   out.assign(static_cast<size_t>(n), 0.0f);
   if (H5Aread(attr.get(), H5T_NATIVE_FLOAT, out.data()) < 0)
-    throw Error(with_cause(what + ": attribute " + name + " unreadable"));
+    throw Error(h5_with_cause(what + ": attribute " + name + " unreadable"));
   return true;
 }
 
@@ -229,7 +229,7 @@ bool h5_read_attr_int(hid_t obj, const std::string& name, int64_t& out, const st
   if (H5Tget_class(type.get()) != H5T_INTEGER || n != 1)
     throw Error(what + ": attribute " + name + " is not one integer");
   if (H5Aread(attr.get(), H5T_NATIVE_INT64, &out) < 0)
-    throw Error(with_cause(what + ": attribute " + name + " unreadable"));
+    throw Error(h5_with_cause(what + ": attribute " + name + " unreadable"));
   return true;
 }
 
@@ -243,7 +243,7 @@ std::vector<float> h5_read_floats(hid_t file, const std::string& file_path, cons
   for (hsize_t x : d.dims) n *= static_cast<size_t>(x);
   std::vector<float> out(n);
   if (n > 0 && H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
-    throw Error(with_cause(file_path + ": dataset " + name + ": unreadable"));
+    throw Error(h5_with_cause(file_path + ": dataset " + name + ": unreadable"));
   return out;
 }
 

@@ -23,6 +23,9 @@ std::unique_lock<std::recursive_mutex> h5_lock();
 // "" when the stack is empty. Call with the lock held, right after the failing call.
 std::string h5_error_text();
 
+// message, then " (" + the innermost HDF5 error + ")" when the library recorded one.
+std::string h5_with_cause(const std::string& message);
+
 // One hid_t, closed with the matching H5*close under the lock. Negative ids are "none".
 class H5Handle {
  public:

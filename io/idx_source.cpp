@@ -19,7 +19,7 @@ namespace {
 constexpr uint32_t k_images_magic = 0x00000803;  // unsigned byte, 3 dimensions
 constexpr uint32_t k_labels_magic = 0x00000801;  // unsigned byte, 1 dimension
 constexpr float k_mean = 0.2860f, k_std = 0.3530f;  // of the training set's pixels in [0, 1]
-constexpr int64_t k_classes = 10;
+constexpr int64_t k_idx_classes = 10;
 
 const std::vector<std::string>& class_names() {
   static const std::vector<std::string> names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -107,12 +107,12 @@ class IdxSource final : public DataSource {
     m_labels.resize(m_count);
     labels.read(m_labels.data(), m_labels.size(), "the labels");
     for (size_t i = 0; i < m_labels.size(); ++i)
-      if (m_labels[i] >= k_classes)
+      if (m_labels[i] >= k_idx_classes)
         throw Error(labels_path + ": label " + std::to_string(m_labels[i]) + " of sample " + std::to_string(i) +
-                    " is outside [0, " + std::to_string(k_classes) + ")");
+                    " is outside [0, " + std::to_string(k_idx_classes) + ")");
 
     m_info.sample = nn::Shape(1, 1, m_rows, m_cols);
-    m_info.classes = k_classes;
+    m_info.classes = k_idx_classes;
     m_info.class_names = class_names();
     m_info.per_pixel_labels = false;
     m_info.description = "Fashion-MNIST " + split + " (IDX, " + std::to_string(m_count) + " samples, " + dir + ")";

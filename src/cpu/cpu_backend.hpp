@@ -16,6 +16,10 @@ namespace squall::cpu {
 
 using namespace squall::nn;
 
+// Below this many elements a CPU kernel's OpenMP loop runs serially: waking the team costs
+// more than the work.
+constexpr int64_t k_parallel_min = 16384;
+
 class MemoryPool;  // cpu_backend.cpp: recycles aligned allocations by size
 
 class CpuStream : public Stream {

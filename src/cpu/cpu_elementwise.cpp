@@ -1,5 +1,5 @@
 // Element-wise, data-movement and resampling operations: OpenMP loops the compiler can
-// vectorise. Below kParallelMin elements a loop runs serially: waking the team costs more
+// vectorise. Below k_parallel_min elements a loop runs serially: waking the team costs more
 // than the work.
 #include <omp.h>
 #if defined(__x86_64__)
@@ -18,8 +18,6 @@ namespace squall::cpu {
 
 namespace {
 
-constexpr int64_t kParallelMin = 16384;
-
 inline int64_t as_signed(size_t n) { return static_cast<int64_t>(n); }
 
 
@@ -27,43 +25,43 @@ inline int64_t as_signed(size_t n) { return static_cast<int64_t>(n); }
 
 void CpuBackend::fill(Stream&, float* x, size_t n, float value) {
   const int64_t m = as_signed(n);
-#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+#pragma omp parallel for simd if (m >= k_parallel_min) schedule(static)
   for (int64_t i = 0; i < m; ++i) x[i] = value;
 }
 
 void CpuBackend::relu_forward_f32(Stream&, const float* x, float* y, size_t n) {
   const int64_t m = as_signed(n);
-#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+#pragma omp parallel for simd if (m >= k_parallel_min) schedule(static)
   for (int64_t i = 0; i < m; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
 void CpuBackend::relu_backward_f32(Stream&, const float* y, const float* dy, float* dx, size_t n) {
   const int64_t m = as_signed(n);
-#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+#pragma omp parallel for simd if (m >= k_parallel_min) schedule(static)
   for (int64_t i = 0; i < m; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
 void CpuBackend::add_f32(Stream&, const float* a, const float* b, float* y, size_t n) {
   const int64_t m = as_signed(n);
-#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+#pragma omp parallel for simd if (m >= k_parallel_min) schedule(static)
   for (int64_t i = 0; i < m; ++i) y[i] = a[i] + b[i];
 }
 
 void CpuBackend::axpy(Stream&, float alpha, const float* x, float* y, size_t n) {
   const int64_t m = as_signed(n);
-#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+#pragma omp parallel for simd if (m >= k_parallel_min) schedule(static)
   for (int64_t i = 0; i < m; ++i) y[i] += alpha * x[i];
 }
 
 void CpuBackend::scale(Stream&, float alpha, float* x, size_t n) {
   const int64_t m = as_signed(n);
-#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+#pragma omp parallel for simd if (m >= k_parallel_min) schedule(static)
   for (int64_t i = 0; i < m; ++i) x[i] *= alpha;
 }
 
 void CpuBackend::axpby(Stream&, float alpha, const float* x, float beta, float* y, size_t n) {
   const int64_t m = as_signed(n);
-#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+#pragma omp parallel for simd if (m >= k_parallel_min) schedule(static)
   for (int64_t i = 0; i < m; ++i) y[i] = alpha * x[i] + beta * y[i];
 }
 
@@ -195,7 +193,7 @@ void CpuBackend::convert(Stream&, const void* src, DType from, void* dst, DType 
     if (src != dst) std::memmove(dst, src, n * dtype_size(from));
     return;
   }
-  if (m < kParallelMin) return convert_range(src, from, dst, to, 0, m);
+  if (m < k_parallel_min) return convert_range(src, from, dst, to, 0, m);
 #pragma omp parallel
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -214,7 +212,7 @@ void CpuBackend::dropout_forward_f32(Stream&, const float* x, float* y, float* m
   const int64_t m = as_signed(n);
   const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
   const uint64_t base = mix64(seed) + offset;
-#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+#pragma omp parallel for simd if (m >= k_parallel_min) schedule(static)
   for (int64_t i = 0; i < m; ++i) {
     const float u = static_cast<float>(mix64(base + static_cast<uint64_t>(i)) >> 40) * (1.0f / 16777216.0f);
     const float k = u >= p ? keep_scale : 0.0f;
@@ -225,14 +223,14 @@ void CpuBackend::dropout_forward_f32(Stream&, const float* x, float* y, float* m
 
 void CpuBackend::multiply_f32(Stream&, const float* a, const float* b, float* y, size_t n) {
   const int64_t m = as_signed(n);
-#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+#pragma omp parallel for simd if (m >= k_parallel_min) schedule(static)
   for (int64_t i = 0; i < m; ++i) y[i] = a[i] * b[i];
 }
 
 void CpuBackend::copy_strided_f32(Stream&, float* dst, int64_t dst_stride, int64_t dst_offset, const float* src,
                               int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) {
   if (rows <= 0 || count <= 0) return;
-#pragma omp parallel for if (rows * count >= kParallelMin) schedule(static)
+#pragma omp parallel for if (rows * count >= k_parallel_min) schedule(static)
   for (int64_t i = 0; i < rows; ++i)
     std::memcpy(dst + i * dst_stride + dst_offset, src + i * src_stride + src_offset,
                 static_cast<size_t>(count) * sizeof(float));
@@ -240,7 +238,7 @@ void CpuBackend::copy_strided_f32(Stream&, float* dst, int64_t dst_stride, int64
 
 void CpuBackend::global_avg_pool_forward_f32(Stream&, const float* x, float* y, int64_t nc, int64_t hw) {
   const float inv = 1.0f / static_cast<float>(hw);
-#pragma omp parallel for if (nc * hw >= kParallelMin) schedule(static)
+#pragma omp parallel for if (nc * hw >= k_parallel_min) schedule(static)
   for (int64_t i = 0; i < nc; ++i) {
     const float* row = x + i * hw;
     float sum = 0.0f;
@@ -252,7 +250,7 @@ void CpuBackend::global_avg_pool_forward_f32(Stream&, const float* x, float* y, 
 
 void CpuBackend::global_avg_pool_backward_f32(Stream&, const float* dy, float* dx, int64_t nc, int64_t hw) {
   const float inv = 1.0f / static_cast<float>(hw);
-#pragma omp parallel for if (nc * hw >= kParallelMin) schedule(static)
+#pragma omp parallel for if (nc * hw >= k_parallel_min) schedule(static)
   for (int64_t i = 0; i < nc; ++i) {
     const float g = dy[i] * inv;
     float* row = dx + i * hw;
@@ -284,7 +282,7 @@ inline Tap source_tap(int64_t d, int64_t in, int64_t out) {
 
 void CpuBackend::bilinear_forward_f32(Stream&, const float* x, float* y, int64_t nc, int64_t h, int64_t w,
                                   int64_t oh, int64_t ow) {
-#pragma omp parallel for if (nc * oh * ow >= kParallelMin) schedule(static)
+#pragma omp parallel for if (nc * oh * ow >= k_parallel_min) schedule(static)
   for (int64_t row = 0; row < nc * oh; ++row) {
     const int64_t plane = row / oh, oy = row % oh;
     const Tap ty = source_tap(oy, h, oh);
@@ -301,7 +299,7 @@ void CpuBackend::bilinear_forward_f32(Stream&, const float* x, float* y, int64_t
 void CpuBackend::bilinear_backward_f32(Stream&, const float* dy, float* dx, int64_t nc, int64_t h, int64_t w,
                                    int64_t oh, int64_t ow) {
   // Scatter per plane: planes are independent, so threads never write the same element.
-#pragma omp parallel for if (nc * oh * ow >= kParallelMin) schedule(static)
+#pragma omp parallel for if (nc * oh * ow >= k_parallel_min) schedule(static)
   for (int64_t plane = 0; plane < nc; ++plane) {
     float* g = dx + plane * h * w;
     std::memset(g, 0, static_cast<size_t>(h * w) * sizeof(float));

@@ -11,7 +11,6 @@
 namespace squall::cpu {
 
 namespace {
-constexpr int64_t kParallelMin = 16384;
 }
 
 // Matches torch.nn.CrossEntropyLoss(weight=w, ignore_index=<negative>, reduction='mean'):
@@ -27,7 +26,7 @@ void CpuBackend::softmax_cross_entropy_f32(Stream&, const float* logits, const i
   const int64_t pixels = n * hw;
   double loss_sum = 0.0, weight_sum = 0.0;
   int64_t bad_label = -1;  // a pixel whose label is >= classes (reported after the loop)
-#pragma omp parallel for if (pixels * classes >= kParallelMin) schedule(static) \
+#pragma omp parallel for if (pixels * classes >= k_parallel_min) schedule(static) \
     reduction(+ : loss_sum, weight_sum) reduction(max : bad_label)
   for (int64_t pix = 0; pix < pixels; ++pix) {
     const int64_t i = pix / hw, p = pix % hw;
@@ -60,7 +59,7 @@ void CpuBackend::softmax_cross_entropy_f32(Stream&, const float* logits, const i
   const float inv_w =
       weight_sum != 0.0 ? static_cast<float>(1.0 / weight_sum) * (grad_scale ? *grad_scale : 1.0f) : 0.0f;
   const int64_t total = pixels * classes;
-#pragma omp parallel for simd if (total >= kParallelMin) schedule(static)
+#pragma omp parallel for simd if (total >= k_parallel_min) schedule(static)
   for (int64_t j = 0; j < total; ++j) dlogits[j] *= inv_w;
   *loss = weight_sum != 0.0 ? static_cast<float>(loss_sum / weight_sum) : 0.0f;
 }
@@ -68,7 +67,7 @@ void CpuBackend::softmax_cross_entropy_f32(Stream&, const float* logits, const i
 // Ties go to the lowest class index, as torch.argmax does.
 void CpuBackend::argmax_channels_f32(Stream&, const float* x, int32_t* out, int64_t n, int64_t c, int64_t hw) {
   const int64_t pixels = n * hw;
-#pragma omp parallel for if (pixels * c >= kParallelMin) schedule(static)
+#pragma omp parallel for if (pixels * c >= k_parallel_min) schedule(static)
   for (int64_t pix = 0; pix < pixels; ++pix) {
     const int64_t i = pix / hw, p = pix % hw;
     const float* v = x + i * c * hw + p;

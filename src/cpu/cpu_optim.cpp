@@ -12,7 +12,6 @@
 namespace squall::cpu {
 
 namespace {
-constexpr int64_t kParallelMin = 16384;
 }
 
 void CpuBackend::sgd_step(Stream&, float* w, const float* g, float* velocity, size_t n, float lr,
@@ -20,7 +19,7 @@ void CpuBackend::sgd_step(Stream&, float* w, const float* g, float* velocity, si
   const int64_t m = static_cast<int64_t>(n);
   // PyTorch's first step sets buf = g'; with velocity starting at zero, momentum * 0 + g' is
   // the same, so one formula covers every step.
-#pragma omp parallel for simd if (m >= kParallelMin) schedule(static)
+#pragma omp parallel for simd if (m >= k_parallel_min) schedule(static)
   for (int64_t i = 0; i < m; ++i) {
     const float gd = g[i] + weight_decay * w[i];
     const float v = momentum * velocity[i] + gd;
@@ -43,7 +42,7 @@ void CpuBackend::adam_step(Stream&, float* w, const float* g, float* m, float* v
   const float inv_bc1 = 1.0f / bc1;
   const float coupled_wd = decoupled ? 0.0f : weight_decay;
   const float decoupled_wd = decoupled ? weight_decay : 0.0f;
-#pragma omp parallel for simd if (count >= kParallelMin) schedule(static)
+#pragma omp parallel for simd if (count >= k_parallel_min) schedule(static)
   for (int64_t i = 0; i < count; ++i) {
     const float gi = g[i] + coupled_wd * w[i];
     const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
@@ -63,7 +62,7 @@ void CpuBackend::adam_step(Stream&, float* w, const float* g, float* m, float* v
 void CpuBackend::sum_squares(Stream&, const float* x, size_t n, float* out) {
   const int64_t m = static_cast<int64_t>(n);
   double sum = 0.0;
-#pragma omp parallel for simd if (m >= kParallelMin) schedule(static) reduction(+ : sum)
+#pragma omp parallel for simd if (m >= k_parallel_min) schedule(static) reduction(+ : sum)
   for (int64_t i = 0; i < m; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   *out = static_cast<float>(sum);
 }
@@ -75,7 +74,7 @@ namespace {
 double squares(const float* x, size_t n) {
   const int64_t m = static_cast<int64_t>(n);
   double sum = 0.0;
-#pragma omp parallel for simd if (m >= kParallelMin) schedule(static) reduction(+ : sum)
+#pragma omp parallel for simd if (m >= k_parallel_min) schedule(static) reduction(+ : sum)
   for (int64_t i = 0; i < m; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   return sum;
 }

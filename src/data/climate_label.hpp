@@ -12,14 +12,9 @@
 #include <span>
 #include <vector>
 
-namespace squall::data {
+#include "src/data/climate_channels.hpp"
 
-// DeepCAM's 16 channels, in the order of /climate/data's last axis.
-enum ClimateChannel : int {
-  k_tmq = 0, k_u850, k_v850, k_ubot, k_vbot, k_qrefht, k_ps, k_psl,
-  k_t200, k_t500, k_prect, k_ts, k_trefht, k_z1000, k_z200, k_zbot,
-  k_climate_channels
-};
+namespace squall::data {
 
 enum ClimateLabel : int32_t { k_background = 0, k_tropical_cyclone = 1, k_atmospheric_river = 2 };
 

@@ -3,19 +3,10 @@
 
 #include "src/core/error.hpp"
 #include "src/nn/layer.hpp"
+#include "src/nn/layers/image_input.hpp"
 
 namespace squall::nn {
 namespace {
-
-// The single rank-4 input of a convolution, or an Error naming the layer and the shapes.
-const Shape& image_input(const std::string& layer, const std::vector<Shape>& inputs) {
-  if (inputs.size() != 1)
-    throw Error(layer + ": expects 1 input, got " + std::to_string(inputs.size()));
-  const Shape& x = inputs[0];
-  if (x.rank != 4 || x.numel() <= 0)
-    throw Error(layer + ": expects a non-empty input [n,c,h,w], got " + x.str());
-  return x;
-}
 
 // Both convolutions keep the same state: the plan and views of weight, bias and their grads.
 class ConvBase : public Layer {

@@ -3,16 +3,10 @@
 
 #include "src/core/error.hpp"
 #include "src/nn/layer.hpp"
+#include "src/nn/layers/image_input.hpp"
 
 namespace squall::nn {
 namespace {
-
-const Shape& image_input(const std::string& layer, const std::vector<Shape>& inputs) {
-  if (inputs.size() != 1) throw Error(layer + ": expects 1 input, got " + std::to_string(inputs.size()));
-  const Shape& x = inputs[0];
-  if (x.rank != 4 || x.numel() <= 0) throw Error(layer + ": expects a non-empty input [n,c,h,w], got " + x.str());
-  return x;
-}
 
 class Pool final : public Layer {
  public:
