@@ -129,8 +129,8 @@ TEST_CASE("the trainer writes exactly its 22 entries, by name and kind", "[train
   CHECK(keys(d.ints) == std::set<std::string>{"step", "epoch", "epoch_batches", "samples_done", "tuner_done",
                                               "metrics_lines", "attempt", "target_reached", "world_size",
                                               "per_rank_parts", "train_samples", "param_count", "state_count"});
-  CHECK(keys(d.reals) ==
-        std::set<std::string>{"window_loss_sum", "window_loss_weight", "last_train_loss", "elapsed_s", "eval_elapsed_s"});
+  CHECK(keys(d.reals) == std::set<std::string>{"window_loss_sum", "window_loss_weight", "last_train_loss",
+                                               "elapsed_s", "eval_elapsed_s"});
   CHECK(keys(d.texts) == std::set<std::string>{"config", "config_origin", "model", "algorithm"});
   CHECK(d.arrays.empty());
   // The flags as integers 1 and 0, as earlier versions wrote them.
