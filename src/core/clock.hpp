@@ -4,6 +4,7 @@
 // and the timeline use the same origin, so their stamps line up.
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,27 @@ class Stopwatch {
 
  private:
   double m_start;
+};
+
+// Calls done(begin, end) with the steady seconds at its making and at its scope's end: a phase
+// timed by the scope it runs in (`const ScopedSpan span([&](double t0, double t1) { ... });`).
+// A scope left by an exception records nothing, as a stamp after the work would not have been
+// taken. The destructor may throw: what `done` throws reaches the caller as it would from a
+// call after the work (never during an unwinding, which records nothing).
+template <typename Done>
+class ScopedSpan {
+ public:
+  explicit ScopedSpan(Done done) : m_done(std::move(done)) {}
+  ScopedSpan(const ScopedSpan&) = delete;
+  ScopedSpan& operator=(const ScopedSpan&) = delete;
+  ~ScopedSpan() noexcept(false) {
+    if (std::uncaught_exceptions() == m_exceptions) m_done(m_begin, steady_seconds());
+  }
+
+ private:
+  Done m_done;
+  double m_begin = steady_seconds();
+  int m_exceptions = std::uncaught_exceptions();  // those in flight at its making
 };
 
 // Seconds covered by at least one of the intervals [begin, end] (empty ones, end <= begin,

@@ -116,11 +116,12 @@ float GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t 
     bool moved = false;
     while (next_bucket < m_plan.size() && ready(m_plan[next_bucket].first, marks)) {
       const auto [lo, hi] = m_plan[next_bucket];
-      const double t0 = steady_seconds();
-      for (nn::Event* e : marks) backend.wait(*c.stream, *e);
-      sum.add(replicas, FusedSum::Source::grads, lo, hi);
-      enqueue(lo, hi, name + " bucket " + std::to_string(next_bucket + 1), *m_summed[next_bucket]);
-      c.phase("device_sum", -1, t0, steady_seconds());
+      {
+        const auto span = c.phase_scope("device_sum");
+        for (nn::Event* e : marks) backend.wait(*c.stream, *e);
+        sum.add(replicas, FusedSum::Source::grads, lo, hi);
+        enqueue(lo, hi, name + " bucket " + std::to_string(next_bucket + 1), *m_summed[next_bucket]);
+      }
       ++next_bucket;
       moved = true;
     }

@@ -11,10 +11,9 @@ GroupCore::GroupCore(nn::Backend& b, const LearnerGroupOptions& o)
     : backend(b), options(o), stream(b.create_stream()), group_event(b.create_event()) {}
 
 void GroupCore::host_wait() {
-  const double t0 = steady_seconds();
+  const auto span = phase_scope("host_wait");
   backend.synchronize(*stream);
   ++host_waits;
-  phase("host_wait", -1, t0, steady_seconds());
 }
 
 void GroupCore::after_learners() {

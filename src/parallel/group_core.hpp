@@ -61,6 +61,14 @@ struct GroupCore {
   void phase(const char* name, int learner, double t0, double t1) const {
     if (hook) hook(name, learner, t0, t1);
   }
+  // The rest of the calling scope as the group's phase `name`, its seconds also added to
+  // *seconds when given (reduce_s: the step waited for the allreduce that long).
+  auto phase_scope(const char* name, double* seconds = nullptr) const {
+    return ScopedSpan([this, name, seconds](double t0, double t1) {
+      phase(name, -1, t0, t1);
+      if (seconds != nullptr) *seconds += t1 - t0;
+    });
+  }
   // The host waits for the group stream: counted, and shown on the timeline as "host_wait".
   void host_wait();
   // The group stream's later work waits for every learner's pass (and local update).

@@ -126,7 +126,7 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
   if (next != nullptr && next->size() != batches.size())
     throw Error("learner group: " + std::to_string(next->size()) + " next batches for " +
                 std::to_string(learners()) + " learners");
-  const double t_start = steady_seconds();
+  const Stopwatch step_time;
   const double reduce_before = c.reduce_s;
   for (const auto& l : *c.replicas) l->overflow = false;
   const bool skipped = m_algorithm->step(batches, step, lr, next);
@@ -136,7 +136,7 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
   m_eval_current = false;
   std::vector<float> losses;
   for (const auto& l : *c.replicas) losses.push_back(l->loss());
-  m_compute_s += (steady_seconds() - t_start) - (c.reduce_s - reduce_before);
+  m_compute_s += step_time.seconds() - (c.reduce_s - reduce_before);
   return losses;
 }
 

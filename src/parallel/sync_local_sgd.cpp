@@ -51,13 +51,14 @@ class LocalSgd final : public SyncAlgorithm {
     if (!m_started) start_local_phase();
     c.backend.record(*c.group_event, *c.stream);
     c.host_wait();  // the step's one wait: the losses and the learners' sums of squares
-    double t0 = steady_seconds();
-    c.replicas->run([&](Learner& l) {
-      c.backend.wait(*l.stream, *c.group_event);
-      if (c.local_update_ok(l, step)) c.local_update(l, lr);
-      c.backend.record(*l.done, *l.stream);
-    });
-    c.phase("update", -1, t0, steady_seconds());
+    {
+      const auto span = c.phase_scope("update");
+      c.replicas->run([&](Learner& l) {
+        c.backend.wait(*l.stream, *c.group_event);
+        if (c.local_update_ok(l, step)) c.local_update(l, lr);
+        c.backend.record(*l.done, *l.stream);
+      });
+    }
     const GroupCore::Level level = c.sync_level(step - c.options.start_step + 1);
     if (level != GroupCore::Level::none) average(step, level);
     bool skipped = false;
@@ -87,19 +88,18 @@ class LocalSgd final : public SyncAlgorithm {
     GroupCore& c = m_core;
     const bool job = level == GroupCore::Level::job;
     FusedSum& sum = job ? *c.sum : *c.node_sum;
-    double t0 = steady_seconds();
-    c.after_learners();  // their updates
-    sum.add(*c.replicas, FusedSum::Source::params, 0, c.params);
-    sum.add_state(*c.replicas);
-    c.phase("device_sum", -1, t0, steady_seconds());
+    {
+      const auto span = c.phase_scope("device_sum");
+      c.after_learners();  // their updates
+      sum.add(*c.replicas, FusedSum::Source::params, 0, c.params);
+      sum.add_state(*c.replicas);
+    }
     if ((job ? c.options.ranks : c.options.node_ranks) > 1) {
-      t0 = steady_seconds();
+      const auto span = c.phase_scope("allreduce", &c.reduce_s);
       sum.reduce(sum.check(), (job ? "model average step " : "node model average step ") + std::to_string(step + 1),
                  false);
-      c.phase("allreduce", -1, t0, steady_seconds());
-      c.reduce_s += steady_seconds() - t0;
     }
-    t0 = steady_seconds();
+    const auto span = c.phase_scope("update");
     float* fused = sum.data();
     c.backend.scale(*c.stream, 1.0f / static_cast<float>(job ? c.job_learners() : c.node_learners()), fused,
                     c.params + c.state);
@@ -111,7 +111,6 @@ class LocalSgd final : public SyncAlgorithm {
       c.backend.copy(*c.stream, m_central.z.data(), fused, c.params);
       c.backend.copy(*c.stream, m_central.state.data(), fused + c.params, c.state);
     }
-    c.phase("update", -1, t0, steady_seconds());
   }
 
 

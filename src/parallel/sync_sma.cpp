@@ -110,16 +110,15 @@ class Sma final : public SyncAlgorithm {
       c.run_passes(batches, step, next, false, false);
       c.after_learners();
       if (sync) {
-        const double t0 = steady_seconds();
-        sum.add(*c.replicas, FusedSum::Source::params, 0, c.params);
-        if (job) sum.add_state(*c.replicas);
-        if (folded) fold_centres(sum, k);
-        c.phase("device_sum", -1, t0, steady_seconds());
+        {
+          const auto span = c.phase_scope("device_sum");
+          sum.add(*c.replicas, FusedSum::Source::params, 0, c.params);
+          if (job) sum.add_state(*c.replicas);
+          if (folded) fold_centres(sum, k);
+        }
         if (ranks > 1) {
-          const double t1 = steady_seconds();
+          const auto span = c.phase_scope("allreduce", &c.reduce_s);
           sum.reduce(end, name, false);
-          c.phase("allreduce", -1, t1, steady_seconds());
-          c.reduce_s += steady_seconds() - t1;
         }
       }
     }
@@ -127,7 +126,7 @@ class Sma final : public SyncAlgorithm {
     // were computed at.
     c.backend.record(*c.group_event, *c.stream);
     c.host_wait();  // the step's one wait: the losses and the learners' sums of squares
-    const double t0 = steady_seconds();
+    const auto span = c.phase_scope("update");
     const auto alpha = static_cast<float>(k.alpha);
     const float* z = centre.z.data();
     c.replicas->run([&](Learner& l) {
@@ -162,7 +161,6 @@ class Sma final : public SyncAlgorithm {
         c.backend.scale(*c.stream, 1.0f / n, m_central.state.data(), c.state);
       }
     }
-    c.phase("update", -1, t0, steady_seconds());
     bool skipped = false;
     for (const auto& l : *c.replicas) skipped = skipped || l->overflow;
     return skipped;

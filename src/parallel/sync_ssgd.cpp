@@ -39,24 +39,23 @@ class Ssgd final : public SyncAlgorithm {
       c.run_passes(batches, step, next, false, false);
       c.after_learners();
       if (fused) {
-        const double t0 = steady_seconds();
+        const auto span = c.phase_scope("device_sum");
         c.sum->add(*c.replicas, FusedSum::Source::grads, 0, c.params);
         c.sum->add_state(*c.replicas);
         c.sum->add_norms(*c.replicas);
-        c.phase("device_sum", -1, t0, steady_seconds());
       }
       if (c.options.ranks > 1) {
-        const double t0 = steady_seconds();
-        c.sum->reduce(c.sum->check() + 1, name, true);
-        c.phase("allreduce", -1, t0, steady_seconds());
-        c.reduce_s += steady_seconds() - t0;
+        {
+          const auto span = c.phase_scope("allreduce", &c.reduce_s);
+          c.sum->reduce(c.sum->check() + 1, name, true);
+        }
         check = c.sum->read_check();
       } else {
         c.host_wait();  // the step's one wait: the losses and the learners' sums of squares
         for (const auto& l : *c.replicas) check += l->grad_norm2();
       }
     }
-    const double t0 = steady_seconds();
+    const auto span = c.phase_scope("update");
     Learner& first = (*c.replicas)[0];
     float* g = fused ? c.sum->data() : first.graph->grads();
     // The sum of squares overflows for large but finite gradients (|g| > 1e19) too: only
@@ -90,7 +89,6 @@ class Ssgd final : public SyncAlgorithm {
       if (c.scaler->scale() != 1.0f) c.backend.scale(*c.stream, inv / c.scaler->scale(), g, c.params);
       first.optimizer->step(c.backend, *c.stream, lr);
     }
-    c.phase("update", -1, t0, steady_seconds());
     return !finite;
   }
 

@@ -1,74 +1,138 @@
+// The trainer's checkpoint entries as one table (trainer_state.hpp): each row binds a key to
+// its member, and writing and reading both walk it, as the config's field table does
+// (config_fields.cpp).
 #include "src/train/trainer_state.hpp"
+
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <variant>
+#include <vector>
 
 #include "src/core/error.hpp"
 
 namespace squall::train {
 namespace {
 
-// Entries added after the first checkpoint format: a checkpoint without them reads as the
-// state a run of that version had (one attempt, the clock unknown and so 0).
-int64_t integer_or(const io::CheckpointData& in, const char* key, int64_t fallback) {
-  const auto it = in.ints.find(key);
-  return it == in.ints.end() ? fallback : it->second;
+// A member of the state and, for an entry added after the first checkpoint format, the value a
+// checkpoint without it reads as: the state a run of that version had. No fallback: required.
+template <typename T>
+struct Member {
+  T TrainerState::*member;
+  std::optional<T> fallback;
+};
+
+// One entry of model.h5. The member's type is the entry's kind: int64_t an integer, bool an
+// integer 1 or 0, double a real, std::string a text.
+struct StateField {
+  const char* key;
+  std::variant<Member<int64_t>, Member<bool>, Member<double>, Member<std::string>> member;
+  bool trainer_writes = true;  // false: the learner group writes it with its own entries
+};
+
+StateField integer(const char* key, int64_t TrainerState::*m, std::optional<int64_t> fallback = {}) {
+  return {key, Member<int64_t>{m, fallback}};
+}
+StateField flag(const char* key, bool TrainerState::*m, std::optional<bool> fallback = {}) {
+  return {key, Member<bool>{m, fallback}};
+}
+StateField real(const char* key, double TrainerState::*m, std::optional<double> fallback = {}) {
+  return {key, Member<double>{m, fallback}};
+}
+StateField text(const char* key, std::string TrainerState::*m) { return {key, Member<std::string>{m, {}}}; }
+StateField written_by_learner_group(StateField f) {
+  f.trainer_writes = false;
+  return f;
 }
 
-double real_or(const io::CheckpointData& in, const char* key, double fallback) {
-  const auto it = in.reals.find(key);
-  return it == in.reals.end() ? fallback : it->second;
+// Every entry, in the order they are read: the first one missing is the one an error names.
+const std::vector<StateField>& state_fields() {
+  using S = TrainerState;
+  static const std::vector<StateField> table = {
+      integer("step", &S::step),
+      integer("epoch", &S::epoch),
+      integer("epoch_batches", &S::epoch_batches),
+      integer("samples_done", &S::samples_done),
+      written_by_learner_group(integer("learners", &S::learners)),  // src/parallel/learners_checkpoint.cpp
+      flag("tuner_done", &S::tuner_done),
+      real("window_loss_sum", &S::window_loss_sum),
+      real("window_loss_weight", &S::window_loss_weight),
+      real("last_train_loss", &S::last_train_loss),
+      integer("metrics_lines", &S::metrics_lines),
+      integer("attempt", &S::attempt, 1),
+      real("elapsed_s", &S::elapsed_s, 0.0),
+      real("eval_elapsed_s", &S::eval_elapsed_s, 0.0),
+      flag("target_reached", &S::target_reached, false),
+      integer("world_size", &S::world_size),
+      flag("per_rank_parts", &S::per_rank_parts),
+      integer("train_samples", &S::train_samples),
+      integer("param_count", &S::param_count),
+      integer("state_count", &S::state_count),
+      text("config", &S::config),
+      text("config_origin", &S::config_origin),
+      text("model", &S::model),
+      text("algorithm", &S::algorithm),
+  };
+  return table;
+}
+
+template <typename T>
+bool present(const io::CheckpointData& in, const std::string& key) {
+  if constexpr (std::is_same_v<T, double>) {
+    return in.reals.contains(key);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return in.texts.contains(key);
+  } else {
+    return in.ints.contains(key);
+  }
+}
+
+// The entry, or the accessor's error naming the file and the entry when it is missing.
+template <typename T>
+T entry(const io::CheckpointData& in, const std::string& key) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return in.integer(key) != 0;
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    return in.integer(key);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return in.real(key);
+  } else {
+    return in.text(key);
+  }
+}
+
+template <typename T>
+void put(io::CheckpointData& out, const std::string& key, const T& value) {
+  if constexpr (std::is_same_v<T, bool>) {
+    out.ints[key] = value ? 1 : 0;
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    out.ints[key] = value;
+  } else if constexpr (std::is_same_v<T, double>) {
+    out.reals[key] = value;
+  } else {
+    out.texts[key] = value;
+  }
 }
 
 }  // namespace
 
 void write_trainer_state(const TrainerState& s, io::CheckpointData& out) {
-  out.ints["step"] = s.step;
-  out.ints["epoch"] = s.epoch;
-  out.ints["epoch_batches"] = s.epoch_batches;
-  out.ints["samples_done"] = s.samples_done;
-  out.ints["tuner_done"] = s.tuner_done ? 1 : 0;
-  out.reals["window_loss_sum"] = s.window_loss_sum;
-  out.reals["window_loss_weight"] = s.window_loss_weight;
-  out.reals["last_train_loss"] = s.last_train_loss;
-  out.ints["metrics_lines"] = s.metrics_lines;
-  out.ints["attempt"] = s.attempt;
-  out.reals["elapsed_s"] = s.elapsed_s;
-  out.reals["eval_elapsed_s"] = s.eval_elapsed_s;
-  out.ints["target_reached"] = s.target_reached ? 1 : 0;
-  out.ints["world_size"] = s.world_size;
-  out.ints["per_rank_parts"] = s.per_rank_parts ? 1 : 0;
-  out.ints["train_samples"] = s.train_samples;
-  out.ints["param_count"] = s.param_count;
-  out.ints["state_count"] = s.state_count;
-  out.texts["config"] = s.config;
-  out.texts["config_origin"] = s.config_origin;
-  out.texts["model"] = s.model;
-  out.texts["algorithm"] = s.algorithm;
+  for (const StateField& f : state_fields()) {
+    if (!f.trainer_writes) continue;
+    std::visit([&](const auto& m) { put(out, f.key, s.*m.member); }, f.member);
+  }
 }
 
 TrainerState read_trainer_state(const io::CheckpointData& in) {
   TrainerState s;
-  s.step = in.integer("step");
-  s.epoch = in.integer("epoch");
-  s.epoch_batches = in.integer("epoch_batches");
-  s.samples_done = in.integer("samples_done");
-  s.learners = in.integer("learners");
-  s.tuner_done = in.integer("tuner_done") != 0;
-  s.window_loss_sum = in.real("window_loss_sum");
-  s.window_loss_weight = in.real("window_loss_weight");
-  s.last_train_loss = in.real("last_train_loss");
-  s.metrics_lines = in.integer("metrics_lines");
-  s.attempt = integer_or(in, "attempt", 1);
-  s.elapsed_s = real_or(in, "elapsed_s", 0.0);
-  s.eval_elapsed_s = real_or(in, "eval_elapsed_s", 0.0);
-  s.target_reached = integer_or(in, "target_reached", 0) != 0;
-  s.world_size = in.integer("world_size");
-  s.per_rank_parts = in.integer("per_rank_parts") != 0;
-  s.train_samples = in.integer("train_samples");
-  s.param_count = in.integer("param_count");
-  s.state_count = in.integer("state_count");
-  s.config = in.text("config");
-  s.config_origin = in.text("config_origin");
-  s.model = in.text("model");
-  s.algorithm = in.text("algorithm");
+  for (const StateField& f : state_fields()) {
+    std::visit(
+        [&](const auto& m) {
+          using T = std::remove_cvref_t<decltype(s.*m.member)>;
+          s.*m.member = m.fallback && !present<T>(in, f.key) ? *m.fallback : entry<T>(in, f.key);
+        },
+        f.member);
+  }
   if (s.step < 0 || s.epoch < 1 || s.learners < 1 || s.param_count < 0 || s.state_count < 0 || s.world_size < 1)
     throw Error(in.origin + ": step = " + std::to_string(s.step) + ", epoch = " + std::to_string(s.epoch) +
                 ", learners = " + std::to_string(s.learners) + ", param_count = " + std::to_string(s.param_count) +

@@ -1,7 +1,11 @@
 // The trainer's checkpoint entries (src/train/trainer_state.hpp): they read back as written,
 // also through an HDF5 file; checkpoints of the version before the run's clock read with its
 // defaults; a missing entry or an impossible count is an error naming the file and the entry.
+// The entries' names and kinds are pinned: a checkpoint written before must read the same.
 #include <catch2/catch.hpp>
+
+#include <set>
+#include <string>
 
 #include "io/checkpoint_file.hpp"
 #include "src/core/error.hpp"
@@ -33,7 +37,7 @@ TrainerState sample_state() {
   s.per_rank_parts = true;
   s.train_samples = 60000;
   s.param_count = 61706;
-  s.state_count = 0;
+  s.state_count = 3;  // not the default: a row dropped from the table would read 0
   s.config = "[run]\ndir = \"runs/x\"\n";
   s.config_origin = "configs/x.toml";
   s.model = "lenet5";
@@ -111,4 +115,59 @@ TEST_CASE("a missing entry or an impossible count names the file", "[trainer_sta
   io::CheckpointData negative = d;
   negative.ints["param_count"] = -1;
   CHECK_THROWS_WITH(read_trainer_state(negative), Catch::Contains(d.origin) && Catch::Contains("param_count = -1"));
+}
+
+TEST_CASE("the trainer writes exactly its 22 entries, by name and kind", "[trainer_state][checkpoint]") {
+  io::CheckpointData d;
+  write_trainer_state(sample_state(), d);
+  auto keys = [](const auto& map) {
+    std::set<std::string> out;
+    for (const auto& [key, value] : map) out.insert(key);
+    return out;
+  };
+  // learners is not here: the learner group writes it (src/parallel/learners_checkpoint.cpp).
+  CHECK(keys(d.ints) == std::set<std::string>{"step", "epoch", "epoch_batches", "samples_done", "tuner_done",
+                                              "metrics_lines", "attempt", "target_reached", "world_size",
+                                              "per_rank_parts", "train_samples", "param_count", "state_count"});
+  CHECK(keys(d.reals) == std::set<std::string>{"window_loss_sum", "window_loss_weight", "last_train_loss",
+                                               "elapsed_s", "eval_elapsed_s"});
+  CHECK(keys(d.texts) == std::set<std::string>{"config", "config_origin", "model", "algorithm"});
+  CHECK(d.arrays.empty());
+  // The flags as integers 1 and 0, as earlier versions wrote them.
+  CHECK(d.ints.at("tuner_done") == 1);
+  CHECK(d.ints.at("per_rank_parts") == 1);
+  CHECK(d.ints.at("target_reached") == 1);
+  TrainerState off = sample_state();
+  off.tuner_done = off.per_rank_parts = off.target_reached = false;
+  io::CheckpointData d_off;
+  write_trainer_state(off, d_off);
+  CHECK(d_off.ints.at("tuner_done") == 0);
+  CHECK(d_off.ints.at("per_rank_parts") == 0);
+  CHECK(d_off.ints.at("target_reached") == 0);
+}
+
+TEST_CASE("each required entry, when missing, is named with the file", "[trainer_state][checkpoint]") {
+  io::CheckpointData d;
+  d.origin = "runs/resume/checkpoints/latest/model.h5";
+  write_trainer_state(sample_state(), d);
+  d.ints["learners"] = 2;
+  REQUIRE_NOTHROW(read_trainer_state(d));
+  // Every entry but the four that checkpoints of earlier versions lack.
+  const char* const required_ints[] = {"step",          "epoch",       "epoch_batches", "samples_done",
+                                       "learners",      "tuner_done",  "metrics_lines", "world_size",
+                                       "per_rank_parts", "train_samples", "param_count", "state_count"};
+  const char* const required_reals[] = {"window_loss_sum", "window_loss_weight", "last_train_loss"};
+  const char* const required_texts[] = {"config", "config_origin", "model", "algorithm"};
+  auto check_missing = [&](auto& map_of, const char* key) {
+    io::CheckpointData without = d;
+    REQUIRE(map_of(without).erase(key) == 1);
+    INFO("without " << key);
+    CHECK_THROWS_WITH(read_trainer_state(without), d.origin + ": entry " + key + " is missing");
+  };
+  auto ints = [](io::CheckpointData& c) -> auto& { return c.ints; };
+  auto reals = [](io::CheckpointData& c) -> auto& { return c.reals; };
+  auto texts = [](io::CheckpointData& c) -> auto& { return c.texts; };
+  for (const char* key : required_ints) check_missing(ints, key);
+  for (const char* key : required_reals) check_missing(reals, key);
+  for (const char* key : required_texts) check_missing(texts, key);
 }
