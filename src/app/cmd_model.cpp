@@ -473,9 +473,9 @@ void add_model_command(CLI::App& root, Context&, Actions& actions) {
   sub->add_option("--classes", args->classes, "Classes (default: the run's; else 10, or 3 for the segmentation models)");
   sub->add_option("--batch", args->batch, "Batch per learner (default: 32, or 2 for inputs over 100k values)");
   sub->add_option("--learners", args->learners, "Learners (model replicas) per GPU (default 1)");
-  sub->add_option("--machine", args->machine,
-                  "summit | perlmutter | frontier | cori-gpu | horovod-p100 | local (default summit; local with "
-                  "--calibrate)");
+  std::string machines;
+  for (const std::string& name : perf::machine_names()) machines += (machines.empty() ? "" : " | ") + name;
+  sub->add_option("--machine", args->machine, machines + " (default summit; local with --calibrate)");
   sub->add_option("--nodes", args->nodes, "Node counts, comma-separated (default 1,16,256,all)")->type_name("LIST");
   sub->add_option("--algorithm", args->algorithm, "ssgd (allreduce overlaps backward) | sma (overlaps forward+backward)");
   sub->add_option("--allreduce", args->allreduce, "The allreduce the step uses: hier (default) | flat");
