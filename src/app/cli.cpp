@@ -106,9 +106,7 @@ int run(int argc, char** argv, mpi::Runtime& runtime) {
   Context ctx{runtime, {}};
 
   Actions actions;
-  add_info_command(app, ctx, actions);
-  add_train_command(app, ctx, actions);
-  add_stub_commands(app, ctx, actions);
+  add_commands(app, ctx, actions);
 
   // Every rank parses; they agree before any subcommand runs, so that a flag that fails on
   // some ranks only (a config file missing on one node) ends every rank, with one message.

@@ -36,6 +36,10 @@ void add_topology_options(CLI::App& sub, GlobalOptions& global);
 // Adds --stall-warn SECONDS and --stall-abort SECONDS (collective watchdog) to a subcommand.
 void add_stall_options(CLI::App& sub, GlobalOptions& global);
 
+// Adds every subcommand and command group to the root, in the order `squall --help` lists them
+// (commands.cpp).
+void add_commands(CLI::App& root, Context& ctx, Actions& actions);
+
 void add_info_command(CLI::App& root, Context& ctx, Actions& actions);
 void add_train_command(CLI::App& root, Context& ctx, Actions& actions);
 // `data fashion-mnist`, `data deepcam`, `data inspect` (cmd_data.cpp) under the `data` group.
@@ -60,8 +64,6 @@ void add_bench_loader_command(CLI::App& bench, Context& ctx, Actions& actions);
 void add_bench_allreduce_command(CLI::App& bench, Context& ctx, Actions& actions);
 // `model` (cmd_model.cpp): the performance model of src/perf/perf_model.hpp.
 void add_model_command(CLI::App& root, Context& ctx, Actions& actions);
-// The groups and the subcommands later issues fill (cmd_stubs.cpp).
-void add_stub_commands(CLI::App& root, Context& ctx, Actions& actions);
 
 int run(int argc, char** argv, mpi::Runtime& runtime);
 
