@@ -4,6 +4,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "mpi/runtime.hpp"
 #include "squall/version.hpp"
 #include "src/core/error.hpp"
@@ -94,6 +96,13 @@ void add_stall_options(CLI::App& sub, GlobalOptions& global) {
                  "Seconds a collective may wait before the job ends with the names of the missing ranks")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+}
+
+void print_result(bool as_json, const nlohmann::json& doc, const std::string& text, int indent) {
+  if (as_json)
+    std::cout << doc.dump(indent) << "\n" << std::flush;
+  else
+    std::cout << text << std::flush;
 }
 
 int run(int argc, char** argv, mpi::Runtime& runtime) {

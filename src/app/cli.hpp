@@ -7,8 +7,10 @@
 // after printing one line naming the rank and the reason.
 #include <functional>
 #include <map>
+#include <string>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 namespace squall::mpi {
 class Runtime;
@@ -35,6 +37,10 @@ using Actions = std::map<const CLI::App*, Action>;
 void add_topology_options(CLI::App& sub, GlobalOptions& global);
 // Adds --stall-warn SECONDS and --stall-abort SECONDS (collective watchdog) to a subcommand.
 void add_stall_options(CLI::App& sub, GlobalOptions& global);
+
+// A command's result on standard output, flushed: under --json (`as_json`) the JSON document,
+// indented by `indent` (-1: on one line), else the text.
+void print_result(bool as_json, const nlohmann::json& doc, const std::string& text, int indent = 2);
 
 // Adds every subcommand and command group to the root, in the order `squall --help` lists them
 // (commands.cpp).

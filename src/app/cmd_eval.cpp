@@ -3,7 +3,6 @@
 // test samples are split over the ranks and summed, as training's evaluation does.
 #include <cmath>
 #include <cstdio>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,12 +73,7 @@ int run_eval(Context& ctx, const EvalArgs& args) {
   options.overrides = args.overrides;
   options.data = args.data;
   const train::EvalResult r = train::evaluate_checkpoint(ck, options, topo);
-  if (topo.rank() == 0) {
-    if (args.json)
-      std::cout << result_json(ck, r).dump() << "\n" << std::flush;
-    else
-      std::cout << result_text(ck, r) << std::flush;
-  }
+  if (topo.rank() == 0) print_result(args.json, result_json(ck, r), result_text(ck, r), -1);
   return 0;
 }
 
