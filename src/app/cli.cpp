@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mpi/agreement.hpp"
 #include "mpi/runtime.hpp"
 #include "squall/version.hpp"
 #include "src/core/error.hpp"
@@ -103,6 +104,14 @@ void print_result(bool as_json, const nlohmann::json& doc, const std::string& te
     std::cout << doc.dump(indent) << "\n" << std::flush;
   else
     std::cout << text << std::flush;
+}
+
+void run_share_agreed(const mpi::Communicator& world, const std::string& command, const std::function<void()>& work) {
+  // Each rank holds other files, so the message names the rank even when every rank failed.
+  mpi::run_agreed(world, work, [&](int first, int failed, int, const std::string& message) {
+    return command + " failed on rank " + std::to_string(first) + ": " + message +
+           (failed > 1 ? " (" + std::to_string(failed) + " ranks failed)" : std::string());
+  });
 }
 
 int run(int argc, char** argv, mpi::Runtime& runtime) {

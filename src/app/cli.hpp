@@ -13,6 +13,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 namespace squall::mpi {
+class Communicator;
 class Runtime;
 }
 
@@ -41,6 +42,12 @@ void add_stall_options(CLI::App& sub, GlobalOptions& global);
 // A command's result on standard output, flushed: under --json (`as_json`) the JSON document,
 // indented by `indent` (-1: on one line), else the text.
 void print_result(bool as_json, const nlohmann::json& doc, const std::string& text, int indent = 2);
+
+// Runs `work`, this rank's share of a command that splits its files over the ranks, under
+// mpi::run_agreed: when it throws on any rank, every rank throws the same CollectiveError,
+// "<command> failed on rank R: <that rank's message> (N ranks failed)" from the lowest rank
+// that failed (the count when more than one did), which the top level prints once.
+void run_share_agreed(const mpi::Communicator& world, const std::string& command, const std::function<void()>& work);
 
 // Adds every subcommand and command group to the root, in the order `squall --help` lists them
 // (commands.cpp).
