@@ -56,7 +56,7 @@ uint64_t FlagAgreement::exchange(uint64_t mine) {
 
 namespace squall::mpi {
 
-void run_agreed(const Communicator& comm, const std::function<void()>& work) {
+void run_agreed(const Communicator& comm, const std::function<void()>& work, const FailureWording& wording) {
   int code = 0;
   std::string message;
   try {
@@ -72,7 +72,7 @@ void run_agreed(const Communicator& comm, const std::function<void()>& work) {
     message = e.what();
   }
   if (comm.size() == 1) {
-    if (code != 0) throw CollectiveError(message, code);
+    if (code != 0) throw CollectiveError(wording(0, 1, 1, message), code);
     return;
   }
   const int64_t first = comm.allreduce_min(code != 0 ? comm.rank() : comm.size());
@@ -80,11 +80,17 @@ void run_agreed(const Communicator& comm, const std::function<void()>& work) {
   const int64_t failed = comm.allreduce_sum(code != 0 ? 1 : 0);
   const int agreed_code = static_cast<int>(comm.allreduce_max(code));
   message = comm.broadcast_string(message, static_cast<int>(first));
-  if (failed < comm.size()) {
-    message = "rank " + std::to_string(first) + ": " + message;
-    if (failed > 1) message += " (and " + std::to_string(failed - 1) + " other rank(s))";
-  }
-  throw CollectiveError(message, agreed_code);
+  throw CollectiveError(wording(static_cast<int>(first), static_cast<int>(failed), comm.size(), message), agreed_code);
+}
+
+void run_agreed(const Communicator& comm, const std::function<void()>& work) {
+  // A failure every rank saw alike (a bad config) reads as it is; one that some ranks saw only
+  // names the first of them.
+  run_agreed(comm, work, [](int first, int failed, int size, const std::string& message) {
+    if (failed == size) return message;
+    return "rank " + std::to_string(first) + ": " + message +
+           (failed > 1 ? " (and " + std::to_string(failed - 1) + " other rank(s))" : std::string());
+  });
 }
 
 }  // namespace squall::mpi

@@ -34,6 +34,7 @@ class FlagAgreement {
 }  // namespace squall::mpi
 
 #include <functional>
+#include <string>
 
 namespace squall::mpi {
 
@@ -45,5 +46,11 @@ namespace squall::mpi {
 // in their next collective. Collective; `work` itself must not call collectives that a
 // failing rank would skip.
 void run_agreed(const Communicator& comm, const std::function<void()>& work);
+
+// The agreed message of a failure, from the lowest rank that failed, how many ranks failed, the
+// job's size and that rank's own message.
+using FailureWording = std::function<std::string(int first, int failed, int size, const std::string& message)>;
+// As above, with the message worded by `wording`, also in a job of one rank.
+void run_agreed(const Communicator& comm, const std::function<void()>& work, const FailureWording& wording);
 
 }  // namespace squall::mpi

@@ -4,6 +4,9 @@
 #include <iostream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "mpi/agreement.hpp"
 #include "mpi/runtime.hpp"
 #include "squall/version.hpp"
 #include "src/core/error.hpp"
@@ -96,6 +99,21 @@ void add_stall_options(CLI::App& sub, GlobalOptions& global) {
       ->capture_default_str();
 }
 
+void print_result(bool as_json, const nlohmann::json& doc, const std::string& text, int indent) {
+  if (as_json)
+    std::cout << doc.dump(indent) << "\n" << std::flush;
+  else
+    std::cout << text << std::flush;
+}
+
+void run_share_agreed(const mpi::Communicator& world, const std::string& command, const std::function<void()>& work) {
+  // Each rank holds other files, so the message names the rank even when every rank failed.
+  mpi::run_agreed(world, work, [&](int first, int failed, int, const std::string& message) {
+    return command + " failed on rank " + std::to_string(first) + ": " + message +
+           (failed > 1 ? " (" + std::to_string(failed) + " ranks failed)" : std::string());
+  });
+}
+
 int run(int argc, char** argv, mpi::Runtime& runtime) {
   CLI::App app{"squall: trains deep networks on supercomputers (CPU reference backend, CUDA, MPI)",
                "squall"};
@@ -106,9 +124,7 @@ int run(int argc, char** argv, mpi::Runtime& runtime) {
   Context ctx{runtime, {}};
 
   Actions actions;
-  add_info_command(app, ctx, actions);
-  add_train_command(app, ctx, actions);
-  add_stub_commands(app, ctx, actions);
+  add_commands(app, ctx, actions);
 
   // Every rank parses; they agree before any subcommand runs, so that a flag that fails on
   // some ranks only (a config file missing on one node) ends every rank, with one message.

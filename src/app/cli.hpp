@@ -7,10 +7,13 @@
 // after printing one line naming the rank and the reason.
 #include <functional>
 #include <map>
+#include <string>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 namespace squall::mpi {
+class Communicator;
 class Runtime;
 }
 
@@ -36,6 +39,20 @@ void add_topology_options(CLI::App& sub, GlobalOptions& global);
 // Adds --stall-warn SECONDS and --stall-abort SECONDS (collective watchdog) to a subcommand.
 void add_stall_options(CLI::App& sub, GlobalOptions& global);
 
+// A command's result on standard output, flushed: under --json (`as_json`) the JSON document,
+// indented by `indent` (-1: on one line), else the text.
+void print_result(bool as_json, const nlohmann::json& doc, const std::string& text, int indent = 2);
+
+// Runs `work`, this rank's share of a command that splits its files over the ranks, under
+// mpi::run_agreed: when it throws on any rank, every rank throws the same CollectiveError,
+// "<command> failed on rank R: <that rank's message> (N ranks failed)" from the lowest rank
+// that failed (the count when more than one did), which the top level prints once.
+void run_share_agreed(const mpi::Communicator& world, const std::string& command, const std::function<void()>& work);
+
+// Adds every subcommand and command group to the root, in the order `squall --help` lists them
+// (commands.cpp).
+void add_commands(CLI::App& root, Context& ctx, Actions& actions);
+
 void add_info_command(CLI::App& root, Context& ctx, Actions& actions);
 void add_train_command(CLI::App& root, Context& ctx, Actions& actions);
 // `data fashion-mnist`, `data deepcam`, `data inspect` (cmd_data.cpp) under the `data` group.
@@ -60,8 +77,6 @@ void add_bench_loader_command(CLI::App& bench, Context& ctx, Actions& actions);
 void add_bench_allreduce_command(CLI::App& bench, Context& ctx, Actions& actions);
 // `model` (cmd_model.cpp): the performance model of src/perf/perf_model.hpp.
 void add_model_command(CLI::App& root, Context& ctx, Actions& actions);
-// The groups and the subcommands later issues fill (cmd_stubs.cpp).
-void add_stub_commands(CLI::App& root, Context& ctx, Actions& actions);
 
 int run(int argc, char** argv, mpi::Runtime& runtime);
 

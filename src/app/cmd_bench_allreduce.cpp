@@ -24,7 +24,6 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -278,36 +277,19 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
   const mpi::HierAllreduce* hier = nullptr;
   for (const auto& r : reducers)
     if (r && !hier) hier = r.get();
-  if (a.json) {
-    json doc{{"ranks", n},
-             {"nodes", topo.nodes()},
-             {"ranks_per_node", topo.ranks_per_node()},
-             {"dtype", "f32"},
-             {"iters", a.iters},
-             {"warmup", a.warmup},
-             {"chunk_bytes", options.chunk_bytes},
-             {"flat_chunk_bytes", options.flat_chunk_bytes},
-             {"device_chunk_bytes", options.device_chunk_bytes},
-             {"max_inflight", options.max_inflight},
-             {"cross_node", a.cross_node},
-             {"link", {{"alpha_us", a.link_alpha_us}, {"gbit", a.link_gbit}}},
-             {"results", json::array()}};
-    for (size_t k = 0; k < algos.size(); ++k) {
-      if (reducers[k]) doc["modes"][algos[k].name] = reducers[k]->mode();
-      if (device_reducers[k]) doc["modes"][algos[k].name] = device_reducers[k]->mode();
-      if (reducers[k] && reducers[k]->mode() == "pipeline" && topo.nodes() > 1)
-        doc["cross_rules"][algos[k].name] = mpi::cross_rule(reducers[k]->options(), topo.nodes());
-    }
-    for (const Result& r : results) {
-      json j{{"algo", r.algo},   {"bytes", r.bytes},       {"ranks", n},
-             {"time_us", r.time_us}, {"algbw_GBps", r.algbw}, {"busbw_GBps", r.busbw}};
-      if (r.vs_mpi >= 0) j["busbw_vs_mpi"] = r.vs_mpi;
-      if (!r.cross.empty()) j["cross_node"] = r.cross;
-      doc["results"].push_back(j);
-    }
-    std::cout << doc.dump(2) << std::endl;
-    return 0;
-  }
+  json doc{{"ranks", n},
+           {"nodes", topo.nodes()},
+           {"ranks_per_node", topo.ranks_per_node()},
+           {"dtype", "f32"},
+           {"iters", a.iters},
+           {"warmup", a.warmup},
+           {"chunk_bytes", options.chunk_bytes},
+           {"flat_chunk_bytes", options.flat_chunk_bytes},
+           {"device_chunk_bytes", options.device_chunk_bytes},
+           {"max_inflight", options.max_inflight},
+           {"cross_node", a.cross_node},
+           {"link", {{"alpha_us", a.link_alpha_us}, {"gbit", a.link_gbit}}},
+           {"results", json::array()}};
   std::string head = "# squall bench allreduce: " + std::to_string(n) + " rank(s) on " +
                      std::to_string(topo.nodes()) + " node(s)";
   if (topo.emulated()) head += " (emulated, " + std::to_string(topo.ranks_per_node()) + " ranks per node)";
@@ -319,11 +301,26 @@ int run_bench_allreduce(Context& ctx, const BenchAllreduceArgs& a) {
             std::to_string(options.chunk_bytes) + " B, " + std::to_string(options.max_inflight) +
             " in flight, flat chunk " + std::to_string(options.flat_chunk_bytes) + " B\n";
   for (size_t k = 0; k < algos.size(); ++k) {
-    if (device_reducers[k]) head += "# " + algos[k].name + ": " + device_reducers[k]->mode() + ", on device buffers\n";
-    if (reducers[k] && reducers[k]->mode() == "pipeline" && topo.nodes() > 1)
-      head += "# " + algos[k].name + " across nodes: " + mpi::cross_rule(reducers[k]->options(), topo.nodes()) + "\n";
+    const std::string& name = algos[k].name;
+    if (reducers[k]) doc["modes"][name] = reducers[k]->mode();
+    if (device_reducers[k]) {
+      doc["modes"][name] = device_reducers[k]->mode();
+      head += "# " + name + ": " + device_reducers[k]->mode() + ", on device buffers\n";
+    }
+    if (reducers[k] && reducers[k]->mode() == "pipeline" && topo.nodes() > 1) {
+      const std::string rule = mpi::cross_rule(reducers[k]->options(), topo.nodes());
+      doc["cross_rules"][name] = rule;
+      head += "# " + name + " across nodes: " + rule + "\n";
+    }
   }
-  std::cout << head << text_table(results) << std::flush;
+  for (const Result& r : results) {
+    json j{{"algo", r.algo},   {"bytes", r.bytes},       {"ranks", n},
+           {"time_us", r.time_us}, {"algbw_GBps", r.algbw}, {"busbw_GBps", r.busbw}};
+    if (r.vs_mpi >= 0) j["busbw_vs_mpi"] = r.vs_mpi;
+    if (!r.cross.empty()) j["cross_node"] = r.cross;
+    doc["results"].push_back(j);
+  }
+  print_result(a.json, doc, head + text_table(results));
   return 0;
 }
 

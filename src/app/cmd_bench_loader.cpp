@@ -11,7 +11,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 #include <memory>
 #include <string>
 
@@ -106,18 +105,13 @@ int run_bench_loader(const BenchLoaderArgs& a) {
                            {"cold", a.cold},
                            {"files", source->files().size()}};
   if (process_rank() > 0) return 0;
-  if (a.json) {
-    std::cout << doc.dump(2) << std::endl;
-  } else {
-    char line[512];
-    std::snprintf(line, sizeof(line),
-                  "loader: %lld samples in %.3f s: %.0f samples/s, %.1f MB/s of samples, %.1f MB/s of files "
-                  "(batch %lld, %d workers, prefetch %d, %lld bad samples skipped)\n",
-                  static_cast<long long>(samples), seconds, samples / seconds, sample_mb / seconds, file_mb / seconds,
-                  static_cast<long long>(a.batch), a.workers, a.prefetch,
-                  static_cast<long long>(loader.bad_samples()));
-    std::cout << line << std::flush;
-  }
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "loader: %lld samples in %.3f s: %.0f samples/s, %.1f MB/s of samples, %.1f MB/s of files "
+                "(batch %lld, %d workers, prefetch %d, %lld bad samples skipped)\n",
+                static_cast<long long>(samples), seconds, samples / seconds, sample_mb / seconds, file_mb / seconds,
+                static_cast<long long>(a.batch), a.workers, a.prefetch, static_cast<long long>(loader.bad_samples()));
+  print_result(a.json, doc, line);
   return 0;
 }
 

@@ -134,22 +134,6 @@ io::DeepcamStatsOut totals(const SampleSums& sums, const ClimateArgs& a) {
   return stats;
 }
 
-// Collective: after each rank's work, -1 when every rank succeeded; otherwise rank 0 prints
-// one line naming the first rank that failed, and every rank gets the exit code 1.
-int exit_if_failed(const mpi::Communicator& world, const std::string& failure) {
-  const int64_t failed = world.allreduce_sum(failure.empty() ? int64_t{0} : int64_t{1});
-  if (!failed) return -1;
-  const std::vector<std::string> all = world.gather_strings(failure, 0);
-  for (size_t r = 0; r < all.size(); ++r)
-    if (!all[r].empty()) {
-      std::cerr << "squall: error: data climate failed on rank " << r << ": " << all[r]
-                << (failed > 1 ? " (" + std::to_string(failed) + " ranks failed)" : std::string()) << "\n"
-                << std::flush;
-      break;
-    }
-  return 1;
-}
-
 // Writes this rank's shards (samples generated again: cheaper than holding them).
 void write_shards(const ClimateArgs& a, const std::vector<int>& my_shards, const io::DeepcamStatsOut& stats) {
   io::ShardMeta meta;
@@ -207,8 +191,7 @@ int run_climate(const ClimateArgs& a) {
   // Pass 1: generate (and for DeepCAM's layout write) the samples, summing their statistics.
   SampleSums sums(a.samples);
   int64_t cyclones = 0, rivers = 0;
-  std::string failure;
-  try {
+  run_share_agreed(world, "data climate", [&] {
     for (const int64_t i : mine) {
       const data::ClimateSample s = data::generate_climate_sample(a.height, a.width, static_cast<uint64_t>(a.seed), i);
       if (!shards)
@@ -218,11 +201,7 @@ int run_climate(const ClimateArgs& a) {
       cyclones += static_cast<int64_t>(s.cyclones.size());
       rivers += static_cast<int64_t>(s.rivers.size());
     }
-  } catch (const std::exception& e) {
-    failure = e.what();
-  }
-  // Every rank reaches the collectives whatever happened above, so nobody waits forever.
-  if (const int rc = exit_if_failed(world, failure); rc >= 0) return rc;
+  });
   // Each entry has one contributor (zeros, or -inf for the extremes, elsewhere), so the
   // reduction is exact and the totals do not depend on the number of ranks.
   world.allreduce_sum(sums.sum);
@@ -234,13 +213,10 @@ int run_climate(const ClimateArgs& a) {
   const io::DeepcamStatsOut stats = totals(sums, a);
 
   // Pass 2: the statistics file, or the shards that carry the statistics in every file.
-  try {
+  run_share_agreed(world, "data climate", [&] {
     if (shards) write_shards(a, my_shards, stats);
     else if (rank == 0) io::write_deepcam_stats((fs::path(a.out) / "stats.h5").string(), stats);
-  } catch (const std::exception& e) {
-    failure = e.what();
-  }
-  if (const int rc = exit_if_failed(world, failure); rc >= 0) return rc;
+  });
   if (rank != 0) return 0;
   std::cout << "wrote " << a.samples << " climate sample(s) of " << a.height << "x" << a.width << "x" << k_c
             << " (seed " << a.seed << ", " << cyclones << " tropical cyclones, " << rivers << " atmospheric rivers) "

@@ -264,7 +264,7 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-void print_report(const io::InspectReport& r) {
+std::string report_text(const io::InspectReport& r) {
   std::string out = "format: " + (r.format.empty() ? std::string("(none found)") : r.format) + "\n";
   out += "files: " + std::to_string(r.files.size()) + "\n";
   for (const std::string& f : r.files) out += "  " + f + "\n";
@@ -316,14 +316,13 @@ void print_report(const io::InspectReport& r) {
     out += "errors: " + std::to_string(r.errors.size()) + "\n";
     for (const std::string& e : r.errors) out += "  " + e + "\n";
   }
-  std::cout << out << std::flush;
+  return out;
 }
 
 int run_inspect(const InspectArgs& args) {
   io::InspectReport report = io::inspect_paths(args.paths);
   add_idx_details(args.paths, report);
-  if (args.json) std::cout << report_json(report).dump(2) << std::endl;
-  else print_report(report);
+  print_result(args.json, report_json(report), report_text(report));
   return report.errors.empty() && !report.format.empty() ? 0 : 1;
 }
 

@@ -3,7 +3,6 @@
 // test samples are split over the ranks and summed, as training's evaluation does.
 #include <cmath>
 #include <cstdio>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,10 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "mpi/topology.hpp"
+#include "src/app/checkpoint_options.hpp"
 #include "src/app/cli.hpp"
-#include "src/core/error.hpp"
-#include "src/core/log.hpp"
-#include "src/eval/eval_checkpoint.hpp"
 #include "src/eval/eval_run.hpp"
 
 namespace squall::app {
@@ -23,8 +20,7 @@ namespace {
 using nlohmann::json;
 
 struct EvalArgs {
-  std::string checkpoint;
-  std::string run_dir;
+  CheckpointArgs from;
   std::string data;
   std::vector<std::string> overrides;
   bool json = false;
@@ -72,18 +68,12 @@ std::string result_text(const train::CheckpointModel& ck, const train::EvalResul
 
 int run_eval(Context& ctx, const EvalArgs& args) {
   const mpi::Topology topo = mpi::Topology::create(mpi::resolve_ranks_per_node(ctx.global.ranks_per_node));
-  const train::CheckpointModel ck =
-      train::read_checkpoint_args("eval", args.checkpoint, args.run_dir, topo.world());
+  const train::CheckpointModel ck = args.from.read(topo.world());
   train::EvalOptions options;
   options.overrides = args.overrides;
   options.data = args.data;
   const train::EvalResult r = train::evaluate_checkpoint(ck, options, topo);
-  if (topo.rank() == 0) {
-    if (args.json)
-      std::cout << result_json(ck, r).dump() << "\n" << std::flush;
-    else
-      std::cout << result_text(ck, r) << std::flush;
-  }
+  if (topo.rank() == 0) print_result(args.json, result_json(ck, r), result_text(ck, r), -1);
   return 0;
 }
 
@@ -92,11 +82,7 @@ int run_eval(Context& ctx, const EvalArgs& args) {
 void add_eval_command(CLI::App& root, Context& ctx, Actions& actions) {
   CLI::App* sub = root.add_subcommand("eval", "Evaluate a checkpoint on a test set");
   auto args = std::make_shared<EvalArgs>();
-  sub->add_option("--checkpoint", args->checkpoint, "The checkpoint: a step-NNNNNNNN folder or its model.h5")
-      ->type_name("PATH");
-  sub->add_option("--run", args->run_dir,
-                  "A run dir: its newest readable checkpoint (an unreadable one is named and the next older used)")
-      ->type_name("DIR");
+  add_checkpoint_options(*sub, args->from, " (an unreadable one is named and the next older used)");
   sub->add_option("--data", args->data, "Evaluate on this dataset instead of the run's data.test")->type_name("PATH");
   sub->add_option("--set", args->overrides,
                   "Override a key of the run's config: --set section.key=value (repeatable; e.g. "

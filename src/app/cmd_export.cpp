@@ -8,9 +8,9 @@
 
 #include "mpi/topology.hpp"
 #include "squall/version.hpp"
+#include "src/app/checkpoint_options.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
-#include "src/eval/eval_checkpoint.hpp"
 #include "src/eval/eval_run.hpp"
 #ifdef SQUALL_HAVE_ONNX
 #include "src/export/onnx_export.hpp"
@@ -20,8 +20,7 @@ namespace squall::app {
 namespace {
 
 struct ExportArgs {
-  std::string checkpoint;
-  std::string run_dir;
+  CheckpointArgs from;
   std::string format = "onnx";
   std::string out;
   std::string data;
@@ -29,7 +28,7 @@ struct ExportArgs {
 };
 
 int run_export(Context& ctx, const ExportArgs& args) {
-  train::check_checkpoint_args("export", args.checkpoint, args.run_dir);
+  args.from.check();
   if (args.format != "onnx") throw UsageError("export: unknown --format '" + args.format + "' (known: onnx)");
   if (args.batch < 0) throw UsageError("export: --batch must be 0 (dynamic) or positive");
 #ifndef SQUALL_HAVE_ONNX
@@ -38,8 +37,7 @@ int run_export(Context& ctx, const ExportArgs& args) {
               "at configure time; scripts/install-deps installs them)");
 #else
   const mpi::Topology topo = mpi::Topology::create(mpi::resolve_ranks_per_node(ctx.global.ranks_per_node));
-  const train::CheckpointModel ck =
-      train::read_checkpoint_args("export", args.checkpoint, args.run_dir, topo.world());
+  const train::CheckpointModel ck = args.from.read(topo.world());
   if (topo.rank() != 0) return 0;  // one writer
   train::EvalOptions options;
   options.data = args.data;
@@ -74,9 +72,7 @@ int run_export(Context& ctx, const ExportArgs& args) {
 void add_export_command(CLI::App& root, Context& ctx, Actions& actions) {
   CLI::App* sub = root.add_subcommand("export", "Export a checkpoint's model for inference (ONNX)");
   auto args = std::make_shared<ExportArgs>();
-  sub->add_option("--checkpoint", args->checkpoint, "The checkpoint: a step-NNNNNNNN folder or its model.h5")
-      ->type_name("PATH");
-  sub->add_option("--run", args->run_dir, "A run dir: its newest readable checkpoint")->type_name("DIR");
+  add_checkpoint_options(*sub, args->from);
   sub->add_option("--format", args->format, "The file format (onnx)")->type_name("FORMAT")->capture_default_str();
   sub->add_option("--out", args->out, "The file to write (replaced atomically)")->type_name("FILE")->required();
   sub->add_option("--batch", args->batch, "A fixed batch size in the graph (0: dynamic, named N)")

@@ -1,7 +1,6 @@
 // `squall info [--json]`: who runs where. One line per rank (rank, host, node, local rank,
 // devices) and, from rank 0, what this binary was built with.
 #include <cstdio>
-#include <iostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -45,7 +44,7 @@ std::string device_text(const json& devices) {
   return s;
 }
 
-void print_text(const json& doc) {
+std::string text_of(const json& doc) {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof(line), "squall %s: %d rank(s) on %d node(s)%s\n",
@@ -74,7 +73,7 @@ void print_text(const json& doc) {
   out += "  mpi: " + b["mpi_library"].get<std::string>() + " (MPI " + b["mpi_version"].get<std::string>() + ")\n";
   out += "  hdf5: " + b["hdf5_version"].get<std::string>() +
          (b["hdf5_parallel"].get<bool>() ? " (parallel)" : " (serial)") + "\n";
-  std::cout << out << std::flush;
+  return out;
 }
 
 int run_info(Context& ctx, bool as_json) {
@@ -95,10 +94,7 @@ int run_info(Context& ctx, bool as_json) {
            {"ranks", json::array()},
            {"build", build_json(cuda)}};
   for (const std::string& s : all) doc["ranks"].push_back(json::parse(s));
-  if (as_json)
-    std::cout << doc.dump(2) << std::endl;
-  else
-    print_text(doc);
+  print_result(as_json, doc, text_of(doc));
   return 0;
 }
 

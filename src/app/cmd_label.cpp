@@ -9,12 +9,12 @@
 //
 // Under mpirun, file i goes to rank i % size. A failure on any rank makes every rank exit 1
 // after one line from rank 0 naming the rank and the file (the ranks agree on the outcome
-// with a collective, as `squall stage` does).
+// through mpi::run_agreed, as `squall stage` does).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -161,9 +161,8 @@ int run_label(const LabelArgs& a) {
   }
   const std::vector<Item> files = input_items(a.in, netcdf);
 
-  std::string failure;  // empty: this rank did its share
   json mine;
-  try {
+  run_share_agreed(world, "data label", [&] {
     std::error_code ec;
     fs::create_directories(a.out, ec);  // the ranks race here; the check below decides
     if (!fs::is_directory(a.out))
@@ -171,33 +170,14 @@ int run_label(const LabelArgs& a) {
     mine = label_my_files(a, files, netcdf, world.rank(), world.size());
     const fs::path stats = fs::path(a.in) / "stats.h5";
     if (world.rank() == 0 && fs::exists(stats)) copy_atomically(stats, fs::path(a.out) / "stats.h5");
-  } catch (const std::exception& e) {
-    failure = e.what();
-  }
-
-  // Every rank reaches these collectives whatever happened above, so nobody waits forever.
-  const int64_t failed = world.allreduce_sum(failure.empty() ? int64_t{0} : int64_t{1});
-  const json report = failure.empty() ? json{{"files", mine}} : json{{"error", failure}};
-  const std::vector<std::string> reports = world.gather_strings(report.dump(), 0);
-  if (world.rank() != 0) return failed ? 1 : 0;
-
-  if (failed) {
-    for (size_t r = 0; r < reports.size(); ++r) {
-      const json doc = json::parse(reports[r]);
-      if (!doc.contains("error")) continue;
-      std::cerr << "squall: error: data label failed on rank " << r << ": " << doc["error"].get<std::string>()
-                << (failed > 1 ? " (" + std::to_string(failed) + " ranks failed)" : std::string()) << "\n"
-                << std::flush;
-      break;
-    }
-    return 1;
-  }
+  });
+  const std::vector<std::string> reports = world.gather_strings(mine.dump(), 0);
+  if (world.rank() != 0) return 0;
 
   json all = json::array();
   int64_t cyclones = 0, rivers = 0;
   for (const std::string& s : reports) {
-    json doc = json::parse(s);
-    for (json& f : doc["files"]) {
+    for (json& f : json::parse(s)) {
       cyclones += f["cyclones"].get<int64_t>();
       rivers += f["rivers"].get<int64_t>();
       all.push_back(std::move(f));
@@ -205,16 +185,13 @@ int run_label(const LabelArgs& a) {
   }
   std::sort(all.begin(), all.end(),
             [](const json& x, const json& y) { return x["file"].get<std::string>() < y["file"].get<std::string>(); });
-  if (a.json) {
-    std::cout << json{{"files", all}, {"cyclones", cyclones}, {"rivers", rivers}, {"out", a.out}}.dump(2) << std::endl;
-    return 0;
-  }
+  std::ostringstream text;
   for (const json& f : all)
-    std::cout << "  " << f["file"].get<std::string>() << ": " << f["cyclones"] << " cyclone(s), " << f["rivers"]
-              << " river(s)\n";
-  std::cout << "labelled " << all.size() << " file(s) into " << a.out << ": " << cyclones << " cyclone(s), " << rivers
-            << " atmospheric river(s)\n"
-            << std::flush;
+    text << "  " << f["file"].get<std::string>() << ": " << f["cyclones"] << " cyclone(s), " << f["rivers"]
+         << " river(s)\n";
+  text << "labelled " << all.size() << " file(s) into " << a.out << ": " << cyclones << " cyclone(s), " << rivers
+       << " atmospheric river(s)\n";
+  print_result(a.json, json{{"files", all}, {"cyclones", cyclones}, {"rivers", rivers}, {"out", a.out}}, text.str());
   return 0;
 }
 

@@ -12,7 +12,6 @@
 // samples/s and the scaling efficiency against the smallest node count.
 #include <cstdio>
 #include <fstream>
-#include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -358,60 +357,57 @@ int run_model(const ModelArgs& a) {
   }
 
   if (process_rank() > 0) return 0;  // under mpiexec every rank computes the same; rank 0 prints
-  if (a.json) {
-    json doc{{"model", cost.name},
-             {"knobs", knobs_json(cost.spec)},
-             {"input", {cost.c, cost.h, cost.w}},
-             {"classes", cost.classes},
-             {"parameters", cost.parameters},
-             {"forward_gflop_per_sample", cost.forward_flops / 1e9},
-             {"train_gflop_per_sample", cost.train_flops() / 1e9},
-             {"machine", machine_json(m)},
-             {"algorithm", train::algorithm_name(s.algorithm)},
-             {"allreduce", s.allreduce},
-             {"gradient_bytes", static_cast<double>(cost.parameters) * s.grad_bytes},
-             {"batch_per_learner", s.batch},
-             {"learners_per_gpu", s.learners},
-             {"overlap", s.overlap},
-             {"jitter", s.jitter},
-             {"cross_node", a.cross_node},
-             {"model_from", given ? "--params/--flops" : "zoo"},
-             {"rows", json::array()}};
-    for (const auto& r : rows) doc["rows"].push_back(row_json(r));
-    if (run) doc["calibration"] = measured;
-    std::cout << doc.dump(2) << std::endl;
-    return 0;
-  }
+  json doc{{"model", cost.name},
+           {"knobs", knobs_json(cost.spec)},
+           {"input", {cost.c, cost.h, cost.w}},
+           {"classes", cost.classes},
+           {"parameters", cost.parameters},
+           {"forward_gflop_per_sample", cost.forward_flops / 1e9},
+           {"train_gflop_per_sample", cost.train_flops() / 1e9},
+           {"machine", machine_json(m)},
+           {"algorithm", train::algorithm_name(s.algorithm)},
+           {"allreduce", s.allreduce},
+           {"gradient_bytes", static_cast<double>(cost.parameters) * s.grad_bytes},
+           {"batch_per_learner", s.batch},
+           {"learners_per_gpu", s.learners},
+           {"overlap", s.overlap},
+           {"jitter", s.jitter},
+           {"cross_node", a.cross_node},
+           {"model_from", given ? "--params/--flops" : "zoo"},
+           {"rows", json::array()}};
+  for (const auto& r : rows) doc["rows"].push_back(row_json(r));
+  if (run) doc["calibration"] = measured;
+  std::ostringstream out;
   char line[512];
   if (given)
-    std::cout << "model " << cost.name << " (given by --params and --flops, not built)"
-              << (cost.c > 0 ? " at input " + std::to_string(cost.c) + "x" + std::to_string(cost.h) + "x" +
-                                   std::to_string(cost.w)
-                             : std::string())
-              << "\n";
+    out << "model " << cost.name << " (given by --params and --flops, not built)"
+        << (cost.c > 0 ? " at input " + std::to_string(cost.c) + "x" + std::to_string(cost.h) + "x" +
+                             std::to_string(cost.w)
+                       : std::string())
+        << "\n";
   else
-    std::cout << "model " << model_text(cost) << " at input " << cost.c << "x" << cost.h << "x" << cost.w << ", "
-              << cost.classes << " classes\n";
+    out << "model " << model_text(cost) << " at input " << cost.c << "x" << cost.h << "x" << cost.w << ", "
+        << cost.classes << " classes\n";
   std::snprintf(line, sizeof line, "  parameters %lld (%.3f M); forward %.4f GFLOP/sample, training step %.4f GFLOP/sample\n",
                 static_cast<long long>(cost.parameters), cost.parameters / 1e6, cost.forward_flops / 1e9,
                 cost.train_flops() / 1e9);
-  std::cout << line;
+  out << line;
   std::snprintf(line, sizeof line,
                 "machine %s: %d GPU(s)/node, %s peak %.4g TF x %.0f%% = %.4g TF sustained; intra %.4g GB/s "
                 "%.3g us; inter %.4g GB/s/node %.3g us\n",
                 m.name.c_str(), m.gpus_per_node, train::k_precisions.name(m.precision), m.peak_flops / 1e12,
                 m.efficiency * 100, m.sustained_flops() / 1e12, m.intra_bw / 1e9, m.intra_latency * 1e6,
                 m.inter_bw / 1e9, m.inter_latency * 1e6);
-  std::cout << line;
+  out << line;
   std::snprintf(line, sizeof line,
                 "%s, %s allreduce of %.1f MB (%s gradients), cross-node %s, overlap %.2f, jitter %.3f; batch %lld per "
                 "learner, %d learner(s)/GPU\n",
                 train::algorithm_name(s.algorithm), s.allreduce.c_str(), cost.parameters * s.grad_bytes / 1e6,
                 a.comm.c_str(), a.cross_node.c_str(), s.overlap, s.jitter, static_cast<long long>(s.batch), s.learners);
-  std::cout << line;
+  out << line;
   // cross: the algorithm the hierarchical allreduce's cross-node stage takes (hd: halving-doubling).
-  std::cout << "   nodes    GPUs  learners  global_batch  compute_ms  straggler_ms  flat_ms  hier_ms  cross  exposed_ms"
-               "    io_ms   step_ms     samples/s  efficiency\n";
+  out << "   nodes    GPUs  learners  global_batch  compute_ms  straggler_ms  flat_ms  hier_ms  cross  exposed_ms"
+         "    io_ms   step_ms     samples/s  efficiency\n";
   for (const auto& r : rows) {
     const char* cross_text = r.nodes <= 1 ? "-" : r.cross == mpi::CrossAlgorithm::halving_doubling ? "hd" : "ring";
     std::snprintf(line, sizeof line,
@@ -419,13 +415,13 @@ int run_model(const ModelArgs& a) {
                   r.gpus, r.learners, static_cast<long long>(r.global_batch), r.compute_ms, r.straggler_ms,
                   r.allreduce_flat_ms, r.allreduce_hier_ms, cross_text, r.exposed_ms, r.io_ms, r.step_ms,
                   r.samples_per_s, r.efficiency);
-    std::cout << line;
+    out << line;
   }
   if (run) {
-    std::cout << "calibration: the run's " << model_text(*run_cost) << " at input " << run_cost->c << "x"
-              << run_cost->h << "x" << run_cost->w << ", " << run_cost->classes << " classes, "
-              << run_cost->parameters << " parameters (model from " << cal->model_from << ", input from "
-              << (cal->has_input ? cal->input_from : std::string("--input")) << ")\n";
+    out << "calibration: the run's " << model_text(*run_cost) << " at input " << run_cost->c << "x" << run_cost->h
+        << "x" << run_cost->w << ", " << run_cost->classes << " classes, " << run_cost->parameters
+        << " parameters (model from " << cal->model_from << ", input from "
+        << (cal->has_input ? cal->input_from : std::string("--input")) << ")\n";
     std::snprintf(line, sizeof line,
                   "calibration: %s on %d rank(s): measured %.1f samples/s (%.2f ms/step), predicted %.1f "
                   "(%.2f ms); %.4g GFLOP/s per rank, allreduce %.4g GB/s, %.3g us, overlap %.2f\n",
@@ -433,14 +429,15 @@ int run_model(const ModelArgs& a) {
                   measured["measured_step_ms"].get<double>(), measured["predicted_samples_per_s"].get<double>(),
                   measured["predicted_step_ms"].get<double>(), m.sustained_flops() / 1e9, m.intra_bw / 1e9,
                   m.intra_latency * 1e6, m.overlap);
-    std::cout << line;
+    out << line;
     if (fit) {
       std::snprintf(line, sizeof line, "allreduce fit (%s, %d ranks, %zu sizes): alpha %.3g us, beta %.4g GB/s, rms error %.1f%%\n",
                     fit->algo.c_str(), fit->ranks, fit->points, fit->alpha * 1e6, fit->beta / 1e9,
                     fit->rms_rel_error * 100);
-      std::cout << line;
+      out << line;
     }
   }
+  print_result(a.json, doc, out.str());
   return 0;
 }
 
@@ -473,9 +470,9 @@ void add_model_command(CLI::App& root, Context&, Actions& actions) {
   sub->add_option("--classes", args->classes, "Classes (default: the run's; else 10, or 3 for the segmentation models)");
   sub->add_option("--batch", args->batch, "Batch per learner (default: 32, or 2 for inputs over 100k values)");
   sub->add_option("--learners", args->learners, "Learners (model replicas) per GPU (default 1)");
-  sub->add_option("--machine", args->machine,
-                  "summit | perlmutter | frontier | cori-gpu | horovod-p100 | local (default summit; local with "
-                  "--calibrate)");
+  std::string machines;
+  for (const std::string& name : perf::machine_names()) machines += (machines.empty() ? "" : " | ") + name;
+  sub->add_option("--machine", args->machine, machines + " (default summit; local with --calibrate)");
   sub->add_option("--nodes", args->nodes, "Node counts, comma-separated (default 1,16,256,all)")->type_name("LIST");
   sub->add_option("--algorithm", args->algorithm, "ssgd (allreduce overlaps backward) | sma (overlaps forward+backward)");
   sub->add_option("--allreduce", args->allreduce, "The allreduce the step uses: hier (default) | flat");

@@ -9,17 +9,15 @@
 #include <vector>
 
 #include "mpi/topology.hpp"
+#include "src/app/checkpoint_options.hpp"
 #include "src/app/cli.hpp"
-#include "src/core/error.hpp"
-#include "src/eval/eval_checkpoint.hpp"
 #include "src/eval/predict.hpp"
 
 namespace squall::app {
 namespace {
 
 struct PredictArgs {
-  std::string checkpoint;
-  std::string run_dir;
+  CheckpointArgs from;
   train::PredictOptions options;
 };
 
@@ -42,8 +40,7 @@ std::string file_line(const train::PredictedFile& f) {
 
 int run_predict(Context& ctx, const PredictArgs& args) {
   const mpi::Topology topo = mpi::Topology::create(mpi::resolve_ranks_per_node(ctx.global.ranks_per_node));
-  const train::CheckpointModel ck =
-      train::read_checkpoint_args("predict", args.checkpoint, args.run_dir, topo.world());
+  const train::CheckpointModel ck = args.from.read(topo.world());
   const std::vector<train::PredictedFile> mine = train::predict_files(ck, args.options, topo);
   std::string text;
   int64_t files = 0;
@@ -67,9 +64,7 @@ int run_predict(Context& ctx, const PredictArgs& args) {
 void add_predict_command(CLI::App& root, Context& ctx, Actions& actions) {
   CLI::App* sub = root.add_subcommand("predict", "Apply a checkpoint's model to new files and write their masks");
   auto args = std::make_shared<PredictArgs>();
-  sub->add_option("--checkpoint", args->checkpoint, "The checkpoint: a step-NNNNNNNN folder or its model.h5")
-      ->type_name("PATH");
-  sub->add_option("--run", args->run_dir, "A run dir: its newest readable checkpoint")->type_name("DIR");
+  add_checkpoint_options(*sub, args->from);
   sub->add_option("--data", args->options.data, "Input files, or folders of them (labels not needed)")
       ->type_name("PATH")
       ->required()

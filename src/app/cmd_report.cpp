@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -501,10 +500,7 @@ int run_report(Context& ctx, const ReportArgs& args) {
   const std::string md = "# squall report\n\n" + markdown(runs, base, cuda);
   io::write_text_file((out / "report.md").string(), md);
   write_plots(runs, base, cuda, out);
-  if (args.json)
-    std::cout << table_json(runs).dump(2) << "\n" << std::flush;
-  else
-    std::cout << md << std::flush;
+  print_result(args.json, table_json(runs), md);
   return 0;
 }
 

@@ -10,11 +10,10 @@
 //
 // A failure on any rank (missing --from, an unreadable file, a full disk, a copy that does
 // not verify) makes every rank exit 1 after one line from rank 0 naming the rank and the
-// file: the ranks agree on the outcome with a collective instead of aborting the job.
+// file: the ranks agree on the outcome (mpi::run_agreed) instead of aborting the job.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 #include <memory>
 #include <string>
 
@@ -71,24 +70,19 @@ int run_stage(Context& ctx, const StageArgs& a) {
   const Stopwatch timer;
   const int64_t start_ms = static_cast<int64_t>(system_seconds() * 1000.0);
   json mine;
-  std::string failure;  // empty: this rank did its share
-  try {
+  int64_t ns = 0;  // this rank's share, without the wait for the others
+  run_share_agreed(world, "stage", [&] {
     mine = stage_my_files(a, topo, node_sizes);
-  } catch (const std::exception& e) {
-    failure = e.what();
-  }
-  const auto ns = static_cast<int64_t>(timer.seconds() * 1e9);
-
-  // Every rank reaches these collectives whatever happened above, so nobody waits forever.
-  const int64_t failed = world.allreduce_sum(failure.empty() ? int64_t{0} : int64_t{1});
-  const double seconds = static_cast<double>(world.allreduce_max(static_cast<int64_t>(ns))) * 1e-9;
+    ns = static_cast<int64_t>(timer.seconds() * 1e9);
+  });
+  const double seconds = static_cast<double>(world.allreduce_max(ns)) * 1e-9;
   // Each node's first rank records the staging beside the node's files (io::StageRecord), once
   // every rank has done its share.
   int64_t my_bytes = 0;
-  for (const json& f : mine.is_array() ? mine : json::array()) my_bytes += f["bytes"].get<int64_t>();
-  const int64_t node_files = topo.node_comm().allreduce_sum(static_cast<int64_t>(mine.is_array() ? mine.size() : 0));
+  for (const json& f : mine) my_bytes += f["bytes"].get<int64_t>();
+  const int64_t node_files = topo.node_comm().allreduce_sum(static_cast<int64_t>(mine.size()));
   const int64_t node_bytes = topo.node_comm().allreduce_sum(my_bytes);
-  if (failed == 0 && topo.local_rank() == 0) {
+  if (topo.local_rank() == 0) {
     try {
       io::StageRecord record;
       record.start_ms = start_ms;
@@ -101,28 +95,13 @@ int run_stage(Context& ctx, const StageArgs& a) {
       log::warn(std::string("stage: cannot write the stage record: ") + e.what());
     }
   }
-  const json report = failure.empty() ? json{{"files", mine}} : json{{"error", failure}};
-  const std::vector<std::string> reports = world.gather_strings(report.dump(), 0);
-  if (topo.rank() != 0) return failed ? 1 : 0;
-
-  if (failed) {
-    for (size_t r = 0; r < reports.size(); ++r) {
-      const json doc = json::parse(reports[r]);
-      if (!doc.contains("error")) continue;
-      // One line, from the first rank that failed; the count says whether others did too.
-      std::cerr << "squall: error: stage failed on rank " << r << ": " << doc["error"].get<std::string>()
-                << (failed > 1 ? " (" + std::to_string(failed) + " ranks failed)" : std::string()) << "\n"
-                << std::flush;
-      break;
-    }
-    return 1;
-  }
+  const std::vector<std::string> reports = world.gather_strings(mine.dump(), 0);
+  if (topo.rank() != 0) return 0;
 
   json files = json::array();
   int64_t copied = 0, skipped = 0, bytes = 0;
   for (const std::string& s : reports) {
-    json doc = json::parse(s);
-    for (json& f : doc["files"]) {
+    for (json& f : json::parse(s)) {
       if (f["action"] == "copied") {
         ++copied;
         bytes += f["bytes"].get<int64_t>();
@@ -137,12 +116,8 @@ int run_stage(Context& ctx, const StageArgs& a) {
            std::pair(y["node"].get<int>(), y["file"].get<std::string>());
   });
   const double gbps = seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
-  if (a.json) {
-    json doc{{"files_copied", copied}, {"files_skipped", skipped}, {"bytes", bytes}, {"seconds", seconds},
-             {"GBps", gbps}, {"nodes", topo.nodes()}, {"sampling", a.sampling}, {"files", files}};
-    std::cout << doc.dump(2) << std::endl;
-    return 0;
-  }
+  const json doc{{"files_copied", copied}, {"files_skipped", skipped}, {"bytes", bytes}, {"seconds", seconds},
+                 {"GBps", gbps}, {"nodes", topo.nodes()}, {"sampling", a.sampling}, {"files", files}};
   std::string out;
   for (const json& f : files)
     out += "  node " + std::to_string(f["node"].get<int>()) + "  " + f["action"].get<std::string>() + "  " +
@@ -153,7 +128,7 @@ int run_stage(Context& ctx, const StageArgs& a) {
                 "%.3f GB in %.2f s, %.2f GB/s\n",
                 topo.nodes(), static_cast<long long>(copied), static_cast<long long>(skipped),
                 static_cast<double>(bytes) / 1e9, seconds, gbps);
-  std::cout << out << line << std::flush;
+  print_result(a.json, doc, out + line);
   return 0;
 }
 

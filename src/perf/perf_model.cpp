@@ -95,94 +95,89 @@ std::string knobs_text(const nn::ModelSpec& spec) {
 }
 
 // ---- the machine --------------------------------------------------------------------------
-std::vector<std::string> machine_names() {
-  return {"summit", "perlmutter", "frontier", "cori-gpu", "horovod-p100", "local"};
-}
+namespace {
 
-Machine machine_preset(const std::string& name, Precision precision) {
-  const bool reduced = precision != Precision::fp32;
-  Machine m;
-  m.name = name;
-  m.precision = precision;
-  m.efficiency = 0.4;  // convolution-heavy training: an assumption, docs/model.md
-  if (name == "summit") {
+// One published machine. Bandwidths per direction in bytes/s, peaks per GPU in FLOP/s. The
+// latencies are estimates (no published figure): 3 us per ring step inside a node, 5 us across.
+struct MachinePreset {
+  const char* name;
+  int gpus_per_node, max_nodes;
+  double peak_fp32, peak_reduced;  // the reduced one: fp16 (or bf16) on the tensor/matrix cores
+  double intra_bw, intra_latency, inter_bw, inter_latency, nvme_bw;
+  const char* without_bf16;        // the GPU, when it has no bf16; nullptr when it has
+  const char* notes;
+};
+
+constexpr MachinePreset k_machine_presets[] = {
     // OLCF Summit user guide: 6 NVIDIA V100 (SXM2, 16 GB) per node, 4,608 nodes; NVLink2
     // 50 GB/s per direction between connected GPUs; dual-rail EDR InfiniBand, 2 x 12.5 GB/s;
     // 1.6 TB NVMe, about 6 GB/s read.
-    if (precision == Precision::bf16) throw UsageError("precision 'bf16': V100 has no bf16 (use fp16 or fp32)");
-    m.gpus_per_node = 6;
-    m.max_nodes = 4608;
-    m.peak_flops = reduced ? 125e12 : 15.7e12;
-    m.intra_bw = 50e9;
-    m.intra_latency = 3e-6;   // estimate
-    m.inter_bw = 25e9;
-    m.inter_latency = 5e-6;   // estimate
-    m.nvme_bw = 6e9;
-    m.notes = "6 V100/node, 15.7 TF fp32 / 125 TF fp16 tensor peak, NVLink2 50 GB/s, 2x EDR IB 25 GB/s/node, NVMe 6 GB/s";
-  } else if (name == "perlmutter") {
+    {"summit", 6, 4608, 15.7e12, 125e12, 50e9, 3e-6, 25e9, 5e-6, 6e9, "V100",
+     "6 V100/node, 15.7 TF fp32 / 125 TF fp16 tensor peak, NVLink2 50 GB/s, 2x EDR IB 25 GB/s/node, NVMe 6 GB/s"},
     // NERSC Perlmutter architecture page: 1,792 GPU nodes of 4 NVIDIA A100 (40 GB), NVLink3
     // (4 links of 25 GB/s per direction between each pair of GPUs), 4 Slingshot-11 NICs of
     // 25 GB/s; no node-local NVMe on compute nodes.
-    m.gpus_per_node = 4;
-    m.max_nodes = 1792;
-    m.peak_flops = reduced ? 312e12 : 19.5e12;
-    m.intra_bw = 100e9;
-    m.intra_latency = 3e-6;   // estimate
-    m.inter_bw = 100e9;
-    m.inter_latency = 5e-6;   // estimate
-    m.nvme_bw = 0;
-    m.notes = "4 A100/node, 19.5 TF fp32 / 312 TF fp16-bf16 tensor peak, NVLink3 100 GB/s per pair, 4x Slingshot-11 100 GB/s/node";
-  } else if (name == "frontier") {
+    {"perlmutter", 4, 1792, 19.5e12, 312e12, 100e9, 3e-6, 100e9, 5e-6, 0, nullptr,
+     "4 A100/node, 19.5 TF fp32 / 312 TF fp16-bf16 tensor peak, NVLink3 100 GB/s per pair, 4x Slingshot-11 100 "
+     "GB/s/node"},
     // OLCF Frontier user guide: 9,408 nodes of 4 AMD MI250X = 8 GCDs; Infinity Fabric 200 GB/s
     // between the GCDs of one MI250X, 50-100 GB/s between packages (the ring's slowest link:
-    // 50 GB/s); 4 Slingshot-11 NICs of 25 GB/s; 2 NVMe of 1.92 TB.
-    m.gpus_per_node = 8;
-    m.max_nodes = 9408;
-    m.peak_flops = reduced ? 191.5e12 : 23.95e12;  // per GCD: half an MI250X
-    m.intra_bw = 50e9;
-    m.intra_latency = 3e-6;   // estimate
-    m.inter_bw = 100e9;
-    m.inter_latency = 5e-6;   // estimate
-    m.nvme_bw = 8e9;          // estimate: two drives' sequential read
-    m.notes = "8 MI250X GCDs/node, 23.9 TF fp32 / 191.5 TF fp16 matrix peak per GCD, Infinity Fabric >= 50 GB/s, 4x Slingshot-11 100 GB/s/node";
-  } else if (name == "cori-gpu") {
+    // 50 GB/s); 4 Slingshot-11 NICs of 25 GB/s; 2 NVMe of 1.92 TB (8 GB/s: an estimate, two
+    // drives' sequential read). The peaks are per GCD: half an MI250X.
+    {"frontier", 8, 9408, 23.95e12, 191.5e12, 50e9, 3e-6, 100e9, 5e-6, 8e9, nullptr,
+     "8 MI250X GCDs/node, 23.9 TF fp32 / 191.5 TF fp16 matrix peak per GCD, Infinity Fabric >= 50 GB/s, 4x "
+     "Slingshot-11 100 GB/s/node"},
     // NERSC Cori GPU nodes (the MLPerf HPC v0.7 DeepCAM submission's system description):
     // 18 nodes of 8 NVIDIA V100 (SXM2) in an NVLink2 hybrid cube-mesh (25 GB/s per link per
     // direction: the ring's hop), 4 Mellanox ConnectX-5 EDR InfiniBand cards (12.5 GB/s each,
     // one port each taken as cabled: an assumption); node-local NVMe of unknown bandwidth
     // (I/O not modelled: that run read from the Lustre scratch file system).
-    if (precision == Precision::bf16) throw UsageError("precision 'bf16': V100 has no bf16 (use fp16 or fp32)");
-    m.gpus_per_node = 8;
-    m.max_nodes = 18;
-    m.peak_flops = reduced ? 125e12 : 15.7e12;
-    m.intra_bw = 25e9;
-    m.intra_latency = 3e-6;   // estimate
-    m.inter_bw = 50e9;
-    m.inter_latency = 5e-6;   // estimate
-    m.nvme_bw = 0;
-    m.notes = "8 V100/node, 15.7 TF fp32 / 125 TF fp16 tensor peak, NVLink2 cube-mesh 25 GB/s per link, 4x EDR IB 50 GB/s/node";
-  } else if (name == "horovod-p100") {
+    {"cori-gpu", 8, 18, 15.7e12, 125e12, 25e9, 3e-6, 50e9, 5e-6, 0, "V100",
+     "8 V100/node, 15.7 TF fp32 / 125 TF fp16 tensor peak, NVLink2 cube-mesh 25 GB/s per link, 4x EDR IB 50 GB/s/node"},
     // The cluster of the Horovod paper's benchmark (Sergeev & Del Balso 2018; Horovod's
     // benchmarks page): 128 servers of 4 Pascal GPUs, RoCE at 25 Gbit/s = 3.125 GB/s per
     // server. The GPU model is not stated: taken as the P100 PCIe (9.3 TF fp32, 18.7 TF fp16,
     // NVIDIA data sheet), its GPUs joined by PCIe 3.0 x16 (15.75 GB/s per direction).
-    if (precision == Precision::bf16) throw UsageError("precision 'bf16': P100 has no bf16 (use fp16 or fp32)");
-    m.gpus_per_node = 4;
-    m.max_nodes = 128;
-    m.peak_flops = reduced ? 18.7e12 : 9.3e12;
-    m.intra_bw = 15.75e9;
-    m.intra_latency = 3e-6;   // estimate
-    m.inter_bw = 3.125e9;
-    m.inter_latency = 5e-6;   // estimate
-    m.nvme_bw = 0;
-    m.notes = "4 P100 (PCIe)/server, 9.3 TF fp32 / 18.7 TF fp16 peak, PCIe 3.0 x16 15.75 GB/s, 25 Gbit/s RoCE 3.125 GB/s/server";
-  } else if (name == "local") {
+    {"horovod-p100", 4, 128, 9.3e12, 18.7e12, 15.75e9, 3e-6, 3.125e9, 5e-6, 0, "P100",
+     "4 P100 (PCIe)/server, 9.3 TF fp32 / 18.7 TF fp16 peak, PCIe 3.0 x16 15.75 GB/s, 25 Gbit/s RoCE 3.125 "
+     "GB/s/server"},
+};
+
+}  // namespace
+
+std::vector<std::string> machine_names() {
+  std::vector<std::string> names;
+  for (const MachinePreset& p : k_machine_presets) names.push_back(p.name);
+  names.push_back("local");  // calibrated from a run, never a preset
+  return names;
+}
+
+Machine machine_preset(const std::string& name, Precision precision) {
+  if (name == "local")
     throw UsageError("machine 'local' has no preset: give --calibrate RUN_DIR (a squall run's summary.json)");
-  } else {
+  const MachinePreset* p = nullptr;
+  for (const MachinePreset& row : k_machine_presets)
+    if (name == row.name) p = &row;
+  if (p == nullptr) {
     std::string known;
     for (const auto& n : machine_names()) known += (known.empty() ? "" : ", ") + n;
     throw UsageError("unknown machine '" + name + "' (known: " + known + ")");
   }
+  if (precision == Precision::bf16 && p->without_bf16 != nullptr)
+    throw UsageError(std::string("precision 'bf16': ") + p->without_bf16 + " has no bf16 (use fp16 or fp32)");
+  Machine m;
+  m.name = name;
+  m.precision = precision;
+  m.efficiency = 0.4;  // convolution-heavy training: an assumption, docs/model.md
+  m.gpus_per_node = p->gpus_per_node;
+  m.max_nodes = p->max_nodes;
+  m.peak_flops = precision == Precision::fp32 ? p->peak_fp32 : p->peak_reduced;
+  m.intra_bw = p->intra_bw;
+  m.intra_latency = p->intra_latency;
+  m.inter_bw = p->inter_bw;
+  m.inter_latency = p->inter_latency;
+  m.nvme_bw = p->nvme_bw;
+  m.notes = p->notes;
   return m;
 }
 

@@ -1,10 +1,12 @@
-// The subcommands that live in their own files (eval, predict, export, stage, report, model) and the `data` and
-// `bench` groups, added to the root in the order `squall --help` lists them.
+// Every subcommand (each in its own cmd_*.cpp) and the `data` and `bench` groups, added to the
+// root in the order `squall --help` lists them.
 #include "src/app/cli.hpp"
 
 namespace squall::app {
 
-void add_stub_commands(CLI::App& root, Context& ctx, Actions& actions) {
+void add_commands(CLI::App& root, Context& ctx, Actions& actions) {
+  add_info_command(root, ctx, actions);
+  add_train_command(root, ctx, actions);
   add_eval_command(root, ctx, actions);
   add_predict_command(root, ctx, actions);
   add_export_command(root, ctx, actions);
