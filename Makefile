@@ -13,7 +13,7 @@ MAKEFLAGS += --no-print-directory
 export OMPI_ALLOW_RUN_AS_ROOT         := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps configure build demo demo-climate test clean
+.PHONY: all deps configure build squall demo demo-climate test clean
 
 all: build
 
@@ -26,11 +26,16 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The program alone: what the demos run. The test binaries (and their ThreadSanitizer copies)
+# are built by `make test`.
+squall: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target squall
+
 # The demo: who runs where, then LeNet-5 trained on Debian's Fashion-MNIST by 2 ranks x 2
 # learners with synchronous model averaging (Crossbow's SMA) through the hierarchical
 # allreduce: 5 epochs, 15-35 s on two cores, ending with the test accuracy and throughput.
 # --overwrite: a second `make demo` replaces the first one's run dir (runs/fashion-mnist-sma).
-demo: build
+demo: squall
 	mpirun -np $(NP) --oversubscribe $(BUILD)/bin/squall info
 	mpirun -np $(NP) --oversubscribe $(BUILD)/bin/squall train --config configs/fashion-mnist-sma.toml --overwrite
 
@@ -40,7 +45,7 @@ demo: build
 # the held-out mean IoU and the IoU of each class; then the trained model writes masks for the
 # held-out fields as the generator wrote them, before labelling (squall predict, CF netCDF).
 CLIMATE ?= data/climate-tiny
-demo-climate: build
+demo-climate: squall
 	$(BUILD)/bin/squall data climate --out $(CLIMATE)/raw-train --samples 640 --height 96 --width 144 --seed 11
 	$(BUILD)/bin/squall data climate --out $(CLIMATE)/raw-test --samples 64 --height 96 --width 144 --seed 12
 	$(BUILD)/bin/squall data label --in $(CLIMATE)/raw-train --out $(CLIMATE)/train

@@ -42,6 +42,10 @@ class ShardWriter {
   std::unique_ptr<Impl> m_impl;
 };
 
+// The first sample of shard i of `shards` over n samples: shard i holds [i*n/shards,
+// (i+1)*n/shards), so shard sizes differ by at most one.
+inline int64_t shard_begin(int64_t n, int shards, int i) { return n * i / shards; }
+
 // "train-00003-of-00016.h5"
 std::string shard_name(const std::string& split, int index, int count);
 

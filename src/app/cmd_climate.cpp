@@ -64,9 +64,6 @@ std::string sample_name(int64_t index, int64_t samples) {
   return "data-" + std::string(digits - std::min(digits, number.size()), '0') + number + ".h5";
 }
 
-// Shard i of `shards` holds samples [i*n/shards, (i+1)*n/shards).
-int64_t shard_begin(int64_t n, int shards, int i) { return n * i / shards; }
-
 // The files this run writes, by name (no folder).
 std::set<std::string> output_names(const ClimateArgs& a) {
   std::set<std::string> names;
@@ -153,7 +150,7 @@ void write_shards(const ClimateArgs& a, const std::vector<int>& my_shards, const
   for (const int sh : my_shards) {
     io::ShardWriter writer((fs::path(a.out) / io::shard_name(a.split, sh, a.shards)).string(),
                            nn::Shape(1, k_c, a.height, a.width), io::SampleType::float32, true, 0, meta);
-    for (int64_t i = shard_begin(a.samples, a.shards, sh); i < shard_begin(a.samples, a.shards, sh + 1); ++i) {
+    for (int64_t i = io::shard_begin(a.samples, a.shards, sh); i < io::shard_begin(a.samples, a.shards, sh + 1); ++i) {
       const data::ClimateSample s = data::generate_climate_sample(a.height, a.width, static_cast<uint64_t>(a.seed), i);
       for (int64_t p = 0; p < plane; ++p)
         for (int64_t c = 0; c < k_c; ++c) chw[static_cast<size_t>(c * plane + p)] = s.hwc[static_cast<size_t>(p * k_c + c)];
@@ -178,7 +175,7 @@ int run_climate(const ClimateArgs& a) {
   if (shards) {
     for (int sh = rank; sh < a.shards; sh += size) {
       my_shards.push_back(sh);
-      for (int64_t i = shard_begin(a.samples, a.shards, sh); i < shard_begin(a.samples, a.shards, sh + 1); ++i)
+      for (int64_t i = io::shard_begin(a.samples, a.shards, sh); i < io::shard_begin(a.samples, a.shards, sh + 1); ++i)
         mine.push_back(i);
     }
   } else {

@@ -73,9 +73,6 @@ struct StatsAccumulator {
   }
 };
 
-// Shard i of `shards` holds samples [i*n/shards, (i+1)*n/shards): sizes differ by at most one.
-int64_t shard_begin(int64_t n, int shards, int i) { return n * i / shards; }
-
 // ---- fashion-mnist ---------------------------------------------------------------------
 
 struct FashionArgs {
@@ -138,7 +135,7 @@ int run_fashion_mnist(const FashionArgs& args) {
     for (int s = 0; s < shards; ++s) {
       const std::string path = (fs::path(args.out) / io::shard_name(split, s, shards)).string();
       io::ShardWriter writer(path, sample, io::SampleType::uint8, false, args.compression, meta);
-      for (int64_t i = shard_begin(n, shards, s); i < shard_begin(n, shards, s + 1); ++i)
+      for (int64_t i = io::shard_begin(n, shards, s); i < io::shard_begin(n, shards, s + 1); ++i)
         writer.append(pixels.data() + i * per, &labels[static_cast<size_t>(i)]);
       writer.close();
     }
@@ -182,7 +179,7 @@ int run_deepcam(const DeepcamArgs& args) {
   for (int s = 0; s < shards; ++s) {
     const std::string path = (fs::path(args.out) / io::shard_name(args.split, s, shards)).string();
     io::ShardWriter writer(path, sample, io::SampleType::float32, true, args.compression, meta);
-    for (int64_t i = shard_begin(n, shards, s); i < shard_begin(n, shards, s + 1); ++i) {
+    for (int64_t i = io::shard_begin(n, shards, s); i < io::shard_begin(n, shards, s + 1); ++i) {
       source->read(std::span<const int64_t>(&i, 1), image.data(), labels.data());
       writer.append(image.data(), labels.data());
     }

@@ -3,19 +3,20 @@
 // case that fails on one rank fails the test on all of them (and mpiexec never sees a mix
 // of passing and failing ranks). A run in which nothing failed and some rank skipped a case
 // (SQUALL_SKIP, support/skip.hpp) exits 77 on every rank: CTest reports it as skipped.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <mpi.h>
 
+#include <cstdio>
+
+
 #include "mpi/runtime.hpp"
+#include "tests/support/catch_session.hpp"
 #include "tests/support/skip.hpp"
 
 int main(int argc, char** argv) {
   squall::mpi::Runtime runtime(argc, argv);
-  Catch::Session session;
-  if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
-  if (runtime.rank() != 0) session.configData().reporterName = "compact";
-  int failed = session.run() != 0 ? 1 : 0;
+  if (const int rc = squall::test::catch_parse(argc, argv); rc != 0) return rc;
+  if (runtime.rank() != 0) squall::test::catch_use_reporter("compact");
+  int failed = squall::test::catch_run() != 0 ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (failed && runtime.rank() == 0) std::fprintf(stderr, "mpi test: a case failed on at least one rank\n");
   int skipped = squall::test::skip_count() > 0 ? 1 : 0;
