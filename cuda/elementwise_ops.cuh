@@ -63,51 +63,39 @@ struct ReluForwardOp {
   }
 };
 
-template <class T>
-struct ReluBackwardOp {
-  const T *y, *dy;
-  T* dx;
-  template <int N, class I>
-  __host__ __device__ void apply(I i) const {
-    T a[N], d[N], out[N];
-    load_elems<N>(y + i, a);
-    load_elems<N>(dy + i, d);
-#pragma unroll
-    for (int j = 0; j < N; ++j) out[j] = from_float<T>(to_float(a[j]) > 0.0f ? to_float(d[j]) : 0.0f);
-    store_elems<N>(dx + i, out);
-  }
-};
-
-// y may alias a or b (each element is read before it is written, by the same thread).
-template <class T>
-struct AddOp {
+// out = f(a, b) element by element, through float: the two-input bodies differ only in f.
+// out may alias a or b (each element is read before it is written, by the same thread).
+template <class T, class F>
+struct ZipOp {
   const T *a, *b;
-  T* y;
+  T* out;
   template <int N, class I>
   __host__ __device__ void apply(I i) const {
-    T u[N], v[N], out[N];
+    T u[N], v[N], r[N];
     load_elems<N>(a + i, u);
     load_elems<N>(b + i, v);
 #pragma unroll
-    for (int j = 0; j < N; ++j) out[j] = from_float<T>(to_float(u[j]) + to_float(v[j]));
-    store_elems<N>(y + i, out);
+    for (int j = 0; j < N; ++j) r[j] = from_float<T>(F{}(to_float(u[j]), to_float(v[j])));
+    store_elems<N>(out + i, r);
   }
 };
 
-template <class T>
-struct MultiplyOp {
-  const T *a, *b;
-  T* y;
-  template <int N, class I>
-  __host__ __device__ void apply(I i) const {
-    T u[N], v[N], out[N];
-    load_elems<N>(a + i, u);
-    load_elems<N>(b + i, v);
-#pragma unroll
-    for (int j = 0; j < N; ++j) out[j] = from_float<T>(to_float(u[j]) * to_float(v[j]));
-    store_elems<N>(y + i, out);
-  }
+struct ReluGradient {  // (y, dy): dy where the forward's output was positive
+  __host__ __device__ float operator()(float y, float dy) const { return y > 0.0f ? dy : 0.0f; }
 };
+struct Plus {
+  __host__ __device__ float operator()(float u, float v) const { return u + v; }
+};
+struct Times {
+  __host__ __device__ float operator()(float u, float v) const { return u * v; }
+};
+
+template <class T>
+using ReluBackwardOp = ZipOp<T, ReluGradient>;  // {y, dy, dx}
+template <class T>
+using AddOp = ZipOp<T, Plus>;  // {a, b, y}
+template <class T>
+using MultiplyOp = ZipOp<T, Times>;  // {a, b, y}
 
 struct AxpyOp {
   float alpha;

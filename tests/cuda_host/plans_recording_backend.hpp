@@ -26,6 +26,12 @@ struct Traffic {
 };
 using TrafficTable = std::map<std::string, Traffic>;
 
+// `launches` launches of kind `what`, moving `bytes` between them.
+inline void note(TrafficTable& t, const std::string& what, double bytes, size_t launches = 1) {
+  t[what].launches += launches;
+  t[what].bytes += bytes;
+}
+
 namespace detail {
 
 inline double size_of(nn::DType t) { return static_cast<double>(nn::dtype_size(t)); }
@@ -41,7 +47,7 @@ class TallyingConvPlan final : public nn::ConvPlan {
     m_y = static_cast<double>(d.output().numel());
   }
   void forward(nn::Stream& s, const void* x, const float* w, const float* b, void* y) override {
-    if (m_copy) note("conv weights to the plan's copy", m_w * (4 + size_of(m_d.dtype)));
+    if (m_copy) note(m_t, "conv weights to the plan's copy", m_w * (4 + size_of(m_d.dtype)));
     after_forward(b);
     m_inner->forward(s, x, w, b, y);
   }
@@ -54,29 +60,25 @@ class TallyingConvPlan final : public nn::ConvPlan {
   // so the tally's bytes are the CUDA one's, the memory the CPU plan's.
   nn::WeightMirror weight_mirror() const override { return m_inner->weight_mirror(); }
   void backward_data(nn::Stream& s, const void* dy, const float* w, void* dx) override {
-    if (dx != nullptr) note("cuDNN/cuBLAS calls", 0);
+    if (dx != nullptr) note(m_t, "cuDNN/cuBLAS calls", 0);
     m_inner->backward_data(s, dy, w, dx);
   }
   void backward_weights(nn::Stream& s, const void* x, const void* dy, float* dw, float* db) override {
-    note("cuDNN/cuBLAS calls", 0);
-    if (m_copy) note("conv weight gradient from the plan's copy", m_w * (4 + size_of(m_d.dtype)));
+    note(m_t, "cuDNN/cuBLAS calls", 0);
+    if (m_copy) note(m_t, "conv weight gradient from the plan's copy", m_w * (4 + size_of(m_d.dtype)));
     if (m_d.bias && db != nullptr) {
-      if (m_copy) note("bias gradient (2 passes)", m_y * size_of(m_d.dtype), 2);
-      else note("cuDNN/cuBLAS calls", 0);
+      if (m_copy) note(m_t, "bias gradient (2 passes)", m_y * size_of(m_d.dtype), 2);
+      else note(m_t, "cuDNN/cuBLAS calls", 0);
     }
     m_inner->backward_weights(s, x, dy, dw, db);
   }
 
  private:
-  void note(const std::string& what, double bytes, size_t launches = 1) {
-    m_t[what].launches += launches;
-    m_t[what].bytes += bytes;
-  }
   void after_forward(const float* b) {
-    note("cuDNN/cuBLAS calls", 0);
+    note(m_t, "cuDNN/cuBLAS calls", 0);
     if (!m_d.bias || b == nullptr) return;
-    if (m_copy) note("bias add", 2 * m_y * size_of(m_d.dtype));
-    else note("cuDNN/cuBLAS calls", 0);
+    if (m_copy) note(m_t, "bias add", 2 * m_y * size_of(m_d.dtype));
+    else note(m_t, "cuDNN/cuBLAS calls", 0);
   }
 
   std::unique_ptr<nn::ConvPlan> m_inner;
@@ -95,32 +97,28 @@ class TallyingLinearPlan final : public nn::LinearPlan {
   void forward(nn::Stream& s, const void* x, const float* w, const float* b, void* y) override {
     const bool reduced = m_d.dtype != nn::DType::f32;
     const double weights = static_cast<double>(m_d.in * m_d.out), out = static_cast<double>(m_d.n * m_d.out);
-    if (reduced) note("linear weights to the plan's copy", weights * (4 + size_of(m_d.dtype)));
-    note("cuDNN/cuBLAS calls", 0);
+    if (reduced) note(m_t, "linear weights to the plan's copy", weights * (4 + size_of(m_d.dtype)));
+    note(m_t, "cuDNN/cuBLAS calls", 0);
     if (m_d.bias && b != nullptr) {
-      if (reduced) note("bias add", 2 * out * size_of(m_d.dtype));
-      else note("cuDNN/cuBLAS calls", 0);
+      if (reduced) note(m_t, "bias add", 2 * out * size_of(m_d.dtype));
+      else note(m_t, "cuDNN/cuBLAS calls", 0);
     }
     m_inner->forward(s, x, w, b, y);
   }
   void backward_data(nn::Stream& s, const void* dy, const float* w, void* dx) override {
-    if (dx != nullptr) note("cuDNN/cuBLAS calls", 0);
+    if (dx != nullptr) note(m_t, "cuDNN/cuBLAS calls", 0);
     m_inner->backward_data(s, dy, w, dx);
   }
   void backward_weights(nn::Stream& s, const void* x, const void* dy, float* dw, float* db) override {
-    note("cuDNN/cuBLAS calls", 0);
+    note(m_t, "cuDNN/cuBLAS calls", 0);
     if (m_d.bias && db != nullptr) {
-      if (m_d.dtype != nn::DType::f32) note("bias gradient (2 passes)", static_cast<double>(m_d.n * m_d.out) * size_of(m_d.dtype), 2);
-      else note("cuDNN/cuBLAS calls", 0);
+      if (m_d.dtype != nn::DType::f32) note(m_t, "bias gradient (2 passes)", static_cast<double>(m_d.n * m_d.out) * size_of(m_d.dtype), 2);
+      else note(m_t, "cuDNN/cuBLAS calls", 0);
     }
     m_inner->backward_weights(s, x, dy, dw, db);
   }
 
  private:
-  void note(const std::string& what, double bytes, size_t launches = 1) {
-    m_t[what].launches += launches;
-    m_t[what].bytes += bytes;
-  }
   std::unique_ptr<nn::LinearPlan> m_inner;
   nn::LinearDesc m_d;
   TrafficTable& m_t;
@@ -220,29 +218,29 @@ class RecordingBackend final : public nn::Backend {
   nn::Buffer allocate(size_t count, nn::DType t) override { return m_cpu->allocate(count, t); }
   nn::Buffer allocate_host(size_t count, nn::DType t) override { return m_cpu->allocate_host(count, t); }
   void copy_bytes_from_host(nn::Stream& s, void* dst, const void* src, size_t bytes) override {
-    if (bytes) note("copies", static_cast<double>(bytes));
+    if (bytes) note(m_traffic, "copies", static_cast<double>(bytes));
     m_cpu->copy_bytes_from_host(s, dst, src, bytes);
   }
   void copy_bytes_to_host(nn::Stream& s, void* dst, const void* src, size_t bytes) override {
-    if (bytes) note("copies", static_cast<double>(bytes));
+    if (bytes) note(m_traffic, "copies", static_cast<double>(bytes));
     m_cpu->copy_bytes_to_host(s, dst, src, bytes);
   }
   void copy_bytes(nn::Stream& s, void* dst, const void* src, size_t bytes) override {
-    if (bytes && dst != src) note("copies", 2.0 * static_cast<double>(bytes));
+    if (bytes && dst != src) note(m_traffic, "copies", 2.0 * static_cast<double>(bytes));
     m_cpu->copy_bytes(s, dst, src, bytes);
   }
   void convert(nn::Stream& s, const void* src, nn::DType from, void* dst, nn::DType to, size_t n) override {
-    if (n) note(from == to ? "copies" : "convert", static_cast<double>(n) * (detail::size_of(from) + detail::size_of(to)));
+    if (n) note(m_traffic, from == to ? "copies" : "convert", static_cast<double>(n) * (detail::size_of(from) + detail::size_of(to)));
     m_cpu->convert(s, src, from, dst, to, n);
   }
   void permute_layout(nn::Stream& s, nn::DType t, const void* src, nn::Layout from, void* dst, nn::Layout to,
                       int64_t n, int64_t c, int64_t h, int64_t w) override {
-    if (n * c * h * w > 0) note(from == to ? "copies" : "permute", 2.0 * static_cast<double>(n * c * h * w) * detail::size_of(t));
+    if (n * c * h * w > 0) note(m_traffic, from == to ? "copies" : "permute", 2.0 * static_cast<double>(n * c * h * w) * detail::size_of(t));
     m_cpu->permute_layout(s, t, src, from, dst, to, n, c, h, w);
   }
   void permute_convert(nn::Stream& s, const void* src, nn::DType from, nn::Layout from_layout, void* dst,
                        nn::DType to, nn::Layout to_layout, int64_t n, int64_t c, int64_t h, int64_t w) override {
-    if (n * c * h * w > 0) note("convert and permute", static_cast<double>(n * c * h * w) * (detail::size_of(from) + detail::size_of(to)));
+    if (n * c * h * w > 0) note(m_traffic, "convert and permute", static_cast<double>(n * c * h * w) * (detail::size_of(from) + detail::size_of(to)));
     m_cpu->permute_convert(s, src, from, from_layout, dst, to, to_layout, n, c, h, w);
   }
 
@@ -259,70 +257,70 @@ class RecordingBackend final : public nn::Backend {
   using nn::Backend::relu_forward;
   using nn::Backend::softmax_cross_entropy;
   void fill(nn::Stream& s, float* x, size_t n, float value) override {
-    note("fill", 4.0 * static_cast<double>(n));
+    note(m_traffic, "fill", 4.0 * static_cast<double>(n));
     m_cpu->fill(s, x, n, value);
   }
   void relu_forward(nn::Stream& s, nn::DType t, const void* x, void* y, size_t n) override {
-    note("relu", 2.0 * static_cast<double>(n) * detail::size_of(t));
+    note(m_traffic, "relu", 2.0 * static_cast<double>(n) * detail::size_of(t));
     m_cpu->relu_forward(s, t, x, y, n);
   }
   void relu_backward(nn::Stream& s, nn::DType t, const void* y, const void* dy, void* dx, size_t n) override {
-    note("relu", 3.0 * static_cast<double>(n) * detail::size_of(t));
+    note(m_traffic, "relu", 3.0 * static_cast<double>(n) * detail::size_of(t));
     m_cpu->relu_backward(s, t, y, dy, dx, n);
   }
   void add(nn::Stream& s, nn::DType t, const void* a, const void* b, void* y, size_t n) override {
-    note("add", 3.0 * static_cast<double>(n) * detail::size_of(t));
+    note(m_traffic, "add", 3.0 * static_cast<double>(n) * detail::size_of(t));
     m_cpu->add(s, t, a, b, y, n);
   }
   void axpy(nn::Stream& s, float alpha, const float* x, float* y, size_t n) override {
-    note("axpy, scale, axpby", 12.0 * static_cast<double>(n));
+    note(m_traffic, "axpy, scale, axpby", 12.0 * static_cast<double>(n));
     m_cpu->axpy(s, alpha, x, y, n);
   }
   void scale(nn::Stream& s, float alpha, float* x, size_t n) override {
-    note("axpy, scale, axpby", 8.0 * static_cast<double>(n));
+    note(m_traffic, "axpy, scale, axpby", 8.0 * static_cast<double>(n));
     m_cpu->scale(s, alpha, x, n);
   }
   void axpby(nn::Stream& s, float alpha, const float* x, float beta, float* y, size_t n) override {
-    note("axpy, scale, axpby", 12.0 * static_cast<double>(n));
+    note(m_traffic, "axpy, scale, axpby", 12.0 * static_cast<double>(n));
     m_cpu->axpby(s, alpha, x, beta, y, n);
   }
   void dropout_forward(nn::Stream& s, nn::DType t, const void* x, void* y, void* mask, size_t n, float p,
                        uint64_t seed, uint64_t offset) override {
-    note("dropout, multiply", 3.0 * static_cast<double>(n) * detail::size_of(t));
+    note(m_traffic, "dropout, multiply", 3.0 * static_cast<double>(n) * detail::size_of(t));
     m_cpu->dropout_forward(s, t, x, y, mask, n, p, seed, offset);
   }
   void multiply(nn::Stream& s, nn::DType t, const void* a, const void* b, void* y, size_t n) override {
-    note("dropout, multiply", 3.0 * static_cast<double>(n) * detail::size_of(t));
+    note(m_traffic, "dropout, multiply", 3.0 * static_cast<double>(n) * detail::size_of(t));
     m_cpu->multiply(s, t, a, b, y, n);
   }
   void copy_strided(nn::Stream& s, nn::DType t, void* dst, int64_t dst_stride, int64_t dst_offset, const void* src,
                     int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) override {
-    if (rows > 0 && count > 0) note("copy_strided (concat)", 2.0 * static_cast<double>(rows * count) * detail::size_of(t));
+    if (rows > 0 && count > 0) note(m_traffic, "copy_strided (concat)", 2.0 * static_cast<double>(rows * count) * detail::size_of(t));
     m_cpu->copy_strided(s, t, dst, dst_stride, dst_offset, src, src_stride, src_offset, rows, count);
   }
   void global_avg_pool_forward(nn::Stream& s, nn::DType t, const void* x, void* y, int64_t nc, int64_t hw) override {
-    note("global average pool", static_cast<double>(nc * hw + nc) * detail::size_of(t));
+    note(m_traffic, "global average pool", static_cast<double>(nc * hw + nc) * detail::size_of(t));
     m_cpu->global_avg_pool_forward(s, t, x, y, nc, hw);
   }
   void global_avg_pool_backward(nn::Stream& s, nn::DType t, const void* dy, void* dx, int64_t nc,
                                 int64_t hw) override {
-    note("global average pool", static_cast<double>(nc * hw + nc) * detail::size_of(t));
+    note(m_traffic, "global average pool", static_cast<double>(nc * hw + nc) * detail::size_of(t));
     m_cpu->global_avg_pool_backward(s, t, dy, dx, nc, hw);
   }
   void bilinear_forward(nn::Stream& s, nn::DType t, const void* x, void* y, int64_t nc, int64_t h, int64_t w,
                         int64_t oh, int64_t ow) override {
-    note("bilinear", static_cast<double>(nc * (h * w + oh * ow)) * detail::size_of(t));
+    note(m_traffic, "bilinear", static_cast<double>(nc * (h * w + oh * ow)) * detail::size_of(t));
     m_cpu->bilinear_forward(s, t, x, y, nc, h, w, oh, ow);
   }
   void bilinear_backward(nn::Stream& s, nn::DType t, const void* dy, void* dx, int64_t nc, int64_t h, int64_t w,
                          int64_t oh, int64_t ow) override {
-    note("bilinear", static_cast<double>(nc * (h * w + oh * ow)) * detail::size_of(t));
+    note(m_traffic, "bilinear", static_cast<double>(nc * (h * w + oh * ow)) * detail::size_of(t));
     m_cpu->bilinear_backward(s, t, dy, dx, nc, h, w, oh, ow);
   }
   void softmax_cross_entropy(nn::Stream& s, nn::DType t, const void* logits, const int32_t* labels,
                              const float* class_weights, int64_t n, int64_t classes, int64_t hw, void* dlogits,
                              float* loss, const float* grad_scale) override {
-    note("loss (3 passes)", static_cast<double>(n * hw) * (2.0 * static_cast<double>(classes) * detail::size_of(t) + 4.0), 3);
+    note(m_traffic, "loss (3 passes)", static_cast<double>(n * hw) * (2.0 * static_cast<double>(classes) * detail::size_of(t) + 4.0), 3);
     m_cpu->softmax_cross_entropy(s, t, logits, labels, class_weights, n, classes, hw, dlogits, loss, grad_scale);
   }
   void argmax_channels(nn::Stream& s, nn::DType t, const void* x, int32_t* out, int64_t n, int64_t c,
@@ -344,14 +342,14 @@ class RecordingBackend final : public nn::Backend {
     m_cpu->adam_step(s, w, g, m, v, update, n, lr, beta1, beta2, eps, weight_decay, decoupled, step, apply);
   }
   void sum_squares(nn::Stream& s, const float* x, size_t n, float* out) override {
-    note("sum of squares (2 passes)", 4.0 * static_cast<double>(n), 2);
+    note(m_traffic, "sum of squares (2 passes)", 4.0 * static_cast<double>(n), 2);
     m_cpu->sum_squares(s, x, n, out);
   }
   std::unique_ptr<nn::TensorSet> make_tensor_set(std::vector<nn::TensorRef> tensors) override {
     return m_cpu->make_tensor_set(std::move(tensors));
   }
   void sgd_update(nn::Stream& s, nn::TensorSet& t, float* velocity, const nn::SgdArgs& a) override {
-    note("optimizer", 20.0 * static_cast<double>(t.total()) + mirror_bytes(t));
+    note(m_traffic, "optimizer", 20.0 * static_cast<double>(t.total()) + mirror_bytes(t));
     m_cpu->sgd_update(s, t, velocity, a);
   }
   void adam_update(nn::Stream& s, nn::TensorSet& t, float* m, float* v, const nn::AdamArgs& a) override {
@@ -360,10 +358,6 @@ class RecordingBackend final : public nn::Backend {
   void larc_scale(nn::Stream& s, nn::TensorSet& t, const nn::LarcArgs& a) override { m_cpu->larc_scale(s, t, a); }
 
  private:
-  void note(const std::string& what, double bytes, size_t launches = 1) {
-    m_traffic[what].launches += launches;
-    m_traffic[what].bytes += bytes;
-  }
   // What the CUDA update writes besides the weights: each mirror in the activations' type.
   static double mirror_bytes(const nn::TensorSet& t) {
     double bytes = 0;
