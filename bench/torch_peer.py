@@ -14,7 +14,7 @@ import time
 
 
 def steady_skip(steps):
-    """The steps squall's steady rate leaves out of a run of `steps` (src/train/steady_rate.hpp)."""
+    """The steps squall's steady rate leaves out of a run of `steps` (io/records/steady_rate.hpp)."""
     return max(10, steps // 20)
 
 

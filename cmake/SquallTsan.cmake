@@ -60,13 +60,15 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 add_library(squall_tsan_openmp_runtime INTERFACE)
 target_link_libraries(squall_tsan_openmp_runtime INTERFACE ${OpenMP_CXX_LIBRARIES})
 
-# squall_tsan_clone(<library> [DROP <target>...] [EXTRA_SOURCES <file>...])
+# squall_tsan_clone(<library> [DROP <target>...] [EXTRA_SOURCES <file>...] [LEAVE_SOURCES <name>...])
 # Declares <library>_tsan: the same sources, include directories, definitions and options,
 # compiled with squall_tsan_flags, linking the _tsan copy of every library in
 # SQUALL_TSAN_LIBRARIES (clone those first, or at least before generation: names are
 # resolved then) and the serial OpenMP stand-in for OpenMP::OpenMP_CXX. DROP leaves targets
-# out of the link (the CUDA backend); EXTRA_SOURCES adds files (cuda_absent.cpp in its place).
-set(SQUALL_TSAN_LIBRARIES squall_base squall_mpi squall_data squall_io squall_nn squall_cpu squall_backends squall_train
+# out of the link (the CUDA backend); EXTRA_SOURCES adds files (cuda_absent.cpp in its place);
+# LEAVE_SOURCES leaves out the sources of those file names (mpi/nccl.cpp).
+set(SQUALL_TSAN_LIBRARIES squall_base squall_mpi squall_nn squall_optim squall_data squall_cpu
+                          squall_formats squall_input squall_checkpoint squall_parallel
                           squall_test_support squall_mpi_test_main)
 
 function(_squall_tsan_map_links out)
@@ -96,7 +98,7 @@ function(_squall_tsan_map_links out)
 endfunction()
 
 function(squall_tsan_clone target)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "DROP;EXTRA_SOURCES")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "DROP;EXTRA_SOURCES;LEAVE_SOURCES")
   set(_squall_tsan_drop ${arg_DROP})
   set(clone ${target}_tsan)
   get_target_property(type ${target} TYPE)
@@ -107,6 +109,10 @@ function(squall_tsan_clone target)
     get_target_property(sources ${target} SOURCES)
     set(absolute)
     foreach(source IN LISTS sources)
+      cmake_path(GET source FILENAME name)
+      if(name IN_LIST arg_LEAVE_SOURCES)
+        continue()
+      endif()
       cmake_path(ABSOLUTE_PATH source BASE_DIRECTORY "${dir}")
       list(APPEND absolute "${source}")
     endforeach()

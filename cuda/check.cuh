@@ -1,5 +1,5 @@
 #pragma once
-// Check macros for CUDA runtime, cuBLAS, cuDNN and NCCL calls. On failure each prints the
+// Check macros for CUDA runtime, cuBLAS and cuDNN calls. On failure each prints the
 // call, the library's error string, file, line, rank and host, and takes the job down;
 // except on a thread that is capturing a stream into a CUDA graph, where the failure is
 // thrown as nn::CaptureError instead, so that the capture is abandoned and the work runs
@@ -7,7 +7,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
-#include <nccl.h>
 
 namespace squall::cuda {
 [[noreturn]] void check_failed(const char* lib, const char* call, const char* why, const char* file, int line);
@@ -56,9 +55,3 @@ bool query_done(cudaError_t query, const char* call, const char* file, int line)
       ::squall::cuda::check_failed("cuDNN", #call, cudnnGetErrorString(squall_e_), __FILE__, __LINE__); \
   } while (0)
 
-#define SQUALL_NCCL_CHECK(call)                                                              \
-  do {                                                                                       \
-    const ncclResult_t squall_e_ = (call);                                                   \
-    if (squall_e_ != ncclSuccess)                                                            \
-      ::squall::cuda::check_failed("NCCL", #call, ncclGetErrorString(squall_e_), __FILE__, __LINE__); \
-  } while (0)

@@ -2,7 +2,7 @@
 // Optimizer arithmetic: single-range SGD and Adam steps, and the fused multi-tensor updates
 // over a ChunkTable (one block per chunk): bodies and launch sequences, run on a stream by
 // cuda/optim.cu and on the host by the cuda-host tests. Element arithmetic is the CPU
-// reference's (src/cpu/cpu_optim.cpp, src/train/optimizer.cpp), rounded the same way.
+// reference's (src/cpu/cpu_optim.cpp, src/optim/optimizer.cpp), rounded the same way.
 //
 // LAMB and LARC need per-tensor norms before they can apply: a first launch writes each
 // chunk's partial sums of squares (doubles, in a fixed order within the block), a second
@@ -311,7 +311,7 @@ struct LambApplyOp {
 
 // LARC, last launch: g += wd w, then g *= factor, factor = eta ||w|| / (||g|| + wd ||w||),
 // clipped to min(local / lr, 1) when asked, 1 when either norm is 0 (computed in double as
-// train::larc_factor does).
+// optim::larc_factor does).
 struct LarcApplyOp {
   ChunkTable table;
   float lr, eta, weight_decay;

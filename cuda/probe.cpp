@@ -21,10 +21,6 @@ CudaProbe probe_cuda() {
   const size_t cudnn = cudnnGetVersion();  // 9.x encodes major*10000 + minor*100 + patch
   p.cudnn_version = std::to_string(cudnn / 10000) + "." + std::to_string((cudnn / 100) % 100) + "." +
                     std::to_string(cudnn % 100);
-  int nccl = 0;
-  if (ncclGetVersion(&nccl) == ncclSuccess)
-    p.nccl_version = std::to_string(nccl / 10000) + "." + std::to_string((nccl / 100) % 100) + "." +
-                     std::to_string(nccl % 100);
 
   // No driver or no device is a normal state on a CPU machine, not an error.
   int drv = 0;

@@ -1,7 +1,7 @@
 #pragma once
 // Sums of float32 buffers in GPU memory over the job (docs/allreduce.md, "On device
 // buffers"). The interface is free of CUDA and NCCL headers: the implementations are in
-// cuda/nccl.cpp, and a build without CUDA has none (device_allreduce_names() is empty).
+// mpi/nccl.cpp, and a build without CUDA has none (device_allreduce_names() is empty).
 //
 //   nccl         one NCCL communicator over the job: ncclAllReduce (one GPU per rank)
 //   device-hier  NCCL reduce-scatter inside the node, an allreduce of each rank's shard
@@ -68,6 +68,8 @@ class DeviceAllreduce : public Allreduce {
 
 // The device algorithms of this build: nccl and device-hier with CUDA, none without.
 std::vector<AllreduceKind> device_allreduce_kinds();
+// The NCCL library these sums use ("2.28.3"), or "" in a build without them.
+std::string nccl_version();
 // Their names (k_allreduce_kinds), for flags and messages.
 inline std::vector<std::string> device_allreduce_names() {
   std::vector<std::string> names;

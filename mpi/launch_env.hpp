@@ -68,7 +68,7 @@ std::optional<EnvSetting> nccl_interface_setting(const EnvLookup& env, const std
 // Before MPI_Init (mpi::Runtime): the single copy setting, made in this process's environment.
 // Returns the line to log once MPI is up ("" when nothing was set).
 std::string apply_mpi_launch_settings();
-// Before the first NCCL call of the process (cuda/nccl.cpp); once per process, logged on rank 0.
+// Before the first NCCL call of the process (mpi/nccl.cpp); once per process, logged on rank 0.
 void apply_nccl_launch_settings();
 
 }  // namespace squall::mpi

@@ -1,10 +1,8 @@
 #pragma once
 // The one place that chooses an allreduce (mpi/sum.hpp) for a job.
 //
-// Inline on purpose: it names both the host sums of squall_mpi and the device sums, which
-// cuda/nccl.cpp (or, in a build without CUDA, src/backends/cuda_absent.cpp) defines in libraries
-// linked after squall_mpi; made in the caller's object, the reference resolves wherever the
-// caller links those.
+// Both the host sums and the device sums are squall_mpi's (mpi/nccl.cpp, or in a build without
+// CUDA mpi/nccl_absent.cpp, which refuses them).
 #include <memory>
 #include <string>
 #include <vector>

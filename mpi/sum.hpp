@@ -3,7 +3,7 @@
 //
 //   host         HierAllreduce (mpi/allreduce.hpp): levels 2-4 of the hierarchical allreduce
 //                on host memory; f32, f64, i32, i64 and bf16.
-//   nccl,        DeviceAllreduce (mpi/device_allreduce.hpp, implemented in cuda/nccl.cpp):
+//   nccl,        DeviceAllreduce (mpi/device_allreduce.hpp, implemented in mpi/nccl.cpp):
 //   device-hier  f32 buffers in GPU memory, ordered after the caller's CUDA stream.
 //   one rank     OneRankAllreduce (below): the job is this rank, every sum is complete at once.
 //   checked      CheckedAllreduce (mpi/sum_check.hpp): any of these, each start compared

@@ -2,10 +2,10 @@
 
 namespace squall::app {
 
-void CheckpointArgs::check() const { train::check_checkpoint_args(command, checkpoint, run_dir); }
+void CheckpointArgs::check() const { checkpoint::check_checkpoint_args(command, checkpoint, run_dir); }
 
-train::CheckpointModel CheckpointArgs::read(const mpi::Communicator& world) const {
-  return train::read_checkpoint_args(command, checkpoint, run_dir, world);
+checkpoint::CheckpointModel CheckpointArgs::read(const mpi::Communicator& world) const {
+  return checkpoint::read_checkpoint_args(command, checkpoint, run_dir, world);
 }
 
 void add_checkpoint_options(CLI::App& sub, CheckpointArgs& args, const std::string& run_note) {

@@ -5,7 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "src/eval/eval_checkpoint.hpp"
+#include "io/checkpoint/named_weights.hpp"
 
 namespace squall::app {
 
@@ -18,7 +18,7 @@ struct CheckpointArgs {
   void check() const;
   // Collective: check(), then the checkpoint read (an unreadable one of a run dir is named in
   // a warning and the next older read).
-  train::CheckpointModel read(const mpi::Communicator& world) const;
+  checkpoint::CheckpointModel read(const mpi::Communicator& world) const;
 };
 
 // Adds --checkpoint and --run to `sub`, filling `args` (whose command becomes the subcommand's

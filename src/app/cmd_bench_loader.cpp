@@ -16,12 +16,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/loader.hpp"
-#include "io/sampler.hpp"
+#include "io/input/loader.hpp"
+#include "io/input/sampler.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/clock.hpp"
 #include "src/core/error.hpp"
-#include "src/train/datasets.hpp"
+#include "io/input/open_dataset.hpp"
 
 namespace squall::app {
 namespace {
@@ -50,8 +50,8 @@ void evict_from_page_cache(const std::vector<std::string>& files) {
 
 int run_bench_loader(const BenchLoaderArgs& a) {
   // Streamed: the files are what is measured.
-  const auto source = train::open_dataset(a.data, a.split, true, data::NormalizationKind::zscore, 0);
-  const io::Sampler sampler(io::Sampling::global, source->file_offsets(), {1}, 1);
+  const auto source = input::open_dataset(a.data, a.split, true, data::NormalizationKind::zscore, 0);
+  const input::Sampler sampler(input::Sampling::global, source->file_offsets(), {1}, 1);
   const int64_t batches = sampler.steps_per_epoch(a.batch);
   if (batches == 0)
     throw Error("dataset '" + a.data + "' holds " + std::to_string(source->size()) +
@@ -64,19 +64,19 @@ int run_bench_loader(const BenchLoaderArgs& a) {
     if (!ec) file_bytes += static_cast<int64_t>(size);
   }
 
-  io::LoaderOptions options;
+  input::LoaderOptions options;
   options.batch_size = a.batch;
   options.workers = a.workers;
   options.prefetch = a.prefetch;
   options.skip_bad = a.skip_bad;
-  io::Loader loader(*source, options);
+  input::Loader loader(*source, options);
 
   // Untimed warm-up epochs first: the first touch of the batch buffers and the file opens are
   // one-off costs of a run, not of streaming. --cold then evicts the files from the page
   // cache before every timed epoch, so that each byte comes from storage.
   auto run_epoch = [&](int64_t epoch) {
     loader.start_epoch(sampler.indices(epoch, 0, 0), batches);
-    while (const io::Batch* batch = loader.next()) loader.release(batch);
+    while (const input::Batch* batch = loader.next()) loader.release(batch);
   };
   for (int64_t epoch = 0; epoch < a.warmup_epochs; ++epoch) run_epoch(-1 - epoch);
   const int64_t warmup_samples = loader.samples();

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "io/dataset.hpp"
-#include "io/deepcam_file.hpp"
-#include "io/shard.hpp"
+#include "io/formats/dataset.hpp"
+#include "io/formats/deepcam_file.hpp"
+#include "io/formats/shard.hpp"
 #include "mpi/comm.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
@@ -68,7 +68,7 @@ std::string sample_name(int64_t index, int64_t samples) {
 std::set<std::string> output_names(const ClimateArgs& a) {
   std::set<std::string> names;
   if (a.layout == "shards")
-    for (int i = 0; i < a.shards; ++i) names.insert(io::shard_name(a.split, i, a.shards));
+    for (int i = 0; i < a.shards; ++i) names.insert(formats::shard_name(a.split, i, a.shards));
   else
     for (int64_t i = 0; i < a.samples; ++i) names.insert(sample_name(i, a.samples));
   return names;
@@ -81,8 +81,8 @@ std::string prepare_out(const ClimateArgs& a) {
   fs::create_directories(a.out, ec);
   if (ec || !fs::is_directory(a.out)) return a.out + ": cannot create output folder: " + ec.message();
   const std::set<std::string> ours = output_names(a);
-  std::vector<std::string> present = io::list_deepcam_files(a.out);
-  for (const std::string& f : io::list_shards(a.out, a.split)) present.push_back(f);
+  std::vector<std::string> present = formats::list_deepcam_files(a.out);
+  for (const std::string& f : formats::list_shards(a.out, a.split)) present.push_back(f);
   for (const std::string& f : present)
     if (!ours.count(fs::path(f).filename().string()))
       return "--out " + a.out + " already holds " + fs::path(f).filename().string() +
@@ -110,8 +110,8 @@ struct SampleSums {
 };
 
 // Per-channel totals over all samples, added in sample order (every rank gets the same).
-io::DeepcamStatsOut totals(const SampleSums& sums, const ClimateArgs& a) {
-  io::DeepcamStatsOut stats;
+formats::DeepcamStatsOut totals(const SampleSums& sums, const ClimateArgs& a) {
+  formats::DeepcamStatsOut stats;
   const double count = static_cast<double>(a.samples * a.height * a.width);
   for (size_t c = 0; c < static_cast<size_t>(k_c); ++c) {
     double sum = 0, sqsum = 0, max = -INFINITY, neg_min = -INFINITY;
@@ -132,8 +132,8 @@ io::DeepcamStatsOut totals(const SampleSums& sums, const ClimateArgs& a) {
 }
 
 // Writes this rank's shards (samples generated again: cheaper than holding them).
-void write_shards(const ClimateArgs& a, const std::vector<int>& my_shards, const io::DeepcamStatsOut& stats) {
-  io::ShardMeta meta;
+void write_shards(const ClimateArgs& a, const std::vector<int>& my_shards, const formats::DeepcamStatsOut& stats) {
+  formats::ShardMeta meta;
   meta.class_names = {"background", "tropical cyclone", "atmospheric river"};
   meta.channel_names = data::climate_channel_names();
   for (int c = 0; c < k_c; ++c) {
@@ -148,9 +148,10 @@ void write_shards(const ClimateArgs& a, const std::vector<int>& my_shards, const
   std::vector<float> chw(static_cast<size_t>(plane * k_c));
   const std::vector<int32_t> labels(static_cast<size_t>(plane), 0);
   for (const int sh : my_shards) {
-    io::ShardWriter writer((fs::path(a.out) / io::shard_name(a.split, sh, a.shards)).string(),
-                           nn::Shape(1, k_c, a.height, a.width), io::SampleType::float32, true, 0, meta);
-    for (int64_t i = io::shard_begin(a.samples, a.shards, sh); i < io::shard_begin(a.samples, a.shards, sh + 1); ++i) {
+    formats::ShardWriter writer((fs::path(a.out) / formats::shard_name(a.split, sh, a.shards)).string(),
+                           nn::Shape(1, k_c, a.height, a.width), formats::SampleType::float32, true, 0, meta);
+    for (int64_t i = formats::shard_begin(a.samples, a.shards, sh);
+         i < formats::shard_begin(a.samples, a.shards, sh + 1); ++i) {
       const data::ClimateSample s = data::generate_climate_sample(a.height, a.width, static_cast<uint64_t>(a.seed), i);
       for (int64_t p = 0; p < plane; ++p)
         for (int64_t c = 0; c < k_c; ++c) chw[static_cast<size_t>(c * plane + p)] = s.hwc[static_cast<size_t>(p * k_c + c)];
@@ -175,7 +176,8 @@ int run_climate(const ClimateArgs& a) {
   if (shards) {
     for (int sh = rank; sh < a.shards; sh += size) {
       my_shards.push_back(sh);
-      for (int64_t i = io::shard_begin(a.samples, a.shards, sh); i < io::shard_begin(a.samples, a.shards, sh + 1); ++i)
+      for (int64_t i = formats::shard_begin(a.samples, a.shards, sh);
+           i < formats::shard_begin(a.samples, a.shards, sh + 1); ++i)
         mine.push_back(i);
     }
   } else {
@@ -192,8 +194,8 @@ int run_climate(const ClimateArgs& a) {
     for (const int64_t i : mine) {
       const data::ClimateSample s = data::generate_climate_sample(a.height, a.width, static_cast<uint64_t>(a.seed), i);
       if (!shards)
-        io::write_deepcam_file((fs::path(a.out) / sample_name(i, a.samples)).string(), s.hwc.data(), a.height, a.width,
-                               k_c, nullptr, lat, lon);
+        formats::write_deepcam_file((fs::path(a.out) / sample_name(i, a.samples)).string(), s.hwc.data(), a.height,
+                                    a.width, k_c, nullptr, lat, lon);
       sums.add(i, s.hwc);
       cyclones += static_cast<int64_t>(s.cyclones.size());
       rivers += static_cast<int64_t>(s.rivers.size());
@@ -207,12 +209,12 @@ int run_climate(const ClimateArgs& a) {
   world.allreduce_max(sums.neg_min);
   cyclones = world.allreduce_sum(cyclones);
   rivers = world.allreduce_sum(rivers);
-  const io::DeepcamStatsOut stats = totals(sums, a);
+  const formats::DeepcamStatsOut stats = totals(sums, a);
 
   // Pass 2: the statistics file, or the shards that carry the statistics in every file.
   run_share_agreed(world, "data climate", [&] {
     if (shards) write_shards(a, my_shards, stats);
-    else if (rank == 0) io::write_deepcam_stats((fs::path(a.out) / "stats.h5").string(), stats);
+    else if (rank == 0) formats::write_deepcam_stats((fs::path(a.out) / "stats.h5").string(), stats);
   });
   if (rank != 0) return 0;
   std::cout << "wrote " << a.samples << " climate sample(s) of " << a.height << "x" << a.width << "x" << k_c

@@ -11,12 +11,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/dataset.hpp"
-#include "io/inspect.hpp"
-#include "io/shard.hpp"
+#include "io/formats/dataset.hpp"
+#include "io/formats/inspect.hpp"
+#include "io/formats/shard.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
-#include "src/train/datasets.hpp"
+#include "io/input/open_dataset.hpp"
 
 namespace squall::app {
 namespace {
@@ -24,7 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// The training-set pixel statistics open_idx normalises with (io/idx_source.cpp).
+// The training-set pixel statistics open_idx normalises with (io/formats/idx_source.cpp).
 constexpr float k_idx_mean = 0.2860f, k_idx_std = 0.3530f;
 
 // DeepCAM's 16 CAM5 variables, in the order of /climate/data's last axis.
@@ -60,7 +60,7 @@ struct StatsAccumulator {
       }
     per_channel += plane;
   }
-  void store(io::ShardMeta& meta) const {
+  void store(formats::ShardMeta& meta) const {
     meta.mean.clear();
     meta.std.clear();
     for (size_t c = 0; c < sum.size(); ++c) {
@@ -76,7 +76,7 @@ struct StatsAccumulator {
 // ---- fashion-mnist ---------------------------------------------------------------------
 
 struct FashionArgs {
-  std::string from = train::k_debian_fashion_mnist_dir;
+  std::string from = input::k_debian_fashion_mnist_dir;
   std::string out;
   int shards = 1;
   int compression = 0;  // 28x28 bytes deflate to little, and reading them raw is fastest
@@ -84,7 +84,7 @@ struct FashionArgs {
 
 // open_idx hands out normalised floats; the stored bytes come back exactly by undoing the
 // normalisation and rounding (the error is ~1e-5 of one grey level).
-std::vector<uint8_t> raw_pixels(const train::DataSource& source) {
+std::vector<uint8_t> raw_pixels(const data::DataSource& source) {
   const int64_t per = source.info().sample.per_sample(), n = source.size();
   std::vector<uint8_t> out(static_cast<size_t>(n * per));
   std::vector<float> image(static_cast<size_t>(per));
@@ -103,13 +103,13 @@ std::vector<uint8_t> raw_pixels(const train::DataSource& source) {
 }
 
 int run_fashion_mnist(const FashionArgs& args) {
-  auto train_source = io::open_idx(args.from, "train");
-  auto test_source = io::open_idx(args.from, "test");
+  auto train_source = formats::open_idx(args.from, "train");
+  auto test_source = formats::open_idx(args.from, "test");
   const nn::Shape sample = train_source->info().sample;
   const int64_t per = sample.per_sample();
   make_out_dir(args.out);
 
-  io::ShardMeta meta;
+  formats::ShardMeta meta;
   meta.class_names = train_source->info().class_names;
   meta.channel_names = {"gray"};
   const std::vector<uint8_t> train_pixels = raw_pixels(*train_source);
@@ -133,9 +133,9 @@ int run_fashion_mnist(const FashionArgs& args) {
       for (int64_t i = 0; i < n; ++i) source->read(std::span<const int64_t>(&i, 1), image.data(), &labels[static_cast<size_t>(i)]);
     }
     for (int s = 0; s < shards; ++s) {
-      const std::string path = (fs::path(args.out) / io::shard_name(split, s, shards)).string();
-      io::ShardWriter writer(path, sample, io::SampleType::uint8, false, args.compression, meta);
-      for (int64_t i = io::shard_begin(n, shards, s); i < io::shard_begin(n, shards, s + 1); ++i)
+      const std::string path = (fs::path(args.out) / formats::shard_name(split, s, shards)).string();
+      formats::ShardWriter writer(path, sample, formats::SampleType::uint8, false, args.compression, meta);
+      for (int64_t i = formats::shard_begin(n, shards, s); i < formats::shard_begin(n, shards, s + 1); ++i)
         writer.append(pixels.data() + i * per, &labels[static_cast<size_t>(i)]);
       writer.close();
     }
@@ -153,17 +153,17 @@ struct DeepcamArgs {
 };
 
 int run_deepcam(const DeepcamArgs& args) {
-  auto source = io::open_deepcam(args.from, io::OpenOptions{false, data::NormalizationKind::zscore});
-  const std::string stats_path = io::find_deepcam_stats(args.from);
+  auto source = formats::open_deepcam(args.from, formats::OpenOptions{false, data::NormalizationKind::zscore});
+  const std::string stats_path = formats::find_deepcam_stats(args.from);
   if (stats_path.empty()) throw Error(args.from + ": no stats.h5 (beside the data-*.h5 files or one folder up)");
-  const io::ChannelStats stats = io::read_deepcam_stats(stats_path);
+  const formats::ChannelStats stats = formats::read_deepcam_stats(stats_path);
   const nn::Shape sample = source->info().sample;
   if (static_cast<int64_t>(stats.mean.size()) != sample.c())
     throw Error(stats_path + ": statistics for " + std::to_string(stats.mean.size()) + " channels, the files have " +
                 std::to_string(sample.c()));
   make_out_dir(args.out);
 
-  io::ShardMeta meta;
+  formats::ShardMeta meta;
   meta.class_names = source->info().class_names;
   if (sample.c() == static_cast<int64_t>(deepcam_channel_names().size())) meta.channel_names = deepcam_channel_names();
   meta.mean = stats.mean;
@@ -177,9 +177,9 @@ int run_deepcam(const DeepcamArgs& args) {
   std::vector<float> image(static_cast<size_t>(sample.per_sample()));
   std::vector<int32_t> labels(static_cast<size_t>(plane));
   for (int s = 0; s < shards; ++s) {
-    const std::string path = (fs::path(args.out) / io::shard_name(args.split, s, shards)).string();
-    io::ShardWriter writer(path, sample, io::SampleType::float32, true, args.compression, meta);
-    for (int64_t i = io::shard_begin(n, shards, s); i < io::shard_begin(n, shards, s + 1); ++i) {
+    const std::string path = (fs::path(args.out) / formats::shard_name(args.split, s, shards)).string();
+    formats::ShardWriter writer(path, sample, formats::SampleType::float32, true, args.compression, meta);
+    for (int64_t i = formats::shard_begin(n, shards, s); i < formats::shard_begin(n, shards, s + 1); ++i) {
       source->read(std::span<const int64_t>(&i, 1), image.data(), labels.data());
       writer.append(image.data(), labels.data());
     }
@@ -197,13 +197,13 @@ struct InspectArgs {
 };
 
 // IDX folders are opened here, where the IDX reader is linked (io/ only lists them).
-void add_idx_details(const std::vector<std::string>& paths, io::InspectReport& report) {
+void add_idx_details(const std::vector<std::string>& paths, formats::InspectReport& report) {
   for (const std::string& path : paths) {
-    if (io::detect_format(path) != "idx") continue;
+    if (formats::detect_format(path) != "idx") continue;
     const std::string dir = fs::is_directory(path) ? path : fs::path(path).parent_path().string();
     for (const char* split : {"train", "test"}) {
       try {
-        auto source = io::open_idx(dir, split);
+        auto source = formats::open_idx(dir, split);
         const nn::Shape& s = source->info().sample;
         if (report.shape.empty()) {
           report.shape = {s.c(), s.h(), s.w()};
@@ -220,16 +220,16 @@ void add_idx_details(const std::vector<std::string>& paths, io::InspectReport& r
   }
 }
 
-json summary_json(const io::ChannelSummary& s) {
+json summary_json(const formats::ChannelSummary& s) {
   return json{{"mean", s.mean}, {"std", s.std}, {"min", s.min}, {"max", s.max}};
 }
 
-json netcdf_json(const std::vector<io::NetcdfFileInfo>& files) {
+json netcdf_json(const std::vector<formats::NetcdfFileInfo>& files) {
   json out = json::array();
-  for (const io::NetcdfFileInfo& f : files) {
+  for (const formats::NetcdfFileInfo& f : files) {
     json dims = json::object(), vars = json::array();
     for (const auto& [name, len] : f.dims) dims[name] = len;
-    for (const io::NetcdfVariableInfo& v : f.variables)
+    for (const formats::NetcdfVariableInfo& v : f.variables)
       vars.push_back({{"name", v.name}, {"type", v.type}, {"dims", v.dims}, {"shape", v.shape}});
     out.push_back({{"file", f.path}, {"format", f.format}, {"dims", dims}, {"variables", vars}, {"time_steps", f.steps},
                    {"labels", f.has_labels}, {"time_units", f.grid.time_units}, {"calendar", f.grid.calendar}});
@@ -237,7 +237,7 @@ json netcdf_json(const std::vector<io::NetcdfFileInfo>& files) {
   return out;
 }
 
-json report_json(const io::InspectReport& r) {
+json report_json(const formats::InspectReport& r) {
   return json{{"format", r.format},
               {"netcdf", netcdf_json(r.netcdf)},
               {"files", r.files},
@@ -261,7 +261,7 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-std::string report_text(const io::InspectReport& r) {
+std::string report_text(const formats::InspectReport& r) {
   std::string out = "format: " + (r.format.empty() ? std::string("(none found)") : r.format) + "\n";
   out += "files: " + std::to_string(r.files.size()) + "\n";
   for (const std::string& f : r.files) out += "  " + f + "\n";
@@ -287,7 +287,7 @@ std::string report_text(const io::InspectReport& r) {
       out += line;
     }
   }
-  for (const io::NetcdfFileInfo& f : r.netcdf) {
+  for (const formats::NetcdfFileInfo& f : r.netcdf) {
     out += "netCDF " + f.path + ": " + f.format + ", " + std::to_string(f.steps) + " time steps, " +
            (f.has_labels ? "with" : "without") + " labels";
     if (!f.grid.time_units.empty()) out += ", time in " + f.grid.time_units;
@@ -295,7 +295,7 @@ std::string report_text(const io::InspectReport& r) {
     out += "\n  dims:";
     for (const auto& [name, len] : f.dims) out += " " + name + "=" + std::to_string(len);
     out += "\n  variables:";
-    for (const io::NetcdfVariableInfo& v : f.variables) {
+    for (const formats::NetcdfVariableInfo& v : f.variables) {
       std::string dims;
       for (const std::string& d : v.dims) dims += (dims.empty() ? "" : ",") + d;
       out += " " + v.name + "(" + dims + ") " + v.type + ";";
@@ -317,7 +317,7 @@ std::string report_text(const io::InspectReport& r) {
 }
 
 int run_inspect(const InspectArgs& args) {
-  io::InspectReport report = io::inspect_paths(args.paths);
+  formats::InspectReport report = formats::inspect_paths(args.paths);
   add_idx_details(args.paths, report);
   print_result(args.json, report_json(report), report_text(report));
   return report.errors.empty() && !report.format.empty() ? 0 : 1;

@@ -12,6 +12,7 @@
 #include "mpi/topology.hpp"
 #include "src/app/checkpoint_options.hpp"
 #include "src/app/cli.hpp"
+#include "io/records/run_log.hpp"
 #include "src/eval/eval_run.hpp"
 
 namespace squall::app {
@@ -33,7 +34,7 @@ std::string fixed(double v, const char* format = "%.4f") {
   return b;
 }
 
-json result_json(const train::CheckpointModel& ck, const train::EvalResult& r) {
+json result_json(const checkpoint::CheckpointModel& ck, const eval::EvalResult& r) {
   json j{{"checkpoint", ck.folder.string()},
          {"model", r.model},
          {"step", r.step},
@@ -43,13 +44,13 @@ json result_json(const train::CheckpointModel& ck, const train::EvalResult& r) {
          {"test_loss", r.part.loss()},
          {"test_accuracy", r.part.cm.accuracy()},
          {"test_miou", r.part.cm.mean_iou()}};
-  if (r.per_pixel_labels) j["test_iou_per_class"] = train::iou_per_class_json(r.part.cm);
+  if (r.per_pixel_labels) j["test_iou_per_class"] = records::iou_per_class_json(r.part.cm);
   j["eval_s"] = r.eval_s;
   j["world_size"] = r.world_size;
   return j;
 }
 
-std::string result_text(const train::CheckpointModel& ck, const train::EvalResult& r) {
+std::string result_text(const checkpoint::CheckpointModel& ck, const eval::EvalResult& r) {
   std::string text = "eval " + ck.name() + " (" + r.model + ", step " + std::to_string(r.step) + ") on " +
                      r.data_description + ": " + std::to_string(static_cast<int64_t>(r.part.samples)) +
                      " samples, loss " + fixed(r.part.loss()) + ", accuracy " + fixed(r.part.cm.accuracy()) +
@@ -68,11 +69,11 @@ std::string result_text(const train::CheckpointModel& ck, const train::EvalResul
 
 int run_eval(Context& ctx, const EvalArgs& args) {
   const mpi::Topology topo = mpi::Topology::create(mpi::resolve_ranks_per_node(ctx.global.ranks_per_node));
-  const train::CheckpointModel ck = args.from.read(topo.world());
-  train::EvalOptions options;
+  const checkpoint::CheckpointModel ck = args.from.read(topo.world());
+  eval::EvalOptions options;
   options.overrides = args.overrides;
   options.data = args.data;
-  const train::EvalResult r = train::evaluate_checkpoint(ck, options, topo);
+  const eval::EvalResult r = eval::evaluate_checkpoint(ck, options, topo);
   if (topo.rank() == 0) print_result(args.json, result_json(ck, r), result_text(ck, r), -1);
   return 0;
 }

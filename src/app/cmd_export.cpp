@@ -37,11 +37,11 @@ int run_export(Context& ctx, const ExportArgs& args) {
               "at configure time; scripts/install-deps installs them)");
 #else
   const mpi::Topology topo = mpi::Topology::create(mpi::resolve_ranks_per_node(ctx.global.ranks_per_node));
-  const train::CheckpointModel ck = args.from.read(topo.world());
+  const checkpoint::CheckpointModel ck = args.from.read(topo.world());
   if (topo.rank() != 0) return 0;  // one writer
-  train::EvalOptions options;
+  eval::EvalOptions options;
   options.data = args.data;
-  const train::CheckpointGraph cg = train::checkpoint_graph(ck, options, args.batch > 0 ? args.batch : 1);
+  const eval::CheckpointGraph cg = eval::checkpoint_graph(ck, options, args.batch > 0 ? args.batch : 1);
   exporting::OnnxOptions o;
   o.batch = args.batch;
   o.graph_name = cg.model;

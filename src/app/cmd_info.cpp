@@ -5,7 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/h5_info.hpp"
+#include "io/formats/h5_info.hpp"
+#include "mpi/device_allreduce.hpp"
 #include "mpi/runtime.hpp"
 #include "mpi/topology.hpp"
 #include "squall/version.hpp"
@@ -28,11 +29,11 @@ json build_json(const CudaProbe& cuda) {
       {"cuda_version", cuda.built ? json(cuda.runtime_version) : json(nullptr)},
       {"cuda_driver", cuda.driver_version.empty() ? json(nullptr) : json(cuda.driver_version)},
       {"cudnn_version", cuda.built ? json(cuda.cudnn_version) : json(nullptr)},
-      {"nccl_version", cuda.built ? json(cuda.nccl_version) : json(nullptr)},
+      {"nccl_version", mpi::nccl_version().empty() ? json(nullptr) : json(mpi::nccl_version())},
       {"mpi_library", mpi::library_version()},
       {"mpi_version", mpi::standard_version()},
-      {"hdf5_version", io::hdf5_version()},
-      {"hdf5_parallel", io::hdf5_parallel()},
+      {"hdf5_version", formats::hdf5_version()},
+      {"hdf5_parallel", formats::hdf5_parallel()},
       {"cpu_dnn", cpu::dnn_library()},
   };
 }

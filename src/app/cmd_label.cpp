@@ -2,7 +2,7 @@
 // DeepCAM-layout files (`data-*.h5`) with TECA-style heuristics (src/data/climate_label.hpp,
 // docs/data.md) and writes each file, with /climate/labels_0 replaced, to --out; stats.h5 is
 // copied too. Each output file is written to a temporary name and renamed, so a file in
-// --out is whole or absent. A folder of netCDF files (*.nc, io/netcdf_file.hpp) is labelled
+// --out is whole or absent. A folder of netCDF files (*.nc, io/formats/netcdf_file.hpp) is labelled
 // time step by time step; each step becomes a DeepCAM-layout file
 // `data-<file stem>-tNNNNNN.h5` (fields, lat/lon and labels), so that the output trains as
 // DeepCAM data does.
@@ -20,8 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/deepcam_file.hpp"
-#include "io/netcdf_file.hpp"
+#include "io/formats/deepcam_file.hpp"
+#include "io/formats/netcdf_file.hpp"
 #include "mpi/comm.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
@@ -47,7 +47,7 @@ struct Item {
 };
 
 // The data-*.h5 files of `dir` in name order; without any, the time steps of its *.nc files.
-std::vector<Item> input_items(const std::string& dir, const io::NetcdfOptions& netcdf) {
+std::vector<Item> input_items(const std::string& dir, const formats::NetcdfOptions& netcdf) {
   if (!fs::is_directory(dir)) throw UsageError("--in " + dir + ": not a folder");
   std::vector<fs::path> files, nc;
   for (const auto& e : fs::directory_iterator(dir)) {
@@ -61,7 +61,7 @@ std::vector<Item> input_items(const std::string& dir, const io::NetcdfOptions& n
   for (const fs::path& f : files) items.push_back({f, -1});
   if (items.empty())
     for (const fs::path& f : nc) {
-      const int64_t steps = io::describe_netcdf(f.string(), netcdf).steps;
+      const int64_t steps = formats::describe_netcdf(f.string(), netcdf).steps;
       for (int64_t t = 0; t < steps; ++t) items.push_back({f, t});
     }
   if (items.empty()) throw UsageError("--in " + dir + ": no DeepCAM files (data-*.h5) and no netCDF files (*.nc)");
@@ -70,8 +70,8 @@ std::vector<Item> input_items(const std::string& dir, const io::NetcdfOptions& n
 
 // A netCDF time step as a DeepCAM sample: channels last, rows south to north (flipped when
 // the file's lat runs north to south, as the labeler's grid runs south to north).
-io::DeepcamFields netcdf_fields(const io::NetcdfSample& s, std::vector<double>& lat) {
-  io::DeepcamFields f{s.h, s.w, s.c, std::vector<float>(s.chw.size())};
+formats::DeepcamFields netcdf_fields(const formats::NetcdfSample& s, std::vector<double>& lat) {
+  formats::DeepcamFields f{s.h, s.w, s.c, std::vector<float>(s.chw.size())};
   lat = s.grid.lat;
   const bool flip = lat.size() > 1 && lat.front() > lat.back();
   if (flip) std::reverse(lat.begin(), lat.end());
@@ -105,20 +105,20 @@ void copy_atomically(const fs::path& src, const fs::path& dst) {
 }
 
 // This rank's share: labels, counts per class and centres per file.
-json label_my_files(const LabelArgs& a, const std::vector<Item>& items, const io::NetcdfOptions& netcdf, int rank,
+json label_my_files(const LabelArgs& a, const std::vector<Item>& items, const formats::NetcdfOptions& netcdf, int rank,
                     int size) {
   json done = json::array();
   for (size_t k = static_cast<size_t>(rank); k < items.size(); k += static_cast<size_t>(size)) {
     const std::string src = items[k].file.string();
     const bool is_nc = items[k].step >= 0;
     std::vector<double> lat, lon;
-    io::DeepcamFields fields;
+    formats::DeepcamFields fields;
     if (is_nc) {
-      const io::NetcdfSample s = io::read_netcdf_sample(src, items[k].step, netcdf);
+      const formats::NetcdfSample s = formats::read_netcdf_sample(src, items[k].step, netcdf);
       fields = netcdf_fields(s, lat);
       lon = s.grid.lon;
     } else {
-      fields = io::read_deepcam_fields(src);
+      fields = formats::read_deepcam_fields(src);
     }
     if (fields.c != data::k_climate_channels)
       throw Error(src + ": dataset /climate/data has " + std::to_string(fields.c) + " channels, expected " +
@@ -139,9 +139,10 @@ json label_my_files(const LabelArgs& a, const std::vector<Item>& items, const io
       char step[16];
       std::snprintf(step, sizeof step, "-t%06lld", static_cast<long long>(items[k].step));
       dst = fs::path(a.out) / ("data-" + items[k].file.stem().string() + step + ".h5");
-      io::write_deepcam_file(dst.string(), fields.hwc.data(), fields.h, fields.w, fields.c, labels.data(), lat, lon);
+      formats::write_deepcam_file(dst.string(), fields.hwc.data(), fields.h, fields.w, fields.c, labels.data(), lat,
+                                  lon);
     } else {
-      io::write_deepcam_relabelled(src, dst.string(), labels);
+      formats::write_deepcam_relabelled(src, dst.string(), labels);
     }
     const auto rivers = std::count_if(blobs.begin(), blobs.end(), [](const data::ArBlob& b) { return b.kept; });
     done.push_back({{"file", dst.string()}, {"cyclones", centres.size()}, {"rivers", rivers},
@@ -153,9 +154,9 @@ json label_my_files(const LabelArgs& a, const std::vector<Item>& items, const io
 int run_label(const LabelArgs& a) {
   const mpi::Communicator world = mpi::Communicator::world();
   check_folders(a);
-  io::NetcdfOptions netcdf{{}, "labels"};
+  formats::NetcdfOptions netcdf{{}, "labels"};
   try {
-    netcdf.variables = io::netcdf_variable_map(a.netcdf_variables);
+    netcdf.variables = formats::netcdf_variable_map(a.netcdf_variables);
   } catch (const Error& e) {
     throw UsageError(std::string("--netcdf-variables: ") + e.what());
   }

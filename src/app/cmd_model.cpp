@@ -30,7 +30,6 @@ namespace squall::app {
 namespace {
 
 using nlohmann::json;
-namespace perf = train::perf;
 
 struct ModelArgs {
   std::string model, input, machine, nodes, algorithm = "ssgd", allreduce = "hier";
@@ -101,7 +100,7 @@ json machine_json(const perf::Machine& m) {
   return json{{"name", m.name},
               {"gpus_per_node", m.gpus_per_node},
               {"max_nodes", m.max_nodes},
-              {"precision", train::k_precisions.name(m.precision)},
+              {"precision", config::k_precisions.name(m.precision)},
               {"peak_tflops_per_gpu", m.peak_flops / 1e12},
               {"efficiency", m.efficiency},
               {"sustained_tflops_per_gpu", m.sustained_flops() / 1e12},
@@ -226,13 +225,13 @@ int run_model(const ModelArgs& a) {
   const perf::RunMeasurement* run = cal ? &cal->measurement : nullptr;
   const std::string machine_name = a.machine.empty() ? (run ? "local" : "summit") : a.machine;
   // The model knows the overlap windows of ssgd and sma only.
-  const train::Algorithm* algorithm = train::k_algorithms.find(a.algorithm);
-  if (algorithm == nullptr || *algorithm == train::Algorithm::local_sgd)
+  const parallel::Algorithm* algorithm = parallel::k_algorithms.find(a.algorithm);
+  if (algorithm == nullptr || *algorithm == parallel::Algorithm::local_sgd)
     throw UsageError("--algorithm: unknown algorithm '" + a.algorithm + "' (known: ssgd, sma)");
-  const train::Precision precision = train::k_precisions.parse(a.precision, "--precision", "");
+  const config::Precision precision = config::k_precisions.parse(a.precision, "--precision", "");
   if (a.allreduce != "hier" && a.allreduce != "flat")
     throw UsageError("--allreduce: unknown allreduce '" + a.allreduce + "' (known: hier, flat)");
-  const train::Precision comm = train::k_precisions.parse(a.comm, "--comm", "");
+  const config::Precision comm = config::k_precisions.parse(a.comm, "--comm", "");
   if (!(a.overlap >= 0 && a.overlap <= 1)) throw UsageError("--overlap must be in [0, 1]");
   if (!(a.efficiency >= 0 && a.efficiency <= 1)) throw UsageError("--efficiency must be in (0, 1]");
   if (a.classes < 0) throw UsageError("--classes must be positive, got " + std::to_string(a.classes));
@@ -301,7 +300,7 @@ int run_model(const ModelArgs& a) {
   s.algorithm = *algorithm;
   s.allreduce = a.allreduce;
   s.learners = a.learners;
-  s.grad_bytes = comm == train::Precision::fp32 ? 4 : 2;
+  s.grad_bytes = comm == config::Precision::fp32 ? 4 : 2;
   s.jitter = a.jitter;
   s.cross = cross;
   s.overlap = m.overlap >= 0 ? m.overlap : a.overlap;  // calibrated: the run's hidden share
@@ -365,7 +364,7 @@ int run_model(const ModelArgs& a) {
            {"forward_gflop_per_sample", cost.forward_flops / 1e9},
            {"train_gflop_per_sample", cost.train_flops() / 1e9},
            {"machine", machine_json(m)},
-           {"algorithm", train::algorithm_name(s.algorithm)},
+           {"algorithm", parallel::algorithm_name(s.algorithm)},
            {"allreduce", s.allreduce},
            {"gradient_bytes", static_cast<double>(cost.parameters) * s.grad_bytes},
            {"batch_per_learner", s.batch},
@@ -395,14 +394,14 @@ int run_model(const ModelArgs& a) {
   std::snprintf(line, sizeof line,
                 "machine %s: %d GPU(s)/node, %s peak %.4g TF x %.0f%% = %.4g TF sustained; intra %.4g GB/s "
                 "%.3g us; inter %.4g GB/s/node %.3g us\n",
-                m.name.c_str(), m.gpus_per_node, train::k_precisions.name(m.precision), m.peak_flops / 1e12,
+                m.name.c_str(), m.gpus_per_node, config::k_precisions.name(m.precision), m.peak_flops / 1e12,
                 m.efficiency * 100, m.sustained_flops() / 1e12, m.intra_bw / 1e9, m.intra_latency * 1e6,
                 m.inter_bw / 1e9, m.inter_latency * 1e6);
   out << line;
   std::snprintf(line, sizeof line,
                 "%s, %s allreduce of %.1f MB (%s gradients), cross-node %s, overlap %.2f, jitter %.3f; batch %lld per "
                 "learner, %d learner(s)/GPU\n",
-                train::algorithm_name(s.algorithm), s.allreduce.c_str(), cost.parameters * s.grad_bytes / 1e6,
+                parallel::algorithm_name(s.algorithm), s.allreduce.c_str(), cost.parameters * s.grad_bytes / 1e6,
                 a.comm.c_str(), a.cross_node.c_str(), s.overlap, s.jitter, static_cast<long long>(s.batch), s.learners);
   out << line;
   // cross: the algorithm the hierarchical allreduce's cross-node stage takes (hd: halving-doubling).

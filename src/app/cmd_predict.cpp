@@ -18,12 +18,12 @@ namespace {
 
 struct PredictArgs {
   CheckpointArgs from;
-  train::PredictOptions options;
+  eval::PredictOptions options;
 };
 
 // "data-000640.h5 -> masks/data-000640-mask.h5: 1 time step; background 97.1%,
 // tropical cyclone 1.2% (3 regions), atmospheric river 1.7% (2 regions)".
-std::string file_line(const train::PredictedFile& f) {
+std::string file_line(const eval::PredictedFile& f) {
   const std::vector<std::string>& names = f.class_names;
   int64_t all = 0;
   for (int64_t p : f.pixels) all += p;
@@ -40,8 +40,8 @@ std::string file_line(const train::PredictedFile& f) {
 
 int run_predict(Context& ctx, const PredictArgs& args) {
   const mpi::Topology topo = mpi::Topology::create(mpi::resolve_ranks_per_node(ctx.global.ranks_per_node));
-  const train::CheckpointModel ck = args.from.read(topo.world());
-  const std::vector<train::PredictedFile> mine = train::predict_files(ck, args.options, topo);
+  const checkpoint::CheckpointModel ck = args.from.read(topo.world());
+  const std::vector<eval::PredictedFile> mine = eval::predict_files(ck, args.options, topo);
   std::string text;
   int64_t files = 0;
   for (const auto& f : mine) {

@@ -1,7 +1,7 @@
 // `squall report RUN_DIR... [--out DIR] [--json]`: a table of runs (one row per run dir,
 // sorted by GPU or rank count) with throughput, scaling efficiency against the smallest run,
 // the time breakdown, the final metric, the whole run's time and the time to target, as
-// report.md (also printed) or JSON, and SVG plots drawn by io/svg (docs/training.md,
+// report.md (also printed) or JSON, and SVG plots drawn by io/pictures/svg (docs/training.md,
 // "Reports"). A resumed run is one run on one clock; runs of different dirs are never joined.
 #include <algorithm>
 #include <cmath>
@@ -17,13 +17,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/svg.hpp"
+#include "io/pictures/svg.hpp"
 #include "mpi/runtime.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
-#include "src/train/config_enums.hpp"
-#include "src/train/run_records.hpp"
+#include "src/config/config_enums.hpp"
+#include "io/records/run_records.hpp"
 
 namespace squall::app {
 namespace {
@@ -53,9 +53,9 @@ struct Run {
   // What makes runs one study whose sizes a scaling line may join: "model", "algorithm", ...
   std::vector<std::pair<std::string, std::string>> study;
   std::string algorithm, periods;  // "sma", "[1, 4]" (summary.json's parallel.periods; "" before it existed)
-  train::RunRecords records;   // on the run clock: one curve across attempts
-  train::RunProgress progress;
-  std::optional<train::TargetResult> target;
+  records::RunRecords records;   // on the run clock: one curve across attempts
+  records::RunProgress progress;
+  std::optional<records::TargetResult> target;
 
   int count() const { return cuda ? gpus : ranks; }  // what the x axes and the sort use
 };
@@ -95,7 +95,7 @@ Run read_run(const std::string& path) {
 
   if (has_metrics) {
     std::ifstream in(dir / "metrics.jsonl");
-    run.records = train::parse_metrics(in);
+    run.records = records::parse_metrics(in);
     if (run.records.per_pixel) run.metric_name = "test_miou";
   }
   json s = json::object();
@@ -104,8 +104,8 @@ Run read_run(const std::string& path) {
     s = json::parse(in, nullptr, false);
     if (s.is_discarded() || !s.is_object()) s = json::object();
   }
-  run.progress = train::run_progress(s, run.records);
-  run.target = train::run_target(s, run.records);
+  run.progress = records::run_progress(s, run.records);
+  run.target = records::run_target(s, run.records);
   if (!has_summary) {
     run.why_incomplete = "no summary.json";
     return run;
@@ -239,7 +239,7 @@ std::string markdown(const std::vector<Run>& runs, const Run* base, bool cuda) {
   return o.str();
 }
 
-json target_json(const train::TargetResult& t) {
+json target_json(const records::TargetResult& t) {
   return json{{"metric", t.metric},
               {"target", or_null(t.target)},
               {"reached", t.reached},
@@ -336,10 +336,10 @@ std::vector<double> distinct_counts(const std::vector<const Run*>& sized) {
 }
 
 // One series per scaling line of `set`, with `value` of each run.
-void add_scaling_series(io::LinePlot& p, const std::vector<const Run*>& set, const std::string& unit,
+void add_scaling_series(pictures::LinePlot& p, const std::vector<const Run*>& set, const std::string& unit,
                         double (*value)(const Run&)) {
   for (const ScalingLine& line : scaling_lines(set, unit)) {
-    io::PlotSeries s{line.label, {}, {}, false, true};
+    pictures::PlotSeries s{line.label, {}, {}, false, true};
     for (const Run* r : line.runs) {
       s.x.push_back(r->count());
       s.y.push_back(value(*r));
@@ -355,7 +355,7 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
     if (r.complete && r.count() > 0) sized.push_back(&r);
   const auto counts = distinct_counts(sized);
   {
-    io::LinePlot p;
+    pictures::LinePlot p;
     p.title = "Throughput against " + unit;
     p.x_label = unit + " (log2 scale)";
     p.y_label = "samples/s";
@@ -369,10 +369,10 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
     p.y_max = top > 0 ? top * 1.1 : 1;
     add_scaling_series(p, sized, cuda ? "GPU" : "rank", [](const Run& r) { return r.samples_per_s; });
     p.series.push_back({"ideal linear scaling", counts, ideal, true, false});
-    io::write_text_file((out / "throughput.svg").string(), io::render_line_plot(p));
+    pictures::write_text_file((out / "throughput.svg").string(), pictures::render_line_plot(p));
   }
   {
-    io::LinePlot p;
+    pictures::LinePlot p;
     p.title = "Scaling efficiency against " + unit;
     p.x_label = unit + " (log2 scale)";
     p.y_label = "efficiency (per-" + std::string(cuda ? "GPU" : "rank") + " samples/s vs smallest run)";
@@ -381,7 +381,7 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
     p.y_max = 1.1;
     add_scaling_series(p, sized, cuda ? "GPU" : "rank", [](const Run& r) { return r.efficiency; });
     p.series.push_back({"ideal", counts, std::vector<double>(counts.size(), 1.0), true, false});
-    io::write_text_file((out / "efficiency.svg").string(), io::render_line_plot(p));
+    pictures::write_text_file((out / "efficiency.svg").string(), pictures::render_line_plot(p));
   }
   auto label = [&](const Run& r) {
     const std::string attempts =
@@ -395,37 +395,37 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
   {
     bool timed = true;
     for (const Run& r : runs)
-      for (const train::TrainPoint& t : r.records.train) timed &= std::isfinite(t.elapsed_s);
-    io::LinePlot p;
+      for (const records::TrainPoint& t : r.records.train) timed &= std::isfinite(t.elapsed_s);
+    pictures::LinePlot p;
     p.title = "Training loss";
     p.x_label = timed ? "elapsed s (training loops of every attempt)" : "step";
     p.y_label = "train loss";
     p.x_min = 0;
     for (const Run& r : runs) {
-      io::PlotSeries s{label(r), {}, {}, false, false};
-      for (const train::TrainPoint& t : r.records.train) {
+      pictures::PlotSeries s{label(r), {}, {}, false, false};
+      for (const records::TrainPoint& t : r.records.train) {
         s.x.push_back(timed ? t.elapsed_s : static_cast<double>(t.step));
         s.y.push_back(t.loss);
       }
       p.series.push_back(std::move(s));
     }
-    io::write_text_file((out / "loss.svg").string(), io::render_line_plot(p));
+    pictures::write_text_file((out / "loss.svg").string(), pictures::render_line_plot(p));
   }
   {
     bool seg = false;
     for (const Run& r : runs) seg |= r.metric_name == "test_miou";
     bool timed = true;
     for (const Run& r : runs)
-      for (const train::EvalPoint& e : r.records.eval) timed &= std::isfinite(e.elapsed_s);
-    io::LinePlot p;
+      for (const records::EvalPoint& e : r.records.eval) timed &= std::isfinite(e.elapsed_s);
+    pictures::LinePlot p;
     p.title = seg ? "Test mean IoU" : "Test accuracy";
     p.x_label = timed ? "elapsed s (training loops of every attempt)" : "step";
     p.y_label = seg ? "test_miou" : "test_accuracy";
     p.x_min = 0;
     double right = 0;
     for (const Run& r : runs) {
-      io::PlotSeries s{label(r), {}, {}, false, true};
-      for (const train::EvalPoint& e : r.records.eval) {
+      pictures::PlotSeries s{label(r), {}, {}, false, true};
+      for (const records::EvalPoint& e : r.records.eval) {
         s.x.push_back(timed ? e.elapsed_s : static_cast<double>(e.step));
         s.y.push_back(seg ? e.miou : e.accuracy);
         if (std::isfinite(s.x.back())) right = std::max(right, s.x.back());
@@ -435,8 +435,8 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
     // The targets of the plotted metric, each a dashed level across the plot.
     std::vector<double> levels;
     auto is_miou = [](const std::string& metric) {  // a record's name (train.target.metric)
-      const train::TargetMetric* m = train::k_target_metrics.find(metric);
-      return m != nullptr && *m == train::TargetMetric::miou;
+      const config::TargetMetric* m = config::k_target_metrics.find(metric);
+      return m != nullptr && *m == config::TargetMetric::miou;
     };
     for (const Run& r : runs)
       if (r.target && is_miou(r.target->metric) == seg && std::isfinite(r.target->target) &&
@@ -447,21 +447,21 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
       std::snprintf(name, sizeof(name), "target %s %g", seg ? "mIoU" : "accuracy", v);
       p.series.push_back({name, {0.0, right > 0 ? right : 1.0}, {v, v}, true, false});
     }
-    io::write_text_file((out / "accuracy.svg").string(), io::render_line_plot(p));
+    pictures::write_text_file((out / "accuracy.svg").string(), pictures::render_line_plot(p));
   }
   // Time to target against size, for the runs that reached one, joined as in the throughput plot.
   std::vector<const Run*> reached;
   for (const Run* r : sized)
     if (r->target && r->target->reached && std::isfinite(r->target->time_s)) reached.push_back(r);
   if (!reached.empty()) {
-    io::LinePlot p;
+    pictures::LinePlot p;
     p.title = "Time to target against " + unit;
     p.x_label = unit + " (log2 scale)";
     p.y_label = "time to target s (run clock)";
     p.log2_x = true;
     p.y_min = 0;
     add_scaling_series(p, reached, cuda ? "GPU" : "rank", [](const Run& r) { return r.target->time_s; });
-    io::write_text_file((out / "time_to_target.svg").string(), io::render_line_plot(p));
+    pictures::write_text_file((out / "time_to_target.svg").string(), pictures::render_line_plot(p));
   } else {
     std::error_code ec;
     fs::remove(out / "time_to_target.svg", ec);  // an earlier report's, into the same folder
@@ -498,7 +498,7 @@ int run_report(Context& ctx, const ReportArgs& args) {
   fs::create_directories(out, ec);
   if (ec || !fs::is_directory(out)) throw Error("cannot create the report folder " + args.out + ": " + ec.message());
   const std::string md = "# squall report\n\n" + markdown(runs, base, cuda);
-  io::write_text_file((out / "report.md").string(), md);
+  pictures::write_text_file((out / "report.md").string(), md);
   write_plots(runs, base, cuda, out);
   print_result(args.json, table_json(runs), md);
   return 0;

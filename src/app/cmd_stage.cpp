@@ -19,14 +19,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/sampler.hpp"
-#include "io/stage.hpp"
+#include "io/input/sampler.hpp"
+#include "io/input/stage.hpp"
 #include "mpi/topology.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/clock.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
-#include "src/train/datasets.hpp"
+#include "io/input/open_dataset.hpp"
 
 namespace squall::app {
 namespace {
@@ -41,11 +41,11 @@ struct StageArgs {
 // This rank's share of the staging. Throws squall::Error naming the file that failed.
 json stage_my_files(const StageArgs& a, const mpi::Topology& topo, const std::vector<int>& node_sizes) {
   // The files listed, nothing read.
-  const auto source = train::open_dataset(a.from, a.split, true, data::NormalizationKind::zscore, 0);
-  const io::Sampling mode = io::k_sampling_modes.parse(a.sampling, "--sampling", "");
-  const io::Sampler sampler(mode, source->file_offsets(), node_sizes, 0);
-  const std::vector<std::string> files = io::files_to_stage(*source, sampler, topo.node());
-  const std::string dest = io::expand_node_placeholder(a.to, topo.node());
+  const auto source = input::open_dataset(a.from, a.split, true, data::NormalizationKind::zscore, 0);
+  const input::Sampling mode = input::k_sampling_modes.parse(a.sampling, "--sampling", "");
+  const input::Sampler sampler(mode, source->file_offsets(), node_sizes, 0);
+  const std::vector<std::string> files = input::files_to_stage(*source, sampler, topo.node());
+  const std::string dest = input::expand_node_placeholder(a.to, topo.node());
   std::error_code ec;
   std::filesystem::create_directories(dest, ec);  // the node's ranks race here; the check below decides
   if (!std::filesystem::is_directory(dest))
@@ -53,7 +53,7 @@ json stage_my_files(const StageArgs& a, const mpi::Topology& topo, const std::ve
 
   json done = json::array();
   for (size_t i = static_cast<size_t>(topo.local_rank()); i < files.size(); i += static_cast<size_t>(topo.local_size())) {
-    const io::StagedFile f = io::stage_file(files[i], dest, topo.rank());
+    const input::StagedFile f = input::stage_file(files[i], dest, topo.rank());
     done.push_back({{"node", topo.node()}, {"rank", topo.rank()}, {"file", f.destination},
                     {"action", f.copied ? "copied" : "skipped"}, {"bytes", f.bytes}});
   }
@@ -64,7 +64,7 @@ int run_stage(Context& ctx, const StageArgs& a) {
   const auto topo = mpi::Topology::create(mpi::resolve_ranks_per_node(ctx.global.ranks_per_node));
   const mpi::Communicator& world = topo.world();
   const std::vector<int> node_of_rank = world.allgather(topo.node());
-  const std::vector<int> node_sizes = io::node_sizes_from(node_of_rank);
+  const std::vector<int> node_sizes = input::node_sizes_from(node_of_rank);
 
   world.barrier();
   const Stopwatch timer;
@@ -76,7 +76,7 @@ int run_stage(Context& ctx, const StageArgs& a) {
     ns = static_cast<int64_t>(timer.seconds() * 1e9);
   });
   const double seconds = static_cast<double>(world.allreduce_max(ns)) * 1e-9;
-  // Each node's first rank records the staging beside the node's files (io::StageRecord), once
+  // Each node's first rank records the staging beside the node's files (input::StageRecord), once
   // every rank has done its share.
   int64_t my_bytes = 0;
   for (const json& f : mine) my_bytes += f["bytes"].get<int64_t>();
@@ -84,13 +84,13 @@ int run_stage(Context& ctx, const StageArgs& a) {
   const int64_t node_bytes = topo.node_comm().allreduce_sum(my_bytes);
   if (topo.local_rank() == 0) {
     try {
-      io::StageRecord record;
+      input::StageRecord record;
       record.start_ms = start_ms;
       record.stop_ms = static_cast<int64_t>(system_seconds() * 1000.0);
       record.source = a.from;
       record.files = node_files;
       record.bytes = node_bytes;
-      io::write_stage_record(io::expand_node_placeholder(a.to, topo.node()), record);
+      input::write_stage_record(input::expand_node_placeholder(a.to, topo.node()), record);
     } catch (const std::exception& e) {
       log::warn(std::string("stage: cannot write the stage record: ") + e.what());
     }
@@ -147,7 +147,7 @@ void add_stage_command(CLI::App& root, Context& ctx, Actions& actions) {
   sub->add_option("--split", args->split, "Which shards: train or test (default train)");
   sub->add_option("--sampling", args->sampling,
                   "global: every node reads every file; local: each node only its own range (default global)")
-      ->check(CLI::IsMember(io::k_sampling_modes.names()));
+      ->check(CLI::IsMember(input::k_sampling_modes.names()));
   sub->add_flag("--json", args->json, "Print one JSON object (rank 0)");
   actions[sub] = [&ctx, args] { return run_stage(ctx, *args); };
 }

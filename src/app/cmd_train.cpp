@@ -10,7 +10,7 @@
 #include "mpi/topology.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/error.hpp"
-#include "src/train/config.hpp"
+#include "src/config/config.hpp"
 #include "src/train/run_dir.hpp"
 #include "src/train/trainer.hpp"
 
@@ -28,12 +28,12 @@ struct TrainArgs {
 // Every rank loads the config; they must all succeed and all hold the same one (a file that
 // differs between nodes would make the ranks train different jobs, and hang in the first sum
 // whose size differs).
-train::Config load_agreed_config(const TrainArgs& args) {
+config::Config load_agreed_config(const TrainArgs& args) {
   const mpi::Communicator world = mpi::Communicator::world();
-  train::Config cfg;
+  config::Config cfg;
   mpi::run_agreed(world, [&] {
     try {
-      cfg = train::load_config(args.config, args.overrides);
+      cfg = config::load_config(args.config, args.overrides);
     } catch (const CollectiveError&) {
       throw;
     } catch (const Error& e) {
@@ -41,13 +41,13 @@ train::Config load_agreed_config(const TrainArgs& args) {
     }
   });
   if (world.size() == 1) return cfg;
-  const std::string mine = train::to_toml(cfg);
+  const std::string mine = config::to_toml(cfg);
   const std::string root = world.broadcast_string(mine);
   mpi::run_agreed(world, [&] {
     if (mine == root) return;
-    train::Config rank0;
+    config::Config rank0;
     try {
-      rank0 = train::parse_config(root, "rank 0's config");
+      rank0 = config::parse_config(root, "rank 0's config");
     } catch (const Error& e) {
       throw UsageError(std::string("the config differs from rank 0's: ") + e.what());
     }
@@ -60,7 +60,7 @@ train::Config load_agreed_config(const TrainArgs& args) {
 }
 
 int run_train(Context& ctx, const TrainArgs& args) {
-  const train::Config cfg = load_agreed_config(args);
+  const config::Config cfg = load_agreed_config(args);
   train::RunOptions options;
   options.ranks_per_node = mpi::resolve_ranks_per_node(ctx.global.ranks_per_node);
   options.stall_warn_s = ctx.global.stall_warn_s;

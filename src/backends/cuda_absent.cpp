@@ -1,7 +1,6 @@
 // Linked instead of the cuda/ library when squall is built without the CUDA backend: the
-// probe reports why, the backend factory is never reached (make_backend checks the count),
-// and there are no device-buffer allreduces.
-#include "mpi/device_allreduce.hpp"
+// probe reports why, and the backend factory is never reached (make_backend checks the count).
+// The device-buffer allreduces are mpi/'s (mpi/nccl_absent.cpp).
 #include "src/core/cuda_probe.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
@@ -29,16 +28,3 @@ std::unique_ptr<Backend> make_cuda_backend(int) { throw Error(k_not_built); }
 
 }  // namespace nn
 }  // namespace squall
-
-// Device-buffer allreduces need the CUDA backend (cuda/nccl.cpp).
-
-namespace squall::mpi {
-
-std::vector<AllreduceKind> device_allreduce_kinds() { return {}; }
-
-std::unique_ptr<DeviceAllreduce> make_device_allreduce(AllreduceKind kind, const Topology&, int,
-                                                       const AllreduceOptions&) {
-  throw Error(std::string(k_allreduce_kinds.name(kind)) + ": squall was built without the CUDA backend");
-}
-
-}  // namespace squall::mpi

@@ -12,7 +12,6 @@ struct CudaProbe {
   std::string runtime_version;     // "13.0"
   std::string driver_version;      // "" when no driver is loaded
   std::string cudnn_version;       // "9.13.0"
-  std::string nccl_version;        // "2.28.3"
   std::vector<std::string> devices;  // "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)"
   std::string status;              // why there are no devices, when there are none
 };

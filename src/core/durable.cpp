@@ -1,5 +1,7 @@
 #include "src/core/durable.hpp"
 
+#include <fstream>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -81,6 +83,14 @@ LineFile::~LineFile() { ::close(m_fd); }
 void LineFile::write(const std::string& line) {
   write_all(m_fd, line, m_path);
   ++m_lines;
+}
+
+void keep_first_lines(const std::filesystem::path& file, int64_t lines) {
+  std::ifstream in(file, std::ios::binary);
+  std::string kept, line;
+  for (int64_t n = 0; n < lines && std::getline(in, line); ++n) kept += line + "\n";
+  in.close();
+  write_file_atomic(file, kept);
 }
 
 }  // namespace squall

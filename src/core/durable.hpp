@@ -25,6 +25,10 @@ void rename_durably(const std::filesystem::path& from, const std::filesystem::pa
 // On failure the temporary file is removed and the old `path` (if any) is untouched.
 void write_file_atomic(const std::filesystem::path& path, const std::string& text);
 
+// Keeps the first `lines` lines of the file, atomically (metrics.jsonl when resuming: the
+// records written after the checkpoint are written again by the resumed run).
+void keep_first_lines(const std::filesystem::path& file, int64_t lines);
+
 // errno's text for the last failed system call ("No space left on device").
 std::string errno_text();
 

@@ -1,6 +1,6 @@
 #pragma once
 // DataSource: where samples come from. Implemented by the IDX reader (Debian's
-// Fashion-MNIST files, io/idx_source.cpp) and by the HDF5 shard and DeepCAM readers
+// Fashion-MNIST files, io/formats/idx_source.cpp) and by the HDF5 shard and DeepCAM readers
 // in io/. Indices are global sample numbers in [0, size()); the sampler decides which a rank
 // reads. read() is called from loader threads: implementations must be thread-safe.
 // The interface sits below both io/ and src/train (which opens datasets through io/), so

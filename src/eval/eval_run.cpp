@@ -10,21 +10,22 @@
 #include "src/core/clock.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/graph.hpp"
-#include "src/train/checkpoint.hpp"
-#include "src/train/config.hpp"
-#include "src/train/datasets.hpp"
-#include "src/train/model_spec.hpp"
-#include "src/train/setup.hpp"
+#include "io/checkpoint/store.hpp"
+#include "src/config/config.hpp"
+#include "src/config/model_spec.hpp"
+#include "src/config/setup.hpp"
 
-namespace squall::train {
+namespace squall::eval {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string model_file(const CheckpointModel& ck) { return (ck.folder / CheckpointStore::k_model_file).string(); }
+std::string model_file(const checkpoint::CheckpointModel& ck) {
+  return (ck.folder / checkpoint::CheckpointStore::k_model_file).string();
+}
 
 // "samples of 1 x 28 x 28 (channels x height x width), 10 classes, a label per sample".
-std::string input_text(const DatasetInfo& info) {
+std::string input_text(const data::DatasetInfo& info) {
   const nn::Shape& s = info.sample;
   return "samples of " + std::to_string(s.c()) + " x " + std::to_string(s.h()) + " x " + std::to_string(s.w()) +
          " (channels x height x width), " + std::to_string(info.classes) + " classes, " +
@@ -33,17 +34,17 @@ std::string input_text(const DatasetInfo& info) {
 
 }  // namespace
 
-Config checkpoint_config(const CheckpointModel& ck, const std::vector<std::string>& overrides) {
+config::Config checkpoint_config(const checkpoint::CheckpointModel& ck, const std::vector<std::string>& overrides) {
   const std::string origin = model_file(ck) + " (its config)";
   const std::string& text = ck.state.config;
   try {
-    (void)parse_config(text, origin);
+    (void)config::parse_config(text, origin);
   } catch (const Error& e) {
     throw Error(model_file(ck) + ": the run's config cannot be read: " + e.what());
   }
-  Config cfg;
+  config::Config cfg;
   try {
-    cfg = parse_config(text, origin, overrides);
+    cfg = config::parse_config(text, origin, overrides);
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
@@ -53,8 +54,8 @@ Config checkpoint_config(const CheckpointModel& ck, const std::vector<std::strin
 namespace {
 
 // The run's config with --set applied, and --data in place of data.test.
-Config eval_config(const CheckpointModel& ck, const EvalOptions& options) {
-  Config cfg = checkpoint_config(ck, options.overrides);
+config::Config eval_config(const checkpoint::CheckpointModel& ck, const EvalOptions& options) {
+  config::Config cfg = checkpoint_config(ck, options.overrides);
   if (!options.data.empty()) cfg.data.test = options.data;
   return cfg;
 }
@@ -64,16 +65,13 @@ std::string data_key(const EvalOptions& options) { return options.data.empty() ?
 
 // The test set. `fixed` null: raw values, streamed (to check its shape against the model before
 // anything is read); otherwise normalised with the training set's statistics from the checkpoint.
-std::unique_ptr<DataSource> open_test(const Config& cfg, const EvalOptions& options, const data::Normalization* fixed) {
+std::unique_ptr<data::DataSource> open_test(const config::Config& cfg, const EvalOptions& options,
+                                            const data::Normalization* fixed) {
   const std::string& path = cfg.data.test;
   const std::string key = data_key(options);
   try {
-    if (fixed == nullptr)
-      return open_dataset(path, "test", false, cfg.data.normalization, 0, nullptr, cfg.data.netcdf_variables,
-                          cfg.data.netcdf_labels);
-    return open_dataset(path, "test", cfg.data.normalize, cfg.data.normalization, cfg.data.cache_mb, fixed,
-                        cfg.data.netcdf_variables, cfg.data.netcdf_labels);
-  } catch (const BadSample&) {
+    return config::open_data(cfg.data, path, "test", fixed, fixed == nullptr);
+  } catch (const data::BadSample&) {
     throw;
   } catch (const Error& e) {
     std::error_code ec;
@@ -89,17 +87,16 @@ std::unique_ptr<DataSource> open_test(const Config& cfg, const EvalOptions& opti
 // What the model was trained on, from the run's own data.test (the trainer requires it to
 // match data.train), when that is not the data being refused and can be opened here; else
 // from the input shape and classes the checkpoint records. Only for a message.
-std::string trained_on(const CheckpointModel& ck, const std::string& refused_path) {
+std::string trained_on(const checkpoint::CheckpointModel& ck, const std::string& refused_path) {
   const nn::Shape& in = ck.model.input;
   const std::string recorded = ", trained on samples of " + std::to_string(in.c()) + " x " + std::to_string(in.h()) +
                                " x " + std::to_string(in.w()) + " (channels x height x width), " +
                                std::to_string(ck.model.class_names.size()) + " classes";
   try {
-    const Config then = parse_config(ck.state.config, model_file(ck));
+    const config::Config then = config::parse_config(ck.state.config, model_file(ck));
     std::error_code ec;
     if (then.data.test == refused_path || !fs::exists(then.data.test, ec)) return recorded;
-    const auto source = open_dataset(then.data.test, "test", false, then.data.normalization, 0, nullptr,
-                                     then.data.netcdf_variables, then.data.netcdf_labels);
+    const auto source = config::open_data(then.data, then.data.test, "test", nullptr, true);
     return ", trained on " + input_text(source->info()) + " (" + then.data.test + ")";
   } catch (const std::exception&) {
     return recorded;
@@ -111,9 +108,10 @@ std::string trained_on(const CheckpointModel& ck, const std::string& refused_pat
 // and what each has.
 }  // namespace
 
-nn::ModelSpec fit_checkpoint_model(const CheckpointModel& ck, const Config& cfg, const std::string& key,
-                                   const std::string& data_path, const DataSource& test, int64_t batch) {
-  const DatasetInfo& info = test.info();
+nn::ModelSpec fit_checkpoint_model(const checkpoint::CheckpointModel& ck, const config::Config& cfg,
+                                   const std::string& key, const std::string& data_path, const data::DataSource& test,
+                                   int64_t batch) {
+  const data::DatasetInfo& info = test.info();
   const int64_t params = ck.state.param_count, state = ck.state.state_count;
   auto refuse = [&](const std::string& why) {
     return UsageError(key + " " + data_path + " does not fit the model of checkpoint " + ck.folder.string() + ": " +
@@ -121,8 +119,8 @@ nn::ModelSpec fit_checkpoint_model(const CheckpointModel& ck, const Config& cfg,
                       ck.state.model + " with " + std::to_string(params) + " parameters" +
                       trained_on(ck, data_path));
   };
-  const nn::ModelSpec spec = model_spec(cfg, info);
-  if (const std::string why = model_data_mismatch(cfg, info); !why.empty()) throw refuse(why);
+  const nn::ModelSpec spec = config::model_spec(cfg, info);
+  if (const std::string why = config::model_data_mismatch(cfg, info); !why.empty()) throw refuse(why);
   std::unique_ptr<nn::Graph> g;
   try {
     g = nn::make_model(spec, info.sample);
@@ -147,32 +145,34 @@ nn::ModelSpec fit_checkpoint_model(const CheckpointModel& ck, const Config& cfg,
   return spec;
 }
 
-InferenceModel build_inference_model(const CheckpointModel& ck, const Config& cfg, const nn::ModelSpec& spec,
-                                     const DatasetInfo& info, int64_t batch, const mpi::Topology& topo) {
+InferenceModel build_inference_model(const checkpoint::CheckpointModel& ck, const config::Config& cfg,
+                                     const nn::ModelSpec& spec, const data::DatasetInfo& info, int64_t batch,
+                                     const mpi::Topology& topo) {
   InferenceModel m;
-  m.backend = make_rank_backend(cfg, topo);
+  m.backend = config::make_rank_backend(cfg, topo);
   m.stream = m.backend->create_stream();
   m.backend->bind_calling_thread(m.backend->threads());
-  m.graph = make_model_graph(spec, info.sample, graph_format(cfg, m.backend->name()));
+  m.graph = config::make_model_graph(spec, info.sample, config::graph_format(cfg, m.backend->name()));
   m.graph->build(*m.backend, batch, static_cast<uint64_t>(cfg.run.seed));
-  load_into_graph(ck.model, *m.graph, *m.backend, *m.stream);
+  checkpoint::load_into_graph(ck.model, *m.graph, *m.backend, *m.stream);
   m.backend->synchronize(*m.stream);
   return m;
 }
 
-EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& options, const mpi::Topology& topo) {
+EvalResult evaluate_checkpoint(const checkpoint::CheckpointModel& ck, const EvalOptions& options,
+                               const mpi::Topology& topo) {
   const mpi::Communicator& world = topo.world();
 
   // The config, the data and whether they fit: every rank opens the test set (each reads its
   // share of it), so any rank may be the one that cannot.
-  Config cfg;
-  std::unique_ptr<DataSource> test;
+  config::Config cfg;
+  std::unique_ptr<data::DataSource> test;
   nn::ModelSpec spec;
   int64_t batch = 0, n_test = 0;
   mpi::run_agreed(world, [&] {
     cfg = eval_config(ck, options);
     // Training evaluates in batches of train.batch_size; the same batches give the same sums.
-    batch = cfg.train.eval_batch_size > 0 ? cfg.train.eval_batch_size : cfg.train.batch_size;
+    batch = config::eval_batch(cfg);
     // Its shape against the model first, then the samples normalised as in training: with the
     // training set's statistics that the checkpoint holds, never the test folder's own.
     test = open_test(cfg, options, nullptr);
@@ -181,7 +181,7 @@ EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& opt
     test = open_test(cfg, options, &ck.model.normalization);
     n_test = cfg.data.test_samples > 0 ? std::min(cfg.data.test_samples, test->size()) : test->size();
   });
-  const DatasetInfo& info = test->info();
+  const data::DatasetInfo& info = test->info();
   const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
 
   // The model on the run's backend and precision, holding the checkpoint's central model.
@@ -223,14 +223,14 @@ EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& opt
   return r;
 }
 
-CheckpointGraph checkpoint_graph(const CheckpointModel& ck, const EvalOptions& options, int64_t batch) {
-  const Config cfg = eval_config(ck, options);
-  const std::unique_ptr<DataSource> test = open_test(cfg, options, nullptr);  // its shape only
+CheckpointGraph checkpoint_graph(const checkpoint::CheckpointModel& ck, const EvalOptions& options, int64_t batch) {
+  const config::Config cfg = eval_config(ck, options);
+  const std::unique_ptr<data::DataSource> test = open_test(cfg, options, nullptr);  // its shape only
   const nn::ModelSpec spec = fit_checkpoint_model(ck, cfg, data_key(options), cfg.data.test, *test, batch);
   CheckpointGraph r;
   r.model = ck.state.model;
   r.step = ck.state.step;
-  r.graph = make_model_graph(spec, test->info().sample, GraphFormat{});  // ONNX's f32, NCHW
+  r.graph = config::make_model_graph(spec, test->info().sample, config::GraphFormat{});  // ONNX's f32, NCHW
   r.graph->setup(batch);
   // The file keeps the tensors packed; the exporter reads them at the graph's arena offsets.
   const nn::Graph& g = *r.graph;
@@ -243,4 +243,4 @@ CheckpointGraph checkpoint_graph(const CheckpointModel& ck, const EvalOptions& o
   return r;
 }
 
-}  // namespace squall::train
+}  // namespace squall::eval

@@ -9,14 +9,14 @@
 #include <vector>
 
 #include "mpi/topology.hpp"
-#include "src/eval/eval_checkpoint.hpp"
+#include "io/checkpoint/named_weights.hpp"
 #include "src/eval/evaluate.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
-#include "src/train/config.hpp"
-#include "src/train/datasets.hpp"
+#include "src/config/config.hpp"
+#include "io/input/open_dataset.hpp"
 
-namespace squall::train {
+namespace squall::eval {
 
 struct EvalOptions {
   std::vector<std::string> overrides;  // --set: keys of the checkpoint's config
@@ -30,20 +30,21 @@ struct EvalResult {
   std::string data_description;         // "Fashion-MNIST test (IDX, 10000 samples)"
   bool per_pixel_labels = false;        // segmentation: IoU per class is what matters
   std::vector<std::string> class_names;
-  EvalPart part{ConfusionMatrix(1)};    // summed over the ranks
+  EvalPart part{nn::ConfusionMatrix(1)};    // summed over the ranks
   double eval_s = 0;                    // the evaluation itself, without reading and building
   int world_size = 1;
 };
 
 // The checkpoint's config with --set overrides applied. A config that does not read back is
 // the checkpoint's fault (Error, exit 1); an override that is refused, the user's (UsageError).
-Config checkpoint_config(const CheckpointModel& ck, const std::vector<std::string>& overrides);
+config::Config checkpoint_config(const checkpoint::CheckpointModel& ck, const std::vector<std::string>& overrides);
 
 // The model the checkpoint's config makes for samples like `data`'s, checked against the data
 // and the checkpoint before anything is allocated: a UsageError naming `key` `data_path`, the
 // checkpoint and what each has.
-nn::ModelSpec fit_checkpoint_model(const CheckpointModel& ck, const Config& cfg, const std::string& key,
-                                   const std::string& data_path, const DataSource& data, int64_t batch);
+nn::ModelSpec fit_checkpoint_model(const checkpoint::CheckpointModel& ck, const config::Config& cfg,
+                                   const std::string& key, const std::string& data_path, const data::DataSource& data,
+                                   int64_t batch);
 
 // The checkpoint's central model on the config's backend and precision, built for batches of
 // `batch` samples of `info`'s shape, ready for inference (eval mode is the caller's RunMode).
@@ -53,8 +54,9 @@ struct InferenceModel {
   std::unique_ptr<nn::Stream> stream;
   std::unique_ptr<nn::Graph> graph;
 };
-InferenceModel build_inference_model(const CheckpointModel& ck, const Config& cfg, const nn::ModelSpec& spec,
-                                     const DatasetInfo& info, int64_t batch, const mpi::Topology& topo);
+InferenceModel build_inference_model(const checkpoint::CheckpointModel& ck, const config::Config& cfg,
+                                     const nn::ModelSpec& spec, const data::DatasetInfo& info, int64_t batch,
+                                     const mpi::Topology& topo);
 
 // Collective over topo.world(). Parses the checkpoint's config with `overrides` (a bad one is
 // a usage error, exit 2), opens the test set and checks that it fits the model (sample shape,
@@ -62,7 +64,8 @@ InferenceModel build_inference_model(const CheckpointModel& ck, const Config& cf
 // naming the checkpoint, the data and both), builds the model on the config's run.backend and
 // precision, loads the central parameters and state and evaluates. Every failure, even one
 // that only some ranks meet, ends every rank with the same CollectiveError.
-EvalResult evaluate_checkpoint(const CheckpointModel& ck, const EvalOptions& options, const mpi::Topology& topo);
+EvalResult evaluate_checkpoint(const checkpoint::CheckpointModel& ck, const EvalOptions& options,
+                               const mpi::Topology& topo);
 
 // The checkpoint's central model for `squall export`: its config (with options.overrides) and its
 // test set (options.data instead, when given) fix the model and its input size, as for
@@ -77,6 +80,6 @@ struct CheckpointGraph {
   std::string normalization;        // how the run normalised its inputs ("zscore", "minmax"; "" none)
   std::string data_path;            // the test set that fixed the input size
 };
-CheckpointGraph checkpoint_graph(const CheckpointModel& ck, const EvalOptions& options, int64_t batch);
+CheckpointGraph checkpoint_graph(const checkpoint::CheckpointModel& ck, const EvalOptions& options, int64_t batch);
 
-}  // namespace squall::train
+}  // namespace squall::eval

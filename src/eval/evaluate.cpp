@@ -4,18 +4,18 @@
 #include <cmath>
 #include <span>
 
-namespace squall::train {
+namespace squall::eval {
 
-EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const DataSource& test, int64_t begin,
+EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const data::DataSource& test, int64_t begin,
                         int64_t end, int32_t* dev_labels, int32_t* dev_pred, const float* class_weights,
-                        std::vector<PredictionSample>* pictures) {
+                        std::vector<pictures::PredictionSample>* pictures) {
   const int64_t batch = g.batch();
   const auto& info = test.info();
   const int64_t per_sample = info.sample.per_sample();
   const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
   std::vector<float> images(static_cast<size_t>(batch * per_sample));
   std::vector<int32_t> labels(static_cast<size_t>(batch * label_hw));
-  EvalPart part{ConfusionMatrix(info.classes)};
+  EvalPart part{nn::ConfusionMatrix(info.classes)};
   // The loss sum and the confusion matrix accumulate in backend memory and are read once at
   // the end: no host round trip per batch.
   const auto classes = static_cast<size_t>(info.classes);
@@ -51,7 +51,7 @@ EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const
       be.copy_labels_to_host(stream, pred.data(), dev_pred, pred.size());
       be.synchronize(stream);
       for (size_t k = 0; k < keep; ++k) {
-        PredictionSample& p = (*pictures)[k];
+        pictures::PredictionSample& p = (*pictures)[k];
         const auto first = static_cast<int64_t>(k);
         const float* image = images.data() + first * per_sample;  // channel 0 of sample k
         p.channel.assign(image, image + label_hw);
@@ -85,11 +85,5 @@ void sum_over_ranks(EvalPart& part, const mpi::Communicator& world) {
   part.samples = sums.back();
 }
 
-nlohmann::json iou_per_class_json(const ConfusionMatrix& cm) {
-  nlohmann::json per_class = nlohmann::json::array();
-  for (double v : cm.iou_per_class()) per_class.push_back(std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v));
-  return per_class;
-}
 
-
-}  // namespace squall::train
+}  // namespace squall::eval

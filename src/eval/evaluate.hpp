@@ -9,18 +9,16 @@
 
 #include "mpi/comm.hpp"
 #include "src/data/data_source.hpp"
-#include "src/eval/metrics.hpp"
-#include "src/eval/predictions.hpp"
+#include "src/nn/metrics.hpp"
+#include "io/pictures/prediction_picture.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
 
-namespace squall::train {
-
-using data::DataSource;
+namespace squall::eval {
 
 // One rank's share of an evaluation, or (after sum_over_ranks) the job's.
 struct EvalPart {
-  ConfusionMatrix cm;
+  nn::ConfusionMatrix cm;
   double loss_sum = 0, samples = 0;
   double loss() const { return samples > 0 ? loss_sum / samples : 0; }
 };
@@ -34,15 +32,12 @@ constexpr size_t k_picture_samples = 4;
 // labels); class_weights: backend memory or null. pictures: when not null (per-pixel labels),
 // the first samples of the range (up to its capacity) with their first channel, labels and
 // predictions, for predictions/epoch-N.png.
-EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const DataSource& test, int64_t begin,
+EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const data::DataSource& test, int64_t begin,
                         int64_t end, int32_t* dev_labels, int32_t* dev_pred, const float* class_weights,
-                        std::vector<PredictionSample>* pictures = nullptr);
+                        std::vector<pictures::PredictionSample>* pictures = nullptr);
 
 // Collective: every rank's part summed into the job's, on every rank.
 void sum_over_ranks(EvalPart& part, const mpi::Communicator& world);
 
-// Per-class IoU for metrics.jsonl and summary.json: null for a class absent from both the
-// labels and the predictions (its IoU is undefined).
-nlohmann::json iou_per_class_json(const ConfusionMatrix& cm);
 
-}  // namespace squall::train
+}  // namespace squall::eval

@@ -1,4 +1,5 @@
 // `squall predict`: the checkpoint's model on new files (src/eval/predict.hpp).
+#include "src/config/setup.hpp"
 #include "src/eval/predict.hpp"
 
 #include <algorithm>
@@ -6,17 +7,17 @@
 #include <filesystem>
 #include <numeric>
 
-#include "io/dataset.hpp"
-#include "io/mask.hpp"
-#include "io/netcdf_file.hpp"
-#include "io/netcdf_mask.hpp"
-#include "io/png.hpp"
+#include "io/formats/dataset.hpp"
+#include "io/formats/mask.hpp"
+#include "io/formats/netcdf_file.hpp"
+#include "io/formats/netcdf_mask.hpp"
+#include "io/pictures/png.hpp"
 #include "mpi/agreement.hpp"
 #include "src/core/error.hpp"
 #include "src/eval/eval_run.hpp"
-#include "src/eval/predictions.hpp"
+#include "io/pictures/prediction_picture.hpp"
 
-namespace squall::train {
+namespace squall::eval {
 namespace {
 
 namespace fs = std::filesystem;
@@ -27,9 +28,9 @@ bool is_data_file(const fs::path& p) {
 bool is_netcdf(const std::string& p) { return fs::path(p).extension() == ".nc"; }
 
 // A picture of one time step: its first channel in grey, and beside it the mask's classes.
-io::RgbImage mask_picture(const float* channel, const uint8_t* mask, int64_t h, int64_t w) {
+pictures::RgbImage mask_picture(const float* channel, const uint8_t* mask, int64_t h, int64_t w) {
   constexpr int64_t gap = 4;
-  io::RgbImage img(2 * w + gap, h, 255);
+  pictures::RgbImage img(2 * w + gap, h, 255);
   const auto [lo, hi] = std::minmax_element(channel, channel + h * w);
   const float range = *hi > *lo ? *hi - *lo : 1.0f;
   for (int64_t y = 0; y < h; ++y) {
@@ -39,7 +40,7 @@ io::RgbImage mask_picture(const float* channel, const uint8_t* mask, int64_t h, 
       const auto grey = static_cast<uint8_t>(std::clamp((channel[i] - *lo) / range, 0.0f, 1.0f) * 255.0f + 0.5f);
       img.set(x, y, grey, grey, grey);
       uint8_t rgb[3];
-      class_colour(mask[i], rgb);
+      pictures::class_colour(mask[i], rgb);
       if (mask[i] == 0) rgb[0] = rgb[1] = rgb[2] = static_cast<uint8_t>(grey / 2);
       img.set(w + gap + x, y, rgb[0], rgb[1], rgb[2]);
     }
@@ -99,12 +100,12 @@ int64_t count_regions(const uint8_t* mask, int64_t h, int64_t w, uint8_t cls) {
   return regions;
 }
 
-std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const PredictOptions& options,
+std::vector<PredictedFile> predict_files(const checkpoint::CheckpointModel& ck, const PredictOptions& options,
                                          const mpi::Topology& topo) {
   const mpi::Communicator& world = topo.world();
   if (options.format != "h5" && options.format != "nc")
     throw CollectiveError("--format " + options.format + ": not a mask format squall writes (nc or h5)", k_exit_usage);
-  Config cfg;
+  config::Config cfg;
   std::vector<std::string> inputs;
   mpi::run_agreed(world, [&] {
     cfg = checkpoint_config(ck, options.overrides);
@@ -114,16 +115,16 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
   // The inputs normalised as training normalised its samples: with the statistics the
   // checkpoint holds (the training set's).
   const data::Normalization& norm = ck.model.normalization;
-  io::OpenOptions open;
+  formats::OpenOptions open;
   open.normalize = norm.kind != "none";
   open.fixed = norm;  // its kind, not open.normalization, says how
   open.labels_optional = true;
   open.cache_bytes = 0;
-  const io::NetcdfOptions netcdf{io::netcdf_variable_map(cfg.data.netcdf_variables), cfg.data.netcdf_labels};
+  const formats::NetcdfOptions netcdf{formats::netcdf_variable_map(cfg.data.netcdf_variables), cfg.data.netcdf_labels};
   // Rank r takes files [n r / R, n (r + 1) / R).
   const auto n = static_cast<int64_t>(inputs.size());
   const int64_t first = n * world.rank() / world.size(), last = n * (world.rank() + 1) / world.size();
-  const int64_t batch = cfg.train.eval_batch_size > 0 ? cfg.train.eval_batch_size : cfg.train.batch_size;
+  const int64_t batch = config::eval_batch(cfg);
 
   std::vector<PredictedFile> done;
   InferenceModel m;
@@ -134,12 +135,12 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
     for (int64_t f = first; f < last; ++f) {
       const std::string& input = inputs[static_cast<size_t>(f)];
       const bool nc = is_netcdf(input);
-      std::unique_ptr<io::NetcdfSource> nc_source;
+      std::unique_ptr<formats::NetcdfSource> nc_source;
       std::unique_ptr<data::DataSource> h5_source;
       if (nc) {
-        nc_source = io::open_netcdf_files({input}, "", open, netcdf);
+        nc_source = formats::open_netcdf_files({input}, "", open, netcdf);
       } else {
-        h5_source = io::open_deepcam_files({input}, "", open);
+        h5_source = formats::open_deepcam_files({input}, "", open);
       }
       const data::DataSource* source = nc ? static_cast<const data::DataSource*>(nc_source.get()) : h5_source.get();
       const data::DatasetInfo& info = source->info();
@@ -157,7 +158,7 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
       nn::Stream& s = *m.stream;
       const int64_t h = info.sample.h(), w = info.sample.w(), hw = h * w, per = info.sample.per_sample();
       const int64_t classes = static_cast<int64_t>(info.class_names.size());
-      io::MaskOutput out;
+      formats::MaskOutput out;
       out.times = source->size();
       out.h = h;
       out.w = w;
@@ -166,7 +167,7 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
       if (options.probabilities) out.probabilities.resize(static_cast<size_t>(out.times * classes * hw));
       if (nc) {
         for (int64_t t = 0; t < out.times; ++t) {
-          const io::NetcdfGrid grid = nc_source->sample_grid(t);
+          const formats::NetcdfGrid grid = nc_source->sample_grid(t);
           if (t == 0) {
             out.lat = grid.lat;
             out.lon = grid.lon;
@@ -177,7 +178,7 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
         }
         if (static_cast<int64_t>(out.time.size()) != out.times) out.time.clear();
       } else {
-        io::read_deepcam_grid(input, out.lat, out.lon);
+        formats::read_deepcam_grid(input, out.lat, out.lon);
       }
       out.attributes = {{"model", ck.state.model},
                         {"checkpoint", ck.folder.string()},
@@ -242,22 +243,23 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
         for (int64_t c = 1; c < classes; ++c)
           r.regions[static_cast<size_t>(c)] += count_regions(out.mask.data() + t * hw, h, w, static_cast<uint8_t>(c));
       if (options.format == "h5") {
-        io::write_mask_h5(r.output, out);
+        formats::write_mask_h5(r.output, out);
       } else {
         if (out.lat.empty() || out.lon.empty())
           throw UsageError(input + ": no latitudes and longitudes (/climate/lat, /climate/lon): a netCDF mask needs "
                                    "its grid; write --format h5");
         if (out.time.empty())  // DeepCAM files carry no time: the time steps are numbered
           for (int64_t t = 0; t < out.times; ++t) out.time.push_back(static_cast<double>(t));
-        io::MaskAttributes attrs;
+        formats::MaskAttributes attrs;
         attrs.source = "squall " + ck.state.model;
         attrs.checkpoint = ck.folder.string() + " (step " + std::to_string(ck.state.step) + ")";
         attrs.history = "squall predict on " + input;
-        io::write_netcdf_masks(r.output, io::MaskGrid{out.lat, out.lon, out.time, out.time_units, out.calendar},
-                               out.mask, out.probabilities, out.class_names, attrs);
+        formats::write_netcdf_masks(r.output,
+                                    formats::MaskGrid{out.lat, out.lon, out.time, out.time_units, out.calendar},
+                                    out.mask, out.probabilities, out.class_names, attrs);
       }
       if (options.png)
-        io::write_png((fs::path(options.out) / (fs::path(input).stem().string() + "-mask.png")).string(),
+        pictures::write_png((fs::path(options.out) / (fs::path(input).stem().string() + "-mask.png")).string(),
                       mask_picture(first_channel.data(), out.mask.data(), h, w));
       done.push_back(std::move(r));
     }
@@ -265,4 +267,4 @@ std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const Predic
   return done;
 }
 
-}  // namespace squall::train
+}  // namespace squall::eval

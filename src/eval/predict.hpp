@@ -9,14 +9,14 @@
 #include <vector>
 
 #include "mpi/topology.hpp"
-#include "src/eval/eval_checkpoint.hpp"
+#include "io/checkpoint/named_weights.hpp"
 
-namespace squall::train {
+namespace squall::eval {
 
 struct PredictOptions {
   std::vector<std::string> data;       // files (DeepCAM *.h5, netCDF *.nc), or folders of them
   std::string out;                     // the folder the masks go to (made when missing)
-  std::string format = "nc";           // "nc" (CF netCDF, io/netcdf_mask.hpp) or "h5" (io/mask.hpp)
+  std::string format = "nc";           // "nc" (CF netCDF, io/formats/netcdf_mask.hpp) or "h5" (io/formats/mask.hpp)
   bool probabilities = false;          // the softmax per class too
   bool png = false;                    // a picture per input: its first channel and the mask
   std::vector<std::string> overrides;  // --set: keys of the checkpoint's config
@@ -43,7 +43,7 @@ int64_t count_regions(const uint8_t* mask, int64_t h, int64_t w, uint8_t cls);
 // Collective over topo.world(): the files are split over the ranks in contiguous blocks; each
 // rank writes its own files and returns what it wrote. Every failure ends every rank with the
 // same CollectiveError naming the file.
-std::vector<PredictedFile> predict_files(const CheckpointModel& ck, const PredictOptions& options,
+std::vector<PredictedFile> predict_files(const checkpoint::CheckpointModel& ck, const PredictOptions& options,
                                          const mpi::Topology& topo);
 
-}  // namespace squall::train
+}  // namespace squall::eval

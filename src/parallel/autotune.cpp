@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace squall::train {
+namespace squall::parallel {
 
 int AutoTuner::after_step(const mpi::Communicator& world, int learners, int64_t samples, double seconds) {
   if (!active()) return 0;
@@ -35,4 +35,4 @@ int AutoTuner::after_step(const mpi::Communicator& world, int learners, int64_t 
   return change;
 }
 
-}  // namespace squall::train
+}  // namespace squall::parallel

@@ -7,7 +7,7 @@
 
 #include "mpi/comm.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 // Crossbow's auto-tuner, simplified: measure the throughput over a window of steps, add a
 // learner, measure again; keep it while the gain exceeds the threshold, else take it back
@@ -37,4 +37,4 @@ class AutoTuner {
   nlohmann::json m_decisions = nlohmann::json::array();
 };
 
-}  // namespace squall::train
+}  // namespace squall::parallel

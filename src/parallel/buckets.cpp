@@ -4,7 +4,7 @@
 
 #include "src/core/error.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 std::vector<std::pair<size_t, size_t>> plan_buckets(const std::vector<size_t>& offsets, size_t total,
                                                     size_t bucket_floats) {
@@ -24,4 +24,4 @@ std::vector<std::pair<size_t, size_t>> plan_buckets(const std::vector<size_t>& o
   return buckets;
 }
 
-}  // namespace squall::train
+}  // namespace squall::parallel

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-namespace squall::train {
+namespace squall::parallel {
 
 // [lo, hi) ranges of whole tensors covering [0, total), from the end of the arena (the
 // gradients a backward pass finishes first) to its start: each at least `bucket_floats`
@@ -16,4 +16,4 @@ namespace squall::train {
 std::vector<std::pair<size_t, size_t>> plan_buckets(const std::vector<size_t>& offsets, size_t total,
                                                     size_t bucket_floats);
 
-}  // namespace squall::train
+}  // namespace squall::parallel

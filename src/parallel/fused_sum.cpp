@@ -1,7 +1,7 @@
 // The group's fused sum (src/parallel/fused_sum.hpp).
 #include "src/parallel/fused_sum.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 FusedSum::FusedSum(nn::Backend& backend, nn::Stream& stream, mpi::Allreduce& reducer, size_t params, size_t state,
                    bool bf16_gradients, bool several_ranks, std::function<void()> host_wait)
@@ -119,4 +119,4 @@ float FusedSum::read_check() {
   return m_check_host.data()[0];
 }
 
-}  // namespace squall::train
+}  // namespace squall::parallel

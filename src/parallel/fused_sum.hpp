@@ -18,7 +18,7 @@
 #include "src/nn/backend.hpp"
 #include "src/parallel/replica_set.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 class FusedSum {
  public:
@@ -83,4 +83,4 @@ class FusedSum {
   nn::Buffer m_check_host;               // the check, read back from device memory
 };
 
-}  // namespace squall::train
+}  // namespace squall::parallel

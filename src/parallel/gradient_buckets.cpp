@@ -8,7 +8,7 @@
 
 #include "src/parallel/buckets.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 GradientBuckets::GradientBuckets(GroupCore& core) : m_core(core) {
   std::vector<size_t> offsets;
@@ -178,4 +178,4 @@ float GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t 
   return check;
 }
 
-}  // namespace squall::train
+}  // namespace squall::parallel

@@ -9,7 +9,7 @@
 
 #include "src/parallel/group_core.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 class GradientBuckets {
  public:
@@ -33,4 +33,4 @@ class GradientBuckets {
   std::vector<std::unique_ptr<nn::Event>> m_summed;  // per bucket (and the state): level 1 is done
 };
 
-}  // namespace squall::train
+}  // namespace squall::parallel

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace squall::train {
+namespace squall::parallel {
 
 GroupCore::GroupCore(nn::Backend& b, const LearnerGroupOptions& o)
     : backend(b), options(o), stream(b.create_stream()), group_event(b.create_event()) {}
@@ -62,7 +62,7 @@ std::vector<float> GroupCore::to_host(const float* data, size_t n) {
   return out;
 }
 
-void GroupCore::from_host(float* data, const io::CheckpointData& from, const std::string& name, size_t n) {
+void GroupCore::from_host(float* data, const checkpoint::CheckpointData& from, const std::string& name, size_t n) {
   const std::vector<float>& v = from.array(name, n);
   if (n > 0) backend.copy_from_host(*stream, data, v.data(), n);
 }
@@ -82,7 +82,8 @@ std::vector<float> GroupCore::arena_to_host(const float* data, Arena which) {
   return nn::pack_arena(arena, arena_info(*this, which));
 }
 
-void GroupCore::arena_from_host(float* data, const io::CheckpointData& from, const std::string& name, Arena which) {
+void GroupCore::arena_from_host(float* data, const checkpoint::CheckpointData& from, const std::string& name,
+                                Arena which) {
   const std::vector<nn::ParamInfo>& info = arena_info(*this, which);
   const size_t n = which == Arena::params ? params : state;
   const std::vector<float> arena =
@@ -102,14 +103,14 @@ CentralModel::CentralModel(GroupCore& c) : core(c) {
   c.backend.copy(*c.stream, state.data(), first.graph->state(), c.state);
 }
 
-void CentralModel::save(io::CheckpointData& out) const {
+void CentralModel::save(checkpoint::CheckpointData& out) const {
   using Arena = GroupCore::Arena;
   out.arrays["central/z"] = core.arena_to_host(z.data(), Arena::params);
   out.arrays["central/z_prev"] = core.arena_to_host(z_prev.data(), Arena::params);
   out.arrays["central/averaged_state"] = core.arena_to_host(state.data(), Arena::state);
 }
 
-void CentralModel::restore(const io::CheckpointData& in) {
+void CentralModel::restore(const checkpoint::CheckpointData& in) {
   using Arena = GroupCore::Arena;
   core.arena_from_host(z.data(), in, "central/z", Arena::params);
   core.arena_from_host(z_prev.data(), in, "central/z_prev", Arena::params);
@@ -171,4 +172,4 @@ std::string locate_nonfinite(nn::Backend& backend, Learner& l) {
   return {};
 }
 
-}  // namespace squall::train
+}  // namespace squall::parallel

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "io/checkpoint_file.hpp"
+#include "io/checkpoint/checkpoint_file.hpp"
 #include "src/core/clock.hpp"
 #include "src/nn/backend.hpp"
 #include "src/parallel/fused_sum.hpp"
@@ -18,7 +18,7 @@
 #include "src/parallel/loss_scaler.hpp"
 #include "src/parallel/replica_set.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 struct GroupCore {
   GroupCore(nn::Backend& backend, const LearnerGroupOptions& options);
@@ -85,13 +85,13 @@ struct GroupCore {
   // Checkpoints: n floats of backend memory copied to the host on the group stream (read
   // them after a wait), and a checkpoint's array `name` of n floats into backend memory.
   std::vector<float> to_host(const float* data, size_t n);
-  void from_host(float* data, const io::CheckpointData& from, const std::string& name, size_t n);
+  void from_host(float* data, const checkpoint::CheckpointData& from, const std::string& name, size_t n);
   // A whole parameter or state arena (params or state floats of backend memory, laid out as
   // the replicas' graphs) as checkpoints keep it, packed without the padding between tensors
   // (src/nn/param_arena.hpp; ready when it returns), and such an array back into an arena.
   enum class Arena { params, state };
   std::vector<float> arena_to_host(const float* data, Arena which);
-  void arena_from_host(float* data, const io::CheckpointData& from, const std::string& name, Arena which);
+  void arena_from_host(float* data, const checkpoint::CheckpointData& from, const std::string& name, Arena which);
 
  private:
   std::function<void(Learner&)> m_pass;  // the step's pass, alive while start_only passes run
@@ -102,8 +102,8 @@ struct GroupCore {
 // learner 0's replica. In checkpoints: central/z, central/z_prev, central/averaged_state.
 struct CentralModel {
   explicit CentralModel(GroupCore& core);
-  void save(io::CheckpointData& out) const;
-  void restore(const io::CheckpointData& in);
+  void save(checkpoint::CheckpointData& out) const;
+  void restore(const checkpoint::CheckpointData& in);
 
   GroupCore& core;
   nn::Buffer z, z_prev, state;
@@ -117,4 +117,4 @@ std::string locate_nonfinite(nn::Backend& backend, Learner& l);
 // The slow path of a sum of squares that is not finite (it overflows for |g| > 1e19 too).
 bool all_finite(nn::Backend& backend, nn::Stream& stream, const float* x, size_t n);
 
-}  // namespace squall::train
+}  // namespace squall::parallel

@@ -10,7 +10,7 @@
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 namespace {
 
 
@@ -42,7 +42,7 @@ Learner::Learner(const LearnerSetup& s, int idx) : backend(*s.backend), setup(s)
   // The update writes the convolutions' own weight copies too, so that the next forward need
   // not (docs/design.md, "Weight mirrors").
   const std::vector<nn::WeightMirror> mirrors = graph->weight_mirrors();
-  std::vector<ParamGroup> groups;
+  std::vector<optim::ParamGroup> groups;
   for (size_t i = 0; i < graph->param_info().size(); ++i) {
     const nn::ParamInfo& p = graph->param_info()[i];
     groups.push_back({graph->params() + p.offset, graph->grads() + p.offset, p.count,
@@ -50,7 +50,7 @@ Learner::Learner(const LearnerSetup& s, int idx) : backend(*s.backend), setup(s)
                       mirrors.empty() ? nn::WeightMirror{} : mirrors[i]});
   }
   nn::Graph* g = graph.get();
-  optimizer = make_optimizer(s.optimizer, backend, std::move(groups), [g] { g->mark_mirrors_current(); });
+  optimizer = optim::make_optimizer(s.optimizer, backend, std::move(groups), [g] { g->mark_mirrors_current(); });
   mode.train = true;
   mode.seed = splitmix64(s.seed ^ splitmix64((static_cast<uint64_t>(s.rank) << 20) | static_cast<uint64_t>(idx)));
 }
@@ -175,4 +175,4 @@ std::unique_ptr<nn::Captured> Learner::capture_pass(const LearnerBatch& in, cons
   return backend.end_capture(*stream);
 }
 
-}  // namespace squall::train
+}  // namespace squall::parallel

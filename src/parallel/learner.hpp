@@ -12,9 +12,9 @@
 
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
-#include "src/train/optimizer.hpp"
+#include "src/optim/optimizer.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 // One learner's input for a step: host memory, [batch, c, h, w] images and labels.
 struct LearnerBatch {
@@ -31,7 +31,7 @@ struct LearnerSetup {
   nn::Layout layout = nn::Layout::nchw;
   uint64_t seed = 1;  // parameter initialisation; with (rank, index) the dropout stream
   int rank = 0;
-  OptimizerConfig optimizer;
+  optim::OptimizerConfig optimizer;
 };
 
 // How one pass runs: the weights of the classes (backend memory or null), the loss scale
@@ -68,7 +68,7 @@ class Learner {
   const LearnerSetup& setup;
   int index = 0;
   std::unique_ptr<nn::Graph> graph;
-  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<optim::Optimizer> optimizer;
   std::unique_ptr<nn::Stream> stream;
   std::unique_ptr<nn::Event> done;  // the pass (and any local update) so far
   nn::Buffer labels_owner;
@@ -109,4 +109,4 @@ class Learner {
   const int32_t* staged_labels = nullptr;
 };
 
-}  // namespace squall::train
+}  // namespace squall::parallel

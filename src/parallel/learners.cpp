@@ -7,28 +7,10 @@
 #include "src/parallel/group_core.hpp"
 #include "src/parallel/sync_algorithm.hpp"
 
-namespace squall::train {
-
-nn::DType precision_dtype(Precision precision) {
-  switch (precision) {
-    case Precision::fp32: return nn::DType::f32;
-    case Precision::bf16: return nn::DType::bf16;
-    case Precision::fp16: return nn::DType::f16;
-  }
-  return nn::DType::f32;
-}
-
-nn::Layout resolve_layout(LayoutChoice layout, std::string_view backend, nn::DType precision) {
-  switch (layout) {
-    case LayoutChoice::nchw: return nn::Layout::nchw;
-    case LayoutChoice::nhwc: return nn::Layout::nhwc;
-    case LayoutChoice::auto_: break;
-  }
-  return backend == "cuda" && precision != nn::DType::f32 ? nn::Layout::nhwc : nn::Layout::nchw;
-}
+namespace squall::parallel {
 
 LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph,
-                           int64_t batch, int64_t label_count, const OptimizerConfig& optimizer,
+                           int64_t batch, int64_t label_count, const optim::OptimizerConfig& optimizer,
                            std::vector<float> class_weights, LearnerGroupOptions options, mpi::Allreduce& allreduce,
                            mpi::Allreduce* node_allreduce)
     : m_options(options), m_batch(batch), m_core(std::make_unique<GroupCore>(backend, m_options)) {
@@ -216,4 +198,4 @@ void LearnerGroup::remove_learner() {
   m_core->replicas->remove();
 }
 
-}  // namespace squall::train
+}  // namespace squall::parallel

@@ -21,29 +21,21 @@
 #include <string_view>
 #include <vector>
 
-#include "io/checkpoint_file.hpp"
+#include "io/checkpoint/checkpoint_file.hpp"
 #include "mpi/sum.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
+#include "src/parallel/algorithm.hpp"
 #include "src/parallel/learner.hpp"
 #include "src/parallel/loss_scaler.hpp"
 #include "src/parallel/sma.hpp"
-#include "src/train/config.hpp"
-#include "src/train/optimizer.hpp"
+#include "src/optim/optimizer.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 struct GroupCore;
 class SyncAlgorithm;
-
-// (Algorithm, parallel.algorithm, and its names are config_enums.hpp's.)
-// train.precision -> the activations' DType.
-nn::DType precision_dtype(Precision precision);
-// model.layout: nchw or nhwc, and auto as nhwc on the cuda backend (named by `backend`, the
-// Backend's name()) at bf16/f16, where tensor-core convolutions read NHWC directly; nchw
-// otherwise.
-nn::Layout resolve_layout(LayoutChoice layout, std::string_view backend, nn::DType precision);
 
 // What happens around each phase, for the timeline: phase is "forward", "backward",
 // "device_sum", "allreduce", "update", "host_wait" (the host waiting for the group's
@@ -109,7 +101,7 @@ class LearnerGroup {
   // node_allreduce: the sum over this node's ranks, for a node level (inside_period < period)
   // in a job of several ranks; it must outlive the group.
   LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph, int64_t batch,
-               int64_t label_count, const OptimizerConfig& optimizer, std::vector<float> class_weights,
+               int64_t label_count, const optim::OptimizerConfig& optimizer, std::vector<float> class_weights,
                LearnerGroupOptions options, mpi::Allreduce& allreduce, mpi::Allreduce* node_allreduce = nullptr);
   ~LearnerGroup();
   LearnerGroup(const LearnerGroup&) = delete;
@@ -190,9 +182,9 @@ class LearnerGroup {
   // entry when something is missing or of another size. Random streams need no saving: a
   // learner's dropout mask is drawn from (seed, rank, learner, step).
   bool replicas_differ() const;
-  void save_shared(io::CheckpointData& out);
-  void save_own(io::CheckpointData& out);
-  void restore(const io::CheckpointData& shared, const io::CheckpointData* own);
+  void save_shared(checkpoint::CheckpointData& out);
+  void save_own(checkpoint::CheckpointData& out);
+  void restore(const checkpoint::CheckpointData& shared, const checkpoint::CheckpointData* own);
 
   // SMA's coefficients for the job as it is now (the auto-tuner may change L).
   SmaCoefficients sma() const;
@@ -211,4 +203,4 @@ class LearnerGroup {
   double m_compute_s = 0;
 };
 
-}  // namespace squall::train
+}  // namespace squall::parallel

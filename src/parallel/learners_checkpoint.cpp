@@ -9,11 +9,11 @@
 #include "src/parallel/learners.hpp"
 #include "src/parallel/sync_algorithm.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 using Arena = GroupCore::Arena;
 
-void LearnerGroup::save_shared(io::CheckpointData& out) {
+void LearnerGroup::save_shared(checkpoint::CheckpointData& out) {
   GroupCore& c = *m_core;
   settle();
   out.ints["learners"] = learners();
@@ -22,7 +22,7 @@ void LearnerGroup::save_shared(io::CheckpointData& out) {
   m_algorithm->save(out);
   if (!replicas_differ()) {  // one model: learner 0's optimizer state is every learner's
     const Learner& first = (*c.replicas)[0];
-    for (const OptimizerState& st : first.optimizer->state())
+    for (const optim::OptimizerState& st : first.optimizer->state())
       out.arrays["replica/optimizer/" + st.name] = c.to_host(st.data, st.count);
     out.ints["replica/optimizer_steps"] = first.optimizer->steps();
     c.scaler->save(out);
@@ -30,7 +30,7 @@ void LearnerGroup::save_shared(io::CheckpointData& out) {
   c.backend.synchronize(*c.stream);
 }
 
-void LearnerGroup::save_own(io::CheckpointData& out) {
+void LearnerGroup::save_own(checkpoint::CheckpointData& out) {
   GroupCore& c = *m_core;
   settle();
   out.ints["rank"] = m_options.rank;
@@ -39,7 +39,7 @@ void LearnerGroup::save_own(io::CheckpointData& out) {
     const std::string prefix = "learner_" + std::to_string(l->index) + "/";
     out.arrays[prefix + "params"] = c.arena_to_host(l->graph->read_params(), Arena::params);
     out.arrays[prefix + "state"] = c.arena_to_host(l->graph->state(), Arena::state);
-    for (const OptimizerState& st : l->optimizer->state())
+    for (const optim::OptimizerState& st : l->optimizer->state())
       out.arrays[prefix + "optimizer/" + st.name] = c.to_host(st.data, st.count);
     out.ints[prefix + "optimizer_steps"] = l->optimizer->steps();
   }
@@ -48,7 +48,7 @@ void LearnerGroup::save_own(io::CheckpointData& out) {
   c.backend.synchronize(*c.stream);
 }
 
-void LearnerGroup::restore(const io::CheckpointData& shared, const io::CheckpointData* own) {
+void LearnerGroup::restore(const checkpoint::CheckpointData& shared, const checkpoint::CheckpointData* own) {
   GroupCore& c = *m_core;
   settle();
   if (shared.integer("learners") != learners())
@@ -64,7 +64,7 @@ void LearnerGroup::restore(const io::CheckpointData& shared, const io::Checkpoin
       const std::string prefix = "learner_" + std::to_string(l->index) + "/";
       c.arena_from_host(l->graph->params(), *own, prefix + "params", Arena::params);
       c.arena_from_host(l->graph->state(), *own, prefix + "state", Arena::state);
-      for (const OptimizerState& st : l->optimizer->state())
+      for (const optim::OptimizerState& st : l->optimizer->state())
         c.from_host(st.data, *own, prefix + "optimizer/" + st.name, st.count);
       l->optimizer->set_steps(own->integer(prefix + "optimizer_steps"));
     }
@@ -77,7 +77,7 @@ void LearnerGroup::restore(const io::CheckpointData& shared, const io::Checkpoin
     for (const auto& l : *c.replicas) {
       c.arena_from_host(l->graph->params(), shared, "central/params", Arena::params);
       c.arena_from_host(l->graph->state(), shared, "central/state", Arena::state);
-      for (const OptimizerState& st : l->optimizer->state())
+      for (const optim::OptimizerState& st : l->optimizer->state())
         c.from_host(st.data, shared, "replica/optimizer/" + st.name, st.count);
       l->optimizer->set_steps(shared.integer("replica/optimizer_steps"));
     }
@@ -88,4 +88,4 @@ void LearnerGroup::restore(const io::CheckpointData& shared, const io::Checkpoin
   m_eval_current = false;
 }
 
-}  // namespace squall::train
+}  // namespace squall::parallel

@@ -6,7 +6,7 @@
 
 #include "src/core/error.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 LossScaler::LossScaler(nn::Backend& backend, nn::Stream& stream, const LossScaling& options)
     : m_backend(backend), m_options(options) {
@@ -37,17 +37,17 @@ void LossScaler::end_step(bool skipped, nn::Stream& stream) {
   if (m_scale != before) upload(stream);
 }
 
-void LossScaler::save(io::CheckpointData& out) const {
+void LossScaler::save(checkpoint::CheckpointData& out) const {
   out.reals["loss_scale"] = m_scale;
   out.ints["good_steps"] = m_good;
   out.ints["skipped_steps"] = m_skipped;
 }
 
-void LossScaler::restore(const io::CheckpointData& in, nn::Stream& stream) {
+void LossScaler::restore(const checkpoint::CheckpointData& in, nn::Stream& stream) {
   m_scale = static_cast<float>(in.real("loss_scale"));
   m_good = in.integer("good_steps");
   m_skipped = in.integer("skipped_steps");
   upload(stream);
 }
 
-}  // namespace squall::train
+}  // namespace squall::parallel

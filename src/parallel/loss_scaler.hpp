@@ -9,10 +9,10 @@
 // (train.nonfinite = skip).
 #include <cstdint>
 
-#include "io/checkpoint_file.hpp"
+#include "io/checkpoint/checkpoint_file.hpp"
 #include "src/nn/backend.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 struct LossScaling {
   bool dynamic = false;
@@ -36,8 +36,8 @@ class LossScaler {
   void end_step(bool skipped, nn::Stream& stream);
 
   // Checkpoints: "loss_scale", "good_steps", "skipped_steps".
-  void save(io::CheckpointData& out) const;
-  void restore(const io::CheckpointData& in, nn::Stream& stream);
+  void save(checkpoint::CheckpointData& out) const;
+  void restore(const checkpoint::CheckpointData& in, nn::Stream& stream);
 
  private:
   void upload(nn::Stream& stream);
@@ -50,4 +50,4 @@ class LossScaler {
   int64_t m_skipped = 0;  // steps whose update was dropped
 };
 
-}  // namespace squall::train
+}  // namespace squall::parallel

@@ -12,7 +12,7 @@
 
 #include "src/core/error.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 // One worker thread per learner. run() hands task i to worker i and waits for all; the first
 // exception is rethrown on the caller's thread after every task has finished, so no worker
@@ -184,4 +184,4 @@ void ReplicaSet::remove() {
   m_pool->resize(static_cast<size_t>(size()));
 }
 
-}  // namespace squall::train
+}  // namespace squall::parallel

@@ -8,7 +8,7 @@
 
 #include "src/parallel/learner.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 class ReplicaSet {
  public:
@@ -52,4 +52,4 @@ class ReplicaSet {
   std::vector<std::unique_ptr<Learner>> m_learners;
 };
 
-}  // namespace squall::train
+}  // namespace squall::parallel

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-namespace squall::train {
+namespace squall::parallel {
 
 SmaCoefficients sma_coefficients(double alpha, double centre_rate, double momentum, int64_t job_learners) {
   SmaCoefficients c;
@@ -33,4 +33,4 @@ std::string sma_instability(double alpha, double centre_rate, double momentum) {
   return "";
 }
 
-}  // namespace squall::train
+}  // namespace squall::parallel

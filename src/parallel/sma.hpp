@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-namespace squall::train {
+namespace squall::parallel {
 
 // SMA's coefficients for a job of `job_learners` learners: alpha, the pull of each learner
 // towards the central model; beta, how far the central model moves towards the learners' mean
@@ -20,4 +20,4 @@ SmaCoefficients sma_coefficients(double alpha, double centre_rate, double moment
 // update z' = z + beta (m - z) + mu (z - z_prev) converges only for 0 < beta < 2 (1 + mu).
 std::string sma_instability(double alpha, double centre_rate, double momentum);
 
-}  // namespace squall::train
+}  // namespace squall::parallel

@@ -13,10 +13,10 @@
 #include <string_view>
 #include <vector>
 
-#include "io/checkpoint_file.hpp"
+#include "io/checkpoint/checkpoint_file.hpp"
 #include "src/parallel/group_core.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 class SyncAlgorithm {
  public:
@@ -35,11 +35,11 @@ class SyncAlgorithm {
   virtual const float* central_state() const { return m_core.replicas->operator[](0).graph->state(); }
   // Its own checkpoint state (the central model's history, its phase); restore() throws
   // squall::Error naming the checkpoint and the entry when one is missing.
-  virtual void save(io::CheckpointData&) const {}
-  virtual void restore(const io::CheckpointData&) {}
+  virtual void save(checkpoint::CheckpointData&) const {}
+  virtual void restore(const checkpoint::CheckpointData&) {}
   // What differs per rank (a rank's own checkpoint part): sma's node centre under a node level.
-  virtual void save_own(io::CheckpointData&) const {}
-  virtual void restore_own(const io::CheckpointData&) {}
+  virtual void save_own(checkpoint::CheckpointData&) const {}
+  virtual void restore_own(const checkpoint::CheckpointData&) {}
   // The model this node's replicas are pulled towards or averaged from between the job's
   // synchronisations (sma's node centre under a node level); the central model otherwise.
   virtual const float* node_params() const { return central_params(); }
@@ -54,4 +54,4 @@ std::unique_ptr<SyncAlgorithm> make_sync_algorithm(Algorithm algorithm, GroupCor
 // ssgd for `core` (local-sgd's warm-up runs one too).
 std::unique_ptr<SyncAlgorithm> make_ssgd(GroupCore& core);
 
-}  // namespace squall::train
+}  // namespace squall::parallel

@@ -13,7 +13,7 @@
 
 #include "src/parallel/sync_algorithm.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 
 std::unique_ptr<SyncAlgorithm> make_sma(GroupCore& core);
 
@@ -33,11 +33,11 @@ class LocalSgd final : public SyncAlgorithm {
   size_t buckets() const override { return m_warmup->buckets(); }
 
   // z_prev is unused here; it is kept so that the checkpoint's layout is sma's.
-  void save(io::CheckpointData& out) const override {
+  void save(checkpoint::CheckpointData& out) const override {
     out.ints["local_started"] = m_started ? 1 : 0;
     m_central.save(out);
   }
-  void restore(const io::CheckpointData& in) override {
+  void restore(const checkpoint::CheckpointData& in) override {
     m_started = in.integer("local_started") != 0;
     m_central.restore(in);
   }
@@ -130,4 +130,4 @@ std::unique_ptr<SyncAlgorithm> make_sync_algorithm(Algorithm algorithm, GroupCor
   throw Error("learner group: unknown algorithm");
 }
 
-}  // namespace squall::train
+}  // namespace squall::parallel

@@ -40,7 +40,7 @@
 
 #include "src/parallel/sync_algorithm.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 namespace {
 
 class Sma final : public SyncAlgorithm {
@@ -53,16 +53,16 @@ class Sma final : public SyncAlgorithm {
   const float* central_params() const override { return m_central.z.data(); }
   const float* central_state() const override { return m_central.state.data(); }
   const float* node_params() const override { return m_node ? m_node->z.data() : m_central.z.data(); }
-  void save(io::CheckpointData& out) const override { m_central.save(out); }
-  void restore(const io::CheckpointData& in) override { m_central.restore(in); }
+  void save(checkpoint::CheckpointData& out) const override { m_central.save(out); }
+  void restore(const checkpoint::CheckpointData& in) override { m_central.restore(in); }
   // The node's centre differs from the job's between the job's synchronisations: each rank
   // keeps its node's in its own part.
-  void save_own(io::CheckpointData& out) const override {
+  void save_own(checkpoint::CheckpointData& out) const override {
     if (!m_node) return;
     out.arrays["node_central/z"] = m_core.arena_to_host(m_node->z.data(), GroupCore::Arena::params);
     out.arrays["node_central/z_prev"] = m_core.arena_to_host(m_node->z_prev.data(), GroupCore::Arena::params);
   }
-  void restore_own(const io::CheckpointData& in) override {
+  void restore_own(const checkpoint::CheckpointData& in) override {
     if (!m_node) return;
     m_core.arena_from_host(m_node->z.data(), in, "node_central/z", GroupCore::Arena::params);
     m_core.arena_from_host(m_node->z_prev.data(), in, "node_central/z_prev", GroupCore::Arena::params);
@@ -187,4 +187,4 @@ class Sma final : public SyncAlgorithm {
 
 std::unique_ptr<SyncAlgorithm> make_sma(GroupCore& core) { return std::make_unique<Sma>(core); }
 
-}  // namespace squall::train
+}  // namespace squall::parallel

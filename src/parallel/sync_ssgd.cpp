@@ -17,7 +17,7 @@
 #include "src/parallel/gradient_buckets.hpp"
 #include "src/parallel/sync_algorithm.hpp"
 
-namespace squall::train {
+namespace squall::parallel {
 namespace {
 
 class Ssgd final : public SyncAlgorithm {
@@ -100,4 +100,4 @@ class Ssgd final : public SyncAlgorithm {
 
 std::unique_ptr<SyncAlgorithm> make_ssgd(GroupCore& core) { return std::make_unique<Ssgd>(core); }
 
-}  // namespace squall::train
+}  // namespace squall::parallel

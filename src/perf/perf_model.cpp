@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "src/core/error.hpp"
-#include "src/train/setup.hpp"
+#include "src/config/setup.hpp"
 
-namespace squall::train::perf {
+namespace squall::perf {
 
 using nlohmann::json;
 
@@ -42,8 +42,8 @@ ModelCost model_cost(const nn::ModelSpec& spec, int64_t c, int64_t h, int64_t w)
                                           : std::vector<int64_t>{};
   cost.c = c; cost.h = h; cost.w = w; cost.classes = spec.classes;
   try {
-    // The graph training would build (src/train/setup.hpp), in f32: its parameters and FLOPs.
-    auto graph = train::make_model_graph(cost.spec, nn::Shape(1, c, h, w), train::GraphFormat{});
+    // The graph training would build (src/config/setup.hpp), in f32: its parameters and FLOPs.
+    auto graph = config::make_model_graph(cost.spec, nn::Shape(1, c, h, w), config::GraphFormat{});
     graph->setup(1);
     cost.parameters = static_cast<int64_t>(graph->parameter_count());
     cost.forward_flops = graph->forward_flops();
@@ -152,7 +152,7 @@ std::vector<std::string> machine_names() {
   return names;
 }
 
-Machine machine_preset(const std::string& name, Precision precision) {
+Machine machine_preset(const std::string& name, config::Precision precision) {
   if (name == "local")
     throw UsageError("machine 'local' has no preset: give --calibrate RUN_DIR (a squall run's summary.json)");
   const MachinePreset* p = nullptr;
@@ -163,7 +163,7 @@ Machine machine_preset(const std::string& name, Precision precision) {
     for (const auto& n : machine_names()) known += (known.empty() ? "" : ", ") + n;
     throw UsageError("unknown machine '" + name + "' (known: " + known + ")");
   }
-  if (precision == Precision::bf16 && p->without_bf16 != nullptr)
+  if (precision == config::Precision::bf16 && p->without_bf16 != nullptr)
     throw UsageError(std::string("precision 'bf16': ") + p->without_bf16 + " has no bf16 (use fp16 or fp32)");
   Machine m;
   m.name = name;
@@ -171,7 +171,7 @@ Machine machine_preset(const std::string& name, Precision precision) {
   m.efficiency = 0.4;  // convolution-heavy training: an assumption, docs/model.md
   m.gpus_per_node = p->gpus_per_node;
   m.max_nodes = p->max_nodes;
-  m.peak_flops = precision == Precision::fp32 ? p->peak_fp32 : p->peak_reduced;
+  m.peak_flops = precision == config::Precision::fp32 ? p->peak_fp32 : p->peak_reduced;
   m.intra_bw = p->intra_bw;
   m.intra_latency = p->intra_latency;
   m.inter_bw = p->inter_bw;
@@ -249,7 +249,7 @@ Row forecast_one(const ModelCost& model, const Machine& m, const Scenario& s, in
   const double reduce = s.allreduce == "flat" ? flat : hier;
   // ssgd: buckets reduce while backward (2/3 of compute) runs; sma: the model sum runs beside
   // the whole next forward and backward.
-  const double window = s.algorithm == Algorithm::sma ? compute_s : compute_s * 2.0 / 3.0;
+  const double window = s.algorithm == parallel::Algorithm::sma ? compute_s : compute_s * 2.0 / 3.0;
   const double exposed = reduce - s.overlap * std::min(reduce, window);
   double io = 0;
   if (m.nvme_bw > 0 && s.sample_bytes > 0)
@@ -315,7 +315,7 @@ RunMeasurement read_summary(const json& doc) {
 }
 
 Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, double alpha,
-                        Algorithm algorithm) {
+                        parallel::Algorithm algorithm) {
   const double step = run.step_s();
   // Per-step times: from the step count when the summary has it, else the shares of the
   // compute and allreduce totals in a step of global_batch / samples_per_s.
@@ -341,7 +341,7 @@ Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, doubl
   const double bytes = 4.0 * static_cast<double>(run.parameters);
   const int p = run.world_size;
   const double whole = reduce + hidden;  // the allreduce's duration, hidden or not
-  const double window = algorithm == Algorithm::sma ? compute : compute * 2.0 / 3.0;
+  const double window = algorithm == parallel::Algorithm::sma ? compute : compute * 2.0 / 3.0;
   m.overlap = hidden > 0 ? std::min(1.0, hidden / std::min(whole, window)) : 0.0;
   if (p > 1 && whole > 2.0 * (p - 1) * alpha) {
     m.intra_bw = 2.0 * (p - 1) / p * bytes / (whole - 2.0 * (p - 1) * alpha);
@@ -400,4 +400,4 @@ AlphaBetaFit fit_alpha_beta(const json& bench, const std::string& algo) {
   return fit;
 }
 
-}  // namespace squall::train::perf
+}  // namespace squall::perf

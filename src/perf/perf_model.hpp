@@ -14,9 +14,9 @@
 
 #include "mpi/cross_algorithm.hpp"
 #include "src/nn/graph.hpp"
-#include "src/train/config_enums.hpp"
+#include "src/config/config_enums.hpp"
 
-namespace squall::train::perf {
+namespace squall::perf {
 
 // ---- the model ----------------------------------------------------------------------------
 struct ModelCost {
@@ -61,7 +61,7 @@ struct Machine {
   // The ranks whose wait for the slowest is already in step_overhead: 1 for the presets (no
   // wait), the run's world size for `local` (its measured step holds its own stragglers).
   int jitter_base_ranks = 1;
-  Precision precision = Precision::fp32;
+  config::Precision precision = config::Precision::fp32;
   std::string notes;             // where the numbers come from, in one line
   double sustained_flops() const { return peak_flops * efficiency; }
 };
@@ -69,7 +69,7 @@ std::vector<std::string> machine_names();  // summit, perlmutter, frontier, cori
 // precision: fp32, or bf16/fp16 (reduced precision: the tensor/matrix-core peak). Throws
 // UsageError for an unknown machine, a precision the machine lacks, and for `local` (it comes
 // from calibration).
-Machine machine_preset(const std::string& name, Precision precision = Precision::fp32);
+Machine machine_preset(const std::string& name, config::Precision precision = config::Precision::fp32);
 
 // ---- the allreduce ------------------------------------------------------------------------
 // Ring allreduce of `bytes` over p participants: 2(p-1) steps of latency alpha, each moving
@@ -108,7 +108,7 @@ double normal_quantile(double p);
 struct Scenario {
   int64_t batch = 1;             // per learner
   int learners = 1;              // per GPU
-  Algorithm algorithm = Algorithm::ssgd;  // ssgd | sma (local-sgd is not modelled)
+  parallel::Algorithm algorithm = parallel::Algorithm::ssgd;  // ssgd | sma (local-sgd is not modelled)
   std::string allreduce = "hier";  // which allreduce the step uses: hier | flat
   int grad_bytes = 4;            // per parameter in the allreduce: 4 (fp32) or 2 (bf16/fp16)
   double overlap = 0.8;          // fraction of the overlappable allreduce actually hidden
@@ -160,7 +160,7 @@ RunMeasurement read_summary(const nlohmann::json& summary);
 // share, and the rest of the step as a fixed overhead (which holds the run's own stragglers:
 // jitter_base_ranks is its world size). `algorithm` decides the overlap window.
 Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, double alpha = 0.0,
-                        Algorithm algorithm = Algorithm::ssgd);
+                        parallel::Algorithm algorithm = parallel::Algorithm::ssgd);
 
 // From `squall bench allreduce --json`: least squares of time = a + b * x over the sizes of
 // one algorithm, with x = 2(p-1)/p * bytes; alpha = a / (2(p-1)), beta = 1 / b.
@@ -172,4 +172,4 @@ struct AlphaBetaFit {
 };
 AlphaBetaFit fit_alpha_beta(const nlohmann::json& bench, const std::string& algo = "");
 
-}  // namespace squall::train::perf
+}  // namespace squall::perf

@@ -1,4 +1,5 @@
 // Reading a run dir for the calibration of `squall model` (perf_run.hpp).
+#include "src/config/setup.hpp"
 #include "src/perf/perf_run.hpp"
 
 #include <filesystem>
@@ -7,14 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include "src/core/error.hpp"
-#include "src/eval/eval_checkpoint.hpp"
-#include "src/train/checkpoint.hpp"
-#include "src/train/config.hpp"
-#include "src/train/datasets.hpp"
-#include "src/train/model_spec.hpp"
-#include "src/train/run_records.hpp"
+#include "io/checkpoint/named_weights.hpp"
+#include "io/checkpoint/store.hpp"
+#include "src/config/config.hpp"
+#include "src/config/model_spec.hpp"
+#include "io/records/run_records.hpp"
 
-namespace squall::train::perf {
+namespace squall::perf {
 namespace {
 
 namespace fs = std::filesystem;
@@ -31,7 +31,7 @@ json read_json(const fs::path& path) {
 }
 
 // The input and classes summary.json records (runs written before it did have none).
-bool input_from_summary(const json& summary, const fs::path& path, DatasetInfo& info, std::string& from) {
+bool input_from_summary(const json& summary, const fs::path& path, data::DatasetInfo& info, std::string& from) {
   const auto input = summary.find("input");
   if (input == summary.end() || !input->is_object() || !summary.contains("classes")) return false;
   info.sample = nn::Shape(1, input->value("channels", int64_t{0}), input->value("height", int64_t{0}),
@@ -43,12 +43,12 @@ bool input_from_summary(const json& summary, const fs::path& path, DatasetInfo& 
 }
 
 // The input and classes of the run's newest checkpoint that reads (its metadata only).
-bool input_from_checkpoint(const fs::path& dir, DatasetInfo& info, std::string& from, std::string& why) {
-  const auto folders = CheckpointStore::list(dir);
+bool input_from_checkpoint(const fs::path& dir, data::DatasetInfo& info, std::string& from, std::string& why) {
+  const auto folders = checkpoint::CheckpointStore::list(dir);
   if (folders.empty()) why += "no checkpoint in " + (dir / "checkpoints").string();
   for (const fs::path& folder : folders) {
     try {
-      const ModelCheckpoint ck = load_model_description(folder);
+      const checkpoint::ModelCheckpoint ck = checkpoint::load_model_description(folder);
       info.sample = ck.input;
       info.classes = ck.spec.classes;
       from = "checkpoint " + folder.string();
@@ -62,11 +62,10 @@ bool input_from_checkpoint(const fs::path& dir, DatasetInfo& info, std::string& 
 
 // The run's training data as its config names it: opened for its shape only, nothing read.
 // (The config's data keys are used here alone.)
-bool input_from_data(const Config& cfg, DatasetInfo& info, std::string& from, std::string& why) {
+bool input_from_data(const config::Config& cfg, data::DatasetInfo& info, std::string& from, std::string& why) {
   const std::string& path = cfg.data.train;
   try {
-    const auto source = open_dataset(path, "train", false, cfg.data.normalization, 0, nullptr,
-                                     cfg.data.netcdf_variables, cfg.data.netcdf_labels);
+    const auto source = config::open_data(cfg.data, path, "train", nullptr, true);
     info = source->info();
     from = "data.train " + path;
     return true;
@@ -101,17 +100,17 @@ CalibrationRun read_calibration_run(const std::string& path) {
   // attempt's, which began at its last resume record.
   if (!summary.contains("attempt") && fs::is_regular_file(dir / "metrics.jsonl", ec)) {
     std::ifstream in(dir / "metrics.jsonl");
-    const RunRecords records = parse_metrics(in);
-    if (!records.resumes.empty()) run.measurement.steps = run_progress(summary, records).attempt_steps;
+    const records::RunRecords records = records::parse_metrics(in);
+    if (!records.resumes.empty()) run.measurement.steps = records::run_progress(summary, records).attempt_steps;
   }
 
   const fs::path config_path = dir / "config.toml";
-  DatasetInfo info;
+  data::DatasetInfo info;
   std::string why;
   if (fs::is_regular_file(config_path, ec)) {
-    Config cfg;
+    config::Config cfg;
     try {
-      cfg = load_config(config_path.string());
+      cfg = config::load_config(config_path.string());
     } catch (const Error& e) {
       throw UsageError("--calibrate: the run's config cannot be read: " + std::string(e.what()));
     }
@@ -120,7 +119,7 @@ CalibrationRun read_calibration_run(const std::string& path) {
     run.has_input = input_from_summary(summary, summary_path, info, run.input_from) ||
                     input_from_checkpoint(dir, info, run.input_from, why) ||
                     input_from_data(cfg, info, run.input_from, why);
-    run.spec = model_spec(cfg, info);
+    run.spec = config::model_spec(cfg, info);
     if (run.spec.name != run.measurement.model)
       throw UsageError("--calibrate: " + config_path.string() + " names model " + run.spec.name + " but " +
                        summary_path.string() + " " + run.measurement.model + ": not one run");
@@ -130,10 +129,10 @@ CalibrationRun read_calibration_run(const std::string& path) {
     run.spec.name = run.measurement.model;
     run.spec.classes = 0;  // unknown
     why = config_path.string() + " is missing";
-    const auto folders = CheckpointStore::list(dir);
+    const auto folders = checkpoint::CheckpointStore::list(dir);
     for (const fs::path& folder : folders) {
       try {
-        const ModelCheckpoint ck = load_model_description(folder);
+        const checkpoint::ModelCheckpoint ck = checkpoint::load_model_description(folder);
         if (ck.spec.name != run.spec.name) continue;
         run.spec = ck.spec;
         run.has_knobs = true;
@@ -158,4 +157,4 @@ CalibrationRun read_calibration_run(const std::string& path) {
   return run;
 }
 
-}  // namespace squall::train::perf
+}  // namespace squall::perf

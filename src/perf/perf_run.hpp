@@ -10,7 +10,7 @@
 #include "src/nn/graph.hpp"
 #include "src/perf/perf_model.hpp"
 
-namespace squall::train::perf {
+namespace squall::perf {
 
 struct CalibrationRun {
   std::string path;             // as given: a run dir or its summary.json
@@ -30,4 +30,4 @@ struct CalibrationRun {
 // the summary's model name with the zoo's default knobs.
 CalibrationRun read_calibration_run(const std::string& path);
 
-}  // namespace squall::train::perf
+}  // namespace squall::perf

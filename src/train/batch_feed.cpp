@@ -6,31 +6,32 @@
 
 namespace squall::train {
 
-BatchFeed::BatchFeed(io::Loader& loader, const SphereAugment& augment, const nn::Shape& sample, uint64_t seed, int rank,
-                     bool lookahead)
+BatchFeed::BatchFeed(input::Loader& loader, const data::SphereAugment& augment, const nn::Shape& sample, uint64_t seed,
+                     int rank, bool lookahead)
     : m_loader(loader), m_augment(augment), m_sample(sample), m_seed(seed), m_rank(rank), m_lookahead(lookahead) {}
 
 BatchFeed::~BatchFeed() { release_all(); }
 
-void BatchFeed::fill(std::vector<const io::Batch*>& held, std::vector<LearnerBatch>& inputs, int learners,
+void BatchFeed::fill(std::vector<const input::Batch*>& held, std::vector<parallel::LearnerBatch>& inputs, int learners,
                      int64_t epoch, int64_t taken, int64_t batches_per_epoch, int64_t step) {
   held.clear();
   inputs.clear();
   for (int j = 0; j < learners; ++j) {
-    const io::Batch* data = m_loader.next();
+    const input::Batch* data = m_loader.next();
     if (data == nullptr)
       throw Error("loader: epoch " + std::to_string(epoch) + " ended after " + std::to_string(taken + j) + " of " +
                   std::to_string(batches_per_epoch) + " batches");
     // Each sample's draw depends on the step the batch is for, so a resumed run draws alike.
     if (m_augment.any())
-      augment_batch(m_augment, data->images, data->labels, data->size, m_sample.c(), m_sample.h(), m_sample.w(),
+      data::augment_batch(m_augment, data->images, data->labels, data->size, m_sample.c(), m_sample.h(), m_sample.w(),
                     m_seed, m_rank, j, step);
     held.push_back(data);
     inputs.push_back({data->images, data->labels});
   }
 }
 
-const std::vector<LearnerBatch>& BatchFeed::take(const StepPlan& plan, int64_t epoch, int64_t used, int64_t step) {
+const std::vector<parallel::LearnerBatch>& BatchFeed::take(const StepPlan& plan, int64_t epoch, int64_t used,
+                                                           int64_t step) {
   if (!m_next_held.empty()) {  // taken during the step before
     std::swap(m_held, m_next_held);
     std::swap(m_inputs, m_next_inputs);
@@ -46,14 +47,14 @@ const std::vector<LearnerBatch>& BatchFeed::take(const StepPlan& plan, int64_t e
 }
 
 void BatchFeed::release_step() {
-  for (const io::Batch* b : m_held) m_loader.release(b);
+  for (const input::Batch* b : m_held) m_loader.release(b);
   m_held.clear();
   m_inputs.clear();
 }
 
 void BatchFeed::release_all() {
   release_step();
-  for (const io::Batch* b : m_next_held) m_loader.release(b);
+  for (const input::Batch* b : m_next_held) m_loader.release(b);
   m_next_held.clear();
   m_next_inputs.clear();
 }

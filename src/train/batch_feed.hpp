@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "io/loader.hpp"
+#include "io/input/loader.hpp"
 #include "src/parallel/learner.hpp"
-#include "src/train/augment.hpp"
+#include "src/data/augment.hpp"
 #include "src/train/step_plan.hpp"
 
 namespace squall::train {
@@ -16,7 +16,7 @@ namespace squall::train {
 class BatchFeed {
  public:
   // `sample`: one sample's shape; `seed` and `rank` key the augmentation's draws.
-  BatchFeed(io::Loader& loader, const SphereAugment& augment, const nn::Shape& sample, uint64_t seed, int rank,
+  BatchFeed(input::Loader& loader, const data::SphereAugment& augment, const nn::Shape& sample, uint64_t seed, int rank,
             bool lookahead);
   BatchFeed(const BatchFeed&) = delete;
   BatchFeed& operator=(const BatchFeed&) = delete;
@@ -25,26 +25,26 @@ class BatchFeed {
   // The batches of step `step` + 1, whose last batch is batch `used` of epoch `epoch` (so
   // this step's batches start at used - plan.learners). Throws squall::Error when the loader
   // ends the epoch early.
-  const std::vector<LearnerBatch>& take(const StepPlan& plan, int64_t epoch, int64_t used, int64_t step);
+  const std::vector<parallel::LearnerBatch>& take(const StepPlan& plan, int64_t epoch, int64_t used, int64_t step);
   // The next step's batches, taken by take() when look-ahead applies to this step; else null.
-  const std::vector<LearnerBatch>* next() const { return m_next_held.empty() ? nullptr : &m_next_inputs; }
+  const std::vector<parallel::LearnerBatch>* next() const { return m_next_held.empty() ? nullptr : &m_next_inputs; }
   // The step has used its batches: back to the loader.
   void release_step();
   // Everything held (a run stopped by a signal may hold a step it did not take).
   void release_all();
 
  private:
-  void fill(std::vector<const io::Batch*>& held, std::vector<LearnerBatch>& inputs, int learners, int64_t epoch,
-            int64_t taken, int64_t batches_per_epoch, int64_t step);
+  void fill(std::vector<const input::Batch*>& held, std::vector<parallel::LearnerBatch>& inputs, int learners,
+            int64_t epoch, int64_t taken, int64_t batches_per_epoch, int64_t step);
 
-  io::Loader& m_loader;
-  const SphereAugment& m_augment;
+  input::Loader& m_loader;
+  const data::SphereAugment& m_augment;
   nn::Shape m_sample;
   uint64_t m_seed;
   int m_rank;
   bool m_lookahead;
-  std::vector<const io::Batch*> m_held, m_next_held;  // this step's batches, and the next step's
-  std::vector<LearnerBatch> m_inputs, m_next_inputs;
+  std::vector<const input::Batch*> m_held, m_next_held;  // this step's batches, and the next step's
+  std::vector<parallel::LearnerBatch> m_inputs, m_next_inputs;
 };
 
 }  // namespace squall::train

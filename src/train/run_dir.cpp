@@ -7,7 +7,7 @@
 
 #include "src/core/durable.hpp"
 #include "src/core/error.hpp"
-#include "src/train/checkpoint.hpp"
+#include "io/checkpoint/store.hpp"
 
 namespace squall::train {
 namespace fs = std::filesystem;
@@ -18,7 +18,7 @@ const char* const k_output_files[] = {"metrics.jsonl", "summary.json", "config.t
 const char* const k_output_dirs[] = {"checkpoints", "predictions", "tensorboard"};
 
 // "section.key" -> value text, from to_toml's form.
-std::map<std::string, std::string> flatten(const Config& c) {
+std::map<std::string, std::string> flatten(const config::Config& c) {
   std::map<std::string, std::string> out;
   std::istringstream in(to_toml(c));
   std::string line, section;
@@ -36,7 +36,7 @@ std::map<std::string, std::string> flatten(const Config& c) {
 
 // Keys whose change makes the saved state mean something else: another model, another
 // optimizer's state, another algorithm's replicas, another order of the data.
-bool must_match(const std::string& key, const Config& now) {
+bool must_match(const std::string& key, const config::Config& now) {
   static const char* const keys[] = {
       "run.seed",          "data.train_samples", "data.sampling",       "data.shuffle",
       "model.name",        "model.width",        "model.depth",         "model.in_channels",
@@ -55,7 +55,7 @@ std::vector<std::string> run_outputs(const fs::path& dir) {
   std::error_code ec;
   for (const char* name : k_output_files)
     if (fs::exists(dir / name, ec) && name != std::string("config.toml")) found.emplace_back(name);
-  const std::vector<fs::path> checkpoints = CheckpointStore::list(dir);
+  const std::vector<fs::path> checkpoints = checkpoint::CheckpointStore::list(dir);
   if (!checkpoints.empty())
     found.push_back(std::to_string(checkpoints.size()) + " checkpoint(s) up to " +
                     checkpoints.front().filename().string());
@@ -84,15 +84,8 @@ void remove_run_outputs(const fs::path& dir) {
   }
 }
 
-void keep_first_lines(const fs::path& file, int64_t lines) {
-  std::ifstream in(file, std::ios::binary);
-  std::string kept, line;
-  for (int64_t n = 0; n < lines && std::getline(in, line); ++n) kept += line + "\n";
-  in.close();
-  write_file_atomic(file, kept);
-}
-
-std::string resume_incompatibility(const Config& now, const Config& then, std::vector<std::string>& changed) {
+std::string resume_incompatibility(const config::Config& now, const config::Config& then,
+                                   std::vector<std::string>& changed) {
   const auto a = flatten(then), b = flatten(now);
   std::string refused;
   for (const auto& [key, old_value] : a) {
@@ -106,7 +99,7 @@ std::string resume_incompatibility(const Config& now, const Config& then, std::v
   return refused;
 }
 
-std::vector<std::string> config_differences(const Config& a, const Config& b) {
+std::vector<std::string> config_differences(const config::Config& a, const config::Config& b) {
   const auto fa = flatten(a), fb = flatten(b);
   std::vector<std::string> out;
   for (const auto& [key, value] : fa)

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "src/train/config.hpp"
+#include "src/config/config.hpp"
 
 namespace squall::train {
 
@@ -24,16 +24,14 @@ void ensure_writable_dir(const std::filesystem::path& dir);
 // stays.
 void remove_run_outputs(const std::filesystem::path& dir);
 
-// Keeps the first `lines` lines of the file (metrics.jsonl when resuming: the records written
-// after the checkpoint are written again by the resumed run); atomic.
-void keep_first_lines(const std::filesystem::path& file, int64_t lines);
 
 // Why a run configured as `now` may not continue from a checkpoint written with `then` (the
 // keys that must match, with both values), or "" when it may. `changed` receives the keys that
 // differ and may (optimizer.lr, train.epochs, data paths, ...), as "key: old -> new".
-std::string resume_incompatibility(const Config& now, const Config& then, std::vector<std::string>& changed);
+std::string resume_incompatibility(const config::Config& now, const config::Config& then,
+                                   std::vector<std::string>& changed);
 
 // Every key whose value differs between `a` and `b`, as "key: a-value -> b-value".
-std::vector<std::string> config_differences(const Config& a, const Config& b);
+std::vector<std::string> config_differences(const config::Config& a, const config::Config& b);
 
 }  // namespace squall::train

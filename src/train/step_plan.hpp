@@ -4,7 +4,7 @@
 // evaluation or a checkpoint, and where the learning-rate schedule stands. Pure functions of
 // their arguments: no MPI, no clock, no files (tests/unit/test_step_plan.cpp).
 //
-// A rank reads `batches_per_epoch` batches of each epoch (its share, io/sampler.hpp) and each
+// A rank reads `batches_per_epoch` batches of each epoch (its share, io/input/sampler.hpp) and each
 // step hands one batch to each of its `learners`: a step takes `learners` batches, and the
 // batches left over at the end of an epoch (fewer than a step needs) are not used.
 #include <cstdint>

@@ -12,20 +12,46 @@
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
 #include "src/cpu/cpu_async_backend.hpp"
-#include "src/eval/predictions.hpp"
-#include "src/train/progress.hpp"
+#include "io/pictures/prediction_picture.hpp"
+#include "io/records/progress.hpp"
 #include "src/train/stop_signal.hpp"
 #include "src/train/training_run.hpp"
 
 namespace squall::train {
 namespace {
 
+// Records the group's phases (forward, backward, the sums, the update, the host's waits) and
+// the allreduce's levels on their tracks.
+void attach_timeline(records::Timeline& timeline, parallel::LearnerGroup& group, mpi::Allreduce& allreduce) {
+  records::Timeline* t = &timeline;
+  group.set_phase_hook([t](const char* phase, int learner, double t0, double t1) {
+    t->add(phase, learner < 0 ? records::Timeline::k_rank_track : records::Timeline::learner_track(learner), t0, t1);
+  });
+  allreduce.set_level_hook([t](mpi::Level level, double t0, double t1, size_t) {
+    switch (level) {
+      case mpi::Level::node_reduce_scatter:
+        t->add("node reduce-scatter", records::Timeline::k_allreduce_track + 1, t0, t1);
+        break;
+      case mpi::Level::cross_allreduce:
+        t->add("cross-node allreduce", records::Timeline::k_allreduce_track + 2, t0, t1);
+        break;
+      case mpi::Level::node_allgather:
+        t->add("node allgather", records::Timeline::k_allreduce_track + 3, t0, t1);
+        break;
+      case mpi::Level::flat_allreduce:
+        t->add(mpi::level_name(level), records::Timeline::k_allreduce_track, t0, t1);
+        break;
+    }
+  });
+}
+
+
 // train.target's metric in the evaluation (nullopt: no target).
-std::optional<double> target_metric(const TargetConfig& t, const ConfusionMatrix& cm) {
+std::optional<double> target_metric(const config::TargetConfig& t, const nn::ConfusionMatrix& cm) {
   switch (t.metric) {
-    case TargetMetric::none: break;
-    case TargetMetric::accuracy: return cm.accuracy();
-    case TargetMetric::miou: return cm.mean_iou();
+    case config::TargetMetric::none: break;
+    case config::TargetMetric::accuracy: return cm.accuracy();
+    case config::TargetMetric::miou: return cm.mean_iou();
   }
   return std::nullopt;
 }
@@ -40,7 +66,7 @@ std::string fnv1a_hex(const void* data, size_t bytes, uint64_t h) {
   return buf;
 }
 
-TrainingRun::TrainingRun(const Config& cfg, const std::string& origin, const RunOptions& options)
+TrainingRun::TrainingRun(const config::Config& cfg, const std::string& origin, const RunOptions& options)
     : m_cfg(cfg),
       m_origin(origin),
       m_options(options),
@@ -82,7 +108,7 @@ void TrainingRun::train() {
   m_world.barrier();
   m_timeline.set_origin(steady_seconds());
   if (m_timeline.enabled()) attach_timeline(m_timeline, *m_device.group, *m_device.allreduce);
-  RunLogOptions lo;
+  records::RunLogOptions lo;
   lo.dir = m_dir;
   lo.config_toml = to_toml(m_cfg);
   lo.root = m_root;
@@ -92,11 +118,11 @@ void TrainingRun::train() {
   lo.mllog = m_cfg.run.mllog;
   lo.earlier_s = m_pos.earlier_s;
   lo.earlier_eval_s = m_pos.earlier_eval_s;
-  lo.live_progress = progress_redraws(m_ranks);
+  lo.live_progress = records::progress_redraws(m_ranks);
   lo.log_every = m_cfg.train.log_every_steps;
   lo.per_pixel = m_data.train->info().per_pixel_labels;
   lo.class_names = m_data.train->info().class_names;
-  m_log = std::make_unique<RunLog>(lo);
+  m_log = std::make_unique<records::RunLog>(lo);
   m_log->opened(run_facts());
   m_flags = std::make_unique<mpi::FlagAgreement>(m_world);
   m_since_time_checkpoint.restart();
@@ -134,8 +160,8 @@ void TrainingRun::train() {
 // epoch's batches taken so far, this step's included.
 void TrainingRun::train_step(int64_t epoch, int64_t used) {
   const double t_load = steady_seconds();
-  const std::vector<LearnerBatch>& inputs = m_feed->take(m_data.plan, epoch, used, m_pos.step);
-  m_timeline.add("load", Timeline::k_rank_track, t_load, steady_seconds());
+  const std::vector<parallel::LearnerBatch>& inputs = m_feed->take(m_data.plan, epoch, used, m_pos.step);
+  m_timeline.add("load", records::Timeline::k_rank_track, t_load, steady_seconds());
   m_fault.before_step(m_rank, m_pos.step + 1);
   const double lr = m_device.schedule->lr_at(schedule_step(m_data.plan, m_pos.samples_done), m_data.plan.schedule_steps);
   const Stopwatch step_time;
@@ -145,7 +171,7 @@ void TrainingRun::train_step(int64_t epoch, int64_t used) {
     // step() returns after the host's wait for the losses: the device's work is done.
     m_steady.step_ended(steady_seconds(), step_samples());
     ++m_group_steps;
-  } catch (const NonFiniteStep& e) {
+  } catch (const parallel::NonFiniteStep& e) {
     m_log->end_progress();
     diverged(e, epoch, lr);
   }
@@ -165,7 +191,7 @@ void TrainingRun::log_step(int64_t epoch, double lr, const std::vector<float>& l
   int finite = 0;
   for (float l : losses)
     if (std::isfinite(l)) loss += l, ++finite;
-  if (finite == 0 && m_cfg.train.nonfinite != NonFinitePolicy::skip)
+  if (finite == 0 && m_cfg.train.nonfinite != config::NonFinitePolicy::skip)
     throw Error("training diverged: the loss is not finite at step " + std::to_string(m_pos.step) + " (rank " +
                 std::to_string(m_rank) + ")");
   if (finite > 0) m_window_loss.add(loss / finite);
@@ -176,8 +202,8 @@ void TrainingRun::log_step(int64_t epoch, double lr, const std::vector<float>& l
                    m_window_loss.mean(), rate, elapsed, m_pos.step - m_pos.first_step});
   if (m_pos.step % m_cfg.train.log_every_steps == 0 || m_pos.step == plan.total_steps) {
     m_last_train_loss = m_window_loss.mean();
-    const LearnerGroup& g = *m_device.group;
-    TrainWindow w;
+    const parallel::LearnerGroup& g = *m_device.group;
+    records::TrainWindow w;
     w.step = m_pos.step;
     w.epoch = epoch;
     w.loss = m_last_train_loss;
@@ -229,7 +255,7 @@ bool TrainingRun::after_step() {
 // The auto-tuner added (+1) or removed (-1) a learner: each step now takes more or fewer
 // batches, so the rest of the run takes fewer or more steps.
 void TrainingRun::reshape(int change) {
-  LearnerGroup& g = *m_device.group;
+  parallel::LearnerGroup& g = *m_device.group;
   if (change > 0) g.add_learner(); else g.remove_learner();
   replan(m_data.plan, g.learners(), m_pos.step, m_pos.at);
   m_log->autotuned(m_pos.step, m_device.tuner->decisions().back(), g.learners(), m_data.plan.steps_per_epoch,
@@ -240,32 +266,37 @@ void TrainingRun::reshape(int change) {
 void TrainingRun::evaluate(int64_t epoch) {
   const Stopwatch t;
   m_log->eval_started(epoch);
-  const DataSource& test = *m_data.test;
+  const data::DataSource& test = *m_data.test;
   const int64_t n = m_data.n_test, begin = n * m_rank / m_ranks, end = n * (m_rank + 1) / m_ranks;
   // Rank 0 evaluates the first test samples: it draws a few of them.
-  std::vector<PredictionSample> pictures(m_root && test.info().per_pixel_labels ? k_picture_samples : 0);
-  m_last_eval = evaluate_range(m_device.group->eval_graph(), *m_device.backend, *m_device.stream, test, begin, end,
-                               m_device.labels, m_device.predictions, m_device.class_weights,
-                               pictures.empty() ? nullptr : &pictures);
+  std::vector<pictures::PredictionSample> pictures(m_root && test.info().per_pixel_labels ? eval::k_picture_samples
+                                                                                          : 0);
+  m_last_eval = eval::evaluate_range(m_device.group->eval_graph(), *m_device.backend, *m_device.stream, test, begin,
+                                     end, m_device.labels, m_device.predictions, m_device.class_weights,
+                                     pictures.empty() ? nullptr : &pictures);
   if (!pictures.empty()) {
-    const std::string why = write_prediction_picture(m_dir, epoch, pictures, test.info().sample);
+    const std::string why = pictures::write_prediction_picture(m_dir, epoch, pictures, test.info().sample);
     if (!why.empty()) m_log->warn(why);
   }
-  sum_over_ranks(m_last_eval, m_world);
+  eval::sum_over_ranks(m_last_eval, m_world);
   m_last_eval_loss = m_last_eval.loss();
-  m_timeline.add("eval", Timeline::k_rank_track, t.started_at(), steady_seconds());
+  m_timeline.add("eval", records::Timeline::k_rank_track, t.started_at(), steady_seconds());
   const double epochs_done = static_cast<double>(m_pos.samples_done) / static_cast<double>(m_data.n_train);
   m_log->evaluated({m_pos.step, epoch, &m_last_eval.cm, m_last_eval_loss, t.seconds(), epochs_done});
   m_steady.exclude(t.seconds());
   const std::optional<double> value = target_metric(m_cfg.train.target, m_last_eval.cm);
   if (!value || *value < m_cfg.train.target.value || m_target) return;
-  m_target = TargetFacts{k_target_metrics.name(m_cfg.train.target.metric), m_cfg.train.target.value, *value,
-                         m_pos.step, epoch, m_log->clock().run_s()};
+  m_target = records::TargetFacts{config::k_target_metrics.name(m_cfg.train.target.metric),
+                                  m_cfg.train.target.value,
+                                  *value,
+                                  m_pos.step,
+                                  epoch,
+                                  m_log->clock().run_s()};
   m_log->target_reached(*m_target);
 }
 
 // train.nonfinite = stop: the step, the rank, the learner and the layer, then the job ends.
-void TrainingRun::diverged(const NonFiniteStep& e, int64_t epoch, double lr) {
+void TrainingRun::diverged(const parallel::NonFiniteStep& e, int64_t epoch, double lr) {
   char where[160];
   std::snprintf(where, sizeof(where), " (epoch %lld, learning rate %g)", static_cast<long long>(epoch), lr);
   if (!e.job_wide())  // only this rank knows: it ends the job (MPI_Abort at the top)
@@ -285,8 +316,8 @@ void TrainingRun::diverged(const NonFiniteStep& e, int64_t epoch, double lr) {
 // The likely causes of a divergence, naming the keys that govern them.
 std::string TrainingRun::divergence_hint() const {
   std::string hint = "lower optimizer.lr or add schedule.warmup_steps";
-  if (m_algorithm != Algorithm::sma) return hint;
-  const SmaCoefficients c = m_device.group->sma();
+  if (m_algorithm != parallel::Algorithm::sma) return hint;
+  const parallel::SmaCoefficients c = m_device.group->sma();
   char text[512];
   std::snprintf(text, sizeof(text),
                 "; sma with %d learner(s) in the job pulls each learner by parallel.alpha = %g and moves the central "
@@ -297,7 +328,7 @@ std::string TrainingRun::divergence_hint() const {
   return hint + text;
 }
 
-TrainResult run_training(const Config& cfg, const std::string& origin, const RunOptions& options) {
+TrainResult run_training(const config::Config& cfg, const std::string& origin, const RunOptions& options) {
   return TrainingRun(cfg, origin, options).run();
 }
 

@@ -5,7 +5,7 @@
 // request, timeline.json).
 #include <string>
 
-#include "src/train/config.hpp"
+#include "src/config/config.hpp"
 
 namespace squall::train {
 
@@ -39,7 +39,8 @@ struct RunOptions {
 // CollectiveError (every rank alike) for failures the ranks agreed on. A stop signal returns
 // early with `stopped` set, after writing a checkpoint. `config_origin` names the
 // config in messages and in the run directory.
-TrainResult run_training(const Config& config, const std::string& config_origin, const RunOptions& options = {});
+TrainResult run_training(const config::Config& config, const std::string& config_origin,
+                         const RunOptions& options = {});
 
 // FNV-1a 64-bit over bytes, as 16 hex digits.
 std::string fnv1a_hex(const void* data, size_t bytes, uint64_t seed = 0xcbf29ce484222325ull);

@@ -4,7 +4,7 @@
 
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
-#include "src/eval/eval_checkpoint.hpp"
+#include "io/checkpoint/named_weights.hpp"
 #include "src/train/run_dir.hpp"
 #include "src/train/training_run.hpp"
 
@@ -25,10 +25,10 @@ std::string model_section(const std::string& toml) {
 
 // The checkpoint's run reached its train.target; whether the config's target is still met by
 // that: the same metric, and a value no higher (a raised value or a removed target trains on).
-bool TrainingRun::target_still_reached(const TrainerState& s) const {
-  const TargetConfig& now = m_cfg.train.target;
-  if (now.metric == TargetMetric::none) return false;
-  const TargetConfig then = parse_config(s.config, "the checkpoint's config").train.target;
+bool TrainingRun::target_still_reached(const checkpoint::TrainerState& s) const {
+  const config::TargetConfig& now = m_cfg.train.target;
+  if (now.metric == config::TargetMetric::none) return false;
+  const config::TargetConfig then = config::parse_config(s.config, "the checkpoint's config").train.target;
   return then.metric == now.metric && now.value <= then.value;
 }
 
@@ -51,9 +51,9 @@ void TrainingRun::prepare_run_dir() {
 }
 
 void TrainingRun::resume() {
-  m_store = std::make_unique<CheckpointStore>(m_dir, m_topo, m_cfg.checkpoint.keep);
+  m_store = std::make_unique<checkpoint::CheckpointStore>(m_dir, m_topo, m_cfg.checkpoint.keep);
   if (m_options.resume.empty()) return;
-  std::optional<LoadedCheckpoint> ck =
+  std::optional<checkpoint::LoadedCheckpoint> ck =
       m_options.resume == "auto" ? m_store->load_newest() : m_store->load(fs::path(m_options.resume));
   if (!ck) {
     // Nothing to continue (the first attempt of a job that requeues itself): a fresh start.
@@ -63,9 +63,9 @@ void TrainingRun::resume() {
     log::info("--resume auto: no checkpoint in " + (m_dir / "checkpoints").string() + ": starting from step 0");
     return;
   }
-  TrainerState then;
+  checkpoint::TrainerState then;
   mpi::run_agreed(m_world, [&] {
-    then = read_trainer_state(ck->shared);
+    then = checkpoint::read_trainer_state(ck->shared);
     check_resumable(*ck, then);
   });
   restore(*ck, then);
@@ -73,11 +73,12 @@ void TrainingRun::resume() {
 
 // A checkpoint of another job is refused, naming what differs; keys that may change between
 // attempts (the learning rate, the epochs, the data's paths) are listed and accepted.
-void TrainingRun::check_resumable(const LoadedCheckpoint& ck, const TrainerState& then_state) const {
+void TrainingRun::check_resumable(const checkpoint::LoadedCheckpoint& ck,
+                                  const checkpoint::TrainerState& then_state) const {
   const std::string where = ck.path.string();
-  Config then;
+  config::Config then;
   try {
-    then = parse_config(then_state.config, where + " (its config)");
+    then = config::parse_config(then_state.config, where + " (its config)");
   } catch (const Error& e) {
     throw Error(where + ": its config cannot be read: " + e.what());
   }
@@ -89,7 +90,7 @@ void TrainingRun::check_resumable(const LoadedCheckpoint& ck, const TrainerState
   if (then_state.train_samples != m_data.n_train)
     throw UsageError(where + " was trained on " + std::to_string(then_state.train_samples) +
                      " training samples; data.train (" + m_cfg.data.train + ") has " + std::to_string(m_data.n_train));
-  const LearnerGroup& g = *m_device.group;
+  const parallel::LearnerGroup& g = *m_device.group;
   if (then_state.param_count != static_cast<int64_t>(g.parameter_count()) ||
       then_state.state_count != static_cast<int64_t>(g.state_value_count()))
     throw UsageError(where + " holds a model of " + std::to_string(then_state.param_count) + " parameters; " +
@@ -101,8 +102,8 @@ void TrainingRun::check_resumable(const LoadedCheckpoint& ck, const TrainerState
   }
 }
 
-void TrainingRun::restore(const LoadedCheckpoint& ck, const TrainerState& s) {
-  LearnerGroup& g = *m_device.group;
+void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoint::TrainerState& s) {
+  parallel::LearnerGroup& g = *m_device.group;
   m_pos.step = m_pos.first_step = s.step;
   m_pos.at = m_pos.start = {s.epoch, s.epoch_batches};
   if (s.learners != g.learners()) {  // the auto-tuner had changed it
@@ -120,15 +121,15 @@ void TrainingRun::restore(const LoadedCheckpoint& ck, const TrainerState& s) {
   m_metrics_lines_at_resume = s.metrics_lines;
   if (s.tuner_done) m_device.tuner->stop();
   // A run that reached its train.target is complete, unless the target now asks for more.
-  if (s.target_reached && target_still_reached(s)) m_target = TargetFacts{};
+  if (s.target_reached && target_still_reached(s)) m_target = records::TargetFacts{};
   m_resumed_from = ck.path;
   m_last_checkpoint = ck.path;
   m_last_checkpoint_step = m_pos.step;
 }
 
-TrainerState TrainingRun::trainer_state() const {
-  const LearnerGroup& g = *m_device.group;
-  TrainerState s;
+checkpoint::TrainerState TrainingRun::trainer_state() const {
+  const parallel::LearnerGroup& g = *m_device.group;
+  checkpoint::TrainerState s;
   s.step = m_pos.step;
   s.epoch = m_pos.at.epoch;
   s.epoch_batches = m_pos.at.used;
@@ -152,28 +153,29 @@ TrainerState TrainingRun::trainer_state() const {
   s.config = to_toml(m_cfg);
   s.config_origin = m_origin;
   s.model = m_data.spec.name;
-  s.algorithm = algorithm_name(m_algorithm);
+  s.algorithm = parallel::algorithm_name(m_algorithm);
   return s;
 }
 
 // The job's state at the end of step m_pos.step, in <run dir>/checkpoints (checkpoint.hpp).
 void TrainingRun::write_checkpoint() {
   const Stopwatch t;
-  LearnerGroup& g = *m_device.group;
-  io::CheckpointData shared, own;
-  const TrainerState state = trainer_state();
+  parallel::LearnerGroup& g = *m_device.group;
+  checkpoint::CheckpointData shared, own;
+  const checkpoint::TrainerState state = trainer_state();
   if (m_root) {
     g.save_shared(shared);
-    write_trainer_state(state, shared);
+    checkpoint::write_trainer_state(state, shared);
     // The same central model by name, with what it needs to be used elsewhere.
-    add_model_entries(shared, g.replica_graph(0), shared.arrays.at("central/params"), shared.arrays.at("central/state"),
-                      m_data.spec, model_section(state.config), m_data.train->info(), m_data.train->normalization());
+    checkpoint::add_model_entries(shared, g.replica_graph(0), shared.arrays.at("central/params"),
+                                  shared.arrays.at("central/state"), m_data.spec, model_section(state.config),
+                                  m_data.train->info(), m_data.train->normalization());
   }
   if (state.per_rank_parts) g.save_own(own);
   const fs::path path = m_store->save(m_pos.step, shared, state.per_rank_parts ? &own : nullptr);
   m_last_checkpoint_step = m_pos.step;
   m_last_checkpoint = path;
-  m_timeline.add("checkpoint", Timeline::k_rank_track, t.started_at(), steady_seconds());
+  m_timeline.add("checkpoint", records::Timeline::k_rank_track, t.started_at(), steady_seconds());
   if (m_log) m_log->checkpoint_written(m_pos.step, path, t.seconds());
 }
 

@@ -3,7 +3,7 @@
 #include <csignal>
 #include <cstdio>
 
-#include "io/stage.hpp"
+#include "io/input/stage.hpp"
 #include "src/core/durable.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
@@ -21,12 +21,12 @@ json normalization_json(const data::Normalization& n) {
   return {{"kind", n.kind}, {"mean", n.mean}, {"std", n.std}, {"input_scale", n.input_scale}, {"source", n.source}};
 }
 
-// When `squall stage` copied the training set (io/stage.hpp's record beside the files), the
+// When `squall stage` copied the training set (io/input/stage.hpp's record beside the files), the
 // staging's start and stop, in ms since the epoch. A record that cannot be read costs the
 // MLPerf log its staging lines and a warning, not the run.
 std::optional<std::pair<int64_t, int64_t>> staging_of(const std::string& data_dir) {
   try {
-    const std::optional<io::StageRecord> r = io::read_stage_record(data_dir);
+    const std::optional<input::StageRecord> r = input::read_stage_record(data_dir);
     if (!r) return std::nullopt;
     return std::make_pair(r->start_ms, r->stop_ms);
   } catch (const Error& e) {
@@ -37,10 +37,10 @@ std::optional<std::pair<int64_t, int64_t>> staging_of(const std::string& data_di
 
 }  // namespace
 
-RunFacts TrainingRun::run_facts() const {
-  const LearnerGroup& g = *m_device.group;
+records::RunFacts TrainingRun::run_facts() const {
+  const parallel::LearnerGroup& g = *m_device.group;
   const nn::Backend& be = *m_device.backend;
-  RunFacts f;
+  records::RunFacts f;
   f.model = m_data.spec.name;
   f.parameters = static_cast<int64_t>(g.parameter_count());
   f.data = m_data.train->info().description;
@@ -50,9 +50,9 @@ RunFacts TrainingRun::run_facts() const {
   f.ranks = m_ranks;
   f.nodes = m_topo.nodes();
   f.learners = g.learners();
-  f.algorithm = algorithm_name(m_algorithm);
-  if (m_algorithm == Algorithm::sma) {
-    const SmaCoefficients c = g.sma();
+  f.algorithm = parallel::algorithm_name(m_algorithm);
+  if (m_algorithm == parallel::Algorithm::sma) {
+    const parallel::SmaCoefficients c = g.sma();
     char line[256];
     std::snprintf(line, sizeof(line),
                   "sma: %d learner(s) in the job, each pulled by alpha %g towards the central model, which moves by "
@@ -62,10 +62,11 @@ RunFacts TrainingRun::run_facts() const {
     f.sma_line = line;
   }
   if (!m_device.cross_rule.empty()) f.cross_line = "allreduce: cross-node stage " + m_device.cross_rule;
-  if (const SyncPeriods p = sync_periods(m_cfg.parallel); p.by_level())
-    f.periods_line = algorithm_name(m_algorithm) + std::string(" by level, parallel.periods = ") + periods_text(p) +
-                     ": each node's ranks average every " + std::to_string(p.inside) + " step(s) among themselves, " +
-                     "the " + std::to_string(m_topo.nodes()) + " node(s) every " + std::to_string(p.across);
+  if (const config::SyncPeriods p = config::sync_periods(m_cfg.parallel); p.by_level())
+    f.periods_line = parallel::algorithm_name(m_algorithm) + std::string(" by level, parallel.periods = ") +
+                     config::periods_text(p) + ": each node's ranks average every " + std::to_string(p.inside) +
+                     " step(s) among themselves, " + "the " + std::to_string(m_topo.nodes()) + " node(s) every " +
+                     std::to_string(p.across);
   f.batch = m_cfg.train.batch_size;
   f.global_batch = step_samples();
   f.total_steps = m_data.plan.total_steps;
@@ -74,7 +75,7 @@ RunFacts TrainingRun::run_facts() const {
   f.train_samples = m_data.n_train;
   f.test_samples = m_data.n_test;
   f.optimizer = g.optimizer_name();
-  f.precision = k_precisions.name(m_cfg.train.precision);
+  f.precision = config::k_precisions.name(m_cfg.train.precision);
   f.run_dir = m_cfg.run.dir;
   f.base_lr = m_device.schedule->peak_lr();
   f.warmup_steps = m_cfg.schedule.warmup_steps;
@@ -90,7 +91,7 @@ RunFacts TrainingRun::run_facts() const {
 // The central model's FNV-1a checksum (parameters then state, packed: of the model's values,
 // not of the padding between them in memory), the same on every rank.
 std::string TrainingRun::central_checksum() {
-  LearnerGroup& g = *m_device.group;
+  parallel::LearnerGroup& g = *m_device.group;
   std::vector<float> params(g.param_arena_floats()), state(g.state_arena_floats());
   nn::Backend& be = *m_device.backend;
   be.copy_to_host(*m_device.stream, params.data(), g.central_params(), params.size());
@@ -131,7 +132,7 @@ TrainResult TrainingRun::stopped() {
 }
 
 TrainResult TrainingRun::finish() {
-  const LearnerGroup& g = *m_device.group;
+  const parallel::LearnerGroup& g = *m_device.group;
   TrainResult r;
   r.model_checksum = central_checksum();
   r.checkpoint = m_last_checkpoint.string();
@@ -146,7 +147,7 @@ TrainResult TrainingRun::finish() {
     if (m_timeline.dropped() > 0)
       log::warn("timeline: " + std::to_string(m_timeline.dropped()) + " events past the limit were dropped");
     const auto parts = m_world.gather_strings(m_timeline.events_json(m_rank, m_topo.host(), m_topo.node()));
-    if (m_root) write_file_atomic(m_dir / "timeline.json", Timeline::document(parts));
+    if (m_root) write_file_atomic(m_dir / "timeline.json", records::Timeline::document(parts));
   }
 
   r.steps = m_pos.step;
@@ -156,7 +157,7 @@ TrainResult TrainingRun::finish() {
   r.wall_s = m_wall.seconds();
   r.samples_per_s = static_cast<double>(m_pos.samples_done - m_pos.samples_at_start) / std::max(m_loop_s, 1e-9);
 
-  RunSummary s;
+  records::RunSummary s;
   s.first_step = m_pos.first_step;
   s.steps = m_pos.step;
   s.wall_s = r.wall_s;
@@ -172,11 +173,11 @@ TrainResult TrainingRun::finish() {
   s.nodes = m_topo.nodes();
   s.learners = g.learners();
   s.threads = m_device.backend->threads();
-  s.algorithm = algorithm_name(m_algorithm);
+  s.algorithm = parallel::algorithm_name(m_algorithm);
   s.backend = m_device.backend->name();
   s.device = m_device.backend->device().name;
   s.model = m_data.spec.name;
-  s.precision = k_precisions.name(m_cfg.train.precision);
+  s.precision = config::k_precisions.name(m_cfg.train.precision);
   s.layout = nn::layout_name(g.layout());
   s.optimizer = g.optimizer_name();
   s.data = m_data.train->info().description;
@@ -190,7 +191,7 @@ TrainResult TrainingRun::finish() {
     if (is_async) s.cpu_stream_jitter_us = async->jitter().max_us;
   }
   s.parameters = static_cast<int64_t>(g.parameter_count());
-  const DatasetInfo& info = m_data.train->info();
+  const data::DatasetInfo& info = m_data.train->info();
   s.input_c = info.sample.c();
   s.input_h = info.sample.h();
   s.input_w = info.sample.w();
@@ -201,19 +202,19 @@ TrainResult TrainingRun::finish() {
   s.skipped_steps = g.skipped_steps();
   s.skipped_samples = m_device.loader->bad_samples();
   s.normalization = normalization_json(m_data.train->normalization());
-  const SyncPeriods periods = sync_periods(m_cfg.parallel);
+  const config::SyncPeriods periods = config::sync_periods(m_cfg.parallel);
   s.parallel = {{"period", periods.across}, {"periods", {periods.inside, periods.across}}};
-  if (m_algorithm == Algorithm::sma) {
-    const SmaCoefficients c = g.sma();
+  if (m_algorithm == parallel::Algorithm::sma) {
+    const parallel::SmaCoefficients c = g.sma();
     s.parallel["alpha"] = c.alpha;
     s.parallel["centre_rate"] = c.beta;
     s.parallel["momentum"] = c.mu;
   }
-  if (m_algorithm == Algorithm::local_sgd) s.parallel["start_step"] = m_cfg.parallel.start_step;
+  if (m_algorithm == parallel::Algorithm::local_sgd) s.parallel["start_step"] = m_cfg.parallel.start_step;
   // The host's waits for the device inside a step (docs/design.md, "One host wait per step").
   s.parallel["host_waits_per_step"] =
       static_cast<double>(g.host_waits()) / static_cast<double>(std::max<int64_t>(1, m_group_steps));
-  if (m_algorithm != Algorithm::sma && m_ranks > 1) {
+  if (m_algorithm != parallel::Algorithm::sma && m_ranks > 1) {
     s.parallel["bucket_mb"] = m_device.bucket_mb;
     s.parallel["buckets"] = g.buckets();
     s.parallel["max_buckets_in_flight"] = g.max_buckets_in_flight();
@@ -222,14 +223,14 @@ TrainResult TrainingRun::finish() {
   if (m_device.allreduce->memory() == mpi::Memory::device) s.parallel["device_allreduce"] = m_device.allreduce->mode();
   // The algorithms the cross-node stage ran (docs/allreduce.md, "The cross-node stage").
   if (const std::string cross = m_device.allreduce->cross_node(); !cross.empty()) s.parallel["cross_node"] = cross;
-  s.parallel["comm_precision"] = k_comm_precisions.name(m_cfg.parallel.comm_precision);
+  s.parallel["comm_precision"] = config::k_comm_precisions.name(m_cfg.parallel.comm_precision);
   if (m_cfg.parallel.autotune) s.parallel["autotune"] = m_device.tuner->decisions();
   s.train_loss = r.train_loss;
   s.test_loss = r.test_loss;
   s.cm = &m_last_eval.cm;
   s.model_checksum = r.model_checksum;
-  if (m_cfg.train.target.metric != TargetMetric::none) {
-    s.target_metric = k_target_metrics.name(m_cfg.train.target.metric);
+  if (m_cfg.train.target.metric != config::TargetMetric::none) {
+    s.target_metric = config::k_target_metrics.name(m_cfg.train.target.metric);
     s.target_value = m_cfg.train.target.value;
     s.target = m_target;
   }

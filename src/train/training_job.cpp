@@ -6,22 +6,19 @@
 #include "mpi/node_sum.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
-#include "src/train/model_spec.hpp"
-#include "src/train/setup.hpp"
+#include "src/config/model_spec.hpp"
+#include "src/config/setup.hpp"
 
 namespace squall::train {
 namespace {
 
 // `fixed`: the training set's normalisation, for the test set (null for the training set).
 // `raw`: unnormalised and uncached, only to look at its shape and classes.
-std::unique_ptr<DataSource> open_source(const DataConfig& d, const std::string& split,
-                                        const data::Normalization* fixed = nullptr, bool raw = false) {
-  const std::string& path = split == "train" ? d.train : d.test;
+std::unique_ptr<data::DataSource> open_source(const config::DataConfig& d, const std::string& split,
+                                              const data::Normalization* fixed = nullptr, bool raw = false) {
   try {
-    if (raw) return open_dataset(path, split, false, d.normalization, 0, nullptr, d.netcdf_variables, d.netcdf_labels);
-    return open_dataset(path, split, d.normalize, d.normalization, d.cache_mb, fixed, d.netcdf_variables,
-                        d.netcdf_labels);
-  } catch (const BadSample&) {
+    return config::open_data(d, split == "train" ? d.train : d.test, split, fixed, raw);
+  } catch (const data::BadSample&) {
     throw;
   } catch (const Error& e) {
     throw Error("data." + split + ": " + e.what());
@@ -30,16 +27,16 @@ std::unique_ptr<DataSource> open_source(const DataConfig& d, const std::string& 
 
 // The model against the data, before anything is built: shapes and class counts that do not
 // match would otherwise fail at the first step, or at the first evaluation an epoch later.
-nn::ModelSpec check_model_and_data(const Config& cfg, const std::string& origin, const DataSource& train,
-                                   const DataSource& test) {
-  const DatasetInfo& info = train.info();
-  const DatasetInfo& t = test.info();
+nn::ModelSpec check_model_and_data(const config::Config& cfg, const std::string& origin, const data::DataSource& train,
+                                   const data::DataSource& test) {
+  const data::DatasetInfo& info = train.info();
+  const data::DatasetInfo& t = test.info();
   if (!(t.sample == info.sample) || t.classes != info.classes || t.per_pixel_labels != info.per_pixel_labels)
     throw UsageError(origin + ": data.test (" + cfg.data.test + ": " + t.description + ", " +
                      std::to_string(t.classes) + " classes) does not match data.train (" + cfg.data.train + ": " +
                      info.description + ", " + std::to_string(info.classes) + " classes)");
-  nn::ModelSpec spec = model_spec(cfg, info);
-  if (const std::string why = model_data_mismatch(cfg, info); !why.empty())
+  nn::ModelSpec spec = config::model_spec(cfg, info);
+  if (const std::string why = config::model_data_mismatch(cfg, info); !why.empty())
     throw UsageError(origin + ": " + why + " (data.train = " + cfg.data.train + ")");
   try {
     (void)nn::make_model(spec, info.sample);  // an unknown model, or an input it cannot take
@@ -50,12 +47,13 @@ nn::ModelSpec check_model_and_data(const Config& cfg, const std::string& origin,
 }
 
 // A central model that never synchronises is the initial one: evaluating it would say nothing.
-void check_synchronises(const Config& cfg, const std::string& origin, Algorithm algorithm, int64_t total_steps) {
-  if (algorithm == Algorithm::ssgd) return;
-  const bool local = algorithm == Algorithm::local_sgd;
+void check_synchronises(const config::Config& cfg, const std::string& origin, parallel::Algorithm algorithm,
+                        int64_t total_steps) {
+  if (algorithm == parallel::Algorithm::ssgd) return;
+  const bool local = algorithm == parallel::Algorithm::local_sgd;
   if (first_synchronisation(cfg.parallel.period, local ? cfg.parallel.start_step : 0) <= total_steps) return;
-  const SyncPeriods periods = sync_periods(cfg.parallel);
-  const std::string key = periods.by_level() ? "parallel.periods = " + periods_text(periods) + ": across"
+  const config::SyncPeriods periods = config::sync_periods(cfg.parallel);
+  const std::string key = periods.by_level() ? "parallel.periods = " + config::periods_text(periods) + ": across"
                                              : "parallel.period";
   throw UsageError(origin + ": " + key + " = " + std::to_string(cfg.parallel.period) +
                    (local ? " after parallel.start_step = " + std::to_string(cfg.parallel.start_step) : std::string()) +
@@ -66,7 +64,8 @@ void check_synchronises(const Config& cfg, const std::string& origin, Algorithm 
 
 }  // namespace
 
-TrainingData open_training_data(const Config& cfg, const std::string& origin, const std::vector<int>& node_of_rank) {
+TrainingData open_training_data(const config::Config& cfg, const std::string& origin,
+                                const std::vector<int>& node_of_rank) {
   TrainingData d;
   d.train = open_source(cfg.data, "train");
   // The test set's shape and classes are checked against the training set's first, then it
@@ -81,12 +80,12 @@ TrainingData open_training_data(const Config& cfg, const std::string& origin, co
   const int learners = static_cast<int>(cfg.parallel.replicas_per_device);
   d.max_learners =
       cfg.parallel.autotune ? std::max<int>(learners, static_cast<int>(cfg.parallel.max_replicas_per_device)) : learners;
-  // Each rank reads its share of every epoch (io/sampler.hpp) and hands its learners
+  // Each rank reads its share of every epoch (io/input/sampler.hpp) and hands its learners
   // consecutive batches: learner j of a step takes the rank's batch step*L + j.
   std::vector<int64_t> offsets = d.train->file_offsets();
   if (d.n_train < d.train->size()) offsets = {0, d.n_train};
-  d.sampler = std::make_unique<io::Sampler>(cfg.data.sampling, offsets,
-                                            io::node_sizes_from(node_of_rank), static_cast<uint64_t>(cfg.run.seed));
+  d.sampler = std::make_unique<input::Sampler>(cfg.data.sampling, offsets,
+                                            input::node_sizes_from(node_of_rank), static_cast<uint64_t>(cfg.run.seed));
   const int ranks = static_cast<int>(node_of_rank.size());
   const int64_t batch = cfg.train.batch_size;
   d.plan = plan_steps(d.sampler->steps_per_epoch(batch), learners, ranks, batch, cfg.train.epochs, cfg.train.max_steps);
@@ -95,25 +94,21 @@ TrainingData open_training_data(const Config& cfg, const std::string& origin, co
                      " x " + std::to_string(learners) + " x " + std::to_string(ranks) +
                      " samples, more than an epoch's " + std::to_string(d.n_train) + " training samples");
   check_synchronises(cfg, origin, cfg.parallel.algorithm, d.plan.total_steps);
-  check_against_plan(cfg, origin, d.plan.total_steps, d.plan.steps_per_epoch);
+  config::check_against_plan(cfg, origin, d.plan.total_steps, d.plan.steps_per_epoch);
   return d;
 }
 
-TrainingDevice build_training_device(const Config& cfg, const std::string& origin, const RunOptions& options,
+TrainingDevice build_training_device(const config::Config& cfg, const std::string& origin, const RunOptions& options,
                                      const mpi::Topology& topo, const TrainingData& data) {
   TrainingDevice t;
-  const DatasetInfo& info = data.train->info();
+  const data::DatasetInfo& info = data.train->info();
   const int ranks = topo.world_size();
-  const Algorithm algorithm = cfg.parallel.algorithm;
-  t.backend = make_rank_backend(cfg, topo);
+  const parallel::Algorithm algorithm = cfg.parallel.algorithm;
+  t.backend = config::make_rank_backend(cfg, topo);
   t.stream = t.backend->create_stream();
   const std::string backend = t.backend->name();
 
-  mpi::AllreduceOptions ar;
-  ar.stall_warn_s = options.stall_warn_s;
-  ar.stall_abort_s = options.stall_abort_s;
-  ar.cross_node = cfg.parallel.cross_node;
-  ar.check_sums = cfg.parallel.check_sums;
+  const mpi::AllreduceOptions ar = config::allreduce_options(cfg, options.stall_warn_s, options.stall_abort_s);
   // parallel.device_allreduce: a CUDA job of several ranks may sum on the GPUs instead of
   // through pinned host memory (docs/allreduce.md, "On device buffers").
   if (cfg.parallel.device_allreduce != mpi::AllreduceKind::host && ranks > 1 && backend != "cuda")
@@ -122,58 +117,39 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
                      " sums GPU memory, but this job trains on the " + backend +
                      " backend (set run.backend = cuda, or parallel.device_allreduce = host)");
   t.allreduce = mpi::make_allreduce(cfg.parallel.device_allreduce, topo, t.backend->device().index, ar);
-  if (cfg.parallel.comm_precision == CommPrecision::bf16 && !t.allreduce->takes(mpi::DType::bf16))
+  if (cfg.parallel.comm_precision == config::CommPrecision::bf16 && !t.allreduce->takes(mpi::DType::bf16))
     throw UsageError(origin + ": parallel.comm_precision = bf16 needs parallel.device_allreduce = host (the " +
                      t.allreduce->mode() + " allreduce sums f32 only)");
   if (t.allreduce->mode() == "pipeline" && topo.nodes() > 1) t.cross_rule = mpi::cross_rule(ar, topo.nodes());
 
-  const GraphFormat format = graph_format(cfg, backend);
-  LearnerGroupOptions lg;
-  lg.algorithm = algorithm;
-  lg.learners = data.plan.learners;
-  lg.ranks = ranks;
-  lg.rank = topo.rank();
-  const SyncPeriods periods = sync_periods(cfg.parallel);
-  lg.period = periods.across;
-  lg.inside_period = periods.inside;
-  lg.node_ranks = topo.local_size();
+  const config::GraphFormat format = config::graph_format(cfg, backend);
+  t.bucket_mb = config::bucket_mb_for(cfg.parallel, !t.backend->host_accessible());
+  const parallel::LearnerGroupOptions lg =
+      config::learner_group_options(cfg, topo, {data.plan.learners, t.bucket_mb, format, t.backend->can_capture()});
   // The node level's own sum (parallel.periods): over this node's ranks only.
-  if (periods.by_level() && algorithm != Algorithm::ssgd && ranks > 1)
+  if (lg.by_level() && algorithm != parallel::Algorithm::ssgd && ranks > 1)
     t.node_allreduce = mpi::make_node_allreduce(topo, ar);
-  lg.alpha = cfg.parallel.alpha;
-  lg.centre_rate = cfg.parallel.centre_rate;
-  lg.momentum = cfg.parallel.momentum;
-  lg.start_step = cfg.parallel.start_step;
-  t.bucket_mb = bucket_mb_for(cfg.parallel, !t.backend->host_accessible());
-  lg.bucket_floats = std::max<size_t>(1, static_cast<size_t>(t.bucket_mb * double(1 << 20) / sizeof(float)));
-  lg.seed = static_cast<uint64_t>(cfg.run.seed);
-  lg.precision = format.dtype;
-  lg.layout = format.layout;
-  lg.bf16_gradients = cfg.parallel.comm_precision == CommPrecision::bf16;
-  lg.skip_nonfinite = cfg.train.nonfinite == NonFinitePolicy::skip;
-  lg.loss_scaling.dynamic = lg.precision == nn::DType::f16;
-  lg.loss_scaling.initial = static_cast<float>(cfg.train.loss_scale);
-  lg.loss_scaling.growth_interval = cfg.train.loss_scale_window;
   const bool root = topo.rank() == 0;
   if (lg.precision != nn::DType::f32 && backend == "cpu" && root)
-    log::warn(std::string("train.precision = ") + k_precisions.name(cfg.train.precision) +
+    log::warn(std::string("train.precision = ") + config::k_precisions.name(cfg.train.precision) +
               " on the CPU backend: the reference numerics of reduced precision, computed by rounding f32 results "
               "(slower than fp32; train in reduced precision for speed on a GPU)");
-  lg.graphs = cfg.parallel.cuda_graphs && t.backend->can_capture();
   if (cfg.parallel.cuda_graphs && !lg.graphs && root)
     log::warn("parallel.cuda_graphs has no effect on the " + backend + " backend (nothing to capture)");
 
   const int64_t batch = cfg.train.batch_size;
   const std::vector<float> class_weights(cfg.data.class_weights.begin(), cfg.data.class_weights.end());
   const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
-  auto make_graph = [spec = data.spec, sample = info.sample, format] { return make_model_graph(spec, sample, format); };
-  t.group = std::make_unique<LearnerGroup>(*t.backend, make_graph, batch, batch * label_hw, cfg.optimizer,
+  auto make_graph = [spec = data.spec, sample = info.sample, format] {
+    return config::make_model_graph(spec, sample, format);
+  };
+  t.group = std::make_unique<parallel::LearnerGroup>(*t.backend, make_graph, batch, batch * label_hw, cfg.optimizer,
                                            class_weights, lg, *t.allreduce, t.node_allreduce.get());
   // The linear scaling rule scales by the batch one update averages over: the global batch
   // under ssgd, a learner's own batch under sma and local-sgd.
-  t.schedule = std::make_unique<Schedule>(cfg.schedule, cfg.optimizer.lr,
-                                          algorithm == Algorithm::ssgd ? data.plan.schedule_step_samples : batch,
-                                          data.plan.steps_per_epoch);
+  t.schedule = std::make_unique<optim::Schedule>(
+      cfg.schedule, cfg.optimizer.lr, algorithm == parallel::Algorithm::ssgd ? data.plan.schedule_step_samples : batch,
+      data.plan.steps_per_epoch);
 
   t.labels = t.backend->allocate_labels(static_cast<size_t>(batch * label_hw), t.label_buf);
   t.predictions = t.backend->allocate_labels(static_cast<size_t>(batch * label_hw), t.pred_buf);
@@ -183,11 +159,7 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
     t.class_weights = t.weight_buf.data();
   }
 
-  io::LoaderOptions lo;
-  lo.batch_size = batch;
-  lo.workers = static_cast<int>(cfg.data.workers);
-  lo.prefetch = std::max(static_cast<int>(cfg.data.prefetch), data.max_learners);
-  lo.skip_bad = cfg.data.skip_bad_samples;
+  input::LoaderOptions lo = config::loader_options(cfg, data.max_learners);
   // A device backend, or asynchronous CPU streams, copy the batches from pinned host memory:
   // the copy then runs on the learner's stream, ordered like any other work, and the host does
   // not wait for it (a copy from pageable memory makes the host wait).
@@ -210,10 +182,12 @@ TrainingDevice build_training_device(const Config& cfg, const std::string& origi
     t.lookahead = !cfg.parallel.autotune;
     if (t.lookahead) lo.prefetch = std::max(lo.prefetch, 2 * data.max_learners);
   }
-  t.loader = std::make_unique<io::Loader>(*data.train, lo);
-  t.augment = make_sphere_augment(cfg.data.augment_roll, cfg.data.augment_flip, info, data.train->normalization());
-  t.tuner = std::make_unique<AutoTuner>(cfg.parallel.autotune, cfg.parallel.autotune_threshold, data.max_learners,
-                                        std::max<int64_t>(10, data.plan.steps_per_epoch / 20));
+  t.loader = std::make_unique<input::Loader>(*data.train, lo);
+  t.augment =
+      data::make_sphere_augment(cfg.data.augment_roll, cfg.data.augment_flip, info, data.train->normalization());
+  t.tuner =
+      std::make_unique<parallel::AutoTuner>(cfg.parallel.autotune, cfg.parallel.autotune_threshold, data.max_learners,
+                                            std::max<int64_t>(10, data.plan.steps_per_epoch / 20));
   return t;
 }
 

@@ -9,17 +9,17 @@
 #include <string>
 #include <vector>
 
-#include "io/loader.hpp"
-#include "io/sampler.hpp"
+#include "io/input/loader.hpp"
+#include "io/input/sampler.hpp"
 #include "mpi/sum.hpp"
 #include "mpi/topology.hpp"
 #include "src/nn/backend.hpp"
 #include "src/parallel/autotune.hpp"
 #include "src/parallel/learners.hpp"
-#include "src/train/augment.hpp"
-#include "src/train/config.hpp"
-#include "src/train/datasets.hpp"
-#include "src/train/schedule.hpp"
+#include "src/data/augment.hpp"
+#include "src/config/config.hpp"
+#include "io/input/open_dataset.hpp"
+#include "src/optim/schedule.hpp"
 #include "src/train/step_plan.hpp"
 #include "src/train/trainer.hpp"
 
@@ -27,10 +27,10 @@ namespace squall::train {
 
 // The datasets and the plan of steps: everything that reading the data decides.
 struct TrainingData {
-  std::unique_ptr<DataSource> train, test;  // the test set normalised with the training set's statistics
+  std::unique_ptr<data::DataSource> train, test;  // the test set normalised with the training set's statistics
   int64_t n_train = 0, n_test = 0;          // the samples used (data.train_samples, data.test_samples)
   nn::ModelSpec spec;                       // the model, for this data
-  std::unique_ptr<io::Sampler> sampler;     // which samples each rank reads in each epoch
+  std::unique_ptr<input::Sampler> sampler;     // which samples each rank reads in each epoch
   StepPlan plan;
   int max_learners = 1;                     // the auto-tuner's cap (the learner count without it)
 };
@@ -40,7 +40,8 @@ struct TrainingData {
 // UsageError naming the config and the keys to change when they do not fit (a step larger
 // than an epoch, a synchronisation period longer than the run, settings that contradict the
 // run's length).
-TrainingData open_training_data(const Config& cfg, const std::string& origin, const std::vector<int>& node_of_rank);
+TrainingData open_training_data(const config::Config& cfg, const std::string& origin,
+                                const std::vector<int>& node_of_rank);
 
 // The pieces that compute, made from the config and the data.
 struct TrainingDevice {
@@ -51,9 +52,9 @@ struct TrainingDevice {
   // the allreduce has no pipelined cross-node stage. summary.json says what ran.
   std::string cross_rule;
   std::unique_ptr<mpi::Allreduce> node_allreduce;  // parallel.periods' node level: this node's ranks (or null)
-  double bucket_mb = 0;                     // parallel.bucket_mb as used (bucket_mb_for)
-  std::unique_ptr<LearnerGroup> group;
-  std::unique_ptr<Schedule> schedule;
+  double bucket_mb = 0;                     // parallel.bucket_mb as used (config::bucket_mb_for)
+  std::unique_ptr<parallel::LearnerGroup> group;
+  std::unique_ptr<optim::Schedule> schedule;
   // Evaluation's device buffers: a batch's labels and predictions, the class weights.
   nn::Buffer label_buf, pred_buf, weight_buf;
   int32_t* labels = nullptr;
@@ -64,15 +65,15 @@ struct TrainingDevice {
   // buffers live here, by address, as long as the loader (declared before it, so destroyed
   // after it; on the heap, so that moving the device keeps the loader's pointer to it).
   std::unique_ptr<std::map<void*, nn::Buffer>> pinned_batches = std::make_unique<std::map<void*, nn::Buffer>>();
-  std::unique_ptr<io::Loader> loader;
-  SphereAugment augment;                    // data.augment_roll / augment_flip (off: nothing)
-  std::unique_ptr<AutoTuner> tuner;
+  std::unique_ptr<input::Loader> loader;
+  data::SphereAugment augment;                    // data.augment_roll / augment_flip (off: nothing)
+  std::unique_ptr<parallel::AutoTuner> tuner;
   bool lookahead = false;                   // the next step's batches copied during this step
 };
 
 // Builds the backend and everything on it. Usage errors (a device allreduce on the CPU, bf16
 // sums on an allreduce that takes f32 only) name the keys.
-TrainingDevice build_training_device(const Config& cfg, const std::string& origin, const RunOptions& options,
+TrainingDevice build_training_device(const config::Config& cfg, const std::string& origin, const RunOptions& options,
                                      const mpi::Topology& topo, const TrainingData& data);
 
 }  // namespace squall::train

@@ -12,14 +12,14 @@
 #include "mpi/topology.hpp"
 #include "src/core/clock.hpp"
 #include "src/eval/evaluate.hpp"
-#include "src/eval/metrics.hpp"
+#include "src/nn/metrics.hpp"
 #include "src/train/batch_feed.hpp"
-#include "src/train/checkpoint.hpp"
+#include "io/checkpoint/store.hpp"
 #include "src/train/fault.hpp"
-#include "src/train/run_log.hpp"
-#include "src/train/timeline.hpp"
+#include "io/records/run_log.hpp"
+#include "io/records/timeline.hpp"
 #include "src/train/trainer.hpp"
-#include "src/train/trainer_state.hpp"
+#include "io/checkpoint/trainer_state.hpp"
 #include "src/train/training_job.hpp"
 
 namespace squall::train {
@@ -39,7 +39,7 @@ struct LoopPosition {
 
 class TrainingRun {
  public:
-  TrainingRun(const Config& cfg, const std::string& origin, const RunOptions& options);
+  TrainingRun(const config::Config& cfg, const std::string& origin, const RunOptions& options);
   TrainResult run();
 
  private:
@@ -49,13 +49,13 @@ class TrainingRun {
   void log_step(int64_t epoch, double lr, const std::vector<float>& losses, double step_s);
   bool after_step();
   void evaluate(int64_t epoch);
-  [[noreturn]] void diverged(const NonFiniteStep& e, int64_t epoch, double lr);
+  [[noreturn]] void diverged(const parallel::NonFiniteStep& e, int64_t epoch, double lr);
   std::string divergence_hint() const;
   void reshape(int change);
   int64_t step_samples() const {  // samples one step trains on over the job, at today's learner count
     return m_cfg.train.batch_size * m_data.plan.learners * m_ranks;
   }
-  RunFacts run_facts() const;
+  records::RunFacts run_facts() const;
   TrainResult finish();
   TrainResult stopped();
   TrainResult already_complete();
@@ -63,15 +63,15 @@ class TrainingRun {
   // trainer_checkpoint.cpp: the run directory, resuming, checkpoints.
   void prepare_run_dir();
   void resume();
-  void check_resumable(const LoadedCheckpoint& ck, const TrainerState& then) const;
-  void restore(const LoadedCheckpoint& ck, const TrainerState& then);
-  bool target_still_reached(const TrainerState& s) const;
+  void check_resumable(const checkpoint::LoadedCheckpoint& ck, const checkpoint::TrainerState& then) const;
+  void restore(const checkpoint::LoadedCheckpoint& ck, const checkpoint::TrainerState& then);
+  bool target_still_reached(const checkpoint::TrainerState& s) const;
   void write_checkpoint();
-  TrainerState trainer_state() const;
+  checkpoint::TrainerState trainer_state() const;
   std::string central_checksum();
 
   // The job.
-  const Config& m_cfg;
+  const config::Config& m_cfg;
   const std::string& m_origin;
   const RunOptions& m_options;
   const Stopwatch m_wall;            // since the run started on this rank
@@ -80,7 +80,7 @@ class TrainingRun {
   const mpi::Communicator& m_world;
   const int m_rank, m_ranks;
   const bool m_root;
-  const Algorithm m_algorithm;
+  const parallel::Algorithm m_algorithm;
   FaultInjection m_fault;            // SQUALL_FAIL_AT, read with the data (any rank may refuse it)
   std::vector<int> m_node_of_rank;  // every rank's node, for the sampler
   std::filesystem::path m_dir;
@@ -91,9 +91,9 @@ class TrainingRun {
   std::unique_ptr<BatchFeed> m_feed;
 
   // Its records and checkpoints.
-  Timeline m_timeline;
-  std::unique_ptr<RunLog> m_log;
-  std::unique_ptr<CheckpointStore> m_store;
+  records::Timeline m_timeline;
+  std::unique_ptr<records::RunLog> m_log;
+  std::unique_ptr<checkpoint::CheckpointStore> m_store;
   std::unique_ptr<mpi::FlagAgreement> m_flags;  // stop signals and timed checkpoints, agreed per step
   static constexpr uint64_t k_flag_sigterm = 1, k_flag_sigusr1 = 2, k_flag_timed = 4;
   uint64_t m_stop_flags = 0;                    // the agreed flags that stopped the run (0: running)
@@ -106,11 +106,11 @@ class TrainingRun {
   // The loop's state.
   LoopPosition m_pos;
   int64_t m_group_steps = 0;  // steps this process ran
-  SteadyRate m_steady;        // this attempt's steady rate (steady_rate.hpp)
-  RunningMean m_window_loss;
+  records::SteadyRate m_steady;        // this attempt's steady rate (steady_rate.hpp)
+  nn::RunningMean m_window_loss;
   double m_last_train_loss = 0, m_last_eval_loss = 0, m_loop_s = 0;
-  EvalPart m_last_eval{ConfusionMatrix(1)};
-  std::optional<TargetFacts> m_target;  // train.target, once reached
+  eval::EvalPart m_last_eval{nn::ConfusionMatrix(1)};
+  std::optional<records::TargetFacts> m_target;  // train.target, once reached
 };
 
 }  // namespace squall::train

@@ -14,15 +14,16 @@
 #include "tests/support/test_backend.hpp"
 
 namespace nn = squall::nn;
-namespace train = squall::train;
 namespace mpi = squall::mpi;
+namespace optim = squall::optim;
+namespace parallel = squall::parallel;
 
 namespace {
 
 struct Batches {
   std::vector<std::vector<float>> images;
   std::vector<std::vector<int32_t>> labels;
-  std::vector<train::LearnerBatch> inputs;
+  std::vector<parallel::LearnerBatch> inputs;
 };
 
 Batches lenet_batches(int learners, int64_t batch, int64_t step) {
@@ -39,7 +40,7 @@ Batches lenet_batches(int learners, int64_t batch, int64_t step) {
   return b;
 }
 
-std::vector<float> central(nn::Backend& be, train::LearnerGroup& g) {
+std::vector<float> central(nn::Backend& be, parallel::LearnerGroup& g) {
   return squall::test::download(be, g.central_params(), g.param_arena_floats());
 }
 
@@ -62,22 +63,22 @@ TEST_CASE("LeNet-5 learners on CUDA streams take the CPU's steps (sgd, sma)", "[
   nn::ModelSpec spec;
   spec.name = "lenet5";
   auto make = [spec] { return nn::make_model(spec, nn::Shape(1, 1, 28, 28)); };
-  train::OptimizerConfig sgd;
-  sgd.name = train::OptimizerKind::sgd;
+  optim::OptimizerConfig sgd;
+  sgd.name = optim::OptimizerKind::sgd;
   sgd.momentum = 0.9;
   sgd.weight_decay = 5e-4;
-  for (auto algorithm : {train::Algorithm::ssgd, train::Algorithm::sma}) {
-    INFO(train::algorithm_name(algorithm));
-    train::LearnerGroupOptions o;
+  for (auto algorithm : {parallel::Algorithm::ssgd, parallel::Algorithm::sma}) {
+    INFO(parallel::algorithm_name(algorithm));
+    parallel::LearnerGroupOptions o;
     o.algorithm = algorithm;
     o.learners = 3;
     o.seed = 7;
     o.alpha = 0.1;
-    if (algorithm == train::Algorithm::sma) sgd.momentum = 0;  // SMA refuses optimizer momentum
+    if (algorithm == parallel::Algorithm::sma) sgd.momentum = 0;  // SMA refuses optimizer momentum
     mpi::OneRankAllreduce alone_cpu, alone_gpu;
     const int64_t batch = 16;
-    train::LearnerGroup on_cpu(*cpu, make, batch, batch, sgd, {}, o, alone_cpu);
-    train::LearnerGroup on_gpu(*gpu, make, batch, batch, sgd, {}, o, alone_gpu);
+    parallel::LearnerGroup on_cpu(*cpu, make, batch, batch, sgd, {}, o, alone_cpu);
+    parallel::LearnerGroup on_gpu(*gpu, make, batch, batch, sgd, {}, o, alone_gpu);
     const auto initial = central(*cpu, on_cpu);
     REQUIRE(initial == central(*gpu, on_gpu));  // the same initial model
     for (int64_t step = 0; step < 4; ++step) {
@@ -103,12 +104,12 @@ TEST_CASE("after the first step the CUDA backend allocates no device memory", "[
   nn::ModelSpec spec;
   spec.name = "resnet20";
   auto make = [spec] { return nn::make_model(spec, nn::Shape(1, 1, 28, 28)); };
-  train::OptimizerConfig opt;
-  opt.name = train::OptimizerKind::lamb;
-  train::LearnerGroupOptions o;
+  optim::OptimizerConfig opt;
+  opt.name = optim::OptimizerKind::lamb;
+  parallel::LearnerGroupOptions o;
   o.learners = 4;
   mpi::OneRankAllreduce alone;
-  train::LearnerGroup group(*gpu, make, 32, 32, opt, {}, o, alone);
+  parallel::LearnerGroup group(*gpu, make, 32, 32, opt, {}, o, alone);
   const Batches b = lenet_batches(o.learners, 32, 0);
   group.step(b.inputs, 0, 0.01f);
   size_t free_after_first = 0, total = 0, free_now = 0;

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "src/train/datasets.hpp"
+#include "io/input/open_dataset.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string k_fm = squall::train::k_debian_fashion_mnist_dir;
+const std::string k_fm = squall::input::k_debian_fashion_mnist_dir;
 
 std::string expand(std::string text, const std::map<std::string, std::string>& vars) {
   // {train} holds other placeholders: expand until nothing is left.

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "io/checkpoint_file.hpp"
+#include "io/checkpoint/checkpoint_file.hpp"
 #include "tests/support/json_files.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
@@ -217,9 +217,9 @@ TEST_CASE("an sma checkpoint resumes bit for bit on another node layout, and fro
   for (const int node : {0, 1}) {
     const std::string file = (old / ("node-0000" + std::to_string(node) + ".h5")).string();
     const std::string group = "rank-0000" + std::to_string(node);
-    REQUIRE(squall::io::read_checkpoint_group_names(file) == std::vector<std::string>{group});
-    squall::io::write_checkpoint_file((old / (group + ".h5")).string(),
-                                      squall::io::read_checkpoint_groups(file, {group}).at(0));
+    REQUIRE(squall::checkpoint::read_checkpoint_group_names(file) == std::vector<std::string>{group});
+    squall::checkpoint::write_checkpoint_file((old / (group + ".h5")).string(),
+                                      squall::checkpoint::read_checkpoint_groups(file, {group}).at(0));
     fs::remove(file);
   }
   // Resumed on one node (this machine's physical layout): both ranks' parts come from the two files.

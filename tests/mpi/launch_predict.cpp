@@ -16,7 +16,7 @@
 
 #include <netcdf.h>
 
-#include "io/deepcam_file.hpp"
+#include "io/formats/deepcam_file.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -159,7 +159,7 @@ TEST_CASE("predict writes masks that score exactly what eval scores, with or wit
     REQUIRE(fs::exists(masks + "/" + name + "-mask.png"));
     CHECK(m.dims == std::vector<hsize_t>{1, 16, 24});
     CHECK((m.has_lat && m.has_lon));
-    const std::vector<int32_t> labels = squall::io::read_deepcam_labels(input);
+    const std::vector<int32_t> labels = squall::formats::read_deepcam_labels(input);
     REQUIRE(labels.size() == m.mask.size());
     for (size_t k = 0; k < labels.size(); ++k) ++cm[labels[k]][m.mask[k]];
     // The softmax: sums to 1, and its largest class is the mask's.

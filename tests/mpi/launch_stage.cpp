@@ -130,7 +130,7 @@ TEST_CASE("local sampling stages only each node's own shards", "[stage]") {
       ++count;
     }
     CHECK(count == 3);
-    // The record a training run's MLPerf log reports the staging from (io/stage.hpp).
+    // The record a training run's MLPerf log reports the staging from (io/input/stage.hpp).
     const json record = json::parse(read_all(dst / node / ".squall-stage.json"));
     CHECK(record.at("files") == 3);
     CHECK(record.at("bytes").get<int64_t>() > 0);

@@ -162,7 +162,7 @@ TEST_CASE("the auto-tuner's learner changes reshape the rest of the run: steps p
 TEST_CASE("a 2-rank run's log redirected to a file holds plain lines: no carriage return, no escape sequence",
           "[launch][train]") {
   // Open MPI hands every rank a pseudo-terminal even when the job's output goes to a file: the
-  // progress line must not be redrawn there (src/train/progress.hpp).
+  // progress line must not be redrawn there (io/records/progress.hpp).
   const std::string dir = fresh_dir("launch-train-log");
   const std::string log = dir + ".log";
   const auto r = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + k_sma +

@@ -16,8 +16,8 @@
 #include "tests/support/tiny_model.hpp"
 
 using namespace squall;
-using train::LearnerGroup;
-using train::LearnerGroupOptions;
+using parallel::LearnerGroup;
+using parallel::LearnerGroupOptions;
 
 TEST_CASE("ssgd across ranks starts the same bucket sums when one rank sees its events out of order",
           "[mpi][learners]") {

@@ -1,5 +1,5 @@
 // CheckpointStore under a real launch, on node layouts emulated with Topology::from_plan
-// (src/train/checkpoint.hpp): one file per node holding a group per rank, parts found by
+// (io/checkpoint/store.hpp): one file per node holding a group per rank, parts found by
 // global rank on any layout, checkpoints of earlier versions (a file per rank) still read,
 // damaged or mismatched node files reported by name.
 #include <catch2/catch.hpp>
@@ -12,19 +12,19 @@
 
 #include <unistd.h>
 
-#include "io/checkpoint_file.hpp"
+#include "io/checkpoint/checkpoint_file.hpp"
 #include "mpi/comm.hpp"
 #include "mpi/node_plan.hpp"
 #include "mpi/topology.hpp"
 #include "src/core/error.hpp"
-#include "src/train/checkpoint.hpp"
+#include "io/checkpoint/store.hpp"
 
 using squall::mpi::Communicator;
 using squall::mpi::Topology;
-using squall::train::CheckpointStore;
-using squall::train::LoadedCheckpoint;
+using squall::checkpoint::CheckpointStore;
+using squall::checkpoint::LoadedCheckpoint;
 namespace fs = std::filesystem;
-namespace io = squall::io;
+namespace checkpoint = squall::checkpoint;
 
 namespace {
 
@@ -65,16 +65,16 @@ std::vector<int> interleaved(int n) {
   return out;
 }
 
-io::CheckpointData shared_of(int world_size, int64_t step) {
-  io::CheckpointData d;
+checkpoint::CheckpointData shared_of(int world_size, int64_t step) {
+  checkpoint::CheckpointData d;
   d.ints = {{"world_size", world_size}, {"per_rank_parts", 1}, {"step", step}};
   d.arrays["central/params"] = {1.5f, -2.25f, static_cast<float>(step)};
   d.texts["config"] = "[model]\nname = \"tiny\"\n";
   return d;
 }
 // Parts of different sizes and contents on every rank.
-io::CheckpointData own_of(int rank, int64_t step) {
-  io::CheckpointData d;
+checkpoint::CheckpointData own_of(int rank, int64_t step) {
+  checkpoint::CheckpointData d;
   d.ints = {{"rank", rank}, {"step", step}};
   d.reals["loss_scale"] = 0.5 + rank;
   d.arrays["learner_0/params"] = std::vector<float>(static_cast<size_t>(3 + 5 * rank), 0.25f * static_cast<float>(rank + 1));
@@ -84,7 +84,7 @@ io::CheckpointData own_of(int rank, int64_t step) {
   return d;
 }
 
-bool same(const io::CheckpointData& a, const io::CheckpointData& b) {
+bool same(const checkpoint::CheckpointData& a, const checkpoint::CheckpointData& b) {
   return a.arrays == b.arrays && a.ints == b.ints && a.reals == b.reals && a.texts == b.texts && a.shapes == b.shapes;
 }
 
@@ -115,7 +115,7 @@ TEST_CASE("a checkpoint is model.h5 and one file per node, each a group per rank
     SharedDir dir(world);
     const Topology topo = layout(nodes);
     CheckpointStore store(dir.path, topo, 2);
-    const io::CheckpointData own = own_of(world.rank(), 10);
+    const checkpoint::CheckpointData own = own_of(world.rank(), 10);
     const fs::path folder = store.save(10, shared_of(n, 10), &own);
     CHECK(folder.filename() == "step-00000010");
     if (world.rank() == 0) {
@@ -128,13 +128,14 @@ TEST_CASE("a checkpoint is model.h5 and one file per node, each a group per rank
       const auto groups = groups_of(nodes);
       for (int k = 0; k < topo.nodes(); ++k) {
         const std::string file = CheckpointStore::node_file(folder, k).string();
-        CHECK(io::read_checkpoint_group_names(file) == groups[static_cast<size_t>(k)]);
+        CHECK(checkpoint::read_checkpoint_group_names(file) == groups[static_cast<size_t>(k)]);
       }
       const std::string first = groups[1 % groups.size()].front();
       const int r = std::stoi(first.substr(5));
-      const auto read = io::read_checkpoint_groups(CheckpointStore::node_file(folder, 1 % topo.nodes()).string(), {first});
+      const auto read =
+          checkpoint::read_checkpoint_groups(CheckpointStore::node_file(folder, 1 % topo.nodes()).string(), {first});
       CHECK(same(read.at(0), own_of(r, 10)));
-      CHECK_THROWS_WITH(io::read_checkpoint_file(CheckpointStore::node_file(folder, 0).string()),
+      CHECK_THROWS_WITH(checkpoint::read_checkpoint_file(CheckpointStore::node_file(folder, 0).string()),
                         Catch::Contains("node-00000.h5") && Catch::Contains("not a squall checkpoint"));
     }
     const auto loaded = store.load_newest();
@@ -156,7 +157,7 @@ TEST_CASE("a checkpoint written on one node layout resumes on another: parts are
   SharedDir dir(world);
   {
     const Topology wrote = layout(blocks(n, 2));
-    const io::CheckpointData own = own_of(world.rank(), 20);
+    const checkpoint::CheckpointData own = own_of(world.rank(), 20);
     CheckpointStore(dir.path, wrote, 3).save(20, shared_of(n, 20), &own);
   }
   for (const auto& nodes : {blocks(n, n), blocks(n, 1), interleaved(n), blocks(n, 3)}) {
@@ -177,10 +178,11 @@ TEST_CASE("a checkpoint of an earlier version, with a file per rank, still loads
   const fs::path folder = dir.path / "checkpoints" / CheckpointStore::folder_name(30);
   if (world.rank() == 0) {
     fs::create_directories(folder);
-    io::write_checkpoint_file((folder / CheckpointStore::k_model_file).string(), shared_of(n, 30));
+    checkpoint::write_checkpoint_file((folder / CheckpointStore::k_model_file).string(), shared_of(n, 30));
   }
   world.barrier();
-  io::write_checkpoint_file(CheckpointStore::part_file(folder, world.rank()).string(), own_of(world.rank(), 30));
+  checkpoint::write_checkpoint_file(CheckpointStore::part_file(folder, world.rank()).string(),
+                                    own_of(world.rank(), 30));
   world.barrier();
   const Topology topo = layout(blocks(n, 2));
   CheckpointStore store(dir.path, topo, 3);
@@ -192,7 +194,7 @@ TEST_CASE("a checkpoint of an earlier version, with a file per rank, still loads
     CHECK_THAT(ck->own.origin, Catch::EndsWith(CheckpointStore::part_file(folder, world.rank()).filename().string()));
   }
   // The next checkpoint of the resumed run is written in the new layout.
-  const io::CheckpointData own = own_of(world.rank(), 40);
+  const checkpoint::CheckpointData own = own_of(world.rank(), 40);
   const fs::path next = store.save(40, shared_of(n, 40), &own);
   if (world.rank() == 0) CHECK_FALSE(fs::exists(CheckpointStore::part_file(next, 0)));
   if (world.rank() == 0) CHECK(fs::exists(CheckpointStore::node_file(next, 0)));
@@ -206,7 +208,7 @@ TEST_CASE("a damaged node file or one that lacks a rank is reported by name and 
   const Topology topo = layout(blocks(n, 2));
   CheckpointStore store(dir.path, topo, 5);
   for (const int step : {10, 20, 30}) {
-    const io::CheckpointData own = own_of(world.rank(), step);
+    const checkpoint::CheckpointData own = own_of(world.rank(), step);
     store.save(step, shared_of(n, step), &own);
   }
   const fs::path ck = dir.path / "checkpoints";
@@ -217,12 +219,12 @@ TEST_CASE("a damaged node file or one that lacks a rank is reported by name and 
     const fs::path cut = CheckpointStore::node_file(ck / "step-00000030", last_node);
     fs::resize_file(cut, fs::file_size(cut) / 2);
     const fs::path lacking = CheckpointStore::node_file(ck / "step-00000020", last_node);
-    std::vector<std::string> names = io::read_checkpoint_group_names(lacking.string());
+    std::vector<std::string> names = checkpoint::read_checkpoint_group_names(lacking.string());
     names.pop_back();
-    const std::vector<io::CheckpointData> kept = io::read_checkpoint_groups(lacking.string(), names);
-    std::vector<io::CheckpointGroup> groups;
+    const std::vector<checkpoint::CheckpointData> kept = checkpoint::read_checkpoint_groups(lacking.string(), names);
+    std::vector<checkpoint::CheckpointGroup> groups;
     for (size_t i = 0; i < names.size(); ++i) groups.push_back({names[i], &kept[i]});
-    io::write_checkpoint_groups(lacking.string(), groups);
+    checkpoint::write_checkpoint_groups(lacking.string(), groups);
   }
   world.barrier();
   const std::string cut_name = CheckpointStore::node_file("", last_node).string();
@@ -245,7 +247,7 @@ TEST_CASE("a checkpoint of a job of another size is refused, naming the file", "
   SharedDir dir(world);
   const Topology topo = layout(blocks(n, 2));
   CheckpointStore store(dir.path, topo, 2);
-  const io::CheckpointData own = own_of(world.rank(), 10);
+  const checkpoint::CheckpointData own = own_of(world.rank(), 10);
   store.save(10, shared_of(n + 1, 10), &own);
   CHECK_THROWS_WITH(store.load_newest(), Catch::Contains("model.h5") && Catch::Contains("written by a job of " +
                                                                                           std::to_string(n + 1)));
@@ -258,7 +260,7 @@ TEST_CASE("a checkpoints folder that cannot be made fails the save on every rank
   world.barrier();
   const Topology topo = layout(blocks(world.size(), 2));
   CheckpointStore store(dir.path, topo, 2);
-  const io::CheckpointData own = own_of(world.rank(), 10);
+  const checkpoint::CheckpointData own = own_of(world.rank(), 10);
   try {
     store.save(10, shared_of(world.size(), 10), &own);
     FAIL("the save did not throw");
@@ -274,7 +276,7 @@ TEST_CASE("a checkpoint whose model.h5 says it has parts but holds no part file 
   SharedDir dir(world);
   const Topology topo = layout(blocks(n, 2));
   CheckpointStore store(dir.path, topo, 2);
-  const io::CheckpointData own = own_of(world.rank(), 10);
+  const checkpoint::CheckpointData own = own_of(world.rank(), 10);
   const fs::path folder = store.save(10, shared_of(n, 10), &own);
   if (world.rank() == 0)
     for (int k = 0; k < topo.nodes(); ++k) fs::remove(CheckpointStore::node_file(folder, k));

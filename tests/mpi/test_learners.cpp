@@ -17,10 +17,10 @@
 #include "tests/support/tiny_model.hpp"
 
 using namespace squall;
-using train::Algorithm;
-using train::LearnerBatch;
-using train::LearnerGroup;
-using train::LearnerGroupOptions;
+using parallel::Algorithm;
+using parallel::LearnerBatch;
+using parallel::LearnerGroup;
+using parallel::LearnerGroupOptions;
 
 TEST_CASE("sma across ranks x 2 learners matches Crossbow's equations for every learner of the job", "[mpi][learners]") {
   const int k = GENERATE(1, 2, 3);
@@ -87,7 +87,7 @@ TEST_CASE("ssgd across ranks x 2 learners equals one learner on the job's whole 
   auto backend = test::make_test_backend(1);
   const int L = 2;
   const int64_t b = 2;
-  train::OptimizerConfig sgd = test::plain_sgd();
+  optim::OptimizerConfig sgd = test::plain_sgd();
   sgd.momentum = 0.9;
   LearnerGroupOptions o;
   o.learners = L;

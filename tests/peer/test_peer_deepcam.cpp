@@ -3,21 +3,21 @@
 // stats.h5, float and integer labels.
 #include <catch2/catch.hpp>
 
-#include "io/dataset.hpp"
-#include "io/inspect.hpp"
+#include "io/formats/dataset.hpp"
+#include "io/formats/inspect.hpp"
 #include "tests/support/peer.hpp"
 
 TEST_CASE("DeepCAM files read as numpy expects", "[peer][io]") {
   const std::string dir = std::string(SQUALL_PEER_DIR) + "/deepcam";
   const auto cases = squall::test::load_peer_cases(dir);
   REQUIRE(cases.size() == 3);
-  CHECK(squall::io::detect_format(dir) == "deepcam");
+  CHECK(squall::formats::detect_format(dir) == "deepcam");
 
   for (const char* mode : {"raw", "zscore", "minmax"}) {
     const std::string m = mode;
     const auto* kind = squall::data::k_normalization_kinds.find(m);  // null: raw
-    auto src = squall::io::open_deepcam(
-        dir, squall::io::OpenOptions{kind != nullptr, kind ? *kind : squall::data::NormalizationKind::zscore});
+    auto src = squall::formats::open_deepcam(
+        dir, squall::formats::OpenOptions{kind != nullptr, kind ? *kind : squall::data::NormalizationKind::zscore});
     REQUIRE(src->size() == 3);
     const auto& info = src->info();
     CHECK(info.sample == squall::nn::Shape(1, 16, 16, 24));
@@ -41,7 +41,7 @@ TEST_CASE("DeepCAM files read as numpy expects", "[peer][io]") {
     }
   }
 
-  const auto report = squall::io::inspect_paths({dir});
+  const auto report = squall::formats::inspect_paths({dir});
   CHECK(report.format == "deepcam");
   CHECK(report.samples == 3);
   CHECK(report.errors.empty());

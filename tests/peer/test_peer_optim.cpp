@@ -3,14 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include "src/nn/backend.hpp"
-#include "src/train/optimizer.hpp"
+#include "src/optim/optimizer.hpp"
 #include "tests/support/peer.hpp"
 
 namespace {
 
-squall::train::OptimizerConfig config_of(const nlohmann::json& j) {
-  squall::train::OptimizerConfig c;
-  c.name = squall::train::k_optimizer_kinds.parse(j.at("name").get<std::string>(), "name", "gen_optim.py");
+squall::optim::OptimizerConfig config_of(const nlohmann::json& j) {
+  squall::optim::OptimizerConfig c;
+  c.name = squall::optim::k_optimizer_kinds.parse(j.at("name").get<std::string>(), "name", "gen_optim.py");
   c.momentum = j.at("momentum").get<double>();
   c.nesterov = j.at("nesterov").get<bool>();
   c.weight_decay = j.at("weight_decay").get<double>();
@@ -38,7 +38,7 @@ TEST_CASE("optimizers match PyTorch after 1 and 3 steps", "[peer][optim]") {
       size_t total = 0;
       for (int k = 0; k < tensors; ++k) total += pc.at("w0.t" + std::to_string(k)).data.size();
       auto w = be->allocate(total), g = be->allocate(total);
-      std::vector<squall::train::ParamGroup> groups;
+      std::vector<squall::optim::ParamGroup> groups;
       size_t off = 0;
       for (int k = 0; k < tensors; ++k) {
         const auto& w0 = pc.at("w0.t" + std::to_string(k)).data;
@@ -47,7 +47,7 @@ TEST_CASE("optimizers match PyTorch after 1 and 3 steps", "[peer][optim]") {
                           "t" + std::to_string(k)});
         off += w0.size();
       }
-      auto opt = squall::train::make_optimizer(cfg, *be, groups);
+      auto opt = squall::optim::make_optimizer(cfg, *be, groups);
       for (int s = 0; s < steps; ++s) {
         for (int k = 0; k < tensors; ++k) {
           const auto& gs = pc.at("g" + std::to_string(s) + ".t" + std::to_string(k)).data;

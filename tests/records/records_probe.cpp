@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "io/mllog.hpp"
-#include "io/tensorboard.hpp"
+#include "io/records/mllog.hpp"
+#include "io/records/tensorboard.hpp"
 
 using namespace squall;
 using nlohmann::json;
@@ -28,7 +28,7 @@ namespace {
 using Series = std::map<std::string, std::vector<std::pair<int64_t, double>>>;
 
 // A scalar into the file and into the expectation, as the float32 TensorBoard stores.
-void scalar(io::TensorBoardWriter& w, Series& expected, const std::string& tag, int64_t step, double value) {
+void scalar(records::TensorBoardWriter& w, Series& expected, const std::string& tag, int64_t step, double value) {
   w.scalar(tag, step, value, 1.7e9 + static_cast<double>(step) * 0.5);
   expected[tag].emplace_back(step, static_cast<double>(static_cast<float>(value)));
 }
@@ -36,7 +36,7 @@ void scalar(io::TensorBoardWriter& w, Series& expected, const std::string& tag, 
 void write_tensorboard(const fs::path& dir, const fs::path& expected_file) {
   Series expected;
   {
-    io::TensorBoardWriter run(dir);
+    records::TensorBoardWriter run(dir);
     for (int step = 0; step < 20; ++step) {
       scalar(run, expected, "train/loss", step, 2.5 * std::exp(-0.1 * step));
       scalar(run, expected, "train/lr", step, step < 5 ? 0.0 : 0.01 / 3.0);  // zeros must arrive
@@ -50,7 +50,7 @@ void write_tensorboard(const fs::path& dir, const fs::path& expected_file) {
   }  // the destructor flushes the rest
   {
     // A resumed attempt: a new file in the same directory, read as one run with the first.
-    io::TensorBoardWriter resumed(dir);
+    records::TensorBoardWriter resumed(dir);
     for (int step = 20; step < 30; ++step) scalar(resumed, expected, "train/loss", step, 2.5 * std::exp(-0.1 * step));
     scalar(resumed, expected, "eval/accuracy", 29, 0.84375);
     scalar(resumed, expected, "edge/values", 5000000000LL, 7.0);  // a step beyond 32 bits
@@ -68,16 +68,16 @@ void write_tensorboard(const fs::path& dir, const fs::path& expected_file) {
 // The log of a short DeepCAM run: every key the HPC 3.0.0 closed DeepCAM rules require, in the
 // order a trainer writes them.
 void write_mllog(const fs::path& file, const fs::path& expected_file) {
-  io::MlLog log(file, false);
+  records::MlLog log(file, false);
   json expected = json::array();
-  auto emit = [&](io::MlEvent type, const char* key, const json& value = nullptr, const json& metadata = nullptr,
+  auto emit = [&](records::MlEvent type, const char* key, const json& value = nullptr, const json& metadata = nullptr,
                   std::source_location where = std::source_location::current()) {
     log.log(type, key, value, metadata, where);
-    expected.push_back({key, value, io::ml_event_name(type)});
+    expected.push_back({key, value, records::ml_event_name(type)});
   };
-  using io::MlEvent;
-  namespace k = io::mlkey;
-  namespace m = io::mlmeta;
+  using records::MlEvent;
+  namespace k = records::mlkey;
+  namespace m = records::mlmeta;
   emit(MlEvent::point, k::cache_clear, true);
   emit(MlEvent::interval_start, k::init_start);
   emit(MlEvent::point, k::submission_benchmark, "deepcam");

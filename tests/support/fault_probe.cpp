@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "io/h5_check.hpp"
+#include "io/formats/h5_check.hpp"
 #include "mpi/allreduce.hpp"
 #include "mpi/check.hpp"
 #include "mpi/runtime.hpp"

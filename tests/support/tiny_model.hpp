@@ -48,7 +48,7 @@ inline TinyBatch tiny_batch(int rank, int learner, int64_t step, int64_t batch) 
 // One rank's learner batches at a step, and the LearnerGroup inputs that point into them.
 struct TinyStep {
   std::vector<TinyBatch> data;
-  std::vector<train::LearnerBatch> inputs;
+  std::vector<parallel::LearnerBatch> inputs;
 };
 
 inline TinyStep tiny_step(int rank, int learners, int64_t step, int64_t batch) {
@@ -59,9 +59,9 @@ inline TinyStep tiny_step(int rank, int learners, int64_t step, int64_t batch) {
 }
 
 // SGD without momentum or weight decay: the update the references write out.
-inline train::OptimizerConfig plain_sgd() {
-  train::OptimizerConfig o;
-  o.name = train::OptimizerKind::sgd;
+inline optim::OptimizerConfig plain_sgd() {
+  optim::OptimizerConfig o;
+  o.name = optim::OptimizerKind::sgd;
   o.momentum = 0;
   o.weight_decay = 0;
   return o;

@@ -16,6 +16,9 @@
 #include "src/parallel/learners.hpp"
 #include "tests/support/tiny_model.hpp"
 
+namespace optim = squall::optim;
+namespace parallel = squall::parallel;
+
 using namespace squall::nn;
 
 namespace {
@@ -175,16 +178,16 @@ TEST_CASE("the arenas' padding stays zero through training steps", "[learners][a
   auto backend = test::make_test_backend(2);
   mpi::OneRankAllreduce alone;
   const int64_t b = 4;
-  for (const train::Algorithm algorithm : {train::Algorithm::ssgd, train::Algorithm::sma}) {
-    INFO(train::algorithm_name(algorithm));
-    train::LearnerGroupOptions o;
+  for (const parallel::Algorithm algorithm : {parallel::Algorithm::ssgd, parallel::Algorithm::sma}) {
+    INFO(parallel::algorithm_name(algorithm));
+    parallel::LearnerGroupOptions o;
     o.algorithm = algorithm;
     o.learners = 2;
-    train::OptimizerConfig opt = test::plain_sgd();
+    optim::OptimizerConfig opt = test::plain_sgd();
     opt.momentum = 0.9;
     opt.weight_decay = 0.01;
     opt.larc = true;  // per-tensor norms
-    train::LearnerGroup group(*backend, test::make_tiny_graph, b, b, opt, {}, o, alone);
+    parallel::LearnerGroup group(*backend, test::make_tiny_graph, b, b, opt, {}, o, alone);
     for (int64_t step = 0; step < 3; ++step) group.step(test::tiny_step(0, 2, step, b).inputs, step, 0.5f);
     const std::vector<ParamInfo>& info = group.replica_graph(0).param_info();
     const std::vector<float> central = test::on_host(group.central_params(), test::k_tiny_arena);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "src/core/error.hpp"
-#include "src/train/augment.hpp"
+#include "src/data/augment.hpp"
 
 using namespace squall;
 
@@ -33,8 +33,8 @@ TEST_CASE("a roll in longitude moves every channel and the labels together, peri
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 3);
   const auto before = images;
   const auto labels_before = labels;
-  const train::SphereAugment a = train::make_sphere_augment(true, false, climate_info(c, h, w), {});
-  train::augment_batch(a, images.data(), labels.data(), n, c, h, w, 7, 0, 0, 3);
+  const data::SphereAugment a = data::make_sphere_augment(true, false, climate_info(c, h, w), {});
+  data::augment_batch(a, images.data(), labels.data(), n, c, h, w, 7, 0, 0, 3);
   int rolled = 0;
   for (int64_t k = 0; k < n; ++k) {
     // The shift of sample k: where its pixel (0, 0) of channel 0 went.
@@ -64,7 +64,7 @@ TEST_CASE("a north-south flip reverses the rows and negates the meridional wind 
     norm.mean.push_back(0.5f * static_cast<float>(i));
     norm.std.push_back(2.0f + static_cast<float>(i));
   }
-  const train::SphereAugment a = train::make_sphere_augment(false, true, climate_info(c, h, w), norm);
+  const data::SphereAugment a = data::make_sphere_augment(false, true, climate_info(c, h, w), norm);
   // Raw fields, normalised as the reader would; find a draw that flips (the draw is a coin).
   std::vector<float> raw(static_cast<size_t>(c * h * w));
   for (size_t i = 0; i < raw.size(); ++i) raw[i] = std::sin(0.7f * static_cast<float>(i)) * 10.0f;
@@ -80,7 +80,7 @@ TEST_CASE("a north-south flip reverses the rows and negates the meridional wind 
     std::vector<float> x = normalised(raw);
     std::vector<int32_t> labels(static_cast<size_t>(h * w));
     for (int64_t p = 0; p < h * w; ++p) labels[p] = static_cast<int32_t>(p / w % 3);
-    train::augment_batch(a, x.data(), labels.data(), 1, c, h, w, 5, 0, 0, step);
+    data::augment_batch(a, x.data(), labels.data(), 1, c, h, w, 5, 0, 0, step);
     std::vector<float> expect_raw = raw;
     if (labels[w] != 1) {  // row 1's label (1) moved: the rows were reversed (0 1 2 0 -> 0 2 1 0)
       ++flips;
@@ -104,13 +104,13 @@ TEST_CASE("a north-south flip reverses the rows and negates the meridional wind 
 
 TEST_CASE("the draws depend on seed, rank, learner, step and sample only", "[augment]") {
   const int64_t n = 4, c = 16, h = 6, w = 10;
-  const train::SphereAugment a = train::make_sphere_augment(true, true, climate_info(c, h, w), {});
+  const data::SphereAugment a = data::make_sphere_augment(true, true, climate_info(c, h, w), {});
   auto run = [&](uint64_t seed, int rank, int learner, int64_t step) {
     std::vector<float> x(static_cast<size_t>(n * c * h * w));
     std::vector<int32_t> l(static_cast<size_t>(n * h * w));
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97);
     for (size_t i = 0; i < l.size(); ++i) l[i] = static_cast<int32_t>(i % 3);
-    train::augment_batch(a, x.data(), l.data(), n, c, h, w, seed, rank, learner, step);
+    data::augment_batch(a, x.data(), l.data(), n, c, h, w, seed, rank, learner, step);
     return x;
   };
   CHECK(run(1, 0, 0, 5) == run(1, 0, 0, 5));
@@ -124,9 +124,9 @@ TEST_CASE("augmentation on the sphere is refused for data that is not climate fi
   data::DatasetInfo images = climate_info(1, 28, 28);
   images.per_pixel_labels = false;
   images.description = "Fashion-MNIST train";
-  CHECK_THROWS_WITH(train::make_sphere_augment(true, false, images, {}),
+  CHECK_THROWS_WITH(data::make_sphere_augment(true, false, images, {}),
                     Catch::Contains("data.augment_roll") && Catch::Contains("Fashion-MNIST"));
-  CHECK_THROWS_WITH(train::make_sphere_augment(false, true, climate_info(3, 8, 8), {}),
+  CHECK_THROWS_WITH(data::make_sphere_augment(false, true, climate_info(3, 8, 8), {}),
                     Catch::Contains("data.augment_flip") && Catch::Contains("16 channels"));
-  CHECK_FALSE(train::make_sphere_augment(false, false, images, {}).any());
+  CHECK_FALSE(data::make_sphere_augment(false, false, images, {}).any());
 }

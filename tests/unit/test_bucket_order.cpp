@@ -12,8 +12,8 @@
 #include "tests/support/tiny_model.hpp"
 
 using namespace squall;
-using train::LearnerGroup;
-using train::LearnerGroupOptions;
+using parallel::LearnerGroup;
+using parallel::LearnerGroupOptions;
 
 namespace {
 

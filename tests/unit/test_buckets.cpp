@@ -15,8 +15,8 @@
 #include "tests/support/tiny_model.hpp"
 
 using namespace squall;
-using train::LearnerGroup;
-using train::LearnerGroupOptions;
+using parallel::LearnerGroup;
+using parallel::LearnerGroupOptions;
 
 namespace {
 
@@ -80,7 +80,7 @@ TEST_CASE("ssgd hands over every gradient bucket before the first completes, and
   mpi::OneRankAllreduce alone;
   const int L = 2;
   const int64_t b = 3;
-  train::OptimizerConfig sgd = test::plain_sgd();
+  optim::OptimizerConfig sgd = test::plain_sgd();
   sgd.momentum = 0.9;
   LearnerGroupOptions o;
   o.learners = L;
@@ -135,14 +135,14 @@ TEST_CASE("plan_buckets: whole tensors from the end of the arena, each at least 
   using Buckets = std::vector<std::pair<size_t, size_t>>;
   // Tensors at 0, 10, 30, 35, 100 in an arena of 200 floats.
   const std::vector<size_t> offsets{0, 10, 30, 35, 100};
-  CHECK(train::plan_buckets(offsets, 200, 50) == Buckets{{100, 200}, {35, 100}, {0, 35}});
-  CHECK(train::plan_buckets(offsets, 200, 1) == Buckets{{100, 200}, {35, 100}, {30, 35}, {10, 30}, {0, 10}});
-  CHECK(train::plan_buckets(offsets, 200, 1000) == Buckets{{0, 200}});
-  CHECK(train::plan_buckets({}, 0, 8).empty());
+  CHECK(parallel::plan_buckets(offsets, 200, 50) == Buckets{{100, 200}, {35, 100}, {0, 35}});
+  CHECK(parallel::plan_buckets(offsets, 200, 1) == Buckets{{100, 200}, {35, 100}, {30, 35}, {10, 30}, {0, 10}});
+  CHECK(parallel::plan_buckets(offsets, 200, 1000) == Buckets{{0, 200}});
+  CHECK(parallel::plan_buckets({}, 0, 8).empty());
   // Tensors of no floats make no bucket of their own.
-  CHECK(train::plan_buckets({0, 4, 4, 9}, 9, 1) == Buckets{{4, 9}, {0, 4}});
-  CHECK_THROWS_WITH(train::plan_buckets({0, 20, 10}, 30, 4), Catch::Contains("tensor 2 starts at float 10"));
-  CHECK_THROWS_WITH(train::plan_buckets({0, 40}, 30, 4), Catch::Contains("out of order in an arena of 30"));
+  CHECK(parallel::plan_buckets({0, 4, 4, 9}, 9, 1) == Buckets{{4, 9}, {0, 4}});
+  CHECK_THROWS_WITH(parallel::plan_buckets({0, 20, 10}, 30, 4), Catch::Contains("tensor 2 starts at float 10"));
+  CHECK_THROWS_WITH(parallel::plan_buckets({0, 40}, 30, 4), Catch::Contains("out of order in an arena of 30"));
 
   // Any layout: the buckets tile [0, total) without gaps, in descending order, each starts at
   // a tensor and each but the last holds at least bucket_floats.
@@ -153,7 +153,7 @@ TEST_CASE("plan_buckets: whole tensors from the end of the arena, each at least 
     for (int t = 1; t < tensors; ++t) offs.push_back(offs.back() + rng() % 300);
     const size_t total = offs.back() + 1 + rng() % 300;
     const size_t want = 1 + rng() % 500;
-    const Buckets b = train::plan_buckets(offs, total, want);
+    const Buckets b = parallel::plan_buckets(offs, total, want);
     INFO("trial " << trial);
     REQUIRE(!b.empty());
     CHECK(b.front().second == total);

@@ -9,16 +9,16 @@
 
 #include <cstring>
 
-#include "io/checkpoint_file.hpp"
+#include "io/checkpoint/checkpoint_file.hpp"
 #include "src/core/error.hpp"
 #include "src/parallel/learners.hpp"
 #include "tests/support/device_probe.hpp"
 #include "tests/support/tiny_model.hpp"
 
 using namespace squall;
-using train::Algorithm;
-using train::LearnerGroup;
-using train::LearnerGroupOptions;
+using parallel::Algorithm;
+using parallel::LearnerGroup;
+using parallel::LearnerGroupOptions;
 
 namespace {
 
@@ -78,7 +78,7 @@ TEST_CASE("a group restored from a checkpoint does not capture its first pass", 
   CaptureProbe first(CaptureProbe::Refusal::capture_error);
   LearnerGroup before(first, test::make_tiny_graph, 4, 4, test::plain_sgd(), {}, options(2, false), alone);
   run_steps(before, 0, 5);
-  io::CheckpointData shared;
+  checkpoint::CheckpointData shared;
   shared.origin = "test checkpoint";
   before.save_shared(shared);
 

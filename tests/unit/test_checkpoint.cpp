@@ -1,4 +1,4 @@
-// Checkpoint files (io/checkpoint_file.hpp): what is written is read back exactly, and a
+// Checkpoint files (io/checkpoint/checkpoint_file.hpp): what is written is read back exactly, and a
 // truncated or corrupt file is an error naming it; the learner group's state (learners.hpp,
 // save_shared/save_own/restore) restored into a fresh group continues bit for bit.
 // tests/mpi/launch_checkpoint.cpp checks whole jobs: crash, resume, signals, full disks.
@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "io/checkpoint_file.hpp"
+#include "io/checkpoint/checkpoint_file.hpp"
 #include "src/core/error.hpp"
 #include "src/parallel/learners.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -19,8 +19,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-io::CheckpointData sample_data() {
-  io::CheckpointData d;
+checkpoint::CheckpointData sample_data() {
+  checkpoint::CheckpointData d;
   std::vector<float> big((size_t{1} << 20) + 5);  // more than one chunk
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) * 0.25f - 3.0f;
   d.arrays["central/params"] = big;
@@ -48,9 +48,9 @@ void flip_byte(const fs::path& file, uintmax_t at) {
 
 TEST_CASE("a checkpoint file reads back exactly what was written", "[checkpoint]") {
   test::TempDir t("squall-ckfile");
-  const io::CheckpointData d = sample_data();
-  io::write_checkpoint_file(t.file("model.h5"), d);
-  const io::CheckpointData r = io::read_checkpoint_file(t.file("model.h5"));
+  const checkpoint::CheckpointData d = sample_data();
+  checkpoint::write_checkpoint_file(t.file("model.h5"), d);
+  const checkpoint::CheckpointData r = checkpoint::read_checkpoint_file(t.file("model.h5"));
   CHECK(r.arrays == d.arrays);
   CHECK(r.ints == d.ints);
   CHECK(r.reals == d.reals);
@@ -62,38 +62,40 @@ TEST_CASE("a checkpoint file reads back exactly what was written", "[checkpoint]
   CHECK_THROWS_WITH(r.integer("epoch"), Contains("epoch") && Contains("missing"));
 
   // The broadcast form carries the same.
-  const io::CheckpointData b = io::CheckpointData::deserialize(d.serialize(), "sent");
+  const checkpoint::CheckpointData b = checkpoint::CheckpointData::deserialize(d.serialize(), "sent");
   CHECK(b.arrays == d.arrays);
   CHECK(b.ints == d.ints);
   CHECK(b.reals == d.reals);
   CHECK(b.texts == d.texts);
-  CHECK_THROWS_WITH(io::CheckpointData::deserialize(d.serialize().substr(0, 100), "sent"), Contains("cut short"));
+  CHECK_THROWS_WITH(checkpoint::CheckpointData::deserialize(d.serialize().substr(0, 100), "sent"),
+                    Contains("cut short"));
 }
 
 TEST_CASE("a truncated, corrupt or foreign checkpoint file is an error naming it", "[checkpoint]") {
   test::TempDir t("squall-ckbad");
   const fs::path file = t.file("model.h5");
-  io::write_checkpoint_file(file.string(), sample_data());
+  checkpoint::write_checkpoint_file(file.string(), sample_data());
   const uintmax_t size = fs::file_size(file);
 
   SECTION("truncated") {
     fs::resize_file(file, size / 2);
-    CHECK_THROWS_WITH(io::read_checkpoint_file(file.string()), Contains(file.string()));
+    CHECK_THROWS_WITH(checkpoint::read_checkpoint_file(file.string()), Contains(file.string()));
   }
   SECTION("a byte flipped inside the data: the chunk's Fletcher-32 sum finds it") {
     flip_byte(file, size / 2);  // inside central/params, 4 MiB of the file's 4 MiB
-    CHECK_THROWS_WITH(io::read_checkpoint_file(file.string()),
+    CHECK_THROWS_WITH(checkpoint::read_checkpoint_file(file.string()),
                       Contains(file.string()) && Contains("central/params") && Contains("corrupt"));
   }
   SECTION("not HDF5 at all") {
     std::ofstream(file, std::ios::trunc) << "not a checkpoint";
-    CHECK_THROWS_WITH(io::read_checkpoint_file(file.string()), Contains(file.string()) && Contains("not an HDF5 file"));
+    CHECK_THROWS_WITH(checkpoint::read_checkpoint_file(file.string()),
+                      Contains(file.string()) && Contains("not an HDF5 file"));
   }
   SECTION("missing") {
-    CHECK_THROWS_WITH(io::read_checkpoint_file(t.file("absent.h5")), Contains("absent.h5"));
+    CHECK_THROWS_WITH(checkpoint::read_checkpoint_file(t.file("absent.h5")), Contains("absent.h5"));
   }
   SECTION("written where it cannot be: the reason is named and no file is left") {
-    CHECK_THROWS_WITH(io::write_checkpoint_file(t.file("no/such/dir/model.h5"), sample_data()),
+    CHECK_THROWS_WITH(checkpoint::write_checkpoint_file(t.file("no/such/dir/model.h5"), sample_data()),
                       Contains("no/such/dir/model.h5") && Contains("cannot write"));
     CHECK_FALSE(fs::exists(t.file("no/such/dir/model.h5")));
   }
@@ -103,18 +105,18 @@ TEST_CASE("a learner group restored from its saved state continues bit for bit",
   auto backend = test::make_test_backend(2);
   mpi::OneRankAllreduce alone;
   const int64_t b = 4;
-  train::OptimizerConfig sgd = test::plain_sgd();
+  optim::OptimizerConfig sgd = test::plain_sgd();
   sgd.momentum = 0.9;  // optimizer state that must travel
-  train::LearnerGroupOptions o;
+  parallel::LearnerGroupOptions o;
   o.learners = 2;
-  const auto algorithm = GENERATE(train::Algorithm::ssgd, train::Algorithm::sma, train::Algorithm::local_sgd);
+  const auto algorithm = GENERATE(parallel::Algorithm::ssgd, parallel::Algorithm::sma, parallel::Algorithm::local_sgd);
   o.algorithm = algorithm;
-  o.period = algorithm == train::Algorithm::ssgd ? 1 : 2;
-  o.start_step = algorithm == train::Algorithm::local_sgd ? 2 : 0;
-  INFO(train::algorithm_name(algorithm));
+  o.period = algorithm == parallel::Algorithm::ssgd ? 1 : 2;
+  o.start_step = algorithm == parallel::Algorithm::local_sgd ? 2 : 0;
+  INFO(parallel::algorithm_name(algorithm));
 
-  train::LearnerGroup a(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
-  io::CheckpointData shared, own;
+  parallel::LearnerGroup a(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
+  checkpoint::CheckpointData shared, own;
   bool per_rank = false;
   for (int64_t step = 0; step < 8; ++step) {
     a.step(test::tiny_step(0, 2, step, b).inputs, step, 0.1f);
@@ -124,9 +126,9 @@ TEST_CASE("a learner group restored from its saved state continues bit for bit",
       if (per_rank) a.save_own(own);
     }
   }
-  CHECK(per_rank == (algorithm != train::Algorithm::ssgd));  // local-sgd is past its warm-up at step 4
+  CHECK(per_rank == (algorithm != parallel::Algorithm::ssgd));  // local-sgd is past its warm-up at step 4
 
-  train::LearnerGroup c(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
+  parallel::LearnerGroup c(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
   shared.origin = "saved";
   c.restore(shared, per_rank ? &own : nullptr);
   for (int64_t step = 5; step < 8; ++step) c.step(test::tiny_step(0, 2, step, b).inputs, step, 0.1f);
@@ -135,23 +137,23 @@ TEST_CASE("a learner group restored from its saved state continues bit for bit",
 
   // Without its momentum the continuation differs: the test sees the optimizer state.
   if (!per_rank) {
-    io::CheckpointData no_momentum = shared;
+    checkpoint::CheckpointData no_momentum = shared;
     for (auto& [name, values] : no_momentum.arrays)
       if (name.find("optimizer") != std::string::npos) std::fill(values.begin(), values.end(), 0.0f);
-    train::LearnerGroup d(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
+    parallel::LearnerGroup d(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
     d.restore(no_momentum, nullptr);
     for (int64_t step = 5; step < 8; ++step) d.step(test::tiny_step(0, 2, step, b).inputs, step, 0.1f);
     CHECK(test::max_diff(a.central_params(), d.central_params(), a.param_arena_floats()) > 0.0);
   }
 
   // State of another shape is refused, naming the checkpoint and the entry.
-  train::LearnerGroupOptions three = o;
+  parallel::LearnerGroupOptions three = o;
   three.learners = 3;
-  train::LearnerGroup e(*backend, test::make_tiny_graph, b, b, sgd, {}, three, alone);
+  parallel::LearnerGroup e(*backend, test::make_tiny_graph, b, b, sgd, {}, three, alone);
   CHECK_THROWS_WITH(e.restore(shared, per_rank ? &own : nullptr), Contains("saved") && Contains("learner"));
-  io::CheckpointData cut = shared;
+  checkpoint::CheckpointData cut = shared;
   cut.arrays.erase("central/params");
-  train::LearnerGroup f(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
+  parallel::LearnerGroup f(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
   if (!per_rank) CHECK_THROWS_WITH(f.restore(cut, nullptr), Contains("central/params") && Contains("missing"));
 }
 
@@ -163,11 +165,11 @@ TEST_CASE("checkpoints hold the arenas packed, as earlier versions wrote them", 
   auto backend = test::make_test_backend(2);
   mpi::OneRankAllreduce alone;
   const int64_t b = 4;
-  train::OptimizerConfig sgd = test::plain_sgd();
+  optim::OptimizerConfig sgd = test::plain_sgd();
   sgd.momentum = 0.9;
-  train::LearnerGroupOptions o;
+  parallel::LearnerGroupOptions o;
   o.learners = 2;
-  o.algorithm = train::Algorithm::sma;  // a central model of its own, and per-rank parts
+  o.algorithm = parallel::Algorithm::sma;  // a central model of its own, and per-rank parts
   o.period = 2;
   // The layout of earlier versions, written out here: each tensor right after the one before.
   auto packed_by_hand = [](const float* arena_mem) {
@@ -177,9 +179,9 @@ TEST_CASE("checkpoints hold the arenas packed, as earlier versions wrote them", 
     return out;
   };
 
-  train::LearnerGroup a(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
+  parallel::LearnerGroup a(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
   for (int64_t step = 0; step < 3; ++step) a.step(test::tiny_step(0, 2, step, b).inputs, step, 0.1f);
-  io::CheckpointData shared, own;
+  checkpoint::CheckpointData shared, own;
   a.save_shared(shared);
   a.save_own(own);
   REQUIRE(a.replicas_differ());
@@ -190,7 +192,7 @@ TEST_CASE("checkpoints hold the arenas packed, as earlier versions wrote them", 
     CHECK(own.arrays.at("learner_" + std::to_string(j) + "/params") == packed_by_hand(a.replica_params(j)));
 
   // Restored: the same arenas, padding zero, and the same steps after.
-  train::LearnerGroup c(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
+  parallel::LearnerGroup c(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
   c.restore(shared, &own);
   CHECK(test::on_host(c.central_params(), test::k_tiny_arena) == test::on_host(a.central_params(), test::k_tiny_arena));
   for (int64_t step = 3; step < 7; ++step) {
@@ -202,10 +204,10 @@ TEST_CASE("checkpoints hold the arenas packed, as earlier versions wrote them", 
     CHECK(test::max_diff(a.replica_params(j), c.replica_params(j), test::k_tiny_arena) == 0.0);
 
   // An array of the arena's length (padding included) is no checkpoint of this model.
-  io::CheckpointData padded = shared;
+  checkpoint::CheckpointData padded = shared;
   padded.origin = "padded.h5";
   padded.arrays["central/z"] = test::on_host(a.central_params(), test::k_tiny_arena);
-  train::LearnerGroup d(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
+  parallel::LearnerGroup d(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
   CHECK_THROWS_WITH(d.restore(padded, &own), Contains("padded.h5") && Contains("central/z") &&
                                                  Contains(std::to_string(test::k_tiny_arena) + " values"));
 }

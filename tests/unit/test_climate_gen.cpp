@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/dataset.hpp"
-#include "io/shard.hpp"
+#include "io/formats/dataset.hpp"
+#include "io/formats/shard.hpp"
 #include "src/data/climate_gen.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -189,7 +189,8 @@ TEST_CASE("data climate writes DeepCAM files that open_deepcam and data inspect 
   CHECK(std::filesystem::exists(out + "/stats.h5"));
   CHECK(std::filesystem::exists(out + "/data-000002.h5"));
 
-  auto raw = squall::io::open_deepcam(out, squall::io::OpenOptions{false, squall::data::NormalizationKind::zscore});
+  auto raw =
+      squall::formats::open_deepcam(out, squall::formats::OpenOptions{false, squall::data::NormalizationKind::zscore});
   REQUIRE(raw->size() == 3);
   CHECK(raw->info().sample == squall::nn::Shape(1, 16, 48, 72));
   const int64_t plane = 48 * 72;
@@ -204,13 +205,13 @@ TEST_CASE("data climate writes DeepCAM files that open_deepcam and data inspect 
   CHECK(std::all_of(labels.begin(), labels.end(), [](int32_t l) { return l == 0; }));
 
   // stats.h5 is what the normalising reader needs; its statistics match the files.
-  const squall::io::ChannelStats st = squall::io::read_deepcam_stats(out + "/stats.h5");
+  const squall::formats::ChannelStats st = squall::formats::read_deepcam_stats(out + "/stats.h5");
   REQUIRE(st.mean.size() == 16);
   CHECK(st.mean[k_psl] > 99000);
   CHECK(st.mean[k_psl] < 103000);
   CHECK(st.std[k_ts] > 5);
   CHECK(st.min[k_prect] >= 0);
-  auto normalised = squall::io::open_deepcam(out, squall::io::OpenOptions{});
+  auto normalised = squall::formats::open_deepcam(out, squall::formats::OpenOptions{});
   CHECK(normalised->size() == 3);
 
   const auto ins = squall::test::run_command(squall::test::squall_bin() + " data inspect --json " + out);
@@ -235,8 +236,8 @@ TEST_CASE("data climate gives the same files and statistics on 1 and 3 ranks", "
   const auto b = squall::test::run_command(squall::test::mpiexec(3) + " " + squall::test::squall_bin() + args + three);
   INFO(b.out << b.err);
   REQUIRE(b.exit_code == 0);
-  auto sa = squall::io::open_deepcam(one, squall::io::OpenOptions{});
-  auto sb = squall::io::open_deepcam(three, squall::io::OpenOptions{});
+  auto sa = squall::formats::open_deepcam(one, squall::formats::OpenOptions{});
+  auto sb = squall::formats::open_deepcam(three, squall::formats::OpenOptions{});
   REQUIRE(sa->size() == 4);
   REQUIRE(sb->size() == 4);
   const size_t n = static_cast<size_t>(16 * 16 * 24);
@@ -247,8 +248,8 @@ TEST_CASE("data climate gives the same files and statistics on 1 and 3 ranks", "
     sb->read(std::span<const int64_t>(&i, 1), ib.data(), lb.data());
     CHECK(ia == ib);  // normalised by each run's stats.h5: equal only if those are equal too
   }
-  const auto st1 = squall::io::read_deepcam_stats(one + "/stats.h5");
-  const auto st3 = squall::io::read_deepcam_stats(three + "/stats.h5");
+  const auto st1 = squall::formats::read_deepcam_stats(one + "/stats.h5");
+  const auto st3 = squall::formats::read_deepcam_stats(three + "/stats.h5");
   CHECK(st1.mean == st3.mean);
   CHECK(st1.std == st3.std);
   CHECK(st1.min == st3.min);
@@ -267,10 +268,10 @@ TEST_CASE("data climate --layout shards writes shards equal to the DeepCAM files
     REQUIRE(r.exit_code == 0);
   }
   CHECK(std::filesystem::exists(one + "/train-00002-of-00003.h5"));
-  const squall::io::OpenOptions raw{false, squall::data::NormalizationKind::zscore};
-  auto ref = squall::io::open_deepcam(files, raw);
-  auto sa = squall::io::open_shards(one, "train", raw);
-  auto sb = squall::io::open_shards(two, "train", raw);
+  const squall::formats::OpenOptions raw{false, squall::data::NormalizationKind::zscore};
+  auto ref = squall::formats::open_deepcam(files, raw);
+  auto sa = squall::formats::open_shards(one, "train", raw);
+  auto sb = squall::formats::open_shards(two, "train", raw);
   REQUIRE(sa->size() == 5);
   REQUIRE(sb->size() == 5);
   CHECK(sa->info().per_pixel_labels);
@@ -287,10 +288,10 @@ TEST_CASE("data climate --layout shards writes shards equal to the DeepCAM files
     CHECK(la == lr);
   }
   // Every shard carries the statistics that stats.h5 holds for the same samples.
-  const squall::io::ChannelStats st = squall::io::read_deepcam_stats(files + "/stats.h5");
+  const squall::formats::ChannelStats st = squall::formats::read_deepcam_stats(files + "/stats.h5");
   for (const std::string& dir : {one, two})
-    for (const std::string& shard : squall::io::list_shards(dir, "train")) {
-      const squall::io::ShardFileInfo info = squall::io::read_shard_info(shard);
+    for (const std::string& shard : squall::formats::list_shards(dir, "train")) {
+      const squall::formats::ShardFileInfo info = squall::formats::read_shard_info(shard);
       CHECK(info.meta.mean == st.mean);
       CHECK(info.meta.min == st.min);
       CHECK(info.meta.max == st.max);

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/deepcam_file.hpp"
+#include "io/formats/deepcam_file.hpp"
 #include "src/data/climate_label.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -292,7 +292,8 @@ TEST_CASE("squall data label relabels DeepCAM-layout files into --out and copies
   add_filament(river, 15, 200, 50, 230, 25, 250);
   const std::vector<int32_t> zeros(static_cast<size_t>(storm.h * storm.w), 0);
   for (const auto& [name, field] : {std::pair{"data-0001.h5", &storm}, std::pair{"data-0002.h5", &river}})
-    squall::io::write_deepcam_file((in / name).string(), {field->h, field->w, k_climate_channels, field->hwc}, zeros);
+    squall::formats::write_deepcam_file((in / name).string(), {field->h, field->w, k_climate_channels, field->hwc},
+                                        zeros);
   std::ofstream(in / "stats.h5") << "statistics stand-in";
 
   const auto r = run_command(squall_bin() + " data label --json --in " + in.string() + " --out " + out.string());
@@ -304,14 +305,14 @@ TEST_CASE("squall data label relabels DeepCAM-layout files into --out and copies
   CHECK(fs::exists(out / "stats.h5"));
   for (const auto& e : fs::directory_iterator(out)) CHECK(e.path().extension() != ".tmp");
 
-  const std::vector<int32_t> storm_labels = squall::io::read_deepcam_labels((out / "data-0001.h5").string());
-  const std::vector<int32_t> river_labels = squall::io::read_deepcam_labels((out / "data-0002.h5").string());
+  const std::vector<int32_t> storm_labels = squall::formats::read_deepcam_labels((out / "data-0001.h5").string());
+  const std::vector<int32_t> river_labels = squall::formats::read_deepcam_labels((out / "data-0002.h5").string());
   CHECK(storm_labels == label_climate(storm.view(), LabelParams{}));
   CHECK(river_labels == label_climate(river.view(), LabelParams{}));
   CHECK(storm_labels[static_cast<size_t>(pixel(storm, 15, 140))] == k_tropical_cyclone);
   CHECK(count(river_labels, k_atmospheric_river) > 0);
-  CHECK(squall::io::read_deepcam_fields((out / "data-0002.h5").string()).hwc == river.hwc);  // data copied as is
-  CHECK(squall::io::read_deepcam_labels((in / "data-0001.h5").string()) == zeros);           // input untouched
+  CHECK(squall::formats::read_deepcam_fields((out / "data-0002.h5").string()).hwc == river.hwc);  // data copied as is
+  CHECK(squall::formats::read_deepcam_labels((in / "data-0001.h5").string()) == zeros);           // input untouched
 
   SECTION("--out naming --in is refused") {
     const auto same = run_command(squall_bin() + " data label --in " + in.string() + " --out " + in.string() + "/.");
@@ -325,8 +326,8 @@ TEST_CASE("squall data label relabels DeepCAM-layout files into --out and copies
     INFO(m.out << m.err);
     REQUIRE(m.exit_code == 0);
     CHECK_THAT(m.out, Catch::Contains("labelled 2 file(s)"));
-    CHECK(squall::io::read_deepcam_labels((out2 / "data-0001.h5").string()) == storm_labels);
-    CHECK(squall::io::read_deepcam_labels((out2 / "data-0002.h5").string()) == river_labels);
+    CHECK(squall::formats::read_deepcam_labels((out2 / "data-0001.h5").string()) == storm_labels);
+    CHECK(squall::formats::read_deepcam_labels((out2 / "data-0002.h5").string()) == river_labels);
   }
 }
 

@@ -10,12 +10,12 @@
 #include <algorithm>
 
 #include "src/core/error.hpp"
-#include "src/train/config.hpp"
+#include "src/config/config.hpp"
 
 using Catch::Contains;
-using squall::train::Config;
-using squall::train::load_config;
-using squall::train::OptimizerKind;
+using squall::config::Config;
+using squall::config::load_config;
+using squall::optim::OptimizerKind;
 using Overrides = std::vector<std::string>;
 
 namespace {
@@ -39,7 +39,7 @@ TEST_CASE("an empty config is the documented defaults and is valid", "[config]")
   TempConfig f("");
   const Config c = load_config(f.path, {});
   CHECK(c == Config{});
-  CHECK(c.optimizer.name == squall::train::OptimizerKind::sgd);
+  CHECK(c.optimizer.name == squall::optim::OptimizerKind::sgd);
   CHECK(c.train.batch_size == 64);
   CHECK(c.optimizer.larc_eta == Approx(0.001));
   CHECK(c.schedule.reference_batch == 256);
@@ -78,36 +78,37 @@ algorithm = "local-sgd"
   CHECK(c.model.dropout == 0.25);
   CHECK(c.train.epochs == 2);
   CHECK(c.train.batch_size == 32);
-  CHECK(c.optimizer.name == squall::train::OptimizerKind::lamb);
+  CHECK(c.optimizer.name == squall::optim::OptimizerKind::lamb);
   CHECK(c.optimizer.lr == 2.0);
   CHECK(c.optimizer.larc);
   CHECK_FALSE(c.optimizer.larc_clip);
   CHECK(c.schedule.milestones == std::vector<int64_t>{100, 200});
   CHECK(c.data.class_weights == std::vector<double>{1, 2.5, 3});
-  CHECK(c.parallel.algorithm == squall::train::Algorithm::local_sgd);
+  CHECK(c.parallel.algorithm == squall::parallel::Algorithm::local_sgd);
 }
 
 TEST_CASE("to_toml round-trips through load_config", "[config]") {
   Config c;
   c.run.dir = "runs/with \"quotes\" and \\ backslash";
   c.run.seed = 123456789012;
-  c.optimizer.name = squall::train::OptimizerKind::adamw;
+  c.optimizer.name = squall::optim::OptimizerKind::adamw;
   c.optimizer.lr = 0.1 + 0.2;  // not exactly representable in short decimal
   c.optimizer.eps = 1e-8;
   c.optimizer.weight_decay = 5e-4;
-  c.schedule.kind = squall::train::ScheduleKind::multistep;  // every key set below applies (else loading would refuse it)
+  c.schedule.kind =
+      squall::optim::ScheduleKind::multistep;  // every key set below applies (else loading would refuse it)
   c.schedule.milestones = {3, 5};
   c.schedule.gamma = 1.0 / 3.0;
   c.model.name = "deeplabv3plus";
   c.model.aspp_rates = {};
   c.data.class_weights = {0.1, 1.0, 1e10};
-  c.parallel.algorithm = squall::train::Algorithm::sma;
+  c.parallel.algorithm = squall::parallel::Algorithm::sma;
   c.parallel.alpha = 1.0;
   c.checkpoint.keep = 9;
-  TempConfig f(squall::train::to_toml(c));
+  TempConfig f(squall::config::to_toml(c));
   const Config back = load_config(f.path, {});
   CHECK(back == c);
-  CHECK(squall::train::to_toml(back) == squall::train::to_toml(c));
+  CHECK(squall::config::to_toml(back) == squall::config::to_toml(c));
 }
 
 TEST_CASE("set overrides change keys of every type", "[config]") {
@@ -178,7 +179,7 @@ TEST_CASE("a missing file or a syntax error names the file", "[config]") {
 }
 
 TEST_CASE("config_keys lists every section.key once", "[config]") {
-  const auto keys = squall::train::config_keys();
+  const auto keys = squall::config::config_keys();
   CHECK(std::find(keys.begin(), keys.end(), "optimizer.larc_clip") != keys.end());
   CHECK(std::find(keys.begin(), keys.end(), "parallel.replicas_per_device") != keys.end());
   std::set<std::string> unique(keys.begin(), keys.end());
@@ -206,7 +207,7 @@ TEST_CASE("a config float that is not finite is refused, naming the key and the 
   // validate() on a config built in code says the same.
   Config c;
   c.parallel.bucket_mb = std::numeric_limits<double>::infinity();
-  REQUIRE_THROWS_WITH(squall::train::validate(c, "code"),
+  REQUIRE_THROWS_WITH(squall::config::validate(c, "code"),
                       Contains("code: parallel.bucket_mb must be a finite number (got inf)"));
 }
 
@@ -318,28 +319,28 @@ TEST_CASE("config keys that apply, and keys at their default, are accepted", "[c
 TEST_CASE("a resolved config (every key written) loads back", "[config]") {
   // to_toml writes the keys that do not apply too, at their defaults.
   for (const auto optimizer : {OptimizerKind::sgd, OptimizerKind::adam, OptimizerKind::lamb})
-    for (const auto& [algorithm_name, algorithm] : squall::train::k_algorithms.entries()) {
+    for (const auto& [algorithm_name, algorithm] : squall::parallel::k_algorithms.entries()) {
       Config c;
       c.optimizer.name = optimizer;
       c.parallel.algorithm = algorithm;
-      TempConfig f(squall::train::to_toml(c));
-      INFO(squall::train::k_optimizer_kinds.name(optimizer) << " " << algorithm_name);
+      TempConfig f(squall::config::to_toml(c));
+      INFO(squall::optim::k_optimizer_kinds.name(optimizer) << " " << algorithm_name);
       CHECK(load_config(f.path, {}) == c);
     }
   // A config built in code with a key that does not apply is written, but not read back.
   Config c;
   c.optimizer.beta1 = 0.5;
-  TempConfig f(squall::train::to_toml(c));
+  TempConfig f(squall::config::to_toml(c));
   REQUIRE_THROWS_WITH(load_config(f.path, {}), Contains(f.path + ": optimizer.beta1 applies to optimizer.name"));
 }
 
 TEST_CASE("parallel.bucket_mb: 0 takes the backend's default, a size is kept, a negative one refused", "[config]") {
   Config c;
   CHECK(c.parallel.bucket_mb == 0.0);
-  CHECK(squall::train::bucket_mb_for(c.parallel, false) == 1.0);
-  CHECK(squall::train::bucket_mb_for(c.parallel, true) == 25.0);
+  CHECK(squall::config::bucket_mb_for(c.parallel, false) == 1.0);
+  CHECK(squall::config::bucket_mb_for(c.parallel, true) == 25.0);
   c.parallel.bucket_mb = 4.0;
-  CHECK(squall::train::bucket_mb_for(c.parallel, false) == 4.0);
-  CHECK(squall::train::bucket_mb_for(c.parallel, true) == 4.0);
+  CHECK(squall::config::bucket_mb_for(c.parallel, false) == 4.0);
+  CHECK(squall::config::bucket_mb_for(c.parallel, true) == 4.0);
   REQUIRE_THROWS_WITH(load_config("", {"parallel.bucket_mb=-1"}), Contains("parallel.bucket_mb"));
 }

@@ -13,13 +13,15 @@
 #include "src/core/enum_table.hpp"
 #include "src/core/error.hpp"
 #include "src/core/suggest.hpp"
-#include "src/train/config.hpp"
+#include "src/config/config.hpp"
 
 using Catch::Contains;
-using squall::train::Config;
-using squall::train::load_config;
+using squall::config::Config;
+using squall::config::load_config;
 using Overrides = std::vector<std::string>;
-namespace train = squall::train;
+namespace optim = squall::optim;
+namespace parallel = squall::parallel;
+namespace config = squall::config;
 
 namespace {
 
@@ -65,21 +67,21 @@ std::vector<EnumKey> enum_keys() {
       {"run.backend", squall::nn::k_backend_kinds.names()},
       {"run.cpu_streams", squall::nn::k_cpu_stream_modes.names()},
       {"data.normalization", squall::data::k_normalization_kinds.names()},
-      {"data.sampling", squall::io::k_sampling_modes.names()},
-      {"model.layout", train::k_layout_choices.names()},
-      {"train.precision", train::k_precisions.names()},
-      {"train.nonfinite", train::k_nonfinite_policies.names()},
-      {"train.target.metric", train::k_target_metrics.names(),
+      {"data.sampling", squall::input::k_sampling_modes.names()},
+      {"model.layout", config::k_layout_choices.names()},
+      {"train.precision", config::k_precisions.names()},
+      {"train.nonfinite", config::k_nonfinite_policies.names()},
+      {"train.target.metric", config::k_target_metrics.names(),
        [](const std::string& v) { return v == "none" ? Overrides{} : Overrides{"train.target.value=0.5"}; }},
-      {"optimizer.name", train::k_optimizer_kinds.names()},
-      {"schedule.kind", train::k_schedule_kinds.names(),
+      {"optimizer.name", optim::k_optimizer_kinds.names()},
+      {"schedule.kind", optim::k_schedule_kinds.names(),
        [](const std::string& v) { return v == "multistep" ? Overrides{"schedule.milestones=[2]"} : Overrides{}; }},
-      {"schedule.milestone_unit", train::k_milestone_units.names(),
+      {"schedule.milestone_unit", optim::k_milestone_units.names(),
        [](const std::string&) { return Overrides{"schedule.kind=multistep", "schedule.milestones=[2]"}; }},
-      {"parallel.algorithm", train::k_algorithms.names()},
+      {"parallel.algorithm", parallel::k_algorithms.names()},
       {"parallel.device_allreduce", squall::mpi::k_allreduce_kinds.names(),
        [](const std::string&) { return Overrides{"run.backend=cuda"}; }},
-      {"parallel.comm_precision", train::k_comm_precisions.names()},
+      {"parallel.comm_precision", config::k_comm_precisions.names()},
       {"parallel.cross_node", squall::mpi::k_cross_algorithms.names()},
   };
 }
@@ -132,11 +134,11 @@ TEST_CASE("every enum key lists its values, suggests the near one, and round-tri
       Overrides sets = e.needs(name);
       sets.push_back(e.key + "=" + name);
       const Config c = load_config("", sets);
-      const std::string toml = train::to_toml(c);
+      const std::string toml = config::to_toml(c);
       CHECK(written(toml).at(e.key) == "\"" + name + "\"");
       TempConfig f(toml);
       CHECK(load_config(f.path, {}) == c);
-      CHECK(train::to_toml(load_config(f.path, {})) == toml);
+      CHECK(config::to_toml(load_config(f.path, {})) == toml);
     }
   }
 }
@@ -152,12 +154,12 @@ TEST_CASE("an enum key in a file: the line, and a wrong type lists the values", 
   // --set takes the text as it is: 16 is not a precision's name.
   REQUIRE_THROWS_WITH(load_config("", {"train.precision=16"}), Contains("(got \"16\")"));
   // Quoted or not, a name is a name.
-  CHECK(load_config("", {"parallel.algorithm=\"local-sgd\""}).parallel.algorithm == train::Algorithm::local_sgd);
+  CHECK(load_config("", {"parallel.algorithm=\"local-sgd\""}).parallel.algorithm == parallel::Algorithm::local_sgd);
   CHECK(load_config("", {"run.backend=auto"}).run.backend == squall::nn::BackendKind::auto_);
 }
 
 TEST_CASE("the enum keys' defaults are written with the names an old config.toml holds", "[config][enum]") {
-  const auto w = written(train::to_toml(Config{}));
+  const auto w = written(config::to_toml(Config{}));
   const std::map<std::string, std::string> expected = {
       {"run.backend", "\"cpu\""},           {"run.cpu_streams", "\"inline\""},   {"data.normalization", "\"zscore\""},
       {"data.sampling", "\"global\""},      {"model.layout", "\"auto\""},        {"train.precision", "\"fp32\""},
@@ -188,18 +190,18 @@ TEST_CASE("[train.target]: a sub-table of [train], set by a file or --set, writt
   TempConfig f("[train]\nepochs = 2\n\n[train.target]\nmetric = \"miou\"\nvalue = 0.8\n");
   const Config c = load_config(f.path, {});
   CHECK(c.train.epochs == 2);
-  CHECK(c.train.target.metric == train::TargetMetric::miou);
+  CHECK(c.train.target.metric == config::TargetMetric::miou);
   CHECK(c.train.target.value == 0.8);
   // Dotted keys and inline tables are the same table to TOML.
   TempConfig dotted("[train]\ntarget.metric = \"accuracy\"\ntarget.value = 0.9\n");
-  CHECK(load_config(dotted.path, {}).train.target.metric == train::TargetMetric::accuracy);
+  CHECK(load_config(dotted.path, {}).train.target.metric == config::TargetMetric::accuracy);
   TempConfig inline_table("[train]\ntarget = { metric = \"accuracy\", value = 0.9 }\n");
   CHECK(load_config(inline_table.path, {}).train.target.value == 0.9);
   const Config s = load_config("", {"train.target.metric=accuracy", "train.target.value=0.85"});
-  CHECK(s.train.target.metric == train::TargetMetric::accuracy);
+  CHECK(s.train.target.metric == config::TargetMetric::accuracy);
   CHECK(s.train.target.value == 0.85);
 
-  const std::string toml = train::to_toml(c);
+  const std::string toml = config::to_toml(c);
   const auto train_at = toml.find("\n[train]\n"), target_at = toml.find("\n[train.target]\n"),
              optimizer_at = toml.find("\n[optimizer]\n");
   REQUIRE(target_at != std::string::npos);
@@ -208,7 +210,7 @@ TEST_CASE("[train.target]: a sub-table of [train], set by a file or --set, writt
   CHECK(toml.find("metric = \"miou\"\nvalue = 0.8\n") == target_at + std::string("\n[train.target]\n").size());
   TempConfig back(toml);
   CHECK(load_config(back.path, {}) == c);
-  const auto keys = train::config_keys();
+  const auto keys = config::config_keys();
   CHECK(std::find(keys.begin(), keys.end(), "train.target.metric") != keys.end());
   CHECK(std::find(keys.begin(), keys.end(), "train.target.value") != keys.end());
 }
@@ -283,12 +285,12 @@ TEST_CASE("keys that contradict each other are refused, naming both and their va
     // validate() on the same config says the same; parse_config reads it (a stored config must
     // read again whatever a later squall checks).
     Config built = load_config("", {});
-    for (const auto& s : c.sets) squall::train::apply_override(built, s);
-    REQUIRE_THROWS_WITH(train::validate(built, "code"), Contains("code: " + c.named.front()));
-    TempConfig stored(train::to_toml(built));
+    for (const auto& s : c.sets) squall::config::apply_override(built, s);
+    REQUIRE_THROWS_WITH(config::validate(built, "code"), Contains("code: " + c.named.front()));
+    TempConfig stored(config::to_toml(built));
     std::ifstream in(stored.path);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    CHECK(train::parse_config(text, "stored") == built);
+    CHECK(config::parse_config(text, "stored") == built);
     REQUIRE_THROWS_WITH(load_config(stored.path, {}), Contains(stored.path + ": " + c.named.front()));
   }
 }
@@ -319,7 +321,7 @@ TEST_CASE("settings at the edge of a contradiction are accepted", "[config][cont
 
 TEST_CASE("check_against_plan: the run's real length against the warm-up, the intervals and the milestones",
           "[config][contradiction]") {
-  using train::check_against_plan;
+  using config::check_against_plan;
   Config c;  // 5 epochs, no train.max_steps
   CHECK_NOTHROW(check_against_plan(c, "run.toml", 4685, 937));
 
@@ -356,7 +358,7 @@ TEST_CASE("check_against_plan: the run's real length against the warm-up, the in
   CHECK_NOTHROW(check_against_plan(ckpt, "run.toml", 4685, 937));
 
   Config steps = c;
-  steps.schedule.kind = train::ScheduleKind::multistep;
+  steps.schedule.kind = optim::ScheduleKind::multistep;
   steps.schedule.milestones = {1000, 4685};
   REQUIRE_THROWS_WITH(check_against_plan(steps, "run.toml", 4685, 937),
                       Contains("schedule.milestones = [1000, 4685] has 4685, not before the end of the run "
@@ -364,8 +366,8 @@ TEST_CASE("check_against_plan: the run's real length against the warm-up, the in
   CHECK_NOTHROW(check_against_plan(steps, "run.toml", 4686, 938));
 
   Config epochs = c;
-  epochs.schedule.kind = train::ScheduleKind::multistep;
-  epochs.schedule.milestone_unit = train::MilestoneUnit::epochs;
+  epochs.schedule.kind = optim::ScheduleKind::multistep;
+  epochs.schedule.milestone_unit = optim::MilestoneUnit::epochs;
   epochs.schedule.milestones = {2, 4};
   CHECK_NOTHROW(check_against_plan(epochs, "run.toml", 4685, 937));
   epochs.train.max_steps = 3500;  // 4 epochs are step 3748

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/train/datasets.hpp"
+#include "io/input/open_dataset.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -26,7 +26,7 @@ struct TempDir : squall::test::TempDir {
 }  // namespace
 
 TEST_CASE("data fashion-mnist writes shards that data inspect reads whole", "[io]") {
-  const std::string src = squall::train::k_debian_fashion_mnist_dir;
+  const std::string src = squall::input::k_debian_fashion_mnist_dir;
   if (!fs::exists(src + "/train-images-idx3-ubyte.gz") && !fs::exists(src + "/train-images-idx3-ubyte"))
     SQUALL_SKIP(src << " missing (install dataset-fashion-mnist)");
   TempDir d;

@@ -15,9 +15,9 @@
 #include "tests/support/tiny_model.hpp"
 
 using namespace squall;
-using train::Algorithm;
-using train::LearnerGroup;
-using train::LearnerGroupOptions;
+using parallel::Algorithm;
+using parallel::LearnerGroup;
+using parallel::LearnerGroupOptions;
 
 namespace {
 
@@ -127,7 +127,7 @@ TEST_CASE("a step of one rank waits for the device once, for every algorithm", "
     // streams: a copy from pageable memory would make the host wait for it.
     const test::TinyStep in = test::tiny_step(0, L, step, 4);
     std::vector<nn::Buffer> pinned;
-    std::vector<train::LearnerBatch> inputs;
+    std::vector<parallel::LearnerBatch> inputs;
     for (const auto& d : in.data) {
       pinned.push_back(backend.allocate_host(d.images.size(), nn::DType::f32));
       std::copy(d.images.begin(), d.images.end(), pinned.back().data());
@@ -135,7 +135,8 @@ TEST_CASE("a step of one rank waits for the device once, for every algorithm", "
       std::copy(d.labels.begin(), d.labels.end(), pinned.back().as<int32_t>());
       inputs.push_back({pinned[pinned.size() - 2].data(), pinned.back().as<int32_t>()});
     }
-    INFO(train::algorithm_name(algorithm) << ", " << L << " learner(s), step " << step << (timeline ? ", timeline" : ""));
+    INFO(parallel::algorithm_name(algorithm)
+         << ", " << L << " learner(s), step " << step << (timeline ? ", timeline" : ""));
     const int64_t before = backend.waits;
     const std::vector<float> losses = group.step(inputs, step, 0.1f);
     // Every synchronize() of the step, counted by the backend.
@@ -170,7 +171,7 @@ TEST_CASE("ssgd over a device sum that orders itself after streams waits for the
   for (int64_t step = 0; step < 5; ++step) {
     const test::TinyStep in = test::tiny_step(0, L, step, b);
     std::vector<nn::Buffer> pinned;  // the batches in pinned memory, as the loader gives them
-    std::vector<train::LearnerBatch> inputs;
+    std::vector<parallel::LearnerBatch> inputs;
     for (const auto& d : in.data) {
       pinned.push_back(backend.allocate_host(d.images.size(), nn::DType::f32));
       std::copy(d.images.begin(), d.images.end(), pinned.back().data());

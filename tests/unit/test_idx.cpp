@@ -7,15 +7,15 @@
 #include <fstream>
 #include <random>
 
-#include "io/dataset.hpp"
+#include "io/formats/dataset.hpp"
 #include "src/core/error.hpp"
-#include "src/train/datasets.hpp"
+#include "io/input/open_dataset.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using Catch::Contains;
-using squall::train::k_debian_fashion_mnist_dir;
-using squall::io::open_idx;
+using squall::input::k_debian_fashion_mnist_dir;
+using squall::formats::open_idx;
 
 namespace {
 

@@ -15,10 +15,10 @@
 #include "tests/support/tiny_model.hpp"
 
 using namespace squall;
-using train::Algorithm;
-using train::LearnerBatch;
-using train::LearnerGroup;
-using train::LearnerGroupOptions;
+using parallel::Algorithm;
+using parallel::LearnerBatch;
+using parallel::LearnerGroup;
+using parallel::LearnerGroupOptions;
 
 namespace {
 
@@ -89,7 +89,7 @@ TEST_CASE("ssgd: L learners of batch b equal one learner of batch L*b on the sam
   mpi::OneRankAllreduce alone;
   const int L = 3;
   const int64_t b = 4;
-  train::OptimizerConfig sgd = test::plain_sgd();
+  optim::OptimizerConfig sgd = test::plain_sgd();
   sgd.momentum = 0.9;
   sgd.weight_decay = 1e-3;
 
@@ -211,7 +211,7 @@ TEST_CASE("the central model's BatchNorm statistics are the learners' average", 
   std::vector<double> want(n);
   const auto sa = test::on_host(a.replica_graph(0).state(), n), sc = test::on_host(c.replica_graph(0).state(), n);
   for (size_t i = 0; i < n; ++i) want[i] = (sa[i] + sc[i]) / 2.0;
-  INFO("algorithm " << train::algorithm_name(algorithm));
+  INFO("algorithm " << parallel::algorithm_name(algorithm));
   CHECK(test::max_diff(group.central_state(), want) < 1e-6);
   CHECK(test::max_diff(group.central_state(), before) > 1e-3);  // the statistics did move
   // The evaluation graph holds the central model.
@@ -224,7 +224,7 @@ TEST_CASE("an added learner starts from the central model and keeps ssgd replica
   auto backend = test::make_test_backend(2);
   mpi::OneRankAllreduce alone;
   const int64_t b = 2;
-  train::OptimizerConfig sgd = test::plain_sgd();
+  optim::OptimizerConfig sgd = test::plain_sgd();
   sgd.momentum = 0.9;
   LearnerGroupOptions o;  // ssgd, one learner
   LearnerGroup group(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
@@ -243,6 +243,6 @@ TEST_CASE("an added learner starts from the central model and keeps ssgd replica
   CHECK(group.learners() == 1);
   run(4);
   CHECK_THROWS_AS(group.remove_learner(), squall::Error);
-  CHECK_THROWS_WITH(train::k_algorithms.parse("easgd", "parallel.algorithm", ""),
+  CHECK_THROWS_WITH(parallel::k_algorithms.parse("easgd", "parallel.algorithm", ""),
                     Catch::Contains("easgd") && Catch::Contains("ssgd | sma | local-sgd"));
 }

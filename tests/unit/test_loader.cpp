@@ -11,12 +11,12 @@
 #include <set>
 #include <thread>
 
-#include "io/loader.hpp"
+#include "io/input/loader.hpp"
 #include "src/core/error.hpp"
 
-using squall::io::Batch;
-using squall::io::Loader;
-using squall::io::LoaderOptions;
+using squall::input::Batch;
+using squall::input::Loader;
+using squall::input::LoaderOptions;
 using squall::data::BadSample;
 
 namespace {

@@ -8,8 +8,8 @@
 #include "src/nn/backend.hpp"
 #include "src/parallel/loss_scaler.hpp"
 
-using squall::train::LossScaler;
-using squall::train::LossScaling;
+using squall::parallel::LossScaler;
+using squall::parallel::LossScaling;
 
 TEST_CASE("the loss scale halves on a skipped step and doubles after growth_interval good ones", "[loss-scaler]") {
   auto backend = squall::nn::make_cpu_backend(1);
@@ -37,7 +37,7 @@ TEST_CASE("the loss scale halves on a skipped step and doubles after growth_inte
   CHECK(s.scale() == 1024.0f);
 
   // A checkpoint carries the scale, the good run and the skips.
-  squall::io::CheckpointData saved;
+  squall::checkpoint::CheckpointData saved;
   s.save(saved);
   LossScaler back(*backend, *stream, o);
   back.restore(saved, *stream);

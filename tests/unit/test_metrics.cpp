@@ -4,10 +4,10 @@
 #include <cmath>
 
 #include "src/core/error.hpp"
-#include "src/eval/metrics.hpp"
+#include "src/nn/metrics.hpp"
 
-using squall::train::ConfusionMatrix;
-using squall::train::RunningMean;
+using squall::nn::ConfusionMatrix;
+using squall::nn::RunningMean;
 
 TEST_CASE("confusion matrix counts pairs and skips ignored labels", "[metrics]") {
   ConfusionMatrix cm(3);

@@ -1,4 +1,4 @@
-// MLPerf logs (io/mllog.hpp): each line is ":::MLLOG " and one JSON object with the fields the
+// MLPerf logs (io/records/mllog.hpp): each line is ":::MLLOG " and one JSON object with the fields the
 // mlperf_logging package writes, in its order; the log writes one line per call, stamped with
 // non-decreasing times and the caller's place, and names the file when it cannot write. The
 // package's own parser reads the lines in tests/records (peer:records).
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "io/mllog.hpp"
+#include "io/records/mllog.hpp"
 #include "src/core/error.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -39,8 +39,8 @@ std::vector<std::string> read_lines(const fs::path& path) {
 }  // namespace
 
 TEST_CASE("an MLPerf log line has the package's fields in its order", "[mllog]") {
-  const std::string line = io::mllog_line(io::MlEvent::interval_end, io::mlkey::run_stop, nullptr,
-                                          {{io::mlmeta::status, io::mlmeta::success}, {"epoch_num", 3}},
+  const std::string line = records::mllog_line(records::MlEvent::interval_end, records::mlkey::run_stop, nullptr,
+                                          {{records::mlmeta::status, records::mlmeta::success}, {"epoch_num", 3}},
                                           1712345678901, "src/train/trainer.cpp", 123);
   REQUIRE(line.ends_with("\n"));
   CHECK(std::count(line.begin(), line.end(), '\n') == 1);
@@ -68,47 +68,53 @@ TEST_CASE("an MLPerf log line has the package's fields in its order", "[mllog]")
 }
 
 TEST_CASE("MLPerf log values: any JSON, ASCII on the line, non-finite numbers as null", "[mllog]") {
-  CHECK(io::ml_event_name(io::MlEvent::point) == "POINT_IN_TIME");
-  CHECK(io::ml_event_name(io::MlEvent::interval_start) == "INTERVAL_START");
-  CHECK(io::ml_event_name(io::MlEvent::interval_end) == "INTERVAL_END");
+  CHECK(records::ml_event_name(records::MlEvent::point) == "POINT_IN_TIME");
+  CHECK(records::ml_event_name(records::MlEvent::interval_start) == "INTERVAL_START");
+  CHECK(records::ml_event_name(records::MlEvent::interval_end) == "INTERVAL_END");
 
   const json values[] = {256, 0.1, "LAMB", json::array({0.9, 0.999}), json{{"a", 1}}, true, nullptr};
   for (const json& v : values) {
-    const json j = parse_line(io::mllog_line(io::MlEvent::point, "k", v, nullptr, 1, "f.cpp", 1));
+    const json j = parse_line(records::mllog_line(records::MlEvent::point, "k", v, nullptr, 1, "f.cpp", 1));
     CHECK(j.at("value") == v);
     CHECK(j.at("event_type") == "POINT_IN_TIME");
   }
   // 0.1 keeps every digit: the parser reads back the same double.
-  CHECK(parse_line(io::mllog_line(io::MlEvent::point, "k", 0.1, nullptr, 1, "f", 1)).at("value").get<double>() == 0.1);
+  CHECK(parse_line(records::mllog_line(records::MlEvent::point, "k", 0.1, nullptr, 1, "f", 1))
+            .at("value")
+            .get<double>() == 0.1);
 
   const std::string text = "Zürich \xce\xbb";  // UTF-8
-  const std::string line = io::mllog_line(io::MlEvent::point, "submission_platform", text, nullptr, 1, "f", 1,
+  const std::string line = records::mllog_line(records::MlEvent::point, "submission_platform", text, nullptr, 1, "f", 1,
                                           "GPU0");
   CHECK(std::all_of(line.begin(), line.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }));
   const json j = parse_line(line);
   CHECK(j.at("value") == text);
   CHECK(j.at("namespace") == "GPU0");
 
-  CHECK(parse_line(io::mllog_line(io::MlEvent::point, "k", std::nan(""), nullptr, 1, "f", 1)).at("value").is_null());
-  CHECK(parse_line(io::mllog_line(io::MlEvent::point, "k", INFINITY, nullptr, 1, "f", 1)).at("value").is_null());
+  CHECK(parse_line(records::mllog_line(records::MlEvent::point, "k", std::nan(""), nullptr, 1, "f", 1))
+            .at("value")
+            .is_null());
+  CHECK(parse_line(records::mllog_line(records::MlEvent::point, "k", INFINITY, nullptr, 1, "f", 1))
+            .at("value")
+            .is_null());
   // Bytes that are not UTF-8 do not fail the call.
-  CHECK(parse_line(io::mllog_line(io::MlEvent::point, "k", std::string("a\xff"), nullptr, 1, "f", 1))
+  CHECK(parse_line(records::mllog_line(records::MlEvent::point, "k", std::string("a\xff"), nullptr, 1, "f", 1))
             .at("value")
             .is_string());
 }
 
 TEST_CASE("MLPerf log metadata: the caller's place, overridable, and only an object", "[mllog]") {
-  json j = parse_line(io::mllog_line(io::MlEvent::point, "k", 1, {{"lineno", 7}}, 1, "a.cpp", 99));
+  json j = parse_line(records::mllog_line(records::MlEvent::point, "k", 1, {{"lineno", 7}}, 1, "a.cpp", 99));
   CHECK(j.at("metadata") == json({{"file", "a.cpp"}, {"lineno", 7}}));
-  j = parse_line(io::mllog_line(io::MlEvent::point, "k", 1, json::object(), 1, "a.cpp", 99));
+  j = parse_line(records::mllog_line(records::MlEvent::point, "k", 1, json::object(), 1, "a.cpp", 99));
   CHECK(j.at("metadata") == json({{"file", "a.cpp"}, {"lineno", 99}}));
-  REQUIRE_THROWS_WITH(io::mllog_line(io::MlEvent::point, "epoch_start", 1, json::array({1}), 1, "a.cpp", 1),
+  REQUIRE_THROWS_WITH(records::mllog_line(records::MlEvent::point, "epoch_start", 1, json::array({1}), 1, "a.cpp", 1),
                       Catch::Contains("epoch_start") && Catch::Contains("JSON object"));
 
-  CHECK(io::mllog_source_file("../../../src/train/trainer.cpp") == "src/train/trainer.cpp");
-  CHECK(io::mllog_source_file("./io/mllog.cpp") == "io/mllog.cpp");
-  CHECK(io::mllog_source_file("/elsewhere/x.cpp") == "/elsewhere/x.cpp");
-  CHECK(io::mllog_source_file(__FILE__) == "tests/unit/test_mllog.cpp");
+  CHECK(records::mllog_source_file("../../../src/train/trainer.cpp") == "src/train/trainer.cpp");
+  CHECK(records::mllog_source_file("./io/records/mllog.cpp") == "io/records/mllog.cpp");
+  CHECK(records::mllog_source_file("/elsewhere/x.cpp") == "/elsewhere/x.cpp");
+  CHECK(records::mllog_source_file(__FILE__) == "tests/unit/test_mllog.cpp");
 }
 
 TEST_CASE("MlLog writes one whole line per call, with non-decreasing times and the caller's line", "[mllog]") {
@@ -116,13 +122,13 @@ TEST_CASE("MlLog writes one whole line per call, with non-decreasing times and t
   const fs::path path = tmp.path / "mllog.txt";
   int where[4];
   {
-    io::MlLog log(path, false);
+    records::MlLog log(path, false);
     CHECK(log.path() == path);
-    const json epoch = {{io::mlmeta::epoch_num, 1}};
-    where[0] = __LINE__, log.start(io::mlkey::init_start);
-    where[1] = __LINE__, log.point(io::mlkey::global_batch_size, 256);
-    where[2] = __LINE__, log.end(io::mlkey::init_stop);
-    where[3] = __LINE__, log.log(io::MlEvent::interval_start, io::mlkey::epoch_start, nullptr, epoch);
+    const json epoch = {{records::mlmeta::epoch_num, 1}};
+    where[0] = __LINE__, log.start(records::mlkey::init_start);
+    where[1] = __LINE__, log.point(records::mlkey::global_batch_size, 256);
+    where[2] = __LINE__, log.end(records::mlkey::init_stop);
+    where[3] = __LINE__, log.log(records::MlEvent::interval_start, records::mlkey::epoch_start, nullptr, epoch);
     CHECK(log.lines() == 4);
     // Each call is in the file when it returns.
     CHECK(read_lines(path).size() == 4);
@@ -149,13 +155,13 @@ TEST_CASE("MlLog writes one whole line per call, with non-decreasing times and t
 
   // append keeps the earlier lines (a resumed run); otherwise the file starts empty.
   {
-    io::MlLog log(path, true);
-    log.point(io::mlkey::seed, 42);
+    records::MlLog log(path, true);
+    log.point(records::mlkey::seed, 42);
   }
   CHECK(read_lines(path).size() == 5);
   {
-    io::MlLog log(path, false);
-    log.point(io::mlkey::seed, 42);
+    records::MlLog log(path, false);
+    log.point(records::mlkey::seed, 42);
   }
   CHECK(read_lines(path).size() == 1);
 }
@@ -163,8 +169,8 @@ TEST_CASE("MlLog writes one whole line per call, with non-decreasing times and t
 TEST_CASE("MlLog's failures name the file", "[mllog]") {
   test::TempDir tmp("squall-mllog");
   const fs::path missing = tmp.path / "no" / "such" / "mllog.txt";
-  REQUIRE_THROWS_WITH(io::MlLog(missing, false), Catch::Contains(missing.string()));
-  io::MlLog log(tmp.path / "ok.txt", false);
+  REQUIRE_THROWS_WITH(records::MlLog(missing, false), Catch::Contains(missing.string()));
+  records::MlLog log(tmp.path / "ok.txt", false);
   REQUIRE_THROWS_WITH(log.point("eval_accuracy", 0.5, json(3)), Catch::Contains("eval_accuracy"));
   CHECK(read_lines(tmp.path / "ok.txt").empty());
 }
@@ -172,8 +178,8 @@ TEST_CASE("MlLog's failures name the file", "[mllog]") {
 TEST_CASE("MlLog on a full disk: the write is an error naming the file", "[mllog]") {
   // /dev/full takes the open and refuses every write with ENOSPC, as a full file system does.
   if (!fs::exists("/dev/full")) SQUALL_SKIP("no /dev/full on this machine");
-  io::MlLog full("/dev/full", true);
-  REQUIRE_THROWS_WITH(full.point(io::mlkey::run_start),
+  records::MlLog full("/dev/full", true);
+  REQUIRE_THROWS_WITH(full.point(records::mlkey::run_start),
                       Catch::Contains("/dev/full") && Catch::Contains("No space left on device"));
   CHECK(full.lines() == 0);
 }

@@ -1,4 +1,4 @@
-// Named weights in checkpoints (src/eval/eval_checkpoint.hpp, docs/formats.md "Checkpoints"):
+// Named weights in checkpoints (io/checkpoint/named_weights.hpp, docs/formats.md "Checkpoints"):
 // the central model saved by name and shape reads back through load_model_checkpoint into a
 // fresh graph that gives the trained model's logits; an old flat checkpoint and a model of
 // another shape are refused naming the file and the tensor. And the normalisation: the test
@@ -13,11 +13,11 @@
 #include <memory>
 #include <vector>
 
-#include "io/checkpoint_file.hpp"
-#include "io/dataset.hpp"
-#include "io/h5_util.hpp"
+#include "io/checkpoint/checkpoint_file.hpp"
+#include "io/formats/dataset.hpp"
+#include "io/formats/h5_util.hpp"
 #include "src/core/error.hpp"
-#include "src/eval/eval_checkpoint.hpp"
+#include "io/checkpoint/named_weights.hpp"
 #include "src/nn/graph.hpp"
 #include "src/parallel/learners.hpp"
 #include "tests/support/json_files.hpp"
@@ -95,8 +95,8 @@ TEST_CASE("a checkpoint's named weights load into a fresh graph that gives the t
   const int64_t b = 4;
   const nn::ModelSpec spec = small_resnet();
   auto make = [&] { return nn::make_model(spec, k_sample); };
-  train::LearnerGroupOptions o;
-  train::LearnerGroup group(*backend, make, b, b, test::plain_sgd(), {}, o, alone);
+  parallel::LearnerGroupOptions o;
+  parallel::LearnerGroup group(*backend, make, b, b, test::plain_sgd(), {}, o, alone);
   std::vector<int32_t> labels(static_cast<size_t>(b));
   for (int64_t step = 0; step < 3; ++step) {
     const std::vector<float> x = batch_images(b, step);
@@ -105,7 +105,7 @@ TEST_CASE("a checkpoint's named weights load into a fresh graph that gives the t
   }
   REQUIRE(group.state_value_count() > 0);  // BatchNorm's running statistics travel too
 
-  io::CheckpointData shared;
+  checkpoint::CheckpointData shared;
   group.save_shared(shared);
   shared.ints["step"] = 3;
   data::DatasetInfo info;
@@ -113,14 +113,14 @@ TEST_CASE("a checkpoint's named weights load into a fresh graph that gives the t
   info.classes = 3;
   info.class_names = {"zero", "one", "two"};
   const data::Normalization norm{"zscore", {0.5f, -1.0f}, {2.0f, 0.25f}, 1.0f, "a test"};
-  train::add_model_entries(shared, group.replica_graph(0), shared.arrays.at("central/params"),
+  checkpoint::add_model_entries(shared, group.replica_graph(0), shared.arrays.at("central/params"),
                            shared.arrays.at("central/state"), spec, "[model]\nname = \"resnet20\"\n", info, norm);
   test::TempDir tmp("squall-named-weights");
   const fs::path folder = tmp.path / "step-00000003";
   fs::create_directories(folder);
-  io::write_checkpoint_file((folder / "model.h5").string(), shared);
+  checkpoint::write_checkpoint_file((folder / "model.h5").string(), shared);
 
-  const train::ModelCheckpoint ck = train::load_model_checkpoint(folder);
+  const checkpoint::ModelCheckpoint ck = checkpoint::load_model_checkpoint(folder);
   CHECK(ck.step == 3);
   CHECK(ck.spec.name == "resnet20");
   CHECK(ck.spec.classes == 3);
@@ -142,7 +142,7 @@ TEST_CASE("a checkpoint's named weights load into a fresh graph that gives the t
   auto g = nn::make_model(ck.spec, ck.input);
   g->build(*backend, b, 12345);  // another initialisation: everything must come from the file
   auto stream = backend->create_stream();
-  train::load_into_graph(ck, *g, *backend, *stream);
+  checkpoint::load_into_graph(ck, *g, *backend, *stream);
   const std::vector<float> x = batch_images(b, 7);
   const std::vector<float> want = logits(group.eval_graph(), *backend, x);
   const std::vector<float> got = logits(*g, *backend, x);
@@ -154,39 +154,39 @@ TEST_CASE("a checkpoint's named weights load into a fresh graph that gives the t
   wider.width = 8;
   auto other = nn::make_model(wider, ck.input);
   other->build(*backend, b, 1);
-  CHECK_THROWS_WITH(train::load_into_graph(ck, *other, *backend, *stream),
+  CHECK_THROWS_WITH(checkpoint::load_into_graph(ck, *other, *backend, *stream),
                     Contains((folder / "model.h5").string()) && Contains("model/") && Contains("shape"));
 }
 
 TEST_CASE("a checkpoint from before named weights is refused naming the file", "[checkpoint][named-weights]") {
   test::TempDir tmp("squall-flat-checkpoint");
-  io::CheckpointData d;
+  checkpoint::CheckpointData d;
   d.arrays["central/params"] = {1.0f, 2.0f};
   d.arrays["central/state"] = {};
   d.ints["step"] = 5;
   d.texts["model"] = "lenet5";
   const std::string file = tmp.file("model.h5");
-  io::write_checkpoint_file(file, d);
-  CHECK_THROWS_WITH(train::load_model_checkpoint(file), Contains(file) && Contains("predates named weights"));
+  checkpoint::write_checkpoint_file(file, d);
+  CHECK_THROWS_WITH(checkpoint::load_model_checkpoint(file), Contains(file) && Contains("predates named weights"));
 }
 
 TEST_CASE("a shaped array reads back with its shape, and a shape that does not fit it is an error",
           "[checkpoint][named-weights]") {
   test::TempDir tmp("squall-shaped");
-  io::CheckpointData d;
+  checkpoint::CheckpointData d;
   d.arrays["model/w"] = {1, 2, 3, 4, 5, 6};
   d.shapes["model/w"] = {2, 3};
   d.arrays["flat"] = {7, 8};
-  io::write_checkpoint_file(tmp.file("a.h5"), d);
-  const io::CheckpointData r = io::read_checkpoint_file(tmp.file("a.h5"));
+  checkpoint::write_checkpoint_file(tmp.file("a.h5"), d);
+  const checkpoint::CheckpointData r = checkpoint::read_checkpoint_file(tmp.file("a.h5"));
   CHECK(r.arrays == d.arrays);
   CHECK(r.shape("model/w") == std::vector<int64_t>{2, 3});
   CHECK(r.shape("flat") == std::vector<int64_t>{2});
   CHECK_FALSE(r.shapes.contains("flat"));
-  const io::CheckpointData back = io::CheckpointData::deserialize(r.serialize(), "sent");
+  const checkpoint::CheckpointData back = checkpoint::CheckpointData::deserialize(r.serialize(), "sent");
   CHECK(back.shapes == r.shapes);
   d.shapes["model/w"] = {4, 2};
-  CHECK_THROWS_WITH(io::write_checkpoint_file(tmp.file("b.h5"), d), Contains("model/w") && Contains("shape"));
+  CHECK_THROWS_WITH(checkpoint::write_checkpoint_file(tmp.file("b.h5"), d), Contains("model/w") && Contains("shape"));
   CHECK_FALSE(fs::exists(tmp.file("b.h5")));
 }
 
@@ -197,8 +197,8 @@ TEST_CASE("the test set is normalised with the training set's statistics, in tra
   generate_climate(a, 3);
   generate_climate(b, 11);
   copy_with_other_stats(a, b, a_with_b_stats);
-  const io::ChannelStats stats_a = io::read_deepcam_stats(a + "/stats.h5");
-  const io::ChannelStats stats_b = io::read_deepcam_stats(b + "/stats.h5");
+  const formats::ChannelStats stats_a = formats::read_deepcam_stats(a + "/stats.h5");
+  const formats::ChannelStats stats_b = formats::read_deepcam_stats(b + "/stats.h5");
   REQUIRE(stats_a.mean != stats_b.mean);  // the two folders' statistics differ
 
   // The same samples as test set, beside their own statistics or beside another folder's:
@@ -219,7 +219,7 @@ TEST_CASE("the test set is normalised with the training set's statistics, in tra
   CHECK(n.at("mean").get<std::vector<float>>() == stats_a.mean);
   CHECK(n.at("std").get<std::vector<float>>() == stats_a.std);
   CHECK_THAT(n.at("source").get<std::string>(), Contains(a + "/stats.h5"));
-  const train::ModelCheckpoint ck = train::load_model_checkpoint(run2 + "/checkpoints/step-00000003");
+  const checkpoint::ModelCheckpoint ck = checkpoint::load_model_checkpoint(run2 + "/checkpoints/step-00000003");
   CHECK(ck.normalization.kind == "zscore");
   CHECK(ck.normalization.mean == stats_a.mean);
   CHECK(ck.normalization.std == stats_a.std);
@@ -249,7 +249,7 @@ TEST_CASE("an unlabeled DeepCAM folder is refused for training and evaluation, n
     const fs::path to = fs::path(bare) / e.path().filename();
     fs::copy_file(e.path(), to);
     if (to.filename() == "stats.h5") continue;
-    auto lock = io::h5_lock();
+    auto lock = formats::h5_lock();
     const hid_t f = H5Fopen(to.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     REQUIRE(f >= 0);
     REQUIRE(H5Ldelete(f, "/climate/labels_0", H5P_DEFAULT) >= 0);

@@ -1,4 +1,4 @@
-// netCDF input (io/netcdf_file.hpp) and CF mask output (io/netcdf_mask.hpp).
+// netCDF input (io/formats/netcdf_file.hpp) and CF mask output (io/formats/netcdf_mask.hpp).
 // Input files are written here with the netCDF C library in the classic, 64-bit offset and
 // netCDF-4 formats; the cross-checks write files with Python's netCDF4 package and read
 // masks with xarray (Debian's python3-netcdf4 and python3-xarray, which import only in
@@ -14,21 +14,21 @@
 #include <thread>
 #include <vector>
 
-#include "io/dataset.hpp"
-#include "io/deepcam_file.hpp"
-#include "io/netcdf_file.hpp"
-#include "io/netcdf_mask.hpp"
+#include "io/formats/dataset.hpp"
+#include "io/formats/deepcam_file.hpp"
+#include "io/formats/netcdf_file.hpp"
+#include "io/formats/netcdf_mask.hpp"
 #include "src/core/error.hpp"
-#include "src/train/config.hpp"
-#include "src/train/datasets.hpp"
+#include "src/config/config.hpp"
+#include "io/input/open_dataset.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace {
 
-namespace io = squall::io;
-const io::OpenOptions k_raw{false, squall::data::NormalizationKind::zscore};
+namespace formats = squall::formats;
+const formats::OpenOptions k_raw{false, squall::data::NormalizationKind::zscore};
 
 void ok(int status) {
   INFO(nc_strerror(status));
@@ -70,7 +70,7 @@ void write_nc(const std::string& path, const NcSpec& s) {
   ok(nc_def_var(ncid, "lat", NC_DOUBLE, 1, &dy, &vy));
   ok(nc_def_var(ncid, "lon", NC_DOUBLE, 1, &dx, &vx));
   std::vector<int> vars;
-  for (const std::string& name : io::deepcam_channel_names()) {
+  for (const std::string& name : formats::deepcam_channel_names()) {
     int v = -1;
     if (name == s.skip) {
       vars.push_back(-1);
@@ -102,7 +102,7 @@ void write_nc(const std::string& path, const NcSpec& s) {
   }
   for (size_t c = 0; c < vars.size(); ++c) {
     if (vars[c] < 0) continue;
-    const std::string& name = io::deepcam_channel_names()[c];
+    const std::string& name = formats::deepcam_channel_names()[c];
     const int64_t h = name == s.transposed ? s.w : name == s.short_lat ? s.h - 1 : s.h;
     const int64_t w = name == s.transposed ? s.h : s.w;
     std::vector<float> v(static_cast<size_t>(steps * h * w));
@@ -121,9 +121,9 @@ void write_nc(const std::string& path, const NcSpec& s) {
   ok(nc_close(ncid));
 }
 
-std::string open_error(const std::string& path, const io::NetcdfOptions& options = {}) {
+std::string open_error(const std::string& path, const formats::NetcdfOptions& options = {}) {
   try {
-    io::open_netcdf_files({path}, "", k_raw, options);
+    formats::open_netcdf_files({path}, "", k_raw, options);
   } catch (const squall::Error& e) {
     return e.what();
   }
@@ -157,9 +157,9 @@ TEST_CASE("netCDF input in the classic, 64-bit offset and netCDF-4 formats reads
     spec.format = format;
     spec.labels = true;
     write_nc(path, spec);
-    CHECK(io::detect_format(path) == "netcdf");
+    CHECK(formats::detect_format(path) == "netcdf");
 
-    const io::NetcdfFileInfo info = io::describe_netcdf(path);
+    const formats::NetcdfFileInfo info = formats::describe_netcdf(path);
     CHECK(info.format == name);
     CHECK(info.steps == 3);
     CHECK(info.height == 6);
@@ -168,7 +168,7 @@ TEST_CASE("netCDF input in the classic, 64-bit offset and netCDF-4 formats reads
     CHECK(info.grid.time_units == "days since 1979-01-01 00:00:00");
     CHECK(info.grid.calendar == "noleap");
 
-    auto source = io::open_netcdf_files({path}, "", k_raw);
+    auto source = formats::open_netcdf_files({path}, "", k_raw);
     REQUIRE(source->size() == 3);
     CHECK(source->info().sample == squall::nn::Shape(1, 16, 6, 8));
     CHECK(source->info().per_pixel_labels);
@@ -183,7 +183,7 @@ TEST_CASE("netCDF input in the classic, 64-bit offset and netCDF-4 formats reads
           for (int64_t x = 0; x < 8; ++x)
             REQUIRE(image[static_cast<size_t>((c * 6 + y) * 8 + x)] == field_value(c, t, y, x));
       for (int64_t p = 0; p < plane; ++p) REQUIRE(labels[static_cast<size_t>(p)] == (t * plane + p) % 3);
-      const io::NetcdfGrid g = source->sample_grid(t);
+      const formats::NetcdfGrid g = source->sample_grid(t);
       REQUIRE(g.time.size() == 1);
       CHECK(g.time[0] == 7300.0 + 0.25 * static_cast<double>(t));
       CHECK(g.time_units == "days since 1979-01-01 00:00:00");
@@ -194,7 +194,7 @@ TEST_CASE("netCDF input in the classic, 64-bit offset and netCDF-4 formats reads
       CHECK(g.lon[2] == 90.0);
       CHECK(source->sample_location(t) == std::pair<std::string, int64_t>{path, t});
     }
-    const io::NetcdfSample s = io::read_netcdf_sample(path, 2);
+    const formats::NetcdfSample s = formats::read_netcdf_sample(path, 2);
     CHECK(s.chw[static_cast<size_t>((7 * 6 + 5) * 8 + 7)] == field_value(7, 2, 5, 7));
     CHECK(s.labels.size() == static_cast<size_t>(plane));
   }
@@ -209,8 +209,8 @@ TEST_CASE("netCDF input: several files, (lat, lon) without time, renamed variabl
   b.steps = 0;  // one sample, no time dimension
   b.format = NC_64BIT_OFFSET;
   write_nc(d.file("b.nc"), b);
-  CHECK(io::detect_format(d.path.string()) == "netcdf");
-  auto source = io::open_netcdf(d.path.string(), k_raw);
+  CHECK(formats::detect_format(d.path.string()) == "netcdf");
+  auto source = formats::open_netcdf(d.path.string(), k_raw);
   REQUIRE(source->size() == 3);
   CHECK(source->files() == std::vector<std::string>{d.file("a.nc"), d.file("b.nc")});
   CHECK(source->file_offsets() == std::vector<int64_t>{0, 2, 3});
@@ -226,8 +226,8 @@ TEST_CASE("netCDF input: several files, (lat, lon) without time, renamed variabl
   CHECK(source->sample_grid(2).time.empty());
 
   // Normalising needs stats.h5 beside the files: without it, an error that says so.
-  CHECK_THROWS_WITH(io::open_netcdf(d.path.string(), io::OpenOptions{}), Catch::Contains("stats.h5"));
-  io::DeepcamStatsOut st;
+  CHECK_THROWS_WITH(formats::open_netcdf(d.path.string(), formats::OpenOptions{}), Catch::Contains("stats.h5"));
+  formats::DeepcamStatsOut st;
   for (int c = 0; c < 16; ++c) {
     st.count.push_back(1);
     st.mean.push_back(c);
@@ -235,8 +235,8 @@ TEST_CASE("netCDF input: several files, (lat, lon) without time, renamed variabl
     st.minval.push_back(0);
     st.maxval.push_back(1);
   }
-  io::write_deepcam_stats(d.file("stats.h5"), st);
-  auto normalised = io::open_netcdf(d.path.string(), io::OpenOptions{});
+  formats::write_deepcam_stats(d.file("stats.h5"), st);
+  auto normalised = formats::open_netcdf(d.path.string(), formats::OpenOptions{});
   const int64_t one = 1;
   normalised->read(std::span<const int64_t>(&one, 1), image.data(), labels.data());
   CHECK(image[static_cast<size_t>(3 * plane + 9)] == Approx((field_value(3, 1, 1, 1) - 3.0f) / 2.0f));
@@ -249,27 +249,28 @@ TEST_CASE("netCDF input: several files, (lat, lon) without time, renamed variabl
   r.labels = true;  // squall train opens it below: training needs labels
   write_nc(e.file("r.nc"), r);
   CHECK_THAT(open_error(e.file("r.nc")), Catch::Contains(e.file("r.nc")) && Catch::Contains("'PSL'"));
-  const io::NetcdfOptions mapped{io::netcdf_variable_map("PSL=slp"), "labels"};
-  auto renamed = io::open_netcdf_files({e.file("r.nc")}, "", k_raw, mapped);
+  const formats::NetcdfOptions mapped{formats::netcdf_variable_map("PSL=slp"), "labels"};
+  auto renamed = formats::open_netcdf_files({e.file("r.nc")}, "", k_raw, mapped);
   renamed->read(std::span<const int64_t>(&one, 1), image.data(), labels.data());
   CHECK(image[static_cast<size_t>(7 * plane)] == field_value(7, 1, 0, 0));
-  CHECK(io::netcdf_variable_map(" TS = ts , PSL=slp")[11] == "ts");
+  CHECK(formats::netcdf_variable_map(" TS = ts , PSL=slp")[11] == "ts");
   // squall train's way in: data.netcdf_variables through the config and open_dataset.
-  const squall::train::Config cfg = squall::train::parse_config(
+  const squall::config::Config cfg = squall::config::parse_config(
       "[data]\ntrain = \"" + e.path.string() + "\"\nnetcdf_variables = \"PSL=slp\"\n", "test.toml");
-  auto trained = squall::train::open_dataset(cfg.data.train, "train", false, squall::data::NormalizationKind::zscore, 0, nullptr, cfg.data.netcdf_variables,
-                                             cfg.data.netcdf_labels);
+  auto trained = squall::input::open_dataset(cfg.data.train, "train", false, squall::data::NormalizationKind::zscore, 0,
+                                             nullptr, cfg.data.netcdf_variables, cfg.data.netcdf_labels);
   CHECK(trained->size() == 3);
   // Unlabelled files (new simulation output) are for predict: training and evaluation refuse
   // them, naming the folder and the labels variable.
   squall::test::TempDir u("squall-netcdf-unlabelled");
   write_nc(u.file("new.nc"), NcSpec{});
-  CHECK_THROWS_WITH(squall::train::open_dataset(u.path.string(), "train", false, squall::data::NormalizationKind::zscore, 0),
-                    Catch::Contains(u.path.string()) && Catch::Contains("without the labels variable 'labels'"));
-  CHECK_THROWS_WITH(squall::train::parse_config("[data]\nnetcdf_variables = \"FOO=bar\"\n", "test.toml"),
+  CHECK_THROWS_WITH(
+      squall::input::open_dataset(u.path.string(), "train", false, squall::data::NormalizationKind::zscore, 0),
+      Catch::Contains(u.path.string()) && Catch::Contains("without the labels variable 'labels'"));
+  CHECK_THROWS_WITH(squall::config::parse_config("[data]\nnetcdf_variables = \"FOO=bar\"\n", "test.toml"),
                     Catch::Contains("data.netcdf_variables") && Catch::Contains("FOO"));
-  CHECK_THROWS_WITH(io::netcdf_variable_map("FOO=bar"), Catch::Contains("unknown channel 'FOO'"));
-  CHECK_THROWS_WITH(io::netcdf_variable_map("PSL"), Catch::Contains("CHANNEL=variable"));
+  CHECK_THROWS_WITH(formats::netcdf_variable_map("FOO=bar"), Catch::Contains("unknown channel 'FOO'"));
+  CHECK_THROWS_WITH(formats::netcdf_variable_map("PSL"), Catch::Contains("CHANNEL=variable"));
 }
 
 TEST_CASE("netCDF input errors name the file and the variable", "[io][netcdf]") {
@@ -279,7 +280,7 @@ TEST_CASE("netCDF input errors name the file and the variable", "[io][netcdf]") 
   write_nc(d.file("missing.nc"), missing);
   CHECK_THAT(open_error(d.file("missing.nc")),
              Catch::Contains(d.file("missing.nc")) && Catch::Contains("no variable 'T500'"));
-  CHECK_THROWS_WITH(io::describe_netcdf(d.file("missing.nc")), Catch::Contains("no variable 'T500'"));
+  CHECK_THROWS_WITH(formats::describe_netcdf(d.file("missing.nc")), Catch::Contains("no variable 'T500'"));
 
   NcSpec transposed;
   transposed.transposed = "U850";
@@ -299,7 +300,7 @@ TEST_CASE("netCDF input errors name the file and the variable", "[io][netcdf]") 
   write_nc(d.file("small.nc"), small);
   write_nc(d.file("big.nc"), NcSpec{});
   try {
-    io::open_netcdf_files({d.file("big.nc"), d.file("small.nc")}, "", k_raw);
+    formats::open_netcdf_files({d.file("big.nc"), d.file("small.nc")}, "", k_raw);
     FAIL("opened files of different grids");
   } catch (const squall::Error& e) {
     CHECK_THAT(std::string(e.what()), Catch::Contains(d.file("small.nc")) && Catch::Contains("lat=4"));
@@ -327,12 +328,13 @@ TEST_CASE("netCDF input errors name the file and the variable", "[io][netcdf]") 
 
 TEST_CASE("netCDF masks: CF attributes, atomic writes, errors name the file", "[io][netcdf]") {
   squall::test::TempDir d("squall-netcdf-mask");
-  io::MaskGrid grid{{-45.0, 0.0, 45.0}, {0.0, 90.0, 180.0, 270.0}, {10.0, 10.5}, "days since 2000-01-01", "noleap"};
+  formats::MaskGrid grid{
+      {-45.0, 0.0, 45.0}, {0.0, 90.0, 180.0, 270.0}, {10.0, 10.5}, "days since 2000-01-01", "noleap"};
   std::vector<uint8_t> masks(2 * 3 * 4);
   for (size_t i = 0; i < masks.size(); ++i) masks[i] = static_cast<uint8_t>(i % 3);
   const std::vector<std::string> classes = {"background", "tropical cyclone", "atmospheric river"};
   const std::string path = d.file("masks.nc");
-  io::write_netcdf_masks(path, grid, masks, {}, classes, {.source = "squall test"});
+  formats::write_netcdf_masks(path, grid, masks, {}, classes, {.source = "squall test"});
   CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
   int ncid = -1, varid = -1;
   ok(nc_open(path.c_str(), NC_NOWRITE, &ncid));
@@ -350,13 +352,14 @@ TEST_CASE("netCDF masks: CF attributes, atomic writes, errors name the file", "[
 
   // Wrong sizes and values: errors naming the file, and neither the file nor a temporary.
   const std::string bad = d.file("bad.nc");
-  CHECK_THROWS_WITH(io::write_netcdf_masks(bad, grid, std::span<const uint8_t>(masks.data(), 5), {}, classes),
+  CHECK_THROWS_WITH(formats::write_netcdf_masks(bad, grid, std::span<const uint8_t>(masks.data(), 5), {}, classes),
                     Catch::Contains(bad) && Catch::Contains("5 mask values"));
   masks[7] = 3;
-  CHECK_THROWS_WITH(io::write_netcdf_masks(bad, grid, masks, {}, classes), Catch::Contains(bad) && Catch::Contains("value 3"));
+  CHECK_THROWS_WITH(formats::write_netcdf_masks(bad, grid, masks, {}, classes),
+                    Catch::Contains(bad) && Catch::Contains("value 3"));
   masks[7] = 1;
   const std::string unwritable = d.file("no-such-folder/masks.nc");
-  CHECK_THROWS_WITH(io::write_netcdf_masks(unwritable, grid, masks, {}, classes), Catch::Contains(unwritable));
+  CHECK_THROWS_WITH(formats::write_netcdf_masks(unwritable, grid, masks, {}, classes), Catch::Contains(unwritable));
   CHECK_FALSE(std::filesystem::exists(bad));
   CHECK_FALSE(std::filesystem::exists(bad + ".tmp"));
 }
@@ -402,9 +405,10 @@ with netCDF4.Dataset(dst, "w", format=fmt) as d:
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);
   }
-  for (const io::OpenOptions& options : {k_raw, io::OpenOptions{}, io::OpenOptions{true, squall::data::NormalizationKind::minmax}}) {
-    auto ref = io::open_deepcam(deepcam, options);
-    auto src = io::open_netcdf(nc, options);
+  for (const formats::OpenOptions& options :
+       {k_raw, formats::OpenOptions{}, formats::OpenOptions{true, squall::data::NormalizationKind::minmax}}) {
+    auto ref = formats::open_deepcam(deepcam, options);
+    auto src = formats::open_netcdf(nc, options);
     REQUIRE(src->size() == 5);
     REQUIRE(src->info().sample == ref->info().sample);
     const size_t n = static_cast<size_t>(ref->info().sample.per_sample()), plane = 32 * 48;
@@ -419,7 +423,7 @@ with netCDF4.Dataset(dst, "w", format=fmt) as d:
     CHECK(src->sample_grid(4).time == std::vector<double>{12.0});
     CHECK(src->sample_grid(4).time_units == "hours since 2001-01-01 00:00:00");
   }
-  CHECK(io::describe_netcdf(nc + "/b.nc").format == "classic");
+  CHECK(formats::describe_netcdf(nc + "/b.nc").format == "classic");
 
   // data label: the netCDF folder gives the labels the DeepCAM folder gives.
   const auto l1 = squall::test::run_command(squall::test::squall_bin() + " data label --json --in " + deepcam +
@@ -434,8 +438,8 @@ with netCDF4.Dataset(dst, "w", format=fmt) as d:
   const auto j1 = nlohmann::json::parse(l1.out), j2 = nlohmann::json::parse(l2.out);
   CHECK(j1["cyclones"] == j2["cyclones"]);
   CHECK(j1["rivers"] == j2["rivers"]);
-  auto lab1 = io::open_deepcam(d.file("lab-deepcam"), k_raw);
-  auto lab2 = io::open_deepcam(d.file("lab-nc"), k_raw);
+  auto lab1 = formats::open_deepcam(d.file("lab-deepcam"), k_raw);
+  auto lab2 = formats::open_deepcam(d.file("lab-nc"), k_raw);
   REQUIRE(lab2->size() == 5);
   const size_t n = static_cast<size_t>(lab1->info().sample.per_sample()), plane = 32 * 48;
   std::vector<float> a(n), b(n);
@@ -453,7 +457,7 @@ TEST_CASE("netCDF masks open in xarray with CF coordinates, flags and values", "
     SQUALL_SKIP("/usr/bin/python3 cannot import xarray and netCDF4 (install python3-xarray python3-netcdf4)");
   squall::test::TempDir d("squall-netcdf-xarray");
   const int64_t nt = 2, ny = 4, nx = 6, nk = 3;
-  io::MaskGrid grid;
+  formats::MaskGrid grid;
   for (int64_t y = 0; y < ny; ++y) grid.lat.push_back(-67.5 + 45.0 * static_cast<double>(y));
   for (int64_t x = 0; x < nx; ++x) grid.lon.push_back(60.0 * static_cast<double>(x));
   grid.time = {365.0, 365.25};
@@ -464,7 +468,7 @@ TEST_CASE("netCDF masks open in xarray with CF coordinates, flags and values", "
   for (size_t i = 0; i < masks.size(); ++i) masks[i] = static_cast<uint8_t>((i * 7) % 3);
   for (size_t i = 0; i < probs.size(); ++i) probs[i] = static_cast<float>(i) / static_cast<float>(probs.size());
   const std::string path = d.file("masks.nc");
-  io::write_netcdf_masks(path, grid, masks, probs, {"background", "tropical cyclone", "atmospheric river"},
+  formats::write_netcdf_masks(path, grid, masks, probs, {"background", "tropical cyclone", "atmospheric river"},
                          {.source = "squall deepcam", .history = "squall predict (test)", .checkpoint = "ckpt-000100"});
   const std::string script = R"(import sys, json, numpy as np, xarray as xr
 ds = xr.open_dataset(sys.argv[1], decode_times=False)
@@ -541,7 +545,7 @@ TEST_CASE("netCDF input: packed variables unpacked, fill values are bad samples,
     ok(nc_put_var_short(ncid, v, packed.data()));
     ok(nc_close(ncid));
   }
-  auto source = io::open_netcdf_files({path}, "", k_raw);
+  auto source = formats::open_netcdf_files({path}, "", k_raw);
   const int64_t plane = 6 * 8;
   std::vector<float> image(static_cast<size_t>(16 * plane));
   std::vector<int32_t> labels(static_cast<size_t>(plane));
@@ -560,7 +564,7 @@ TEST_CASE("netCDF input: packed variables unpacked, fill values are bad samples,
   // The loader reads from several threads: the reads are serialised and agree with one thread.
   squall::test::TempDir m("squall-netcdf-threads");
   for (int f = 0; f < 3; ++f) write_nc(m.file("f" + std::to_string(f) + ".nc"), NcSpec{});
-  auto many = io::open_netcdf(m.path.string(), k_raw);
+  auto many = formats::open_netcdf(m.path.string(), k_raw);
   REQUIRE(many->size() == 9);
   const size_t per = static_cast<size_t>(16 * plane);
   std::vector<float> expected(per * 9);

@@ -5,17 +5,17 @@
 #include <cmath>
 
 #include "src/nn/backend.hpp"
-#include "src/train/optimizer.hpp"
-#include "src/train/schedule.hpp"
+#include "src/optim/optimizer.hpp"
+#include "src/optim/schedule.hpp"
 #include "tests/support/test_backend.hpp"
 
-using squall::train::MilestoneUnit;
-using squall::train::OptimizerConfig;
-using squall::train::OptimizerKind;
-using squall::train::ParamGroup;
-using squall::train::Schedule;
-using squall::train::ScheduleConfig;
-using squall::train::ScheduleKind;
+using squall::optim::MilestoneUnit;
+using squall::optim::OptimizerConfig;
+using squall::optim::OptimizerKind;
+using squall::optim::ParamGroup;
+using squall::optim::Schedule;
+using squall::optim::ScheduleConfig;
+using squall::optim::ScheduleKind;
 
 namespace {
 
@@ -124,7 +124,7 @@ std::vector<Vec> run_squall(const OptimizerConfig& c, const Problem& p) {
     groups.push_back({w_buf.data() + off, g_buf.data() + off, host.size(), p.decay[t], "t" + std::to_string(t)});
     off += host.size();
   }
-  auto opt = squall::train::make_optimizer(c, *be, groups);
+  auto opt = squall::optim::make_optimizer(c, *be, groups);
   for (size_t s = 0; s < p.g.size(); ++s) {
     for (size_t t = 0; t < p.w.size(); ++t) {
       std::vector<float> host(p.g[s][t].begin(), p.g[s][t].end());
@@ -159,7 +159,7 @@ void check_against_reference(const OptimizerConfig& c) {
 
 OptimizerConfig config(const std::string& name) {
   OptimizerConfig c;
-  c.name = squall::train::k_optimizer_kinds.parse(name, "optimizer.name", "test_optim");
+  c.name = squall::optim::k_optimizer_kinds.parse(name, "optimizer.name", "test_optim");
   c.weight_decay = 0.05;
   c.beta1 = 0.8;
   c.beta2 = 0.95;
@@ -203,8 +203,8 @@ TEST_CASE("larc wraps every optimizer", "[optim]") {
 }
 
 TEST_CASE("trust ratios", "[optim]") {
-  using squall::train::lamb_trust_ratio;
-  using squall::train::larc_factor;
+  using squall::optim::lamb_trust_ratio;
+  using squall::optim::larc_factor;
   CHECK(lamb_trust_ratio(3, 4) == Approx(0.75));
   CHECK(lamb_trust_ratio(0, 4) == 1.0);
   CHECK(lamb_trust_ratio(3, 0) == 1.0);
@@ -220,18 +220,18 @@ TEST_CASE("optimizer state is exposed and named", "[optim]") {
   auto be = squall::test::make_test_backend(1);
   auto w = be->allocate(10), g = be->allocate(10);
   std::vector<ParamGroup> groups = {{w.data(), g.data(), 4, true, "a"}, {w.data() + 4, g.data() + 4, 6, false, "b"}};
-  auto sgd = squall::train::make_optimizer(config("sgd"), *be, groups);
+  auto sgd = squall::optim::make_optimizer(config("sgd"), *be, groups);
   REQUIRE(sgd->state().size() == 1);
   CHECK(sgd->state()[0].name == "momentum");
   CHECK(sgd->state()[0].count == 10);
-  auto adam = squall::train::make_optimizer(config("adamw"), *be, groups);
+  auto adam = squall::optim::make_optimizer(config("adamw"), *be, groups);
   REQUIRE(adam->state().size() == 2);
   CHECK(adam->state()[1].name == "exp_avg_sq");
   adam->set_steps(41);
   CHECK(adam->steps() == 41);
   auto c = config("lamb");
   c.larc = true;
-  auto larc = squall::train::make_optimizer(c, *be, groups);
+  auto larc = squall::optim::make_optimizer(c, *be, groups);
   CHECK(larc->name() == "larc(lamb)");
   CHECK(larc->groups().size() == 2);
   CHECK_THROWS_WITH(config("rmsprop"), Catch::Contains("optimizer.name must be one of sgd | adam | adamw | lamb") &&

@@ -10,18 +10,18 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/checkpoint_file.hpp"
+#include "io/checkpoint/checkpoint_file.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/graph.hpp"
 #include "src/nn/layer.hpp"
 #include "src/perf/perf_model.hpp"
 #include "src/perf/perf_run.hpp"
-#include "src/train/config.hpp"
+#include "src/config/config.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/test_backend.hpp"
 
 using namespace squall;
-using namespace squall::train::perf;
+using namespace squall::perf;
 using nlohmann::json;
 
 TEST_CASE("perf model: parameter counts equal the built graph's for every zoo model", "[perf_model]") {
@@ -163,7 +163,7 @@ TEST_CASE("perf model: efficiency is 1 at the base and non-increasing with nodes
     for (int n : {1, 2, 16, 256})
       if (n < m.max_nodes) nodes.push_back(n);
     nodes.push_back(m.max_nodes);
-    for (const auto algo : {squall::train::Algorithm::ssgd, squall::train::Algorithm::sma}) {
+    for (const auto algo : {squall::parallel::Algorithm::ssgd, squall::parallel::Algorithm::sma}) {
       for (const std::string ar : {"hier", "flat"}) {
         Scenario s;
         s.algorithm = algo;
@@ -171,7 +171,7 @@ TEST_CASE("perf model: efficiency is 1 at the base and non-increasing with nodes
         for (const ModelCost* cost : {&r20, &dl}) {
           s.batch = cost == &dl ? 2 : 32;
           const auto rows = forecast(*cost, m, s, nodes);
-          INFO(machine << " " << squall::train::algorithm_name(algo) << " " << ar << " " << cost->name);
+          INFO(machine << " " << squall::parallel::algorithm_name(algo) << " " << ar << " " << cost->name);
           REQUIRE(rows.size() == nodes.size());
           CHECK(rows[0].efficiency == Approx(1.0));
           for (size_t i = 1; i < rows.size(); ++i) {
@@ -264,13 +264,13 @@ TEST_CASE("perf model: a run dir gives the calibration its model, knobs and inpu
   test::TempDir tmp("squall-perf-run");
   const std::filesystem::path dir = tmp.path / "run";
   std::filesystem::create_directories(dir);
-  train::Config cfg;
+  config::Config cfg;
   cfg.model.name = "unet";
   cfg.model.width = 8;
   cfg.model.depth = 2;
   cfg.data.train = tmp.file("moved-away");  // the run's data is not here
   cfg.data.test = cfg.data.train;
-  std::ofstream(dir / "config.toml") << train::to_toml(cfg);
+  std::ofstream(dir / "config.toml") << config::to_toml(cfg);
   nn::ModelSpec spec;
   spec.name = "unet";
   spec.classes = 3;
@@ -293,7 +293,7 @@ TEST_CASE("perf model: a run dir gives the calibration its model, knobs and inpu
   CHECK(run.measurement.steps == 4);
 
   // A checkpoint's metadata says the input and classes.
-  io::CheckpointData d;
+  checkpoint::CheckpointData d;
   d.ints["step"] = 4;
   d.texts["spec/name"] = "unet";
   d.texts["spec/config"] = "";
@@ -311,7 +311,7 @@ TEST_CASE("perf model: a run dir gives the calibration its model, knobs and inpu
   d.reals["normalization/input_scale"] = 1;
   d.arrays["normalization/mean"] = {};
   std::filesystem::create_directories(dir / "checkpoints" / "step-00000004");
-  io::write_checkpoint_file((dir / "checkpoints" / "step-00000004" / "model.h5").string(), d);
+  checkpoint::write_checkpoint_file((dir / "checkpoints" / "step-00000004" / "model.h5").string(), d);
   run = read_calibration_run((dir / "summary.json").string());
   REQUIRE(run.has_input);
   CHECK(run.c == 16);

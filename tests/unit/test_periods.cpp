@@ -14,14 +14,14 @@
 
 #include "src/core/error.hpp"
 #include "src/parallel/learners.hpp"
-#include "src/train/config.hpp"
+#include "src/config/config.hpp"
 #include "src/train/run_dir.hpp"
 #include "tests/support/tiny_model.hpp"
 
 using namespace squall;
-using train::Algorithm;
-using train::LearnerGroup;
-using train::LearnerGroupOptions;
+using parallel::Algorithm;
+using parallel::LearnerGroup;
+using parallel::LearnerGroupOptions;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -122,7 +122,7 @@ Trace run_job(const Job& job) {
       const size_t n = group->param_arena_floats();
       for (int64_t step = 0; step < job.steps; ++step) {
         if (step == job.resume_at) {
-          io::CheckpointData shared, own;
+          checkpoint::CheckpointData shared, own;
           group->save_shared(shared);
           group->save_own(own);
           group = make();
@@ -277,7 +277,7 @@ TEST_CASE("parallel.periods [1, 1] and [p, p] are parallel.period 1 and p, bit f
   Job same = today;
   same.inside = p;
   const Trace a = run_job(today), b = run_job(same);
-  INFO(train::algorithm_name(algorithm) << " period " << p);
+  INFO(parallel::algorithm_name(algorithm) << " period " << p);
   for (size_t k = 0; k < a.size(); ++k) {
     CHECK(same_bits(a[k].back().central, b[k].back().central));
     for (size_t j = 0; j < a[k].back().replicas.size(); ++j)
@@ -354,7 +354,7 @@ TEST_CASE("periods [1, 4] train another model than [1, 1] and [4, 4]", "[learner
   every_step.inside = every_step.across = 1;
   every_4.inside = 4;
   const auto a = run_job(by_level)[0].back().central;
-  INFO(train::algorithm_name(algorithm));
+  INFO(parallel::algorithm_name(algorithm));
   CHECK(diff(a, run_job(every_step)[0].back().central) > 1e-5);
   CHECK(diff(a, run_job(every_4)[0].back().central) > 1e-5);
 }
@@ -368,7 +368,7 @@ TEST_CASE("a checkpoint in the middle of an across period resumes bit for bit", 
   const Trace whole = run_job(job);
   job.resume_at = 6;  // two inside steps after the job's average of step 4
   const Trace resumed = run_job(job);
-  INFO(train::algorithm_name(job.algorithm));
+  INFO(parallel::algorithm_name(job.algorithm));
   for (size_t k = 0; k < whole.size(); ++k) {
     CHECK(same_bits(whole[k].back().central, resumed[k].back().central));
     CHECK(same_bits(whole[k].back().node, resumed[k].back().node));
@@ -386,7 +386,7 @@ TEST_CASE("sma by level: a checkpoint without the node's centre is refused namin
   o.period = 4;
   o.inside_period = 1;
   LearnerGroup g(*backend, test::make_tiny_graph, k_batch, k_batch, test::plain_sgd(), {}, o, alone);
-  io::CheckpointData shared, own;
+  checkpoint::CheckpointData shared, own;
   g.save_shared(shared);
   g.save_own(own);
   REQUIRE(own.arrays.count("node_central/z") == 1);
@@ -396,7 +396,7 @@ TEST_CASE("sma by level: a checkpoint without the node's centre is refused namin
 }
 
 TEST_CASE("parallel.periods: the config's checks name the key and the values", "[config][periods]") {
-  auto load = [](std::vector<std::string> sets) { return train::load_config("", sets); };
+  auto load = [](std::vector<std::string> sets) { return config::load_config("", sets); };
   SECTION("across a multiple of inside") {
     REQUIRE_THROWS_WITH(load({"parallel.algorithm=sma", "parallel.periods=[3, 4]"}),
                         Contains("parallel.periods = [3, 4]") && Contains("multiple of inside"));
@@ -413,21 +413,21 @@ TEST_CASE("parallel.periods: the config's checks name the key and the values", "
   SECTION("ssgd takes [1, 1] only") {
     REQUIRE_THROWS_WITH(load({"parallel.periods=[1, 4]"}), Contains("parallel.periods = [1, 4] applies to "
                                                                     "parallel.algorithm = sma or local-sgd"));
-    CHECK(train::sync_periods(load({"parallel.periods=[1, 1]"}).parallel) == train::SyncPeriods{1, 1});
+    CHECK(config::sync_periods(load({"parallel.periods=[1, 1]"}).parallel) == config::SyncPeriods{1, 1});
   }
   SECTION("period is short for [period, period]; periods sets period to its across") {
-    CHECK(train::sync_periods(load({"parallel.algorithm=sma", "parallel.period=4"}).parallel) ==
-          train::SyncPeriods{4, 4});
-    const train::Config c = load({"parallel.algorithm=local-sgd", "parallel.periods=[2, 8]"});
-    CHECK(train::sync_periods(c.parallel) == train::SyncPeriods{2, 8});
+    CHECK(config::sync_periods(load({"parallel.algorithm=sma", "parallel.period=4"}).parallel) ==
+          config::SyncPeriods{4, 4});
+    const config::Config c = load({"parallel.algorithm=local-sgd", "parallel.periods=[2, 8]"});
+    CHECK(config::sync_periods(c.parallel) == config::SyncPeriods{2, 8});
     CHECK(c.parallel.period == 8);
     CHECK(load({"parallel.algorithm=sma", "parallel.period=8", "parallel.periods=[2, 8]"}).parallel.period == 8);
     // A resolved config loads again (to_toml writes both keys).
-    CHECK(train::parse_config(train::to_toml(c), "config.toml").parallel == c.parallel);
+    CHECK(config::parse_config(config::to_toml(c), "config.toml").parallel == c.parallel);
   }
   SECTION("a resume with other periods is refused") {
-    const train::Config then = load({"parallel.algorithm=sma", "parallel.periods=[1, 4]"});
-    const train::Config now = load({"parallel.algorithm=sma", "parallel.periods=[2, 4]"});
+    const config::Config then = load({"parallel.algorithm=sma", "parallel.periods=[1, 4]"});
+    const config::Config now = load({"parallel.algorithm=sma", "parallel.periods=[2, 4]"});
     std::vector<std::string> changed;
     CHECK_THAT(train::resume_incompatibility(now, then, changed), Contains("parallel.periods: [1, 4] -> [2, 4]"));
     CHECK(train::resume_incompatibility(then, then, changed).empty());

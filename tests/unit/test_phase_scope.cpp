@@ -10,7 +10,7 @@
 #include "src/parallel/group_core.hpp"
 
 using namespace squall;
-using namespace squall::train;
+using namespace squall::parallel;
 
 namespace {
 

@@ -1,13 +1,13 @@
-// The PNG writer (io/png.hpp), decoded here with zlib to check what it claims, and the
-// predictions picture (src/eval/predictions.hpp): its size, its panels and north up.
+// The PNG writer (io/pictures/png.hpp), decoded here with zlib to check what it claims, and the
+// predictions picture (io/pictures/prediction_picture.hpp): its size, its panels and north up.
 #include <catch2/catch.hpp>
 #include <zlib.h>
 
 #include <cstring>
 
-#include "io/png.hpp"
+#include "io/pictures/png.hpp"
 #include "src/core/error.hpp"
-#include "src/eval/predictions.hpp"
+#include "io/pictures/prediction_picture.hpp"
 
 using namespace squall;
 
@@ -18,11 +18,11 @@ uint32_t get32(const std::vector<uint8_t>& b, size_t at) {
 }
 
 // Decodes what encode_png writes (8-bit RGB, filter 0), checking every chunk's CRC.
-io::RgbImage decode(const std::vector<uint8_t>& png) {
+pictures::RgbImage decode(const std::vector<uint8_t>& png) {
   const uint8_t signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   REQUIRE(png.size() > 8);
   REQUIRE(std::memcmp(png.data(), signature, 8) == 0);
-  io::RgbImage img;
+  pictures::RgbImage img;
   std::vector<uint8_t> idat;
   bool ended = false;
   for (size_t at = 8; at < png.size();) {
@@ -57,7 +57,7 @@ io::RgbImage decode(const std::vector<uint8_t>& png) {
   return img;
 }
 
-std::vector<uint8_t> pixel(const io::RgbImage& img, int64_t x, int64_t y) {
+std::vector<uint8_t> pixel(const pictures::RgbImage& img, int64_t x, int64_t y) {
   const uint8_t* p = img.rgb.data() + (y * img.width + x) * 3;
   return {p[0], p[1], p[2]};
 }
@@ -65,20 +65,20 @@ std::vector<uint8_t> pixel(const io::RgbImage& img, int64_t x, int64_t y) {
 }  // namespace
 
 TEST_CASE("png: what encode_png writes decodes to the same pixels", "[png]") {
-  io::RgbImage img(5, 3, 0);
+  pictures::RgbImage img(5, 3, 0);
   for (int64_t y = 0; y < 3; ++y)
     for (int64_t x = 0; x < 5; ++x)
       img.set(x, y, static_cast<uint8_t>(40 * x), static_cast<uint8_t>(80 * y), static_cast<uint8_t>(x + y));
-  const io::RgbImage back = decode(io::encode_png(img));
+  const pictures::RgbImage back = decode(pictures::encode_png(img));
   CHECK(back.width == 5);
   CHECK(back.height == 3);
   CHECK(back.rgb == img.rgb);
-  CHECK_THROWS_AS(io::encode_png(io::RgbImage()), Error);
+  CHECK_THROWS_AS(pictures::encode_png(pictures::RgbImage()), Error);
 }
 
 TEST_CASE("the predictions picture: channel, labels and predictions side by side, north up", "[png]") {
   const int64_t h = 4, w = 6;
-  std::vector<train::PredictionSample> samples(2);
+  std::vector<pictures::PredictionSample> samples(2);
   for (auto& s : samples) {
     s.channel.assign(h * w, 0.0f);
     s.label.assign(h * w, 0);
@@ -88,10 +88,10 @@ TEST_CASE("the predictions picture: channel, labels and predictions side by side
   samples[0].label[(h - 1) * w + 1] = 1;         // a cyclone pixel in the label ...
   samples[0].pred[0 * w + 2] = 2;                // ... and a river in the prediction, southernmost row
   samples[1].label[5] = -1;                      // an ignored pixel
-  const io::RgbImage img = decode(io::encode_png(train::prediction_picture(samples, h, w)));
-  CHECK(img.width == 3 * w + 2 * train::k_gap);
-  CHECK(img.height == 2 * h + train::k_gap);
-  const int64_t label_x = w + train::k_gap, pred_x = 2 * (w + train::k_gap);
+  const pictures::RgbImage img = decode(pictures::encode_png(pictures::prediction_picture(samples, h, w)));
+  CHECK(img.width == 3 * w + 2 * pictures::k_gap);
+  CHECK(img.height == 2 * h + pictures::k_gap);
+  const int64_t label_x = w + pictures::k_gap, pred_x = 2 * (w + pictures::k_gap);
   CHECK(pixel(img, 0, 0) == std::vector<uint8_t>{255, 255, 255});      // the channel's maximum, at the top
   CHECK(pixel(img, 1, 0) == std::vector<uint8_t>{0, 0, 0});            // its minimum elsewhere
   CHECK(pixel(img, label_x + 1, 0) == std::vector<uint8_t>{230, 50, 40});       // cyclone: red, top row
@@ -99,7 +99,7 @@ TEST_CASE("the predictions picture: channel, labels and predictions side by side
   CHECK(pixel(img, label_x, 0) == std::vector<uint8_t>{127, 127, 127});  // background: the channel dimmed
   CHECK(pixel(img, w, 0) == std::vector<uint8_t>{255, 255, 255});      // the gap between panels is white
   // Sample 1's ignored pixel (grid row 0, column 5) is black, on its strip's bottom row.
-  CHECK(pixel(img, label_x + 5, h + train::k_gap + h - 1) == std::vector<uint8_t>{0, 0, 0});
+  CHECK(pixel(img, label_x + 5, h + pictures::k_gap + h - 1) == std::vector<uint8_t>{0, 0, 0});
   samples[1].pred.pop_back();
-  CHECK_THROWS_AS(train::prediction_picture(samples, h, w), Error);
+  CHECK_THROWS_AS(pictures::prediction_picture(samples, h, w), Error);
 }

@@ -342,24 +342,24 @@ TEST_CASE("reduced precision: LeNet-5 at bf16 computes the f32 model's logits an
 
 TEST_CASE("fp16 loss scaling: overflowing steps are skipped, the scale follows GradScaler's rule, and the "
           "updates taken equal fp32's", "[precision][learners]") {
-  const auto algorithm = GENERATE(train::Algorithm::ssgd, train::Algorithm::sma);
-  INFO("algorithm " << train::algorithm_name(algorithm));
+  const auto algorithm = GENERATE(parallel::Algorithm::ssgd, parallel::Algorithm::sma);
+  INFO("algorithm " << parallel::algorithm_name(algorithm));
   auto backend = test::make_test_backend(2);
   mpi::OneRankAllreduce alone;
   const int64_t b = 4;
   const int L = 2;
-  train::LearnerGroupOptions o;
+  parallel::LearnerGroupOptions o;
   o.algorithm = algorithm;
   o.learners = L;
   o.alpha = 0.2;
   o.momentum = 0.0;
-  train::LearnerGroupOptions o16 = o;
+  parallel::LearnerGroupOptions o16 = o;
   o16.precision = DType::f16;
   o16.loss_scaling.dynamic = true;
   o16.loss_scaling.initial = std::ldexp(1.0f, 30);  // dlogits ~ 0.1 x 2^30: far beyond f16's 65504
   o16.loss_scaling.growth_interval = 3;
-  train::LearnerGroup g32(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o, alone);
-  train::LearnerGroup g16(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o16, alone);
+  parallel::LearnerGroup g32(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o, alone);
+  parallel::LearnerGroup g16(*backend, test::make_tiny_graph, b, b, test::plain_sgd(), {}, o16, alone);
   const size_t P = test::k_tiny_arena;
   const auto initial = test::on_host(g16.central_params(), P);
 
@@ -374,7 +374,7 @@ TEST_CASE("fp16 loss scaling: overflowing steps are skipped, the scale follows G
       ++skipped;
       clean_streak = 0;
       expected_scale /= 2;
-      if (algorithm == train::Algorithm::ssgd)  // nothing moved
+      if (algorithm == parallel::Algorithm::ssgd)  // nothing moved
         CHECK(test::on_host(g16.central_params(), P) == before);
     } else {
       ++taken;
@@ -394,6 +394,6 @@ TEST_CASE("fp16 loss scaling: overflowing steps are skipped, the scale follows G
   // ssgd: the same updates, up to f16's rounding of activations and gradients (unscaled
   // correctly: an update 2^16 times too large would be far off). (Under sma a skipped step
   // still pulls the replicas towards the centre, so fp32 has no step to match it with.)
-  if (algorithm == train::Algorithm::ssgd) CHECK(test::relative_l2(p16, p32) < 0.02);
+  if (algorithm == parallel::Algorithm::ssgd) CHECK(test::relative_l2(p16, p32) < 0.02);
 }
 

@@ -21,16 +21,16 @@ TEST_CASE("count_regions: 8-neighbours, and the longitude's two ends touch", "[p
       0, 0, 1, 0, 0, 0,  //
       0, 0, 0, 1, 0, 2,  //
   };
-  CHECK(train::count_regions(m.data(), 4, 6, 1) == 2);
-  CHECK(train::count_regions(m.data(), 4, 6, 2) == 1);
-  CHECK(train::count_regions(m.data(), 4, 6, 0) == 1);
+  CHECK(eval::count_regions(m.data(), 4, 6, 1) == 2);
+  CHECK(eval::count_regions(m.data(), 4, 6, 2) == 1);
+  CHECK(eval::count_regions(m.data(), 4, 6, 0) == 1);
   // Without the wrap the seam pair would be two: cut the grid to columns 0..4 of a copy.
   std::vector<uint8_t> cut = {1, 0, 0, 0, 1, 0};
-  CHECK(train::count_regions(cut.data(), 1, 6, 1) == 2);
+  CHECK(eval::count_regions(cut.data(), 1, 6, 1) == 2);
   cut = {1, 0, 0, 0, 0, 1};
-  CHECK(train::count_regions(cut.data(), 1, 6, 1) == 1);
+  CHECK(eval::count_regions(cut.data(), 1, 6, 1) == 1);
   // Nothing of that class: none.
-  CHECK(train::count_regions(m.data(), 4, 6, 3) == 0);
+  CHECK(eval::count_regions(m.data(), 4, 6, 3) == 0);
 }
 
 TEST_CASE("predict_inputs: files as given, folders' data files in name order, no stats.h5", "[predict]") {
@@ -40,13 +40,14 @@ TEST_CASE("predict_inputs: files as given, folders' data files in name order, no
   for (const char* name : {"data-b.h5", "data-a.h5", "stats.h5", "notes.txt"}) std::ofstream(dir / name) << "x";
   const std::string lone = tmp.file("lone.h5");
   std::ofstream(lone) << "x";
-  const auto files = train::predict_inputs({lone, dir.string()});
+  const auto files = eval::predict_inputs({lone, dir.string()});
   REQUIRE(files.size() == 3);
   CHECK(files[0] == lone);
   CHECK(std::filesystem::path(files[1]).filename() == "data-a.h5");
   CHECK(std::filesystem::path(files[2]).filename() == "data-b.h5");
-  CHECK_THROWS_WITH(train::predict_inputs({tmp.file("nowhere")}), Catch::Contains("nowhere") && Catch::Contains("no such"));
+  CHECK_THROWS_WITH(eval::predict_inputs({tmp.file("nowhere")}),
+                    Catch::Contains("nowhere") && Catch::Contains("no such"));
   const std::filesystem::path empty = tmp.file("empty");
   std::filesystem::create_directories(empty);
-  CHECK_THROWS_WITH(train::predict_inputs({empty.string()}), Catch::Contains("no data files"));
+  CHECK_THROWS_WITH(eval::predict_inputs({empty.string()}), Catch::Contains("no data files"));
 }

@@ -1,4 +1,4 @@
-// Reading a run dir's records back (src/train/run_records.hpp): one clock across a resumed
+// Reading a run dir's records back (io/records/run_records.hpp): one clock across a resumed
 // run's attempts, in the records' current form (run clock, `attempt`) and in the form run
 // dirs were written in before it (elapsed_s restarting at each resume, untimed train records);
 // the whole run's figures and the time to target from summary.json or the records.
@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/train/run_records.hpp"
+#include "io/records/run_records.hpp"
 
-using namespace squall::train;
+using namespace squall::records;
 using nlohmann::json;
 
 namespace {

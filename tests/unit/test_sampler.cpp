@@ -5,11 +5,11 @@
 #include <numeric>
 #include <set>
 
-#include "io/sampler.hpp"
+#include "io/input/sampler.hpp"
 #include "src/core/error.hpp"
 
-using squall::io::Sampler;
-using squall::io::Sampling;
+using squall::input::Sampler;
+using squall::input::Sampling;
 
 namespace {
 
@@ -34,7 +34,7 @@ std::vector<Shape> job_shapes() {
   std::vector<Shape> shapes;
   for (int ranks = 1; ranks <= 9; ++ranks)
     for (int per_node = 1; per_node <= ranks; ++per_node)
-      shapes.push_back({squall::io::uniform_node_sizes(ranks, per_node)});
+      shapes.push_back({squall::input::uniform_node_sizes(ranks, per_node)});
   shapes.push_back({{3, 1, 2}});  // unequal nodes, as physical nodes may be
   shapes.push_back({{1, 4}});
   return shapes;
@@ -65,8 +65,8 @@ TEST_CASE("every epoch every sample is read exactly once, by one rank", "[sample
         for (int shards = 1; shards <= 7; ++shards) {
           const auto offsets = uneven_offsets(n, shards, static_cast<uint64_t>(shape.world()));
           const Sampler sampler(mode, offsets, shape.node_sizes, 7);
-          INFO("mode " << squall::io::k_sampling_modes.name(mode) << ", nodes " << shape.node_sizes.size() << ", ranks "
-                       << shape.world() << ", samples " << n << ", shards " << shards);
+          INFO("mode " << squall::input::k_sampling_modes.name(mode) << ", nodes " << shape.node_sizes.size()
+                       << ", ranks " << shape.world() << ", samples " << n << ", shards " << shards);
           for (int64_t epoch = 0; epoch < 3; ++epoch) {
             const auto lists = all_lists(mode, offsets, shape, 7, epoch);
             std::vector<int> seen(static_cast<size_t>(n), 0);
@@ -176,8 +176,8 @@ TEST_CASE("files_for_node in global mode is every file that holds a sample", "[s
 }
 
 TEST_CASE("bad sampler arguments are errors that say what is wrong", "[sampler]") {
-  CHECK(squall::io::k_sampling_modes.parse("local", "--sampling", "") == Sampling::local);
-  CHECK_THROWS_WITH(squall::io::k_sampling_modes.parse("nodewise", "--sampling", ""),
+  CHECK(squall::input::k_sampling_modes.parse("local", "--sampling", "") == Sampling::local);
+  CHECK_THROWS_WITH(squall::input::k_sampling_modes.parse("nodewise", "--sampling", ""),
                     Catch::Contains("\"nodewise\"") && Catch::Contains("global | local"));
   CHECK_THROWS_AS(Sampler(Sampling::global, {0, 5, 3}, {1}, 1), squall::Error);
   CHECK_THROWS_AS(Sampler(Sampling::global, {1, 5}, {1}, 1), squall::Error);
@@ -185,6 +185,6 @@ TEST_CASE("bad sampler arguments are errors that say what is wrong", "[sampler]"
   CHECK_THROWS_AS(Sampler(Sampling::global, {0, 5}, {2, 0}, 1), squall::Error);
   CHECK_THROWS_AS(Sampler(Sampling::global, {0, 5}, {1}, 1).steps_per_epoch(0), squall::Error);
   CHECK_THROWS_AS(Sampler(Sampling::global, {0, 5}, {1}, 1).indices(0, 0, 1), squall::Error);
-  CHECK(squall::io::node_sizes_from(std::vector<int>{0, 0, 1, 2, 2, 2}) == std::vector<int>{2, 1, 3});
-  CHECK(squall::io::uniform_node_sizes(5, 2) == std::vector<int>{2, 2, 1});
+  CHECK(squall::input::node_sizes_from(std::vector<int>{0, 0, 1, 2, 2, 2}) == std::vector<int>{2, 1, 3});
+  CHECK(squall::input::uniform_node_sizes(5, 2) == std::vector<int>{2, 2, 1});
 }

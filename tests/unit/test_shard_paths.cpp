@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <random>
 
-#include "io/dataset.hpp"
-#include "io/shard.hpp"
+#include "io/formats/dataset.hpp"
+#include "io/formats/shard.hpp"
 
 using namespace squall;
 
@@ -22,16 +22,16 @@ struct Written {
 
 TEST_CASE("cached and streamed shard reads agree with what was written", "[io]") {
   const auto dir = std::filesystem::temp_directory_path() / "squall-test-shard-paths";
-  struct Case { io::SampleType type; int compression; bool per_pixel; };
-  for (const Case c : {Case{io::SampleType::uint8, 0, false}, Case{io::SampleType::uint8, 5, false},
-                       Case{io::SampleType::float32, 0, true}, Case{io::SampleType::float32, 3, true}}) {
-    INFO("type " << (c.type == io::SampleType::uint8 ? "uint8" : "float32") << " compression " << c.compression
+  struct Case { formats::SampleType type; int compression; bool per_pixel; };
+  for (const Case c : {Case{formats::SampleType::uint8, 0, false}, Case{formats::SampleType::uint8, 5, false},
+                       Case{formats::SampleType::float32, 0, true}, Case{formats::SampleType::float32, 3, true}}) {
+    INFO("type " << (c.type == formats::SampleType::uint8 ? "uint8" : "float32") << " compression " << c.compression
                  << (c.per_pixel ? " per-pixel labels" : ""));
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     const nn::Shape sample(1, 3, 5, 7);
     const int64_t per = sample.per_sample(), plane = 35, shards = 2, per_shard = 9;
-    io::ShardMeta meta;
+    formats::ShardMeta meta;
     meta.class_names = {"a", "b", "c", "d"};
     meta.channel_names = {"x", "y", "z"};
     meta.mean = {10.0f, 20.0f, 30.0f};
@@ -41,8 +41,8 @@ TEST_CASE("cached and streamed shard reads agree with what was written", "[io]")
     Written w;
     std::mt19937 rng(5);
     for (int s = 0; s < shards; ++s) {
-      io::ShardWriter writer((dir / io::shard_name("train", s, static_cast<int>(shards))).string(), sample, c.type,
-                             c.per_pixel, c.compression, meta);
+      formats::ShardWriter writer((dir / formats::shard_name("train", s, static_cast<int>(shards))).string(), sample,
+                                  c.type, c.per_pixel, c.compression, meta);
       for (int i = 0; i < per_shard; ++i) {
         std::vector<uint8_t> u8(static_cast<size_t>(per));
         std::vector<float> f32(static_cast<size_t>(per));
@@ -52,13 +52,13 @@ TEST_CASE("cached and streamed shard reads agree with what was written", "[io]")
         }
         std::vector<int32_t> lab(static_cast<size_t>(c.per_pixel ? plane : 1));
         for (auto& l : lab) l = static_cast<int32_t>(rng() % 4);
-        if (c.type == io::SampleType::uint8)
+        if (c.type == formats::SampleType::uint8)
           writer.append(u8.data(), lab.data());
         else
           writer.append(f32.data(), lab.data());
         for (int64_t k = 0; k < per; ++k) {
           const size_t ch = static_cast<size_t>(k / plane);
-          const float raw = c.type == io::SampleType::uint8 ? static_cast<float>(u8[static_cast<size_t>(k)])
+          const float raw = c.type == formats::SampleType::uint8 ? static_cast<float>(u8[static_cast<size_t>(k)])
                                                             : f32[static_cast<size_t>(k)];
           w.images.push_back((raw - meta.mean[ch]) * (1.0f / meta.std[ch]));
         }
@@ -68,9 +68,9 @@ TEST_CASE("cached and streamed shard reads agree with what was written", "[io]")
     }
     for (const int64_t cache : {int64_t{1} << 30, int64_t{0}}) {
       INFO((cache ? "cached" : "streamed"));
-      io::OpenOptions options;
+      formats::OpenOptions options;
       options.cache_bytes = cache;
-      const auto source = io::open_shards(dir.string(), "train", options);
+      const auto source = formats::open_shards(dir.string(), "train", options);
       REQUIRE(source->size() == shards * per_shard);
       const int64_t n = source->size(), label_count = c.per_pixel ? plane : 1;
       std::vector<int64_t> indices(static_cast<size_t>(n));

@@ -10,20 +10,20 @@
 #include <random>
 #include <thread>
 
-#include "io/dataset.hpp"
-#include "io/inspect.hpp"
-#include "io/shard.hpp"
+#include "io/formats/dataset.hpp"
+#include "io/formats/inspect.hpp"
+#include "io/formats/shard.hpp"
 #include "src/core/error.hpp"
-#include "src/train/datasets.hpp"
+#include "io/input/open_dataset.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using Catch::Contains;
-using squall::io::OpenOptions;
-using squall::io::SampleType;
-using squall::io::ShardMeta;
-using squall::io::ShardWriter;
+using squall::formats::OpenOptions;
+using squall::formats::SampleType;
+using squall::formats::ShardMeta;
+using squall::formats::ShardWriter;
 using squall::nn::Shape;
 
 namespace {
@@ -88,7 +88,7 @@ void h5py(const std::string& path, const std::string& code) {
 
 std::string open_error(const std::string& path) {
   try {
-    squall::io::open_shard_files({path}, k_raw);
+    squall::formats::open_shard_files({path}, k_raw);
   } catch (const squall::Error& e) {
     return e.what();
   }
@@ -103,13 +103,15 @@ TEST_CASE("shard round trip: uint8 images, one label per sample, several files",
   const Shape sample(1, 2, 3, 4);
   std::vector<uint8_t> images;
   std::vector<int32_t> labels;
-  write_shard(d.file(squall::io::shard_name("train", 0, 2)), sample, SampleType::uint8, false, compression, 0, 5, images, labels);
-  write_shard(d.file(squall::io::shard_name("train", 1, 2)), sample, SampleType::uint8, false, compression, 5, 3, images, labels);
-  CHECK(squall::io::shard_name("train", 3, 16) == "train-00003-of-00016.h5");
-  CHECK(squall::io::detect_format(d.path.string()) == "shards");
+  write_shard(d.file(squall::formats::shard_name("train", 0, 2)), sample, SampleType::uint8, false, compression, 0, 5,
+              images, labels);
+  write_shard(d.file(squall::formats::shard_name("train", 1, 2)), sample, SampleType::uint8, false, compression, 5, 3,
+              images, labels);
+  CHECK(squall::formats::shard_name("train", 3, 16) == "train-00003-of-00016.h5");
+  CHECK(squall::formats::detect_format(d.path.string()) == "shards");
   CHECK_FALSE(fs::exists(d.file("train-00000-of-00002.h5.tmp")));
 
-  auto src = squall::io::open_shards(d.path.string(), "train", k_raw);
+  auto src = squall::formats::open_shards(d.path.string(), "train", k_raw);
   REQUIRE(src->size() == 8);
   CHECK(src->info().sample == sample);
   CHECK(src->info().classes == 3);
@@ -128,7 +130,7 @@ TEST_CASE("shard round trip: uint8 images, one label per sample, several files",
     for (size_t p = 0; p < 24; ++p) REQUIRE(out[k * 24 + p] == static_cast<float>(images[i * 24 + p]));
   }
 
-  const auto info = squall::io::read_shard_info(d.file("train-00000-of-00002.h5"));
+  const auto info = squall::formats::read_shard_info(d.file("train-00000-of-00002.h5"));
   CHECK(info.count == 5);
   CHECK(info.type == SampleType::uint8);
   CHECK(info.compression == compression);
@@ -142,8 +144,10 @@ TEST_CASE("shard round trip: uint8 images, one label per sample, several files",
   CHECK(info.meta.source == "unit test");
 
   // Normalised reads: zscore (x - mean) / std and minmax (x - min) / (max - min) per channel.
-  auto z = squall::io::open_shards(d.path.string(), "train", OpenOptions{true, squall::data::NormalizationKind::zscore});
-  auto mm = squall::io::open_shards(d.path.string(), "train", OpenOptions{true, squall::data::NormalizationKind::minmax});
+  auto z = squall::formats::open_shards(d.path.string(), "train",
+                                        OpenOptions{true, squall::data::NormalizationKind::zscore});
+  auto mm = squall::formats::open_shards(d.path.string(), "train",
+                                         OpenOptions{true, squall::data::NormalizationKind::minmax});
   std::vector<float> zo(24), mo(24);
   int32_t l = 0;
   const int64_t one = 6;
@@ -164,7 +168,7 @@ TEST_CASE("shard round trip: float32 images with per-pixel labels", "[io]") {
   std::vector<float> images;
   std::vector<int32_t> labels;
   write_shard(d.file("test-00000-of-00001.h5"), sample, SampleType::float32, true, compression, 0, 4, images, labels);
-  auto src = squall::io::open_shards(d.path.string(), "test", k_raw);
+  auto src = squall::formats::open_shards(d.path.string(), "test", k_raw);
   REQUIRE(src->size() == 4);
   CHECK(src->info().per_pixel_labels);
   std::vector<int64_t> idx = {3, 1, 0, 2};
@@ -176,7 +180,7 @@ TEST_CASE("shard round trip: float32 images with per-pixel labels", "[io]") {
     for (size_t p = 0; p < 90; ++p) REQUIRE(out[k * 90 + p] == images[i * 90 + p]);
     for (size_t p = 0; p < 30; ++p) REQUIRE(lab[k * 30 + p] == labels[i * 30 + p]);
   }
-  CHECK_THROWS_WITH(squall::io::open_shards(d.path.string(), "train", k_raw), Contains("no train shards"));
+  CHECK_THROWS_WITH(squall::formats::open_shards(d.path.string(), "train", k_raw), Contains("no train shards"));
 }
 
 TEST_CASE("shard writer: no file without close(), sample type checked", "[io]") {
@@ -188,7 +192,7 @@ TEST_CASE("shard writer: no file without close(), sample type checked", "[io]") 
     CHECK_THROWS_WITH(w.append(f, &l), Contains("float32 sample appended to a uint8 shard"));
   }
   CHECK(fs::is_empty(d.path));
-  CHECK(squall::io::detect_format(d.path.string()).empty());
+  CHECK(squall::formats::detect_format(d.path.string()).empty());
 }
 
 TEST_CASE("broken shards: errors name the file and dataset", "[io]") {
@@ -206,7 +210,7 @@ TEST_CASE("broken shards: errors name the file and dataset", "[io]") {
     const std::string e = open_error(cut);
     CHECK_THAT(e, Contains(cut));
     CHECK_THAT(e, Contains("truncated"));
-    const auto report = squall::io::inspect_paths({cut});
+    const auto report = squall::formats::inspect_paths({cut});
     REQUIRE(report.errors.size() == 1);
     CHECK_THAT(report.errors[0], Contains(cut));
   }
@@ -228,14 +232,14 @@ TEST_CASE("broken shards: errors name the file and dataset", "[io]") {
       w.append(img.data(), &l);
       w.close();
     }
-    auto src = squall::io::open_shard_files({bad}, k_raw);
+    auto src = squall::formats::open_shard_files({bad}, k_raw);
     std::vector<float> out(16);
     int32_t l = 0;
     for (int64_t i : {int64_t{1}, int64_t{2}}) {
       try {
         src->read(std::span<const int64_t>(&i, 1), out.data(), &l);
         FAIL("no BadSample for sample " << i);
-      } catch (const squall::train::BadSample& e) {
+      } catch (const squall::data::BadSample& e) {
         CHECK(e.file() == bad);
         CHECK(e.index() == i);
         CHECK_THAT(std::string(e.what()), Contains(bad) && Contains("/images") && Contains("index " + std::to_string(i)));
@@ -243,7 +247,7 @@ TEST_CASE("broken shards: errors name the file and dataset", "[io]") {
     }
     const int64_t zero = 0;
     src->read(std::span<const int64_t>(&zero, 1), out.data(), &l);
-    const auto report = squall::io::inspect_paths({bad});
+    const auto report = squall::formats::inspect_paths({bad});
     CHECK(report.samples == 1);
     CHECK(report.errors.size() == 2);
   }
@@ -254,10 +258,10 @@ TEST_CASE("broken shards: errors name the file and dataset", "[io]") {
     const int32_t l = 7;
     w.append(img.data(), &l);
     w.close();
-    auto src = squall::io::open_shard_files({bad}, k_raw);
+    auto src = squall::formats::open_shard_files({bad}, k_raw);
     int32_t out_l = 0;
     const int64_t zero = 0;
-    CHECK_THROWS_AS(src->read(std::span<const int64_t>(&zero, 1), img.data(), &out_l), squall::train::BadSample);
+    CHECK_THROWS_AS(src->read(std::span<const int64_t>(&zero, 1), img.data(), &out_l), squall::data::BadSample);
     CHECK_THROWS_WITH(src->read(std::span<const int64_t>(&zero, 1), img.data(), &out_l),
                       Contains(bad) && Contains("/labels") && Contains("label 7"));
   }
@@ -265,7 +269,7 @@ TEST_CASE("broken shards: errors name the file and dataset", "[io]") {
     std::vector<uint8_t> im8;
     std::vector<int32_t> l8;
     write_shard(d.file("train-00001-of-00002.h5"), Shape(1, 1, 5, 5), SampleType::uint8, false, 0, 0, 2, im8, l8);
-    CHECK_THROWS_WITH(squall::io::open_shard_files({good, d.file("train-00001-of-00002.h5")}, k_raw),
+    CHECK_THROWS_WITH(squall::formats::open_shard_files({good, d.file("train-00001-of-00002.h5")}, k_raw),
                       Contains("train-00001-of-00002.h5") && Contains("[1,1,5,5]"));
   }
 }
@@ -300,7 +304,7 @@ TEST_CASE("broken shards of the wrong layout, written by h5py: errors name the f
   SECTION("labels missing") {
     h5py(f, "with h5py.File(path, 'w') as f:\n  f.create_dataset('images', data=np.zeros((4,1,2,2), np.uint8))\n");
     CHECK_THAT(open_error(f), Contains(f) && Contains("/labels is missing"));
-    const auto report = squall::io::inspect_paths({d.path.string()});
+    const auto report = squall::formats::inspect_paths({d.path.string()});
     CHECK(report.format == "shards");
     REQUIRE(report.errors.size() == 1);
     CHECK_THAT(report.errors[0], Contains(f) && Contains("/labels"));
@@ -310,12 +314,12 @@ TEST_CASE("broken shards of the wrong layout, written by h5py: errors name the f
 
 TEST_CASE("detect_format tells the dataset kinds apart", "[io]") {
   TempDir d;
-  CHECK(squall::io::detect_format(d.path.string()).empty());
-  CHECK(squall::io::detect_format(d.file("missing")).empty());
+  CHECK(squall::formats::detect_format(d.path.string()).empty());
+  CHECK(squall::formats::detect_format(d.file("missing")).empty());
   std::ofstream(d.file("data-2106-01-01-00-1.h5")) << "x";
-  CHECK(squall::io::detect_format(d.path.string()) == "deepcam");
+  CHECK(squall::formats::detect_format(d.path.string()) == "deepcam");
   std::ofstream(d.file("train-images-idx3-ubyte.gz")) << "x";
-  CHECK(squall::io::detect_format(d.path.string()) == "idx");
+  CHECK(squall::formats::detect_format(d.path.string()) == "idx");
 }
 
 TEST_CASE("shard reads from several threads at once agree with one thread", "[io]") {
@@ -324,9 +328,9 @@ TEST_CASE("shard reads from several threads at once agree with one thread", "[io
   std::vector<float> images;
   std::vector<int32_t> labels;
   for (int f = 0; f < 3; ++f)
-    write_shard(d.file(squall::io::shard_name("train", f, 3)), sample, SampleType::float32, false, 2, f * 40, 40,
+    write_shard(d.file(squall::formats::shard_name("train", f, 3)), sample, SampleType::float32, false, 2, f * 40, 40,
                 images, labels);
-  auto src = squall::io::open_shards(d.path.string(), "train", k_raw);
+  auto src = squall::formats::open_shards(d.path.string(), "train", k_raw);
   REQUIRE(src->size() == 120);
   std::vector<int> mismatches(4, 0);
   std::vector<std::thread> threads;

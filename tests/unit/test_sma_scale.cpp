@@ -11,13 +11,14 @@
 
 #include "src/nn/backend.hpp"
 #include "src/parallel/learners.hpp"
+#include "src/config/config.hpp"
 #include "src/parallel/sma.hpp"
 #include "tests/support/tiny_model.hpp"
 
 using namespace squall;
-using train::LearnerGroup;
-using train::LearnerGroupOptions;
-using train::SmaCoefficients;
+using parallel::LearnerGroup;
+using parallel::LearnerGroupOptions;
+using parallel::SmaCoefficients;
 
 namespace {
 
@@ -76,12 +77,13 @@ std::vector<int64_t> learner_counts() {
 }  // namespace
 
 TEST_CASE("the default SMA coefficients are stable from 1 to 109,440 learners", "[sma]") {
-  const train::ParallelConfig defaults;
+  const config::ParallelConfig defaults;
   for (double h : {0.05, 0.5, 2.0}) {     // curvature of the loss
     for (double m : {0.0, 0.9}) {         // the learners' own SGD momentum
       const double lr = 0.05;
       for (int64_t L : learner_counts()) {
-        const SmaCoefficients c = train::sma_coefficients(defaults.alpha, defaults.centre_rate, defaults.momentum, L);
+        const SmaCoefficients c =
+            parallel::sma_coefficients(defaults.alpha, defaults.centre_rate, defaults.momentum, L);
         INFO("L " << L << ", h " << h << ", momentum " << m << ", beta " << c.beta);
         CHECK(c.beta <= 1.0);
         // Decaying (spectral radius below 1), however slowly the loss's own contraction lets it.
@@ -100,24 +102,25 @@ TEST_CASE("Crossbow's uncapped rule diverges at 40 learners: the same check pass
   CHECK(mean_mode_after(crossbow(4), 0.05, 0.05, 0.9, 20000) < mean_mode_after(crossbow(4), 0.05, 0.05, 0.9, 10000));
   CHECK(mean_mode_after(crossbow(40), 0.05, 0.05, 0.9, 4000) == INFINITY);
   // ... and the defaults give Crossbow's rule exactly while alpha L <= 1.
-  CHECK(train::sma_coefficients(0.1, 0, 0.9, 4).beta == Approx(0.4));
-  CHECK(train::sma_coefficients(0.1, 0, 0.9, 10).beta == Approx(1.0));
-  CHECK(train::sma_coefficients(0.1, 0, 0.9, 40).beta == 1.0);
-  CHECK(train::sma_coefficients(0.1, 0.5, 0.9, 40).beta == 0.5);  // set by parallel.centre_rate
+  CHECK(parallel::sma_coefficients(0.1, 0, 0.9, 4).beta == Approx(0.4));
+  CHECK(parallel::sma_coefficients(0.1, 0, 0.9, 10).beta == Approx(1.0));
+  CHECK(parallel::sma_coefficients(0.1, 0, 0.9, 40).beta == 1.0);
+  CHECK(parallel::sma_coefficients(0.1, 0.5, 0.9, 40).beta == 0.5);  // set by parallel.centre_rate
 }
 
 TEST_CASE("settings unstable by construction are refused, naming the keys", "[sma]") {
-  CHECK(train::sma_instability(0.1, 0, 0.9).empty());
-  CHECK(train::sma_instability(1.0, 3.7, 0.9).empty());
-  CHECK_THAT(train::sma_instability(0, 0, 0.9), Catch::Contains("parallel.alpha") && Catch::Contains("initial model"));
-  CHECK_THAT(train::sma_instability(1.5, 0, 0.9), Catch::Contains("parallel.alpha"));
-  CHECK_THAT(train::sma_instability(0.1, 0, 1.0), Catch::Contains("parallel.momentum"));
-  CHECK_THAT(train::sma_instability(0.1, 3.8, 0.9),
+  CHECK(parallel::sma_instability(0.1, 0, 0.9).empty());
+  CHECK(parallel::sma_instability(1.0, 3.7, 0.9).empty());
+  CHECK_THAT(parallel::sma_instability(0, 0, 0.9),
+             Catch::Contains("parallel.alpha") && Catch::Contains("initial model"));
+  CHECK_THAT(parallel::sma_instability(1.5, 0, 0.9), Catch::Contains("parallel.alpha"));
+  CHECK_THAT(parallel::sma_instability(0.1, 0, 1.0), Catch::Contains("parallel.momentum"));
+  CHECK_THAT(parallel::sma_instability(0.1, 3.8, 0.9),
              Catch::Contains("parallel.centre_rate") && Catch::Contains("parallel.momentum") && Catch::Contains("3.8"));
   auto backend = nn::make_cpu_backend(1);
   mpi::OneRankAllreduce alone;
   LearnerGroupOptions o;
-  o.algorithm = train::Algorithm::sma;
+  o.algorithm = parallel::Algorithm::sma;
   o.alpha = 0;
   CHECK_THROWS_WITH(LearnerGroup(*backend, test::make_tiny_graph, 2, 2, test::plain_sgd(), {}, o, alone),
                     Catch::Contains("parallel.alpha"));
@@ -129,9 +132,9 @@ TEST_CASE("64 learners of sma on one rank stay finite and learn", "[sma][learner
   const int L = 64;
   const int64_t b = 4;
   LearnerGroupOptions o;
-  o.algorithm = train::Algorithm::sma;
+  o.algorithm = parallel::Algorithm::sma;
   o.learners = L;
-  train::OptimizerConfig sgd = test::plain_sgd();
+  optim::OptimizerConfig sgd = test::plain_sgd();
   sgd.momentum = 0.9;
   LearnerGroup group(*backend, test::make_tiny_graph, b, b, sgd, {}, o, alone);
   REQUIRE(group.sma().beta == 1.0);  // Crossbow's rule would move the centre by 6.4 times the gap
@@ -160,7 +163,7 @@ TEST_CASE("64 learners of sma on one rank stay finite and learn", "[sma][learner
   double first = 0, last = 0;
   for (int64_t step = 0; step < 60; ++step) {
     std::vector<test::TinyBatch> data;
-    std::vector<train::LearnerBatch> inputs;
+    std::vector<parallel::LearnerBatch> inputs;
     for (int j = 0; j < L; ++j) data.push_back(learnable_batch(j, step, b));
     for (const auto& d : data) inputs.push_back({d.images.data(), d.labels.data()});
     const std::vector<float> losses = group.step(inputs, step, 0.2f);

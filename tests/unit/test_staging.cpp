@@ -14,9 +14,9 @@
 #include "tests/support/tiny_model.hpp"
 
 using namespace squall;
-using train::Algorithm;
-using train::LearnerGroup;
-using train::LearnerGroupOptions;
+using parallel::Algorithm;
+using parallel::LearnerGroup;
+using parallel::LearnerGroupOptions;
 
 namespace {
 
@@ -93,7 +93,7 @@ TEST_CASE("batches other than the staged ones are copied anew", "[learners][stag
   plain.step(given.inputs, 1, 0.1f);
   const auto a = params_of(staged), b = params_of(plain);
   CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-  const std::vector<train::LearnerBatch> one{first.inputs.front()};
+  const std::vector<parallel::LearnerBatch> one{first.inputs.front()};
   CHECK_THROWS_WITH(staged.step(given.inputs, 2, 0.1f, &one), Catch::Contains("1 next batches for 2 learners"));
 }
 
@@ -111,7 +111,7 @@ TEST_CASE("batches in allocate_host memory, copied while the passes run, train a
   const int steps = 6;
   std::vector<test::TinyStep> data;
   std::vector<nn::Buffer> pinned;  // held until the last pass has run, as the trainer holds its batches
-  std::vector<std::vector<train::LearnerBatch>> inputs(steps);
+  std::vector<std::vector<parallel::LearnerBatch>> inputs(steps);
   for (int64_t k = 0; k < steps; ++k) {
     data.push_back(test::tiny_step(0, 2, k, 4));
     for (const auto& d : data.back().data) {

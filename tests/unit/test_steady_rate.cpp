@@ -1,10 +1,10 @@
-// The steady rate's arithmetic (src/train/steady_rate.hpp) on made-up step ends: which steps
+// The steady rate's arithmetic (io/records/steady_rate.hpp) on made-up step ends: which steps
 // it leaves out, what it takes out of a step's time, and when it has nothing to say.
 #include <catch2/catch.hpp>
 
-#include "src/train/steady_rate.hpp"
+#include "io/records/steady_rate.hpp"
 
-using squall::train::SteadyRate;
+using squall::records::SteadyRate;
 
 TEST_CASE("steady rate: max(10, 5% of the planned steps) are left out", "[steady_rate]") {
   CHECK(SteadyRate::skip_for(1) == 10);

@@ -1,11 +1,11 @@
-// The SVG writer (io/svg.hpp) behind `squall report`'s plots: well-formed XML with the svg
+// The SVG writer (io/pictures/svg.hpp) behind `squall report`'s plots: well-formed XML with the svg
 // namespace, axes, ticks, one polyline per series with every finite point, a legend, escaped text.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <limits>
 
-#include "io/svg.hpp"
+#include "io/pictures/svg.hpp"
 #include "tests/support/xml_check.hpp"
 
 using namespace squall;
@@ -14,8 +14,8 @@ using squall::test::polyline_point_count;
 
 namespace {
 
-io::LinePlot two_series() {
-  io::LinePlot p;
+pictures::LinePlot two_series() {
+  pictures::LinePlot p;
   p.title = "Throughput <samples/s> & scaling";
   p.x_label = "ranks";
   p.y_label = "samples/s";
@@ -28,7 +28,7 @@ io::LinePlot two_series() {
 }  // namespace
 
 TEST_CASE("svg: a line plot is well-formed XML with the svg namespace", "[svg]") {
-  const std::string svg = io::render_line_plot(two_series());
+  const std::string svg = pictures::render_line_plot(two_series());
   const auto x = check_xml(svg);
   INFO(x.error << "\n" << svg);
   REQUIRE(x.ok);
@@ -39,7 +39,7 @@ TEST_CASE("svg: a line plot is well-formed XML with the svg namespace", "[svg]")
 }
 
 TEST_CASE("svg: axes, ticks, labels, one polyline per series and a legend", "[svg]") {
-  const std::string svg = io::render_line_plot(two_series());
+  const std::string svg = pictures::render_line_plot(two_series());
   const auto x = check_xml(svg);
   REQUIRE(x.ok);
   int polylines = 0, axes = 0;
@@ -70,35 +70,35 @@ TEST_CASE("svg: axes, ticks, labels, one polyline per series and a legend", "[sv
 }
 
 TEST_CASE("svg: non-finite points are left out, an empty plot is still a valid frame", "[svg]") {
-  io::LinePlot p;
+  pictures::LinePlot p;
   p.title = "loss";
   const double nan = std::numeric_limits<double>::quiet_NaN();
   p.series.push_back({"run", {0, 1, 2, 3}, {2.0, nan, 1.0, std::numeric_limits<double>::infinity()}, false, false});
-  auto x = check_xml(io::render_line_plot(p));
+  auto x = check_xml(pictures::render_line_plot(p));
   REQUIRE(x.ok);
   for (const auto& e : x.elements)
     if (e.name == "polyline") CHECK(polyline_point_count(e.attributes.at("points")) == 2);
 
-  io::LinePlot empty;
+  pictures::LinePlot empty;
   empty.title = "nothing";
-  x = check_xml(io::render_line_plot(empty));
+  x = check_xml(pictures::render_line_plot(empty));
   CHECK(x.ok);
   CHECK(x.count("polyline") == 0);
 }
 
 TEST_CASE("svg: a fixed y range and nice ticks", "[svg]") {
-  const auto u = io::nice_ticks(0, 1.1, 6);
+  const auto u = pictures::nice_ticks(0, 1.1, 6);
   REQUIRE(u.size() == 6);
   for (size_t k = 0; k < u.size(); ++k) CHECK(u[k] == Approx(0.2 * static_cast<double>(k)));
-  const auto t = io::nice_ticks(0, 1000, 5);
+  const auto t = pictures::nice_ticks(0, 1000, 5);
   CHECK(t.front() == 0);
   CHECK(t.back() == 1000);
-  io::LinePlot p;
+  pictures::LinePlot p;
   p.title = "efficiency";
   p.y_min = 0;
   p.y_max = 1.1;
   p.series.push_back({"run", {1, 2}, {1.0, 0.9}, false, true});
-  const std::string svg = io::render_line_plot(p);
+  const std::string svg = pictures::render_line_plot(p);
   CHECK(check_xml(svg).ok);
   CHECK(svg.find(">1.0</text>") != std::string::npos);
   CHECK(svg.find(">0.0</text>") != std::string::npos);

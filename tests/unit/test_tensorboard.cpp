@@ -1,4 +1,4 @@
-// TensorBoard event files (io/tensorboard.hpp): the CRC-32C against published vectors and a
+// TensorBoard event files (io/records/tensorboard.hpp): the CRC-32C against published vectors and a
 // bit-at-a-time reference, and the files read back here by a TFRecord reader of the test's own
 // (both CRCs checked) and parsed with the generated protobuf classes. The same files read by
 // TensorBoard itself: tests/records (peer:records).
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "io/tensorboard.hpp"
+#include "io/records/tensorboard.hpp"
 #include "src/core/clock.hpp"
-#include "io/tensorboard_event.pb.h"
+#include "io/records/tensorboard_event.pb.h"
 #include "src/core/error.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -36,7 +36,7 @@ uint32_t crc32c_bitwise(const void* data, size_t n, uint32_t crc = 0) {
   return ~crc;
 }
 
-uint32_t crc_of(const std::string& s) { return io::crc32c(s.data(), s.size()); }
+uint32_t crc_of(const std::string& s) { return records::crc32c(s.data(), s.size()); }
 
 std::string read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -62,11 +62,11 @@ Records read_records(const std::string& bytes) {
     if (bytes.size() - at < 12) return r.error = "truncated header at " + std::to_string(at), r;
     const uint64_t len = get_le(bytes, at, 8);
     const uint32_t want_len_crc = static_cast<uint32_t>(get_le(bytes, at + 8, 4));
-    if (io::masked_crc32c(bytes.data() + at, 8) != want_len_crc)
+    if (records::masked_crc32c(bytes.data() + at, 8) != want_len_crc)
       return r.error = "length crc mismatch at " + std::to_string(at), r;
     if (bytes.size() - at - 12 < len + 4) return r.error = "truncated data at " + std::to_string(at), r;
     const std::string data = bytes.substr(at + 12, len);
-    if (io::masked_crc32c(data.data(), data.size()) != static_cast<uint32_t>(get_le(bytes, at + 12 + len, 4)))
+    if (records::masked_crc32c(data.data(), data.size()) != static_cast<uint32_t>(get_le(bytes, at + 12 + len, 4)))
       return r.error = "data crc mismatch at " + std::to_string(at), r;
     r.data.push_back(data);
     at += 12 + len + 4;
@@ -112,7 +112,7 @@ TEST_CASE("crc32c matches the published check values", "[tensorboard][crc]") {
   for (int i = 0; i < 32; ++i) up[i] = static_cast<char>(i), down[i] = static_cast<char>(31 - i);
   CHECK(crc_of(up) == 0x46DD794Eu);
   CHECK(crc_of(down) == 0x113FDB5Cu);
-  CHECK(io::crc32c("", 0) == 0u);
+  CHECK(records::crc32c("", 0) == 0u);
 }
 
 TEST_CASE("crc32c's tables agree with the bitwise definition at every length and alignment",
@@ -122,22 +122,22 @@ TEST_CASE("crc32c's tables agree with the bitwise definition at every length and
   for (auto& b : buf) b = static_cast<unsigned char>(rng());
   for (size_t offset = 0; offset < 8; ++offset)
     for (size_t n = 0; n + offset <= buf.size(); n += (n < 40 ? 1 : 37))
-      REQUIRE(io::crc32c(buf.data() + offset, n) == crc32c_bitwise(buf.data() + offset, n));
+      REQUIRE(records::crc32c(buf.data() + offset, n) == crc32c_bitwise(buf.data() + offset, n));
   // A running CRC carries on where the last call stopped.
   for (size_t cut : {0, 1, 7, 8, 9, 100, 300}) {
-    const uint32_t first = io::crc32c(buf.data(), cut);
-    CHECK(io::crc32c(buf.data() + cut, buf.size() - cut, first) == io::crc32c(buf.data(), buf.size()));
+    const uint32_t first = records::crc32c(buf.data(), cut);
+    CHECK(records::crc32c(buf.data() + cut, buf.size() - cut, first) == records::crc32c(buf.data(), buf.size()));
   }
   // Masking: rotate right by 15, add TFRecord's constant.
   const uint32_t c = crc32c_bitwise(buf.data(), 100);
-  CHECK(io::masked_crc32c(buf.data(), 100) == ((c >> 15) | (c << 17)) + 0xa282ead8u);
+  CHECK(records::masked_crc32c(buf.data(), 100) == ((c >> 15) | (c << 17)) + 0xa282ead8u);
 }
 
 TEST_CASE("an event file holds the version record, then one framed Event per scalar", "[tensorboard]") {
   test::TempDir tmp("squall-tb");
   const fs::path dir = tmp.path / "tb" / "nested";  // made by the writer
   const double before = squall::system_seconds();
-  io::TensorBoardWriter w(dir, "rank0");
+  records::TensorBoardWriter w(dir, "rank0");
   const double after = squall::system_seconds();
 
   // The name: events.out.tfevents.<10-digit seconds>.<host>.<suffix>, in `dir`.
@@ -184,7 +184,7 @@ TEST_CASE("a corrupted byte in an event file is found by the CRCs", "[tensorboar
   test::TempDir tmp("squall-tb");
   fs::path path;
   {
-    io::TensorBoardWriter w(tmp.path);
+    records::TensorBoardWriter w(tmp.path);
     w.scalar("loss", 1, 0.5, 1.0);
     w.scalar("loss", 2, 0.25, 2.0);
     path = w.path();
@@ -211,19 +211,19 @@ TEST_CASE("every writer makes a new event file and never rewrites one", "[tensor
   fs::path first_path;
   std::string first_bytes;
   {
-    io::TensorBoardWriter first(tmp.path);
+    records::TensorBoardWriter first(tmp.path);
     first.scalar("loss", 1, 1.0, 1.0);
     first.flush();
     first_path = first.path();
     first_bytes = read_bytes(first_path);
     // A second attempt in the same second (a quick restart): its own file, named after the first.
-    io::TensorBoardWriter second(tmp.path);
+    records::TensorBoardWriter second(tmp.path);
     second.scalar("loss", 2, 0.5, 2.0);
     second.flush();
     CHECK(second.path() != first.path());
     CHECK(second.path().filename().string() > first.path().filename().string());
     CHECK(read_bytes(first_path) == first_bytes);
-    io::TensorBoardWriter third(tmp.path);
+    records::TensorBoardWriter third(tmp.path);
     CHECK(third.path().filename().string() > second.path().filename().string());
   }
   const auto files = files_in(tmp.path);
@@ -235,7 +235,7 @@ TEST_CASE("every writer makes a new event file and never rewrites one", "[tensor
 
 TEST_CASE("a full buffer is written without a flush, in whole records", "[tensorboard]") {
   test::TempDir tmp("squall-tb");
-  io::TensorBoardWriter w(tmp.path);
+  records::TensorBoardWriter w(tmp.path);
   for (int i = 0; i < 4000; ++i) w.scalar("train/loss", i, 1.0 / (i + 1), 1e9 + i);
   const Records r = read_records(read_bytes(w.path()));
   CHECK(r.error.empty());
@@ -249,15 +249,15 @@ TEST_CASE("the event writer's failures name the path", "[tensorboard]") {
   test::TempDir tmp("squall-tb");
   const fs::path file = tmp.path / "a-file";
   std::ofstream(file) << "x";
-  REQUIRE_THROWS_WITH(io::TensorBoardWriter(file / "tb"), Catch::Contains((file / "tb").string()));
-  REQUIRE_THROWS_WITH(io::TensorBoardWriter(file), Catch::Contains(file.string()));
-  REQUIRE_THROWS_WITH(io::TensorBoardWriter(tmp.path, "../escape"), Catch::Contains("must not hold '/'"));
+  REQUIRE_THROWS_WITH(records::TensorBoardWriter(file / "tb"), Catch::Contains((file / "tb").string()));
+  REQUIRE_THROWS_WITH(records::TensorBoardWriter(file), Catch::Contains(file.string()));
+  REQUIRE_THROWS_WITH(records::TensorBoardWriter(tmp.path, "../escape"), Catch::Contains("must not hold '/'"));
 }
 
 TEST_CASE("a write the file system refuses is an error naming the file, and the writer stops",
           "[tensorboard]") {
   test::TempDir tmp("squall-tb");
-  io::TensorBoardWriter w(tmp.path);
+  records::TensorBoardWriter w(tmp.path);
   const auto size = fs::file_size(w.path());
   w.scalar("loss", 1, 1.0, 1.0);
   w.scalar("loss", 2, 1.0, 1.0);

@@ -1,4 +1,4 @@
-// The trainer's checkpoint entries (src/train/trainer_state.hpp): they read back as written,
+// The trainer's checkpoint entries (io/checkpoint/trainer_state.hpp): they read back as written,
 // also through an HDF5 file; checkpoints of the version before the run's clock read with its
 // defaults; a missing entry or an impossible count is an error naming the file and the entry.
 // The entries' names and kinds are pinned: a checkpoint written before must read the same.
@@ -7,13 +7,13 @@
 #include <set>
 #include <string>
 
-#include "io/checkpoint_file.hpp"
+#include "io/checkpoint/checkpoint_file.hpp"
 #include "src/core/error.hpp"
-#include "src/train/trainer_state.hpp"
+#include "io/checkpoint/trainer_state.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using namespace squall;
-using namespace squall::train;
+using namespace squall::checkpoint;
 
 namespace {
 
@@ -75,17 +75,17 @@ void check_equal(const TrainerState& a, const TrainerState& b) {
 
 TEST_CASE("the trainer's state reads back as written, through a checkpoint file", "[trainer_state]") {
   const TrainerState s = sample_state();
-  io::CheckpointData d;
+  checkpoint::CheckpointData d;
   write_trainer_state(s, d);
   d.ints["learners"] = s.learners;  // the learner group's entry
   check_equal(read_trainer_state(d), s);
   test::TempDir dir("squall-trainer-state");
-  io::write_checkpoint_file(dir.file("model.h5"), d);
-  check_equal(read_trainer_state(io::read_checkpoint_file(dir.file("model.h5"))), s);
+  checkpoint::write_checkpoint_file(dir.file("model.h5"), d);
+  check_equal(read_trainer_state(checkpoint::read_checkpoint_file(dir.file("model.h5"))), s);
 }
 
 TEST_CASE("a checkpoint without the run's clock reads as a first attempt", "[trainer_state]") {
-  io::CheckpointData d;
+  checkpoint::CheckpointData d;
   write_trainer_state(sample_state(), d);
   d.ints["learners"] = 2;
   d.ints.erase("attempt");
@@ -101,24 +101,24 @@ TEST_CASE("a checkpoint without the run's clock reads as a first attempt", "[tra
 }
 
 TEST_CASE("a missing entry or an impossible count names the file", "[trainer_state]") {
-  io::CheckpointData d;
+  checkpoint::CheckpointData d;
   d.origin = "runs/x/checkpoints/step-00000045/model.h5";
   write_trainer_state(sample_state(), d);
   d.ints["learners"] = 2;
-  io::CheckpointData no_config = d;
+  checkpoint::CheckpointData no_config = d;
   no_config.texts.erase("config");
   REQUIRE_THROWS_AS(read_trainer_state(no_config), Error);
   CHECK_THROWS_WITH(read_trainer_state(no_config), Catch::Contains(d.origin) && Catch::Contains("config"));
-  io::CheckpointData no_step = d;
+  checkpoint::CheckpointData no_step = d;
   no_step.ints.erase("step");
   CHECK_THROWS_WITH(read_trainer_state(no_step), Catch::Contains(d.origin) && Catch::Contains("step"));
-  io::CheckpointData negative = d;
+  checkpoint::CheckpointData negative = d;
   negative.ints["param_count"] = -1;
   CHECK_THROWS_WITH(read_trainer_state(negative), Catch::Contains(d.origin) && Catch::Contains("param_count = -1"));
 }
 
 TEST_CASE("the trainer writes exactly its 22 entries, by name and kind", "[trainer_state][checkpoint]") {
-  io::CheckpointData d;
+  checkpoint::CheckpointData d;
   write_trainer_state(sample_state(), d);
   auto keys = [](const auto& map) {
     std::set<std::string> out;
@@ -139,7 +139,7 @@ TEST_CASE("the trainer writes exactly its 22 entries, by name and kind", "[train
   CHECK(d.ints.at("target_reached") == 1);
   TrainerState off = sample_state();
   off.tuner_done = off.per_rank_parts = off.target_reached = false;
-  io::CheckpointData d_off;
+  checkpoint::CheckpointData d_off;
   write_trainer_state(off, d_off);
   CHECK(d_off.ints.at("tuner_done") == 0);
   CHECK(d_off.ints.at("per_rank_parts") == 0);
@@ -147,7 +147,7 @@ TEST_CASE("the trainer writes exactly its 22 entries, by name and kind", "[train
 }
 
 TEST_CASE("each required entry, when missing, is named with the file", "[trainer_state][checkpoint]") {
-  io::CheckpointData d;
+  checkpoint::CheckpointData d;
   d.origin = "runs/resume/checkpoints/latest/model.h5";
   write_trainer_state(sample_state(), d);
   d.ints["learners"] = 2;
@@ -159,14 +159,14 @@ TEST_CASE("each required entry, when missing, is named with the file", "[trainer
   const char* const required_reals[] = {"window_loss_sum", "window_loss_weight", "last_train_loss"};
   const char* const required_texts[] = {"config", "config_origin", "model", "algorithm"};
   auto check_missing = [&](auto& map_of, const char* key) {
-    io::CheckpointData without = d;
+    checkpoint::CheckpointData without = d;
     REQUIRE(map_of(without).erase(key) == 1);
     INFO("without " << key);
     CHECK_THROWS_WITH(read_trainer_state(without), d.origin + ": entry " + key + " is missing");
   };
-  auto ints = [](io::CheckpointData& c) -> auto& { return c.ints; };
-  auto reals = [](io::CheckpointData& c) -> auto& { return c.reals; };
-  auto texts = [](io::CheckpointData& c) -> auto& { return c.texts; };
+  auto ints = [](checkpoint::CheckpointData& c) -> auto& { return c.ints; };
+  auto reals = [](checkpoint::CheckpointData& c) -> auto& { return c.reals; };
+  auto texts = [](checkpoint::CheckpointData& c) -> auto& { return c.texts; };
   for (const char* key : required_ints) check_missing(ints, key);
   for (const char* key : required_reals) check_missing(reals, key);
   for (const char* key : required_texts) check_missing(texts, key);

@@ -16,7 +16,7 @@
 #include "mpi/sum.hpp"
 #include "src/nn/graph.hpp"
 #include "src/parallel/learners.hpp"
-#include "src/train/optimizer.hpp"
+#include "src/optim/optimizer.hpp"
 #include "tests/support/test_backend.hpp"
 
 using namespace squall;
@@ -54,7 +54,7 @@ std::unique_ptr<nn::Graph> conv_model(bool mirrors) {
 struct Batches {
   std::vector<std::vector<float>> images;
   std::vector<std::vector<int32_t>> labels;
-  std::vector<train::LearnerBatch> inputs;
+  std::vector<parallel::LearnerBatch> inputs;
 };
 
 Batches batches(int learners, int64_t step) {
@@ -71,9 +71,9 @@ Batches batches(int learners, int64_t step) {
   return b;
 }
 
-train::OptimizerConfig momentum_sgd() {
-  train::OptimizerConfig o;
-  o.name = train::OptimizerKind::sgd;
+optim::OptimizerConfig momentum_sgd() {
+  optim::OptimizerConfig o;
+  o.name = optim::OptimizerKind::sgd;
   o.momentum = 0.9;
   o.weight_decay = 1e-4;
   return o;
@@ -89,20 +89,20 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST_CASE("weight mirrors: ssgd, sma and local SGD in bf16 NHWC train bit for bit as without them",
           "[learners][mirrors][cpu-only]") {
-  const auto algorithm = GENERATE(train::Algorithm::ssgd, train::Algorithm::sma, train::Algorithm::local_sgd);
+  const auto algorithm = GENERATE(parallel::Algorithm::ssgd, parallel::Algorithm::sma, parallel::Algorithm::local_sgd);
   const int L = GENERATE(1, 3);
-  INFO(train::algorithm_name(algorithm) << ", " << L << " learners");
+  INFO(parallel::algorithm_name(algorithm) << ", " << L << " learners");
   auto backend = test::make_test_backend(2);
   mpi::OneRankAllreduce alone;
-  train::LearnerGroupOptions o;
+  parallel::LearnerGroupOptions o;
   o.algorithm = algorithm;
   o.learners = L;
   o.period = 2;
   o.start_step = 2;  // local SGD: two ssgd steps first
   o.precision = DType::bf16;
   o.layout = Layout::nhwc;
-  train::LearnerGroup on(*backend, [] { return conv_model(true); }, kBatch, kBatch, momentum_sgd(), {}, o, alone);
-  train::LearnerGroup off(*backend, [] { return conv_model(false); }, kBatch, kBatch, momentum_sgd(), {}, o, alone);
+  parallel::LearnerGroup on(*backend, [] { return conv_model(true); }, kBatch, kBatch, momentum_sgd(), {}, o, alone);
+  parallel::LearnerGroup off(*backend, [] { return conv_model(false); }, kBatch, kBatch, momentum_sgd(), {}, o, alone);
   REQUIRE(on.replica_graph(0).weight_mirrors_enabled());
   REQUIRE_FALSE(off.replica_graph(0).weight_mirrors_enabled());
   int current = 0;  // steps after which the next forward takes the mirrors as they are
@@ -127,11 +127,11 @@ TEST_CASE("weight mirrors: ssgd, sma and local SGD in bf16 NHWC train bit for bi
 
 TEST_CASE("weight mirrors: a restored checkpoint and an added learner train as without mirrors",
           "[learners][mirrors][cpu-only]") {
-  const auto algorithm = GENERATE(train::Algorithm::ssgd, train::Algorithm::sma);
-  INFO(train::algorithm_name(algorithm));
+  const auto algorithm = GENERATE(parallel::Algorithm::ssgd, parallel::Algorithm::sma);
+  INFO(parallel::algorithm_name(algorithm));
   auto backend = test::make_test_backend(2);
   mpi::OneRankAllreduce alone;
-  train::LearnerGroupOptions o;
+  parallel::LearnerGroupOptions o;
   o.algorithm = algorithm;
   o.learners = 1;
   o.period = 1;
@@ -139,9 +139,9 @@ TEST_CASE("weight mirrors: a restored checkpoint and an added learner train as w
   o.layout = Layout::nhwc;
   std::vector<std::vector<float>> ends;
   for (const bool mirrors : {true, false}) {
-    train::LearnerGroup g(*backend, [mirrors] { return conv_model(mirrors); }, kBatch, kBatch, momentum_sgd(), {}, o,
+    parallel::LearnerGroup g(*backend, [mirrors] { return conv_model(mirrors); }, kBatch, kBatch, momentum_sgd(), {}, o,
                           alone);
-    io::CheckpointData shared, own;
+    checkpoint::CheckpointData shared, own;
     for (int64_t step = 0; step < 3; ++step) g.step(batches(1, step).inputs, step, 0.05f);
     g.save_shared(shared);
     if (g.replicas_differ()) g.save_own(own);
@@ -163,7 +163,7 @@ TEST_CASE("weight mirrors: a write through params() after an update makes the ne
   nn::Backend& be = test::test_backend();
   auto s = be.create_stream();
   std::vector<std::unique_ptr<nn::Graph>> graphs;
-  std::vector<std::unique_ptr<train::Optimizer>> optimizers;
+  std::vector<std::unique_ptr<optim::Optimizer>> optimizers;
   for (const bool mirrors : {true, false}) {
     auto g = conv_model(mirrors);
     g->set_dtype(DType::bf16);
@@ -172,7 +172,7 @@ TEST_CASE("weight mirrors: a write through params() after an update makes the ne
     // As a learner wires it (src/parallel/learner.cpp).
     const std::vector<nn::WeightMirror> m = g->weight_mirrors();
     CHECK(m.empty() != mirrors);
-    std::vector<train::ParamGroup> groups;
+    std::vector<optim::ParamGroup> groups;
     for (size_t i = 0; i < g->param_info().size(); ++i) {
       const nn::ParamInfo& p = g->param_info()[i];
       groups.push_back({g->params() + p.offset, g->grads() + p.offset, p.count, true, p.name,
@@ -185,7 +185,7 @@ TEST_CASE("weight mirrors: a write through params() after an update makes the ne
     }
     nn::Graph* raw = g.get();
     optimizers.push_back(
-        train::make_optimizer(momentum_sgd(), be, std::move(groups), [raw] { raw->mark_mirrors_current(); }));
+        optim::make_optimizer(momentum_sgd(), be, std::move(groups), [raw] { raw->mark_mirrors_current(); }));
     graphs.push_back(std::move(g));
   }
   const Batches in = batches(1, 0);

@@ -1,0 +1,50 @@
+#pragma once
+// The trainer's part of a checkpoint's model.h5 (docs/formats.md, "Checkpoints"): where the
+// loop stood and what the run was. The one place that knows these entries' names: the trainer
+// writes and restores them, and `squall eval`, `predict` and `export` read the config, the
+// model and the sizes from here. The learner group's entries (src/parallel/learners_checkpoint.cpp)
+// and the named model (io/checkpoint/named_weights.hpp) sit beside them in the same file.
+#include <cstdint>
+#include <string>
+
+#include "io/checkpoint/checkpoint_file.hpp"
+
+namespace squall::checkpoint {
+
+struct TrainerState {
+  // The loop's position.
+  int64_t step = 0;                 // steps done
+  int64_t epoch = 1;                // the epoch the last step was in
+  int64_t epoch_batches = 0;        // ... and the batches of it used (this rank's)
+  int64_t samples_done = 0;         // samples trained on over the job
+  int64_t learners = 1;             // learners per rank (written by the learner group; read here)
+  bool tuner_done = false;          // the auto-tuner had stopped
+  double window_loss_sum = 0;       // the logging window's running mean of the loss
+  double window_loss_weight = 0;
+  double last_train_loss = 0;
+  int64_t metrics_lines = 0;        // metrics.jsonl's lines at the checkpoint (a resume keeps them)
+  // The run's clock (docs/metrics.md): the attempt that wrote the checkpoint and the seconds of
+  // training of all attempts until it. Absent from checkpoints of earlier versions: 1 and 0.
+  int64_t attempt = 1;
+  double elapsed_s = 0;
+  double eval_elapsed_s = 0;        // ... of which evaluating
+  bool target_reached = false;      // train.target was reached: the run is complete
+  // The job and the model.
+  int64_t world_size = 1;
+  bool per_rank_parts = false;      // node-NNNNN.h5 files (a part per rank) beside model.h5
+  int64_t train_samples = 0;        // the training set's size it was trained on
+  int64_t param_count = 0, state_count = 0;
+  std::string config;               // the resolved config (TOML)
+  std::string config_origin;        // the file it came from
+  std::string model;                // model.name
+  std::string algorithm;            // parallel.algorithm
+};
+
+// Adds the state's entries to `out` (model.h5's data); learners is the group's to write.
+void write_trainer_state(const TrainerState& state, CheckpointData& out);
+
+// The state from model.h5's data. Throws squall::Error naming the file and the entry when one
+// is missing or a count is negative (another program's HDF5 file, a file cut short by hand).
+TrainerState read_trainer_state(const CheckpointData& in);
+
+}  // namespace squall::checkpoint

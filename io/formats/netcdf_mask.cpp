@@ -1,0 +1,151 @@
+// write_netcdf_masks: CF-1.8 mask files (see netcdf_mask.hpp and docs/data.md).
+#include "io/formats/netcdf_mask.hpp"
+
+#include <netcdf.h>
+
+#include <filesystem>
+
+#include "io/formats/netcdf_util.hpp"
+#include "src/core/error.hpp"
+
+namespace squall::formats {
+namespace {
+
+void put_text(int ncid, int varid, const char* name, const std::string& value, const std::string& path) {
+  nc_check(nc_put_att_text(ncid, varid, name, value.size(), value.c_str()), path,
+           std::string("attribute '") + name + "'");
+}
+
+// A coordinate variable over its own dimension.
+int def_coordinate(int ncid, int dimid, const char* name, const std::string& units, const char* standard_name,
+                   const char* axis, const std::string& path, const std::string& calendar = "") {
+  int varid = -1;
+  nc_check(nc_def_var(ncid, name, NC_DOUBLE, 1, &dimid, &varid), path, std::string("variable '") + name + "'");
+  if (!units.empty()) put_text(ncid, varid, "units", units, path);
+  put_text(ncid, varid, "standard_name", standard_name, path);
+  put_text(ncid, varid, "long_name", standard_name, path);
+  put_text(ncid, varid, "axis", axis, path);
+  if (!calendar.empty()) put_text(ncid, varid, "calendar", calendar, path);
+  return varid;
+}
+
+std::string flag_word(const std::string& name) {
+  std::string w = name;
+  for (char& ch : w)
+    if (ch == ' ' || ch == '\t') ch = '_';
+  return w;
+}
+
+void write_file(const std::string& tmp, const std::string& path, const MaskGrid& grid, std::span<const uint8_t> masks,
+                std::span<const float> probabilities, const std::vector<std::string>& class_names,
+                const MaskAttributes& attrs) {
+  const size_t nt = grid.time.size(), ny = grid.lat.size(), nx = grid.lon.size(), nk = class_names.size();
+  int ncid = -1;
+  nc_check(nc_create(tmp.c_str(), NC_CLOBBER | NC_NETCDF4 | NC_CLASSIC_MODEL, &ncid), path, "create");
+  try {
+    int dt = -1, dy = -1, dx = -1, dk = -1;
+    nc_check(nc_def_dim(ncid, "time", NC_UNLIMITED, &dt), path, "dimension 'time'");
+    nc_check(nc_def_dim(ncid, "lat", ny, &dy), path, "dimension 'lat'");
+    nc_check(nc_def_dim(ncid, "lon", nx, &dx), path, "dimension 'lon'");
+    if (!probabilities.empty()) nc_check(nc_def_dim(ncid, "class", nk, &dk), path, "dimension 'class'");
+    const int vt = def_coordinate(ncid, dt, "time", grid.time_units, "time", "T", path, grid.calendar);
+    const int vy = def_coordinate(ncid, dy, "lat", "degrees_north", "latitude", "Y", path);
+    const int vx = def_coordinate(ncid, dx, "lon", "degrees_east", "longitude", "X", path);
+
+    const int mask_dims[3] = {dt, dy, dx};
+    int vm = -1;
+    nc_check(nc_def_var(ncid, "mask", NC_BYTE, 3, mask_dims, &vm), path, "variable 'mask'");
+    const size_t chunk[3] = {1, ny, nx};
+    nc_check(nc_def_var_chunking(ncid, vm, NC_CHUNKED, chunk), path, "variable 'mask'");
+    nc_check(nc_def_var_deflate(ncid, vm, 1, 1, 4), path, "variable 'mask'");
+    put_text(ncid, vm, "long_name", "segmentation class per pixel", path);
+    std::vector<signed char> flags(nk);
+    std::string meanings;
+    for (size_t k = 0; k < nk; ++k) {
+      flags[k] = static_cast<signed char>(k);
+      meanings += (k ? " " : "") + flag_word(class_names[k]);
+    }
+    nc_check(nc_put_att_schar(ncid, vm, "flag_values", NC_BYTE, nk, flags.data()), path, "attribute 'flag_values'");
+    put_text(ncid, vm, "flag_meanings", meanings, path);
+    put_text(ncid, vm, "coordinates", "time lat lon", path);
+
+    int vp = -1;
+    if (!probabilities.empty()) {
+      const int prob_dims[4] = {dt, dk, dy, dx};
+      nc_check(nc_def_var(ncid, "probability", NC_FLOAT, 4, prob_dims, &vp), path, "variable 'probability'");
+      const size_t pchunk[4] = {1, 1, ny, nx};
+      nc_check(nc_def_var_chunking(ncid, vp, NC_CHUNKED, pchunk), path, "variable 'probability'");
+      nc_check(nc_def_var_deflate(ncid, vp, 1, 1, 4), path, "variable 'probability'");
+      put_text(ncid, vp, "long_name", "probability of each class per pixel", path);
+      put_text(ncid, vp, "units", "1", path);
+      const float range[2] = {0.0f, 1.0f};
+      nc_check(nc_put_att_float(ncid, vp, "valid_range", NC_FLOAT, 2, range), path, "attribute 'valid_range'");
+      put_text(ncid, vp, "classes", meanings, path);
+    }
+
+    put_text(ncid, NC_GLOBAL, "Conventions", "CF-1.8", path);
+    if (!attrs.title.empty()) put_text(ncid, NC_GLOBAL, "title", attrs.title, path);
+    if (!attrs.source.empty()) put_text(ncid, NC_GLOBAL, "source", attrs.source, path);
+    if (!attrs.history.empty()) put_text(ncid, NC_GLOBAL, "history", attrs.history, path);
+    if (!attrs.checkpoint.empty()) put_text(ncid, NC_GLOBAL, "checkpoint", attrs.checkpoint, path);
+    put_text(ncid, NC_GLOBAL, "class_names", meanings, path);
+    for (const auto& [name, value] : attrs.extra) put_text(ncid, NC_GLOBAL, name.c_str(), value, path);
+    nc_check(nc_enddef(ncid), path, "end of definitions");
+
+    nc_check(nc_put_var_double(ncid, vy, grid.lat.data()), path, "variable 'lat'");
+    nc_check(nc_put_var_double(ncid, vx, grid.lon.data()), path, "variable 'lon'");
+    if (nt) {
+      const size_t start1 = 0, count1 = nt;
+      nc_check(nc_put_vara_double(ncid, vt, &start1, &count1, grid.time.data()), path, "variable 'time'");
+      const size_t start[3] = {0, 0, 0}, count[3] = {nt, ny, nx};
+      std::vector<signed char> values(masks.begin(), masks.end());
+      nc_check(nc_put_vara_schar(ncid, vm, start, count, values.data()), path, "variable 'mask'");
+      if (vp >= 0) {
+        const size_t pstart[4] = {0, 0, 0, 0}, pcount[4] = {nt, nk, ny, nx};
+        nc_check(nc_put_vara_float(ncid, vp, pstart, pcount, probabilities.data()), path, "variable 'probability'");
+      }
+    }
+    nc_check(nc_close(ncid), path, "close");
+  } catch (...) {
+    nc_abort(ncid);
+    throw;
+  }
+}
+
+}  // namespace
+
+void write_netcdf_masks(const std::string& path, const MaskGrid& grid, std::span<const uint8_t> masks,
+                        std::span<const float> probabilities, const std::vector<std::string>& class_names,
+                        const MaskAttributes& attrs) {
+  const size_t nt = grid.time.size(), ny = grid.lat.size(), nx = grid.lon.size(), nk = class_names.size();
+  if (ny == 0 || nx == 0) throw Error(path + ": mask grid has no latitudes or no longitudes");
+  if (nk == 0 || nk > 127) throw Error(path + ": " + std::to_string(nk) + " class names (1 to 127 expected)");
+  for (const std::string& name : class_names)
+    if (name.empty()) throw Error(path + ": an empty class name");
+  if (masks.size() != nt * ny * nx)
+    throw Error(path + ": " + std::to_string(masks.size()) + " mask values for time=" + std::to_string(nt) +
+                " x lat=" + std::to_string(ny) + " x lon=" + std::to_string(nx));
+  if (!probabilities.empty() && probabilities.size() != nt * nk * ny * nx)
+    throw Error(path + ": " + std::to_string(probabilities.size()) + " probabilities for time=" + std::to_string(nt) +
+                " x class=" + std::to_string(nk) + " x lat=" + std::to_string(ny) + " x lon=" + std::to_string(nx));
+  for (size_t i = 0; i < masks.size(); ++i)
+    if (masks[i] >= nk)
+      throw Error(path + ": mask value " + std::to_string(masks[i]) + " at index " + std::to_string(i) +
+                  " is not a class (" + std::to_string(nk) + " classes)");
+
+  const std::string tmp = path + ".tmp";
+  namespace fs = std::filesystem;
+  auto lock = nc_lock();
+  try {
+    write_file(tmp, path, grid, masks, probabilities, class_names, attrs);
+    std::error_code ec;
+    fs::rename(tmp, path, ec);
+    if (ec) throw Error(path + ": cannot rename from " + tmp + ": " + ec.message());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw;
+  }
+}
+
+}  // namespace squall::formats

@@ -1,0 +1,48 @@
+#pragma once
+// Segmentation masks as CF-1.8 netCDF files, for climate tools (xarray, CDO, NCO, ncview) to
+// open: the format is in docs/data.md, "netCDF mask files". Header free of netCDF.
+//
+//   formats::MaskGrid grid{lat, lon, time, "days since 2000-01-01 00:00:00", "noleap"};
+//   formats::write_netcdf_masks("out/masks-2000.nc", grid, masks, {}, {"background", "tropical cyclone",
+//                          "atmospheric river"}, {.source = "squall deepcam", .checkpoint = ckpt});
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace squall::formats {
+
+// Coordinates of the masks: lat [nlat] degrees north, lon [nlon] degrees east, time [nt] in
+// `time_units` ("days since 1979-01-01 00:00:00"; written only when not empty) and `calendar`
+// (written only when not empty), as read from the input (formats::NetcdfGrid has the same fields).
+struct MaskGrid {
+  std::vector<double> lat, lon, time;
+  std::string time_units, calendar;
+};
+
+// Global attributes. Conventions = "CF-1.8" is always written; the others when not empty.
+struct MaskAttributes {
+  std::string source;       // the model that made the masks ("squall deepcam, width 32")
+  std::string history;      // what made the file ("squall predict --checkpoint ...")
+  std::string checkpoint;   // the checkpoint used
+  std::string title;
+  std::vector<std::pair<std::string, std::string>> extra;  // any further text attributes
+};
+
+// Writes `path` (netCDF-4, classic model, masks compressed):
+//   dims time = grid.time.size(), lat, lon (and class = class_names.size() with probabilities);
+//   lat(lat), lon(lon), time(time) coordinate variables with units, standard_name, axis;
+//   mask(time, lat, lon) byte: the class per pixel, flag_values 0..K-1 and flag_meanings
+//     (the class names with spaces as underscores: "background tropical_cyclone ...");
+//   probability(time, class, lat, lon) float in [0, 1], only when `probabilities` is not empty.
+// masks: time x lat x lon values, row-major (lat rows, lon fastest), each < class_names.size().
+// probabilities: empty, or time x class x lat x lon.
+// Written to `path`.tmp and renamed: `path` is whole or absent. Errors (sizes that do not
+// match the grid, a class index out of range, a netCDF failure) throw squall::Error naming
+// `path`; no temporary file is left behind.
+void write_netcdf_masks(const std::string& path, const MaskGrid& grid, std::span<const uint8_t> masks,
+                        std::span<const float> probabilities, const std::vector<std::string>& class_names,
+                        const MaskAttributes& attrs = {});
+
+}  // namespace squall::formats

@@ -1,0 +1,49 @@
+#include <filesystem>
+
+#include "io/formats/dataset.hpp"
+#include "io/formats/netcdf_file.hpp"
+#include "src/core/error.hpp"
+#include "io/input/open_dataset.hpp"
+
+namespace squall::input {
+
+std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const std::string& split, bool normalize,
+                                         data::NormalizationKind normalization, int64_t cache_mb,
+                                         const data::Normalization* fixed, const std::string& netcdf_variables,
+                                         const std::string& netcdf_labels) {
+  if (path.empty()) throw Error("no dataset path given (data.train / data.test)");
+  if (!std::filesystem::exists(path))
+    throw Error("dataset '" + path + "' does not exist" +
+                (path == k_debian_fashion_mnist_dir ? " (install Debian's dataset-fashion-mnist package)" : ""));
+  const std::string format = formats::detect_format(path);
+  if (format == "idx") {
+    auto source = formats::open_idx(path, split);
+    // IDX pixels are always standardised with the fixed Fashion-MNIST constants.
+    if (fixed != nullptr && !fixed->same_as(source->normalization()))
+      throw Error("dataset '" + path + "' (Fashion-MNIST IDX) is normalised with fixed constants, not with the given " +
+                  fixed->kind + " statistics (" + fixed->source + ")");
+    return source;
+  }
+  formats::OpenOptions options;
+  options.normalize = normalize;
+  options.normalization = normalization;
+  options.cache_bytes = cache_mb * (int64_t{1} << 20);
+  if (fixed != nullptr) options.fixed = *fixed;
+  if (format == "shards") return formats::open_shards(path, split, options);
+  if (format == "deepcam") return formats::open_deepcam(path, options);
+  if (format == "netcdf") {
+    auto source = formats::open_netcdf(
+        path, options, formats::NetcdfOptions{formats::netcdf_variable_map(netcdf_variables), netcdf_labels});
+    // Training and evaluation need a label per pixel; new output without them is for predict.
+    if (!source->has_labels())
+      throw Error(path + " holds netCDF files without the labels variable '" + netcdf_labels +
+                  "' (data.netcdf_labels): training and evaluation need labelled samples (`squall data label` "
+                  "computes them; `squall predict` takes unlabelled files)");
+    return source;
+  }
+  throw Error("dataset '" + path + "' holds no Fashion-MNIST IDX files, no squall shards (" + split +
+              "-NNNNN-of-MMMMM.h5), no DeepCAM files (data-*.h5) and no netCDF files (*.nc); see docs/formats.md "
+              "and docs/data.md");
+}
+
+}  // namespace squall::input

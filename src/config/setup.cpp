@@ -1,0 +1,107 @@
+#include "src/config/setup.hpp"
+
+#include <algorithm>
+
+#include "io/input/open_dataset.hpp"
+#include "src/core/error.hpp"
+#include "src/cpu/cpu_info.hpp"
+
+namespace squall::config {
+
+std::unique_ptr<nn::Backend> make_rank_backend(const Config& cfg, const mpi::Topology& topo) {
+  const int threads =
+      cfg.run.threads > 0 ? static_cast<int>(cfg.run.threads) : cpu::default_threads(topo.host_ranks());
+  return nn::make_backend(cfg.run.backend, topo.host_rank(), threads, cfg.run.cpu_streams);
+}
+
+nn::DType precision_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::fp32: return nn::DType::f32;
+    case Precision::bf16: return nn::DType::bf16;
+    case Precision::fp16: return nn::DType::f16;
+  }
+  return nn::DType::f32;
+}
+
+nn::Layout resolve_layout(LayoutChoice layout, std::string_view backend, nn::DType precision) {
+  switch (layout) {
+    case LayoutChoice::nchw: return nn::Layout::nchw;
+    case LayoutChoice::nhwc: return nn::Layout::nhwc;
+    case LayoutChoice::auto_: break;
+  }
+  return backend == "cuda" && precision != nn::DType::f32 ? nn::Layout::nhwc : nn::Layout::nchw;
+}
+
+GraphFormat graph_format(const Config& cfg, std::string_view backend_name) {
+  GraphFormat f;
+  f.dtype = precision_dtype(cfg.train.precision);
+  f.layout = resolve_layout(cfg.model.layout, backend_name, f.dtype);
+  return f;
+}
+
+std::unique_ptr<nn::Graph> make_model_graph(const nn::ModelSpec& spec, const nn::Shape& sample, GraphFormat format) {
+  std::unique_ptr<nn::Graph> g = nn::make_model(spec, sample);
+  g->set_dtype(format.dtype);
+  g->set_layout(format.layout);
+  return g;
+}
+
+std::unique_ptr<data::DataSource> open_data(const DataConfig& d, const std::string& path, const std::string& split,
+                                            const data::Normalization* fixed, bool raw) {
+  if (raw)
+    return input::open_dataset(path, split, false, d.normalization, 0, nullptr, d.netcdf_variables, d.netcdf_labels);
+  return input::open_dataset(path, split, d.normalize, d.normalization, d.cache_mb, fixed, d.netcdf_variables,
+                             d.netcdf_labels);
+}
+
+int64_t eval_batch(const Config& cfg) {
+  return cfg.train.eval_batch_size > 0 ? cfg.train.eval_batch_size : cfg.train.batch_size;
+}
+
+mpi::AllreduceOptions allreduce_options(const Config& cfg, double stall_warn_s, double stall_abort_s) {
+  mpi::AllreduceOptions ar;
+  ar.stall_warn_s = stall_warn_s;
+  ar.stall_abort_s = stall_abort_s;
+  ar.cross_node = cfg.parallel.cross_node;
+  ar.check_sums = cfg.parallel.check_sums;
+  return ar;
+}
+
+parallel::LearnerGroupOptions learner_group_options(const Config& cfg, const mpi::Topology& topo,
+                                                    const GroupPlace& place) {
+  parallel::LearnerGroupOptions lg;
+  lg.algorithm = cfg.parallel.algorithm;
+  lg.learners = place.learners;
+  lg.ranks = topo.world_size();
+  lg.rank = topo.rank();
+  const SyncPeriods periods = sync_periods(cfg.parallel);
+  lg.period = periods.across;
+  lg.inside_period = periods.inside;
+  lg.node_ranks = topo.local_size();
+  lg.alpha = cfg.parallel.alpha;
+  lg.centre_rate = cfg.parallel.centre_rate;
+  lg.momentum = cfg.parallel.momentum;
+  lg.start_step = cfg.parallel.start_step;
+  lg.bucket_floats = std::max<size_t>(1, static_cast<size_t>(place.bucket_mb * double(1 << 20) / sizeof(float)));
+  lg.seed = static_cast<uint64_t>(cfg.run.seed);
+  lg.precision = place.format.dtype;
+  lg.layout = place.format.layout;
+  lg.bf16_gradients = cfg.parallel.comm_precision == CommPrecision::bf16;
+  lg.skip_nonfinite = cfg.train.nonfinite == NonFinitePolicy::skip;
+  lg.loss_scaling.dynamic = lg.precision == nn::DType::f16;
+  lg.loss_scaling.initial = static_cast<float>(cfg.train.loss_scale);
+  lg.loss_scaling.growth_interval = cfg.train.loss_scale_window;
+  lg.graphs = cfg.parallel.cuda_graphs && place.can_capture;
+  return lg;
+}
+
+input::LoaderOptions loader_options(const Config& cfg, int max_learners) {
+  input::LoaderOptions lo;
+  lo.batch_size = cfg.train.batch_size;
+  lo.workers = static_cast<int>(cfg.data.workers);
+  lo.prefetch = std::max(static_cast<int>(cfg.data.prefetch), max_learners);
+  lo.skip_bad = cfg.data.skip_bad_samples;
+  return lo;
+}
+
+}  // namespace squall::config

@@ -1,0 +1,73 @@
+#pragma once
+// The objects a config gives a rank, one function each: the backend, the graph format and the
+// model graph (one set-up for training, `squall eval`, `squall predict` and `squall export`, so
+// that all of them compute on the same backend, in the same precision and memory order, with
+// the same model), the datasets, and the options of the allreduce, the learner group and the
+// loader. Each config key is read here once; the layers below take their own option types
+// and include no config.
+#include <memory>
+#include <string>
+
+#include "io/input/loader.hpp"
+#include "mpi/sum.hpp"
+#include "mpi/topology.hpp"
+#include "src/data/data_source.hpp"
+#include "src/parallel/learners.hpp"
+#include "src/nn/backend.hpp"
+#include "src/nn/graph.hpp"
+#include "src/config/config.hpp"
+
+namespace squall::config {
+
+// run.backend, run.threads and run.cpu_streams. Ranks on one machine share its cores (unless the
+// launcher pinned them: src/cpu/cpu_info.hpp), and a rank's place among them picks its GPU.
+std::unique_ptr<nn::Backend> make_rank_backend(const Config& cfg, const mpi::Topology& topo);
+
+// train.precision -> the activations' DType.
+nn::DType precision_dtype(Precision precision);
+// model.layout: nchw or nhwc, and auto as nhwc on the cuda backend (named by `backend`, the
+// Backend's name()) at bf16/f16, where tensor-core convolutions read NHWC directly; nchw
+// otherwise.
+nn::Layout resolve_layout(LayoutChoice layout, std::string_view backend, nn::DType precision);
+
+// The activations' type (train.precision) and memory order (model.layout; auto resolved for
+// `backend_name`) of a model graph.
+struct GraphFormat {
+  nn::DType dtype = nn::DType::f32;
+  nn::Layout layout = nn::Layout::nchw;
+};
+GraphFormat graph_format(const Config& cfg, std::string_view backend_name);
+
+// The zoo's model `spec` for samples of `sample`'s shape ([1, c, h, w]) in `format`, not built.
+std::unique_ptr<nn::Graph> make_model_graph(const nn::ModelSpec& spec, const nn::Shape& sample, GraphFormat format);
+
+// data.*: the dataset at `path` (data.train or data.test, or another copy: `squall eval
+// --data`) as the config reads it. `fixed`: the training set's normalisation, for a test set;
+// `raw`: unnormalised and uncached, only to look at its shape and classes. Errors name the
+// path (and are data::BadSample for a bad sample).
+std::unique_ptr<data::DataSource> open_data(const DataConfig& d, const std::string& path, const std::string& split,
+                                            const data::Normalization* fixed, bool raw);
+
+// train.eval_batch_size, or train.batch_size when it is 0.
+int64_t eval_batch(const Config& cfg);
+
+// parallel.cross_node and parallel.check_sums, with the launcher's stall limits (--stall-warn,
+// --stall-abort).
+mpi::AllreduceOptions allreduce_options(const Config& cfg, double stall_warn_s, double stall_abort_s);
+
+// Where a learner group sits and what its backend offers: what the config does not say.
+struct GroupPlace {
+  int learners = 1;            // replicas on this device (the step plan's)
+  double bucket_mb = 1;        // ssgd's gradient buckets (bucket_mb_for)
+  GraphFormat format;          // the activations' type and order (graph_format)
+  bool can_capture = false;    // the backend can capture a pass (parallel.cuda_graphs)
+};
+// parallel.*, train.nonfinite, train.loss_scale*, run.seed for the group on this rank.
+parallel::LearnerGroupOptions learner_group_options(const Config& cfg, const mpi::Topology& topo,
+                                                    const GroupPlace& place);
+
+// data.workers, data.prefetch (at least `max_learners`: one batch a learner), data.skip_bad_samples,
+// and train.batch_size. The host allocator is the caller's (it knows the backend).
+input::LoaderOptions loader_options(const Config& cfg, int max_learners);
+
+}  // namespace squall::config

@@ -1,0 +1,42 @@
+#include "src/optim/schedule.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "src/core/error.hpp"
+
+namespace squall::optim {
+
+Schedule::Schedule(const ScheduleConfig& config, double base_lr, int64_t global_batch, int64_t steps_per_epoch)
+    : m_config(config), m_peak(base_lr) {
+  if (config.scale_lr_with_batch) {
+    if (config.reference_batch <= 0) throw Error("schedule.reference_batch must be > 0");
+    m_peak = base_lr * static_cast<double>(global_batch) / static_cast<double>(config.reference_batch);
+  }
+  const bool epochs = config.milestone_unit == MilestoneUnit::epochs;
+  if (epochs && steps_per_epoch <= 0)
+    throw Error("schedule.milestone_unit = \"epochs\" needs a known number of steps per epoch");
+  for (const int64_t m : config.milestones) m_milestones.push_back(epochs ? m * steps_per_epoch : m);
+}
+
+double Schedule::lr_at(int64_t step, int64_t total_steps) const {
+  const int64_t warmup = m_config.warmup_steps;
+  if (step < warmup) return m_peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  switch (m_config.kind) {
+    case ScheduleKind::multistep: {
+      const auto passed = std::upper_bound(m_milestones.begin(), m_milestones.end(), step) - m_milestones.begin();
+      return m_peak * std::pow(m_config.gamma, static_cast<double>(passed));
+    }
+    case ScheduleKind::cosine: {
+      const int64_t span = total_steps - warmup;
+      const double t =
+          span > 0 ? std::clamp(static_cast<double>(step - warmup) / static_cast<double>(span), 0.0, 1.0) : 1.0;
+      return m_config.min_lr + (m_peak - m_config.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * t));
+    }
+    case ScheduleKind::constant: break;
+  }
+  return m_peak;
+}
+
+}  // namespace squall::optim

@@ -1,0 +1,14 @@
+#pragma once
+// How a job's learners stay together (parallel.algorithm, docs/training.md): the learner
+// group's own enum and its names, which the config reads through (src/config/config_enums.hpp).
+#include "src/core/enum_table.hpp"
+
+namespace squall::parallel {
+
+// parallel.algorithm: how the job's learners stay together (docs/training.md).
+enum class Algorithm { ssgd, sma, local_sgd };
+inline constexpr auto k_algorithms = enum_table<Algorithm>(
+    {{"ssgd", Algorithm::ssgd}, {"sma", Algorithm::sma}, {"local-sgd", Algorithm::local_sgd}});
+inline const char* algorithm_name(Algorithm a) { return k_algorithms.name(a); }
+
+}  // namespace squall::parallel
