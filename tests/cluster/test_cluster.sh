@@ -163,10 +163,10 @@ case $test in
     # sma across 2 nodes x 2 ranks: each node's leader gathers its ranks' checkpoint parts and
     # writes one node file into the run dir the nodes share (model.h5 and 2 node files, no file
     # per rank). A rank on node 2 fails at step 25; the job resumes from step 20 with
-    # --resume auto and ends bit for bit as the job that ran through.
+    # --resume auto and ends bit for bit, at step 30, as the job that ran through.
     "$cluster" up "$name" --nodes 2 --rate 1gbit
     hosts=$("$cluster" hosts "$name" 2)
-    job=(train --config "$root/configs/fashion-mnist-sma.toml" --set train.max_steps=40 --set schedule.warmup_steps=0
+    job=(train --config "$root/configs/fashion-mnist-sma.toml" --set train.max_steps=30 --set schedule.warmup_steps=0
          --set checkpoint.every_steps=10
          --set data.train_samples=4096 --set data.test_samples=512 --set run.threads=1)
     "$cluster" mpirun "$name" --host "$hosts" -- "$squall" "${job[@]}" --set run.dir="$shared/whole" \
@@ -273,7 +273,7 @@ case $test in
     for algorithm in sma local-sgd; do
       last=$((np[$algorithm] - 1))
       job=(train --config "$root/configs/fashion-mnist-sma.toml" --set parallel.algorithm="$algorithm"
-           --set train.max_steps=30 --set schedule.warmup_steps=0 --set checkpoint.every_steps=6
+           --set train.max_steps=24 --set schedule.warmup_steps=0 --set checkpoint.every_steps=6
            --set data.train_samples=4096 --set data.test_samples=256 --set run.threads=1)
       run() {  # run LABEL [mpirun options --] [--set ...]: the job into $shared/$algorithm-LABEL
         local label=$1; shift

@@ -92,9 +92,9 @@ case $test in
     ;;
 
   resume)
-    # sma, 12 steps, a checkpoint every 4: rank $late (node 8) fails at step 7, and the job
+    # sma, 8 steps, a checkpoint every 4: rank $late (node 8) fails at step 7, and the job
     # resumes from step 4 with --resume auto and ends bit for bit as the job that ran through.
-    sma=("${job[@]}" --set parallel.algorithm=sma --set train.max_steps=12 --set checkpoint.every_steps=4)
+    sma=("${job[@]}" --set parallel.algorithm=sma --set train.max_steps=8 --set checkpoint.every_steps=4)
     run "$work/whole.log" -- "$squall" "${sma[@]}" --set run.dir="$shared/whole" ||
       { cat "$work/whole.log" >&2; fail "the uninterrupted job failed"; }
     if run "$work/crash.log" -x SQUALL_FAIL_AT="$late:7" -- "$squall" "${sma[@]}" --set run.dir="$shared/crashed"; then

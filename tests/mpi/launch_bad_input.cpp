@@ -4,7 +4,9 @@
 // rank. Exit statuses (docs/training.md, "Bad input"): 0 done, 1 a failure at run time (a
 // damaged file), 2 a usage error (a flag, key, value or file to fix); 124 is `timeout`'s: the
 // command hung. Every refusal must come before training starts, so most rows take well under
-// a second; the few that train keep it to 20 steps of LeNet-5 on 2048 samples.
+// a second; the few that train keep it to 20 steps of LeNet-5 on 2048 samples. Two rows run
+// at a time: much of a row is a process starting (MPI's start-up waits on its daemon), which
+// one at a time left a core idle for.
 //
 // In a command or an expected text: {squall} the binary, {mpiexec2}/{mpiexec3} mpiexec with
 // 2 or 3 ranks, {lenet5} configs/fashion-mnist-lenet5.toml, {dir} the row's own folder, {fm}
@@ -12,6 +14,7 @@
 // checkpoint every 10 steps, {shared} the folder of the data and runs the rows share.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "io/input/open_dataset.hpp"
@@ -301,11 +305,15 @@ TEST_CASE("bad-input: every row gets a clear error naming the thing, its documen
   const std::vector<Row> table = rows();
   REQUIRE(table.size() >= 30);
   const auto start = std::chrono::steady_clock::now();
+  // Each row's folder, setup and command first, in order (a setup may REQUIRE); then the
+  // commands, two at a time; then the checks, in order.
+  std::vector<std::map<std::string, std::string>> vars(table.size());
+  std::vector<std::string> commands(table.size());
   for (size_t i = 0; i < table.size(); ++i) {
     const Row& row = table[i];
     const fs::path dir = temp.path / ("row-" + std::to_string(i));
     fs::create_directories(dir);
-    const std::map<std::string, std::string> vars = {
+    vars[i] = {
         {"{train}", "{squall} train --config {lenet5} --set run.dir={dir}/run" + k_tiny},
         {"{squall}", squall_bin()},
         {"{mpiexec2}", mpiexec(2)},
@@ -317,16 +325,31 @@ TEST_CASE("bad-input: every row gets a clear error naming the thing, its documen
     };
     INFO("row " << i << ": " << row.name);
     if (row.setup) row.setup(dir, shared);
-    const std::string command = "timeout 120 " + expand(row.command, vars);
-    const auto t0 = std::chrono::steady_clock::now();
-    const ProcessResult r = run_command(command);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("bad input: %-58s exit %3d in %5.2f s\n", row.name.c_str(), r.exit_code, seconds);
+    commands[i] = "timeout 120 " + expand(row.command, vars[i]);
+  }
+  std::vector<ProcessResult> results(table.size());
+  std::vector<double> seconds(table.size());
+  std::atomic<size_t> next{0};
+  auto run_rows = [&] {
+    for (size_t i; (i = next++) < table.size();) {
+      const auto t0 = std::chrono::steady_clock::now();
+      results[i] = run_command(commands[i]);
+      seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+  };
+  std::thread other(run_rows);
+  run_rows();
+  other.join();
+  for (size_t i = 0; i < table.size(); ++i) {
+    const Row& row = table[i];
+    const ProcessResult& r = results[i];
+    INFO("row " << i << ": " << row.name);
+    std::printf("bad input: %-58s exit %3d in %5.2f s\n", row.name.c_str(), r.exit_code, seconds[i]);
     const std::string said = r.out + r.err;
-    INFO(command << "\n--- stdout + stderr (tail) ---\n" << tail(said));
+    INFO(commands[i] << "\n--- stdout + stderr (tail) ---\n" << tail(said));
     CHECK(r.exit_code != 124);  // timeout: the command hung
     CHECK(r.exit_code == row.exit_code);
-    for (const auto& text : row.expect) CHECK_THAT(said, Catch::Contains(expand(text, vars)));
+    for (const auto& text : row.expect) CHECK_THAT(said, Catch::Contains(expand(text, vars[i])));
     // Refused, not crashed: no failed invariant, and under MPI no rank that aborted alone.
     CHECK_THAT(said, !Catch::Contains("squall: fatal") && !Catch::Contains("MPI_ABORT"));
   }

@@ -347,7 +347,10 @@ TEST_CASE("a checkpoints folder that becomes read-only stops the run with a clea
   if (!can_mount_tmpfs()) SQUALL_SKIP("cannot mount a tmpfs in a private mount namespace here (needs root and unshare)");
   TempDir t("squall-readonly");
   const std::string run = t.file("run");
-  const std::string job = " --set data.train_samples=0 --set train.max_steps=2000 --set checkpoint.every_steps=100";
+  // The folder must turn read-only between the checkpoints of steps 100 and 200 (the resume
+  // is checked to start from step 100), so the run fails at step 200 whatever its length: 300
+  // steps leave the resume 200 to train.
+  const std::string job = " --set data.train_samples=0 --set train.max_steps=300 --set checkpoint.every_steps=100";
   // Once the first checkpoint is written, its folder is bound read-only onto itself (in a
   // private mount namespace): what a file system remounted read-only after an error does.
   const std::string ck = run + "/checkpoints";
@@ -367,7 +370,7 @@ TEST_CASE("a checkpoints folder that becomes read-only stops the run with a clea
   INFO(tail(resumed));
   REQUIRE(resumed.exit_code == 0);
   CHECK_THAT(resumed.out, Contains("step-00000100"));
-  CHECK(read_json(fs::path(run) / "summary.json").at("steps") == 2000);
+  CHECK(read_json(fs::path(run) / "summary.json").at("steps") == 300);
 }
 
 TEST_CASE("a usage error on only some ranks ends the job on every rank, naming the rank", "[launch][failure]") {

@@ -146,8 +146,10 @@ TEST_CASE("gradient aliases: every zoo model's gradients are the copying graph's
   for (const ZooCase& c : cases) check_against_copying_graph(c);
 }
 
+// Slow (twelve builds of 40 million parameters) but mostly one thread drawing them: beside the
+// other tests rather than alone.
 TEST_CASE("gradient aliases: DeepLabv3+ on ResNet-50's gradients are the copying graph's, bit for bit",
-          "[models][aliases][slow]") {
+          "[models][aliases][slow][beside]") {
   check_against_copying_graph({"deeplabv3plus-resnet50", Shape(1, 2, 16, 16), 0});
 }
 
