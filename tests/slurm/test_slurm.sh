@@ -84,7 +84,7 @@ case $test in
     done
     # What Slurm does 120 s before the time limit with --signal=B:USR1@120: SIGUSR1 to the batch shell.
     "$cluster" scancel "$name" --signal=USR1 --batch "$job" || fail "scancel --signal=USR1 --batch $job failed"
-    # Slurm makes a requeued job eligible again about cred_expire seconds later (15 s on the
+    # Slurm makes a requeued job eligible again about cred_expire seconds later (30 s on the
     # test cluster, tests/cluster/cluster; 120 s by default): its nodes clean up the first
     # run's step meanwhile, and starting it sooner made the step's launch fail here. Wait.
     for _ in $(seq 1 1500); do [[ -f $run/summary.json ]] && break; sleep 0.2; done
