@@ -54,3 +54,18 @@ function(squall_add_mpi_test name np exe)
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe ${exe} ${ARGN})
   squall_mpi_test_properties(${name})
 endfunction()
+
+# squall_test_headers(<target>...): the headers nearly every test file includes (Catch2's single
+# header alone is 18k lines), parsed once per test binary as a precompiled header rather than
+# once per file: a second or two of each test file's compile. SQUALL_TEST_PCH=OFF compiles
+# every file on its own includes (to check that each names what it uses).
+option(SQUALL_TEST_PCH "Precompile the headers the test files share" ON)
+function(squall_test_headers)
+  if(NOT SQUALL_TEST_PCH)
+    return()
+  endif()
+  foreach(target IN LISTS ARGN)
+    target_precompile_headers(${target} PRIVATE <catch2/catch.hpp> <nlohmann/json.hpp> <filesystem> <functional>
+                              <map> <memory> <string> <vector>)
+  endforeach()
+endfunction()
