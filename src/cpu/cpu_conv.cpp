@@ -93,6 +93,7 @@ class CpuConvPlan final : public ConvPlan {
   }
 
   void backward_data(Stream& s, const void* dyv, const float* w, void* dxv) override {
+    require_backward();
     const auto* dy = static_cast<const float*>(dyv);
     auto* dx = static_cast<float*>(dxv);
     auto& st = CpuBackend::dnnl_stream(s);
@@ -105,6 +106,7 @@ class CpuConvPlan final : public ConvPlan {
   }
 
   void backward_weights(Stream& s, const void* xv, const void* dyv, float* dw, float* db) override {
+    require_backward();
     const auto* x = static_cast<const float*>(xv);
     const auto* dy = static_cast<const float*>(dyv);
     auto& st = CpuBackend::dnnl_stream(s);
@@ -124,6 +126,10 @@ class CpuConvPlan final : public ConvPlan {
   }
 
  private:
+  void require_backward() const {
+    if (!m_desc.backward) throw Error("conv: backward on a plan made for forward only (ConvDesc::backward)");
+  }
+
   // dy is staged once per step for both backward calls when their layouts agree.
   void stage_dy(dnnl::stream& st, Operand& op, const float* dy) {
     if (&op == &m_d_dy && m_share_dy && m_staged_dy == dy) return;
@@ -158,35 +164,37 @@ class CpuConvPlan final : public ConvPlan {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     try {
+      const auto prop = d.backward ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
       typename Kind::fwd::primitive_desc fwd_pd(
-          typename Kind::fwd::desc(dnnl::prop_kind::forward_training, Kind::algo, any_src, any_wei, bias_md, any_dst,
-                                   strides, dilates, pad_l, pad_r),
+          typename Kind::fwd::desc(prop, Kind::algo, any_src, any_wei, bias_md, any_dst, strides, dilates, pad_l,
+                                   pad_r),
           attr, engine);
-      typename Kind::bwd_data::primitive_desc data_pd(
-          typename Kind::bwd_data::desc(Kind::algo, any_src, any_wei, any_dst, strides, dilates, pad_l, pad_r), attr,
-          engine, fwd_pd);
-      typename Kind::bwd_weights::primitive_desc weights_pd(
-          typename Kind::bwd_weights::desc(Kind::algo, any_src, any_wei, bias_md, any_dst, strides, dilates, pad_l,
-                                           pad_r),
-          attr, engine, fwd_pd);
       m_fwd = typename Kind::fwd(fwd_pd);
-      m_bwd_data = typename Kind::bwd_data(data_pd);
-      m_bwd_weights = typename Kind::bwd_weights(weights_pd);
-      const size_t scratch = std::max({fwd_pd.scratchpad_desc().get_size(), data_pd.scratchpad_desc().get_size(),
-                                       weights_pd.scratchpad_desc().get_size()});
-      m_scratch = memory(memory::desc({static_cast<int64_t>(std::max<size_t>(scratch, 1))}, dt::u8, tag::x), engine);
-
       m_f_src.init(engine, src_md, fwd_pd.src_desc(), false);
       m_f_wei.init(engine, wei_md, fwd_pd.weights_desc(), false);
       m_f_dst.init(engine, dst_md, fwd_pd.dst_desc(), true);
-      m_d_dy.init(engine, dst_md, data_pd.diff_dst_desc(), false);
-      m_d_wei.init(engine, wei_md, data_pd.weights_desc(), false);
-      m_d_dx.init(engine, src_md, data_pd.diff_src_desc(), true);
-      m_share_src = weights_pd.src_desc() == fwd_pd.src_desc();
-      m_share_dy = weights_pd.diff_dst_desc() == data_pd.diff_dst_desc();
-      if (!m_share_src) m_w_src.init(engine, src_md, weights_pd.src_desc(), false);
-      if (!m_share_dy) m_w_dy.init(engine, dst_md, weights_pd.diff_dst_desc(), false);
-      m_w_dw.init(engine, wei_md, weights_pd.diff_weights_desc(), true);
+      size_t scratch = fwd_pd.scratchpad_desc().get_size();
+      if (d.backward) {  // a forward-only plan makes no backward primitives, nor their staging buffers
+        typename Kind::bwd_data::primitive_desc data_pd(
+            typename Kind::bwd_data::desc(Kind::algo, any_src, any_wei, any_dst, strides, dilates, pad_l, pad_r), attr,
+            engine, fwd_pd);
+        typename Kind::bwd_weights::primitive_desc weights_pd(
+            typename Kind::bwd_weights::desc(Kind::algo, any_src, any_wei, bias_md, any_dst, strides, dilates, pad_l,
+                                             pad_r),
+            attr, engine, fwd_pd);
+        m_bwd_data = typename Kind::bwd_data(data_pd);
+        m_bwd_weights = typename Kind::bwd_weights(weights_pd);
+        scratch = std::max({scratch, data_pd.scratchpad_desc().get_size(), weights_pd.scratchpad_desc().get_size()});
+        m_d_dy.init(engine, dst_md, data_pd.diff_dst_desc(), false);
+        m_d_wei.init(engine, wei_md, data_pd.weights_desc(), false);
+        m_d_dx.init(engine, src_md, data_pd.diff_src_desc(), true);
+        m_share_src = weights_pd.src_desc() == fwd_pd.src_desc();
+        m_share_dy = weights_pd.diff_dst_desc() == data_pd.diff_dst_desc();
+        if (!m_share_src) m_w_src.init(engine, src_md, weights_pd.src_desc(), false);
+        if (!m_share_dy) m_w_dy.init(engine, dst_md, weights_pd.diff_dst_desc(), false);
+        m_w_dw.init(engine, wei_md, weights_pd.diff_weights_desc(), true);
+      }
+      m_scratch = memory(memory::desc({static_cast<int64_t>(std::max<size_t>(scratch, 1))}, dt::u8, tag::x), engine);
     } catch (const dnnl::error& e) {
       throw Error(std::string("conv: oneDNN rejected ") + (d.transposed ? "transposed " : "") + "convolution " +
                   Shape(d.n, d.c, d.h, d.w).str() + " -> " + out.str() + ": " + e.what());
@@ -198,14 +206,13 @@ class CpuConvPlan final : public ConvPlan {
     const Operand& w_dy = m_share_dy ? m_d_dy : m_w_dy;
     m_fwd_args = {{DNNL_ARG_SRC, m_f_src.arg()}, {DNNL_ARG_WEIGHTS, m_f_wei.arg()}, {DNNL_ARG_DST, m_f_dst.arg()},
                   {DNNL_ARG_SCRATCHPAD, m_scratch}};
+    if (d.bias) m_fwd_args.insert({DNNL_ARG_BIAS, m_bias});
+    if (!d.backward) return;
     m_bwd_data_args = {{DNNL_ARG_DIFF_DST, m_d_dy.arg()}, {DNNL_ARG_WEIGHTS, m_d_wei.arg()},
                        {DNNL_ARG_DIFF_SRC, m_d_dx.arg()}, {DNNL_ARG_SCRATCHPAD, m_scratch}};
     m_bwd_weights_args = {{DNNL_ARG_SRC, w_src.arg()}, {DNNL_ARG_DIFF_DST, w_dy.arg()},
                           {DNNL_ARG_DIFF_WEIGHTS, m_w_dw.arg()}, {DNNL_ARG_SCRATCHPAD, m_scratch}};
-    if (d.bias) {
-      m_fwd_args.insert({DNNL_ARG_BIAS, m_bias});
-      m_bwd_weights_args.insert({DNNL_ARG_DIFF_BIAS, m_bias});
-    }
+    if (d.bias) m_bwd_weights_args.insert({DNNL_ARG_DIFF_BIAS, m_bias});
   }
 
   ConvDesc m_desc;

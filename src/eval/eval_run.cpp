@@ -153,6 +153,7 @@ InferenceModel build_inference_model(const checkpoint::CheckpointModel& ck, cons
   m.stream = m.backend->create_stream();
   m.backend->bind_calling_thread(m.backend->threads());
   m.graph = config::make_model_graph(spec, info.sample, config::graph_format(cfg, m.backend->name()));
+  m.graph->set_forward_only(true);
   m.graph->build(*m.backend, batch, static_cast<uint64_t>(cfg.run.seed));
   checkpoint::load_into_graph(ck.model, *m.graph, *m.backend, *m.stream);
   m.backend->synchronize(*m.stream);

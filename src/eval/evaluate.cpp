@@ -21,6 +21,8 @@ EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const
   const auto classes = static_cast<size_t>(info.classes);
   nn::Buffer loss = be.allocate(2);  // [this batch's mean loss, the sum over samples]
   nn::Buffer confusion = be.allocate(classes * classes, nn::DType::i32);
+  // The loss writes the logits' gradient too, which a forward-only graph has no room for.
+  nn::Buffer dlogits = be.allocate(static_cast<size_t>(g.output_shape().numel()), g.dtype());
   be.fill(stream, loss.data(), 2, 0.0f);
   be.fill(stream, reinterpret_cast<float*>(confusion.as<int32_t>()), classes * classes, 0.0f);  // 0.0f is all zero bits
   std::vector<int64_t> idx;
@@ -39,7 +41,7 @@ EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const
     g.forward(stream, mode);
     const auto out = g.output_shape();
     be.softmax_cross_entropy(stream, g.dtype(), g.output().data, dev_labels, class_weights, out.n(), out.c(),
-                             out.h() * out.w(), g.output_grad().data, loss.data(), nullptr);
+                             out.h() * out.w(), dlogits.raw(), loss.data(), nullptr);
     be.axpy(stream, static_cast<float>(valid), loss.data(), loss.data() + 1, 1);
     be.argmax_channels(stream, g.dtype(), g.output().data, dev_pred, out.n(), out.c(), out.h() * out.w());
     be.accumulate_confusion(stream, dev_labels, dev_pred, static_cast<size_t>(valid * label_hw), info.classes,

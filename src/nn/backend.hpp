@@ -122,6 +122,7 @@ struct ConvDesc {
   int64_t out_pad_h = 0, out_pad_w = 0; // transposed only: extra rows/cols at the end
   DType dtype = DType::f32;             // x, y, dx, dy (w, b, dw, db are f32)
   Layout layout = Layout::nchw;         // x, y, dx, dy (w and dw are [k, c, r, s] always)
+  bool backward = true;                 // false: forward only (a backend may then make no backward plan)
   Shape output() const;                 // [n, k, p, q]
   Shape weight() const;                 // [k, c, r, s], or [c, k, r, s] when transposed
 };

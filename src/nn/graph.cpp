@@ -6,6 +6,7 @@
 #include "src/core/error.hpp"
 #include "src/nn/gradient_aliases.hpp"
 #include "src/nn/init.hpp"
+#include "src/nn/memory_plan.hpp"
 
 namespace squall::nn {
 
@@ -16,7 +17,7 @@ struct Graph::Node {
   Shape shape;                    // output shape, with batch
   Tensor value, grad;
   bool grad_written = false;      // during backward: first writer overwrites
-  std::vector<bool> hands_through;  // per input: its gradient is this node's own (alias_gradients)
+  std::vector<bool> hands_through;  // per input: its gradient is this node's own (plan_activations)
   size_t param_begin = 0;         // arena offset of its first parameter
   bool has_params = false;
 };
@@ -61,7 +62,8 @@ Graph::~Graph() = default;
 
 int Graph::add(std::string name, std::unique_ptr<Layer> layer, std::vector<int> inputs) {
   for (int i : inputs)
-    if (i < 0 || i >= size()) throw Error("graph: node '" + name + "' uses node " + std::to_string(i) + ", which does not exist");
+    if (i < 0 || i >= size())
+      throw Error("graph: node '" + name + "' uses node " + std::to_string(i) + ", which does not exist");
   auto node = std::make_unique<Node>();
   node->name = std::move(name);
   node->layer = std::move(layer);
@@ -132,45 +134,125 @@ void Graph::set_layout(Layout l) {
   m_layout = l;
 }
 
+// Activation memory (docs/design.md, "Activation memory"): the values of a training graph all
+// live through the step, since backward reads them; its gradients live only from the backward
+// of a node's last reader down to the node's own backward, and share memory where those spans
+// do not meet. A forward-only graph has no gradients, and its values share memory in the same
+// way, each living from its node's forward to its last reader's. Every view starts on a
+// 256-byte boundary, as a cudaMalloc'd block does: cuDNN's and cuBLAS's vectorised
+// (tensor-core) kernels need 16-byte aligned bf16/f16 operands, and a view at an odd element
+// offset of a 2-byte type would not be.
+struct Graph::ActivationPlan {
+  std::vector<size_t> value_at, grad_at;  // per node, bytes into the arena; grad_at of node 0 unused
+  size_t bytes = 0;
+  size_t largest = 0;  // elements of the largest gradient (the scratch buffer's size)
+  std::vector<std::vector<bool>> hands_through;
+};
+
+Graph::ActivationPlan Graph::plan_activations() const {
+  SQUALL_CHECK(m_batch > 0, "graph: activation memory is planned after setup()");
+  const size_t bytes_per = dtype_size(m_dtype);
+  const int count = size();
+  const auto node_bytes = [&](int i) {
+    return (static_cast<size_t>(m_nodes[static_cast<size_t>(i)]->shape.numel()) * bytes_per + k_view_alignment - 1) /
+           k_view_alignment * k_view_alignment;
+  };
+  std::vector<int> last_reader(static_cast<size_t>(count), -1);
+  for (int id = 1; id < count; ++id)
+    for (int i : m_nodes[static_cast<size_t>(id)]->inputs) last_reader[static_cast<size_t>(i)] = id;
+  const auto span = [&](int i) {
+    if (!m_reuse_memory) return std::pair<int, int>{0, count};  // alive throughout: nothing shared
+    return std::pair<int, int>{i, i == m_output ? count : std::max(i, last_reader[static_cast<size_t>(i)])};
+  };
+
+  ActivationPlan p;
+  std::vector<MemoryBlock> values;
+  for (int i = 0; i < count; ++i) {
+    const auto [first, last] = m_forward_only ? span(i) : std::pair<int, int>{0, count};
+    values.push_back({node_bytes(i), first, last});
+  }
+  const MemoryPlan value_plan = plan_memory(values, k_view_alignment);
+  p.value_at = value_plan.offsets;
+  p.bytes = value_plan.bytes;
+  p.grad_at.assign(static_cast<size_t>(count), 0);
+  p.hands_through.resize(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i)
+    p.hands_through[static_cast<size_t>(i)].assign(m_nodes[static_cast<size_t>(i)]->inputs.size(), false);
+  if (m_forward_only) return p;
+
+  // Gradients: one block per group of nodes that share one (a residual add and the inputs it
+  // hands its gradient to), spanning every member's span; node 0's is never needed.
+  if (m_alias_gradients) {
+    BackwardStructure structure;
+    for (const auto& n : m_nodes) {
+      structure.inputs.push_back(n->inputs);
+      structure.passes_through.push_back(n->layer != nullptr && n->layer->passes_gradient_through());
+    }
+    structure.output = m_output;
+    p.hands_through = plan_gradient_aliases(structure);
+  }
+  std::vector<int> group(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) group[static_cast<size_t>(i)] = i;
+  for (int id = count - 1; id >= 1; --id) {  // from the last down: an add's own group is final first
+    const Node& n = *m_nodes[static_cast<size_t>(id)];
+    for (size_t q = 0; q < n.inputs.size(); ++q)
+      if (p.hands_through[static_cast<size_t>(id)][q])
+        group[static_cast<size_t>(n.inputs[q])] = group[static_cast<size_t>(id)];
+  }
+  std::vector<MemoryBlock> grads(static_cast<size_t>(count));  // empty where a node is not its group's top
+  for (int i = count - 1; i >= 1; --i) {  // a group's top node before its members
+    const size_t g = static_cast<size_t>(group[static_cast<size_t>(i)]);
+    const auto [first, last] = span(i);
+    if (g == static_cast<size_t>(i)) {
+      grads[g] = {node_bytes(i), first, last};
+    } else {
+      SQUALL_CHECK(grads[g].bytes == node_bytes(i),
+                   "graph node '" + m_nodes[static_cast<size_t>(i)]->name + "' shares a gradient of another size");
+      grads[g].first = std::min(grads[g].first, first);
+      grads[g].last = std::max(grads[g].last, last);
+    }
+    p.largest = std::max(p.largest, static_cast<size_t>(m_nodes[static_cast<size_t>(i)]->shape.numel()));
+  }
+  const MemoryPlan grad_plan = plan_memory(grads, k_view_alignment);
+  for (int i = 1; i < count; ++i)
+    p.grad_at[static_cast<size_t>(i)] = p.bytes + grad_plan.offsets[static_cast<size_t>(group[static_cast<size_t>(i)])];
+  p.bytes += grad_plan.bytes;
+  return p;
+}
+
+size_t Graph::activation_bytes() const { return plan_activations().bytes; }
+
 void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
   setup(batch);
   m_backend = &backend;
   m_mirrors_current.store(false);
-  // Every activation view starts on a 256-byte boundary, as a cudaMalloc'd block does:
-  // cuDNN's and cuBLAS's vectorised (tensor-core) kernels need 16-byte aligned bf16/f16
-  // operands, and a view at an odd element offset of a 2-byte type would not be.
-  const size_t align = k_view_alignment / dtype_size(m_dtype);
-  const auto padded = [align](int64_t numel) { return (static_cast<size_t>(numel) + align - 1) / align * align; };
-  size_t activation_count = 0, largest = 0;
-  for (const auto& n : m_nodes) {
-    activation_count += 2 * padded(n->shape.numel());
-    largest = std::max(largest, static_cast<size_t>(n->shape.numel()));
-  }
+  const ActivationPlan plan = plan_activations();
+  const size_t bytes_per = dtype_size(m_dtype);
 
   // Arenas: one allocation each.
   m_params = backend.allocate(std::max<size_t>(m_param_arena, 1));
   m_grads = backend.allocate(std::max<size_t>(m_param_arena, 1));
   m_state = backend.allocate(std::max<size_t>(m_state_arena, 1));
-  m_activations = backend.allocate(activation_count, m_dtype);
-  m_scratch = backend.allocate(largest, m_dtype);
+  m_activations = backend.allocate(plan.bytes / bytes_per, m_dtype);
+  m_scratch = m_forward_only ? Buffer{} : backend.allocate(plan.largest, m_dtype);
   const bool nhwc = m_layout == Layout::nhwc;
   const bool convert_input = m_dtype != DType::f32 || (nhwc && m_nodes[0]->shape.rank == 4);
   m_input_f32 = convert_input ? backend.allocate(static_cast<size_t>(m_nodes[0]->shape.numel())) : Buffer{};
   const Shape& out_shape = m_nodes[static_cast<size_t>(m_output)]->shape;
   if (nhwc && out_shape.rank == 4) {
     m_output_nchw = backend.allocate(static_cast<size_t>(out_shape.numel()), m_dtype);
-    m_output_grad_nchw = backend.allocate(static_cast<size_t>(out_shape.numel()), m_dtype);
+    m_output_grad_nchw = m_forward_only ? Buffer{} : backend.allocate(static_cast<size_t>(out_shape.numel()), m_dtype);
   } else {
     m_output_nchw = m_output_grad_nchw = Buffer{};
   }
-  size_t off = 0;
-  for (auto& n : m_nodes) {
-    n->value = m_activations.view(n->shape, off);
-    off += padded(n->shape.numel());
-    n->grad = m_activations.view(n->shape, off);
-    off += padded(n->shape.numel());
+  for (int i = 0; i < size(); ++i) {
+    Node& n = *m_nodes[static_cast<size_t>(i)];
+    n.value = m_activations.view(n.shape, plan.value_at[static_cast<size_t>(i)] / bytes_per);
+    n.grad = m_forward_only || i == k_input
+                 ? Tensor{nullptr, n.shape, m_dtype}
+                 : m_activations.view(n.shape, plan.grad_at[static_cast<size_t>(i)] / bytes_per);
+    n.hands_through = plan.hands_through[static_cast<size_t>(i)];
   }
-  alias_gradients();
 
   // Initial values, drawn on the host, as PyTorch does per layer type. The padding between
   // tensors is written too (zeros), in all three arenas: it must never hold garbage that a
@@ -196,6 +278,7 @@ void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
     Layer& layer = *m_nodes[static_cast<size_t>(id)]->layer;
     layer.set_dtype(m_dtype);
     layer.set_layout(m_layout);
+    layer.set_forward_only(m_forward_only);
     std::vector<Tensor> params, grads, state;
     for (size_t k = 0; k < layer.param_specs().size(); ++k, ++pi) {
       params.push_back(m_params.view(m_param_info[pi].shape, m_param_info[pi].offset));
@@ -215,6 +298,7 @@ Tensor Graph::output() const {
   return m_nodes[static_cast<size_t>(m_output)]->value;
 }
 Tensor Graph::output_grad() const {
+  if (m_forward_only) throw Error("graph: a forward-only graph has no gradients (set_forward_only)");
   if (m_output_grad_nchw) return m_output_grad_nchw.view(output_shape());
   return m_nodes[static_cast<size_t>(m_output)]->grad;
 }
@@ -280,38 +364,23 @@ void Graph::forward(Stream& stream, const RunMode& run_mode) {
   }
 }
 
+void Graph::set_forward_only(bool on) {
+  if (built()) throw Error("graph: forward-only must be chosen before build()");
+  m_forward_only = on;
+}
+
+void Graph::set_memory_reuse(bool on) {
+  if (built()) throw Error("graph: memory reuse must be chosen before build()");
+  m_reuse_memory = on;
+}
+
 void Graph::set_gradient_aliasing(bool on) {
   if (built()) throw Error("graph: gradient aliasing must be chosen before build()");
   m_alias_gradients = on;
 }
 
-// A residual add's inputs take its gradient's memory as theirs where plan_gradient_aliases
-// finds it safe: its backward then copies nothing, and the one pass left is the
-// accumulation of the shortcut's other reader (docs/design.md, "The residual add's backward").
-void Graph::alias_gradients() {
-  for (auto& n : m_nodes) n->hands_through.assign(n->inputs.size(), false);
-  if (!m_alias_gradients) return;
-  BackwardStructure structure;
-  for (const auto& n : m_nodes) {
-    structure.inputs.push_back(n->inputs);
-    structure.passes_through.push_back(n->layer != nullptr && n->layer->passes_gradient_through());
-  }
-  structure.output = m_output;
-  const std::vector<std::vector<bool>> alias = plan_gradient_aliases(structure);
-  // From the last node down, so that a node's gradient view is final before its inputs share it.
-  for (int id = size() - 1; id >= 1; --id) {
-    Node& n = *m_nodes[static_cast<size_t>(id)];
-    n.hands_through = alias[static_cast<size_t>(id)];
-    for (size_t q = 0; q < n.inputs.size(); ++q) {
-      if (!n.hands_through[q]) continue;
-      Node& src = *m_nodes[static_cast<size_t>(n.inputs[q])];
-      SQUALL_CHECK(src.shape.numel() == n.shape.numel(), "graph node '" + n.name + "' hands on a gradient of another size");
-      src.grad = Tensor{n.grad.data, src.shape, m_dtype};
-    }
-  }
-}
-
 void Graph::backward(Stream& stream, const std::function<void(size_t)>& on_params_ready) {
+  if (m_forward_only) throw Error("graph: backward() on a forward-only graph (set_forward_only)");
   for (auto& n : m_nodes) n->grad_written = false;
   m_nodes[static_cast<size_t>(m_output)]->grad_written = true;  // the loss wrote it
   if (m_output_grad_nchw) {

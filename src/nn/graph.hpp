@@ -5,8 +5,9 @@
 // input. build() runs every layer's setup, lays out all parameters in one arena, each on a
 // 256-byte boundary (their gradients in a second of the same layout, non-learned state such as
 // BatchNorm running statistics in a third: src/nn/param_arena.hpp), allocates one activation
-// and one gradient tensor per node, and makes the layers' backend plans. Nothing is allocated
-// after build().
+// and one gradient tensor per node in one arena, sharing memory between those whose lifetimes
+// do not meet (src/nn/memory_plan.hpp), and makes the layers' backend plans. Nothing is
+// allocated after build().
 //
 // Backward visits nodes in reverse; a node used by several consumers (a residual branch)
 // receives the first consumer's gradient directly and the others' through a scratch
@@ -76,6 +77,20 @@ class Graph {
   // compare with). Set before build().
   void set_gradient_aliasing(bool on);
   bool gradient_aliasing() const { return m_alias_gradients; }
+  // A forward-only graph (evaluation, prediction) has no gradients: backward() and
+  // output_grad() throw, its layers make no backward plans, and its values share memory where
+  // their lifetimes allow, so that node_value(i) of a node other than the output may hold
+  // another node's value once forward() has returned. Default off; set before build().
+  void set_forward_only(bool on);
+  bool forward_only() const { return m_forward_only; }
+  // Whether activations share memory by lifetime (docs/design.md, "Activation memory"): the
+  // default; off, every value and gradient has memory of its own (the reference the tests
+  // compare with). Set before build().
+  void set_memory_reuse(bool on);
+  bool memory_reuse() const { return m_reuse_memory; }
+  // The bytes of the activation arena (values and gradients) as planned for the batch of the
+  // last setup() or build() and the settings above: what build() allocates, or would.
+  size_t activation_bytes() const;
   // Materialise; `seed` initialises the parameters (PyTorch-style per layer type).
   void build(Backend& backend, int64_t batch, uint64_t seed);
   bool built() const { return m_backend != nullptr; }
@@ -132,7 +147,8 @@ class Graph {
 
  private:
   struct Node;
-  void alias_gradients();  // build(): the residual adds' inputs' gradient views
+  struct ActivationPlan;
+  ActivationPlan plan_activations() const;  // where each value and gradient lives (build())
   std::vector<std::unique_ptr<Node>> m_nodes;
   Shape m_input_sample;
   int m_output = 0;
@@ -142,6 +158,8 @@ class Graph {
   DType m_dtype = DType::f32;
   Layout m_layout = Layout::nchw;
   bool m_alias_gradients = true;
+  bool m_forward_only = false;
+  bool m_reuse_memory = true;
   bool m_mirrors_enabled = true;
   // Written by whoever calls params() or updates the weights, read by forward, on any thread.
   mutable std::atomic<bool> m_mirrors_current{false};

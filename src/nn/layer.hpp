@@ -78,6 +78,10 @@ class Layer {
   void set_layout(Layout l) { m_layout = l; }
   Layout layout() const { return m_layout; }
 
+  // Set by the graph before build(): the layer will only run forward (a forward-only graph:
+  // evaluation, prediction), so its plans need nothing for backward.
+  void set_forward_only(bool on) { m_forward_only = on; }
+  bool forward_only() const { return m_forward_only; }
   virtual void build(Backend& backend, const std::vector<Tensor>& params,
                      const std::vector<Tensor>& grads, const std::vector<Tensor>& state) = 0;
   virtual void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out,
@@ -97,6 +101,7 @@ class Layer {
  protected:
   DType m_dtype = DType::f32;
   Layout m_layout = Layout::nchw;
+  bool m_forward_only = false;
 };
 
 // ---- factories (src/nn/layers/*.cpp) --------------------------------------------------------

@@ -162,6 +162,7 @@ nn::Graph& LearnerGroup::eval_graph() {
     m_eval = c.setup.make_graph();
     m_eval->set_dtype(m_options.precision);
     m_eval->set_layout(m_options.layout);
+    m_eval->set_forward_only(true);
     m_eval->build(c.backend, m_batch, m_options.seed);
   }
   if (!m_eval_current) {

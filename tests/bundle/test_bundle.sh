@@ -2,9 +2,10 @@
 # bundle:relocatable: scripts/bundle makes a tarball that runs from wherever it is unpacked,
 # using only its own libraries, Open MPI plugins and help files (plus glibc and the GPU stack).
 #
-#   test_bundle.sh BUNDLE_SCRIPT BUILD_DIR SQUALL_BINARY
+#   test_bundle.sh BUNDLE_SCRIPT BUILD_DIR SQUALL_BINARY [TARBALL]
 #
-# 1. bundles BUILD_DIR, unpacks it under BUILD_DIR/bundle-test and moves it to another name;
+# 1. bundles BUILD_DIR (or takes TARBALL, the bundle it made), unpacks it under
+#    BUILD_DIR/bundle-test and moves it to another name;
 # 2. ldd, in the bundle's environment, on every program, library and plugin: each dependency
 #    resolves inside the bundle, or is glibc's or the GPU stack's;
 # 3. `bin/squall info` and `bin/mpirun -np 2 bin/squall info` under LD_DEBUG: every object
@@ -15,10 +16,11 @@
 # make a mount namespace (unshare -m) for 4.
 set -euo pipefail
 
-[[ $# -eq 3 ]] || { echo "usage: $0 BUNDLE_SCRIPT BUILD_DIR SQUALL_BINARY" >&2; exit 2; }
+[[ $# -eq 3 || $# -eq 4 ]] || { echo "usage: $0 BUNDLE_SCRIPT BUILD_DIR SQUALL_BINARY [TARBALL]" >&2; exit 2; }
 bundle_script=$1
 build=$(cd "$2" && pwd -P)
 squall_bin=$3
+tarball=${4:-}  # a bundle scripts/bundle already made of BUILD_DIR (the bundle:make fixture)
 
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -33,8 +35,12 @@ rm -rf "$work"
 mkdir -p "$work/unpack"
 
 # --- 1. bundle, unpack, move ---------------------------------------------------------------------
-"$bundle_script" --build "$build" --out "$work/squall-bundle.tar.gz"
-tar -C "$work/unpack" -xzf "$work/squall-bundle.tar.gz"
+if [[ -z $tarball ]]; then
+  tarball=$work/squall-bundle.tar.gz
+  "$bundle_script" --build "$build" --out "$tarball"
+fi
+[[ -f $tarball && $tarball -nt $squall_bin ]] || fail "$tarball is missing or older than $squall_bin"
+tar -C "$work/unpack" -xzf "$tarball"
 [[ -x $work/unpack/squall-bundle/bin/squall ]] || fail "no squall-bundle/bin/squall in the tarball"
 B=$work/moved-$$
 mv "$work/unpack/squall-bundle" "$B"

@@ -5,9 +5,9 @@
 # for plm_rsh_agent ("ssh : rsh") and aborts the start when it finds neither; the bundle's
 # env.sh must steer around that (scripts/bundle's header says how).
 #
-#   test_no_remote_shell.sh BUNDLE_SCRIPT BUILD_DIR SQUALL_BINARY
+#   test_no_remote_shell.sh BUNDLE_SCRIPT BUILD_DIR SQUALL_BINARY [TARBALL]
 #
-# 1. bundles BUILD_DIR and unpacks it under BUILD_DIR/bundle-norsh;
+# 1. bundles BUILD_DIR (or takes TARBALL, the bundle it made) and unpacks it under BUILD_DIR/bundle-norsh;
 # 2. builds a PATH of symlinks to the few tools the wrappers need, with no ssh, rsh, qrsh or
 #    llspawn (the agents the rsh component can look for), and runs `bin/squall info` and
 #    `bin/mpirun -np 2 bin/squall info` in an environment holding only that PATH: both must
@@ -18,10 +18,11 @@
 # Exits 77 (skipped) when a tool it needs is missing or squall is built without Open MPI.
 set -euo pipefail
 
-[[ $# -eq 3 ]] || { echo "usage: $0 BUNDLE_SCRIPT BUILD_DIR SQUALL_BINARY" >&2; exit 2; }
+[[ $# -eq 3 || $# -eq 4 ]] || { echo "usage: $0 BUNDLE_SCRIPT BUILD_DIR SQUALL_BINARY [TARBALL]" >&2; exit 2; }
 bundle_script=$1
 build=$(cd "$2" && pwd -P)
 squall_bin=$3
+tarball=${4:-}  # a bundle scripts/bundle already made of BUILD_DIR (the bundle:make fixture)
 
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -36,8 +37,12 @@ rm -rf "$work"
 mkdir -p "$work/unpack" "$work/home" "$work/tmp"
 
 # --- 1. bundle, unpack ---------------------------------------------------------------------------
-"$bundle_script" --build "$build" --out "$work/squall-bundle.tar.gz"
-tar -C "$work/unpack" -xzf "$work/squall-bundle.tar.gz"
+if [[ -z $tarball ]]; then
+  tarball=$work/squall-bundle.tar.gz
+  "$bundle_script" --build "$build" --out "$tarball"
+fi
+[[ -f $tarball && $tarball -nt $squall_bin ]] || fail "$tarball is missing or older than $squall_bin"
+tar -C "$work/unpack" -xzf "$tarball"
 B=$work/unpack/squall-bundle
 [[ -x $B/bin/mpirun ]] || skip "the bundle has no mpirun (squall built without Open MPI)"
 

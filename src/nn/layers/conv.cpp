@@ -23,6 +23,7 @@ class ConvBase : public Layer {
     }
     m_desc.dtype = m_dtype;
     m_desc.layout = m_layout;
+    m_desc.backward = !forward_only();
     m_plan = backend.make_conv(m_desc);
     m_mirror = m_plan->weight_mirror();
   }

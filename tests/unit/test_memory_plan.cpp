@@ -1,0 +1,180 @@
+// Activation memory (docs/design.md, "Activation memory"): the planner on made-up blocks, and
+// every zoo model built with shared memory against the same model with memory of its own per
+// value and gradient: the same gradients and logits, bit for bit, at every type and layout, in
+// less memory; and the forward-only graph (evaluation, prediction) against the training
+// graph's forward in evaluation mode.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "src/nn/graph.hpp"
+#include "src/nn/memory_plan.hpp"
+#include "tests/support/test_backend.hpp"
+
+using namespace squall;
+using nn::DType;
+using nn::Layout;
+using nn::MemoryBlock;
+using nn::Shape;
+
+TEST_CASE("memory plan: blocks alive at different times share memory, blocks alive together do not",
+          "[models][memory]") {
+  // a and b never meet: one range for both. c meets both: a range of its own.
+  const std::vector<MemoryBlock> blocks{{100, 0, 1}, {100, 2, 3}, {300, 1, 2}};
+  const nn::MemoryPlan plan = nn::plan_memory(blocks, 256);
+  CHECK(plan.offsets[0] == plan.offsets[1]);
+  CHECK(plan.offsets[2] != plan.offsets[0]);
+  CHECK(plan.bytes == 256 + 512);
+  CHECK(nn::memory_plan_valid(blocks, plan, 256));
+  // A block that meets another at one step only still needs its own range.
+  const std::vector<MemoryBlock> touching{{256, 0, 2}, {256, 2, 4}};
+  CHECK(nn::plan_memory(touching, 256).bytes == 512);
+  // And the check itself refuses two live blocks in one range, and a misaligned one.
+  nn::MemoryPlan bad = plan;
+  bad.offsets[2] = bad.offsets[0];
+  CHECK_FALSE(nn::memory_plan_valid(blocks, bad, 256));
+  bad = plan;
+  bad.offsets[2] += 8;
+  CHECK_FALSE(nn::memory_plan_valid(blocks, bad, 256));
+  CHECK_THROWS(nn::plan_memory({{10, 3, 2}}, 256));
+  CHECK_THROWS(nn::plan_memory(blocks, 100));
+}
+
+TEST_CASE("memory plan: random lifetimes get a valid plan no larger than the sum", "[models][memory]") {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<MemoryBlock> blocks(1 + rng() % 40);
+    size_t sum = 0;
+    for (MemoryBlock& b : blocks) {
+      b.bytes = rng() % 5000;
+      b.first = static_cast<int>(rng() % 30);
+      b.last = b.first + static_cast<int>(rng() % 10);
+      sum += (b.bytes + 63) / 64 * 64;
+    }
+    const nn::MemoryPlan plan = nn::plan_memory(blocks, 64);
+    INFO("trial " << trial);
+    REQUIRE(nn::memory_plan_valid(blocks, plan, 64));
+    CHECK(plan.bytes <= sum);
+  }
+}
+
+namespace {
+
+nn::Backend& be() { return test::test_backend(); }
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+std::vector<unsigned char> bytes_of(nn::Stream& s, const void* p, size_t bytes) {
+  be().synchronize_all();
+  std::vector<unsigned char> host(bytes);
+  be().copy_bytes_to_host(s, host.data(), p, bytes);
+  be().synchronize(s);
+  return host;
+}
+
+struct ZooCase {
+  std::string name;
+  Shape sample;
+  int64_t width;
+};
+
+std::unique_ptr<nn::Graph> model(const ZooCase& c, DType t, Layout l) {
+  nn::ModelSpec spec;
+  spec.name = c.name;
+  spec.classes = 3;
+  spec.width = c.width;
+  auto g = nn::make_model(spec, c.sample);
+  g->set_dtype(t);
+  g->set_layout(l);
+  return g;
+}
+
+// The logits of a forward in evaluation mode, then (training graphs) the parameters' gradients of
+// a training step whose loss gradient is the logits, as bytes.
+struct Results {
+  std::vector<unsigned char> eval_logits, grads;
+};
+Results run(nn::Graph& g, nn::Stream& s) {
+  const auto x = random_floats(static_cast<size_t>(g.input().numel()), 11);
+  Results r;
+  be().copy_from_host(s, g.input().f32(), x.data(), x.size());
+  nn::RunMode eval;
+  eval.train = false;
+  g.forward(s, eval);
+  r.eval_logits = bytes_of(s, g.output().data, g.output().bytes());
+  if (g.forward_only()) return r;
+  be().copy_from_host(s, g.input().f32(), x.data(), x.size());
+  g.forward(s, nn::RunMode{});
+  be().copy_bytes(s, g.output_grad().data, g.output().data, g.output().bytes());
+  g.backward(s);
+  r.grads = bytes_of(s, g.grads(), g.param_arena_floats() * sizeof(float));
+  return r;
+}
+
+void check_shared_memory(const ZooCase& c) {
+  auto s = be().create_stream();
+  for (const DType t : {DType::f32, DType::bf16, DType::f16})
+    for (const Layout l : {Layout::nchw, Layout::nhwc}) {
+      INFO(c.name << " " << nn::dtype_name(t) << " " << nn::layout_name(l));
+      auto own = model(c, t, l);
+      own->set_memory_reuse(false);
+      own->build(be(), 2, 7);
+      auto shared = model(c, t, l);
+      shared->build(be(), 2, 7);
+      auto forward_only = model(c, t, l);
+      forward_only->set_forward_only(true);
+      forward_only->build(be(), 2, 7);
+      const Results a = run(*own, *s), b = run(*shared, *s), f = run(*forward_only, *s);
+      REQUIRE(a.grads.size() == b.grads.size());
+      CHECK(std::memcmp(a.grads.data(), b.grads.data(), a.grads.size()) == 0);
+      REQUIRE(a.eval_logits.size() == f.eval_logits.size());
+      CHECK(std::memcmp(a.eval_logits.data(), b.eval_logits.data(), a.eval_logits.size()) == 0);
+      CHECK(std::memcmp(a.eval_logits.data(), f.eval_logits.data(), a.eval_logits.size()) == 0);
+      // Less memory: gradients shared, and a forward-only graph under half of that.
+      CHECK(shared->activation_bytes() < own->activation_bytes());
+      CHECK(2 * forward_only->activation_bytes() < shared->activation_bytes());
+      CHECK_THROWS(forward_only->backward(*s));
+      CHECK_THROWS(forward_only->output_grad());
+    }
+}
+
+}  // namespace
+
+TEST_CASE("memory plan: every zoo model computes the same bits in shared memory, forward-only too",
+          "[models][memory]") {
+  const ZooCase cases[] = {{"lenet5", Shape(1, 1, 28, 28), 0},
+                           {"resnet20", Shape(1, 3, 16, 16), 0},
+                           {"unet", Shape(1, 4, 16, 16), 4},
+                           {"deeplabv3plus", Shape(1, 4, 16, 24), 4}};
+  for (const ZooCase& c : cases) check_shared_memory(c);
+}
+
+TEST_CASE("memory plan: DeepLabv3+ on ResNet-50 at DeepCAM's size needs less than half the memory",
+          "[models][memory]") {
+  // Shapes only, nothing computed: the plan of the full-size model, 16 x 768 x 1152, batch 1.
+  nn::ModelSpec spec;
+  spec.name = "deeplabv3plus-resnet50";
+  spec.classes = 3;
+  auto g = nn::make_model(spec, Shape(1, 16, 768, 1152));
+  g->setup(1);
+  g->set_memory_reuse(false);
+  const size_t total = g->activation_bytes();
+  g->set_memory_reuse(true);
+  const size_t planned = g->activation_bytes();
+  g->set_forward_only(true);
+  const size_t planned_forward = g->activation_bytes();
+  INFO("every value and gradient apart " << total / 1e6 << " MB, shared " << planned / 1e6 << " MB, forward only "
+                                          << planned_forward / 1e6 << " MB");
+  CHECK(total > size_t{5} << 30);  // every value and gradient apart: over 5 GiB
+  CHECK(planned < total * 3 / 4);
+  CHECK(planned_forward < total / 8);
+}
