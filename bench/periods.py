@@ -6,7 +6,8 @@ LeNet-5 on Fashion-MNIST (configs/fashion-mnist-sma.toml) on --nodes network-nam
 (tests/cluster/cluster, as root) x --ranks-per-node ranks, one learner of --batch samples per
 rank. Variants (--variants): ssgd, and sma (or local-sgd) with periods [1, 1] (today's
 period 1), [1, 4] and [1, 16]: the node's ranks average every step over shared memory, the
-nodes every 4 or 16 steps over the network. For every link rate of --rates, every seed and
+nodes every 4 or 16 steps over the network; and outer (docs/training.md, "The outer
+optimizer") with H in {4, 8, 16} and outer momentum in {0, 0.5, 0.7}. For every link rate of --rates, every seed and
 every variant (interleaved: a slow spell of the shared machine hits every variant), one run
 of --epochs epochs, evaluated every quarter epoch on --test-samples test samples; "time" is
 the training seconds (evaluations excluded) and "epochs" the epochs done when the test
@@ -26,21 +27,26 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_SAMPLES = 60000
-# name -> (algorithm, periods or None, learning rate): sma's rate is each learner's (the
-# config's), ssgd's the global batch's (bench/sma_vs_ssgd.py's sweep at global batch 256).
+# name -> (algorithm, learning rate, its own keys): sma's rate is each learner's (the config's),
+# ssgd's the global batch's (bench/sma_vs_ssgd.py's sweep at global batch 256), outer's a
+# node's batch's (its inner steps are ssgd over the node).
 VARIANTS = {
-    "ssgd": ("ssgd", None, 0.1),
-    "sma [1,1]": ("sma", [1, 1], 0.05),
-    "sma [1,4]": ("sma", [1, 4], 0.05),
-    "sma [1,16]": ("sma", [1, 16], 0.05),
-    "local-sgd [1,1]": ("local-sgd", [1, 1], 0.05),
-    "local-sgd [1,4]": ("local-sgd", [1, 4], 0.05),
-    "local-sgd [1,16]": ("local-sgd", [1, 16], 0.05),
+    "ssgd": ("ssgd", 0.1, []),
+    "sma [1,1]": ("sma", 0.05, ["parallel.periods=[1, 1]"]),
+    "sma [1,4]": ("sma", 0.05, ["parallel.periods=[1, 4]"]),
+    "sma [1,16]": ("sma", 0.05, ["parallel.periods=[1, 16]"]),
+    "local-sgd [1,1]": ("local-sgd", 0.05, ["parallel.periods=[1, 1]"]),
+    "local-sgd [1,4]": ("local-sgd", 0.05, ["parallel.periods=[1, 4]"]),
+    "local-sgd [1,16]": ("local-sgd", 0.05, ["parallel.periods=[1, 16]"]),
 }
+for h in (4, 8, 16):
+    for mu in (0.0, 0.5, 0.7):
+        VARIANTS[f"outer H{h} mu{mu}"] = ("outer", 0.1, [f"parallel.outer.period={h}", f"parallel.outer.momentum={mu}",
+                                                          "parallel.outer.lr=0.7" if mu else "parallel.outer.lr=1.0"])
 
 
 def train(a, tool, cluster, hosts, variant, seed, run_dir):
-    algo, periods, lr = VARIANTS[variant]
+    algo, lr, own = VARIANTS[variant]
     ranks = a.nodes * a.ranks_per_node
     steps_per_epoch = TRAIN_SAMPLES // (ranks * a.batch)
     sets = [f"parallel.algorithm={algo}", "parallel.replicas_per_device=1", f"train.batch_size={a.batch}",
@@ -48,8 +54,7 @@ def train(a, tool, cluster, hosts, variant, seed, run_dir):
             f"train.epochs={a.epochs}", f"train.eval_every_steps={max(1, steps_per_epoch // 4)}",
             f"train.log_every_steps={steps_per_epoch}", f"data.test_samples={a.test_samples}",
             f"run.seed={seed}", f"run.dir={run_dir}", "checkpoint.at_end=false"]
-    if algo != "ssgd":
-        sets.append(f"parallel.periods=[{periods[0]}, {periods[1]}]")
+    sets += own
     cmd = [tool, "mpirun", cluster, "--host", hosts, "-np", str(ranks), "--", a.squall, "train", "--config",
            os.path.join(ROOT, "configs", "fashion-mnist-sma.toml")]
     for s in sets:

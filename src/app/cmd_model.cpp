@@ -226,7 +226,7 @@ int run_model(const ModelArgs& a) {
   const std::string machine_name = a.machine.empty() ? (run ? "local" : "summit") : a.machine;
   // The model knows the overlap windows of ssgd and sma only.
   const parallel::Algorithm* algorithm = parallel::k_algorithms.find(a.algorithm);
-  if (algorithm == nullptr || *algorithm == parallel::Algorithm::local_sgd)
+  if (algorithm == nullptr || *algorithm == parallel::Algorithm::local_sgd || *algorithm == parallel::Algorithm::outer)
     throw UsageError("--algorithm: unknown algorithm '" + a.algorithm + "' (known: ssgd, sma)");
   const config::Precision precision = config::k_precisions.parse(a.precision, "--precision", "");
   if (a.allreduce != "hier" && a.allreduce != "flat")

@@ -53,6 +53,7 @@ struct Run {
   // What makes runs one study whose sizes a scaling line may join: "model", "algorithm", ...
   std::vector<std::pair<std::string, std::string>> study;
   std::string algorithm, periods;  // "sma", "[1, 4]" (summary.json's parallel.periods; "" before it existed)
+  std::string outer;               // "outer H 8, lr 0.7, momentum 0.9" (parallel.outer), "" for another algorithm
   records::RunRecords records;   // on the run clock: one curve across attempts
   records::RunProgress progress;
   std::optional<records::TargetResult> target;
@@ -143,7 +144,13 @@ Run read_run(const std::string& path) {
     if (periods != p->end() && periods->is_array() && periods->size() == 2)
       run.periods = "[" + periods->at(0).dump() + ", " + periods->at(1).dump() + "]";
   }
+  // So does another outer period, learning rate or momentum.
+  if (const auto p = s.find("parallel"); p != s.end() && p->is_object())
+    if (const auto o = p->find("outer"); o != p->end() && o->is_object())
+      run.outer = "outer H " + text_of(*o, "period") + ", lr " + text_of(*o, "lr") + ", momentum " +
+                  text_of(*o, "momentum");
   run.study.emplace_back("periods", run.periods.empty() ? "" : "periods " + run.periods);
+  run.study.emplace_back("outer", run.outer);
   return run;
 }
 

@@ -93,8 +93,18 @@ struct TrainConfig {
   bool operator==(const TrainConfig&) const = default;
 };
 
+// parallel.algorithm = outer (docs/training.md, "The outer optimizer"): [parallel.outer].
+struct OuterConfig {
+  int64_t period = 8;      // H: inner steps between outer steps across nodes
+  double lr = 0.7;         // eta: the outer learning rate, > 0 (1 with momentum 0: the nodes' mean)
+  double momentum = 0.9;   // mu: the outer momentum, [0, 1)
+  bool nesterov = true;    // Nesterov momentum (DiLoCo's); false: heavy ball (SlowMo's)
+  int64_t start_step = 0;  // an outer step after every step before this one (a synchronous start)
+  bool operator==(const OuterConfig&) const = default;
+};
+
 struct ParallelConfig {
-  parallel::Algorithm algorithm = parallel::Algorithm::ssgd;  // ssgd | sma | local-sgd
+  parallel::Algorithm algorithm = parallel::Algorithm::ssgd;  // ssgd | sma | local-sgd | outer
   int64_t replicas_per_device = 1;   // learners per device
   int64_t period = 1;                // sma / local-sgd: steps between synchronisations of the job
   // sma / local-sgd: [inside, across], steps between averages inside each node and across the
@@ -106,6 +116,7 @@ struct ParallelConfig {
                                      // synchronisation; 0 = min(alpha x job learners, 1) (docs/training.md)
   double momentum = 0.9;             // sma: momentum of the central model, [0, 1)
   int64_t start_step = 0;            // local-sgd: ssgd before this step (post-local SGD)
+  OuterConfig outer;                 // outer: [parallel.outer]
   bool autotune = false;             // add learners while throughput rises (Crossbow)
   double autotune_threshold = 0.05;  // relative throughput gain needed to keep a new learner
   int64_t max_replicas_per_device = 8;

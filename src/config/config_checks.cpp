@@ -179,6 +179,7 @@ bool scaled_lr(const Config& c) { return c.schedule.scale_lr_with_batch; }
 bool fp16(const Config& c) { return c.train.precision == Precision::fp16; }
 bool sma(const Config& c) { return c.parallel.algorithm == parallel::Algorithm::sma; }
 bool local_sgd(const Config& c) { return c.parallel.algorithm == parallel::Algorithm::local_sgd; }
+bool outer(const Config& c) { return c.parallel.algorithm == parallel::Algorithm::outer; }
 bool has_target(const Config& c) { return c.train.target.metric != TargetMetric::none; }
 bool synchronises(const Config& c) { return sma(c) || local_sgd(c); }
 bool autotune(const Config& c) { return c.parallel.autotune; }
@@ -217,6 +218,11 @@ const std::vector<Applicability>& applicability() {
       {"parallel.centre_rate", "parallel.algorithm", "sma", sma},
       {"parallel.momentum", "parallel.algorithm", "sma", sma},
       {"parallel.start_step", "parallel.algorithm", "local-sgd", local_sgd},
+      {"parallel.outer.period", "parallel.algorithm", "outer", outer},
+      {"parallel.outer.lr", "parallel.algorithm", "outer", outer},
+      {"parallel.outer.momentum", "parallel.algorithm", "outer", outer},
+      {"parallel.outer.nesterov", "parallel.algorithm", "outer", outer},
+      {"parallel.outer.start_step", "parallel.algorithm", "outer", outer},
       {"parallel.autotune_threshold", "parallel.autotune", "true", autotune},
       {"parallel.max_replicas_per_device", "parallel.autotune", "true", caps_learners},
       {"parallel.cross_node", "parallel.device_allreduce", "host", host_allreduce},
@@ -284,6 +290,9 @@ void check_periods(const Checker& k, const ParallelConfig& p) {
   k.require(p.algorithm != parallel::Algorithm::ssgd || (p.periods[0] == 1 && p.periods[1] == 1), key,
             "= " + shown + " applies to parallel.algorithm = sma or local-sgd; ssgd sums the gradients of the "
             "whole job at every step (remove it, or set [1, 1])");
+  k.require(p.algorithm != parallel::Algorithm::outer || (p.periods[0] == 1 && p.periods[1] == 1), key,
+            "= " + shown + " applies to parallel.algorithm = sma or local-sgd; outer sums inside each node every "
+            "step and steps across nodes every parallel.outer.period steps (remove it, and set that)");
 }
 
 }  // namespace
@@ -369,6 +378,18 @@ void check_values(const Config& c, const std::string& origin) {
     k.require(why.empty(), why.substr(0, why.find(' ')), why.substr(why.find(' ') + 1));
   }
   k.non_negative(p.start_step, "parallel.start_step");
+  k.positive(p.outer.period, "parallel.outer.period");
+  k.positive(p.outer.lr, "parallel.outer.lr");
+  k.fraction(p.outer.momentum, "parallel.outer.momentum", false);
+  k.non_negative(p.outer.start_step, "parallel.outer.start_step");
+  const bool is_outer = p.algorithm == parallel::Algorithm::outer;
+  k.require(!(is_outer && p.autotune), "parallel.autotune",
+            "adds learners to one rank, which would give its node more weight in parallel.algorithm = outer's mean: "
+            "set parallel.autotune = false, or another parallel.algorithm");
+  k.require(!(is_outer && p.device_allreduce != mpi::AllreduceKind::host), "parallel.device_allreduce",
+            "= " + std::string(mpi::k_allreduce_kinds.name(p.device_allreduce)) +
+                ": parallel.algorithm = outer sums inside each node with the host allreduce: set "
+                "parallel.device_allreduce = host");
   k.non_negative(p.autotune_threshold, "parallel.autotune_threshold");
   k.non_negative(p.bucket_mb, "parallel.bucket_mb");
   const bool bf16_sums = p.comm_precision == CommPrecision::bf16;

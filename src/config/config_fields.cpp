@@ -104,6 +104,11 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "device_allreduce", enum_field(&c.parallel.device_allreduce, mpi::k_allreduce_kinds)},
       {"parallel", "cross_node", enum_field(&c.parallel.cross_node, mpi::k_cross_algorithms)},
       {"parallel", "check_sums", &c.parallel.check_sums},
+      {"parallel.outer", "period", &c.parallel.outer.period},
+      {"parallel.outer", "lr", &c.parallel.outer.lr},
+      {"parallel.outer", "momentum", &c.parallel.outer.momentum},
+      {"parallel.outer", "nesterov", &c.parallel.outer.nesterov},
+      {"parallel.outer", "start_step", &c.parallel.outer.start_step},
 
       {"checkpoint", "every_steps", &c.checkpoint.every_steps},
       {"checkpoint", "every_minutes", &c.checkpoint.every_minutes},

@@ -6,9 +6,11 @@
 namespace squall::parallel {
 
 // parallel.algorithm: how the job's learners stay together (docs/training.md).
-enum class Algorithm { ssgd, sma, local_sgd };
-inline constexpr auto k_algorithms = enum_table<Algorithm>(
-    {{"ssgd", Algorithm::ssgd}, {"sma", Algorithm::sma}, {"local-sgd", Algorithm::local_sgd}});
+enum class Algorithm { ssgd, sma, local_sgd, outer };
+inline constexpr auto k_algorithms = enum_table<Algorithm>({{"ssgd", Algorithm::ssgd},
+                                                            {"sma", Algorithm::sma},
+                                                            {"local-sgd", Algorithm::local_sgd},
+                                                            {"outer", Algorithm::outer}});
 inline const char* algorithm_name(Algorithm a) { return k_algorithms.name(a); }
 
 }  // namespace squall::parallel

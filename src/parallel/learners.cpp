@@ -27,8 +27,21 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
   if (options.node_ranks < 1 || options.node_ranks > options.ranks)
     throw Error("learner group: " + std::to_string(options.node_ranks) + " ranks on the node of a job of " +
                 std::to_string(options.ranks));
-  if (m_options.by_level() && options.node_ranks > 1 && node_allreduce == nullptr)
-    throw Error("learner group: parallel.periods' node level needs the node's sum (node_allreduce)");
+  if (m_options.node_level() && options.node_ranks > 1 && node_allreduce == nullptr)
+    throw Error(std::string("learner group: ") +
+                (m_options.by_level() ? "parallel.periods' node level" : "parallel.algorithm = outer") +
+                " needs the node's sum (node_allreduce)");
+  if (options.algorithm == Algorithm::outer) {
+    const OuterOptions& o = options.outer;
+    if (o.period < 1) throw Error("parallel.outer.period must be >= 1, got " + std::to_string(o.period));
+    if (!(o.lr > 0)) throw Error("parallel.outer.lr must be > 0, got " + std::to_string(o.lr));
+    if (!(o.momentum >= 0 && o.momentum < 1))
+      throw Error("parallel.outer.momentum must be in [0, 1), got " + std::to_string(o.momentum));
+    if (o.start_step < 0) throw Error("parallel.outer.start_step must be >= 0, got " + std::to_string(o.start_step));
+    if (m_options.by_level())
+      throw Error(
+          "parallel.periods applies to sma and local-sgd; parallel.algorithm = outer has parallel.outer.period");
+  }
   if (options.algorithm == Algorithm::sma)
     if (const std::string why = sma_instability(options.alpha, options.centre_rate, options.momentum); !why.empty())
       throw UsageError(why);
@@ -52,11 +65,13 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
   c.state = (*c.replicas)[0].graph->state_arena_floats();
   c.sum = std::make_unique<FusedSum>(backend, *c.stream, allreduce, c.params, c.state, options.bf16_gradients,
                                      options.ranks > 1, [&c] { c.host_wait(); });
-  if (m_options.by_level()) {
+  if (m_options.node_level()) {
     // The node level's sum (a node of one rank sums nothing across ranks: the one-rank sum).
+    // outer's is of gradients, which parallel.comm_precision = bf16 may round.
     if (node_allreduce == nullptr || options.node_ranks == 1) c.own_node = std::make_unique<mpi::OneRankAllreduce>();
     mpi::Allreduce& node = c.own_node ? *c.own_node : *node_allreduce;
-    c.node_sum = std::make_unique<FusedSum>(backend, *c.stream, node, c.params, c.state, false,
+    const bool bf16 = options.algorithm == Algorithm::outer && options.bf16_gradients;
+    c.node_sum = std::make_unique<FusedSum>(backend, *c.stream, node, c.params, c.state, bf16,
                                             options.node_ranks > 1, [&c] { c.host_wait(); });
   }
   m_algorithm = make_sync_algorithm(options.algorithm, c);

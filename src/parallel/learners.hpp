@@ -10,7 +10,7 @@
 //   fused_sum.hpp        level 1 of the allreduce and the hand-over to levels 2-4;
 //   gradient_buckets.hpp ssgd's gradients summed during the backward pass;
 //   loss_scaler.hpp      fp16's dynamic loss scale; group_core.hpp the non-finite locator;
-//   sync_algorithm.hpp   ssgd, sma and local-sgd, each in its own file with its equations.
+//   sync_algorithm.hpp   ssgd, sma, local-sgd and outer, each in its own file with its equations.
 // The host waits for the device once a step, where the losses are read (and, where a host
 // allreduce must read a model sum, once before it); everything else is ordered by events.
 #include <cstddef>
@@ -43,6 +43,23 @@ class SyncAlgorithm;
 // the steady clock.
 using PhaseHook = std::function<void(const char* phase, int learner, double t_begin, double t_end)>;
 
+// parallel.algorithm = outer (docs/training.md, "The outer optimizer"): ssgd inside each node
+// every step, and every `period` steps an outer step across nodes that moves the centre by the
+// nodes' progress with an outer learning rate and (Nesterov) momentum, DiLoCo's and SlowMo's rule.
+struct OuterOptions {
+  int64_t period = 8;      // H: inner steps between outer steps (parallel.outer.period)
+  double lr = 0.7;         // eta: the outer learning rate (parallel.outer.lr)
+  double momentum = 0.9;   // mu: the outer momentum, [0, 1) (parallel.outer.momentum)
+  bool nesterov = true;    // Nesterov's form of it (parallel.outer.nesterov)
+  int64_t start_step = 0;  // an outer step after every step before this one (post-local SGD's
+                           // synchronous start; parallel.outer.start_step)
+  // Whether step `step` (0-based) ends with an outer step.
+  bool outer_step_after(int64_t step) const {
+    const int64_t done = step + 1;
+    return done <= start_step || (done - start_step) % period == 0;
+  }
+};
+
 struct LearnerGroupOptions {
   Algorithm algorithm = Algorithm::ssgd;
   int learners = 1;             // replicas on this device
@@ -56,6 +73,7 @@ struct LearnerGroupOptions {
   double centre_rate = 0;       // sma: beta; 0 = min(alpha * job learners, 1)
   double momentum = 0.9;        // sma: mu on the central model
   int64_t start_step = 0;       // local-sgd: ssgd before this step
+  OuterOptions outer;           // outer: its period, learning rate and momentum
   uint64_t seed = 1;            // parameter initialisation (the same on every learner)
   int threads = 0;              // compute threads for the whole group (0: the backend's)
   size_t bucket_floats = size_t{1} << 18;  // ssgd across ranks: gradients reduced in buckets of
@@ -74,6 +92,9 @@ struct LearnerGroupOptions {
                                 // eagerly. Needs a backend that can_capture() and a model without dropout.
   // Whether there is a node level between the job's synchronisations (parallel.periods).
   bool by_level() const { return inside_period != 0 && inside_period != period; }
+  // Whether the group sums over its node as well as over the job: parallel.periods' node
+  // level, or outer's inner steps.
+  bool node_level() const { return by_level() || algorithm == Algorithm::outer; }
 };
 
 // A step whose gradients are NaN or infinite under train.nonfinite = stop. job_wide: found in

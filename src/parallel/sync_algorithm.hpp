@@ -4,7 +4,8 @@
 // own file opening with its equations:
 //   ssgd       sync_ssgd.cpp        synchronous SGD: the job's mean gradient, one model;
 //   sma        sync_sma.cpp         Crossbow's synchronous model averaging;
-//   local-sgd  sync_local_sgd.cpp   independent steps, the job's average every period.
+//   local-sgd  sync_local_sgd.cpp   independent steps, the job's average every period;
+//   outer      sync_outer.cpp       ssgd inside each node, an outer optimizer across nodes.
 // An algorithm runs the learners' passes of a step and its synchronisation. It leaves the
 // step's losses readable on the host (the step's host wait has happened) and the group's
 // updates enqueued, ordered before the learners' next passes by the group event.
@@ -53,5 +54,7 @@ class SyncAlgorithm {
 std::unique_ptr<SyncAlgorithm> make_sync_algorithm(Algorithm algorithm, GroupCore& core);
 // ssgd for `core` (local-sgd's warm-up runs one too).
 std::unique_ptr<SyncAlgorithm> make_ssgd(GroupCore& core);
+// ssgd over this node's learners only (core.node_sum): outer's inner steps.
+std::unique_ptr<SyncAlgorithm> make_node_ssgd(GroupCore& core);
 
 }  // namespace squall::parallel

@@ -16,6 +16,7 @@
 namespace squall::parallel {
 
 std::unique_ptr<SyncAlgorithm> make_sma(GroupCore& core);
+std::unique_ptr<SyncAlgorithm> make_outer(GroupCore& core);
 
 namespace {
 
@@ -126,6 +127,7 @@ std::unique_ptr<SyncAlgorithm> make_sync_algorithm(Algorithm algorithm, GroupCor
     case Algorithm::ssgd: return make_ssgd(core);
     case Algorithm::sma: return make_sma(core);
     case Algorithm::local_sgd: return std::make_unique<LocalSgd>(core);
+    case Algorithm::outer: return make_outer(core);
   }
   throw Error("learner group: unknown algorithm");
 }

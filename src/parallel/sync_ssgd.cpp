@@ -11,6 +11,9 @@
 // scaling; otherwise NonFiniteStep names the culprit): the check is every learner's sum of
 // squares of its gradients, summed over the job with them, so every rank takes the same
 // decision, read with the losses at the step's one host wait.
+//
+// The same over one node (outer's inner steps, sync_outer.cpp): L is then the node's learners,
+// the sum runs over the node's ranks (no buckets), and the replicas of a node are one model.
 #include <cmath>
 #include <string>
 
@@ -22,34 +25,36 @@ namespace {
 
 class Ssgd final : public SyncAlgorithm {
  public:
-  explicit Ssgd(GroupCore& core) : SyncAlgorithm(core), m_buckets(core) {}
+  Ssgd(GroupCore& core, bool node) : SyncAlgorithm(core), m_buckets(core), m_node(node) {}
 
   size_t buckets() const override { return m_buckets.size(); }
 
   bool step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
             const std::vector<LearnerBatch>* next) override {
     GroupCore& c = m_core;
-    const std::string name = "gradients step " + std::to_string(step + 1);
+    const std::string name = (m_node ? "node gradients step " : "gradients step ") + std::to_string(step + 1);
+    FusedSum& sum = m_node ? *c.node_sum : *c.sum;
+    const int ranks = m_node ? c.options.node_ranks : c.options.ranks;
     // One learner of a one-rank job sums nothing: it updates its own gradients.
-    const bool fused = c.replicas->size() > 1 || c.options.ranks > 1;
+    const bool fused = c.replicas->size() > 1 || ranks > 1;
     float check = 0;
-    if (c.options.ranks > 1 && c.replicas->threaded()) {
+    if (!m_node && ranks > 1 && c.replicas->threaded()) {
       check = m_buckets.reduce(batches, step, next);
     } else {
       c.run_passes(batches, step, next, false, false);
       c.after_learners();
       if (fused) {
         const auto span = c.phase_scope("device_sum");
-        c.sum->add(*c.replicas, FusedSum::Source::grads, 0, c.params);
-        c.sum->add_state(*c.replicas);
-        c.sum->add_norms(*c.replicas);
+        sum.add(*c.replicas, FusedSum::Source::grads, 0, c.params);
+        sum.add_state(*c.replicas);
+        sum.add_norms(*c.replicas);
       }
-      if (c.options.ranks > 1) {
+      if (ranks > 1) {
         {
           const auto span = c.phase_scope("allreduce", &c.reduce_s);
-          c.sum->reduce(c.sum->check() + 1, name, true);
+          sum.reduce(sum.check() + 1, name, true);
         }
-        check = c.sum->read_check();
+        check = sum.read_check();
       } else {
         c.host_wait();  // the step's one wait: the losses and the learners' sums of squares
         for (const auto& l : *c.replicas) check += l->grad_norm2();
@@ -57,7 +62,7 @@ class Ssgd final : public SyncAlgorithm {
     }
     const auto span = c.phase_scope("update");
     Learner& first = (*c.replicas)[0];
-    float* g = fused ? c.sum->data() : first.graph->grads();
+    float* g = fused ? sum.data() : first.graph->grads();
     // The sum of squares overflows for large but finite gradients (|g| > 1e19) too: only
     // then, rarely, look at the values themselves.
     const bool finite = std::isfinite(check) || all_finite(c.backend, *c.stream, g, c.params);
@@ -68,13 +73,14 @@ class Ssgd final : public SyncAlgorithm {
           culprit = "rank " + std::to_string(c.options.rank) + " learner " + std::to_string(l->index) + ": " + where;
           break;
         }
-      throw NonFiniteStep("the gradient sum over the job is not finite at step " + std::to_string(step + 1),
-                          culprit, true);
+      throw NonFiniteStep(std::string("the gradient sum over the ") + (m_node ? "node" : "job") +
+                              " is not finite at step " + std::to_string(step + 1),
+                          culprit, !m_node);
     }
-    const float inv = 1.0f / static_cast<float>(c.job_learners());
+    const float inv = 1.0f / static_cast<float>(m_node ? c.node_learners() : c.job_learners());
     if (fused) {
       // The gradients' mean, unscaled by the loss scale; the state's mean, into every replica.
-      float* state = c.sum->data() + c.params;
+      float* state = sum.data() + c.params;
       c.backend.scale(*c.stream, inv, state, c.state);
       if (finite) {
         c.backend.scale(*c.stream, inv / c.scaler->scale(), g, c.params);
@@ -94,10 +100,12 @@ class Ssgd final : public SyncAlgorithm {
 
  private:
   GradientBuckets m_buckets;
+  bool m_node;  // the sum over this node, not the job (outer's inner steps)
 };
 
 }  // namespace
 
-std::unique_ptr<SyncAlgorithm> make_ssgd(GroupCore& core) { return std::make_unique<Ssgd>(core); }
+std::unique_ptr<SyncAlgorithm> make_ssgd(GroupCore& core) { return std::make_unique<Ssgd>(core, false); }
+std::unique_ptr<SyncAlgorithm> make_node_ssgd(GroupCore& core) { return std::make_unique<Ssgd>(core, true); }
 
 }  // namespace squall::parallel

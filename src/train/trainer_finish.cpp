@@ -67,6 +67,17 @@ records::RunFacts TrainingRun::run_facts() const {
                      config::periods_text(p) + ": each node's ranks average every " + std::to_string(p.inside) +
                      " step(s) among themselves, " + "the " + std::to_string(m_topo.nodes()) + " node(s) every " +
                      std::to_string(p.across);
+  if (m_algorithm == parallel::Algorithm::outer) {
+    const config::OuterConfig& o = m_cfg.parallel.outer;
+    char line[320];
+    std::snprintf(line, sizeof(line),
+                  "outer: ssgd inside each of the %d node(s) every step, an outer step across them every %lld "
+                  "step(s)%s, outer lr %g, momentum %g (%s)",
+                  m_topo.nodes(), static_cast<long long>(o.period),
+                  o.start_step > 0 ? (" after every step before step " + std::to_string(o.start_step + 1)).c_str() : "",
+                  o.lr, o.momentum, o.nesterov ? "Nesterov" : "heavy ball");
+    f.periods_line = line;
+  }
   f.batch = m_cfg.train.batch_size;
   f.global_batch = step_samples();
   f.total_steps = m_data.plan.total_steps;
@@ -211,10 +222,17 @@ TrainResult TrainingRun::finish() {
     s.parallel["momentum"] = c.mu;
   }
   if (m_algorithm == parallel::Algorithm::local_sgd) s.parallel["start_step"] = m_cfg.parallel.start_step;
+  if (m_algorithm == parallel::Algorithm::outer) {
+    const config::OuterConfig& o = m_cfg.parallel.outer;
+    s.parallel["period"] = o.period;
+    s.parallel.erase("periods");
+    s.parallel["outer"] = {{"period", o.period}, {"lr", o.lr}, {"momentum", o.momentum},
+                           {"nesterov", o.nesterov}, {"start_step", o.start_step}};
+  }
   // The host's waits for the device inside a step (docs/design.md, "One host wait per step").
   s.parallel["host_waits_per_step"] =
       static_cast<double>(g.host_waits()) / static_cast<double>(std::max<int64_t>(1, m_group_steps));
-  if (m_algorithm != parallel::Algorithm::sma && m_ranks > 1) {
+  if (m_algorithm != parallel::Algorithm::sma && m_algorithm != parallel::Algorithm::outer && m_ranks > 1) {
     s.parallel["bucket_mb"] = m_device.bucket_mb;
     s.parallel["buckets"] = g.buckets();
     s.parallel["max_buckets_in_flight"] = g.max_buckets_in_flight();

@@ -50,6 +50,14 @@ nn::ModelSpec check_model_and_data(const config::Config& cfg, const std::string&
 void check_synchronises(const config::Config& cfg, const std::string& origin, parallel::Algorithm algorithm,
                         int64_t total_steps) {
   if (algorithm == parallel::Algorithm::ssgd) return;
+  if (algorithm == parallel::Algorithm::outer) {
+    const config::OuterConfig& o = cfg.parallel.outer;
+    if (o.start_step > 0 || o.period <= total_steps) return;
+    throw UsageError(origin + ": parallel.outer.period = " + std::to_string(o.period) + " is longer than the run (" +
+                     std::to_string(total_steps) +
+                     " steps: train.epochs, train.max_steps): the centre would never take an outer step and the "
+                     "run would evaluate the initial model");
+  }
   const bool local = algorithm == parallel::Algorithm::local_sgd;
   if (first_synchronisation(cfg.parallel.period, local ? cfg.parallel.start_step : 0) <= total_steps) return;
   const config::SyncPeriods periods = config::sync_periods(cfg.parallel);
@@ -126,8 +134,8 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
   t.bucket_mb = config::bucket_mb_for(cfg.parallel, !t.backend->host_accessible());
   const parallel::LearnerGroupOptions lg =
       config::learner_group_options(cfg, topo, {data.plan.learners, t.bucket_mb, format, t.backend->can_capture()});
-  // The node level's own sum (parallel.periods): over this node's ranks only.
-  if (lg.by_level() && algorithm != parallel::Algorithm::ssgd && ranks > 1)
+  // The node level's own sum (parallel.periods, outer's inner steps): over this node's ranks only.
+  if (lg.node_level() && algorithm != parallel::Algorithm::ssgd && ranks > 1)
     t.node_allreduce = mpi::make_node_allreduce(topo, ar);
   const bool root = topo.rank() == 0;
   if (lg.precision != nn::DType::f32 && backend == "cpu" && root)
@@ -146,10 +154,13 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
   t.group = std::make_unique<parallel::LearnerGroup>(*t.backend, make_graph, batch, batch * label_hw, cfg.optimizer,
                                            class_weights, lg, *t.allreduce, t.node_allreduce.get());
   // The linear scaling rule scales by the batch one update averages over: the global batch
-  // under ssgd, a learner's own batch under sma and local-sgd.
-  t.schedule = std::make_unique<optim::Schedule>(
-      cfg.schedule, cfg.optimizer.lr, algorithm == parallel::Algorithm::ssgd ? data.plan.schedule_step_samples : batch,
-      data.plan.steps_per_epoch);
+  // under ssgd, a node's under outer (its inner steps), a learner's own under sma and local-sgd.
+  const int64_t update_batch = algorithm == parallel::Algorithm::ssgd ? data.plan.schedule_step_samples
+                               : algorithm == parallel::Algorithm::outer
+                                   ? batch * data.plan.learners * topo.local_size()
+                                   : batch;
+  t.schedule = std::make_unique<optim::Schedule>(cfg.schedule, cfg.optimizer.lr, update_batch,
+                                                 data.plan.steps_per_epoch);
 
   t.labels = t.backend->allocate_labels(static_cast<size_t>(batch * label_hw), t.label_buf);
   t.predictions = t.backend->allocate_labels(static_cast<size_t>(batch * label_hw), t.pred_buf);

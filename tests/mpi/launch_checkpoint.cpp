@@ -466,3 +466,33 @@ TEST_CASE("parallel.periods [1, 3] on emulated nodes of 2, 2 and 1 ranks: a cras
   REQUIRE(d.exit_code == 0);
   CHECK(checksum(t.file("today")) != checksum(whole));
 }
+
+TEST_CASE("outer on emulated nodes of 2, 2 and 1 ranks: a crash inside an outer period resumes bit for bit",
+          "[launch][checkpoint][outer]") {
+  // Outer steps after steps 8, 16, ..., 56: the checkpoint of step 40 is one in which the
+  // nodes' models (each rank's part) and the centre and its momentum (the shared part) differ.
+  TempDir t("squall-resume-outer");
+  const std::string whole = t.file("whole"), crashed = t.file("crashed");
+  auto job = [&](const std::string& dir, const std::string& extra = "") {
+    return mpiexec(5) + " " +
+           ssgd_job(dir, " --ranks-per-node 2 --set parallel.algorithm=outer --set parallel.outer.period=8" + extra);
+  };
+  const auto a = run_command(job(whole));
+  INFO(tail(a));
+  REQUIRE(a.exit_code == 0);
+  CHECK_THAT(a.out, Contains("outer: ssgd inside each of the 3 node(s) every step, an outer step across them every 8"));
+  const json s = read_json(fs::path(whole) / "summary.json");
+  CHECK(s.at("algorithm") == "outer");
+  CHECK(s.at("parallel").at("outer").at("period") == 8);
+  CHECK(s.at("parallel").at("outer").at("lr") == 0.7);
+  CHECK(s.at("final").at("test_accuracy").get<double>() > 0.3);  // it learned: chance is 0.1
+  const auto b = run_command("SQUALL_FAIL_AT=4:45 " + job(crashed));
+  INFO(tail(b));
+  CHECK(b.exit_code != 0);
+  CHECK(fs::exists(fs::path(crashed) / "checkpoints/step-00000040/node-00002.h5"));
+  const auto c = run_command(job(crashed, " --resume auto"));
+  INFO(tail(c));
+  REQUIRE(c.exit_code == 0);
+  CHECK_THAT(c.out, Contains("resuming from") && Contains("step-00000040"));
+  CHECK(checksum(crashed) == checksum(whole));
+}

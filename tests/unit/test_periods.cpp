@@ -3,7 +3,9 @@
 // learner group, summed by an in-process allreduce over the job and one per node, against
 // references of hierarchical local SGD and of SMA by level written out in double; [1, 1] and
 // [p, p] against today's parallel.period; a checkpoint in the middle of an across period;
-// the config's checks.
+// the config's checks. And parallel.algorithm = outer, whose inner steps are ssgd inside each
+// node and whose outer steps join the nodes (docs/training.md, "The outer optimizer"), against
+// its equations in double, against ssgd, and across a checkpoint.
 #include <catch2/catch.hpp>
 
 #include <barrier>
@@ -72,6 +74,7 @@ struct Job {
   int learners = 2;
   int64_t steps = 8;
   int64_t resume_at = -1;  // >= 0: checkpoint after this many steps, continue in new groups
+  parallel::OuterOptions outer;
 };
 
 constexpr int64_t k_batch = 3;
@@ -113,6 +116,7 @@ Trace run_job(const Job& job) {
       o.node_ranks = ranks_on(job.node_of_rank, node);
       o.alpha = k_alpha;
       o.momentum = k_mu;
+      o.outer = job.outer;
       o.threads = 1;
       auto make = [&] {
         return std::make_unique<LearnerGroup>(*backend, test::make_tiny_graph, k_batch, k_batch, test::plain_sgd(),
@@ -170,6 +174,7 @@ struct Reference {
   std::vector<std::vector<Vec>> w;
   std::vector<Vec> zn, zpn;
   Vec z;
+  Vec b;  // outer's momentum
 };
 
 Reference start_reference(const Job& job, const std::vector<float>& initial) {
@@ -181,6 +186,7 @@ Reference start_reference(const Job& job, const std::vector<float>& initial) {
   r.zn.assign(static_cast<size_t>(nodes), w0);
   r.zpn = r.zn;
   r.z = w0;
+  r.b.assign(w0.size(), 0.0);
   return r;
 }
 
@@ -208,6 +214,37 @@ void reference_step(const Job& job, Reference& r, int64_t step) {
     return s;
   };
   const double total = static_cast<double>(ranks * job.learners);
+  if (job.algorithm == Algorithm::outer) {
+    // Inner: each node's learners take one step on their mean gradient.
+    for (int m = 0; m < nodes; ++m) {
+      Vec mean_g(n, 0.0);
+      for (int k = 0; k < ranks; ++k)
+        if (node_of(k) == m)
+          for (const Vec& gj : g[k])
+            for (size_t i = 0; i < n; ++i) mean_g[i] += gj[i] / learners_of(m);
+      for (int k = 0; k < ranks; ++k)
+        if (node_of(k) == m)
+          for (Vec& wj : r.w[k])
+            for (size_t i = 0; i < n; ++i) wj[i] -= k_lr * mean_g[i];
+    }
+    if (!job.outer.outer_step_after(step)) return;
+    // Outer: delta = z - mean, b <- mu b + delta / lr, z <- z - eta lr (delta / lr + mu b)
+    // (Nesterov) or z <- z - eta lr b.
+    const Vec mean = [&] {
+      Vec s = sum_over(-1);
+      for (double& v : s) v /= total;
+      return s;
+    }();
+    const double eta = job.outer.lr, mu = job.outer.momentum;
+    for (size_t i = 0; i < n; ++i) {
+      const double delta = r.z[i] - mean[i];
+      r.b[i] = mu * r.b[i] + delta / k_lr;
+      r.z[i] -= eta * k_lr * (job.outer.nesterov ? delta / k_lr + mu * r.b[i] : r.b[i]);
+    }
+    for (auto& wk : r.w)
+      for (Vec& wj : wk) wj = r.z;
+    return;
+  }
   if (job.algorithm == Algorithm::local_sgd) {
     for (int k = 0; k < ranks; ++k)
       for (int j = 0; j < job.learners; ++j)
@@ -432,4 +469,98 @@ TEST_CASE("parallel.periods: the config's checks name the key and the values", "
     CHECK_THAT(train::resume_incompatibility(now, then, changed), Contains("parallel.periods: [1, 4] -> [2, 4]"));
     CHECK(train::resume_incompatibility(then, then, changed).empty());
   }
+}
+
+TEST_CASE("outer: ssgd inside each node, and every H steps an outer step across nodes as its equations say",
+          "[learners][outer]") {
+  Job job;
+  job.algorithm = Algorithm::outer;
+  job.steps = 9;
+  job.node_of_rank = GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 0, 1});
+  job.outer = GENERATE(parallel::OuterOptions{3, 0.7, 0.5, true, 0}, parallel::OuterOptions{4, 1.3, 0.6, false, 2});
+  const Trace t = run_job(job);
+  Reference ref = start_reference(job, initial_params());
+  const size_t ranks = t.size();
+  bool apart = false;
+  for (int64_t step = 0; step < job.steps; ++step) {
+    reference_step(job, ref, step);
+    const bool outer = job.outer.outer_step_after(step);
+    INFO("ranks " << ranks << ", H " << job.outer.period << ", step " << step + 1 << (outer ? " (outer)" : ""));
+    for (size_t k = 0; k < ranks; ++k) {
+      for (int j = 0; j < job.learners; ++j) CHECK(diff(t[k][step].replicas[j], ref.w[k][j]) < 1e-5);
+      CHECK(diff(t[k][step].central, ref.z) < 1e-5);
+      CHECK(same_bits(t[k][step].central, t[0][step].central));
+      // Inside a node one model; across nodes as many as there are, until the outer step.
+      const size_t first_of_node = job.node_of_rank[k] == 0 ? 0 : 2;
+      CHECK(same_bits(t[k][step].replicas[1], t[first_of_node][step].replicas[0]));
+      if (outer) CHECK(same_bits(t[k][step].replicas[0], t[0][step].central));
+    }
+    if (!outer) apart = apart || diff(t[ranks - 1][step].replicas[0], t[0][step].replicas[0]) > 1e-6;
+  }
+  CHECK(apart);  // the nodes did train apart between outer steps
+}
+
+TEST_CASE("outer with H = 1, outer lr 1 and momentum 0 is ssgd: bit for bit on one node, within rounding across nodes",
+          "[learners][outer]") {
+  Job outer;
+  outer.algorithm = Algorithm::outer;
+  outer.outer = parallel::OuterOptions{1, 1.0, 0.0, true, 0};
+  outer.steps = 6;
+  Job ssgd = outer;
+  ssgd.algorithm = Algorithm::ssgd;
+  SECTION("one node: the node's sum is the job's, and the mean of identical replicas is each of them") {
+    outer.node_of_rank = ssgd.node_of_rank = {0, 0};
+    const Trace a = run_job(outer), b = run_job(ssgd);
+    for (size_t k = 0; k < a.size(); ++k)
+      for (int64_t step = 0; step < outer.steps; ++step) {
+        INFO("rank " << k << " step " << step + 1);
+        CHECK(same_bits(a[k][step].central, b[k][step].central));
+        CHECK(same_bits(a[k][step].replicas[1], b[k][step].replicas[1]));
+      }
+    CHECK(diff(a[0].back().central, initial_params()) > 1e-3);
+  }
+  SECTION("two nodes: the mean of the nodes' steps is ssgd's step, rounded another way") {
+    // ssgd: x - lr (g_0 + g_1) / 2, one rounding of the sum; outer: ((x - lr g_0) + (x - lr g_1)) / 2.
+    outer.node_of_rank = ssgd.node_of_rank = {0, 1};
+    const Trace a = run_job(outer), b = run_job(ssgd);
+    const double d = diff(a[0].back().central, b[0].back().central);
+    INFO("largest difference after " << outer.steps << " steps: " << d);
+    CHECK(d < 1e-5);
+    CHECK(diff(a[0].back().central, initial_params()) > 1e-3);
+  }
+}
+
+TEST_CASE("outer: a checkpoint in the middle of an outer period resumes bit for bit", "[learners][outer]") {
+  Job job;
+  job.algorithm = Algorithm::outer;
+  job.outer = parallel::OuterOptions{4, 0.8, 0.7, true, 0};
+  job.steps = 11;
+  const Trace whole = run_job(job);
+  job.resume_at = 6;  // two inner steps after the outer step of step 4
+  const Trace resumed = run_job(job);
+  for (size_t k = 0; k < whole.size(); ++k) {
+    CHECK(same_bits(whole[k].back().central, resumed[k].back().central));
+    for (size_t j = 0; j < whole[k].back().replicas.size(); ++j)
+      CHECK(same_bits(whole[k].back().replicas[j], resumed[k].back().replicas[j]));
+  }
+  // The nodes' models at step 6 differ: the checkpoint had to hold each of them.
+  CHECK(diff(whole[0][5].replicas[0], whole[3][5].replicas[0]) > 1e-6);
+}
+
+TEST_CASE("parallel.outer: the config's checks name the keys", "[config][outer]") {
+  auto load = [](std::vector<std::string> sets) { return config::load_config("", sets); };
+  CHECK(load({"parallel.algorithm=outer", "parallel.outer.period=16", "parallel.outer.momentum=0.5"})
+            .parallel.outer.period == 16);
+  REQUIRE_THROWS_WITH(load({"parallel.outer.period=4"}),
+                      Contains("parallel.outer.period applies to parallel.algorithm = outer, not ssgd"));
+  REQUIRE_THROWS_WITH(load({"parallel.algorithm=outer", "parallel.outer.momentum=1"}),
+                      Contains("parallel.outer.momentum must be in [0, 1)"));
+  REQUIRE_THROWS_WITH(load({"parallel.algorithm=outer", "parallel.outer.lr=0"}),
+                      Contains("parallel.outer.lr must be > 0"));
+  REQUIRE_THROWS_WITH(load({"parallel.algorithm=outer", "parallel.periods=[1, 4]"}),
+                      Contains("parallel.periods = [1, 4]") && Contains("parallel.outer.period"));
+  REQUIRE_THROWS_WITH(load({"parallel.algorithm=outer", "parallel.period=4"}),
+                      Contains("parallel.period applies to parallel.algorithm = sma or local-sgd, not outer"));
+  REQUIRE_THROWS_WITH(load({"parallel.algorithm=outer", "parallel.autotune=true"}),
+                      Contains("parallel.autotune") && Contains("outer"));
 }
