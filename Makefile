@@ -1,9 +1,14 @@
 # The two set-up commands of the README:
 #   make demo   install what is missing, build, run the demo job
 #   make test   install what is missing, build, run the whole test suite
-# Knobs: BUILD (build folder), JOBS (parallel build jobs), CMAKE_FLAGS (e.g. -DSQUALL_CUDA=OFF).
+# Knobs: BUILD (build folder), JOBS (parallel build jobs), TEST_JOBS (tests at once),
+# CMAKE_FLAGS (e.g. -DSQUALL_CUDA=OFF).
 BUILD       ?= build
 JOBS        ?= $(shell scripts/ncpus)
+# One test more than cores: many tests spend part of their time waiting (MPI start-up, Slurm's
+# requeue hold, rate-limited cluster links, pip), and the CPU-bound trainings run alone anyway
+# (RUN_SERIAL).
+TEST_JOBS   ?= $(shell echo $$(( $(JOBS) + 1 )))
 CMAKE_FLAGS ?=
 NP          ?= 2
 
@@ -54,7 +59,7 @@ demo-climate: squall
 	$(BUILD)/bin/squall predict --run runs/climate-tiny --data $(CLIMATE)/raw-test --out runs/climate-tiny/masks --png
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+	cd $(BUILD) && ctest --output-on-failure -j $(TEST_JOBS) --timeout 900
 
 clean:
 	rm -rf $(BUILD)
