@@ -32,6 +32,8 @@ TRAIN_SAMPLES = 60000
 # node's batch's (its inner steps are ssgd over the node).
 VARIANTS = {
     "ssgd": ("ssgd", 0.1, []),
+    "ssgd lr0.05": ("ssgd", 0.05, []),
+    "ssgd lr0.2": ("ssgd", 0.2, []),
     "sma [1,1]": ("sma", 0.05, ["parallel.periods=[1, 1]"]),
     "sma [1,4]": ("sma", 0.05, ["parallel.periods=[1, 4]"]),
     "sma [1,16]": ("sma", 0.05, ["parallel.periods=[1, 16]"]),
