@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,24 @@ inline double relative_l2(const std::vector<float>& got, const std::vector<float
     den += double(want[i]) * want[i];
   }
   return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// n floats drawn from N(0, scale^2) by a generator seeded with `seed`: a case's inputs.
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+// `bytes` bytes of backend memory at p, on the host, once every stream of the backend is done.
+inline std::vector<unsigned char> bytes_on_host(nn::Backend& backend, nn::Stream& s, const void* p, size_t bytes) {
+  backend.synchronize_all();
+  std::vector<unsigned char> host(bytes);
+  backend.copy_bytes_to_host(s, host.data(), p, bytes);
+  backend.synchronize(s);
+  return host;
 }
 
 }  // namespace squall::test

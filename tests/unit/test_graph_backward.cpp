@@ -16,6 +16,7 @@
 #include "src/nn/gradient_aliases.hpp"
 #include "src/nn/graph.hpp"
 #include "tests/support/test_backend.hpp"
+#include "tests/support/zoo_cases.hpp"
 
 using namespace squall;
 using nn::DType;
@@ -73,60 +74,31 @@ namespace {
 
 nn::Backend& be() { return test::test_backend(); }
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> v(n);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
-
-// The bytes of n elements of backend memory of type t, on the host.
-std::vector<unsigned char> bytes_of(nn::Stream& s, const void* p, size_t bytes) {
-  be().synchronize_all();
-  std::vector<unsigned char> host(bytes);
-  be().copy_bytes_to_host(s, host.data(), p, bytes);
-  be().synchronize(s);
-  return host;
-}
-
 // One forward and backward of `g` on a fixed batch, with a loss gradient that depends on the
 // logits (so that every path carries a different value): the parameters' gradients, as bytes.
 std::vector<unsigned char> gradients(nn::Graph& g, nn::Stream& s) {
-  const auto x = random_floats(static_cast<size_t>(g.input().numel()), 11);
+  const auto x = test::random_floats(static_cast<size_t>(g.input().numel()), 11);
   be().copy_from_host(s, g.input().f32(), x.data(), x.size());
   g.forward(s, nn::RunMode{});
   be().copy_bytes(s, g.output_grad().data, g.output().data, g.output().bytes());
   g.backward(s);
-  return bytes_of(s, g.grads(), g.param_arena_floats() * sizeof(float));
+  return test::bytes_on_host(be(), s, g.grads(), g.param_arena_floats() * sizeof(float));
 }
 
 }  // namespace
 
 namespace {
 
-struct ZooCase {
-  std::string name;
-  Shape sample;
-  int64_t width;
-};
-
 // Forward and backward of the model at every type and layout, aliasing on and off: the
 // parameters' gradients must be the same bytes.
-void check_against_copying_graph(const ZooCase& c) {
+void check_against_copying_graph(const test::ZooCase& c) {
   auto s = be().create_stream();
   for (const DType t : {DType::f32, DType::bf16, DType::f16})
     for (const Layout l : {Layout::nchw, Layout::nhwc}) {
       INFO(c.name << " " << nn::dtype_name(t) << " " << nn::layout_name(l));
       std::vector<std::vector<unsigned char>> grads;
       for (const bool alias : {true, false}) {
-        nn::ModelSpec spec;
-        spec.name = c.name;
-        spec.classes = 3;
-        spec.width = c.width;
-        auto g = nn::make_model(spec, c.sample);
-        g->set_dtype(t);
-        g->set_layout(l);
+        auto g = test::make_zoo_model(c, t, l);
         g->set_gradient_aliasing(alias);
         g->build(be(), 2, 7);
         grads.push_back(gradients(*g, *s));
@@ -139,11 +111,7 @@ void check_against_copying_graph(const ZooCase& c) {
 }  // namespace
 
 TEST_CASE("gradient aliases: every zoo model's gradients are the copying graph's, bit for bit", "[models][aliases]") {
-  const ZooCase cases[] = {{"lenet5", Shape(1, 1, 28, 28), 0},
-                           {"resnet20", Shape(1, 3, 16, 16), 0},
-                           {"unet", Shape(1, 4, 16, 16), 4},
-                           {"deeplabv3plus", Shape(1, 4, 16, 24), 4}};
-  for (const ZooCase& c : cases) check_against_copying_graph(c);
+  for (const test::ZooCase& c : test::small_zoo()) check_against_copying_graph(c);
 }
 
 // Slow (twelve builds of 40 million parameters) but mostly one thread drawing them: beside the

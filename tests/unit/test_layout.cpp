@@ -20,14 +20,6 @@ namespace {
 
 nn::Backend& be() { return test::test_backend(); }
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
-
 // [n, c, h, w] from one memory order to the other, on the host (the reference permutation).
 std::vector<float> host_permute(const std::vector<float>& x, int64_t n, int64_t c, int64_t h, int64_t w, bool to_nhwc) {
   std::vector<float> y(x.size());
@@ -83,7 +75,7 @@ double tolerance(DType t) { return (t == DType::bf16 ? 8 * std::ldexp(1.0, -8) :
 TEST_CASE("layout: permuting NCHW to NHWC and back moves every element where it belongs", "[layout]") {
   auto s = be().create_stream();
   const int64_t n = 2, c = 5, h = 3, w = 7;
-  const auto x = random_floats(static_cast<size_t>(n * c * h * w), 1);
+  const auto x = test::random_floats(static_cast<size_t>(n * c * h * w), 1);
   for (const DType t : {DType::f32, DType::bf16}) {
     INFO("type " << nn::dtype_name(t));
     const nn::Buffer a = upload(*s, x, t);
@@ -116,10 +108,10 @@ TEST_CASE("layout: convolution, pooling and batch-norm plans in NHWC compute wha
       else d.dil_h = 2, d.pad_h = 2;
       d.dtype = t;
       const nn::Shape out = d.output();
-      const auto xs = random_floats(static_cast<size_t>(d.n * d.c * d.h * d.w), 2);
-      const auto dys = random_floats(static_cast<size_t>(out.numel()), 3);
-      const auto w = random_floats(static_cast<size_t>(d.weight().numel()), 4, 0.2f);
-      const auto bias = random_floats(4, 5, 0.1f);
+      const auto xs = test::random_floats(static_cast<size_t>(d.n * d.c * d.h * d.w), 2);
+      const auto dys = test::random_floats(static_cast<size_t>(out.numel()), 3);
+      const auto w = test::random_floats(static_cast<size_t>(d.weight().numel()), 4, 0.2f);
+      const auto bias = test::random_floats(4, 5, 0.1f);
       nn::Buffer wb = be().allocate(w.size()), bb = be().allocate(4), dw = be().allocate(w.size()), db = be().allocate(4);
       be().copy_from_host(*s, wb.data(), w.data(), w.size());
       be().copy_from_host(*s, bb.data(), bias.data(), 4);
@@ -159,8 +151,8 @@ TEST_CASE("layout: convolution, pooling and batch-norm plans in NHWC compute wha
       d.kind = kind;
       d.dtype = t;
       const nn::Shape out = d.output();
-      const auto xs = random_floats(static_cast<size_t>(d.n * d.c * d.h * d.w), 6);
-      const auto dys = random_floats(static_cast<size_t>(out.numel()), 7);
+      const auto xs = test::random_floats(static_cast<size_t>(d.n * d.c * d.h * d.w), 6);
+      const auto dys = test::random_floats(static_cast<size_t>(out.numel()), 7);
       auto run = [&](Layout l, std::vector<float>& y, std::vector<float>& dx) {
         nn::PoolDesc dd = d;
         dd.layout = l;
@@ -188,8 +180,8 @@ TEST_CASE("layout: convolution, pooling and batch-norm plans in NHWC compute wha
     nn::BatchNormDesc d;
     d.n = 3, d.c = 4, d.h = 5, d.w = 6;
     d.dtype = t;
-    const auto xs = random_floats(static_cast<size_t>(d.n * d.c * d.h * d.w), 8);
-    const auto dys = random_floats(xs.size(), 9);
+    const auto xs = test::random_floats(static_cast<size_t>(d.n * d.c * d.h * d.w), 8);
+    const auto dys = test::random_floats(xs.size(), 9);
     nn::Buffer gamma = be().allocate(4), beta = be().allocate(4), rm = be().allocate(4), rv = be().allocate(4),
                dg = be().allocate(4), dbeta = be().allocate(4);
     auto run_bn = [&](Layout l) {
@@ -245,7 +237,7 @@ TEST_CASE("layout: models built in NHWC compute the NCHW model's logits and grad
     INFO("model " << c.spec.name);
     for (const DType t : {DType::f32, DType::bf16}) {
       INFO("type " << nn::dtype_name(t));
-      const auto x = random_floats(static_cast<size_t>(batch * c.sample.numel()), 10);
+      const auto x = test::random_floats(static_cast<size_t>(batch * c.sample.numel()), 10);
       std::vector<std::vector<float>> logits, grads;
       for (const Layout l : {Layout::nchw, Layout::nhwc}) {
         auto g = nn::make_model(c.spec, c.sample);

@@ -13,6 +13,7 @@
 #include "src/nn/graph.hpp"
 #include "src/nn/memory_plan.hpp"
 #include "tests/support/test_backend.hpp"
+#include "tests/support/zoo_cases.hpp"
 
 using namespace squall;
 using nn::DType;
@@ -65,72 +66,39 @@ namespace {
 
 nn::Backend& be() { return test::test_backend(); }
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> v(n);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
-
-std::vector<unsigned char> bytes_of(nn::Stream& s, const void* p, size_t bytes) {
-  be().synchronize_all();
-  std::vector<unsigned char> host(bytes);
-  be().copy_bytes_to_host(s, host.data(), p, bytes);
-  be().synchronize(s);
-  return host;
-}
-
-struct ZooCase {
-  std::string name;
-  Shape sample;
-  int64_t width;
-};
-
-std::unique_ptr<nn::Graph> model(const ZooCase& c, DType t, Layout l) {
-  nn::ModelSpec spec;
-  spec.name = c.name;
-  spec.classes = 3;
-  spec.width = c.width;
-  auto g = nn::make_model(spec, c.sample);
-  g->set_dtype(t);
-  g->set_layout(l);
-  return g;
-}
-
 // The logits of a forward in evaluation mode, then (training graphs) the parameters' gradients of
 // a training step whose loss gradient is the logits, as bytes.
 struct Results {
   std::vector<unsigned char> eval_logits, grads;
 };
 Results run(nn::Graph& g, nn::Stream& s) {
-  const auto x = random_floats(static_cast<size_t>(g.input().numel()), 11);
+  const auto x = test::random_floats(static_cast<size_t>(g.input().numel()), 11);
   Results r;
   be().copy_from_host(s, g.input().f32(), x.data(), x.size());
   nn::RunMode eval;
   eval.train = false;
   g.forward(s, eval);
-  r.eval_logits = bytes_of(s, g.output().data, g.output().bytes());
+  r.eval_logits = test::bytes_on_host(be(), s, g.output().data, g.output().bytes());
   if (g.forward_only()) return r;
   be().copy_from_host(s, g.input().f32(), x.data(), x.size());
   g.forward(s, nn::RunMode{});
   be().copy_bytes(s, g.output_grad().data, g.output().data, g.output().bytes());
   g.backward(s);
-  r.grads = bytes_of(s, g.grads(), g.param_arena_floats() * sizeof(float));
+  r.grads = test::bytes_on_host(be(), s, g.grads(), g.param_arena_floats() * sizeof(float));
   return r;
 }
 
-void check_shared_memory(const ZooCase& c) {
+void check_shared_memory(const test::ZooCase& c) {
   auto s = be().create_stream();
   for (const DType t : {DType::f32, DType::bf16, DType::f16})
     for (const Layout l : {Layout::nchw, Layout::nhwc}) {
       INFO(c.name << " " << nn::dtype_name(t) << " " << nn::layout_name(l));
-      auto own = model(c, t, l);
+      auto own = test::make_zoo_model(c, t, l);
       own->set_memory_reuse(false);
       own->build(be(), 2, 7);
-      auto shared = model(c, t, l);
+      auto shared = test::make_zoo_model(c, t, l);
       shared->build(be(), 2, 7);
-      auto forward_only = model(c, t, l);
+      auto forward_only = test::make_zoo_model(c, t, l);
       forward_only->set_forward_only(true);
       forward_only->build(be(), 2, 7);
       const Results a = run(*own, *s), b = run(*shared, *s), f = run(*forward_only, *s);
@@ -151,11 +119,7 @@ void check_shared_memory(const ZooCase& c) {
 
 TEST_CASE("memory plan: every zoo model computes the same bits in shared memory, forward-only too",
           "[models][memory]") {
-  const ZooCase cases[] = {{"lenet5", Shape(1, 1, 28, 28), 0},
-                           {"resnet20", Shape(1, 3, 16, 16), 0},
-                           {"unet", Shape(1, 4, 16, 16), 4},
-                           {"deeplabv3plus", Shape(1, 4, 16, 24), 4}};
-  for (const ZooCase& c : cases) check_shared_memory(c);
+  for (const test::ZooCase& c : test::small_zoo()) check_shared_memory(c);
 }
 
 TEST_CASE("memory plan: DeepLabv3+ on ResNet-50 at DeepCAM's size needs less than half the memory",

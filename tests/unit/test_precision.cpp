@@ -25,14 +25,6 @@ nn::Backend& be() { return test::test_backend(); }
 // Unit roundoff of a type: half the distance from 1 to the next value.
 double unit_roundoff(DType t) { return t == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
-
 // Backend memory of type t holding `host` rounded to t, and reading it back as f32.
 struct Typed {
   nn::Buffer buf;
@@ -86,7 +78,7 @@ TEST_CASE("reduced precision: element-wise calls give the f32 result rounded to 
   auto s = be().create_stream();
   for (const DType t : k_types) {
     const size_t n = 1000;
-    const auto a = rounded(random_floats(n, 1), t), b = rounded(random_floats(n, 2), t);
+    const auto a = rounded(test::random_floats(n, 1), t), b = rounded(test::random_floats(n, 2), t);
     const Typed ta = upload(a, t), tb = upload(b, t);
     Typed y = empty(n, t);
 
@@ -139,7 +131,7 @@ TEST_CASE("reduced precision: f16 overflows to infinity where a GPU's would: bf1
 TEST_CASE("reduced precision: the loss gradient carries the loss scale, the loss does not", "[precision]") {
   auto s = be().create_stream();
   const int64_t n = 8, classes = 5;
-  const auto logits = rounded(random_floats(static_cast<size_t>(n * classes), 3, 2.0f), DType::f16);
+  const auto logits = rounded(test::random_floats(static_cast<size_t>(n * classes), 3, 2.0f), DType::f16);
   std::vector<int32_t> labels(n);
   for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>((i * 3) % classes);
   nn::Buffer label_owner;
@@ -189,9 +181,9 @@ TEST_CASE("reduced precision: convolution, linear, pooling and batch norm plans"
       const auto x_count = static_cast<size_t>(d.n * d.c * d.h * d.w);
       const auto y_count = static_cast<size_t>(d.output().numel());
       const auto w_count = static_cast<size_t>(d.weight().numel());
-      const auto xs = rounded(random_floats(x_count, 4), t);
-      const auto w = random_floats(w_count, 5, 0.2f), bias = random_floats(4, 6, 0.1f);
-      const auto dys = rounded(random_floats(y_count, 7), t);
+      const auto xs = rounded(test::random_floats(x_count, 4), t);
+      const auto w = test::random_floats(w_count, 5, 0.2f), bias = test::random_floats(4, 6, 0.1f);
+      const auto dys = rounded(test::random_floats(y_count, 7), t);
       nn::Buffer wb = be().allocate(w_count), bb = be().allocate(4), dw = be().allocate(w_count),
                  db = be().allocate(4);
       be().copy_from_host(*s, wb.data(), w.data(), w_count);
@@ -225,8 +217,8 @@ TEST_CASE("reduced precision: convolution, linear, pooling and batch norm plans"
 
     // Linear [6, 10] -> [6, 5].
     nn::LinearDesc ld{6, 10, 5, true};
-    const auto lx = rounded(random_floats(60, 8), t), ldy = rounded(random_floats(30, 9), t);
-    const auto lw = random_floats(50, 10, 0.3f);
+    const auto lx = rounded(test::random_floats(60, 8), t), ldy = rounded(test::random_floats(30, 9), t);
+    const auto lw = test::random_floats(50, 10, 0.3f);
     nn::Buffer lwb = be().allocate(50), lbb = be().allocate(5), ldw = be().allocate(50), ldb = be().allocate(5);
     be().copy_from_host(*s, lwb.data(), lw.data(), 50);
     be().fill(*s, lbb.data(), 5, 0.25f);
@@ -254,7 +246,7 @@ TEST_CASE("reduced precision: convolution, linear, pooling and batch norm plans"
     CHECK(test::relative_l2(ldbl, ldb32) < tol);
 
     // Max pooling 2x2 picks values of t: exact. Batch norm: f32 statistics.
-    const auto xs = rounded(random_floats(2 * 3 * 81, 4), t);
+    const auto xs = rounded(test::random_floats(2 * 3 * 81, 4), t);
     nn::PoolDesc pd;
     pd.n = 2, pd.c = 3, pd.h = 8, pd.w = 8;
     auto run_pool = [&](DType type) {
@@ -280,7 +272,7 @@ TEST_CASE("reduced precision: convolution, linear, pooling and batch norm plans"
       be().fill(*s, beta.data(), 3, -0.5f);
       be().fill(*s, rm.data(), 3, 0.0f);
       be().fill(*s, rv.data(), 3, 1.0f);
-      const Typed x = upload(xs, type), dy = upload(rounded(random_floats(xs.size(), 11), t), type);
+      const Typed x = upload(xs, type), dy = upload(rounded(test::random_floats(xs.size(), 11), t), type);
       Typed yt = empty(xs.size(), type), dxt = empty(xs.size(), type);
       plan->forward(*s, x.buf.raw(), gamma.data(), beta.data(), rm.data(), rv.data(), yt.buf.raw(), true);
       plan->backward(*s, x.buf.raw(), dy.buf.raw(), gamma.data(), dxt.buf.raw(), dg.data(), dbeta.data());
@@ -307,7 +299,7 @@ TEST_CASE("reduced precision: LeNet-5 at bf16 computes the f32 model's logits an
   };
   auto g32 = make(DType::f32), g16 = make(DType::bf16);
   CHECK_THROWS_AS(g16->set_dtype(DType::f16), Error);  // after build: refused
-  const auto x = random_floats(8 * 28 * 28, 12);
+  const auto x = test::random_floats(8 * 28 * 28, 12);
   std::vector<int32_t> labels(8);
   for (int i = 0; i < 8; ++i) labels[static_cast<size_t>(i)] = i % 10;
   nn::Buffer label_owner, loss = be().allocate(1);
