@@ -467,15 +467,19 @@ TEST_CASE("parallel.periods [1, 3] on emulated nodes of 2, 2 and 1 ranks: a cras
   CHECK(checksum(t.file("today")) != checksum(whole));
 }
 
-TEST_CASE("outer on emulated nodes of 2, 2 and 1 ranks: a crash inside an outer period resumes bit for bit",
+TEST_CASE("outer on emulated nodes of 2, 2 and 1 ranks: the sums in one order, a crash inside an outer period "
+          "resumes bit for bit",
           "[launch][checkpoint][outer]") {
   // Outer steps after steps 8, 16, ..., 56: the checkpoint of step 40 is one in which the
   // nodes' models (each rank's part) and the centre and its momentum (the shared part) differ.
   TempDir t("squall-resume-outer");
   const std::string whole = t.file("whole"), crashed = t.file("crashed");
   auto job = [&](const std::string& dir, const std::string& extra = "") {
+    // parallel.check_sums: every rank starts the node's sums and the job's in the same order,
+    // checked before each one runs.
     return mpiexec(5) + " " +
-           ssgd_job(dir, " --ranks-per-node 2 --set parallel.algorithm=outer --set parallel.outer.period=8" + extra);
+           ssgd_job(dir, " --ranks-per-node 2 --set parallel.algorithm=outer --set parallel.outer.period=8"
+                         " --set parallel.check_sums=true" + extra);
   };
   const auto a = run_command(job(whole));
   INFO(tail(a));
