@@ -21,12 +21,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TRAIN_SAMPLES = 60000
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster_runs as cr  # noqa: E402
+
 # name -> (algorithm, learning rate, its own keys): sma's rate is each learner's (the config's),
 # ssgd's the global batch's (bench/sma_vs_ssgd.py's sweep at global batch 256), outer's a
 # node's batch's (its inner steps are ssgd over the node).
@@ -47,51 +47,23 @@ for h in (4, 8, 16):
                                                           "parallel.outer.lr=0.7" if mu else "parallel.outer.lr=1.0"])
 
 
-def train(a, tool, cluster, hosts, variant, seed, run_dir):
+def train(a, variant, seed, run_dir):
     algo, lr, own = VARIANTS[variant]
     ranks = a.nodes * a.ranks_per_node
-    steps_per_epoch = TRAIN_SAMPLES // (ranks * a.batch)
+    steps_per_epoch = cr.TRAIN_SAMPLES // (ranks * a.batch)
     sets = [f"parallel.algorithm={algo}", "parallel.replicas_per_device=1", f"train.batch_size={a.batch}",
             f"optimizer.lr={lr}", f"schedule.warmup_steps={max(1, steps_per_epoch // 4)}",
             f"train.epochs={a.epochs}", f"train.eval_every_steps={max(1, steps_per_epoch // 4)}",
             f"train.log_every_steps={steps_per_epoch}", f"data.test_samples={a.test_samples}",
-            f"run.seed={seed}", f"run.dir={run_dir}", "checkpoint.at_end=false"]
-    sets += own
-    cmd = [tool, "mpirun", cluster, "--host", hosts, "-np", str(ranks), "--", a.squall, "train", "--config",
-           os.path.join(ROOT, "configs", "fashion-mnist-sma.toml")]
-    for s in sets:
-        cmd += ["--set", s]
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    if done.returncode != 0:
-        print(f"# {variant} seed {seed}: failed: {done.stderr.strip()[-400:]}", file=sys.stderr)
-        return {"final": None, "epochs": None, "seconds": None, "train_s": None}
-    evals = []
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for line in f:
-            m = json.loads(line)
-            if m["kind"] == "eval":
-                evals.append(m)
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        s = json.load(f)
-    hit = next((e for e in evals if e["test_accuracy"] >= a.target), None)
-    return {"final": s["final"]["test_accuracy"], "epochs": hit["epochs_done"] if hit else None,
-            "seconds": hit["train_s"] if hit else None, "train_s": evals[-1]["train_s"] if evals else None}
-
-
-def median_or_none(values):
-    # A run that never reaches the target counts as infinitely slow.
-    m = statistics.median([float("inf") if v is None else v for v in values])
-    return None if m == float("inf") else m
-
-
-def fmt(v, spec):
-    return "not reached" if v is None else format(v, spec)
+            f"run.seed={seed}", "checkpoint.at_end=false"] + own
+    r = cr.train(a.squall, a.cluster, a.nodes, a.ranks_per_node, sets, run_dir, [a.target])
+    return {"final": r["final"], "epochs": r[f"epochs@{a.target}"], "seconds": r[f"seconds@{a.target}"],
+            "train_s": r["train_s"], "bytes": r["bytes"]}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--squall", default=os.path.join(ROOT, "build", "bin", "squall"))
+    ap.add_argument("--squall", default=os.path.join(cr.ROOT, "build", "bin", "squall"))
     ap.add_argument("--cluster", default="pbench", help="the test cluster's name (brought up and down here)")
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--ranks-per-node", type=int, default=2)
@@ -108,25 +80,22 @@ def main():
     for v in variants:
         if v not in VARIANTS:
             sys.exit(f"--variants: unknown '{v}' (known: {', '.join(VARIANTS)})")
-    tool = os.path.join(ROOT, "tests", "cluster", "cluster")
-    hosts = ",".join(f"{a.cluster}-n{i + 1}:{a.ranks_per_node}" for i in range(a.nodes))
-    subprocess.run([tool, "down", a.cluster], check=False, capture_output=True)
-    subprocess.run([tool, "up", a.cluster, "--nodes", str(a.nodes)], check=True)
+    cr.up(a.cluster, a.nodes)
     rates = a.rates.split(",")
     runs = []
     try:
         with tempfile.TemporaryDirectory() as work:
             for rate in rates:
-                subprocess.run([tool, "rate", a.cluster, rate], check=True, capture_output=True)
+                cr.cluster("rate", a.cluster, rate)
                 for seed in a.seeds:
                     for v in variants:
                         d = os.path.join(work, f"{rate}-{v.replace(' ', '').replace(',', '-')}-{seed}")
-                        r = train(a, tool, a.cluster, hosts, v, seed, d)
+                        r = train(a, v, seed, d)
                         runs.append({"rate": rate, "variant": v, "seed": seed, **r})
-                        print(f"# {rate} {v} seed {seed}: epochs {fmt(r['epochs'], '.2f')}, "
-                              f"seconds {fmt(r['seconds'], '.1f')}, final {fmt(r['final'], '.4f')}", file=sys.stderr)
+                        print(f"# {rate} {v} seed {seed}: epochs {cr.fmt(r['epochs'], '.2f')}, "
+                              f"seconds {cr.fmt(r['seconds'], '.1f')}, final {cr.fmt(r['final'], '.4f')}", file=sys.stderr)
     finally:
-        subprocess.run([tool, "down", a.cluster], check=False, capture_output=True)
+        cr.down(a.cluster)
     with open(a.json, "w") as f:
         json.dump({"nodes": a.nodes, "ranks_per_node": a.ranks_per_node, "batch": a.batch, "epochs": a.epochs,
                    "target": a.target, "test_samples": a.test_samples, "runs": runs}, f, indent=1)
@@ -144,15 +113,15 @@ def main():
             rs = [r for r in runs if r["rate"] == rate and r["variant"] == v]
             finals = [r["final"] for r in rs if r["final"] is not None]
             whole = [r["train_s"] for r in rs if r["train_s"] is not None]
-            med[v] = (median_or_none([r["seconds"] for r in rs]), median_or_none([r["epochs"] for r in rs]),
+            med[v] = (cr.median_or_none([r["seconds"] for r in rs]), cr.median_or_none([r["epochs"] for r in rs]),
                       statistics.median(finals) if finals else None, statistics.median(whole) if whole else None)
         for v in variants:
             t, e, fin, whole = med[v]
             bt, be = med[base][0], med[base][1]
             rt = f"{t / bt:.2f}" if t and bt else "-"
             re = f"{e / be:.2f}" if e and be else "-"
-            print(f"| {rate} | {v} | {fmt(t, '.1f')} | {rt} | {fmt(e, '.2f')} | {re} | {fmt(fin, '.4f')} | "
-                  f"{fmt(whole, '.1f')} |")
+            print(f"| {rate} | {v} | {cr.fmt(t, '.1f')} | {rt} | {cr.fmt(e, '.2f')} | {re} | {cr.fmt(fin, '.4f')} | "
+                  f"{cr.fmt(whole, '.1f')} |")
 
 
 if __name__ == "__main__":

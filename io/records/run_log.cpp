@@ -100,15 +100,31 @@ void RunLog::opened(const RunFacts& f) {
     record({{"kind", "resume"}, {"step", f.first_step}, {"checkpoint", f.resumed_from}});
   const std::string device =
       f.device_index >= 0 ? " (" + f.device + ", GPU " + std::to_string(f.device_index) + ")" : std::string();
-  log::info("squall train: " + f.model + " (" + std::to_string(f.parameters) + " parameters) on " + f.data +
-            ", backend " + f.backend + device + ", " + std::to_string(f.ranks) + " rank(s) on " +
-            std::to_string(f.nodes) + " node(s) x " + std::to_string(f.learners) + " learner(s), " + f.algorithm +
-            ", batch " + std::to_string(f.batch) + " per learner (global " + std::to_string(f.global_batch) + "), " +
-            std::to_string(f.total_steps) + " steps (" + std::to_string(f.steps_per_epoch) + " per epoch), optimizer " +
-            f.optimizer + ", " + f.precision + ", run dir " + f.run_dir);
-  if (!f.sma_line.empty()) log::info(f.sma_line);
-  if (!f.cross_line.empty()) log::info(f.cross_line);
-  if (!f.periods_line.empty()) log::info(f.periods_line);
+  std::vector<std::string> lines{
+      "squall train: " + f.model + " (" + std::to_string(f.parameters) + " parameters) on " + f.data + ", backend " +
+      f.backend + device + ", " + std::to_string(f.ranks) + " rank(s) on " + std::to_string(f.nodes) + " node(s) x " +
+      std::to_string(f.learners) + " learner(s), " + f.algorithm + ", batch " + std::to_string(f.batch) +
+      " per learner (global " + std::to_string(f.global_batch) + "), " + std::to_string(f.total_steps) + " steps (" +
+      std::to_string(f.steps_per_epoch) + " per epoch), optimizer " + f.optimizer + ", " + f.precision + ", run dir " +
+      f.run_dir};
+  for (const std::string* l : {&f.sma_line, &f.cross_line, &f.periods_line})
+    if (!l->empty()) lines.push_back(*l);
+  for (const std::string& l : lines) log::info(l);
+  if (m_tensorboard) {
+    // What the run is, in TensorBoard's Text tab: the opening lines (the algorithm and its
+    // knobs in words), then the whole config as a Markdown code block.
+    std::string setup;
+    for (const std::string& l : lines) setup += l + "\n\n";
+    std::string config;
+    for (size_t at = 0; at < m_options.config_toml.size();) {
+      const size_t end = std::min(m_options.config_toml.find('\n', at), m_options.config_toml.size());
+      config += "    " + m_options.config_toml.substr(at, end - at) + "\n";
+      at = end + 1;
+    }
+    m_tensorboard->text("run/setup", f.first_step, setup, system_seconds());
+    m_tensorboard->text("run/config", f.first_step, config, system_seconds());
+    m_tensorboard->flush();
+  }
   if (!f.resumed_from.empty())
     log::info("resuming from " + f.resumed_from + ": attempt " + std::to_string(m_options.attempt) + ", step " +
               std::to_string(f.first_step) + " of " + std::to_string(f.total_steps) + ", " +

@@ -126,15 +126,41 @@ void TensorBoardWriter::check_usable() const {
   if (!m_failure.empty()) throw Error(m_path.string() + ": not written to after an earlier failure: " + m_failure);
 }
 
-void TensorBoardWriter::scalar(const std::string& tag, int64_t step, double value, double wall_time_s) {
-  check_usable();
-  squall::tb::Event event;
+namespace {
+
+// The Event of one summary value at `step`: the caller sets what the value holds.
+squall::tb::Summary::Value* one_value(squall::tb::Event& event, const std::string& tag, int64_t step,
+                                      double wall_time_s) {
   event.set_wall_time(wall_time_s);
   event.set_step(step);
   auto* v = event.mutable_summary()->add_value();
   v->set_tag(tag);
-  v->set_simple_value(static_cast<float>(value));
-  append_record(event.SerializeAsString());
+  return v;
+}
+
+}  // namespace
+
+void TensorBoardWriter::scalar(const std::string& tag, int64_t step, double value, double wall_time_s) {
+  check_usable();
+  squall::tb::Event event;
+  one_value(event, tag, step, wall_time_s)->set_simple_value(static_cast<float>(value));
+  append_event(event.SerializeAsString());
+}
+
+void TensorBoardWriter::text(const std::string& tag, int64_t step, const std::string& markdown, double wall_time_s) {
+  check_usable();
+  squall::tb::Event event;
+  auto* v = one_value(event, tag, step, wall_time_s);
+  v->mutable_metadata()->mutable_plugin_data()->set_plugin_name("text");
+  squall::tb::TensorProto* t = v->mutable_tensor();
+  t->set_dtype(squall::tb::DT_STRING);
+  t->mutable_tensor_shape();  // no dimensions: a scalar
+  t->add_string_val(markdown);
+  append_event(event.SerializeAsString());
+}
+
+void TensorBoardWriter::append_event(const std::string& event) {
+  append_record(event);
   if (m_pending.size() >= k_flush_bytes) flush();
 }
 

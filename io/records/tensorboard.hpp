@@ -1,10 +1,10 @@
 #pragma once
 // TensorBoard event files (docs/formats.md, "TensorBoard event files"): the scalars a run logs,
-// in the files TensorBoard reads while the run goes on.
+// and what the run is as text, in the files TensorBoard reads while the run goes on.
 //
 // A file is a sequence of TFRecords (length, CRC of the length, data, CRC of the data), each
 // holding one Event message serialised by protobuf from io/records/tensorboard_event.proto. The first
-// record names the format version; every later one holds one scalar. Files are append-only and
+// record names the format version; every later one holds one scalar or one text. Files are append-only and
 // never reopened: a resumed run makes a new file in the same directory, and TensorBoard merges
 // all the files of a directory into one run.
 //
@@ -47,6 +47,9 @@ class TensorBoardWriter {
   // as float32, TensorBoard's type (a double beyond float's range becomes infinite; NaN stays
   // NaN). `wall_time_s` is seconds since the Unix epoch (TensorBoard's relative time axis).
   void scalar(const std::string& tag, int64_t step, double value, double wall_time_s);
+  // One Event whose value is a text for TensorBoard's Text tab: a scalar string tensor, its
+  // metadata naming the "text" plugin. TensorBoard renders it as Markdown.
+  void text(const std::string& tag, int64_t step, const std::string& markdown, double wall_time_s);
 
   // Hands everything buffered to the operating system, so that it survives this process
   // (not a crash of the node: no fsync). Throws squall::Error naming the file.
@@ -55,6 +58,7 @@ class TensorBoardWriter {
   const std::filesystem::path& path() const { return m_path; }
 
  private:
+  void append_event(const std::string& event);  // a record, flushed once the buffer is full
   void append_record(const std::string& data);
   void check_usable() const;
 

@@ -146,9 +146,14 @@ Run read_run(const std::string& path) {
   }
   // So does another outer period, learning rate or momentum.
   if (const auto p = s.find("parallel"); p != s.end() && p->is_object())
-    if (const auto o = p->find("outer"); o != p->end() && o->is_object())
+    if (const auto o = p->find("outer"); o != p->end() && o->is_object()) {
       run.outer = "outer H " + text_of(*o, "period") + ", lr " + text_of(*o, "lr") + ", momentum " +
                   text_of(*o, "momentum");
+      if (const auto q = o->find("qsr"); q != o->end() && q->is_number() && q->get<double>() > 0)
+        run.outer += ", QSR " + text_of(*o, "qsr");
+      if (const auto st = o->find("streaming"); st != o->end() && st->is_boolean() && st->get<bool>())
+        run.outer += ", streamed";
+    }
   run.study.emplace_back("periods", run.periods.empty() ? "" : "periods " + run.periods);
   run.study.emplace_back("outer", run.outer);
   return run;

@@ -100,6 +100,13 @@ struct OuterConfig {
   double momentum = 0.9;   // mu: the outer momentum, [0, 1)
   bool nesterov = true;    // Nesterov momentum (DiLoCo's); false: heavy ball (SlowMo's)
   int64_t start_step = 0;  // an outer step after every step before this one (a synchronous start)
+  double start_fraction = 0;  // ... or before this fraction of the run's steps, [0, 1)
+  double qsr = 0;             // QSR's growing period: rounds of max(period, floor((qsr / lr)^2)) steps; 0: off
+  bool streaming = false;     // the outer sum under the next inner step, applied one step late
+  // The step before which every step ends with an outer step, in a run of total_steps.
+  int64_t start_at(int64_t total_steps) const {
+    return start_fraction > 0 ? static_cast<int64_t>(start_fraction * static_cast<double>(total_steps)) : start_step;
+  }
   bool operator==(const OuterConfig&) const = default;
 };
 

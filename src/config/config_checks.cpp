@@ -223,6 +223,9 @@ const std::vector<Applicability>& applicability() {
       {"parallel.outer.momentum", "parallel.algorithm", "outer", outer},
       {"parallel.outer.nesterov", "parallel.algorithm", "outer", outer},
       {"parallel.outer.start_step", "parallel.algorithm", "outer", outer},
+      {"parallel.outer.start_fraction", "parallel.algorithm", "outer", outer},
+      {"parallel.outer.qsr", "parallel.algorithm", "outer", outer},
+      {"parallel.outer.streaming", "parallel.algorithm", "outer", outer},
       {"parallel.autotune_threshold", "parallel.autotune", "true", autotune},
       {"parallel.max_replicas_per_device", "parallel.autotune", "true", caps_learners},
       {"parallel.cross_node", "parallel.device_allreduce", "host", host_allreduce},
@@ -382,6 +385,11 @@ void check_values(const Config& c, const std::string& origin) {
   k.positive(p.outer.lr, "parallel.outer.lr");
   k.fraction(p.outer.momentum, "parallel.outer.momentum", false);
   k.non_negative(p.outer.start_step, "parallel.outer.start_step");
+  k.fraction(p.outer.start_fraction, "parallel.outer.start_fraction", false);
+  k.non_negative(p.outer.qsr, "parallel.outer.qsr");
+  k.require(!(p.outer.start_step > 0 && p.outer.start_fraction > 0), "parallel.outer.start_fraction",
+            "and parallel.outer.start_step = " + std::to_string(p.outer.start_step) +
+                " both say when the outer steps start: set one of them");
   const bool is_outer = p.algorithm == parallel::Algorithm::outer;
   k.require(!(is_outer && p.autotune), "parallel.autotune",
             "adds learners to one rank, which would give its node more weight in parallel.algorithm = outer's mean: "

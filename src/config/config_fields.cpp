@@ -109,6 +109,9 @@ std::vector<Field> fields(Config& c) {
       {"parallel.outer", "momentum", &c.parallel.outer.momentum},
       {"parallel.outer", "nesterov", &c.parallel.outer.nesterov},
       {"parallel.outer", "start_step", &c.parallel.outer.start_step},
+      {"parallel.outer", "start_fraction", &c.parallel.outer.start_fraction},
+      {"parallel.outer", "qsr", &c.parallel.outer.qsr},
+      {"parallel.outer", "streaming", &c.parallel.outer.streaming},
 
       {"checkpoint", "every_steps", &c.checkpoint.every_steps},
       {"checkpoint", "every_minutes", &c.checkpoint.every_minutes},

@@ -82,8 +82,9 @@ parallel::LearnerGroupOptions learner_group_options(const Config& cfg, const mpi
   lg.centre_rate = cfg.parallel.centre_rate;
   lg.momentum = cfg.parallel.momentum;
   lg.start_step = cfg.parallel.start_step;
-  lg.outer = {cfg.parallel.outer.period, cfg.parallel.outer.lr, cfg.parallel.outer.momentum,
-              cfg.parallel.outer.nesterov, cfg.parallel.outer.start_step};
+  const config::OuterConfig& outer = cfg.parallel.outer;
+  lg.outer = {outer.period, outer.lr,       outer.momentum, outer.nesterov, outer.start_at(place.total_steps),
+              outer.qsr,    outer.streaming};
   lg.bucket_floats = std::max<size_t>(1, static_cast<size_t>(place.bucket_mb * double(1 << 20) / sizeof(float)));
   lg.seed = static_cast<uint64_t>(cfg.run.seed);
   lg.precision = place.format.dtype;

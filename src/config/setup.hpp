@@ -61,6 +61,7 @@ struct GroupPlace {
   double bucket_mb = 1;        // ssgd's gradient buckets (bucket_mb_for)
   GraphFormat format;          // the activations' type and order (graph_format)
   bool can_capture = false;    // the backend can capture a pass (parallel.cuda_graphs)
+  int64_t total_steps = 0;     // the run's steps (parallel.outer.start_fraction)
 };
 // parallel.*, train.nonfinite, train.loss_scale*, run.seed for the group on this rank.
 parallel::LearnerGroupOptions learner_group_options(const Config& cfg, const mpi::Topology& topo,

@@ -100,19 +100,10 @@ float GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t 
     }
     return moved;
   };
-  auto idle = [](int& n, bool moved) {
-    if (moved) {
-      n = 0;
-    } else if (++n < 64) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-  };
 
   std::vector<nn::Event*> marks;
   size_t next_bucket = 0;
-  for (int n = 0; next_bucket < m_plan.size();) {
+  for (IdleBackoff idle; next_bucket < m_plan.size();) {
     bool moved = false;
     while (next_bucket < m_plan.size() && ready(m_plan[next_bucket].first, marks)) {
       const auto [lo, hi] = m_plan[next_bucket];
@@ -126,9 +117,9 @@ float GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t 
       moved = true;
     }
     if (next_bucket == m_plan.size() || replicas.finished()) break;
-    idle(n, drive() || moved);
+    idle(drive() || moved);
   }
-  for (int n = 0; !replicas.finished();) idle(n, drive());  // keep the sums moving while the passes end
+  for (IdleBackoff idle; !replicas.finished();) idle(drive());  // keep the sums moving while the passes end
   replicas.wait();  // a learner's failure is rethrown here
   double passes_end = 0;
   for (const auto& l : replicas) passes_end = std::max(passes_end, l->pass_end);
@@ -143,7 +134,7 @@ float GradientBuckets::reduce(const std::vector<LearnerBatch>& batches, int64_t 
   sum.add_state(replicas);
   sum.add_norms(replicas);
   enqueue(sum.params(), sum.check() + 1, name + " state", *m_summed.back());
-  for (int n = 0; launched < flights.size();) idle(n, drive());
+  for (IdleBackoff idle; launched < flights.size();) idle(drive());
   // The sums still in flight: the group stream waits for them on the device where the
   // allreduce can order it so, and the host waits for the others.
   std::vector<Flight*> ordered;

@@ -3,9 +3,21 @@
 #include "src/parallel/group_core.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 namespace squall::parallel {
+
+void IdleBackoff::operator()(bool moved) {
+  if (moved) {
+    m_idle = 0;
+  } else if (++m_idle < 64) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
 
 GroupCore::GroupCore(nn::Backend& b, const LearnerGroupOptions& o)
     : backend(b), options(o), stream(b.create_stream()), group_event(b.create_event()) {}
@@ -34,6 +46,10 @@ void GroupCore::run_passes(const std::vector<LearnerBatch>& batches, int64_t ste
   };
   if (start_only) {
     replicas->start(m_pass);
+  } else if (drive && replicas->threaded()) {
+    replicas->start(m_pass);
+    for (IdleBackoff idle; !replicas->finished();) idle(drive());
+    replicas->wait();
   } else {
     replicas->run(m_pass);
   }

@@ -20,6 +20,16 @@
 
 namespace squall::parallel {
 
+// A thread that polls work in flight: after a poll that moved nothing it yields, and after 64
+// such polls in a row it sleeps 20 us between them.
+class IdleBackoff {
+ public:
+  void operator()(bool moved);
+
+ private:
+  int m_idle = 0;
+};
+
 struct GroupCore {
   GroupCore(nn::Backend& backend, const LearnerGroupOptions& options);
 
@@ -39,6 +49,10 @@ struct GroupCore {
   nn::Buffer class_weights;  // backend copy of the class weights (or empty)
   size_t params = 0, state = 0;
   PhaseHook hook;
+  // Work the caller's thread drives while the learners' passes run on theirs (run_passes
+  // without start_only): a sum in flight that no pass reads (outer's streamed sum). Returns
+  // whether it moved; empty when there is none.
+  std::function<bool()> drive;
 
   // The step's bookkeeping: seconds waiting for the allreduce (exposed) and hidden behind
   // the passes, the most gradient buckets in flight, and the host's waits for the device.

@@ -38,6 +38,7 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
     if (!(o.momentum >= 0 && o.momentum < 1))
       throw Error("parallel.outer.momentum must be in [0, 1), got " + std::to_string(o.momentum));
     if (o.start_step < 0) throw Error("parallel.outer.start_step must be >= 0, got " + std::to_string(o.start_step));
+    if (!(o.qsr >= 0)) throw Error("parallel.outer.qsr must be >= 0, got " + std::to_string(o.qsr));
     if (m_options.by_level())
       throw Error(
           "parallel.periods applies to sma and local-sgd; parallel.algorithm = outer has parallel.outer.period");
@@ -207,6 +208,11 @@ void LearnerGroup::add_learner() {
   }
   c.backend.record(*c.group_event, *c.stream);
   c.backend.synchronize(*c.stream);
+}
+
+void LearnerGroup::complete() {
+  m_algorithm->complete();
+  m_eval_current = false;
 }
 
 void LearnerGroup::remove_learner() {

@@ -13,6 +13,8 @@
 //   sync_algorithm.hpp   ssgd, sma, local-sgd and outer, each in its own file with its equations.
 // The host waits for the device once a step, where the losses are read (and, where a host
 // allreduce must read a model sum, once before it); everything else is ordered by events.
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -26,11 +28,11 @@
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
+#include "src/optim/optimizer.hpp"
 #include "src/parallel/algorithm.hpp"
 #include "src/parallel/learner.hpp"
 #include "src/parallel/loss_scaler.hpp"
 #include "src/parallel/sma.hpp"
-#include "src/optim/optimizer.hpp"
 
 namespace squall::parallel {
 
@@ -53,7 +55,20 @@ struct OuterOptions {
   bool nesterov = true;    // Nesterov's form of it (parallel.outer.nesterov)
   int64_t start_step = 0;  // an outer step after every step before this one (post-local SGD's
                            // synchronous start; parallel.outer.start_step)
-  // Whether step `step` (0-based) ends with an outer step.
+  double qsr = 0;          // QSR's growing period (Gu et al. 2024): a round after start_step lasts
+                           // max(period, floor((qsr / lr)^2)) steps, lr the inner rate of its first
+                           // step; 0: every round lasts period (parallel.outer.qsr)
+  bool streaming = false;  // the outer sum runs under the next inner step and is applied after it
+                           // (Streaming DiLoCo's overlap of one step; parallel.outer.streaming)
+
+  // The steps of a round that starts at inner learning rate `lr` (at least period).
+  int64_t round_length(double lr) const {
+    if (qsr <= 0) return period;
+    constexpr double k_longest = double{int64_t{1} << 40};  // lr -> 0: no outer step for the rest of any run
+    const double h = lr > 0 ? std::floor((qsr / lr) * (qsr / lr)) : k_longest;
+    return std::max(period, static_cast<int64_t>(std::min(h, k_longest)));
+  }
+  // Whether step `step` (0-based) ends with an outer step, for a fixed period (qsr = 0).
   bool outer_step_after(int64_t step) const {
     const int64_t done = step + 1;
     return done <= start_step || (done - start_step) % period == 0;
@@ -169,6 +184,10 @@ class LearnerGroup {
   // sense that every rank must make the same change before the next step.
   void add_learner();
   void remove_learner();
+  // At the end of training, collective on every rank: completes the synchronisation still in
+  // flight (parallel.outer.streaming's last outer step), so that the central model holds
+  // every step. A group may not step after it.
+  void complete();
   void set_job_ranks(int ranks) { m_options.ranks = ranks; }
 
   void set_phase_hook(PhaseHook hook);

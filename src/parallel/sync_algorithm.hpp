@@ -44,6 +44,9 @@ class SyncAlgorithm {
   // The model this node's replicas are pulled towards or averaged from between the job's
   // synchronisations (sma's node centre under a node level); the central model otherwise.
   virtual const float* node_params() const { return central_params(); }
+  // At the end of training, on every rank: the synchronisation still in flight is completed
+  // and applied (outer's streamed sum), so that the central model holds every step.
+  virtual void complete() {}
   // Gradient buckets handed over during the backward pass (ssgd across ranks), 0 otherwise.
   virtual size_t buckets() const { return 0; }
 

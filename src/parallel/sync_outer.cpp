@@ -14,8 +14,24 @@
 // term that is zero is not computed, so that H = 1, eta = 1, mu = 0 makes the centre the mean
 // itself: ssgd inside the node, then the nodes' mean, which on one node is ssgd bit for bit.
 // Before parallel.outer.start_step an outer step follows every step (a synchronous start).
+// After it the steps come in rounds of H, or under QSR (parallel.outer.qsr = a; Gu et al.
+// 2024) of max(H, floor((a / lr)^2)) steps with lr the inner rate of the round's first step:
+// the period grows as the learning rate decays.
+//
+// Streaming (parallel.outer.streaming; Streaming DiLoCo, Douillard et al. 2025): the job's sum
+// of the outer step after step t is started and left in flight while the nodes take inner step
+// t + 1, the caller's thread driving it (GroupCore::drive); after that step the outer update
+// is computed as above from the sum, and each node keeps its step t + 1 on top of the new
+// centre: x_n <- x + (x_n(t + 1) - x_n(t)), the BatchNorm state likewise from the job's mean.
+// The link is hidden behind one inner step; the centre is one step late. At the end of the
+// run complete() applies the outer step still in flight. A checkpoint between the two keeps
+// only that a sum is pending: the nodes' models at the checkpoint are x_n(t), and the resumed
+// run starts the same sum of them again before its first inner step.
+#include <algorithm>
+#include <exception>
 #include <string>
 
+#include "src/core/clock.hpp"
 #include "src/parallel/sync_algorithm.hpp"
 
 namespace squall::parallel {
@@ -30,9 +46,19 @@ class Outer final : public SyncAlgorithm {
     m_state = c.backend.allocate(c.state);
     m_momentum = c.backend.allocate(c.params);
     m_delta = c.backend.allocate(c.params);
+    if (c.options.outer.streaming) m_snapshot = c.backend.allocate(c.params + c.state);
     c.backend.copy(*c.stream, m_centre.data(), first.graph->read_params(), c.params);
     c.backend.copy(*c.stream, m_state.data(), first.graph->state(), c.state);
     c.backend.fill(*c.stream, m_momentum.data(), c.params, 0.0f);
+  }
+  ~Outer() override {
+    // A sum in flight writes the group's buffer: retire it, unless the job is failing (a rank
+    // that threw may never take its part, and the job ends anyway).
+    if (!m_in_flight || std::uncaught_exceptions() > 0) return;
+    try {
+      m_core.sum->reducer().wait(m_ticket);
+    } catch (...) {  // a destructor does not throw; the job's failure is reported elsewhere
+    }
   }
 
   // Between outer steps the nodes' models move apart from the centre.
@@ -43,39 +69,132 @@ class Outer final : public SyncAlgorithm {
   const float* node_params() const override { return (*m_core.replicas)[0].graph->read_params(); }
 
   // The centre and its state go into the checkpoint as central/params and central/state
-  // (LearnerGroup::save_shared); the momentum here. The nodes' models and their optimizer
-  // state are each rank's own part.
+  // (LearnerGroup::save_shared); the momentum, where the round stands and a pending streamed
+  // sum here. The nodes' models and their optimizer state are each rank's own part.
   void save(checkpoint::CheckpointData& out) const override {
     out.arrays["outer/momentum"] = m_core.arena_to_host(m_momentum.data(), GroupCore::Arena::params);
+    out.ints["outer/last_outer_step"] = m_last;
+    out.ints["outer/round_steps"] = m_round;
+    out.ints["outer/pending"] = m_pending ? 1 : 0;
+    out.reals["outer/pending_lr"] = m_pending_lr;
   }
   void restore(const checkpoint::CheckpointData& in) override {
     m_core.arena_from_host(m_centre.data(), in, "central/params", GroupCore::Arena::params);
     m_core.arena_from_host(m_state.data(), in, "central/state", GroupCore::Arena::state);
     m_core.arena_from_host(m_momentum.data(), in, "outer/momentum", GroupCore::Arena::params);
+    // A checkpoint of the first outer version has no clock: its fixed rounds are derived again.
+    m_last = in.ints.count("outer/last_outer_step") ? in.integer("outer/last_outer_step") : -1;
+    m_round = in.ints.count("outer/round_steps") ? in.integer("outer/round_steps") : 0;
+    const bool pending = in.ints.count("outer/pending") && in.integer("outer/pending") != 0;
+    if (pending && !m_core.options.outer.streaming)
+      throw Error(in.origin +
+                  ": an outer step's sum was in flight (parallel.outer.streaming = true), but this run "
+                  "has parallel.outer.streaming = false: resume with streaming on");
+    m_restart = pending;
+    m_pending_lr = pending ? static_cast<float>(in.real("outer/pending_lr")) : 0.0f;
   }
 
   bool step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
             const std::vector<LearnerBatch>* next) override {
-    const bool skipped = m_inner->step(batches, step, lr, next);
-    if (m_core.options.outer.outer_step_after(step)) outer_step(step, lr);
+    GroupCore& c = m_core;
+    if (m_restart) {  // resumed between a streamed sum's start and its outer update
+      m_restart = false;
+      begin(step - 1, m_pending_lr);
+    }
+    bool skipped = false;
+    {
+      struct Undrive {
+        GroupCore& c;
+        ~Undrive() { c.drive = nullptr; }
+      } undrive{c};
+      if (m_in_flight) c.drive = [this] { return drive(); };
+      skipped = m_inner->step(batches, step, lr, next);
+    }
+    if (m_pending) apply();
+    if (outer_step_after(step, lr)) {
+      begin(step, lr);
+      if (!c.options.outer.streaming) apply();
+    }
     return skipped;
   }
 
+  void complete() override {
+    if (m_pending) apply();
+  }
+
  private:
-  void outer_step(int64_t step, float lr) {
+  // Whether step `step` (0-based, at inner rate lr) ends with an outer step; advances the clock.
+  bool outer_step_after(int64_t step, float lr) {
+    const OuterOptions& o = m_core.options.outer;
+    const int64_t done = step + 1;
+    if (m_last < 0)  // a fresh start, or a checkpoint without the clock (fixed rounds)
+      m_last = done - 1 <= o.start_step ? done - 1 : o.start_step + (done - 1 - o.start_step) / o.period * o.period;
+    if (done > o.start_step) {
+      if (m_round == 0) m_round = o.round_length(lr);
+      if (done - m_last < m_round) return false;
+    }
+    m_last = done;
+    m_round = 0;
+    return true;
+  }
+
+  // The job's sum of the nodes' models and state for the outer step after step `step`: started
+  // and completed, or (streaming) left in flight with the nodes' models kept aside.
+  void begin(int64_t step, float lr) {
     GroupCore& c = m_core;
-    const OuterOptions& o = c.options.outer;
     FusedSum& sum = *c.sum;
     {
       const auto span = c.phase_scope("device_sum");
       c.after_learners();
       sum.add(*c.replicas, FusedSum::Source::params, 0, c.params);
       sum.add_state(*c.replicas);
+      if (c.options.outer.streaming) {
+        const Learner& first = (*c.replicas)[0];
+        c.backend.copy(*c.stream, m_snapshot.data(), first.graph->read_params(), c.params);
+        c.backend.copy(*c.stream, m_snapshot.data() + c.params, first.graph->state(), c.state);
+      }
     }
-    if (c.options.ranks > 1) {
+    m_pending = true;
+    m_pending_lr = lr;
+    if (c.options.ranks == 1) return;
+    const std::string what = "outer step after step " + std::to_string(step + 1);
+    if (!c.options.outer.streaming) {
       const auto span = c.phase_scope("allreduce", &c.reduce_s);
-      sum.reduce(sum.check(), "outer step after step " + std::to_string(step + 1), false);
+      sum.reduce(sum.check(), what, false);
+      return;
     }
+    m_started_at = steady_seconds();
+    m_completed_at = 0;
+    m_ticket = sum.start(0, sum.check(), what);
+    m_in_flight = true;
+  }
+
+  // Drives the streamed sum while the learners compute: whether it moved (completed now).
+  bool drive() {
+    if (m_completed_at > 0 || !m_core.sum->reducer().test(m_ticket)) return false;
+    m_completed_at = steady_seconds();
+    return true;
+  }
+
+  // The outer update from the job's sum, and the replicas restarted from the centre (keeping
+  // the inner step taken under a streamed sum).
+  void apply() {
+    GroupCore& c = m_core;
+    FusedSum& sum = *c.sum;
+    if (m_in_flight) {
+      const double t0 = steady_seconds();
+      {
+        const auto span = c.phase_scope("allreduce", &c.reduce_s);
+        if (m_completed_at == 0) sum.reducer().wait(m_ticket);
+      }
+      m_in_flight = false;
+      // Hidden behind the inner step: from the start until it completed, or until the wait began.
+      c.overlapped_s += std::max(0.0, (m_completed_at > 0 ? m_completed_at : t0) - m_started_at);
+      sum.finish(0, sum.check());
+    }
+    m_pending = false;
+    const float lr = m_pending_lr;
+    const OuterOptions& o = c.options.outer;
     const auto span = c.phase_scope("update");
     nn::Backend& be = c.backend;
     nn::Stream& s = *c.stream;
@@ -93,14 +212,37 @@ class Outer final : public SyncAlgorithm {
     if (mu != 0 && o.nesterov) be.axpy(s, -eta * mu * lr, b, x, c.params);
     if (eta != 1) be.axpy(s, 1.0f - eta, delta, x, c.params);
     be.copy(s, m_state.data(), mean + c.params, c.state);
+    const float* params = x;
+    const float* state = m_state.data();
+    if (o.streaming) {
+      // The inner step taken since the sum began, on top of the new centre and state:
+      // snapshot <- (x_n - snapshot) + x.
+      const Learner& first = (*c.replicas)[0];
+      float* kept = m_snapshot.data();
+      be.axpby(s, 1.0f, first.graph->read_params(), -1.0f, kept, c.params);
+      be.axpy(s, 1.0f, x, kept, c.params);
+      be.axpby(s, 1.0f, first.graph->state(), -1.0f, kept + c.params, c.state);
+      be.axpy(s, 1.0f, m_state.data(), kept + c.params, c.state);
+      params = kept;
+      state = kept + c.params;
+    }
     for (const auto& l : *c.replicas) {
-      be.copy(s, l->graph->params(), x, c.params);
-      be.copy(s, l->graph->state(), m_state.data(), c.state);
+      be.copy(s, l->graph->params(), params, c.params);
+      be.copy(s, l->graph->state(), state, c.state);
     }
   }
 
   std::unique_ptr<SyncAlgorithm> m_inner;
   nn::Buffer m_centre, m_state, m_momentum, m_delta;
+  nn::Buffer m_snapshot;     // streaming: the node's model and state when the sum began
+  int64_t m_last = -1;       // steps done at the last outer step (-1: derive it at the next step)
+  int64_t m_round = 0;       // the current round's steps (0: set at its first step)
+  bool m_pending = false;    // a sum begun whose outer update is still to come
+  float m_pending_lr = 0;    // ... the inner rate of the step it follows
+  bool m_restart = false;    // resumed with one pending: start its sum again first
+  bool m_in_flight = false;  // its ticket is not yet retired
+  mpi::Allreduce::Ticket m_ticket = 0;
+  double m_started_at = 0, m_completed_at = 0;
 };
 
 }  // namespace

@@ -144,6 +144,9 @@ void TrainingRun::train() {
     while (!stop && epoch_has_step(plan, used) && m_pos.step < plan.total_steps) {
       used += plan.learners;
       train_step(epoch, used);
+      // The last step: the synchronisation still in flight (a streamed outer step) is applied,
+      // so that the final evaluation and the model hold every step.
+      if (m_pos.step == plan.total_steps) m_device.group->complete();
       if (eval_after_step(plan, m_cfg.train.eval_every_steps, m_pos.step)) evaluate(epoch);
       stop = after_step() || m_target.has_value();
     }

@@ -69,13 +69,19 @@ records::RunFacts TrainingRun::run_facts() const {
                      std::to_string(p.across);
   if (m_algorithm == parallel::Algorithm::outer) {
     const config::OuterConfig& o = m_cfg.parallel.outer;
-    char line[320];
+    const int64_t start = o.start_at(m_data.plan.total_steps);
+    char qsr[96] = "";
+    if (o.qsr > 0)
+      std::snprintf(qsr, sizeof(qsr), " (QSR: max(%lld, floor((%g / lr)^2)) as the learning rate decays)",
+                    static_cast<long long>(o.period), o.qsr);
+    char line[480];
     std::snprintf(line, sizeof(line),
                   "outer: ssgd inside each of the %d node(s) every step, an outer step across them every %lld "
-                  "step(s)%s, outer lr %g, momentum %g (%s)",
-                  m_topo.nodes(), static_cast<long long>(o.period),
-                  o.start_step > 0 ? (" after every step before step " + std::to_string(o.start_step + 1)).c_str() : "",
-                  o.lr, o.momentum, o.nesterov ? "Nesterov" : "heavy ball");
+                  "step(s)%s%s, outer lr %g, momentum %g (%s)%s",
+                  m_topo.nodes(), static_cast<long long>(o.period), qsr,
+                  start > 0 ? (" after every step before step " + std::to_string(start + 1)).c_str() : "", o.lr,
+                  o.momentum, o.nesterov ? "Nesterov" : "heavy ball",
+                  o.streaming ? "; streamed: each outer sum runs under the next inner step" : "");
     f.periods_line = line;
   }
   f.batch = m_cfg.train.batch_size;
@@ -226,8 +232,13 @@ TrainResult TrainingRun::finish() {
     const config::OuterConfig& o = m_cfg.parallel.outer;
     s.parallel["period"] = o.period;
     s.parallel.erase("periods");
-    s.parallel["outer"] = {{"period", o.period}, {"lr", o.lr}, {"momentum", o.momentum},
-                           {"nesterov", o.nesterov}, {"start_step", o.start_step}};
+    s.parallel["outer"] = {{"period", o.period},
+                           {"lr", o.lr},
+                           {"momentum", o.momentum},
+                           {"nesterov", o.nesterov},
+                           {"start_step", o.start_at(m_data.plan.total_steps)},
+                           {"qsr", o.qsr},
+                           {"streaming", o.streaming}};
   }
   // The host's waits for the device inside a step (docs/design.md, "One host wait per step").
   s.parallel["host_waits_per_step"] =

@@ -52,7 +52,7 @@ void check_synchronises(const config::Config& cfg, const std::string& origin, pa
   if (algorithm == parallel::Algorithm::ssgd) return;
   if (algorithm == parallel::Algorithm::outer) {
     const config::OuterConfig& o = cfg.parallel.outer;
-    if (o.start_step > 0 || o.period <= total_steps) return;
+    if (o.start_at(total_steps) > 0 || o.period <= total_steps) return;
     throw UsageError(origin + ": parallel.outer.period = " + std::to_string(o.period) + " is longer than the run (" +
                      std::to_string(total_steps) +
                      " steps: train.epochs, train.max_steps): the centre would never take an outer step and the "
@@ -132,8 +132,8 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
 
   const config::GraphFormat format = config::graph_format(cfg, backend);
   t.bucket_mb = config::bucket_mb_for(cfg.parallel, !t.backend->host_accessible());
-  const parallel::LearnerGroupOptions lg =
-      config::learner_group_options(cfg, topo, {data.plan.learners, t.bucket_mb, format, t.backend->can_capture()});
+  const parallel::LearnerGroupOptions lg = config::learner_group_options(
+      cfg, topo, {data.plan.learners, t.bucket_mb, format, t.backend->can_capture(), data.plan.total_steps});
   // The node level's own sum (parallel.periods, outer's inner steps): over this node's ranks only.
   if (lg.node_level() && algorithm != parallel::Algorithm::ssgd && ranks > 1)
     t.node_allreduce = mpi::make_node_allreduce(topo, ar);

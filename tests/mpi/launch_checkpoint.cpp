@@ -472,23 +472,33 @@ TEST_CASE("outer on emulated nodes of 2, 2 and 1 ranks: the sums in one order, a
           "[launch][checkpoint][outer]") {
   // Outer steps after steps 8, 16, ..., 56: the checkpoint of step 40 is one in which the
   // nodes' models (each rank's part) and the centre and its momentum (the shared part) differ.
-  TempDir t("squall-resume-outer");
+  // Streamed, the job's sum of the outer step after step 40 is still in flight at the checkpoint
+  // of step 40 (it runs under inner step 41 and the node sums of that step), and the resumed
+  // run starts it again.
+  const bool streamed = GENERATE(false, true);
+  INFO((streamed ? "parallel.outer.streaming = true" : "parallel.outer.streaming = false"));
+  TempDir t(streamed ? "squall-resume-outer-streamed" : "squall-resume-outer");
   const std::string whole = t.file("whole"), crashed = t.file("crashed");
+  const std::string streaming = streamed ? " --set parallel.outer.streaming=true" : "";
   auto job = [&](const std::string& dir, const std::string& extra = "") {
     // parallel.check_sums: every rank starts the node's sums and the job's in the same order,
     // checked before each one runs.
     return mpiexec(5) + " " +
-           ssgd_job(dir, " --ranks-per-node 2 --set parallel.algorithm=outer --set parallel.outer.period=8"
-                         " --set parallel.check_sums=true" + extra);
+           ssgd_job(dir,
+                    " --ranks-per-node 2 --set parallel.algorithm=outer --set parallel.outer.period=8"
+                    " --set parallel.check_sums=true" +
+                        streaming + extra);
   };
   const auto a = run_command(job(whole));
   INFO(tail(a));
   REQUIRE(a.exit_code == 0);
   CHECK_THAT(a.out, Contains("outer: ssgd inside each of the 3 node(s) every step, an outer step across them every 8"));
+  if (streamed) CHECK_THAT(a.out, Contains("streamed: each outer sum runs under the next inner step"));
   const json s = read_json(fs::path(whole) / "summary.json");
   CHECK(s.at("algorithm") == "outer");
   CHECK(s.at("parallel").at("outer").at("period") == 8);
   CHECK(s.at("parallel").at("outer").at("lr") == 0.7);
+  CHECK(s.at("parallel").at("outer").at("streaming") == streamed);
   CHECK(s.at("final").at("test_accuracy").get<double>() > 0.3);  // it learned: chance is 0.1
   const auto b = run_command("SQUALL_FAIL_AT=4:45 " + job(crashed));
   INFO(tail(b));

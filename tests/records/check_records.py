@@ -110,6 +110,23 @@ def accumulated_scalars(dir_):
     return {tag: [[s.step, s.value] for s in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
+def accumulated_texts(dir_):
+    """The texts TensorBoard's Text tab shows: {tag: [[step, text], ...]} by step, only values whose
+    metadata names the "text" plugin and whose tensor is one string."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    acc = ea.EventAccumulator(dir_, size_guidance={ea.TENSORS: 0})
+    acc.Reload()
+    texts = {}
+    for tag in acc.Tags()["tensors"]:
+        if acc.SummaryMetadata(tag).plugin_data.plugin_name != "text":
+            raise RecordError(f"{dir_}: tensor {tag!r} is not for the text plugin")
+        for t in acc.Tensors(tag):
+            if t.tensor_proto.dtype != 7 or len(t.tensor_proto.string_val) != 1:  # DT_STRING
+                raise RecordError(f"{dir_}: tensor {tag!r} at step {t.step} is not one string")
+            texts.setdefault(tag, []).append([t.step, t.tensor_proto.string_val[0].decode("utf-8")])
+    return {tag: sorted(points, key=lambda p: p[0]) for tag, points in texts.items()}
+
+
 def same_value(a, b):
     return a == b or (math.isnan(a) and math.isnan(b))
 
@@ -186,6 +203,11 @@ def check_probe(dir_):
     for tag in want:
         if not same_points(got[tag], want[tag]):
             raise RecordError(f"tensorboard: {tag!r}: read {got[tag]}, expected {want[tag]}")
+    with open(os.path.join(dir_, "expected_texts.json")) as f:
+        want_texts = json.load(f)
+    texts = accumulated_texts(tb)
+    if texts != want_texts:
+        raise RecordError(f"tensorboard: texts {texts}, expected {want_texts}")
     files = event_files(tb)
     if len(files) != 2:
         raise RecordError(f"tensorboard: {len(files)} event files, expected 2 (a run and its resumed attempt)")
@@ -284,6 +306,14 @@ def check_run(dir_):
     for tag in ("time/compute_s", "time/allreduce_s", "time/io_wait_s", "time/run_s", "train/samples_per_s"):
         if not tb.get(tag):
             raise RecordError(f"tensorboard: no {tag}")
+    # What the run is, once per attempt: the opening lines name the algorithm, the config is all of it.
+    texts = accumulated_texts(os.path.join(dir_, "tensorboard"))
+    setup, config = texts.get("run/setup", []), texts.get("run/config", [])
+    if len(setup) != 2 or len(config) != 2:
+        raise RecordError(f"tensorboard: run/setup and run/config once per attempt, got {len(setup)} and {len(config)}")
+    algorithm = summary["algorithm"]
+    if f", {algorithm}, batch" not in setup[0][1] or f'algorithm = "{algorithm}"' not in config[0][1]:
+        raise RecordError(f"tensorboard: run/setup and run/config do not name parallel.algorithm = {algorithm}")
     print(f"records: run: tensorboard's {len(tb)} tags agree with metrics.jsonl "
           f"({len(train)} train and {len(evals)} eval records)")
 

@@ -33,6 +33,17 @@ void scalar(records::TensorBoardWriter& w, Series& expected, const std::string& 
   expected[tag].emplace_back(step, static_cast<double>(static_cast<float>(value)));
 }
 
+// Texts, read back by TensorBoard's Text tab: Markdown, a code block, UTF-8, an empty one.
+struct Text {
+  const char* tag;
+  int64_t step;
+  const char* text;
+};
+constexpr Text k_texts[] = {{"run/setup", 0, "outer: every **8** steps, momentum 0.9\n\nsecond line"},
+                            {"run/config", 0, "    [parallel]\n    algorithm = \"outer\"\n"},
+                            {"run/setup", 40, "resumed: \xce\xbc = 0.5"},
+                            {"note/empty", 7, ""}};
+
 void write_tensorboard(const fs::path& dir, const fs::path& expected_file) {
   Series expected;
   {
@@ -47,6 +58,7 @@ void write_tensorboard(const fs::path& dir, const fs::path& expected_file) {
     for (size_t i = 0; i < std::size(edges); ++i)
       scalar(run, expected, "edge/values", static_cast<int64_t>(i), edges[i]);
     scalar(run, expected, "eval/\xce\xbc", 3, 0.25);  // a UTF-8 tag ("eval/mu")
+    for (const auto& [tag, step, text] : k_texts) run.text(tag, step, text, 1.7e9);
   }  // the destructor flushes the rest
   {
     // A resumed attempt: a new file in the same directory, read as one run with the first.
@@ -63,6 +75,9 @@ void write_tensorboard(const fs::path& dir, const fs::path& expected_file) {
     out[tag] = list;
   }
   std::ofstream(expected_file) << out.dump(1) << "\n";
+  json texts = json::object();
+  for (const auto& [tag, step, text] : k_texts) texts[tag].push_back({step, text});
+  std::ofstream(expected_file.parent_path() / "expected_texts.json") << texts.dump(1) << "\n";
 }
 
 // The log of a short DeepCAM run: every key the HPC 3.0.0 closed DeepCAM rules require, in the

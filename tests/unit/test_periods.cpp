@@ -6,17 +6,17 @@
 // the config's checks. And parallel.algorithm = outer, whose inner steps are ssgd inside each
 // node and whose outer steps join the nodes (docs/training.md, "The outer optimizer"), against
 // its equations in double, against ssgd, and across a checkpoint.
-#include <catch2/catch.hpp>
-
 #include <barrier>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <thread>
 
+#include "src/config/config.hpp"
 #include "src/core/error.hpp"
 #include "src/parallel/learners.hpp"
-#include "src/config/config.hpp"
 #include "src/train/run_dir.hpp"
 #include "tests/support/tiny_model.hpp"
 
@@ -75,10 +75,17 @@ struct Job {
   int64_t steps = 8;
   int64_t resume_at = -1;  // >= 0: checkpoint after this many steps, continue in new groups
   parallel::OuterOptions outer;
+  bool decay = false;            // the learning rate k_lr / (1 + step) instead of k_lr (outer's QSR)
+  bool complete_at_end = false;  // LearnerGroup::complete() after the last step, one more Snap
 };
 
 constexpr int64_t k_batch = 3;
 constexpr double k_alpha = 0.2, k_mu = 0.7, k_lr = 0.3;
+
+// The learning rate of a step, as the group is given it.
+float lr_at(const Job& job, int64_t step) {
+  return static_cast<float>(job.decay ? k_lr / static_cast<double>(1 + step) : k_lr);
+}
 
 // What a rank holds after a step: the central model, its node's model, its replicas.
 struct Snap {
@@ -86,6 +93,15 @@ struct Snap {
   std::vector<std::vector<float>> replicas;
 };
 using Trace = std::vector<std::vector<Snap>>;  // [rank][step]
+
+Snap snap(const LearnerGroup& group, int learners) {
+  const size_t n = group.param_arena_floats();
+  Snap s;
+  s.central = test::on_host(group.central_params(), n);
+  s.node = test::on_host(group.node_params(), n);
+  for (int j = 0; j < learners; ++j) s.replicas.push_back(test::on_host(group.replica_params(j), n));
+  return s;
+}
 
 int ranks_on(const std::vector<int>& node_of_rank, int node) {
   return static_cast<int>(std::count(node_of_rank.begin(), node_of_rank.end(), node));
@@ -123,7 +139,6 @@ Trace run_job(const Job& job) {
                                               std::vector<float>{}, o, job_sum, &node_sum);
       };
       auto group = make();
-      const size_t n = group->param_arena_floats();
       for (int64_t step = 0; step < job.steps; ++step) {
         if (step == job.resume_at) {
           checkpoint::CheckpointData shared, own;
@@ -133,12 +148,12 @@ Trace run_job(const Job& job) {
           group->restore(shared, &own);
         }
         const test::TinyStep batches = test::tiny_step(rank, job.learners, step, k_batch);
-        group->step(batches.inputs, step, static_cast<float>(k_lr));
-        Snap s;
-        s.central = test::on_host(group->central_params(), n);
-        s.node = test::on_host(group->node_params(), n);
-        for (int j = 0; j < job.learners; ++j) s.replicas.push_back(test::on_host(group->replica_params(j), n));
-        trace[static_cast<size_t>(rank)].push_back(std::move(s));
+        group->step(batches.inputs, step, lr_at(job, step));
+        if (job.complete_at_end && step + 1 == job.steps) {
+          trace[static_cast<size_t>(rank)].push_back(snap(*group, job.learners));
+          group->complete();
+        }
+        trace[static_cast<size_t>(rank)].push_back(snap(*group, job.learners));
       }
     } catch (...) {
       failed[static_cast<size_t>(rank)] = std::current_exception();
@@ -175,7 +190,33 @@ struct Reference {
   std::vector<Vec> zn, zpn;
   Vec z;
   Vec b;  // outer's momentum
+  // outer's streamed sum: begun after an outer step's inner step, applied after the next one.
+  bool pending = false;
+  Vec pending_mean;
+  double pending_lr = 0;
+  std::vector<Vec> snapshot;  // [rank]: its node's model when the sum began
 };
+
+// The outer update of the centre from the job's mean at inner rate lr; returns the new centre.
+void reference_outer_update(const Job& job, Reference& r, const Vec& mean, double lr) {
+  const double eta = job.outer.lr, mu = job.outer.momentum;
+  for (size_t i = 0; i < r.z.size(); ++i) {
+    const double delta = r.z[i] - mean[i];
+    r.b[i] = mu * r.b[i] + delta / lr;
+    r.z[i] -= eta * lr * (job.outer.nesterov ? delta / lr + mu * r.b[i] : r.b[i]);
+  }
+}
+
+// A streamed outer step still pending is applied: every replica keeps the inner steps taken since
+// its sum began, on top of the new centre.
+void reference_apply_pending(const Job& job, Reference& r) {
+  if (!r.pending) return;
+  reference_outer_update(job, r, r.pending_mean, r.pending_lr);
+  for (size_t k = 0; k < r.w.size(); ++k)
+    for (Vec& wj : r.w[k])
+      for (size_t i = 0; i < wj.size(); ++i) wj[i] = r.z[i] + (wj[i] - r.snapshot[k][i]);
+  r.pending = false;
+}
 
 Reference start_reference(const Job& job, const std::vector<float>& initial) {
   const int ranks = static_cast<int>(job.node_of_rank.size());
@@ -190,8 +231,10 @@ Reference start_reference(const Job& job, const std::vector<float>& initial) {
   return r;
 }
 
-// One step of hierarchical local SGD (Lin et al.) or of SMA by level, as docs/training.md writes them.
-void reference_step(const Job& job, Reference& r, int64_t step) {
+// One step of hierarchical local SGD (Lin et al.), of SMA by level, or of outer, as
+// docs/training.md writes them. outer: whether this step ends with an outer step (the test
+// says; the fixed rule where it does not).
+void reference_step(const Job& job, Reference& r, int64_t step, std::optional<bool> outer_now = std::nullopt) {
   const int ranks = static_cast<int>(r.w.size());
   const int nodes = static_cast<int>(r.zn.size());
   const int64_t done = step + 1;
@@ -215,6 +258,7 @@ void reference_step(const Job& job, Reference& r, int64_t step) {
   };
   const double total = static_cast<double>(ranks * job.learners);
   if (job.algorithm == Algorithm::outer) {
+    const double lr = lr_at(job, step);
     // Inner: each node's learners take one step on their mean gradient.
     for (int m = 0; m < nodes; ++m) {
       Vec mean_g(n, 0.0);
@@ -225,22 +269,23 @@ void reference_step(const Job& job, Reference& r, int64_t step) {
       for (int k = 0; k < ranks; ++k)
         if (node_of(k) == m)
           for (Vec& wj : r.w[k])
-            for (size_t i = 0; i < n; ++i) wj[i] -= k_lr * mean_g[i];
+            for (size_t i = 0; i < n; ++i) wj[i] -= lr * mean_g[i];
     }
-    if (!job.outer.outer_step_after(step)) return;
+    reference_apply_pending(job, r);
+    if (!outer_now.value_or(job.outer.outer_step_after(step))) return;
     // Outer: delta = z - mean, b <- mu b + delta / lr, z <- z - eta lr (delta / lr + mu b)
     // (Nesterov) or z <- z - eta lr b.
-    const Vec mean = [&] {
-      Vec s = sum_over(-1);
-      for (double& v : s) v /= total;
-      return s;
-    }();
-    const double eta = job.outer.lr, mu = job.outer.momentum;
-    for (size_t i = 0; i < n; ++i) {
-      const double delta = r.z[i] - mean[i];
-      r.b[i] = mu * r.b[i] + delta / k_lr;
-      r.z[i] -= eta * k_lr * (job.outer.nesterov ? delta / k_lr + mu * r.b[i] : r.b[i]);
+    Vec mean = sum_over(-1);
+    for (double& v : mean) v /= total;
+    if (job.outer.streaming) {
+      r.pending = true;
+      r.pending_mean = std::move(mean);
+      r.pending_lr = lr;
+      r.snapshot.clear();
+      for (const auto& wk : r.w) r.snapshot.push_back(wk[0]);
+      return;
     }
+    reference_outer_update(job, r, mean, lr);
     for (auto& wk : r.w)
       for (Vec& wj : wk) wj = r.z;
     return;
@@ -471,6 +516,17 @@ TEST_CASE("parallel.periods: the config's checks name the key and the values", "
   }
 }
 
+// A resumed job ends with the whole job's bits: the centre and every replica on every rank.
+void check_same_end(const Trace& whole, const Trace& resumed) {
+  REQUIRE(whole.size() == resumed.size());
+  for (size_t k = 0; k < whole.size(); ++k) {
+    INFO("rank " << k);
+    CHECK(same_bits(whole[k].back().central, resumed[k].back().central));
+    for (size_t j = 0; j < whole[k].back().replicas.size(); ++j)
+      CHECK(same_bits(whole[k].back().replicas[j], resumed[k].back().replicas[j]));
+  }
+}
+
 TEST_CASE("outer: ssgd inside each node, and every H steps an outer step across nodes as its equations say",
           "[learners][outer]") {
   Job job;
@@ -538,15 +594,121 @@ TEST_CASE("outer: a checkpoint in the middle of an outer period resumes bit for 
   const Trace whole = run_job(job);
   job.resume_at = 6;  // two inner steps after the outer step of step 4
   const Trace resumed = run_job(job);
-  for (size_t k = 0; k < whole.size(); ++k) {
-    CHECK(same_bits(whole[k].back().central, resumed[k].back().central));
-    for (size_t j = 0; j < whole[k].back().replicas.size(); ++j)
-      CHECK(same_bits(whole[k].back().replicas[j], resumed[k].back().replicas[j]));
-  }
+  check_same_end(whole, resumed);
   // The nodes' models at step 6 differ: the checkpoint had to hold each of them.
   CHECK(diff(whole[0][5].replicas[0], whole[3][5].replicas[0]) > 1e-6);
 }
 
+// Whether after step `step` every replica of every rank holds the centre (an outer step, not streamed).
+bool at_centre(const Trace& t, int64_t step) {
+  for (const auto& rank : t)
+    for (const auto& w : rank[static_cast<size_t>(step)].replicas)
+      if (!same_bits(w, rank[static_cast<size_t>(step)].central)) return false;
+  return true;
+}
+
+TEST_CASE("outer with QSR: the rounds grow as the learning rate decays, and a checkpoint keeps the round",
+          "[learners][outer]") {
+  // lr = 0.3 / (1 + step), H = 2, qsr = 0.15: a round lasts max(2, floor((0.15 / lr)^2)) steps from
+  // the rate of its first step: steps 1-2 (lr 0.3: 0.25 -> 2), 3-4 (lr 0.1: 2.25 -> 2), 5-10
+  // (lr 0.06: 6.25 -> 6), then 11-40 (lr 0.3 / 11: 30.25 -> 30). The outer steps end steps 2, 4, 10.
+  Job job;
+  job.algorithm = Algorithm::outer;
+  job.decay = true;
+  job.steps = 13;
+  job.outer = parallel::OuterOptions{2, 0.8, 0.5, true, 0, 0.15, false};
+  const Trace t = run_job(job);
+  Reference ref = start_reference(job, initial_params());
+  const std::vector<int64_t> expected{2, 4, 10};
+  for (int64_t step = 0; step < job.steps; ++step) {
+    const bool outer = std::find(expected.begin(), expected.end(), step + 1) != expected.end();
+    INFO("step " << step + 1 << (outer ? " (an outer step)" : ""));
+    CHECK(at_centre(t, step) == outer);
+    reference_step(job, ref, step, outer);
+    CHECK(diff(t[0][static_cast<size_t>(step)].central, ref.z) < 1e-5);
+    CHECK(diff(t.back()[static_cast<size_t>(step)].replicas[0], ref.w.back()[0]) < 1e-5);
+  }
+  SECTION("resumed inside the 6-step round, at step 7: the round's length comes from the checkpoint") {
+    job.resume_at = 7;
+    const Trace resumed = run_job(job);
+    check_same_end(t, resumed);
+  }
+}
+
+TEST_CASE("outer, streamed: the sum runs under the next inner step, which each node keeps on the new centre",
+          "[learners][outer]") {
+  Job job;
+  job.algorithm = Algorithm::outer;
+  job.steps = 9;
+  job.complete_at_end = true;
+  job.node_of_rank = GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 0, 1});
+  job.outer = GENERATE(parallel::OuterOptions{3, 0.7, 0.5, true, 0, 0, true},
+                       parallel::OuterOptions{1, 1.0, 0.0, true, 0, 0, true},
+                       parallel::OuterOptions{2, 1.2, 0.6, false, 3, 0, true});
+  const Trace t = run_job(job);
+  Reference ref = start_reference(job, initial_params());
+  const size_t ranks = t.size();
+  for (int64_t step = 0; step < job.steps; ++step) {
+    reference_step(job, ref, step);
+    INFO("ranks " << ranks << ", H " << job.outer.period << ", step " << step + 1);
+    for (size_t k = 0; k < ranks; ++k) {
+      for (int j = 0; j < job.learners; ++j) CHECK(diff(t[k][step].replicas[j], ref.w[k][j]) < 1e-5);
+      CHECK(diff(t[k][step].central, ref.z) < 1e-5);
+      CHECK(same_bits(t[k][step].central, t[0][step].central));
+    }
+    // Streamed, no step ends with the replicas at the centre: each keeps its node's last step.
+    if (step > 0) CHECK_FALSE(at_centre(t, step));
+  }
+  // The last outer step was still pending; complete() applies it: every replica is the centre.
+  REQUIRE(ref.pending == job.outer.outer_step_after(job.steps - 1));
+  reference_apply_pending(job, ref);
+  const auto end = static_cast<size_t>(job.steps);
+  for (size_t k = 0; k < ranks; ++k) {
+    CHECK(diff(t[k][end].central, ref.z) < 1e-5);
+    CHECK(diff(t[k][end].replicas[0], ref.w[k][0]) < 1e-5);
+  }
+  CHECK(at_centre(t, job.steps));
+}
+
+TEST_CASE("outer, streamed: a checkpoint with the sum in flight resumes bit for bit", "[learners][outer]") {
+  Job job;
+  job.algorithm = Algorithm::outer;
+  job.outer = parallel::OuterOptions{4, 0.8, 0.7, true, 0, 0, true};
+  job.steps = 11;
+  const Trace whole = run_job(job);
+  // After step 8 the sum of the outer step after step 8 is in flight; after step 6 none is.
+  job.resume_at = GENERATE(8, 6);
+  const Trace resumed = run_job(job);
+  INFO("resumed after step " << job.resume_at);
+  check_same_end(whole, resumed);
+}
+
+TEST_CASE("outer: a checkpoint with a streamed sum pending is refused by a run without streaming",
+          "[learners][outer]") {
+  auto backend = test::make_test_backend(1);
+  mpi::OneRankAllreduce one;
+  LearnerGroupOptions o;
+  o.algorithm = Algorithm::outer;
+  o.learners = 2;
+  o.threads = 1;
+  o.outer = parallel::OuterOptions{2, 0.7, 0.5, true, 0, 0, true};
+  auto make = [&] {
+    return std::make_unique<LearnerGroup>(*backend, test::make_tiny_graph, k_batch, k_batch, test::plain_sgd(),
+                                          std::vector<float>{}, o, one, nullptr);
+  };
+  auto group = make();
+  for (int64_t step = 0; step < 2; ++step)
+    group->step(test::tiny_step(0, o.learners, step, k_batch).inputs, step, 0.1f);
+  checkpoint::CheckpointData shared, own;
+  shared.origin = "ckpt-2.h5";
+  group->save_shared(shared);
+  group->save_own(own);
+  CHECK(shared.integer("outer/pending") == 1);
+  o.outer.streaming = false;
+  auto unstreamed = make();
+  REQUIRE_THROWS_WITH(unstreamed->restore(shared, &own),
+                      Contains("ckpt-2.h5") && Contains("parallel.outer.streaming = false"));
+}
 TEST_CASE("parallel.outer: the config's checks name the keys", "[config][outer]") {
   auto load = [](std::vector<std::string> sets) { return config::load_config("", sets); };
   CHECK(load({"parallel.algorithm=outer", "parallel.outer.period=16", "parallel.outer.momentum=0.5"})
@@ -563,4 +725,17 @@ TEST_CASE("parallel.outer: the config's checks name the keys", "[config][outer]"
                       Contains("parallel.period applies to parallel.algorithm = sma or local-sgd, not outer"));
   REQUIRE_THROWS_WITH(load({"parallel.algorithm=outer", "parallel.autotune=true"}),
                       Contains("parallel.autotune") && Contains("outer"));
+  REQUIRE_THROWS_WITH(load({"parallel.outer.streaming=true"}),
+                      Contains("parallel.outer.streaming applies to parallel.algorithm = outer, not ssgd"));
+  REQUIRE_THROWS_WITH(load({"parallel.algorithm=outer", "parallel.outer.qsr=-1"}),
+                      Contains("parallel.outer.qsr must be >= 0"));
+  REQUIRE_THROWS_WITH(load({"parallel.algorithm=outer", "parallel.outer.start_fraction=1"}),
+                      Contains("parallel.outer.start_fraction must be in [0, 1)"));
+  REQUIRE_THROWS_WITH(
+      load({"parallel.algorithm=outer", "parallel.outer.start_fraction=0.1", "parallel.outer.start_step=5"}),
+      Contains("parallel.outer.start_fraction") && Contains("parallel.outer.start_step = 5"));
+  const config::OuterConfig post_local =
+      load({"parallel.algorithm=outer", "parallel.outer.start_fraction=0.25"}).parallel.outer;
+  CHECK(post_local.start_at(1000) == 250);
+  CHECK(load({"parallel.algorithm=outer", "parallel.outer.start_step=7"}).parallel.outer.start_at(1000) == 7);
 }
