@@ -62,8 +62,11 @@ def train(squall, name, nodes, ranks_per_node, sets, run_dir, targets):
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     sent = sent_bytes(name, nodes) - before
     if done.returncode != 0:
-        print(f"# failed: {' '.join(sets)}: {done.stderr.strip()[-400:]}", file=sys.stderr)
-        return {"final": None, "train_s": None, "bytes": None, "evals": [],
+        # A run whose gradients or models stopped being finite ends with NonFiniteStep's message.
+        diverged = "not finite" in done.stderr
+        print(f"# {'diverged' if diverged else 'failed'}: {' '.join(sets)}: {done.stderr.strip()[-400:]}",
+              file=sys.stderr)
+        return {"final": None, "train_s": None, "bytes": None, "evals": [], "diverged": diverged,
                 **{f"epochs@{t}": None for t in targets}, **{f"seconds@{t}": None for t in targets}}
     evals = []
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
@@ -74,7 +77,8 @@ def train(squall, name, nodes, ranks_per_node, sets, run_dir, targets):
     with open(os.path.join(run_dir, "summary.json")) as f:
         s = json.load(f)
     r = {"final": s["final"]["test_accuracy"], "train_s": evals[-1]["train_s"] if evals else None, "bytes": sent,
-         "evals": evals}
+         "evals": evals, "diverged": False, "allreduce_s": s["time_breakdown_s"]["allreduce"],
+         "overlapped_s": s["time_breakdown_s"]["allreduce_overlapped"]}
     for t in targets:
         hit = next((e for e in evals if e["accuracy"] >= t), None)
         r[f"epochs@{t}"] = hit["epochs"] if hit else None

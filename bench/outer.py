@@ -90,7 +90,17 @@ def main():
     ap.add_argument("--targets", type=float, nargs="+", default=[0.88, 0.89])
     ap.add_argument("--test-samples", type=int, default=10000)
     ap.add_argument("--json", default="outer.json", help="where every number goes")
+    ap.add_argument("--report", metavar="JSON", help="print the table of an earlier run's --json, run nothing")
     a = ap.parse_args()
+    if a.report:
+        with open(a.report) as f:
+            saved = json.load(f)
+        for key in ("nodes", "learners", "batch", "rate", "epochs", "targets", "test_samples"):
+            setattr(a, key, saved[key])
+        a.seeds = sorted({r["seed"] for r in saved["runs"]})
+        a.variants = list(dict.fromkeys(r["variant"] for r in saved["runs"]))
+        report(a, saved["runs"])
+        return
     plans = {v: variant_sets(v, a.batch) for v in a.variants}
     cr.up(a.cluster, a.nodes)
     runs = []
@@ -134,6 +144,9 @@ def report(a, runs):
         med[v]["spread"] = {t: cr.spread([r[f"seconds@{t}"] for r in rs]) for t in a.targets}
         finals = [r["final"] for r in rs if r["final"] is not None]
         med[v]["final_spread"] = f"{min(finals):.4f}-{max(finals):.4f}" if len(finals) > 1 else ""
+        # A run that ended at chance (0.1 on ten classes) or stopped on a non-finite step diverged.
+        med[v]["diverged"] = sum(1 for r in rs if r.get("diverged") or (r["final"] is not None and r["final"] <= 0.11))
+        med[v]["runs"] = len(rs)
     # The best tuned ssgd: the grid's fastest to the first target (ties and misses by final accuracy).
     best = min(ssgd, key=lambda v: (med[v][f"seconds@{t0}"] or float("inf"), -(med[v]["final"] or 0))) if ssgd else None
     print(f"{a.nodes} nodes x {a.learners} learners x {a.batch} samples (global batch "
@@ -153,7 +166,10 @@ def report(a, runs):
             cells += [cr.fmt(s, ".1f"), m["spread"][t], f"{bs / s:.2f}x" if s and bs else "-",
                       cr.fmt(m[f"epochs@{t}"], ".2f")]
         mb = cr.fmt(m["bytes"] and m["bytes"] / 1e6, ".0f")
-        print(f"| {v} | " + " | ".join(cells) + f" | {cr.fmt(m['final'], '.4f')} | {m['final_spread']} | {mb} |")
+        final = cr.fmt(m["final"], ".4f") if m["final"] is not None else "diverged"
+        if m["diverged"]:
+            final += f" ({m['diverged']} of {m['runs']} diverged)"
+        print(f"| {v} | " + " | ".join(cells) + f" | {final} | {m['final_spread']} | {mb} |")
     print("\n'vs ssgd' is how many times sooner than the best ssgd the variant reached the target (> 1: sooner).")
 
 
