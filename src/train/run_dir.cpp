@@ -17,8 +17,12 @@ namespace {
 const char* const k_output_files[] = {"metrics.jsonl", "summary.json", "config.toml", "timeline.json", "mlperf.log"};
 const char* const k_output_dirs[] = {"checkpoints", "predictions", "tensorboard"};
 
-// "section.key" -> value text, from to_toml's form.
-std::map<std::string, std::string> flatten(const config::Config& c) {
+// "section.key" -> value text, from to_toml's form. The averaging periods are compared as the run
+// uses them: parallel.period = 4 alone is parallel.periods = [4, 4].
+std::map<std::string, std::string> flatten(config::Config c) {
+  const config::SyncPeriods p = config::sync_periods(c.parallel);
+  c.parallel.periods = {p.inside, p.across};
+  c.parallel.period = p.across;
   std::map<std::string, std::string> out;
   std::istringstream in(to_toml(c));
   std::string line, section;

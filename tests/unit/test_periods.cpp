@@ -513,6 +513,16 @@ TEST_CASE("parallel.periods: the config's checks name the key and the values", "
     std::vector<std::string> changed;
     CHECK_THAT(train::resume_incompatibility(now, then, changed), Contains("parallel.periods: [1, 4] -> [2, 4]"));
     CHECK(train::resume_incompatibility(then, then, changed).empty());
+    // parallel.period alone is [period, period]: written to config.toml and read back, the
+    // same periods spelt either way are no change.
+    const config::Config alone = config::parse_config(
+        config::to_toml(load({"parallel.algorithm=sma", "parallel.period=4"})), "config.toml");
+    const config::Config spelt = load({"parallel.algorithm=sma", "parallel.periods=[4, 4]"});
+    CHECK(train::resume_incompatibility(spelt, alone, changed).empty());
+    CHECK(train::resume_incompatibility(alone, spelt, changed).empty());
+    CHECK(changed.empty());
+    CHECK_THAT(train::resume_incompatibility(load({"parallel.algorithm=sma", "parallel.periods=[2, 4]"}), alone, changed),
+               Contains("parallel.periods: [4, 4] -> [2, 4]"));
   }
 }
 
