@@ -1,7 +1,12 @@
 // Checkpoint files in HDF5 (checkpoint_file.hpp).
 #include "io/checkpoint/checkpoint_file.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 
@@ -239,42 +244,96 @@ CheckpointData CheckpointData::deserialize(const std::string& bytes, const std::
 
 namespace {
 
-// Creates `path` in the 1.8+ format, lets `fill` write into it, closes and fsyncs it; any
-// failure removes the file.
+// Bob Jenkins' lookup3 hash (hashlittle, initial value 0): the checksum of HDF5's 1.8+ metadata.
+uint32_t lookup3(const unsigned char* k, size_t length) {
+  auto rot = [](uint32_t x, int r) { return (x << r) | (x >> (32 - r)); };
+  auto word = [](const unsigned char* p) {
+    return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+  };
+  uint32_t a = 0xdeadbeefu + static_cast<uint32_t>(length), b = a, c = a;
+  for (; length > 12; length -= 12, k += 12) {
+    a += word(k), b += word(k + 4), c += word(k + 8);
+    a -= c, a ^= rot(c, 4), c += b;
+    b -= a, b ^= rot(a, 6), a += c;
+    c -= b, c ^= rot(b, 8), b += a;
+    a -= c, a ^= rot(c, 16), c += b;
+    b -= a, b ^= rot(a, 19), a += c;
+    c -= b, c ^= rot(b, 4), b += a;
+  }
+  if (length == 0) return c;
+  unsigned char tail[12] = {};
+  std::memcpy(tail, k, length);
+  a += word(tail), b += word(tail + 4), c += word(tail + 8);
+  c ^= b, c -= rot(b, 14);
+  a ^= c, a -= rot(c, 11);
+  b ^= a, b -= rot(a, 25);
+  c ^= b, c -= rot(b, 16);
+  a ^= c, a -= rot(c, 4);
+  b ^= a, b -= rot(a, 14);
+  c ^= b, c -= rot(b, 24);
+  return c;
+}
+
+// HDF5 1.10's H5Fget_file_image clears the superblock's status flags in the image it returns but
+// keeps the checksum computed with them set, so that HDF5 itself refuses the image ("incorrect
+// metadata checksum"). The superblock (version 2 or 3, at the start: signature, version, the
+// sizes of offsets and lengths, the flags, four addresses) gets the checksum HDF5 writes on
+// closing a file; a correct one is left as it is.
+void fix_superblock_checksum(std::string& image) {
+  static constexpr unsigned char k_signature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  auto* bytes = reinterpret_cast<unsigned char*>(image.data());
+  if (image.size() < 12 || std::memcmp(bytes, k_signature, 8) != 0 || (bytes[8] != 2 && bytes[8] != 3)) return;
+  const size_t covered = 12 + 4 * size_t{bytes[9]};
+  if (image.size() < covered + 4) return;
+  const uint32_t sum = lookup3(bytes, covered);
+  for (int i = 0; i < 4; ++i) bytes[covered + i] = static_cast<unsigned char>(sum >> (8 * i));
+}
+
+// Makes the file in memory (HDF5's core driver, no backing store) in the 1.8+ format, lets
+// `fill` write into it, then writes its image to `path` and fsyncs it; any failure removes the
+// file. HDF5 never writes the disk itself: a full disk is a failed write() here, reported with
+// its errno, and no HDF5 file is left open half-closed (HDF5 1.10 crashes at exit closing a
+// file whose close failed on a full disk).
 template <typename Fill>
 void write_durably(const std::string& path, Fill&& fill) {
+  std::string image;
   {
     auto lock = formats::h5_lock();
     formats::H5Handle access(H5Pcreate(H5P_FILE_ACCESS));
     // The 1.8+ format: checksummed object headers and superblock.
     H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST);
-    errno = 0;
+    H5Pset_fapl_core(access.get(), size_t{1} << 20, false);
     formats::H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()));
-    if (!file) throw Error(write_failure(path, "the file", errno));
-    try {
-      fill(file.get());
-    } catch (...) {
-      file.reset();
-      std::error_code ec;
-      std::filesystem::remove(path, ec);
-      throw;
-    }
-    // Closing flushes HDF5's caches: a full disk may first show here.
-    errno = 0;
-    if (H5Fclose(file.release()) < 0) {
-      const int saved = errno;
-      std::error_code ec;
-      std::filesystem::remove(path, ec);
-      throw Error(write_failure(path, "the file", saved));
-    }
+    if (!file) throw Error(write_failure(path, "the file (in memory)", 0));
+    fill(file.get());
+    const ssize_t size = H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0 ? -1 : H5Fget_file_image(file.get(), nullptr, 0);
+    if (size < 0) throw Error(write_failure(path, "the file (its image in memory)", 0));
+    image.resize(static_cast<size_t>(size));
+    if (H5Fget_file_image(file.get(), image.data(), image.size()) != size)
+      throw Error(write_failure(path, "the file (its image in memory)", 0));
   }
+  fix_superblock_checksum(image);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(write_failure(path, "the file", errno));
+  auto fail = [&path](const char* what, int saved) {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+    throw Error(write_failure(path, what, saved));
+  };
   try {
-    sync_file(path);
+    squall::write_all(fd, image, path);
   } catch (...) {
+    ::close(fd);
     std::error_code ec;
     std::filesystem::remove(path, ec);
     throw;
   }
+  if (::fsync(fd) != 0) {
+    const int saved = errno;
+    ::close(fd);
+    fail("the file (fsync)", saved);
+  }
+  if (::close(fd) != 0) fail("the file (close)", errno);
 }
 
 // A group name of a groups file: one path component, no "." or "..".
