@@ -96,8 +96,10 @@ struct TrainConfig {
 // parallel.algorithm = outer (docs/training.md, "The outer optimizer"): [parallel.outer].
 struct OuterConfig {
   int64_t period = 8;      // H: inner steps between outer steps across nodes
-  double lr = 0.7;         // eta: the outer learning rate, > 0 (1 with momentum 0: the nodes' mean)
-  double momentum = 0.9;   // mu: the outer momentum, [0, 1)
+  // The defaults, H = 8, eta = 1, mu = 0 (each outer step the nodes' mean), are what
+  // bench/RESULTS.md, "The outer optimizer against tuned ssgd", found best over slow links.
+  double lr = 1.0;         // eta: the outer learning rate, > 0 (1 with momentum 0: the nodes' mean)
+  double momentum = 0.0;   // mu: the outer momentum, [0, 1) (DiLoCo's 0.9 with lr 0.7)
   bool nesterov = true;    // Nesterov momentum (DiLoCo's); false: heavy ball (SlowMo's)
   int64_t start_step = 0;  // an outer step after every step before this one (a synchronous start)
   double start_fraction = 0;  // ... or before this fraction of the run's steps, [0, 1)

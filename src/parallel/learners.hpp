@@ -50,8 +50,8 @@ using PhaseHook = std::function<void(const char* phase, int learner, double t_be
 // nodes' progress with an outer learning rate and (Nesterov) momentum, DiLoCo's and SlowMo's rule.
 struct OuterOptions {
   int64_t period = 8;      // H: inner steps between outer steps (parallel.outer.period)
-  double lr = 0.7;         // eta: the outer learning rate (parallel.outer.lr)
-  double momentum = 0.9;   // mu: the outer momentum, [0, 1) (parallel.outer.momentum)
+  double lr = 1.0;         // eta: the outer learning rate (parallel.outer.lr)
+  double momentum = 0.0;   // mu: the outer momentum, [0, 1) (parallel.outer.momentum)
   bool nesterov = true;    // Nesterov's form of it (parallel.outer.nesterov)
   int64_t start_step = 0;  // an outer step after every step before this one (post-local SGD's
                            // synchronous start; parallel.outer.start_step)

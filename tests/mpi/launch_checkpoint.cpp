@@ -500,7 +500,8 @@ TEST_CASE("outer on emulated nodes of 2, 2 and 1 ranks: the sums in one order, a
   const json s = read_json(fs::path(whole) / "summary.json");
   CHECK(s.at("algorithm") == "outer");
   CHECK(s.at("parallel").at("outer").at("period") == 8);
-  CHECK(s.at("parallel").at("outer").at("lr") == 0.7);
+  CHECK(s.at("parallel").at("outer").at("lr") == 1.0);  // the default: the nodes' mean
+  CHECK(s.at("parallel").at("outer").at("momentum") == 0.0);
   CHECK(s.at("parallel").at("outer").at("streaming") == streamed);
   CHECK(s.at("final").at("test_accuracy").get<double>() > 0.3);  // it learned: chance is 0.1
   const auto b = run_command("SQUALL_FAIL_AT=4:45 " + job(crashed));
