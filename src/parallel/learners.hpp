@@ -186,7 +186,7 @@ class LearnerGroup {
   void remove_learner();
   // At the end of training, collective on every rank: completes the synchronisation still in
   // flight (parallel.outer.streaming's last outer step), so that the central model holds
-  // every step. A group may not step after it.
+  // every step.
   void complete();
   void set_job_ranks(int ranks) { m_options.ranks = ranks; }
 

@@ -441,6 +441,28 @@ TEST_CASE("periods [1, 4] train another model than [1, 1] and [4, 4]", "[learner
   CHECK(diff(a, run_job(every_4)[0].back().central) > 1e-5);
 }
 
+// A resumed job ends with the whole job's bits: the centre, the node's model and every replica on
+// every rank.
+void check_same_end(const Trace& whole, const Trace& resumed) {
+  REQUIRE(whole.size() == resumed.size());
+  for (size_t k = 0; k < whole.size(); ++k) {
+    INFO("rank " << k);
+    CHECK(same_bits(whole[k].back().central, resumed[k].back().central));
+    CHECK(same_bits(whole[k].back().node, resumed[k].back().node));
+    for (size_t j = 0; j < whole[k].back().replicas.size(); ++j)
+      CHECK(same_bits(whole[k].back().replicas[j], resumed[k].back().replicas[j]));
+  }
+}
+
+// Options of a one-rank group of two learners of `algorithm` (one thread).
+LearnerGroupOptions one_rank(Algorithm algorithm) {
+  LearnerGroupOptions o;
+  o.algorithm = algorithm;
+  o.learners = 2;
+  o.threads = 1;
+  return o;
+}
+
 TEST_CASE("a checkpoint in the middle of an across period resumes bit for bit", "[learners][periods]") {
   Job job;
   job.algorithm = GENERATE(Algorithm::sma, Algorithm::local_sgd);
@@ -451,20 +473,13 @@ TEST_CASE("a checkpoint in the middle of an across period resumes bit for bit", 
   job.resume_at = 6;  // two inside steps after the job's average of step 4
   const Trace resumed = run_job(job);
   INFO(parallel::algorithm_name(job.algorithm));
-  for (size_t k = 0; k < whole.size(); ++k) {
-    CHECK(same_bits(whole[k].back().central, resumed[k].back().central));
-    CHECK(same_bits(whole[k].back().node, resumed[k].back().node));
-    for (size_t j = 0; j < whole[k].back().replicas.size(); ++j)
-      CHECK(same_bits(whole[k].back().replicas[j], resumed[k].back().replicas[j]));
-  }
+  check_same_end(whole, resumed);
 }
 
 TEST_CASE("sma by level: a checkpoint without the node's centre is refused naming it", "[learners][periods]") {
   auto backend = test::make_test_backend(1);
   mpi::OneRankAllreduce alone;
-  LearnerGroupOptions o;
-  o.algorithm = Algorithm::sma;
-  o.learners = 2;
+  LearnerGroupOptions o = one_rank(Algorithm::sma);
   o.period = 4;
   o.inside_period = 1;
   LearnerGroup g(*backend, test::make_tiny_graph, k_batch, k_batch, test::plain_sgd(), {}, o, alone);
@@ -523,17 +538,6 @@ TEST_CASE("parallel.periods: the config's checks name the key and the values", "
     CHECK(changed.empty());
     CHECK_THAT(train::resume_incompatibility(load({"parallel.algorithm=sma", "parallel.periods=[2, 4]"}), alone, changed),
                Contains("parallel.periods: [4, 4] -> [2, 4]"));
-  }
-}
-
-// A resumed job ends with the whole job's bits: the centre and every replica on every rank.
-void check_same_end(const Trace& whole, const Trace& resumed) {
-  REQUIRE(whole.size() == resumed.size());
-  for (size_t k = 0; k < whole.size(); ++k) {
-    INFO("rank " << k);
-    CHECK(same_bits(whole[k].back().central, resumed[k].back().central));
-    for (size_t j = 0; j < whole[k].back().replicas.size(); ++j)
-      CHECK(same_bits(whole[k].back().replicas[j], resumed[k].back().replicas[j]));
   }
 }
 
@@ -697,10 +701,7 @@ TEST_CASE("outer: a checkpoint with a streamed sum pending is refused by a run w
           "[learners][outer]") {
   auto backend = test::make_test_backend(1);
   mpi::OneRankAllreduce one;
-  LearnerGroupOptions o;
-  o.algorithm = Algorithm::outer;
-  o.learners = 2;
-  o.threads = 1;
+  LearnerGroupOptions o = one_rank(Algorithm::outer);
   o.outer = parallel::OuterOptions{2, 0.7, 0.5, true, 0, 0, true};
   auto make = [&] {
     return std::make_unique<LearnerGroup>(*backend, test::make_tiny_graph, k_batch, k_batch, test::plain_sgd(),
