@@ -435,6 +435,8 @@ class CudaBackend final : public Backend {
   void permute_layout(Stream& s, DType t, const void* src, Layout from, void* dst, Layout to, int64_t n, int64_t c,
                       int64_t h, int64_t w) override {
     if (n < 0 || c < 0 || h < 0 || w < 0) throw Error("permute_layout: bad shape " + Shape(n, c, h, w).str());
+    check_layout(from, "permute_layout");
+    check_layout(to, "permute_layout");
     kernels::permute_bits(raw(s), dtype_size(t), src, from == Layout::nhwc, dst, to == Layout::nhwc, n, c, h, w);
   }
   void permute_convert(Stream& s, const void* src, DType from, Layout from_layout, void* dst, DType to,
@@ -443,6 +445,8 @@ class CudaBackend final : public Backend {
       if (t != DType::f32 && t != DType::bf16 && t != DType::f16)
         throw Error(std::string("permute_convert: ") + dtype_name(t) + " is not a float type");
     if (n < 0 || c < 0 || h < 0 || w < 0) throw Error("permute_convert: bad shape " + Shape(n, c, h, w).str());
+    check_layout(from_layout, "permute_convert");
+    check_layout(to_layout, "permute_convert");
     kernels::permute_convert(raw(s), src, code(from), from_layout == Layout::nhwc, dst, code(to),
                              to_layout == Layout::nhwc, n, c, h, w);
   }
@@ -450,6 +454,9 @@ class CudaBackend final : public Backend {
   // Plans are made on this backend's device (cuDNN's algorithm search runs there).
   std::unique_ptr<ConvPlan> make_conv(const ConvDesc& d) override {
     check_type(d.dtype, "convolution");
+    check_layout(d.layout, "convolution");
+    check_layout(d.y_layout(), "convolution");
+    if (d.y_layout() != d.layout) throw Error("convolution: the CUDA backend reads and writes one layout");
     bind_calling_thread(0);
     return make_cudnn_conv(d);
   }
@@ -460,11 +467,13 @@ class CudaBackend final : public Backend {
   }
   std::unique_ptr<PoolPlan> make_pool(const PoolDesc& d) override {
     check_type(d.dtype, "pooling");
+    check_layout(d.layout, "pooling");
     bind_calling_thread(0);
     return make_cudnn_pool(d);
   }
   std::unique_ptr<BatchNormPlan> make_batch_norm(const BatchNormDesc& d) override {
     check_type(d.dtype, "batch norm");
+    check_layout(d.layout, "batch norm");
     bind_calling_thread(0);
     return make_cudnn_batch_norm(d);
   }
@@ -593,6 +602,13 @@ class CudaBackend final : public Backend {
       throw Error(std::string("cuda backend: a bf16 ") + what + " needs a GPU of compute capability 8.0 or newer; " +
                   m_info.name + " is " + std::to_string(m_compute_major) + "." + std::to_string(m_compute_minor) +
                   ": use train.precision = fp16 there");
+  }
+
+  // cuDNN takes NCHW and NHWC; a channel-blocked layout is the CPU backend's alone (this
+  // backend's blocked_layout_for is NCHW, so a graph never asks it for one).
+  static void check_layout(Layout l, const char* what) {
+    if (l != Layout::nchw && l != Layout::nhwc)
+      throw Error(std::string("cuda backend: ") + what + " in layout " + layout_name(l) + ": cuDNN takes nchw or nhwc");
   }
 
   int m_device;

@@ -61,8 +61,9 @@ struct ModelConfig {
   std::vector<int64_t> aspp_rates = {6, 12, 18};  // deeplabv3plus atrous rates
   double dropout = 0.0;              // probability, [0, 1)
   // Memory order of the activations (docs/training.md, "Layout"): auto = nhwc on the CUDA
-  // backend at bf16/fp16 (tensor cores read NHWC directly), nchw otherwise.
-  LayoutChoice layout = LayoutChoice::auto_;  // auto | nchw | nhwc
+  // backend at bf16/fp16 (tensor cores read NHWC directly), blocked on the CPU at fp32
+  // (oneDNN's channel blocks), nchw otherwise.
+  LayoutChoice layout = LayoutChoice::auto_;  // auto | nchw | nhwc | blocked
   bool operator==(const ModelConfig&) const = default;
 };
 

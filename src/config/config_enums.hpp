@@ -27,9 +27,12 @@ inline constexpr auto k_precisions =
     enum_table<Precision>({{"fp32", Precision::fp32}, {"bf16", Precision::bf16}, {"fp16", Precision::fp16}});
 
 // model.layout: the activations' memory order, or auto_ (resolve_layout in learners.hpp).
-enum class LayoutChoice { auto_, nchw, nhwc };
-inline constexpr auto k_layout_choices = enum_table<LayoutChoice>(
-    {{"auto", LayoutChoice::auto_}, {"nchw", LayoutChoice::nchw}, {"nhwc", LayoutChoice::nhwc}});
+enum class LayoutChoice { auto_, nchw, nhwc, blocked };
+inline constexpr auto k_layout_choices =
+    enum_table<LayoutChoice>({{"auto", LayoutChoice::auto_},
+                              {"nchw", LayoutChoice::nchw},
+                              {"nhwc", LayoutChoice::nhwc},
+                              {"blocked", LayoutChoice::blocked}});
 
 // train.nonfinite: what a step with a NaN or infinite loss or gradient does.
 enum class NonFinitePolicy { stop, skip };

@@ -27,9 +27,12 @@ nn::Layout resolve_layout(LayoutChoice layout, std::string_view backend, nn::DTy
   switch (layout) {
     case LayoutChoice::nchw: return nn::Layout::nchw;
     case LayoutChoice::nhwc: return nn::Layout::nhwc;
+    case LayoutChoice::blocked: return nn::Layout::blocked;
     case LayoutChoice::auto_: break;
   }
-  return backend == "cuda" && precision != nn::DType::f32 ? nn::Layout::nhwc : nn::Layout::nchw;
+  if (backend == "cuda" && precision != nn::DType::f32) return nn::Layout::nhwc;
+  if (backend == "cpu" && precision == nn::DType::f32) return nn::Layout::blocked;
+  return nn::Layout::nchw;
 }
 
 GraphFormat graph_format(const Config& cfg, std::string_view backend_name) {

@@ -25,9 +25,10 @@ std::unique_ptr<nn::Backend> make_rank_backend(const Config& cfg, const mpi::Top
 
 // train.precision -> the activations' DType.
 nn::DType precision_dtype(Precision precision);
-// model.layout: nchw or nhwc, and auto as nhwc on the cuda backend (named by `backend`, the
-// Backend's name()) at bf16/f16, where tensor-core convolutions read NHWC directly; nchw
-// otherwise.
+// model.layout: nchw, nhwc or blocked, and auto as nhwc on the cuda backend (named by
+// `backend`, the Backend's name()) at bf16/f16, where tensor-core convolutions read NHWC
+// directly; blocked on the cpu backend at f32, where oneDNN's convolutions compute in channel
+// blocks (the graph keeps NCHW where the backend has none); nchw otherwise.
 nn::Layout resolve_layout(LayoutChoice layout, std::string_view backend, nn::DType precision);
 
 // The activations' type (train.precision) and memory order (model.layout; auto resolved for

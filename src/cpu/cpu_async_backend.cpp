@@ -147,6 +147,10 @@ class AsyncConvPlan final : public AsyncWeightedPlan<ConvPlan> {
  public:
   using AsyncWeightedPlan<ConvPlan>::AsyncWeightedPlan;
   WeightMirror weight_mirror() const override { return m_p->weight_mirror(); }
+  // Binding only stores pointers (read by later queued forwards): done at once.
+  void bind_batch_norm(const float* gamma, const float* beta, const float* mean, const float* var) override {
+    m_p->bind_batch_norm(gamma, beta, mean, var);
+  }
   void forward_mirrored(Stream& s, const void* x, const float* w, const float* b, void* y) override {
     enqueue(s, [p = m_p, x, w, b, y](Stream& in) { p->forward_mirrored(in, x, w, b, y); });
   }
@@ -207,6 +211,9 @@ std::string AsyncCpuBackend::name() const {
 DeviceInfo AsyncCpuBackend::device() const {
   return m_b->device();
 }
+
+Layout AsyncCpuBackend::blocked_layout_for(DType t) const { return m_b->blocked_layout_for(t); }
+bool AsyncCpuBackend::fuses_inference(DType t) const { return m_b->fuses_inference(t); }
 
 int AsyncCpuBackend::threads() const {
   return m_b->threads();

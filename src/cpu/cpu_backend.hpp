@@ -7,6 +7,7 @@
 // across src/cpu/*.cpp by concern. Asynchronous streams (run.cpu_streams = async) wrap it:
 // cpu_async_backend.hpp.
 #include <memory>
+#include <mutex>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -39,6 +40,11 @@ class CpuBackend : public Backend {
 
   // device, memory, streams and events: cpu_backend.cpp
   DeviceInfo device() const override;
+  // The block oneDNN's convolutions choose on this CPU (nchw8c on AVX2, nchw16c on AVX-512;
+  // cpu_conv.cpp asks a probe primitive once); f32 only: reduced-precision plans compute
+  // through f32 copies and stay NCHW.
+  Layout blocked_layout_for(DType t) const override;
+  bool fuses_inference(DType t) const override { return t == DType::f32; }
   std::unique_ptr<Stream> create_stream() override;
   std::unique_ptr<Event> create_event() override;
   void record(Event&, Stream&) override {}
@@ -142,6 +148,8 @@ class CpuBackend : public Backend {
 
   int m_threads;
   dnnl::engine m_engine;
+  mutable std::once_flag m_blocked_once;  // blocked_layout_for: the probe runs once
+  mutable Layout m_blocked = Layout::nchw;
   std::shared_ptr<MemoryPool> m_pool;  // shared with every live Buffer's deleter
 };
 

@@ -1,5 +1,5 @@
 // Batch normalisation (spatial, per channel, with scale and shift) as direct OpenMP loops on
-// NCHW. oneDNN's kernel for the plain layout ran at a fraction of memory bandwidth and made
+// NCHW and the channel-blocked layouts (NHWC runs on NCHW copies, cpu_layout.cpp). oneDNN's kernel for the plain layout ran at a fraction of memory bandwidth and made
 // batch norm the largest cost of a ResNet step; these loops read the data twice forward
 // and twice backward, accumulate in double, and parallelise over channels.
 //
@@ -17,60 +17,84 @@ namespace squall::cpu {
 
 namespace {
 
+// The loops see a tensor as [n][c / B][hw][B]: B = 1 is NCHW, B = 8 or 16 the channel-blocked
+// layouts, in which the B channels of a block are the lanes of one vector. A thread takes
+// whole blocks, so that every channel's sums are one thread's.
+template <int B>
 class CpuBatchNormPlan final : public BatchNormPlan {
  public:
   explicit CpuBatchNormPlan(const BatchNormDesc& d)
       : m_desc(d), m_mean(static_cast<size_t>(d.c)), m_inv_std(static_cast<size_t>(d.c)) {
-    if (d.n < 1 || d.c < 1 || d.h < 1 || d.w < 1 || !(d.eps > 0.0f))
+    if (d.n < 1 || d.c < 1 || d.h < 1 || d.w < 1 || !(d.eps > 0.0f) || d.c % B != 0)
       throw Error("batch norm: invalid description " + Shape(d.n, d.c, d.h, d.w).str() +
-                  " eps=" + std::to_string(d.eps));
+                  " eps=" + std::to_string(d.eps) + " layout " + layout_name(d.layout));
   }
 
   void forward(Stream&, const void* xv, const float* gamma, const float* beta, float* running_mean,
                float* running_var, void* yv, bool train) override {
     const auto* x = static_cast<const float*>(xv);
     auto* y = static_cast<float*>(yv);
-    const int64_t n = m_desc.n, c = m_desc.c, hw = m_desc.h * m_desc.w;
+    const int64_t n = m_desc.n, c = m_desc.c, hw = m_desc.h * m_desc.w, blocks = c / B;
     const int64_t count = n * hw;
     if (train && count < 2)
       throw Error("batch norm: training needs more than one value per channel, got input " +
                   Shape(n, c, m_desc.h, m_desc.w).str());
     const float momentum = m_desc.momentum;
 #pragma omp parallel for schedule(static) if (n * c * hw > 16384)
-    for (int64_t ch = 0; ch < c; ++ch) {
-      float mean, inv_std;
+    for (int64_t cb = 0; cb < blocks; ++cb) {
+      float scale[B], shift[B];
       if (train) {
-        double sum = 0, sumsq = 0;
+        double sum[B] = {}, sumsq[B] = {};
         for (int64_t i = 0; i < n; ++i) {
-          const float* p = x + (i * c + ch) * hw;
-          float s = 0, q = 0;  // per row in float (vectorised), rows summed in double
-#pragma omp simd reduction(+ : s, q)
-          for (int64_t j = 0; j < hw; ++j) {
-            s += p[j];
-            q += p[j] * p[j];
-          }
-          sum += s;
-          sumsq += q;
-        }
-        const double m = sum / static_cast<double>(count);
-        const double var = std::max(sumsq / static_cast<double>(count) - m * m, 0.0);
-        mean = static_cast<float>(m);
-        inv_std = static_cast<float>(1.0 / std::sqrt(var + m_desc.eps));
-        const double unbiased = var * static_cast<double>(count) / static_cast<double>(count - 1);
-        running_mean[ch] = static_cast<float>((1.0 - momentum) * running_mean[ch] + momentum * m);
-        running_var[ch] = static_cast<float>((1.0 - momentum) * running_var[ch] + momentum * unbiased);
-        m_mean[static_cast<size_t>(ch)] = mean;
-        m_inv_std[static_cast<size_t>(ch)] = inv_std;
-      } else {
-        mean = running_mean[ch];
-        inv_std = 1.0f / std::sqrt(running_var[ch] + m_desc.eps);
-      }
-      const float scale = gamma[ch] * inv_std, shift = beta[ch] - mean * scale;
-      for (int64_t i = 0; i < n; ++i) {
-        const float* p = x + (i * c + ch) * hw;
-        float* q = y + (i * c + ch) * hw;
+          const float* p = x + (i * blocks + cb) * hw * B;
+          float s[B] = {}, q[B] = {};  // per row in float (vectorised), rows summed in double
+          if constexpr (B == 1) {
+#pragma omp simd reduction(+ : s[0], q[0])
+            for (int64_t j = 0; j < hw; ++j) {
+              s[0] += p[j];
+              q[0] += p[j] * p[j];
+            }
+          } else {
+            for (int64_t j = 0; j < hw; ++j)
 #pragma omp simd
-        for (int64_t j = 0; j < hw; ++j) q[j] = p[j] * scale + shift;
+              for (int l = 0; l < B; ++l) {
+                s[l] += p[j * B + l];
+                q[l] += p[j * B + l] * p[j * B + l];
+              }
+          }
+          for (int l = 0; l < B; ++l) {
+            sum[l] += s[l];
+            sumsq[l] += q[l];
+          }
+        }
+        for (int l = 0; l < B; ++l) {
+          const int64_t ch = cb * B + l;
+          const double m = sum[l] / static_cast<double>(count);
+          const double var = std::max(sumsq[l] / static_cast<double>(count) - m * m, 0.0);
+          const auto mean = static_cast<float>(m);
+          const auto inv_std = static_cast<float>(1.0 / std::sqrt(var + m_desc.eps));
+          const double unbiased = var * static_cast<double>(count) / static_cast<double>(count - 1);
+          running_mean[ch] = static_cast<float>((1.0 - momentum) * running_mean[ch] + momentum * m);
+          running_var[ch] = static_cast<float>((1.0 - momentum) * running_var[ch] + momentum * unbiased);
+          m_mean[static_cast<size_t>(ch)] = mean;
+          m_inv_std[static_cast<size_t>(ch)] = inv_std;
+          scale[l] = gamma[ch] * inv_std;
+          shift[l] = beta[ch] - mean * scale[l];
+        }
+      } else {
+        for (int l = 0; l < B; ++l) {
+          const int64_t ch = cb * B + l;
+          const float inv_std = 1.0f / std::sqrt(running_var[ch] + m_desc.eps);
+          scale[l] = gamma[ch] * inv_std;
+          shift[l] = beta[ch] - running_mean[ch] * scale[l];
+        }
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        const float* p = x + (i * blocks + cb) * hw * B;
+        float* q = y + (i * blocks + cb) * hw * B;
+        for (int64_t j = 0; j < hw; ++j)
+#pragma omp simd
+          for (int l = 0; l < B; ++l) q[j * B + l] = p[j * B + l] * scale[l] + shift[l];
       }
     }
     m_have_batch_stats = train;
@@ -82,37 +106,58 @@ class CpuBatchNormPlan final : public BatchNormPlan {
     const auto* dy = static_cast<const float*>(dyv);
     auto* dx = static_cast<float*>(dxv);
     if (!m_have_batch_stats) throw Error("batch norm: backward needs a forward with train=true first");
-    const int64_t n = m_desc.n, c = m_desc.c, hw = m_desc.h * m_desc.w;
+    const int64_t n = m_desc.n, c = m_desc.c, hw = m_desc.h * m_desc.w, blocks = c / B;
     const double count = static_cast<double>(n * hw);
 #pragma omp parallel for schedule(static) if (n * c * hw > 16384)
-    for (int64_t ch = 0; ch < c; ++ch) {
-      const float mean = m_mean[static_cast<size_t>(ch)], inv_std = m_inv_std[static_cast<size_t>(ch)];
-      double sum_dy = 0, sum_dy_xhat = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const float* p = x + (i * c + ch) * hw;
-        const float* g = dy + (i * c + ch) * hw;
-        float s = 0, t = 0;
-#pragma omp simd reduction(+ : s, t)
-        for (int64_t j = 0; j < hw; ++j) {
-          s += g[j];
-          t += g[j] * (p[j] - mean);
-        }
-        sum_dy += s;
-        sum_dy_xhat += t;
+    for (int64_t cb = 0; cb < blocks; ++cb) {
+      float mean[B], inv_std[B];
+      for (int l = 0; l < B; ++l) {
+        mean[l] = m_mean[static_cast<size_t>(cb * B + l)];
+        inv_std[l] = m_inv_std[static_cast<size_t>(cb * B + l)];
       }
-      sum_dy_xhat *= inv_std;
-      dgamma[ch] = static_cast<float>(sum_dy_xhat);
-      dbeta[ch] = static_cast<float>(sum_dy);
-      // dx = gamma / std * (dy - mean(dy) - xhat * mean(dy * xhat))
-      const float k = gamma[ch] * inv_std;
-      const float mean_dy = static_cast<float>(sum_dy / count);
-      const float mean_dy_xhat = static_cast<float>(sum_dy_xhat / count);
+      double sum_dy[B] = {}, sum_dy_xhat[B] = {};
       for (int64_t i = 0; i < n; ++i) {
-        const float* p = x + (i * c + ch) * hw;
-        const float* g = dy + (i * c + ch) * hw;
-        float* q = dx + (i * c + ch) * hw;
+        const float* p = x + (i * blocks + cb) * hw * B;
+        const float* g = dy + (i * blocks + cb) * hw * B;
+        float s[B] = {}, t[B] = {};
+        if constexpr (B == 1) {
+#pragma omp simd reduction(+ : s[0], t[0])
+          for (int64_t j = 0; j < hw; ++j) {
+            s[0] += g[j];
+            t[0] += g[j] * (p[j] - mean[0]);
+          }
+        } else {
+          for (int64_t j = 0; j < hw; ++j)
 #pragma omp simd
-        for (int64_t j = 0; j < hw; ++j) q[j] = k * (g[j] - mean_dy - (p[j] - mean) * inv_std * mean_dy_xhat);
+            for (int l = 0; l < B; ++l) {
+              s[l] += g[j * B + l];
+              t[l] += g[j * B + l] * (p[j * B + l] - mean[l]);
+            }
+        }
+        for (int l = 0; l < B; ++l) {
+          sum_dy[l] += s[l];
+          sum_dy_xhat[l] += t[l];
+        }
+      }
+      // dx = gamma / std * (dy - mean(dy) - xhat * mean(dy * xhat))
+      float k[B], mean_dy[B], mean_dy_xhat[B];
+      for (int l = 0; l < B; ++l) {
+        const int64_t ch = cb * B + l;
+        sum_dy_xhat[l] *= inv_std[l];
+        dgamma[ch] = static_cast<float>(sum_dy_xhat[l]);
+        dbeta[ch] = static_cast<float>(sum_dy[l]);
+        k[l] = gamma[ch] * inv_std[l];
+        mean_dy[l] = static_cast<float>(sum_dy[l] / count);
+        mean_dy_xhat[l] = static_cast<float>(sum_dy_xhat[l] / count);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        const float* p = x + (i * blocks + cb) * hw * B;
+        const float* g = dy + (i * blocks + cb) * hw * B;
+        float* q = dx + (i * blocks + cb) * hw * B;
+        for (int64_t j = 0; j < hw; ++j)
+#pragma omp simd
+          for (int l = 0; l < B; ++l)
+            q[j * B + l] = k[l] * (g[j * B + l] - mean_dy[l] - (p[j * B + l] - mean[l]) * inv_std[l] * mean_dy_xhat[l]);
       }
     }
   }
@@ -134,9 +179,14 @@ std::unique_ptr<BatchNormPlan> CpuBackend::make_batch_norm(const BatchNormDesc& 
   if (d.dtype != DType::f32) {
     BatchNormDesc f32 = d;
     f32.dtype = DType::f32;
-    return make_reduced_batch_norm(*this, d, std::make_unique<CpuBatchNormPlan>(f32));
+    return make_reduced_batch_norm(*this, d, std::make_unique<CpuBatchNormPlan<1>>(f32));
   }
-  return std::make_unique<CpuBatchNormPlan>(d);
+  switch (d.layout) {
+    case Layout::nchw8c: return std::make_unique<CpuBatchNormPlan<8>>(d);
+    case Layout::nchw16c: return std::make_unique<CpuBatchNormPlan<16>>(d);
+    case Layout::nchw: return std::make_unique<CpuBatchNormPlan<1>>(d);
+    default: throw Error(std::string("batch norm: no CPU plan for layout ") + layout_name(d.layout));
+  }
 }
 
 }  // namespace squall::cpu

@@ -3,7 +3,9 @@
 // The three primitives (forward, backward data, backward weights) and one scratchpad, sized
 // for the largest of them, are made once; a step only rebinds the caller's pointers.
 #include <algorithm>
+#include <cmath>
 #include <unordered_map>
+#include <vector>
 
 #include "src/core/error.hpp"
 #include "src/cpu/cpu_backend.hpp"
@@ -69,21 +71,37 @@ class CpuConvPlan final : public ConvPlan {
     if (out.h() < 1 || out.w() < 1)
       throw Error("conv: kernel " + std::to_string(d.r) + "x" + std::to_string(d.s) + " does not fit input " +
                   std::to_string(d.h) + "x" + std::to_string(d.w) + " (output " + out.str() + ")");
+    if ((d.fold_batch_norm || d.relu) && d.backward)
+      throw Error("conv: a folded batch norm or ReLU is for forward-only plans (ConvDesc::backward = false)");
     if (d.transposed)
       build<TransposedConv>(engine, d, out);
     else
       build<DirectConv>(engine, d, out);
+    if (d.fold_batch_norm) {
+      m_folded_w.resize(static_cast<size_t>(d.weight().numel()));
+      m_folded_b.resize(static_cast<size_t>(d.k));
+    }
+  }
+
+  void bind_batch_norm(const float* gamma, const float* beta, const float* mean, const float* var) override {
+    if (!m_desc.fold_batch_norm) throw Error("conv: bind_batch_norm on a plan that folds none (ConvDesc::fold_batch_norm)");
+    m_bn = {gamma, beta, mean, var};
   }
 
   void forward(Stream& s, const void* xv, const float* w, const float* b, void* yv) override {
     const auto* x = static_cast<const float*>(xv);
     auto* y = static_cast<float*>(yv);
     auto& st = CpuBackend::dnnl_stream(s);
+    if (m_desc.fold_batch_norm) {
+      fold(w, b);
+      w = m_folded_w.data();
+      b = m_folded_b.data();
+    }
     m_f_src.bind(x);
     m_f_src.stage_in(st);
     m_f_wei.bind(w);
     m_f_wei.stage_in(st);
-    if (m_desc.bias) m_bias.set_data_handle(const_cast<float*>(b));
+    if (has_bias()) m_bias.set_data_handle(const_cast<float*>(b));
     m_f_dst.bind(y);
     m_fwd.execute(st, m_fwd_args);
     m_f_dst.stage_out(st);
@@ -126,6 +144,29 @@ class CpuConvPlan final : public ConvPlan {
   }
 
  private:
+  bool has_bias() const { return m_desc.bias || m_desc.fold_batch_norm; }
+
+  // The batch norm after the convolution, in eval mode, as the convolution's own weights and
+  // bias: per output channel o, scale = gamma / sqrt(var + eps), w' = w * scale and
+  // b' = (b - mean) * scale + beta. Output channels are the weights' first dimension, or the
+  // second of a transposed convolution's [c, k, r, s].
+  void fold(const float* w, const float* b) {
+    if (m_bn.gamma == nullptr) throw Error("conv: the folded batch norm's tensors were never bound (bind_batch_norm)");
+    const ConvDesc& d = m_desc;
+    const int64_t area = d.r * d.s, outer = d.transposed ? d.c : 1;
+#pragma omp parallel for schedule(static) if (d.k * d.c * area >= 65536)
+    for (int64_t o = 0; o < d.k; ++o) {
+      const float scale = m_bn.gamma[o] / std::sqrt(m_bn.var[o] + d.bn_eps);
+      m_folded_b[static_cast<size_t>(o)] = ((b != nullptr ? b[o] : 0.0f) - m_bn.mean[o]) * scale + m_bn.beta[o];
+      const int64_t inner = d.transposed ? 1 : d.c;  // filters of o: [inner][area] per outer index
+      for (int64_t i = 0; i < outer; ++i) {
+        const int64_t base = d.transposed ? (i * d.k + o) * area : o * d.c * area;
+        for (int64_t j = 0; j < inner * area; ++j)
+          m_folded_w[static_cast<size_t>(base + j)] = w[base + j] * scale;
+      }
+    }
+  }
+
   void require_backward() const {
     if (!m_desc.backward) throw Error("conv: backward on a plan made for forward only (ConvDesc::backward)");
   }
@@ -140,15 +181,15 @@ class CpuConvPlan final : public ConvPlan {
 
   template <class Kind>
   void build(dnnl::engine& engine, const ConvDesc& d, const Shape& out) {
-    const tag order = d.layout == Layout::nhwc ? tag::nhwc : tag::nchw;  // x, y, dx, dy
-    const memory::desc src_md({d.n, d.c, d.h, d.w}, dt::f32, order);
-    const memory::desc dst_md({out.n(), out.c(), out.h(), out.w()}, dt::f32, order);
+    const memory::desc src_md({d.n, d.c, d.h, d.w}, dt::f32, activation_tag(d.layout, "conv"));  // x, dx
+    const memory::desc dst_md({out.n(), out.c(), out.h(), out.w()}, dt::f32,
+                              activation_tag(d.y_layout(), "conv"));  // y, dy
     const memory::desc wei_md = d.transposed ? memory::desc({d.k, d.c, d.r, d.s}, dt::f32, tag::iohw)
                                              : memory::desc({d.k, d.c, d.r, d.s}, dt::f32, tag::oihw);
     const memory::desc any_src({d.n, d.c, d.h, d.w}, dt::f32, tag::any);
     const memory::desc any_dst({out.n(), out.c(), out.h(), out.w()}, dt::f32, tag::any);
     const memory::desc any_wei({d.k, d.c, d.r, d.s}, dt::f32, tag::any);
-    const memory::desc bias_md = d.bias ? memory::desc({d.k}, dt::f32, tag::x) : memory::desc();
+    const memory::desc bias_md = has_bias() ? memory::desc({d.k}, dt::f32, tag::x) : memory::desc();
     const memory::dims strides{d.stride_h, d.stride_w};
     const memory::dims dilates{d.dil_h - 1, d.dil_w - 1};  // oneDNN counts the gaps, not the step
     const memory::dims pad_l{d.pad_h, d.pad_w};
@@ -163,12 +204,18 @@ class CpuConvPlan final : public ConvPlan {
 
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::primitive_attr fwd_attr = attr;
+    if (d.relu) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      fwd_attr.set_post_ops(ops);
+    }
     try {
       const auto prop = d.backward ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
       typename Kind::fwd::primitive_desc fwd_pd(
           typename Kind::fwd::desc(prop, Kind::algo, any_src, any_wei, bias_md, any_dst, strides, dilates, pad_l,
                                    pad_r),
-          attr, engine);
+          fwd_attr, engine);
       m_fwd = typename Kind::fwd(fwd_pd);
       m_f_src.init(engine, src_md, fwd_pd.src_desc(), false);
       m_f_wei.init(engine, wei_md, fwd_pd.weights_desc(), false);
@@ -199,14 +246,14 @@ class CpuConvPlan final : public ConvPlan {
       throw Error(std::string("conv: oneDNN rejected ") + (d.transposed ? "transposed " : "") + "convolution " +
                   Shape(d.n, d.c, d.h, d.w).str() + " -> " + out.str() + ": " + e.what());
     }
-    m_bias = d.bias ? memory(bias_md, engine, DNNL_MEMORY_NONE) : memory();
+    m_bias = has_bias() ? memory(bias_md, engine, DNNL_MEMORY_NONE) : memory();
     // The argument maps are built once: the memory objects in them stay, only their data
     // handles are rebound per call.
     const Operand& w_src = m_share_src ? m_f_src : m_w_src;
     const Operand& w_dy = m_share_dy ? m_d_dy : m_w_dy;
     m_fwd_args = {{DNNL_ARG_SRC, m_f_src.arg()}, {DNNL_ARG_WEIGHTS, m_f_wei.arg()}, {DNNL_ARG_DST, m_f_dst.arg()},
                   {DNNL_ARG_SCRATCHPAD, m_scratch}};
-    if (d.bias) m_fwd_args.insert({DNNL_ARG_BIAS, m_bias});
+    if (has_bias()) m_fwd_args.insert({DNNL_ARG_BIAS, m_bias});
     if (!d.backward) return;
     m_bwd_data_args = {{DNNL_ARG_DIFF_DST, m_d_dy.arg()}, {DNNL_ARG_WEIGHTS, m_d_wei.arg()},
                        {DNNL_ARG_DIFF_SRC, m_d_dx.arg()}, {DNNL_ARG_SCRATCHPAD, m_scratch}};
@@ -226,9 +273,46 @@ class CpuConvPlan final : public ConvPlan {
   memory m_bias;                       // b or db: always plain
   memory m_scratch;                    // owned by the plan, shared by the three primitives
   std::unordered_map<int, memory> m_fwd_args, m_bwd_data_args, m_bwd_weights_args;
+  struct {
+    const float *gamma = nullptr, *beta = nullptr, *mean = nullptr, *var = nullptr;
+  } m_bn;                                    // fold_batch_norm: the norm's tensors
+  std::vector<float> m_folded_w, m_folded_b;  // fold_batch_norm: the weights and bias with the norm in them
 };
 
+// The layout oneDNN picks for a convolution's activations when free to choose: a 3x3
+// convolution of 32 channels at a batch of 8, the kind of layer a model is made of.
+Layout probe_blocked_layout(dnnl::engine& engine) {
+  const memory::dims x{8, 32, 16, 16}, wei{32, 32, 3, 3};
+  const dnnl::convolution_forward::desc desc(
+      dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, memory::desc(x, dt::f32, tag::any),
+      memory::desc(wei, dt::f32, tag::any), memory::desc(), memory::desc(x, dt::f32, tag::any), {1, 1}, {0, 0},
+      {1, 1}, {1, 1});
+  const dnnl::convolution_forward::primitive_desc pd(desc, engine);
+  for (const int64_t block : {16, 8})
+    if (pd.src_desc() == memory::desc(x, dt::f32, block == 16 ? tag::nChw16c : tag::nChw8c))
+      return blocked_layout(block);
+  return Layout::nchw;
+}
+
 }  // namespace
+
+tag dnnl_util::activation_tag(Layout l, const char* what) {
+  switch (l) {
+    case Layout::nchw: return tag::nchw;
+    case Layout::nhwc: return tag::nhwc;
+    case Layout::nchw8c: return tag::nChw8c;
+    case Layout::nchw16c: return tag::nChw16c;
+    case Layout::blocked: break;
+  }
+  throw Error(std::string(what) + ": layout '" + layout_name(l) +
+              "' is a request to a graph, not a memory order (the graph resolves it before making plans)");
+}
+
+Layout CpuBackend::blocked_layout_for(DType t) const {
+  if (t != DType::f32) return Layout::nchw;
+  std::call_once(m_blocked_once, [this] { m_blocked = probe_blocked_layout(const_cast<dnnl::engine&>(m_engine)); });
+  return m_blocked;
+}
 
 std::unique_ptr<ConvPlan> CpuBackend::make_conv(const ConvDesc& d) {
   if (d.dtype != DType::f32) {

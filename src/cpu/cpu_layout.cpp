@@ -1,5 +1,5 @@
-// NHWC activations on the CPU backend (docs/design.md, "Layout"): the permutation between
-// the two memory orders (with a conversion of type in the same pass, for the batch that
+// NHWC and channel-blocked activations on the CPU backend (docs/design.md, "Layout"): the
+// permutations between the memory orders (with a conversion of type in the same pass, for the batch that
 // enters a reduced-precision NHWC model), and batch norm in NHWC. Convolution and pooling take NHWC directly
 // (oneDNN's nhwc format, cpu_conv.cpp and cpu_pool.cpp); batch norm's loops are written for
 // NCHW, so an NHWC plan permutes into NCHW copies, runs them and permutes back: the CPU is
@@ -66,6 +66,25 @@ void permute_convert_blocks(const E* src, DType from, void* dst, DType to, int64
   }
 }
 
+// dst[n][c / B][hw][c % B] = src[n][c][hw] (to_blocked) or the reverse; c a multiple of B.
+template <class E>
+void permute_blocked(const E* src, E* dst, int64_t n, int64_t c, int64_t hw, int64_t block, bool to_blocked) {
+  const int64_t blocks = c / block;
+#pragma omp parallel for collapse(2) schedule(static) if (n * c * hw >= 65536)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t cb = 0; cb < blocks; ++cb) {
+      const int64_t base = (i * blocks + cb) * hw * block;  // the same in both: block cb of sample i
+      for (int64_t p = 0; p < hw; ++p)
+        for (int64_t l = 0; l < block; ++l) {
+          const int64_t plain = base + l * hw + p, blocked = base + p * block + l;
+          if (to_blocked)
+            dst[blocked] = src[plain];
+          else
+            dst[plain] = src[blocked];
+        }
+    }
+}
+
 class NhwcBatchNorm final : public BatchNormPlan {
  public:
   NhwcBatchNorm(CpuBackend& backend, const BatchNormDesc& d, std::unique_ptr<BatchNormPlan> nchw)
@@ -120,6 +139,23 @@ void CpuBackend::permute_layout(Stream&, DType t, const void* src, Layout from, 
     if (src != dst) std::memcpy(dst, src, bytes);
     return;
   }
+  if (channel_block(from) != 0 || channel_block(to) != 0) {
+    // Between NCHW and one blocked layout: the graph's two ends and the layers that compute
+    // on NCHW copies (flatten, global pooling, bilinear resizing).
+    const bool to_blocked = channel_block(to) != 0;
+    const int64_t block = channel_block(to_blocked ? to : from);
+    if ((to_blocked ? from : to) != Layout::nchw || c % block != 0)
+      throw Error(std::string("permute_layout: ") + layout_name(from) + " -> " + layout_name(to) + " of " +
+                  Shape(n, c, h, w).str() + " (blocked layouts convert to and from nchw, whole blocks of channels)");
+    if (dtype_size(t) == 4)
+      permute_blocked(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), n, c, h * w, block, to_blocked);
+    else
+      permute_blocked(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), n, c, h * w, block,
+                      to_blocked);
+    return;
+  }
+  if (from == Layout::blocked || to == Layout::blocked)
+    throw Error("permute_layout: 'blocked' is a request to a graph, not a memory order");
   const bool to_nhwc = to == Layout::nhwc;
   if (dtype_size(t) == 4)
     permute(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), n, c, h * w, to_nhwc);
@@ -139,6 +175,9 @@ void CpuBackend::permute_convert(Stream& s, const void* src, DType from, Layout 
   if (from_layout == to_layout || c == 1 || h * w == 1)
     return convert(s, src, from, dst, to, static_cast<size_t>(count));
   if (from == to) return permute_layout(s, from, src, from_layout, dst, to_layout, n, c, h, w);
+  if (channel_block(from_layout) != 0 || channel_block(to_layout) != 0)
+    throw Error(std::string("permute_convert: ") + layout_name(from_layout) + " -> " + layout_name(to_layout) +
+                " with a change of type (blocked layouts hold f32 activations only)");
   const bool to_nhwc = to_layout == Layout::nhwc;
   if (dtype_size(from) == 4)
     permute_convert_blocks(static_cast<const uint32_t*>(src), from, dst, to, n, c, h * w, to_nhwc);

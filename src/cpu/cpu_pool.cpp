@@ -26,7 +26,7 @@ class CpuPoolPlan final : public PoolPlan {
       throw Error("pool: padding must be at most half the window (PyTorch's rule), got pad " +
                   std::to_string(d.pad_h) + "x" + std::to_string(d.pad_w) + " for window " +
                   std::to_string(d.r) + "x" + std::to_string(d.s));
-    const tag order = d.layout == Layout::nhwc ? tag::nhwc : tag::nchw;
+    const tag order = activation_tag(d.layout, "pool");
     const memory::desc src_md({d.n, d.c, d.h, d.w}, dt::f32, order);
     const memory::desc dst_md({out.n(), out.c(), out.h(), out.w()}, dt::f32, order);
     const memory::dims strides{d.stride_h, d.stride_w}, kernel{d.r, d.s}, pad_l{d.pad_h, d.pad_w};

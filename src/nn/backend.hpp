@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -121,8 +122,18 @@ struct ConvDesc {
   bool transposed = false;              // transposed convolution (weights [c, k, r, s])
   int64_t out_pad_h = 0, out_pad_w = 0; // transposed only: extra rows/cols at the end
   DType dtype = DType::f32;             // x, y, dx, dy (w, b, dw, db are f32)
-  Layout layout = Layout::nchw;         // x, y, dx, dy (w and dw are [k, c, r, s] always)
+  Layout layout = Layout::nchw;         // x, dx (w and dw are [k, c, r, s] always)
+  // y, dy: the input's layout unless set (a blocked graph keeps a tensor whose channels do not
+  // fill whole blocks in NCHW, so a convolution may read one layout and write another).
+  std::optional<Layout> out_layout;
+  Layout y_layout() const { return out_layout.value_or(layout); }
   bool backward = true;                 // false: forward only (a backend may then make no backward plan)
+  // Forward only, where Backend::fuses_inference(): what the output goes through before it is
+  // written (docs/design.md, "Inference"): a batch norm in eval mode folded into the weights
+  // and bias (ConvPlan::bind_batch_norm names its tensors), then a ReLU.
+  bool fold_batch_norm = false;
+  float bn_eps = 1e-5f;
+  bool relu = false;
   Shape output() const;                 // [n, k, p, q]
   Shape weight() const;                 // [k, c, r, s], or [c, k, r, s] when transposed
 };
@@ -142,6 +153,12 @@ class ConvPlan {
   // CUDA plan copies anyway while its stream is being captured, since a replay cannot know.
   virtual void forward_mirrored(Stream& s, const void* x, const float* w, const float* b, void* y) {
     forward(s, x, w, b, y);
+  }
+  // ConvDesc::fold_batch_norm: the batch norm's scale, shift and running statistics ([k]
+  // each), read at every forward (they change between evaluations), and never written.
+  virtual void bind_batch_norm(const float* gamma, const float* beta, const float* mean, const float* var) {
+    (void)gamma, (void)beta, (void)mean, (void)var;
+    throw Error("conv: this plan folds no batch norm");
   }
 };
 
@@ -284,6 +301,19 @@ class Backend {
   // Whether the host (and a plain, not CUDA-aware, MPI) may read and write backend memory
   // directly. False on CUDA: such callers stage through allocate_host buffers.
   virtual bool host_accessible() const { return true; }
+  // The channel-blocked layout (Layout::nchw8c or nchw16c) this backend's convolutions compute
+  // in for activations of type t, which a graph built with Layout::blocked keeps its tensors
+  // in; Layout::nchw where it has none (its plans then never see a blocked layout).
+  // Whether forward-only convolution plans for activations of type t take a folded batch norm
+  // and a ReLU (ConvDesc::fold_batch_norm, relu), which a forward-only graph then hands them.
+  virtual bool fuses_inference(DType t) const {
+    (void)t;
+    return false;
+  }
+  virtual Layout blocked_layout_for(DType t) const {
+    (void)t;
+    return Layout::nchw;
+  }
 
   // ---- streams and events ----
   virtual std::unique_ptr<Stream> create_stream() = 0;

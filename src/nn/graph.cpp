@@ -15,6 +15,7 @@ struct Graph::Node {
   std::unique_ptr<Layer> layer;   // null for the input node
   std::vector<int> inputs;
   Shape shape;                    // output shape, with batch
+  Layout layout = Layout::nchw;   // of value and grad (resolve_layouts)
   Tensor value, grad;
   bool grad_written = false;      // during backward: first writer overwrites
   std::vector<bool> hands_through;  // per input: its gradient is this node's own (plan_activations)
@@ -50,6 +51,59 @@ const std::vector<int>& Graph::node_inputs(int i) const {
 const Shape& Graph::node_shape(int i) const {
   SQUALL_CHECK(i >= 0 && i < size(), "Graph::node_shape: no such node");
   return m_nodes[static_cast<size_t>(i)]->shape;
+}
+
+Layout Graph::node_layout(int i) const {
+  SQUALL_CHECK(i >= 0 && i < size(), "Graph::node_layout: no such node");
+  return m_nodes[static_cast<size_t>(i)]->layout;
+}
+
+std::string Graph::layout_text() const {
+  if (m_layout != Layout::blocked) return layout_name(m_layout);
+  int images = 0, blocked = 0;
+  Layout block = Layout::nchw;
+  for (const auto& n : m_nodes) {
+    if (n->shape.rank != 4) continue;
+    ++images;
+    if (channel_block(n->layout) != 0) {
+      ++blocked;
+      block = n->layout;
+    }
+  }
+  if (blocked == 0) return "nchw (blocked: none of " + std::to_string(images) + " activations)";
+  return std::string(layout_name(block)) + " (" + std::to_string(blocked) + " of " + std::to_string(images) +
+         " activations)";
+}
+
+// Layout::blocked per tensor: blocked where the channels fill whole blocks, then, until
+// nothing changes, a layer that needs one layout (everything but mixes_layouts()) and sees
+// both gets NCHW for all of its 4-D tensors. A change only ever turns blocked into NCHW, so
+// this ends.
+void Graph::resolve_layouts(const Backend& backend) {
+  const Layout want = m_layout == Layout::blocked ? backend.blocked_layout_for(m_dtype) : m_layout;
+  const int64_t block = channel_block(want);
+  for (auto& n : m_nodes) {
+    const bool image = n->shape.rank == 4;
+    n->layout = !image ? Layout::nchw : block == 0 || n->shape.c() % block == 0 ? want : Layout::nchw;
+  }
+  for (bool changed = block != 0; changed;) {
+    changed = false;
+    for (int id = 1; id < size(); ++id) {
+      Node& n = *m_nodes[static_cast<size_t>(id)];
+      if (n.layer->mixes_layouts()) continue;
+      std::vector<Node*> members{&n};
+      for (int i : n.inputs) members.push_back(m_nodes[static_cast<size_t>(i)].get());
+      bool plain = false, blocked = false;
+      for (const Node* m : members) {
+        if (m->shape.rank != 4) continue;
+        (m->layout == Layout::nchw ? plain : blocked) = true;
+      }
+      if (!(plain && blocked)) continue;
+      for (Node* m : members)
+        if (m->shape.rank == 4) m->layout = Layout::nchw;
+      changed = true;
+    }
+  }
 }
 
 Graph::Graph(Shape input_sample) : m_input_sample(input_sample) {
@@ -171,8 +225,21 @@ Graph::ActivationPlan Graph::plan_activations() const {
     const auto [first, last] = m_forward_only ? span(i) : std::pair<int, int>{0, count};
     values.push_back({node_bytes(i), first, last});
   }
+  // A fused node has no memory of its own: its value is its head's, which lives as long as
+  // the last of them is read.
+  const auto fused_into = [&](int i) {
+    return static_cast<size_t>(i) < m_fused_into.size() ? m_fused_into[static_cast<size_t>(i)] : -1;
+  };
+  for (int i = 0; i < count; ++i) {
+    const int head = fused_into(i);
+    if (head < 0) continue;
+    values[static_cast<size_t>(head)].last = std::max(values[static_cast<size_t>(head)].last, values[static_cast<size_t>(i)].last);
+    values[static_cast<size_t>(i)] = {0, values[static_cast<size_t>(head)].first, values[static_cast<size_t>(head)].first};
+  }
   const MemoryPlan value_plan = plan_memory(values, k_view_alignment);
   p.value_at = value_plan.offsets;
+  for (int i = 0; i < count; ++i)
+    if (fused_into(i) >= 0) p.value_at[static_cast<size_t>(i)] = p.value_at[static_cast<size_t>(fused_into(i))];
   p.bytes = value_plan.bytes;
   p.grad_at.assign(static_cast<size_t>(count), 0);
   p.hands_through.resize(static_cast<size_t>(count));
@@ -226,6 +293,8 @@ void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
   setup(batch);
   m_backend = &backend;
   m_mirrors_current.store(false);
+  resolve_layouts(backend);
+  plan_fusion(backend);
   const ActivationPlan plan = plan_activations();
   const size_t bytes_per = dtype_size(m_dtype);
 
@@ -235,11 +304,10 @@ void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
   m_state = backend.allocate(std::max<size_t>(m_state_arena, 1));
   m_activations = backend.allocate(plan.bytes / bytes_per, m_dtype);
   m_scratch = m_forward_only ? Buffer{} : backend.allocate(plan.largest, m_dtype);
-  const bool nhwc = m_layout == Layout::nhwc;
-  const bool convert_input = m_dtype != DType::f32 || (nhwc && m_nodes[0]->shape.rank == 4);
+  const bool convert_input = m_dtype != DType::f32 || m_nodes[0]->layout != Layout::nchw;
   m_input_f32 = convert_input ? backend.allocate(static_cast<size_t>(m_nodes[0]->shape.numel())) : Buffer{};
   const Shape& out_shape = m_nodes[static_cast<size_t>(m_output)]->shape;
-  if (nhwc && out_shape.rank == 4) {
+  if (m_nodes[static_cast<size_t>(m_output)]->layout != Layout::nchw) {
     m_output_nchw = backend.allocate(static_cast<size_t>(out_shape.numel()), m_dtype);
     m_output_grad_nchw = m_forward_only ? Buffer{} : backend.allocate(static_cast<size_t>(out_shape.numel()), m_dtype);
   } else {
@@ -274,10 +342,13 @@ void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
 
   // Plans, with views of each layer's parameters (arena order = node order).
   size_t pi = 0, si = 0;
+  std::vector<std::vector<Tensor>> node_params(static_cast<size_t>(size())), node_state(static_cast<size_t>(size()));
   for (int id = 1; id < size(); ++id) {
     Layer& layer = *m_nodes[static_cast<size_t>(id)]->layer;
     layer.set_dtype(m_dtype);
-    layer.set_layout(m_layout);
+    std::vector<Layout> in_layouts;
+    for (int i : m_nodes[static_cast<size_t>(id)]->inputs) in_layouts.push_back(m_nodes[static_cast<size_t>(i)]->layout);
+    layer.set_layouts(std::move(in_layouts), m_nodes[static_cast<size_t>(id)]->layout);
     layer.set_forward_only(m_forward_only);
     std::vector<Tensor> params, grads, state;
     for (size_t k = 0; k < layer.param_specs().size(); ++k, ++pi) {
@@ -287,6 +358,16 @@ void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
     for (size_t k = 0; k < layer.state_specs().size(); ++k, ++si)
       state.push_back(m_state.view(m_state_info[si].shape, m_state_info[si].offset));
     layer.build(backend, params, grads, state);
+    node_params[static_cast<size_t>(id)] = std::move(params);
+    node_state[static_cast<size_t>(id)] = std::move(state);
+  }
+  for (int id = 1; id < size(); ++id) {
+    const int head = m_fused_into[static_cast<size_t>(id)];
+    if (head < 0 || m_nodes[static_cast<size_t>(id)]->layer->type() != "batch_norm") continue;
+    const auto& p = node_params[static_cast<size_t>(id)];
+    const auto& st = node_state[static_cast<size_t>(id)];
+    SQUALL_CHECK(p.size() == 2 && st.size() == 2, "graph: a fused batch norm has weight, bias and running statistics");
+    m_nodes[static_cast<size_t>(head)]->layer->bind_fused_batch_norm(p[0], p[1], st[0], st[1]);
   }
 }
 
@@ -341,16 +422,17 @@ void Graph::forward(Stream& stream, const RunMode& run_mode) {
   std::vector<Tensor>& in = m_in;
   if (m_input_f32) {
     const Tensor& x = m_nodes[0]->value;
-    if (m_layout == Layout::nhwc && x.shape.rank == 4) {  // converted and permuted in one pass
+    if (m_nodes[0]->layout != Layout::nchw) {  // converted and permuted in one pass
       const Shape& d = x.shape;
-      m_backend->permute_convert(stream, m_input_f32.raw(), DType::f32, Layout::nchw, x.data, m_dtype, Layout::nhwc,
-                                 d.n(), d.c(), d.h(), d.w());
+      m_backend->permute_convert(stream, m_input_f32.raw(), DType::f32, Layout::nchw, x.data, m_dtype,
+                                 m_nodes[0]->layout, d.n(), d.c(), d.h(), d.w());
     } else {
       m_backend->convert(stream, m_input_f32.raw(), DType::f32, x.data, m_dtype, static_cast<size_t>(x.numel()));
     }
   }
   for (int id = 1; id < size(); ++id) {
     Node& n = *m_nodes[static_cast<size_t>(id)];
+    if (m_fused_into[static_cast<size_t>(id)] >= 0) continue;  // its head's layer computed it
     in.clear();
     for (int i : n.inputs) in.push_back(m_nodes[static_cast<size_t>(i)]->value);
     mode.node = static_cast<uint64_t>(id);
@@ -359,8 +441,8 @@ void Graph::forward(Stream& stream, const RunMode& run_mode) {
   if (m_output_nchw) {
     const Tensor& y = m_nodes[static_cast<size_t>(m_output)]->value;
     const Shape& d = y.shape;
-    m_backend->permute_layout(stream, m_dtype, y.data, Layout::nhwc, m_output_nchw.raw(), Layout::nchw, d.n(), d.c(),
-                              d.h(), d.w());
+    m_backend->permute_layout(stream, m_dtype, y.data, m_nodes[static_cast<size_t>(m_output)]->layout,
+                              m_output_nchw.raw(), Layout::nchw, d.n(), d.c(), d.h(), d.w());
   }
 }
 
@@ -372,6 +454,41 @@ void Graph::set_forward_only(bool on) {
 void Graph::set_memory_reuse(bool on) {
   if (built()) throw Error("graph: memory reuse must be chosen before build()");
   m_reuse_memory = on;
+}
+
+void Graph::set_inference_fusion(bool on) {
+  if (built()) throw Error("graph: inference fusion must be chosen before build()");
+  m_fuse_inference = on;
+}
+
+int Graph::fused_nodes() const {
+  int count = 0;
+  for (const int head : m_fused_into) count += head >= 0;
+  return count;
+}
+
+// A chain head -> a -> b ... where each next node reads only the one before it, and is its
+// only reader: the head's layer is offered each in turn and stops the chain by refusing one.
+// The output node may end a chain (its value is the head's output, which forward() leaves
+// there).
+void Graph::plan_fusion(const Backend& backend) {
+  m_fused_into.assign(static_cast<size_t>(size()), -1);
+  for (int id = 1; id < size(); ++id) m_nodes[static_cast<size_t>(id)]->layer->reset_fusion();
+  if (!m_forward_only || !m_fuse_inference || !backend.fuses_inference(m_dtype)) return;
+  std::vector<int> readers(static_cast<size_t>(size()), 0);
+  for (const auto& n : m_nodes)
+    for (int i : n->inputs) ++readers[static_cast<size_t>(i)];
+  for (int head = 1; head < size(); ++head) {
+    if (m_fused_into[static_cast<size_t>(head)] >= 0) continue;
+    Layer& layer = *m_nodes[static_cast<size_t>(head)]->layer;
+    for (int tail = head, next = head + 1; next < size(); tail = next++) {
+      const Node& n = *m_nodes[static_cast<size_t>(next)];
+      if (tail == m_output || readers[static_cast<size_t>(tail)] != 1 || n.inputs != std::vector<int>{tail} ||
+          n.layout != m_nodes[static_cast<size_t>(tail)]->layout || !layer.fuse_next(*n.layer))
+        break;
+      m_fused_into[static_cast<size_t>(next)] = head;
+    }
+  }
 }
 
 void Graph::set_gradient_aliasing(bool on) {
@@ -386,8 +503,8 @@ void Graph::backward(Stream& stream, const std::function<void(size_t)>& on_param
   if (m_output_grad_nchw) {
     const Tensor& g = m_nodes[static_cast<size_t>(m_output)]->grad;
     const Shape& d = g.shape;
-    m_backend->permute_layout(stream, m_dtype, m_output_grad_nchw.raw(), Layout::nchw, g.data, Layout::nhwc, d.n(),
-                              d.c(), d.h(), d.w());
+    m_backend->permute_layout(stream, m_dtype, m_output_grad_nchw.raw(), Layout::nchw, g.data,
+                              m_nodes[static_cast<size_t>(m_output)]->layout, d.n(), d.c(), d.h(), d.w());
   }
   std::vector<Tensor>& in = m_in;
   std::vector<Tensor>& din = m_din;

@@ -55,10 +55,17 @@ class Graph {
   void set_dtype(DType t);
   DType dtype() const { return m_dtype; }
   // The memory order of the 4-D activations inside the model (docs/design.md, "Layout"):
-  // NCHW (the default) or NHWC. input(), output() and output_grad() are NCHW in either: the
+  // NCHW (the default), NHWC, or Layout::blocked: the backend's channel-blocked layout
+  // (Backend::blocked_layout_for) for every tensor whose channels fill whole blocks, NCHW for
+  // the others, and NCHW around a layer that needs one layout where its tensors would mix
+  // (build() resolves it). input(), output() and output_grad() are NCHW in every layout: the
   // graph permutes the batch in and the logits out. Set before build().
   void set_layout(Layout l);
   Layout layout() const { return m_layout; }
+  // After build(): node i's memory order (NCHW for 2-D tensors), and what the activations got
+  // in words: "nchw", "nhwc", or "nchw8c (31 of 33 activations)" for a blocked graph.
+  Layout node_layout(int i) const;
+  std::string layout_text() const;
   // Weight mirrors (docs/design.md, "Weight mirrors"): the convolution plans' own copies of
   // their weights (reduced precision, NHWC) may be written by the optimizer's fused update in
   // the pass that writes the weights, instead of by every forward. weight_mirrors(): after
@@ -83,6 +90,13 @@ class Graph {
   // another node's value once forward() has returned. Default off; set before build().
   void set_forward_only(bool on);
   bool forward_only() const { return m_forward_only; }
+  // Inference fusion (docs/design.md, "Inference"): in a forward-only graph on a backend that
+  // fuses (Backend::fuses_inference), a layer may compute the nodes after it that alone read
+  // its output (a convolution: the batch norm, then the ReLU); those nodes are skipped and
+  // their values are its output. Default on; off is the reference path. Set before build().
+  void set_inference_fusion(bool on);
+  // After build: how many nodes a layer before them computes (0 without fusion).
+  int fused_nodes() const;
   // Whether activations share memory by lifetime (docs/design.md, "Activation memory"): the
   // default; off, every value and gradient has memory of its own (the reference the tests
   // compare with). Set before build().
@@ -149,6 +163,7 @@ class Graph {
   struct Node;
   struct ActivationPlan;
   ActivationPlan plan_activations() const;  // where each value and gradient lives (build())
+  void resolve_layouts(const Backend& backend);  // each node's layout (build())
   std::vector<std::unique_ptr<Node>> m_nodes;
   Shape m_input_sample;
   int m_output = 0;
@@ -160,12 +175,15 @@ class Graph {
   bool m_alias_gradients = true;
   bool m_forward_only = false;
   bool m_reuse_memory = true;
+  bool m_fuse_inference = true;
+  std::vector<int> m_fused_into;  // per node: the node whose layer computes it, or -1 (build())
+  void plan_fusion(const Backend& backend);
   bool m_mirrors_enabled = true;
   // Written by whoever calls params() or updates the weights, read by forward, on any thread.
   mutable std::atomic<bool> m_mirrors_current{false};
   Buffer m_params, m_grads, m_state, m_activations, m_scratch;
-  Buffer m_input_f32;  // reduced precision or NHWC: the f32 NCHW input, converted at the start of forward
-  Buffer m_output_nchw, m_output_grad_nchw;  // NHWC with 4-D logits: the logits and their gradient in NCHW
+  Buffer m_input_f32;  // reduced precision, NHWC or blocked: the f32 NCHW input, converted at the start of forward
+  Buffer m_output_nchw, m_output_grad_nchw;  // 4-D logits not in NCHW: the logits and their gradient in NCHW
   size_t m_param_count = 0, m_state_count = 0;  // values, without padding
   size_t m_param_arena = 0, m_state_arena = 0;  // floats of the arenas, padding included
   std::vector<ParamInfo> m_param_info, m_state_info;

@@ -74,9 +74,24 @@ class Layer {
   void set_dtype(DType t) { m_dtype = t; }
   DType dtype() const { return m_dtype; }
   // The memory order of 4-D activations, set by the graph before build() (docs/design.md,
-  // "Layout"). Shapes are [n, c, h, w] in either.
-  void set_layout(Layout l) { m_layout = l; }
+  // "Layout"): the output's (and its gradient's), and each input's (and its gradient's), which
+  // are the output's unless set. Shapes are [n, c, h, w] in every layout. A blocked graph
+  // gives a layer inputs in another layout than its output only where mixes_layouts() says it
+  // can take them; the others see one layout throughout.
+  void set_layout(Layout l) {
+    m_layout = l;
+    m_in_layouts.clear();
+  }
+  void set_layouts(std::vector<Layout> inputs, Layout output) {
+    m_layout = output;
+    m_in_layouts = std::move(inputs);
+  }
   Layout layout() const { return m_layout; }
+  Layout input_layout(size_t i) const { return i < m_in_layouts.size() ? m_in_layouts[i] : m_layout; }
+  // True when the layer reads its 4-D inputs in any layout and writes its output in any
+  // other (convolutions, which oneDNN runs between any two; and the layers that compute on
+  // NCHW copies or give a 2-D output).
+  virtual bool mixes_layouts() const { return false; }
 
   // Set by the graph before build(): the layer will only run forward (a forward-only graph:
   // evaluation, prediction), so its plans need nothing for backward.
@@ -94,6 +109,19 @@ class Layer {
   // the graph may then give an input dout's memory as its gradient instead of a copy
   // (src/nn/gradient_aliases.hpp).
   virtual bool passes_gradient_through() const { return false; }
+  // Inference fusion (forward-only graphs, docs/design.md "Inference"): before build(), the
+  // graph offers the layer the node that alone reads its output; true means the layer's
+  // forward will compute that node's too (the graph then skips it, and its value is this
+  // layer's output). A layer that took a batch norm gets the norm's tensors after build().
+  virtual bool fuse_next(const Layer& next) {
+    (void)next;
+    return false;
+  }
+  virtual void reset_fusion() {}
+  virtual void bind_fused_batch_norm(const Tensor& gamma, const Tensor& beta, const Tensor& mean, const Tensor& var) {
+    (void)gamma, (void)beta, (void)mean, (void)var;
+    throw Error(type() + ": takes no batch norm");
+  }
   // After build: per parameter of param_specs(), the copy its plan computes with
   // (WeightMirror; none for most). Empty: none at all.
   virtual std::vector<WeightMirror> weight_mirrors() const { return {}; }
@@ -101,6 +129,7 @@ class Layer {
  protected:
   DType m_dtype = DType::f32;
   Layout m_layout = Layout::nchw;
+  std::vector<Layout> m_in_layouts;  // per input; empty: all m_layout
   bool m_forward_only = false;
 };
 

@@ -10,7 +10,26 @@ void Backend::begin_capture(Stream&) { throw Error("the " + name() + " backend c
 std::unique_ptr<Captured> Backend::end_capture(Stream&) { throw Error("the " + name() + " backend cannot capture work"); }
 void Backend::replay(Captured&, Stream&) { throw Error("the " + name() + " backend cannot replay work"); }
 
-const char* layout_name(Layout l) { return l == Layout::nhwc ? "nhwc" : "nchw"; }
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::nchw: return "nchw";
+    case Layout::nhwc: return "nhwc";
+    case Layout::blocked: return "blocked";
+    case Layout::nchw8c: return "nchw8c";
+    case Layout::nchw16c: return "nchw16c";
+  }
+  return "?";
+}
+
+int64_t channel_block(Layout l) {
+  return l == Layout::nchw8c ? 8 : l == Layout::nchw16c ? 16 : 0;
+}
+
+Layout blocked_layout(int64_t block) {
+  if (block == 8) return Layout::nchw8c;
+  if (block == 16) return Layout::nchw16c;
+  throw Error("no channel-blocked layout of " + std::to_string(block) + " channels (8 or 16)");
+}
 
 std::string Shape::str() const {
   std::string s = "[";

@@ -22,11 +22,20 @@ using DType = squall::DType;
 using squall::dtype_name;
 using squall::dtype_size;
 
-// Memory order of 4-D activations (docs/design.md, "Layout"): NCHW, or NHWC, in which
-// tensor-core convolutions read their operands directly. The shape is [n, c, h, w] in both;
-// parameters keep their own layouts (convolution weights [k, c, r, s]) whatever this is.
-enum class Layout : uint8_t { nchw, nhwc };
-const char* layout_name(Layout l);  // "nchw" | "nhwc"
+// Memory order of 4-D activations (docs/design.md, "Layout"): NCHW; NHWC, in which
+// tensor-core convolutions read their operands directly; or channel-blocked, nChw8c and
+// nChw16c ([n][c / B][h][w][B], B channels of a pixel side by side), in which oneDNN's AVX2
+// and AVX-512 convolutions compute. The shape is [n, c, h, w] in all; parameters keep their
+// own layouts (convolution weights [k, c, r, s]) whatever this is. `blocked` is a request
+// to a graph, not a memory order: the graph resolves it per tensor into the block its backend
+// computes in, where the channel count is a multiple of the block, and NCHW elsewhere, so
+// that a blocked tensor has exactly as many elements as its shape (no padded channels).
+enum class Layout : uint8_t { nchw, nhwc, blocked, nchw8c, nchw16c };
+const char* layout_name(Layout l);  // "nchw" | "nhwc" | "blocked" | "nchw8c" | "nchw16c"
+// Channels per block of a channel-blocked layout (8 or 16); 0 for the others.
+int64_t channel_block(Layout l);
+// The blocked layout of `block` channels (8 or 16); throws for another count.
+Layout blocked_layout(int64_t block);
 
 struct Shape {
   std::array<int64_t, 4> dims{0, 0, 0, 0};

@@ -165,6 +165,8 @@ const float* LearnerGroup::replica_params(int learner) const {
   return (*m_core->replicas)[learner].graph->read_params();
 }
 
+std::string LearnerGroup::layout_text() const { return (*m_core->replicas)[0].graph->layout_text(); }
+
 nn::Graph& LearnerGroup::replica_graph(int learner) {
   SQUALL_CHECK(learner >= 0 && learner < learners(), "replica_graph: no such learner");
   settle();

@@ -212,6 +212,8 @@ class LearnerGroup {
   float loss_scale() const;
   int64_t skipped_steps() const;
   nn::Layout layout() const { return m_options.layout; }
+  // The layout the replicas' activations got, in words (nn::Graph::layout_text).
+  std::string layout_text() const;
 
   // Checkpoints (docs/training.md, "Checkpoints and restart"). The group's whole state as
   // named host arrays and numbers: save_shared() what every rank holds alike (the central

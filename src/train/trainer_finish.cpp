@@ -195,7 +195,7 @@ TrainResult TrainingRun::finish() {
   s.device = m_device.backend->device().name;
   s.model = m_data.spec.name;
   s.precision = config::k_precisions.name(m_cfg.train.precision);
-  s.layout = nn::layout_name(g.layout());
+  s.layout = g.layout_text();
   s.optimizer = g.optimizer_name();
   s.data = m_data.train->info().description;
   s.config_origin = m_origin;

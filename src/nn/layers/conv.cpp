@@ -22,8 +22,12 @@ class ConvBase : public Layer {
       m_dbias = grads[1];
     }
     m_desc.dtype = m_dtype;
-    m_desc.layout = m_layout;
+    m_desc.layout = input_layout(0);
+    m_desc.out_layout.reset();
+    if (m_layout != m_desc.layout) m_desc.out_layout = m_layout;
     m_desc.backward = !forward_only();
+    m_desc.fold_batch_norm = m_fuse_bn;
+    m_desc.relu = m_fuse_relu;
     m_plan = backend.make_conv(m_desc);
     m_mirror = m_plan->weight_mirror();
   }
@@ -36,6 +40,25 @@ class ConvBase : public Layer {
       m_plan->forward_mirrored(stream, in[0].data, m_weight.f32(), b, out.data);
     else
       m_plan->forward(stream, in[0].data, m_weight.f32(), b, out.data);
+  }
+
+  bool mixes_layouts() const override { return true; }
+
+  // A forward-only graph's convolution takes the batch norm after it (folded into its weights)
+  // and the ReLU after that (a post-op), as inference runtimes do.
+  bool fuse_next(const Layer& next) override {
+    if (next.type() == "batch_norm" && !m_fuse_bn && !m_fuse_relu) {
+      m_fuse_bn = true;
+      m_desc.bn_eps = next.attributes().eps;
+      return true;
+    }
+    if (next.type() == "relu" && !m_fuse_relu) return m_fuse_relu = true;
+    return false;
+  }
+  void reset_fusion() override { m_fuse_bn = m_fuse_relu = false; }
+  void bind_fused_batch_norm(const Tensor& gamma, const Tensor& beta, const Tensor& mean, const Tensor& var) override {
+    SQUALL_CHECK(m_fuse_bn && m_plan, type() + ": bind_fused_batch_norm after build, with fuse_next");
+    m_plan->bind_batch_norm(gamma.f32(), beta.f32(), mean.f32(), var.f32());
   }
 
   std::vector<WeightMirror> weight_mirrors() const override {
@@ -88,6 +111,7 @@ class ConvBase : public Layer {
   ConvDesc m_desc;
   std::unique_ptr<ConvPlan> m_plan;
   WeightMirror m_mirror;  // the plan's copy of the weights, if it keeps one
+  bool m_fuse_bn = false, m_fuse_relu = false;  // forward-only: the following batch norm, ReLU
   Tensor m_weight, m_bias, m_dweight, m_dbias;
 };
 

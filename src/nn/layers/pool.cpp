@@ -63,7 +63,7 @@ class Pool final : public Layer {
   std::unique_ptr<PoolPlan> m_plan;
 };
 
-// In NHWC the input is permuted into an NCHW copy and pooled there (and the gradient back):
+// In NHWC or blocked the input is permuted into an NCHW copy and pooled there (and the gradient back):
 // the pooled input is small in the models that use it (a classifier's last features, the
 // image-pooling branch of DeepLab's ASPP at 1/16 of the input).
 class GlobalAvgPool final : public Layer {
@@ -81,12 +81,13 @@ class GlobalAvgPool final : public Layer {
   void build(Backend& backend, const std::vector<Tensor>&, const std::vector<Tensor>&,
              const std::vector<Tensor>&) override {
     m_backend = &backend;
-    if (m_layout == Layout::nhwc) m_nchw = backend.allocate(static_cast<size_t>(m_x.numel()), m_dtype);
+    m_nchw = input_layout(0) == Layout::nchw ? Buffer{} : backend.allocate(static_cast<size_t>(m_x.numel()), m_dtype);
   }
+  bool mixes_layouts() const override { return true; }  // the output is 2-D
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
     const void* x = in[0].data;
     if (m_nchw) {
-      m_backend->permute_layout(stream, m_dtype, x, Layout::nhwc, m_nchw.raw(), Layout::nchw, m_x.n(), m_x.c(),
+      m_backend->permute_layout(stream, m_dtype, x, input_layout(0), m_nchw.raw(), Layout::nchw, m_x.n(), m_x.c(),
                                 m_x.h(), m_x.w());
       x = m_nchw.raw();
     }
@@ -97,7 +98,7 @@ class GlobalAvgPool final : public Layer {
     if (din[0].data == nullptr) return;
     if (!m_nchw) return m_backend->global_avg_pool_backward(stream, m_dtype, dout.data, din[0].data, m_nc, m_hw);
     m_backend->global_avg_pool_backward(stream, m_dtype, dout.data, m_nchw.raw(), m_nc, m_hw);
-    m_backend->permute_layout(stream, m_dtype, m_nchw.raw(), Layout::nchw, din[0].data, Layout::nhwc, m_x.n(),
+    m_backend->permute_layout(stream, m_dtype, m_nchw.raw(), Layout::nchw, din[0].data, input_layout(0), m_x.n(),
                               m_x.c(), m_x.h(), m_x.w());
   }
 
@@ -105,7 +106,7 @@ class GlobalAvgPool final : public Layer {
   Backend* m_backend = nullptr;
   Shape m_x;
   int64_t m_nc = 0, m_hw = 0;
-  Buffer m_nchw;  // NHWC: the input (or its gradient) in NCHW
+  Buffer m_nchw;  // NHWC or blocked: the input (or its gradient) in NCHW
 };
 
 }  // namespace

@@ -112,7 +112,7 @@ class Concat final : public StatelessLayer {
 };
 
 // A reshape; copies because the graph gives each node its own output buffer. The features
-// are in NCHW order whatever the layout (an NHWC input is permuted), so that a model's
+// are in NCHW order whatever the layout (an NHWC or blocked input is permuted), so that a model's
 // weights mean the same in either.
 class Flatten final : public StatelessLayer {
  public:
@@ -123,10 +123,11 @@ class Flatten final : public StatelessLayer {
     m_x = inputs[0];
     return Shape(inputs[0].n(), inputs[0].per_sample());
   }
+  bool mixes_layouts() const override { return true; }  // the output is 2-D
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
     if (permutes())
-      m_backend->permute_layout(stream, m_dtype, in[0].data, Layout::nhwc, out.data, Layout::nchw, m_x.n(), m_x.c(),
-                                m_x.h(), m_x.w());
+      m_backend->permute_layout(stream, m_dtype, in[0].data, input_layout(0), out.data, Layout::nchw, m_x.n(),
+                                m_x.c(), m_x.h(), m_x.w());
     else
       m_backend->copy_bytes(stream, out.data, in[0].data, out.bytes());
   }
@@ -134,14 +135,14 @@ class Flatten final : public StatelessLayer {
                 const std::vector<Tensor>& din) override {
     if (din[0].data == nullptr) return;
     if (permutes())
-      m_backend->permute_layout(stream, m_dtype, dout.data, Layout::nchw, din[0].data, Layout::nhwc, m_x.n(),
+      m_backend->permute_layout(stream, m_dtype, dout.data, Layout::nchw, din[0].data, input_layout(0), m_x.n(),
                                 m_x.c(), m_x.h(), m_x.w());
     else
       m_backend->copy_bytes(stream, din[0].data, dout.data, dout.bytes());
   }
 
  private:
-  bool permutes() const { return m_layout == Layout::nhwc && m_x.rank == 4; }
+  bool permutes() const { return input_layout(0) != Layout::nchw && m_x.rank == 4; }
   Shape m_x;
 };
 
@@ -176,44 +177,47 @@ class UpsampleBilinear final : public StatelessLayer {
     m_w = x.w();
     return Shape(x.n(), x.c(), m_oh, m_ow);
   }
-  // NHWC: the resize runs on NCHW copies (an input of 1x1 pixels needs none), permuted in
-  // and out.
+  // NHWC or blocked: the resize runs on NCHW copies (an input of 1x1 pixels needs none),
+  // permuted in from the input's layout and out to the output's.
   void build(Backend& backend, const std::vector<Tensor>& p, const std::vector<Tensor>& g,
              const std::vector<Tensor>& st) override {
     StatelessLayer::build(backend, p, g, st);
-    if (m_layout != Layout::nhwc) return;
-    if (m_h * m_w > 1) m_in_nchw = backend.allocate(static_cast<size_t>(m_nc * m_h * m_w), m_dtype);
-    m_out_nchw = backend.allocate(static_cast<size_t>(m_nc * m_oh * m_ow), m_dtype);
+    m_in_nchw = m_out_nchw = Buffer{};
+    if (input_layout(0) != Layout::nchw && m_h * m_w > 1)
+      m_in_nchw = backend.allocate(static_cast<size_t>(m_nc * m_h * m_w), m_dtype);
+    if (m_layout != Layout::nchw) m_out_nchw = backend.allocate(static_cast<size_t>(m_nc * m_oh * m_ow), m_dtype);
   }
+  bool mixes_layouts() const override { return true; }
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
-    if (!m_out_nchw) return m_backend->bilinear_forward(stream, m_dtype, in[0].data, out.data, m_nc, m_h, m_w, m_oh, m_ow);
     const void* x = in[0].data;
     if (m_in_nchw) {
-      m_backend->permute_layout(stream, m_dtype, x, Layout::nhwc, m_in_nchw.raw(), Layout::nchw, m_n, m_c, m_h, m_w);
+      m_backend->permute_layout(stream, m_dtype, x, input_layout(0), m_in_nchw.raw(), Layout::nchw, m_n, m_c, m_h,
+                                m_w);
       x = m_in_nchw.raw();
     }
-    m_backend->bilinear_forward(stream, m_dtype, x, m_out_nchw.raw(), m_nc, m_h, m_w, m_oh, m_ow);
-    m_backend->permute_layout(stream, m_dtype, m_out_nchw.raw(), Layout::nchw, out.data, Layout::nhwc, m_n, m_c, m_oh,
-                              m_ow);
+    void* y = m_out_nchw ? m_out_nchw.raw() : out.data;
+    m_backend->bilinear_forward(stream, m_dtype, x, y, m_nc, m_h, m_w, m_oh, m_ow);
+    if (m_out_nchw)
+      m_backend->permute_layout(stream, m_dtype, y, Layout::nchw, out.data, m_layout, m_n, m_c, m_oh, m_ow);
   }
   void backward(Stream& stream, const std::vector<Tensor>&, const Tensor&, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
     if (din[0].data == nullptr) return;
-    if (!m_out_nchw)
-      return m_backend->bilinear_backward(stream, m_dtype, dout.data, din[0].data, m_nc, m_h, m_w, m_oh, m_ow);
-    m_backend->permute_layout(stream, m_dtype, dout.data, Layout::nhwc, m_out_nchw.raw(), Layout::nchw, m_n, m_c,
-                              m_oh, m_ow);
+    const void* dy = dout.data;
+    if (m_out_nchw) {
+      m_backend->permute_layout(stream, m_dtype, dy, m_layout, m_out_nchw.raw(), Layout::nchw, m_n, m_c, m_oh, m_ow);
+      dy = m_out_nchw.raw();
+    }
     void* dx = m_in_nchw ? m_in_nchw.raw() : din[0].data;
-    m_backend->bilinear_backward(stream, m_dtype, m_out_nchw.raw(), dx, m_nc, m_h, m_w, m_oh, m_ow);
+    m_backend->bilinear_backward(stream, m_dtype, dy, dx, m_nc, m_h, m_w, m_oh, m_ow);
     if (m_in_nchw)
-      m_backend->permute_layout(stream, m_dtype, m_in_nchw.raw(), Layout::nchw, din[0].data, Layout::nhwc, m_n, m_c,
-                                m_h, m_w);
+      m_backend->permute_layout(stream, m_dtype, dx, Layout::nchw, din[0].data, input_layout(0), m_n, m_c, m_h, m_w);
   }
 
  private:
   int64_t m_oh, m_ow;
   int64_t m_n = 0, m_c = 0, m_nc = 0, m_h = 0, m_w = 0;
-  Buffer m_in_nchw, m_out_nchw;  // NHWC: NCHW copies of the input and the output (or their gradients)
+  Buffer m_in_nchw, m_out_nchw;  // NHWC or blocked: NCHW copies of the input and the output (or their gradients)
 };
 
 }  // namespace
