@@ -29,14 +29,21 @@ std::string trim(const std::string& s) {
   return s.substr(a, s.find_last_not_of(" \t\n") - a + 1);
 }
 
-// A variable's dims must be (time, lat, lon) or (lat, lon).
+// A field or labels variable: (latitude, longitude), or (time, latitude, longitude), each
+// dimension found as CF says (cf_dimension), whatever its name.
 struct VarLayout {
   int varid = -1;
   bool timed = false;
   size_t h = 0, w = 0;
+  std::vector<CfDimension> dims;      // the variable's, in order
   float scale = 1.0f, offset = 0.0f;  // packed data: value * scale_factor + add_offset
   bool has_fill = false;
   double fill = 0.0;
+
+  bool same_dims(const VarLayout& o) const {
+    return std::equal(dims.begin(), dims.end(), o.dims.begin(), o.dims.end(),
+                      [](const CfDimension& a, const CfDimension& b) { return a.dimid == b.dimid; });
+  }
 };
 
 // The layout of one open file: the mapped variables, labels, coordinates.
@@ -46,18 +53,21 @@ struct FileLayout {
   VarLayout labels;             // varid -1: none
   int64_t steps = 1;
   size_t h = 0, w = 0;
+  bool flip = false;            // latitude stored north to south: rows are reversed on read
   NetcdfGrid grid;
 };
 
-std::string dims_text(int ncid, const std::vector<int>& dimids) {
+std::string dims_text(const std::vector<CfDimension>& dims) {
   std::string t = "(";
-  for (size_t i = 0; i < dimids.size(); ++i) {
-    char name[NC_MAX_NAME + 1] = {0};
-    size_t len = 0;
-    nc_inq_dim(ncid, dimids[i], name, &len);
-    t += (i ? ", " : "") + std::string(name) + "=" + std::to_string(len);
-  }
+  for (size_t i = 0; i < dims.size(); ++i) t += (i ? ", " : "") + dims[i].name + "=" + std::to_string(dims[i].length);
   return t + ")";
+}
+
+std::string recognised_text(const std::vector<CfDimension>& dims) {
+  std::string t;
+  for (const CfDimension& d : dims)
+    t += (t.empty() ? "" : ", ") + d.name + " as " + cf_axis_text(d.axis) + " (" + d.evidence + ")";
+  return t;
 }
 
 float float_att(int ncid, int varid, const char* att, float fallback, bool* found = nullptr) {
@@ -93,20 +103,24 @@ VarLayout check_variable(int ncid, const std::string& path, const std::string& n
   if (!numeric || (integer_only && !integer))
     throw Error(path + ": variable '" + name + "' (" + what + ") has type " + nc_type_text(ncid, type) + ", expected " +
                 (integer_only ? "an integer type" : "a numeric type"));
-  std::vector<std::string> dim_names;
-  for (int id : dimids) {
-    char dn[NC_MAX_NAME + 1] = {0};
-    nc_check(nc_inq_dimname(ncid, id, dn), path, "variable '" + name + "'");
-    dim_names.emplace_back(dn);
+  for (int id : dimids) v.dims.push_back(cf_dimension(ncid, id, path));
+  const size_t n = v.dims.size();
+  const auto is = [&](size_t i, CfAxis a) { return v.dims[i].axis == a; };
+  const bool ok = (n == 2 || (n == 3 && is(0, CfAxis::time))) && is(n - 2, CfAxis::latitude) &&
+                  is(n - 1, CfAxis::longitude);
+  if (!ok) {
+    std::string hint;
+    if (n >= 2 && n <= 3 && is(n - 2, CfAxis::longitude) && is(n - 1, CfAxis::latitude))
+      hint = "; longitude comes before latitude here: transpose the variable (ncpdq -a " +
+             (n == 3 ? v.dims[0].name + "," : std::string()) + v.dims[n - 1].name + "," + v.dims[n - 2].name +
+             ", or xarray's transpose)";
+    throw Error(path + ": variable '" + name + "' (" + what + ") has dimensions " + dims_text(v.dims) +
+                (n ? ", recognised " + recognised_text(v.dims) : std::string()) +
+                "; expected (time, latitude, longitude) or (latitude, longitude)" + hint);
   }
-  const bool ok = (ndims == 3 && dim_names[0] == "time" && dim_names[1] == "lat" && dim_names[2] == "lon") ||
-                  (ndims == 2 && dim_names[0] == "lat" && dim_names[1] == "lon");
-  if (!ok)
-    throw Error(path + ": variable '" + name + "' (" + what + ") has dimensions " + dims_text(ncid, dimids) +
-                ", expected (time, lat, lon) or (lat, lon)");
-  v.timed = ndims == 3;
-  nc_check(nc_inq_dimlen(ncid, dimids[static_cast<size_t>(ndims - 2)], &v.h), path, "variable '" + name + "'");
-  nc_check(nc_inq_dimlen(ncid, dimids[static_cast<size_t>(ndims - 1)], &v.w), path, "variable '" + name + "'");
+  v.timed = n == 3;
+  v.h = v.dims[n - 2].length;
+  v.w = v.dims[n - 1].length;
   if (!integer_only) {
     v.scale = float_att(ncid, v.varid, "scale_factor", 1.0f);
     v.offset = float_att(ncid, v.varid, "add_offset", 0.0f);
@@ -118,24 +132,16 @@ VarLayout check_variable(int ncid, const std::string& path, const std::string& n
   return v;
 }
 
-std::vector<double> read_coordinate(int ncid, const std::string& path, const std::string& name, bool required,
+// The values of a dimension's coordinate variable, and its units and calendar when asked.
+std::vector<double> read_coordinate(int ncid, const std::string& path, const CfDimension& d,
                                     std::string* units = nullptr, std::string* calendar = nullptr) {
-  int varid = -1;
-  if (nc_inq_varid(ncid, name.c_str(), &varid) != NC_NOERR) {
-    if (required) throw Error(path + ": no coordinate variable '" + name + "'");
-    return {};
-  }
-  int ndims = 0;
-  nc_check(nc_inq_varndims(ncid, varid, &ndims), path, "coordinate '" + name + "'");
-  if (ndims != 1) throw Error(path + ": coordinate variable '" + name + "' has " + std::to_string(ndims) + " dimensions, expected 1");
-  int dimid = 0;
-  size_t len = 0;
-  nc_check(nc_inq_vardimid(ncid, varid, &dimid), path, "coordinate '" + name + "'");
-  nc_check(nc_inq_dimlen(ncid, dimid, &len), path, "coordinate '" + name + "'");
-  std::vector<double> out(len);
-  if (len) nc_check(nc_get_var_double(ncid, varid, out.data()), path, "coordinate '" + name + "'");
-  if (units) *units = nc_text_att(ncid, varid, "units");
-  if (calendar) *calendar = nc_text_att(ncid, varid, "calendar");
+  if (d.coordinate < 0)
+    throw Error(path + ": no coordinate variable '" + d.name + "' (the " + cf_axis_text(d.axis) +
+                " of each index of dimension '" + d.name + "')");
+  std::vector<double> out(d.length);
+  if (d.length) nc_check(nc_get_var_double(ncid, d.coordinate, out.data()), path, "coordinate '" + d.name + "'");
+  if (units) *units = nc_text_att(ncid, d.coordinate, "units");
+  if (calendar) *calendar = nc_text_att(ncid, d.coordinate, "calendar");
   return out;
 }
 
@@ -154,39 +160,37 @@ FileLayout open_layout(const std::string& path, const NetcdfOptions& options) {
       if (c == 0) {
         f.h = v.h;
         f.w = v.w;
-      } else if (v.h != f.h || v.w != f.w || v.timed != f.vars[0].timed) {
-        throw Error(path + ": variable '" + names[c] + "' has " + (v.timed ? "(time, " : "(") + "lat=" +
-                    std::to_string(v.h) + ", lon=" + std::to_string(v.w) + "), but '" + names[0] + "' has " +
-                    (f.vars[0].timed ? "(time, " : "(") + "lat=" + std::to_string(f.h) + ", lon=" +
-                    std::to_string(f.w) + ")");
+      } else if (!v.same_dims(f.vars[0])) {
+        throw Error(path + ": variable '" + names[c] + "' has dimensions " + dims_text(v.dims) + ", but '" +
+                    names[0] + "' has " + dims_text(f.vars[0].dims) + ": every field must be on the same dimensions");
       }
       f.vars.push_back(v);
     }
+    const VarLayout& first = f.vars[0];
     int varid = -1;
     if (!options.labels.empty() && nc_inq_varid(f.ncid, options.labels.c_str(), &varid) == NC_NOERR) {
       f.labels = check_variable(f.ncid, path, options.labels, "labels", true);
-      if (f.labels.h != f.h || f.labels.w != f.w || f.labels.timed != f.vars[0].timed)
-        throw Error(path + ": variable '" + options.labels + "' (labels) has a shape unlike the fields' (" +
-                    (f.vars[0].timed ? "time, " : "") + "lat=" + std::to_string(f.h) + ", lon=" +
-                    std::to_string(f.w) + ")");
+      if (!f.labels.same_dims(first))
+        throw Error(path + ": variable '" + options.labels + "' (labels) has dimensions " + dims_text(f.labels.dims) +
+                    ", unlike the fields' " + dims_text(first.dims));
     }
-    if (f.vars[0].timed) {
-      int dimid = -1;
-      size_t steps = 0;
-      nc_check(nc_inq_dimid(f.ncid, "time", &dimid), path, "dimension 'time'");
-      nc_check(nc_inq_dimlen(f.ncid, dimid, &steps), path, "dimension 'time'");
-      f.steps = static_cast<int64_t>(steps);
-      f.grid.time = read_coordinate(f.ncid, path, "time", false, &f.grid.time_units, &f.grid.calendar);
-      if (!f.grid.time.empty() && f.grid.time.size() != steps)
-        throw Error(path + ": coordinate variable 'time' has " + std::to_string(f.grid.time.size()) +
-                    " values for " + std::to_string(steps) + " time steps");
+    const CfDimension& lat = first.dims[first.dims.size() - 2];
+    const CfDimension& lon = first.dims.back();
+    if (first.timed) {
+      const CfDimension& time = first.dims[0];
+      f.steps = static_cast<int64_t>(time.length);
+      if (time.coordinate >= 0) f.grid.time = read_coordinate(f.ncid, path, time, &f.grid.time_units, &f.grid.calendar);
+      f.grid.time_dim = time.name;
     }
-    f.grid.lat = read_coordinate(f.ncid, path, "lat", true);
-    f.grid.lon = read_coordinate(f.ncid, path, "lon", true);
-    if (f.grid.lat.size() != f.h || f.grid.lon.size() != f.w)
-      throw Error(path + ": coordinate variables 'lat' (" + std::to_string(f.grid.lat.size()) + ") and 'lon' (" +
-                  std::to_string(f.grid.lon.size()) + ") do not match the fields' lat=" + std::to_string(f.h) +
-                  ", lon=" + std::to_string(f.w));
+    f.grid.lat = read_coordinate(f.ncid, path, lat);
+    f.grid.lon = read_coordinate(f.ncid, path, lon);
+    f.grid.lat_dim = lat.name;
+    f.grid.lon_dim = lon.name;
+    // ERA5 and other reanalyses store latitude north to south; the networks are trained on
+    // squall's grid (docs/formats.md, "Grid"), row 0 southernmost.
+    f.flip = f.grid.lat.size() > 1 && f.grid.lat.front() > f.grid.lat.back();
+    if (f.flip) std::reverse(f.grid.lat.begin(), f.grid.lat.end());
+    f.grid.lat_descending = f.flip;
   } catch (...) {
     nc_close(f.ncid);
     throw;
@@ -215,10 +219,13 @@ void read_step(const FileLayout& f, const std::string& path, int64_t step, const
     }
     if (v.scale != 1.0f || v.offset != 0.0f)
       for (size_t p = 0; p < plane; ++p) out[p] = out[p] * v.scale + v.offset;
+    if (f.flip) reverse_rows(out, f.h, f.w);
   }
-  if (labels && f.labels.varid >= 0)
+  if (labels && f.labels.varid >= 0) {
     nc_check(nc_get_vara_int(f.ncid, f.labels.varid, start, count, labels), path,
              "variable '" + options.labels + "', time step " + std::to_string(step));
+    if (f.flip) reverse_rows(labels, f.h, f.w);
+  }
 }
 
 class NetcdfSourceImpl final : public NetcdfSource {

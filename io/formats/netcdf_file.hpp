@@ -1,10 +1,14 @@
 #pragma once
-// CAM5/E3SM-style netCDF input (classic, 64-bit offset and netCDF-4 files): the 16 DeepCAM
-// fields as separate variables on `time x lat x lon` (or `lat x lon`, one step), several time
-// steps per file. Each time step is one sample [16, lat, lon] float32 in DeepCAM's channel
-// order; the variable read for each channel is a mapping (the DeepCAM names by default,
-// overridable: data.netcdf_variables). Labels come from an optional int variable (`labels`
-// by default) on the same dimensions. docs/data.md, "netCDF input", describes the layout.
+// CAM5/E3SM-, ERA5- and CMIP-style netCDF input (classic, 64-bit offset and netCDF-4 files):
+// the 16 DeepCAM fields as separate variables on (time, latitude, longitude) or (latitude,
+// longitude), several time steps per file. The dimensions are found as CF says, whatever
+// their names (lat, latitude, y, ...): by their coordinate variables' standard_name, axis or
+// units. Each time step is one sample [16, lat, lon] float32 in DeepCAM's channel order, rows
+// south to north whatever order the file stores (a file whose latitude descends, as ERA5's
+// does, is flipped on read); the variable read for each channel is a mapping (the DeepCAM
+// names by default, overridable: data.netcdf_variables). Labels come from an optional int
+// variable (`labels` by default) on the same dimensions. docs/data.md, "netCDF input",
+// describes the layout.
 //
 // Header free of netCDF and HDF5: src/ includes it. Every function throws squall::Error
 // naming the file (and the variable at fault); bad values in a sample are data::BadSample.
@@ -33,11 +37,16 @@ struct NetcdfOptions {
   std::string labels = "labels";       // label variable, read when the file has it; "": never
 };
 
-// The coordinates of a file (or of one sample, then time holds one value).
+// The coordinates of a file (or of one sample, then time holds one value), and how the file
+// stores them, so that a mask can be written on the input's own grid (formats::MaskGrid).
 struct NetcdfGrid {
-  std::vector<double> lat, lon;        // the `lat` and `lon` coordinate variables, as stored
-  std::vector<double> time;            // the `time` coordinate; empty when the file has no time
+  std::vector<double> lat;             // the latitude coordinate, south to north as the sample rows run
+  std::vector<double> lon;             // the longitude coordinate, as stored
+  std::vector<double> time;            // the time coordinate; empty when the file has no time (or no coordinate)
   std::string time_units, calendar;    // its `units` and `calendar` attributes ("" when absent)
+  std::string lat_dim = "lat", lon_dim = "lon";  // the file's dimension names
+  std::string time_dim = "time";       // the file's time dimension ("time" when it has none)
+  bool lat_descending = false;         // the file stores latitude north to south: lat and rows are reversed from it
 };
 
 // What `squall data inspect` shows of one file.
@@ -57,13 +66,14 @@ struct NetcdfFileInfo {
   NetcdfGrid grid;
 };
 
-// Opens `path`, checks every mapped variable (present, numeric, dims (time,lat,lon) or
-// (lat,lon), all the same shape; the labels variable likewise when present) and the lat/lon
-// coordinates, and describes it.
+// Opens `path`, checks every mapped variable (present, numeric, on (time, latitude, longitude)
+// or (latitude, longitude), all on the same dimensions; the labels variable likewise when
+// present) and the latitude/longitude coordinates, and describes it.
 NetcdfFileInfo describe_netcdf(const std::string& path, const NetcdfOptions& options = {});
 
-// One time step of one file, raw (not normalised). chw: [16, h, w]; labels: [h, w] or empty
-// when the file has no labels variable; grid.time: that step's time (empty without time).
+// One time step of one file, raw (not normalised), rows south to north. chw: [16, h, w];
+// labels: [h, w] or empty when the file has no labels variable; grid.time: that step's time
+// (empty without time).
 struct NetcdfSample {
   int64_t h = 0, w = 0, c = 0;
   std::vector<float> chw;
@@ -76,8 +86,8 @@ NetcdfSample read_netcdf_sample(const std::string& path, int64_t step, const Net
 std::vector<std::string> list_netcdf_files(const std::string& dir);
 
 // The training reader: the time steps of `files`, in file order then time order, as samples
-// [1, 16, lat, lon] with per-pixel labels (all 0 when a file has no labels variable).
-// Normalisation statistics come from a DeepCAM stats.h5 (read_deepcam_stats); an empty
+// [1, 16, lat, lon] (rows south to north) with per-pixel labels (all 0 when a file has no
+// labels variable). Normalisation statistics come from a DeepCAM stats.h5 (read_deepcam_stats); an empty
 // stats_path is allowed only with options.normalize == false.
 class NetcdfSource : public data::DataSource {
  public:

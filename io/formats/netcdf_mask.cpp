@@ -3,6 +3,7 @@
 
 #include <netcdf.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "io/formats/netcdf_util.hpp"
@@ -17,10 +18,10 @@ void put_text(int ncid, int varid, const char* name, const std::string& value, c
 }
 
 // A coordinate variable over its own dimension.
-int def_coordinate(int ncid, int dimid, const char* name, const std::string& units, const char* standard_name,
+int def_coordinate(int ncid, int dimid, const std::string& name, const std::string& units, const char* standard_name,
                    const char* axis, const std::string& path, const std::string& calendar = "") {
   int varid = -1;
-  nc_check(nc_def_var(ncid, name, NC_DOUBLE, 1, &dimid, &varid), path, std::string("variable '") + name + "'");
+  nc_check(nc_def_var(ncid, name.c_str(), NC_DOUBLE, 1, &dimid, &varid), path, "variable '" + name + "'");
   if (!units.empty()) put_text(ncid, varid, "units", units, path);
   put_text(ncid, varid, "standard_name", standard_name, path);
   put_text(ncid, varid, "long_name", standard_name, path);
@@ -44,13 +45,13 @@ void write_file(const std::string& tmp, const std::string& path, const MaskGrid&
   nc_check(nc_create(tmp.c_str(), NC_CLOBBER | NC_NETCDF4 | NC_CLASSIC_MODEL, &ncid), path, "create");
   try {
     int dt = -1, dy = -1, dx = -1, dk = -1;
-    nc_check(nc_def_dim(ncid, "time", NC_UNLIMITED, &dt), path, "dimension 'time'");
-    nc_check(nc_def_dim(ncid, "lat", ny, &dy), path, "dimension 'lat'");
-    nc_check(nc_def_dim(ncid, "lon", nx, &dx), path, "dimension 'lon'");
+    nc_check(nc_def_dim(ncid, grid.time_dim.c_str(), NC_UNLIMITED, &dt), path, "dimension '" + grid.time_dim + "'");
+    nc_check(nc_def_dim(ncid, grid.lat_dim.c_str(), ny, &dy), path, "dimension '" + grid.lat_dim + "'");
+    nc_check(nc_def_dim(ncid, grid.lon_dim.c_str(), nx, &dx), path, "dimension '" + grid.lon_dim + "'");
     if (!probabilities.empty()) nc_check(nc_def_dim(ncid, "class", nk, &dk), path, "dimension 'class'");
-    const int vt = def_coordinate(ncid, dt, "time", grid.time_units, "time", "T", path, grid.calendar);
-    const int vy = def_coordinate(ncid, dy, "lat", "degrees_north", "latitude", "Y", path);
-    const int vx = def_coordinate(ncid, dx, "lon", "degrees_east", "longitude", "X", path);
+    const int vt = def_coordinate(ncid, dt, grid.time_dim, grid.time_units, "time", "T", path, grid.calendar);
+    const int vy = def_coordinate(ncid, dy, grid.lat_dim, "degrees_north", "latitude", "Y", path);
+    const int vx = def_coordinate(ncid, dx, grid.lon_dim, "degrees_east", "longitude", "X", path);
 
     const int mask_dims[3] = {dt, dy, dx};
     int vm = -1;
@@ -67,7 +68,7 @@ void write_file(const std::string& tmp, const std::string& path, const MaskGrid&
     }
     nc_check(nc_put_att_schar(ncid, vm, "flag_values", NC_BYTE, nk, flags.data()), path, "attribute 'flag_values'");
     put_text(ncid, vm, "flag_meanings", meanings, path);
-    put_text(ncid, vm, "coordinates", "time lat lon", path);
+    put_text(ncid, vm, "coordinates", grid.time_dim + " " + grid.lat_dim + " " + grid.lon_dim, path);
 
     int vp = -1;
     if (!probabilities.empty()) {
@@ -92,17 +93,30 @@ void write_file(const std::string& tmp, const std::string& path, const MaskGrid&
     for (const auto& [name, value] : attrs.extra) put_text(ncid, NC_GLOBAL, name.c_str(), value, path);
     nc_check(nc_enddef(ncid), path, "end of definitions");
 
-    nc_check(nc_put_var_double(ncid, vy, grid.lat.data()), path, "variable 'lat'");
-    nc_check(nc_put_var_double(ncid, vx, grid.lon.data()), path, "variable 'lon'");
+    // The input's latitude order: a mask whose input stored north first is flipped back.
+    std::vector<double> lat = grid.lat;
+    if (grid.lat_descending) std::reverse(lat.begin(), lat.end());
+    nc_check(nc_put_var_double(ncid, vy, lat.data()), path, "variable '" + grid.lat_dim + "'");
+    nc_check(nc_put_var_double(ncid, vx, grid.lon.data()), path, "variable '" + grid.lon_dim + "'");
     if (nt) {
       const size_t start1 = 0, count1 = nt;
-      nc_check(nc_put_vara_double(ncid, vt, &start1, &count1, grid.time.data()), path, "variable 'time'");
+      nc_check(nc_put_vara_double(ncid, vt, &start1, &count1, grid.time.data()), path,
+               "variable '" + grid.time_dim + "'");
       const size_t start[3] = {0, 0, 0}, count[3] = {nt, ny, nx};
       std::vector<signed char> values(masks.begin(), masks.end());
+      if (grid.lat_descending)
+        for (size_t t = 0; t < nt; ++t) reverse_rows(values.data() + t * ny * nx, ny, nx);
       nc_check(nc_put_vara_schar(ncid, vm, start, count, values.data()), path, "variable 'mask'");
       if (vp >= 0) {
         const size_t pstart[4] = {0, 0, 0, 0}, pcount[4] = {nt, nk, ny, nx};
-        nc_check(nc_put_vara_float(ncid, vp, pstart, pcount, probabilities.data()), path, "variable 'probability'");
+        std::vector<float> flipped;
+        const float* p = probabilities.data();
+        if (grid.lat_descending) {
+          flipped.assign(probabilities.begin(), probabilities.end());
+          for (size_t plane = 0; plane < nt * nk; ++plane) reverse_rows(flipped.data() + plane * ny * nx, ny, nx);
+          p = flipped.data();
+        }
+        nc_check(nc_put_vara_float(ncid, vp, pstart, pcount, p), path, "variable 'probability'");
       }
     }
     nc_check(nc_close(ncid), path, "close");
@@ -120,6 +134,10 @@ void write_netcdf_masks(const std::string& path, const MaskGrid& grid, std::span
   const size_t nt = grid.time.size(), ny = grid.lat.size(), nx = grid.lon.size(), nk = class_names.size();
   if (ny == 0 || nx == 0) throw Error(path + ": mask grid has no latitudes or no longitudes");
   if (nk == 0 || nk > 127) throw Error(path + ": " + std::to_string(nk) + " class names (1 to 127 expected)");
+  if (grid.lat_dim.empty() || grid.lon_dim.empty() || grid.time_dim.empty() || grid.lat_dim == grid.lon_dim ||
+      grid.time_dim == grid.lat_dim || grid.time_dim == grid.lon_dim)
+    throw Error(path + ": dimension names time '" + grid.time_dim + "', lat '" + grid.lat_dim + "', lon '" +
+                grid.lon_dim + "' are not three distinct names");
   for (const std::string& name : class_names)
     if (name.empty()) throw Error(path + ": an empty class name");
   if (masks.size() != nt * ny * nx)

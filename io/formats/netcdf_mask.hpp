@@ -13,12 +13,17 @@
 
 namespace squall::formats {
 
-// Coordinates of the masks: lat [nlat] degrees north, lon [nlon] degrees east, time [nt] in
-// `time_units` ("days since 1979-01-01 00:00:00"; written only when not empty) and `calendar`
-// (written only when not empty), as read from the input (formats::NetcdfGrid has the same fields).
+// Coordinates of the masks: lat [nlat] degrees north in the masks' row order, lon [nlon]
+// degrees east, time [nt] in `time_units` ("days since 1979-01-01 00:00:00"; written only
+// when not empty) and `calendar` (written only when not empty), as read from the input
+// (formats::NetcdfGrid has the same fields). The dimension names and the latitude order are
+// the input's, so that a mask overlays its input: with lat_descending, the latitudes and the
+// rows of the masks are written in reverse (north to south).
 struct MaskGrid {
   std::vector<double> lat, lon, time;
   std::string time_units, calendar;
+  std::string lat_dim = "lat", lon_dim = "lon", time_dim = "time";  // also the coordinate variables' names
+  bool lat_descending = false;
 };
 
 // Global attributes. Conventions = "CF-1.8" is always written; the others when not empty.
@@ -30,7 +35,8 @@ struct MaskAttributes {
   std::vector<std::pair<std::string, std::string>> extra;  // any further text attributes
 };
 
-// Writes `path` (netCDF-4, classic model, masks compressed):
+// Writes `path` (netCDF-4, classic model, masks compressed), with the dimension names of
+// `grid` (time, lat and lon by default):
 //   dims time = grid.time.size(), lat, lon (and class = class_names.size() with probabilities);
 //   lat(lat), lon(lon), time(time) coordinate variables with units, standard_name, axis;
 //   mask(time, lat, lon) byte: the class per pixel, flag_values 0..K-1 and flag_meanings

@@ -165,6 +165,7 @@ std::vector<PredictedFile> predict_files(const checkpoint::CheckpointModel& ck, 
       out.class_names = info.class_names;
       out.mask.resize(static_cast<size_t>(out.times * hw));
       if (options.probabilities) out.probabilities.resize(static_cast<size_t>(out.times * classes * hw));
+      formats::NetcdfGrid input_grid;  // for a DeepCAM input: lat, lon, time, south first
       if (nc) {
         for (int64_t t = 0; t < out.times; ++t) {
           const formats::NetcdfGrid grid = nc_source->sample_grid(t);
@@ -173,6 +174,7 @@ std::vector<PredictedFile> predict_files(const checkpoint::CheckpointModel& ck, 
             out.lon = grid.lon;
             out.time_units = grid.time_units;
             out.calendar = grid.calendar;
+            input_grid = grid;
           }
           out.time.insert(out.time.end(), grid.time.begin(), grid.time.end());
         }
@@ -254,9 +256,11 @@ std::vector<PredictedFile> predict_files(const checkpoint::CheckpointModel& ck, 
         attrs.source = "squall " + ck.state.model;
         attrs.checkpoint = ck.folder.string() + " (step " + std::to_string(ck.state.step) + ")";
         attrs.history = "squall predict on " + input;
-        formats::write_netcdf_masks(r.output,
-                                    formats::MaskGrid{out.lat, out.lon, out.time, out.time_units, out.calendar},
-                                    out.mask, out.probabilities, out.class_names, attrs);
+        // The input's dimension names and latitude order, so that the mask overlays it.
+        const formats::MaskGrid grid{out.lat, out.lon, out.time, out.time_units, out.calendar,
+                                     input_grid.lat_dim, input_grid.lon_dim, input_grid.time_dim,
+                                     input_grid.lat_descending};
+        formats::write_netcdf_masks(r.output, grid, out.mask, out.probabilities, out.class_names, attrs);
       }
       if (options.png)
         pictures::write_png((fs::path(options.out) / (fs::path(input).stem().string() + "-mask.png")).string(),

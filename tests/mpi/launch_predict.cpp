@@ -1,7 +1,8 @@
 // `squall predict`: a small climate run's checkpoint applied to held-out files writes one mask
 // per file whose IoU against the labels is exactly what `squall eval` scores, with the grid,
 // the class names and the softmax; the same files without labels, on 2 ranks, give the same
-// masks; bad arguments end with exit 2 naming the thing.
+// masks; the same fields under ERA5's or other CF names, latitude descending, give the same
+// masks on the input's own grid; bad arguments end with exit 2 naming the thing.
 #include <hdf5.h>
 
 #include <catch2/catch.hpp>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <netcdf.h>
@@ -262,4 +264,137 @@ with netCDF4.Dataset(dst, "w", format="NETCDF4") as d:
     INFO("time step " << i);
     CHECK(std::equal(one.begin(), one.end(), all.begin() + i * 16 * 24));
   }
+}
+
+namespace {
+
+// A netCDF variable's dimension names, and a double variable's values.
+struct NcVariable {
+  std::vector<std::string> dims;
+  std::vector<double> values;
+};
+
+NcVariable read_nc_variable(const std::string& path, const std::string& name, bool values) {
+  NcVariable v;
+  int nc = -1, var = -1, ndims = 0, ids[NC_MAX_VAR_DIMS] = {};
+  REQUIRE(nc_open(path.c_str(), NC_NOWRITE, &nc) == NC_NOERR);
+  INFO(path << ": variable " << name);
+  REQUIRE(nc_inq_varid(nc, name.c_str(), &var) == NC_NOERR);
+  REQUIRE(nc_inq_varndims(nc, var, &ndims) == NC_NOERR);
+  REQUIRE(nc_inq_vardimid(nc, var, ids) == NC_NOERR);
+  size_t n = 1;
+  for (int i = 0; i < ndims; ++i) {
+    char dim[NC_MAX_NAME + 1] = {0};
+    size_t len = 0;
+    REQUIRE(nc_inq_dim(nc, ids[i], dim, &len) == NC_NOERR);
+    v.dims.emplace_back(dim);
+    n *= len;
+  }
+  if (values) {
+    v.values.resize(n);
+    REQUIRE(nc_get_var_double(nc, var, v.values.data()) == NC_NOERR);
+  }
+  nc_close(nc);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("predict on ERA5- and CF-named netCDF files, latitude descending, writes the masks of the lat/lon file",
+          "[launch][predict]") {
+  if (run_command("/usr/bin/python3 -c 'import netCDF4, h5py, numpy'").exit_code != 0)
+    SQUALL_SKIP("/usr/bin/python3 cannot import netCDF4, h5py and numpy (install python3-netcdf4 python3-h5py)");
+  TempDir tmp("squall-launch-predict-cf");
+  const std::string bin = squall_bin();
+  const std::string run = small_climate_run(tmp);
+  // The 4 held-out samples three times, as 4 time steps each: latlon.nc (lat, lon, time, no
+  // attributes), era5.nc (latitude north to south, longitude, valid_time: ERA5's names and
+  // attributes) and xy.nc (y, x, t known only by their units, latitude north to south).
+  const std::string script = tmp.file("to_nc.py");
+  {
+    std::ofstream py(script);
+    py << R"(import sys, glob, h5py, numpy as np, netCDF4
+src, dst = sys.argv[1], sys.argv[2]
+names = ["TMQ", "U850", "V850", "UBOT", "VBOT", "QREFHT", "PS", "PSL", "T200", "T500", "PRECT", "TS", "TREFHT",
+         "Z1000", "Z200", "ZBOT"]
+fields = []
+for f in sorted(glob.glob(src + "/data-*.h5")):
+    with h5py.File(f, "r") as h:
+        fields.append(h["climate/data"][...])
+        lat, lon = h["climate/lat"][...], h["climate/lon"][...]
+fields = np.stack(fields)  # time, lat (south first), lon, channel
+
+def write(path, t, y, x, t_atts, y_atts, x_atts, north_first, unlimited):
+    rows = slice(None, None, -1) if north_first else slice(None)
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as d:
+        d.createDimension(t, None if unlimited else len(fields))
+        d.createDimension(y, len(lat))
+        d.createDimension(x, len(lon))
+        for name, dim, atts, values in ((t, t, t_atts, 3600.0 * np.arange(len(fields))), (y, y, y_atts, lat[rows]),
+                                        (x, x, x_atts, lon)):
+            v = d.createVariable(name, "f8", (dim,))
+            v.setncatts(atts)
+            v[:] = values
+        for c, n in enumerate(names):
+            d.createVariable(n, "f4", (t, y, x))[:] = fields[:, rows, :, c]
+
+write(dst + "/latlon.nc", "time", "lat", "lon", {}, {}, {}, False, True)
+write(dst + "/era5.nc", "valid_time", "latitude", "longitude",
+      {"standard_name": "time", "axis": "T", "units": "seconds since 1970-01-01", "calendar": "proleptic_gregorian"},
+      {"standard_name": "latitude", "units": "degrees_north", "long_name": "latitude"},
+      {"standard_name": "longitude", "units": "degrees_east", "long_name": "longitude"}, True, False)
+write(dst + "/xy.nc", "t", "y", "x", {"units": "hours since 2001-01-01 00:00:00"}, {"units": "degrees_north"},
+      {"units": "degrees_east"}, True, False)
+)";
+  }
+  const std::string nc = tmp.file("nc"), masks = tmp.file("masks");
+  fs::create_directories(nc);
+  must_run("/usr/bin/python3 " + script + " " + tmp.file("test") + " " + nc);
+  const auto p = run_command(bin + " predict --run " + run + " --data " + nc + " --out " + masks + " --probabilities");
+  INFO(p.out << p.err);
+  REQUIRE(p.exit_code == 0);
+  CHECK_THAT(p.out, Catch::Contains("era5-mask.nc: 4 time steps;") && Catch::Contains("xy-mask.nc: 4 time steps;") &&
+                        Catch::Contains("3 files"));
+
+  const int64_t nt = 4, ny = 16, nx = 24, nk = 3;
+  const NcVariable ref = read_nc_variable(masks + "/latlon-mask.nc", "mask", true);
+  const NcVariable ref_p = read_nc_variable(masks + "/latlon-mask.nc", "probability", true);
+  REQUIRE(ref.values.size() == static_cast<size_t>(nt * ny * nx));
+  CHECK(ref.dims == std::vector<std::string>{"time", "lat", "lon"});
+  for (const auto& [stem, t, y, x] : {std::tuple{"era5", "valid_time", "latitude", "longitude"},
+                                      std::tuple{"xy", "t", "y", "x"}}) {
+    INFO(stem);
+    const std::string mask_file = masks + "/" + stem + "-mask.nc", input = nc + "/" + stem + ".nc";
+    // The mask on the input's grid: its dimension names, its coordinates in its order.
+    const NcVariable m = read_nc_variable(mask_file, "mask", true);
+    CHECK(m.dims == std::vector<std::string>{t, y, x});
+    CHECK(read_nc_variable(mask_file, "probability", false).dims == std::vector<std::string>{t, "class", y, x});
+    CHECK(read_nc_variable(mask_file, y, true).values == read_nc_variable(input, y, true).values);
+    CHECK(read_nc_variable(mask_file, x, true).values == read_nc_variable(input, x, true).values);
+    CHECK(read_nc_variable(mask_file, t, true).values == read_nc_variable(input, t, true).values);
+    // The values: the lat/lon file's masks and probabilities, rows north first.
+    const NcVariable prob = read_nc_variable(mask_file, "probability", true);
+    REQUIRE(m.values.size() == ref.values.size());
+    REQUIRE(prob.values.size() == ref_p.values.size());
+    size_t differ = 0, differ_p = 0;
+    for (int64_t s = 0; s < nt; ++s)
+      for (int64_t row = 0; row < ny; ++row)
+        for (int64_t col = 0; col < nx; ++col) {
+          const int64_t north_first = (s * ny + (ny - 1 - row)) * nx + col, south_first = (s * ny + row) * nx + col;
+          differ += m.values[static_cast<size_t>(north_first)] != ref.values[static_cast<size_t>(south_first)];
+          for (int64_t k = 0; k < nk; ++k)
+            differ_p += prob.values[static_cast<size_t>(((s * nk + k) * ny + (ny - 1 - row)) * nx + col)] !=
+                        ref_p.values[static_cast<size_t>(((s * nk + k) * ny + row) * nx + col)];
+        }
+    CHECK(differ == 0);
+    CHECK(differ_p == 0);
+  }
+  // The probabilities differ from row to row: a mask left south first would not compare equal.
+  size_t asymmetric = 0;
+  for (int64_t plane = 0; plane < nt * nk; ++plane)
+    for (int64_t row = 0; row < ny; ++row)
+      for (int64_t col = 0; col < nx; ++col)
+        asymmetric += ref_p.values[static_cast<size_t>((plane * ny + row) * nx + col)] !=
+                      ref_p.values[static_cast<size_t>((plane * ny + ny - 1 - row) * nx + col)];
+  CHECK(asymmetric > 0);
 }

@@ -287,7 +287,7 @@ TEST_CASE("netCDF input errors name the file and the variable", "[io][netcdf]") 
   write_nc(d.file("transposed.nc"), transposed);
   CHECK_THAT(open_error(d.file("transposed.nc")), Catch::Contains(d.file("transposed.nc")) &&
                                                       Catch::Contains("'U850'") &&
-                                                      Catch::Contains("expected (time, lat, lon)"));
+                                                      Catch::Contains("expected (time, latitude, longitude)"));
 
   NcSpec shorter;
   shorter.short_lat = "ZBOT";
