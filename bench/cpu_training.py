@@ -15,7 +15,9 @@ same batch and thread count, SGD with momentum 0.9, fp32):
   eager channels_last   the model and batches in NHWC (torch.channels_last)
   torch.compile         torch.compile of the model (CPU inductor, default mode); a variant
                         that fails (or runs past --peer-timeout, compilation included) is
-                        recorded as "failed: <reason>" and not run again
+                        recorded as "failed: <reason>" and not run again; inductor
+                        caches what it compiled (in the system's temporary folder), so
+                        only the first run's warm-up holds a full compilation
 The table gives the medians; the ratio is squall against the best peer variant (the highest
 median), run by run (median, min-max).
 
