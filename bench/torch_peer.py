@@ -7,7 +7,9 @@ steady_skip()), then times `steps` more, synchronising the device before and aft
 returns samples/s. No evaluation, no data loading in the timed loop: each step takes a batch
 already on the device (a fresh index gather from a tensor of samples, or one fixed batch).
 Precision: "fp32" (TF32 off, squall's fp32 uses none), "bf16" or "fp16" under torch.autocast
-(fp16 with a GradScaler); channels_last puts the model and the batches in NHWC.
+(fp16 with a GradScaler); channels_last puts the model and the batches in NHWC; compile
+wraps the model in torch.compile (the first warm-up step compiles it: the warm-up's time, in
+`report`, holds the compilation).
 """
 import contextlib
 import time
@@ -40,16 +42,19 @@ class PastDeadline(Exception):
 
 
 def train_rate(torch, model, batches, batch, steps, warmup, device, precision="fp32", channels_last=False, lr=0.01,
-               deadline=None):
+               deadline=None, compile=False, report=None):
     """samples/s of `steps` training steps after `warmup` untimed ones. `batches(i)` gives step
     i's (inputs, labels) on the device, inputs in the memory format asked for. Raises
-    PastDeadline when time.monotonic() passes `deadline` (a bench's budget) between steps."""
+    PastDeadline when time.monotonic() passes `deadline` (a bench's budget) between steps.
+    `report` (a dict) receives warmup_s, the warm-up's seconds."""
     dev = torch.device(device)
     model = model.to(dev)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    if compile:
+        model = torch.compile(model)
     reduced = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     if precision not in ("fp32", "bf16", "fp16"):
         raise ValueError(f"precision {precision}: fp32, bf16 or fp16")
@@ -69,9 +74,12 @@ def train_rate(torch, model, batches, batch, steps, warmup, device, precision="f
         if deadline is not None and time.monotonic() > deadline:
             raise PastDeadline(f"PyTorch cut at the budget's end, at step {i + 1} of {warmup + steps}")
 
+    t0 = time.perf_counter()
     for i in range(warmup):
         step(i)
     synchronize(torch, device)
+    if report is not None:
+        report["warmup_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     for i in range(steps):
         step(warmup + i)
