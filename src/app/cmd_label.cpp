@@ -68,19 +68,15 @@ std::vector<Item> input_items(const std::string& dir, const formats::NetcdfOptio
   return items;
 }
 
-// A netCDF time step as a DeepCAM sample: channels last, rows south to north (flipped when
-// the file's lat runs north to south, as the labeler's grid runs south to north).
+// A netCDF time step as a DeepCAM sample: channels last. Its rows already run south to north,
+// as the labeler's grid does: the netCDF reader flips a file whose latitude descends.
 formats::DeepcamFields netcdf_fields(const formats::NetcdfSample& s, std::vector<double>& lat) {
   formats::DeepcamFields f{s.h, s.w, s.c, std::vector<float>(s.chw.size())};
   lat = s.grid.lat;
-  const bool flip = lat.size() > 1 && lat.front() > lat.back();
-  if (flip) std::reverse(lat.begin(), lat.end());
   for (int64_t c = 0; c < s.c; ++c)
-    for (int64_t y = 0; y < s.h; ++y) {
-      const int64_t src_y = flip ? s.h - 1 - y : y;
+    for (int64_t y = 0; y < s.h; ++y)
       for (int64_t x = 0; x < s.w; ++x)
-        f.hwc[static_cast<size_t>((y * s.w + x) * s.c + c)] = s.chw[static_cast<size_t>((c * s.h + src_y) * s.w + x)];
-    }
+        f.hwc[static_cast<size_t>((y * s.w + x) * s.c + c)] = s.chw[static_cast<size_t>((c * s.h + y) * s.w + x)];
   return f;
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <future>
 #include <span>
 
 namespace squall::eval {
@@ -13,8 +15,6 @@ EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const
   const auto& info = test.info();
   const int64_t per_sample = info.sample.per_sample();
   const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
-  std::vector<float> images(static_cast<size_t>(batch * per_sample));
-  std::vector<int32_t> labels(static_cast<size_t>(batch * label_hw));
   EvalPart part{nn::ConfusionMatrix(info.classes)};
   // The loss sum and the confusion matrix accumulate in backend memory and are read once at
   // the end: no host round trip per batch.
@@ -25,17 +25,45 @@ EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const
   nn::Buffer dlogits = be.allocate(static_cast<size_t>(g.output_shape().numel()), g.dtype());
   be.fill(stream, loss.data(), 2, 0.0f);
   be.fill(stream, reinterpret_cast<float*>(confusion.as<int32_t>()), classes * classes, 0.0f);  // 0.0f is all zero bits
-  std::vector<int64_t> idx;
+  // Two host batches: while one is computed on, a thread reads the next samples into the other
+  // (the files of a climate test set take as long to read as the model takes to run).
+  struct HostBatch {
+    std::vector<float> images;
+    std::vector<int32_t> labels;
+    std::vector<int64_t> idx;
+  };
+  HostBatch host[2];
+  for (HostBatch& h : host) {
+    h.images.resize(static_cast<size_t>(batch * per_sample));
+    h.labels.resize(static_cast<size_t>(batch * label_hw));
+    h.idx.resize(static_cast<size_t>(batch));
+  }
+  const auto read_batch = [&](HostBatch& h, int64_t start) {
+    const int64_t valid = std::min(batch, end - start);
+    for (int64_t i = 0; i < batch; ++i) h.idx[static_cast<size_t>(i)] = start + std::min(i, valid - 1);
+    test.read(h.idx, h.images.data(), h.labels.data());
+    std::fill(h.labels.begin() + valid * label_hw, h.labels.end(), -1);  // padding: ignored
+  };
+  std::future<void> next;
+  // An early return (an exception) still waits for the read in flight, which uses `host`.
+  struct Joiner {
+    std::future<void>& f;
+    ~Joiner() {
+      if (f.valid()) f.wait();
+    }
+  } joiner{next};
+  if (begin < end) read_batch(host[0], begin);
   nn::RunMode mode;
   mode.train = false;
-  for (int64_t start = begin; start < end; start += batch) {
+  for (int64_t start = begin, k = 0; start < end; start += batch, ++k) {
     const int64_t valid = std::min(batch, end - start);
-    idx.resize(static_cast<size_t>(batch));
-    for (int64_t i = 0; i < batch; ++i) idx[static_cast<size_t>(i)] = start + std::min(i, valid - 1);
-    test.read(idx, images.data(), labels.data());
-    std::fill(labels.begin() + valid * label_hw, labels.end(), -1);  // padding: ignored
-    // Pageable host memory: these copies have read it when they return, so the next
-    // batch may overwrite it.
+    if (next.valid()) next.get();  // this batch's read; rethrows its error
+    HostBatch& cur = host[k % 2];
+    if (start + batch < end) next = std::async(std::launch::async, read_batch, std::ref(host[(k + 1) % 2]), start + batch);
+    const std::vector<float>& images = cur.images;
+    const std::vector<int32_t>& labels = cur.labels;
+    // Pageable host memory: these copies have read it when they return, so the read after
+    // the next may overwrite it.
     be.copy_from_host(stream, g.input().f32(), images.data(), images.size());
     be.copy_labels_from_host(stream, dev_labels, labels.data(), labels.size());
     g.forward(stream, mode);
