@@ -83,13 +83,15 @@ TEST_CASE("layout blocked: NCHW to nChw8c and nChw16c and back moves every eleme
   }
   nn::Buffer a = be().allocate(64), b = be().allocate(64);
   // Channels that do not fill whole blocks, a blocked <-> NHWC permutation, and the request
-  // Layout::blocked (not a memory order) are refused, not computed wrongly.
-  CHECK_THROWS_AS(be().permute_layout(*s, nn::DType::f32, a.raw(), Layout::nchw, b.raw(), Layout::nchw8c, 1, 4, 4, 4),
-                  Error);
-  CHECK_THROWS_AS(be().permute_layout(*s, nn::DType::f32, a.raw(), Layout::nhwc, b.raw(), Layout::nchw8c, 1, 8, 2, 4),
-                  Error);
-  CHECK_THROWS_AS(be().permute_layout(*s, nn::DType::f32, a.raw(), Layout::nchw, b.raw(), Layout::blocked, 1, 8, 2, 4),
-                  Error);
+  // Layout::blocked (not a memory order) are refused, not computed wrongly (asynchronous CPU
+  // streams report it at the synchronisation).
+  const auto permute = [&](Layout from, Layout to, int64_t c, int64_t h, int64_t w) {
+    be().permute_layout(*s, nn::DType::f32, a.raw(), from, b.raw(), to, 1, c, h, w);
+    be().synchronize(*s);
+  };
+  CHECK_THROWS_AS(permute(Layout::nchw, Layout::nchw8c, 4, 4, 4), Error);
+  CHECK_THROWS_AS(permute(Layout::nhwc, Layout::nchw8c, 8, 2, 4), Error);
+  CHECK_THROWS_AS(permute(Layout::nchw, Layout::blocked, 8, 2, 4), Error);
 }
 
 TEST_CASE("layout blocked: convolution, pooling and batch-norm plans in blocked layouts compute what NCHW computes",
@@ -260,7 +262,7 @@ TEST_CASE("layout blocked: every zoo model built blocked computes the NCHW model
   }
 }
 
-TEST_CASE("layout blocked: the backend names the block its convolutions compute in; reduced precision stays NCHW",
+TEST_CASE("layout blocked: the backend names the block its convolutions compute in, and reduced precision stays NCHW",
           "[layout][blocked]") {
   if (!cpu_backend()) return;
   const Layout l = be().blocked_layout_for(nn::DType::f32);

@@ -140,6 +140,7 @@ TEST_CASE("a checkpoint's named weights load into a fresh graph that gives the t
 
   // A graph built from what the checkpoint says, loaded by name: the central model's logits.
   auto g = nn::make_model(ck.spec, ck.input);
+  g->set_forward_only(true);     // as eval and predict build it, and as the group's evaluation graph is
   g->build(*backend, b, 12345);  // another initialisation: everything must come from the file
   auto stream = backend->create_stream();
   checkpoint::load_into_graph(ck, *g, *backend, *stream);
