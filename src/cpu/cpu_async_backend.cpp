@@ -213,7 +213,7 @@ DeviceInfo AsyncCpuBackend::device() const {
 }
 
 Layout AsyncCpuBackend::blocked_layout_for(DType t) const { return m_b->blocked_layout_for(t); }
-bool AsyncCpuBackend::fuses_inference(DType t) const { return m_b->fuses_inference(t); }
+bool AsyncCpuBackend::fuses(DType t) const { return m_b->fuses(t); }
 
 int AsyncCpuBackend::threads() const {
   return m_b->threads();

@@ -35,7 +35,7 @@ class AsyncCpuBackend : public Backend {
   std::string name() const override;
   DeviceInfo device() const override;
   Layout blocked_layout_for(DType t) const override;
-  bool fuses_inference(DType t) const override;
+  bool fuses(DType t) const override;
   int threads() const override;
   void bind_calling_thread(int threads) override;
 

@@ -44,7 +44,7 @@ class CpuBackend : public Backend {
   // cpu_conv.cpp asks a probe primitive once); f32 only: reduced-precision plans compute
   // through f32 copies and stay NCHW.
   Layout blocked_layout_for(DType t) const override;
-  bool fuses_inference(DType t) const override { return t == DType::f32; }
+  bool fuses(DType t) const override { return t == DType::f32; }
   std::unique_ptr<Stream> create_stream() override;
   std::unique_ptr<Event> create_event() override;
   void record(Event&, Stream&) override {}

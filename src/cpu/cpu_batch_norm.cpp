@@ -6,6 +6,7 @@
 // Training normalises with the batch mean and biased variance, keeps mean and 1/std for
 // backward, and updates the running statistics as PyTorch does, with the UNBIASED variance.
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include <omp.h>
@@ -17,6 +18,14 @@ namespace squall::cpu {
 
 namespace {
 
+// The gradient that reaches the norm: the ReLU's output gradient g where the forward's output
+// x * scale + shift (recomputed in the forward's arithmetic) was positive, when it is fused.
+template <bool Relu>
+inline float bn_dy(float x, float scale, float shift, float g) {
+  if constexpr (Relu) return x * scale + shift > 0.0f ? g : 0.0f;
+  return g;
+}
+
 // The loops see a tensor as [n][c / B][hw][B]: B = 1 is NCHW, B = 8 or 16 the channel-blocked
 // layouts, in which the B channels of a block are the lanes of one vector. A thread takes
 // whole blocks, so that every channel's sums are one thread's.
@@ -24,7 +33,11 @@ template <int B>
 class CpuBatchNormPlan final : public BatchNormPlan {
  public:
   explicit CpuBatchNormPlan(const BatchNormDesc& d)
-      : m_desc(d), m_mean(static_cast<size_t>(d.c)), m_inv_std(static_cast<size_t>(d.c)) {
+      : m_desc(d),
+        m_mean(static_cast<size_t>(d.c)),
+        m_inv_std(static_cast<size_t>(d.c)),
+        m_scale(static_cast<size_t>(d.c)),
+        m_shift(static_cast<size_t>(d.c)) {
     if (d.n < 1 || d.c < 1 || d.h < 1 || d.w < 1 || !(d.eps > 0.0f) || d.c % B != 0)
       throw Error("batch norm: invalid description " + Shape(d.n, d.c, d.h, d.w).str() +
                   " eps=" + std::to_string(d.eps) + " layout " + layout_name(d.layout));
@@ -89,12 +102,20 @@ class CpuBatchNormPlan final : public BatchNormPlan {
           shift[l] = beta[ch] - running_mean[ch] * scale[l];
         }
       }
+      for (int l = 0; l < B; ++l) {
+        m_scale[static_cast<size_t>(cb * B + l)] = scale[l];
+        m_shift[static_cast<size_t>(cb * B + l)] = shift[l];
+      }
+      const bool relu = m_desc.relu;
       for (int64_t i = 0; i < n; ++i) {
         const float* p = x + (i * blocks + cb) * hw * B;
         float* q = y + (i * blocks + cb) * hw * B;
         for (int64_t j = 0; j < hw; ++j)
 #pragma omp simd
-          for (int l = 0; l < B; ++l) q[j * B + l] = p[j * B + l] * scale[l] + shift[l];
+          for (int l = 0; l < B; ++l) {
+            const float v = p[j * B + l] * scale[l] + shift[l];
+            q[j * B + l] = !relu || v > 0.0f ? v : 0.0f;  // the ReLU layer's expression
+          }
       }
     }
     m_have_batch_stats = train;
@@ -102,6 +123,16 @@ class CpuBatchNormPlan final : public BatchNormPlan {
 
   void backward(Stream&, const void* xv, const void* dyv, const float* gamma, void* dxv, float* dgamma,
                 float* dbeta) override {
+    if (m_desc.relu)
+      backward_impl<true>(xv, dyv, gamma, dxv, dgamma, dbeta);
+    else
+      backward_impl<false>(xv, dyv, gamma, dxv, dgamma, dbeta);
+  }
+
+ private:
+  // Relu: dy is the fused ReLU's output gradient (BatchNormDesc::relu).
+  template <bool Relu>
+  void backward_impl(const void* xv, const void* dyv, const float* gamma, void* dxv, float* dgamma, float* dbeta) {
     const auto* x = static_cast<const float*>(xv);
     const auto* dy = static_cast<const float*>(dyv);
     auto* dx = static_cast<float*>(dxv);
@@ -110,11 +141,15 @@ class CpuBatchNormPlan final : public BatchNormPlan {
     const double count = static_cast<double>(n * hw);
 #pragma omp parallel for schedule(static) if (n * c * hw > 16384)
     for (int64_t cb = 0; cb < blocks; ++cb) {
-      float mean[B], inv_std[B];
+      float mean[B], inv_std[B], scale[B], shift[B];
       for (int l = 0; l < B; ++l) {
         mean[l] = m_mean[static_cast<size_t>(cb * B + l)];
         inv_std[l] = m_inv_std[static_cast<size_t>(cb * B + l)];
+        scale[l] = m_scale[static_cast<size_t>(cb * B + l)];
+        shift[l] = m_shift[static_cast<size_t>(cb * B + l)];
       }
+      // With the ReLU fused, dy is the ReLU's output gradient: it reaches the norm where the
+      // forward's output was positive, recomputed from x in the forward's arithmetic.
       double sum_dy[B] = {}, sum_dy_xhat[B] = {};
       for (int64_t i = 0; i < n; ++i) {
         const float* p = x + (i * blocks + cb) * hw * B;
@@ -123,15 +158,17 @@ class CpuBatchNormPlan final : public BatchNormPlan {
         if constexpr (B == 1) {
 #pragma omp simd reduction(+ : s[0], t[0])
           for (int64_t j = 0; j < hw; ++j) {
-            s[0] += g[j];
-            t[0] += g[j] * (p[j] - mean[0]);
+            const float gj = bn_dy<Relu>(p[j], scale[0], shift[0], g[j]);
+            s[0] += gj;
+            t[0] += gj * (p[j] - mean[0]);
           }
         } else {
           for (int64_t j = 0; j < hw; ++j)
 #pragma omp simd
             for (int l = 0; l < B; ++l) {
-              s[l] += g[j * B + l];
-              t[l] += g[j * B + l] * (p[j * B + l] - mean[l]);
+              const float gj = bn_dy<Relu>(p[j * B + l], scale[l], shift[l], g[j * B + l]);
+              s[l] += gj;
+              t[l] += gj * (p[j * B + l] - mean[l]);
             }
         }
         for (int l = 0; l < B; ++l) {
@@ -157,14 +194,15 @@ class CpuBatchNormPlan final : public BatchNormPlan {
         for (int64_t j = 0; j < hw; ++j)
 #pragma omp simd
           for (int l = 0; l < B; ++l)
-            q[j * B + l] = k[l] * (g[j * B + l] - mean_dy[l] - (p[j * B + l] - mean[l]) * inv_std[l] * mean_dy_xhat[l]);
+            q[j * B + l] =
+                k[l] * (bn_dy<Relu>(p[j * B + l], scale[l], shift[l], g[j * B + l]) - mean_dy[l] - (p[j * B + l] - mean[l]) * inv_std[l] * mean_dy_xhat[l]);
       }
     }
   }
 
- private:
   BatchNormDesc m_desc;
   std::vector<float> m_mean, m_inv_std;  // batch statistics of the last training forward
+  std::vector<float> m_scale, m_shift;   // y = x * scale + shift per channel, as the last forward computed it
   bool m_have_batch_stats = false;
 };
 

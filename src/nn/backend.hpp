@@ -128,7 +128,7 @@ struct ConvDesc {
   std::optional<Layout> out_layout;
   Layout y_layout() const { return out_layout.value_or(layout); }
   bool backward = true;                 // false: forward only (a backend may then make no backward plan)
-  // Forward only, where Backend::fuses_inference(): what the output goes through before it is
+  // Forward only, where Backend::fuses(): what the output goes through before it is
   // written (docs/design.md, "Inference"): a batch norm in eval mode folded into the weights
   // and bias (ConvPlan::bind_batch_norm names its tensors), then a ReLU.
   bool fold_batch_norm = false;
@@ -203,6 +203,9 @@ struct BatchNormDesc {
   float momentum = 0.1f;  // running = (1 - momentum) * running + momentum * batch (PyTorch's)
   DType dtype = DType::f32;  // x, y, dx, dy (gamma, beta, running statistics are f32)
   Layout layout = Layout::nchw;
+  // y = max(normalised x, 0), and backward takes the ReLU's output gradient as dy, keeping only
+  // where the normalised x was positive (recomputed from x, as forward computed it).
+  bool relu = false;
 };
 
 class BatchNormPlan {
@@ -304,9 +307,10 @@ class Backend {
   // The channel-blocked layout (Layout::nchw8c or nchw16c) this backend's convolutions compute
   // in for activations of type t, which a graph built with Layout::blocked keeps its tensors
   // in; Layout::nchw where it has none (its plans then never see a blocked layout).
-  // Whether forward-only convolution plans for activations of type t take a folded batch norm
-  // and a ReLU (ConvDesc::fold_batch_norm, relu), which a forward-only graph then hands them.
-  virtual bool fuses_inference(DType t) const {
+  // Whether plans for activations of type t take what a graph fuses into them: forward-only
+  // convolutions a folded batch norm and a ReLU (ConvDesc::fold_batch_norm, relu), batch norm
+  // the ReLU after it (BatchNormDesc::relu), in training too.
+  virtual bool fuses(DType t) const {
     (void)t;
     return false;
   }

@@ -258,6 +258,9 @@ Graph::ActivationPlan Graph::plan_activations() const {
     structure.output = m_output;
     p.hands_through = plan_gradient_aliases(structure);
   }
+  // A fused node's gradient is its head's: the head's backward takes it as its output gradient.
+  for (int i = 1; i < count; ++i)
+    if (fused_into(i) >= 0) p.hands_through[static_cast<size_t>(i)].assign(m_nodes[static_cast<size_t>(i)]->inputs.size(), true);
   std::vector<int> group(static_cast<size_t>(count));
   for (int i = 0; i < count; ++i) group[static_cast<size_t>(i)] = i;
   for (int id = count - 1; id >= 1; --id) {  // from the last down: an add's own group is final first
@@ -456,9 +459,9 @@ void Graph::set_memory_reuse(bool on) {
   m_reuse_memory = on;
 }
 
-void Graph::set_inference_fusion(bool on) {
-  if (built()) throw Error("graph: inference fusion must be chosen before build()");
-  m_fuse_inference = on;
+void Graph::set_fusion(bool on) {
+  if (built()) throw Error("graph: fusion must be chosen before build()");
+  m_fuse = on;
 }
 
 int Graph::fused_nodes() const {
@@ -474,7 +477,7 @@ int Graph::fused_nodes() const {
 void Graph::plan_fusion(const Backend& backend) {
   m_fused_into.assign(static_cast<size_t>(size()), -1);
   for (int id = 1; id < size(); ++id) m_nodes[static_cast<size_t>(id)]->layer->reset_fusion();
-  if (!m_forward_only || !m_fuse_inference || !backend.fuses_inference(m_dtype)) return;
+  if (!m_fuse || !backend.fuses(m_dtype)) return;
   std::vector<int> readers(static_cast<size_t>(size()), 0);
   for (const auto& n : m_nodes)
     for (int i : n->inputs) ++readers[static_cast<size_t>(i)];
@@ -484,7 +487,7 @@ void Graph::plan_fusion(const Backend& backend) {
     for (int tail = head, next = head + 1; next < size(); tail = next++) {
       const Node& n = *m_nodes[static_cast<size_t>(next)];
       if (tail == m_output || readers[static_cast<size_t>(tail)] != 1 || n.inputs != std::vector<int>{tail} ||
-          n.layout != m_nodes[static_cast<size_t>(tail)]->layout || !layer.fuse_next(*n.layer))
+          n.layout != m_nodes[static_cast<size_t>(tail)]->layout || !layer.fuse_next(*n.layer, !m_forward_only))
         break;
       m_fused_into[static_cast<size_t>(next)] = head;
     }
@@ -512,6 +515,10 @@ void Graph::backward(Stream& stream, const std::function<void(size_t)>& on_param
   for (int id = size() - 1; id >= 1; --id) {
     Node& n = *m_nodes[static_cast<size_t>(id)];
     if (!n.grad_written) continue;  // does not reach the output
+    if (m_fused_into[static_cast<size_t>(id)] >= 0) {  // its head's backward does its part, in the same memory
+      m_nodes[static_cast<size_t>(n.inputs[0])]->grad_written = true;
+      continue;
+    }
     in.clear();
     din.clear();
     pending_add.clear();

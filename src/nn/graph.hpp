@@ -90,11 +90,12 @@ class Graph {
   // another node's value once forward() has returned. Default off; set before build().
   void set_forward_only(bool on);
   bool forward_only() const { return m_forward_only; }
-  // Inference fusion (docs/design.md, "Inference"): in a forward-only graph on a backend that
-  // fuses (Backend::fuses_inference), a layer may compute the nodes after it that alone read
-  // its output (a convolution: the batch norm, then the ReLU); those nodes are skipped and
-  // their values are its output. Default on; off is the reference path. Set before build().
-  void set_inference_fusion(bool on);
+  // Fusion (docs/design.md, "Inference"): on a backend that fuses (Backend::fuses), a layer may
+  // compute the nodes after it that alone read its output: in a forward-only graph a
+  // convolution the batch norm and the ReLU after it, in any graph a batch norm the ReLU after
+  // it. Those nodes are skipped; their values (and gradients) are the layer's. Default on;
+  // off is the reference path. Set before build().
+  void set_fusion(bool on);
   // After build: how many nodes a layer before them computes (0 without fusion).
   int fused_nodes() const;
   // Whether activations share memory by lifetime (docs/design.md, "Activation memory"): the
@@ -175,7 +176,7 @@ class Graph {
   bool m_alias_gradients = true;
   bool m_forward_only = false;
   bool m_reuse_memory = true;
-  bool m_fuse_inference = true;
+  bool m_fuse = true;
   std::vector<int> m_fused_into;  // per node: the node whose layer computes it, or -1 (build())
   void plan_fusion(const Backend& backend);
   bool m_mirrors_enabled = true;

@@ -109,12 +109,13 @@ class Layer {
   // the graph may then give an input dout's memory as its gradient instead of a copy
   // (src/nn/gradient_aliases.hpp).
   virtual bool passes_gradient_through() const { return false; }
-  // Inference fusion (forward-only graphs, docs/design.md "Inference"): before build(), the
-  // graph offers the layer the node that alone reads its output; true means the layer's
-  // forward will compute that node's too (the graph then skips it, and its value is this
-  // layer's output). A layer that took a batch norm gets the norm's tensors after build().
-  virtual bool fuse_next(const Layer& next) {
-    (void)next;
+  // Fusion (docs/design.md, "Inference"): before build(), the graph offers the layer the node
+  // that alone reads its output (`training`: in a training graph); true means the layer's
+  // forward computes that node's too, and its backward takes that node's output gradient (the
+  // graph then skips the node, whose value and gradient are this layer's). A layer that took
+  // a batch norm gets the norm's tensors after build().
+  virtual bool fuse_next(const Layer& next, bool training) {
+    (void)next, (void)training;
     return false;
   }
   virtual void reset_fusion() {}

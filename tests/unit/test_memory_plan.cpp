@@ -102,7 +102,7 @@ void check_shared_memory(const test::ZooCase& c) {
       forward_only->set_forward_only(true);
       // Bit for bit needs the same arithmetic: a folded batch norm rounds differently
       // (tests/unit/test_inference_fusion.cpp compares the fused graph).
-      forward_only->set_inference_fusion(false);
+      forward_only->set_fusion(false);
       forward_only->build(be(), 2, 7);
       const Results a = run(*own, *s), b = run(*shared, *s), f = run(*forward_only, *s);
       REQUIRE(a.grads.size() == b.grads.size());

@@ -60,8 +60,18 @@ class BatchNorm final : public Layer {
     m_scratch_dx = Buffer{};
     m_desc.dtype = m_dtype;
     m_desc.layout = m_layout;
+    m_desc.relu = m_fuse_relu;
     m_plan = backend.make_batch_norm(m_desc);
   }
+
+  // The ReLU after it: computed in the normalisation's pass, and its backward in the norm's
+  // (the mask recomputed from x), which saves a pass over the tensor each way and the read of
+  // the ReLU's output in backward.
+  bool fuse_next(const Layer& next, bool) override {
+    if (next.type() != "relu" || m_fuse_relu) return false;
+    return m_fuse_relu = true;
+  }
+  void reset_fusion() override { m_fuse_relu = false; }
 
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode& mode) override {
     m_plan->forward(stream, in[0].data, m_gamma.f32(), m_beta.f32(), m_running_mean.f32(), m_running_var.f32(),
@@ -84,6 +94,7 @@ class BatchNorm final : public Layer {
   float m_eps, m_momentum;
   BatchNormDesc m_desc;
   std::unique_ptr<BatchNormPlan> m_plan;
+  bool m_fuse_relu = false;
   Backend* m_backend = nullptr;
   Buffer m_scratch_dx;
   Tensor m_gamma, m_beta, m_dgamma, m_dbeta, m_running_mean, m_running_var;

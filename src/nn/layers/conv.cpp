@@ -46,7 +46,8 @@ class ConvBase : public Layer {
 
   // A forward-only graph's convolution takes the batch norm after it (folded into its weights)
   // and the ReLU after that (a post-op), as inference runtimes do.
-  bool fuse_next(const Layer& next) override {
+  bool fuse_next(const Layer& next, bool training) override {
+    if (training) return false;
     if (next.type() == "batch_norm" && !m_fuse_bn && !m_fuse_relu) {
       m_fuse_bn = true;
       m_desc.bn_eps = next.attributes().eps;
