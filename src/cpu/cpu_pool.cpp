@@ -3,6 +3,7 @@
 // input elements in the window, padding excluded (PyTorch's count_include_pad=False).
 #include <algorithm>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "src/core/error.hpp"
@@ -15,11 +16,10 @@ namespace {
 
 using namespace dnnl_util;
 
-class CpuPoolPlan final : public PoolPlan {
- public:
-  CpuPoolPlan(dnnl::engine& engine, const PoolDesc& d) : m_desc(d) {
-    const Shape out = d.output();
-    if (d.n < 1 || d.c < 1 || d.r < 1 || d.s < 1 || d.stride_h < 1 || d.stride_w < 1 || d.pad_h < 0 ||
+// Throws for a description no pooling plan takes (both kinds below check with it).
+void check_pool_desc(const PoolDesc& d) {
+  const Shape out = d.output();
+  if (d.n < 1 || d.c < 1 || d.r < 1 || d.s < 1 || d.stride_h < 1 || d.stride_w < 1 || d.pad_h < 0 ||
         d.pad_w < 0 || out.h() < 1 || out.w() < 1)
       throw Error("pool: invalid description: input " + Shape(d.n, d.c, d.h, d.w).str() + ", window " +
                   std::to_string(d.r) + "x" + std::to_string(d.s) + ", output " + out.str());
@@ -27,6 +27,13 @@ class CpuPoolPlan final : public PoolPlan {
       throw Error("pool: padding must be at most half the window (PyTorch's rule), got pad " +
                   std::to_string(d.pad_h) + "x" + std::to_string(d.pad_w) + " for window " +
                   std::to_string(d.r) + "x" + std::to_string(d.s));
+}
+
+class CpuPoolPlan final : public PoolPlan {
+ public:
+  CpuPoolPlan(dnnl::engine& engine, const PoolDesc& d) : m_desc(d) {
+    check_pool_desc(d);
+    const Shape out = d.output();
     const tag order = activation_tag(d.layout, "pool");
     const memory::desc src_md({d.n, d.c, d.h, d.w}, dt::f32, order);
     const memory::desc dst_md({out.n(), out.c(), out.h(), out.w()}, dt::f32, order);
@@ -112,6 +119,7 @@ class CpuPoolPlan final : public PoolPlan {
 class PlanePoolPlan final : public PoolPlan {
  public:
   explicit PlanePoolPlan(const PoolDesc& d) : m_d(d), m_out(d.output()) {
+    check_pool_desc(d);
     if (d.kind == PoolKind::max) m_argmax.resize(static_cast<size_t>(m_out.numel()));
   }
 
@@ -126,11 +134,9 @@ class PlanePoolPlan final : public PoolPlan {
       float* out = y + p * oh * ow;
       int32_t* arg = max ? m_argmax.data() + p * oh * ow : nullptr;
       for (int64_t oy = 0; oy < oh; ++oy) {
-        const int64_t y0 = std::max<int64_t>(oy * m_d.stride_h - m_d.pad_h, 0);
-        const int64_t y1 = std::min<int64_t>(oy * m_d.stride_h - m_d.pad_h + m_d.r, ih);
+        const auto [y0, y1] = window(oy, m_d.stride_h, m_d.pad_h, m_d.r, ih);
         for (int64_t ox = 0; ox < ow; ++ox) {
-          const int64_t x0 = std::max<int64_t>(ox * m_d.stride_w - m_d.pad_w, 0);
-          const int64_t x1 = std::min<int64_t>(ox * m_d.stride_w - m_d.pad_w + m_d.s, iw);
+          const auto [x0, x1] = window(ox, m_d.stride_w, m_d.pad_w, m_d.s, iw);
           if (max) {
             int64_t best = y0 * iw + x0;
             for (int64_t yy = y0; yy < y1; ++yy)
@@ -167,11 +173,9 @@ class PlanePoolPlan final : public PoolPlan {
         continue;
       }
       for (int64_t oy = 0; oy < oh; ++oy) {
-        const int64_t y0 = std::max<int64_t>(oy * m_d.stride_h - m_d.pad_h, 0);
-        const int64_t y1 = std::min<int64_t>(oy * m_d.stride_h - m_d.pad_h + m_d.r, ih);
+        const auto [y0, y1] = window(oy, m_d.stride_h, m_d.pad_h, m_d.r, ih);
         for (int64_t ox = 0; ox < ow; ++ox) {
-          const int64_t x0 = std::max<int64_t>(ox * m_d.stride_w - m_d.pad_w, 0);
-          const int64_t x1 = std::min<int64_t>(ox * m_d.stride_w - m_d.pad_w + m_d.s, iw);
+          const auto [x0, x1] = window(ox, m_d.stride_w, m_d.pad_w, m_d.s, iw);
           const float share = g[oy * ow + ox] / static_cast<float>((y1 - y0) * (x1 - x0));
           for (int64_t yy = y0; yy < y1; ++yy)
             for (int64_t xx = x0; xx < x1; ++xx) din[yy * iw + xx] += share;
@@ -181,6 +185,11 @@ class PlanePoolPlan final : public PoolPlan {
   }
 
  private:
+  // The input rows (or columns) [first, last) under output position o, padding cut off.
+  static std::pair<int64_t, int64_t> window(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t size) {
+    return {std::max<int64_t>(o * stride - pad, 0), std::min<int64_t>(o * stride - pad + k, size)};
+  }
+
   PoolDesc m_d;
   Shape m_out;
   std::vector<int32_t> m_argmax;  // max: per output, the index of its maximum in its input plane
@@ -196,7 +205,6 @@ std::unique_ptr<PoolPlan> CpuBackend::make_pool(const PoolDesc& d) {
     return make_reduced_pool(*this, d, make_pool(f32));
   }
   if (d.layout == Layout::nchw) {
-    std::make_unique<CpuPoolPlan>(m_engine, d);  // its checks of the description, and oneDNN's
     return std::make_unique<PlanePoolPlan>(d);
   }
   return std::make_unique<CpuPoolPlan>(m_engine, d);
