@@ -23,6 +23,13 @@ batch (default 8) and thread count:
           with the checkpoint's statistics (normalization/mean, std, input_scale of model.h5)
           and transposes, session.run, the cross-entropy weighted by the run's
           data.class_weights, the argmax and the confusion matrix (numpy)
+and, for `squall predict`, the same files turned into mask files:
+  squall  `squall predict --run RUN --data FOLDER --out DIR --format h5`: the time its last
+          line gives (from the model built to the last mask file written): per batch of
+          files, reading, normalising, the forward pass and the argmax; per file, the pixel
+          and region counts and an HDF5 mask file (/mask, /lat, /lon and attributes)
+  ORT     the same session on the same batches of files, numpy's argmax, and h5py writing
+          each file's /mask (uint8 [1, H, W])
 Both sides' first batch is inside the time (squall's first forward, ORT's first run). The
 ratio (squall / ORT samples/s, run by run: median, min-max) compares the same work; the ORT
 column "run() only" adds the time inside session.run alone, the compute without the Python
@@ -39,6 +46,8 @@ import argparse
 import glob
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -139,6 +148,46 @@ def ort_eval(onnx_path, paths, batch, threads, ck):
             "accuracy": float(np.trace(cm) / cm.sum()), "loss": loss_sum / n}
 
 
+def ort_predict(onnx_path, paths, batch, threads, ck, out_dir):
+    """ONNX Runtime as a predict: every file's mask, from batches of --batch files."""
+    import h5py
+    import numpy as np
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    x = np.empty((batch, CHANNELS, HEIGHT, WIDTH), dtype=np.float32)
+    os.makedirs(out_dir, exist_ok=True)
+    n = len(paths)
+    t0 = time.perf_counter()
+    for start in range(0, n, batch):
+        valid = min(batch, n - start)
+        for k in range(valid):
+            with h5py.File(paths[start + k], "r") as f:
+                x[k] = ck.normalise(f["climate/data"][()])
+        pred = sess.run(None, {name: x})[0].argmax(axis=1).astype(np.uint8)
+        for k in range(valid):
+            stem = os.path.splitext(os.path.basename(paths[start + k]))[0]
+            with h5py.File(os.path.join(out_dir, stem + "-mask.h5"), "w") as f:
+                f.create_dataset("mask", data=pred[k][None])
+    seconds = time.perf_counter() - t0
+    return {"samples_per_s": n / seconds, "seconds": seconds}
+
+
+def squall_predict(a, run_dir, folder, samples, out_dir):
+    out = run([a.squall, "predict", "--run", run_dir, "--data", folder, "--out", out_dir, "--format", "h5",
+               "--set", f"run.threads={a.threads}", "--set", f"train.eval_batch_size={a.batch}"], "squall predict")
+    m = re.search(r"(\d+) time steps? in ([0-9.]+) s", out)
+    if not m or int(m.group(1)) != samples:
+        sys.exit(f"squall predict: no line 'N time steps in S s' for {samples} time steps in:\n{out[-2000:]}")
+    seconds = float(m.group(2))
+    return {"samples_per_s": samples / seconds, "seconds": seconds}
+
+
 def squall_eval(a, run_dir, folder, samples):
     out = run([a.squall, "eval", "--run", run_dir, "--data", folder, "--set", f"data.test_samples={samples}",
                "--set", f"run.threads={a.threads}", "--set", f"train.eval_batch_size={a.batch}", "--json"],
@@ -197,10 +246,15 @@ def main():
     with tempfile.TemporaryDirectory() as workdir:
         folder, run_dir, onnx_path, paths = prepare(a, workdir)
         ck = Checkpoint(run_dir)
-        sq, ort_runs = [], []
+        sq, ort_runs, sq_pred, ort_pred = [], [], [], []
+        masks = os.path.join(workdir, "masks")
         for _ in range(a.runs):  # alternating: both sides see the same machine
             sq.append(squall_eval(a, run_dir, folder, len(paths)))
             ort_runs.append(ort_eval(onnx_path, paths, a.batch, a.threads, ck))
+            shutil.rmtree(masks, ignore_errors=True)
+            sq_pred.append(squall_predict(a, run_dir, folder, len(paths), masks))
+            shutil.rmtree(masks, ignore_errors=True)
+            ort_pred.append(ort_predict(onnx_path, paths, a.batch, a.threads, ck, masks))
         dnn = cpu_peak.onednn_isa([a.squall, "eval", "--run", run_dir, "--data", folder, "--set",
                                    f"data.test_samples={a.batch}", "--set", f"run.threads={a.threads}", "--set",
                                    f"train.eval_batch_size={a.batch}"])
@@ -208,6 +262,7 @@ def main():
                                 str(CLASSES), "--input", f"{CHANNELS},{HEIGHT},{WIDTH}", "--json"],
                                "squall model"))["forward_gflop_per_sample"]
     ratios = [s["samples_per_s"] / o["samples_per_s"] for s, o in zip(sq, ort_runs)]
+    pred_ratios = [s["samples_per_s"] / o["samples_per_s"] for s, o in zip(sq_pred, ort_pred)]
     med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731
     result = {"model": "unet", "input": [CHANNELS, HEIGHT, WIDTH], "batch": a.batch, "threads": a.threads,
               "samples": len(paths), "runs": a.runs, "cpu": cpu_peak.cpu_model(), "squall_onednn": dnn,
@@ -216,6 +271,10 @@ def main():
               "ort_run_only_samples_per_s": med(ort_runs, "run_only_samples_per_s"),
               "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
               "squall_runs": sq, "ort_runs": ort_runs,
+              "squall_predict_samples_per_s": med(sq_pred, "samples_per_s"),
+              "ort_predict_samples_per_s": med(ort_pred, "samples_per_s"),
+              "predict_ratio_median": statistics.median(pred_ratios), "predict_ratio_min": min(pred_ratios),
+              "predict_ratio_max": max(pred_ratios), "squall_predict_runs": sq_pred, "ort_predict_runs": ort_pred,
               "accuracy_difference": max(abs(s["accuracy"] - o["accuracy"]) for s, o in zip(sq, ort_runs))}
     if a.json:
         print(json.dumps(result, indent=2))
@@ -224,13 +283,17 @@ def main():
            f"ONNX Runtime {result['onnxruntime']} (CPUExecutionProvider) from {sys.executable}")
     bc.out(f"{len(paths)} DeepCAM files a run, read, normalised and evaluated by both sides (loss, argmax, "
            "confusion matrix); medians of the runs\n")
-    bc.print_table_head(["model", "input", "batch", "threads", "samples", "runs", "squall eval samples/s",
+    bc.print_table_head(["command", "model", "input", "batch", "threads", "samples", "runs", "squall samples/s",
                          "ORT samples/s (same work)", "squall / ORT (median, min-max)", "ORT run() only samples/s",
                          "squall forward GFLOP/s"])
-    bc.print_row(["unet", f"{CHANNELS}x{HEIGHT}x{WIDTH}", a.batch, a.threads, len(paths), a.runs,
+    bc.print_row(["eval", "unet", f"{CHANNELS}x{HEIGHT}x{WIDTH}", a.batch, a.threads, len(paths), a.runs,
                   bc.fmt(result["squall_samples_per_s"]), bc.fmt(result["ort_samples_per_s"]),
                   f"{result['ratio_median']:.2f} ({result['ratio_min']:.2f}-{result['ratio_max']:.2f})",
                   bc.fmt(result["ort_run_only_samples_per_s"]), bc.fmt(result["squall_samples_per_s"] * gflop, 1)])
+    bc.print_row(["predict", "unet", f"{CHANNELS}x{HEIGHT}x{WIDTH}", a.batch, a.threads, len(paths), a.runs,
+                  bc.fmt(result["squall_predict_samples_per_s"]), bc.fmt(result["ort_predict_samples_per_s"]),
+                  f"{result['predict_ratio_median']:.2f} ({result['predict_ratio_min']:.2f}-"
+                  f"{result['predict_ratio_max']:.2f})", "", ""])
     bc.out(f"\npixel accuracy: squall {sq[0]['accuracy']:.6f}, ORT {ort_runs[0]['accuracy']:.6f}; "
            f"loss: squall {sq[0]['loss']:.6f}, ORT {ort_runs[0]['loss']:.6f}")
     if result["accuracy_difference"] > 1e-3:

@@ -90,7 +90,7 @@ VarLayout check_variable(int ncid, const std::string& path, const std::string& n
                          bool integer_only) {
   VarLayout v;
   if (nc_inq_varid(ncid, name.c_str(), &v.varid) != NC_NOERR)
-    throw Error(path + ": no variable '" + name + "' (" + what + ")");
+    throw UsageError(path + ": no variable '" + name + "' (" + what + ")");
   nc_type type;
   int ndims = 0;
   nc_check(nc_inq_var(ncid, v.varid, nullptr, &type, &ndims, nullptr, nullptr), path, "variable '" + name + "'");
@@ -101,7 +101,7 @@ VarLayout check_variable(int ncid, const std::string& path, const std::string& n
                        type == NC_INT64 || type == NC_UINT64;
   const bool integer = numeric && type != NC_FLOAT && type != NC_DOUBLE;
   if (!numeric || (integer_only && !integer))
-    throw Error(path + ": variable '" + name + "' (" + what + ") has type " + nc_type_text(ncid, type) + ", expected " +
+    throw UsageError(path + ": variable '" + name + "' (" + what + ") has type " + nc_type_text(ncid, type) + ", expected " +
                 (integer_only ? "an integer type" : "a numeric type"));
   for (int id : dimids) v.dims.push_back(cf_dimension(ncid, id, path));
   const size_t n = v.dims.size();
@@ -114,7 +114,7 @@ VarLayout check_variable(int ncid, const std::string& path, const std::string& n
       hint = "; longitude comes before latitude here: transpose the variable (ncpdq -a " +
              (n == 3 ? v.dims[0].name + "," : std::string()) + v.dims[n - 1].name + "," + v.dims[n - 2].name +
              ", or xarray's transpose)";
-    throw Error(path + ": variable '" + name + "' (" + what + ") has dimensions " + dims_text(v.dims) +
+    throw UsageError(path + ": variable '" + name + "' (" + what + ") has dimensions " + dims_text(v.dims) +
                 (n ? ", recognised " + recognised_text(v.dims) : std::string()) +
                 "; expected (time, latitude, longitude) or (latitude, longitude)" + hint);
   }
@@ -136,7 +136,7 @@ VarLayout check_variable(int ncid, const std::string& path, const std::string& n
 std::vector<double> read_coordinate(int ncid, const std::string& path, const CfDimension& d,
                                     std::string* units = nullptr, std::string* calendar = nullptr) {
   if (d.coordinate < 0)
-    throw Error(path + ": no coordinate variable '" + d.name + "' (the " + cf_axis_text(d.axis) +
+    throw UsageError(path + ": no coordinate variable '" + d.name + "' (the " + cf_axis_text(d.axis) +
                 " of each index of dimension '" + d.name + "')");
   std::vector<double> out(d.length);
   if (d.length) nc_check(nc_get_var_double(ncid, d.coordinate, out.data()), path, "coordinate '" + d.name + "'");
@@ -153,7 +153,7 @@ FileLayout open_layout(const std::string& path, const NetcdfOptions& options) {
     const std::vector<std::string> names =
         options.variables.empty() ? netcdf_variable_map("") : options.variables;
     if (names.size() != deepcam_channel_names().size())
-      throw Error(path + ": " + std::to_string(names.size()) + " variable names given, expected " +
+      throw UsageError(path + ": " + std::to_string(names.size()) + " variable names given, expected " +
                   std::to_string(deepcam_channel_names().size()) + " (one per DeepCAM channel)");
     for (size_t c = 0; c < names.size(); ++c) {
       VarLayout v = check_variable(f.ncid, path, names[c], "channel " + deepcam_channel_names()[c], false);
@@ -161,7 +161,7 @@ FileLayout open_layout(const std::string& path, const NetcdfOptions& options) {
         f.h = v.h;
         f.w = v.w;
       } else if (!v.same_dims(f.vars[0])) {
-        throw Error(path + ": variable '" + names[c] + "' has dimensions " + dims_text(v.dims) + ", but '" +
+        throw UsageError(path + ": variable '" + names[c] + "' has dimensions " + dims_text(v.dims) + ", but '" +
                     names[0] + "' has " + dims_text(f.vars[0].dims) + ": every field must be on the same dimensions");
       }
       f.vars.push_back(v);
@@ -171,7 +171,7 @@ FileLayout open_layout(const std::string& path, const NetcdfOptions& options) {
     if (!options.labels.empty() && nc_inq_varid(f.ncid, options.labels.c_str(), &varid) == NC_NOERR) {
       f.labels = check_variable(f.ncid, path, options.labels, "labels", true);
       if (!f.labels.same_dims(first))
-        throw Error(path + ": variable '" + options.labels + "' (labels) has dimensions " + dims_text(f.labels.dims) +
+        throw UsageError(path + ": variable '" + options.labels + "' (labels) has dimensions " + dims_text(f.labels.dims) +
                     ", unlike the fields' " + dims_text(first.dims));
     }
     const CfDimension& lat = first.dims[first.dims.size() - 2];

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,18 +42,25 @@ std::string file_line(const eval::PredictedFile& f) {
 int run_predict(Context& ctx, const PredictArgs& args) {
   const mpi::Topology topo = mpi::Topology::create(mpi::resolve_ranks_per_node(ctx.global.ranks_per_node));
   const checkpoint::CheckpointModel ck = args.from.read(topo.world());
-  const std::vector<eval::PredictedFile> mine = eval::predict_files(ck, args.options, topo);
+  const eval::Predictions mine = eval::predict_files(ck, args.options, topo);
   std::string text;
   int64_t files = 0;
-  for (const auto& f : mine) {
+  for (const auto& f : mine.files) {
     text += "predict " + file_line(f) + "\n";
     ++files;
   }
   const std::vector<std::string> all = topo.world().gather_strings(text);
   const int64_t total = topo.world().allreduce_sum(files);
+  const int64_t samples = topo.world().allreduce_sum(mine.samples);
+  double seconds = mine.seconds;
+  topo.world().allreduce_max(std::span<double>(&seconds, 1));
   if (topo.rank() == 0) {
     for (const std::string& t : all) std::cout << t;
-    std::cout << "predict " << ck.name() << ": " << total << " file" << (total == 1 ? "" : "s") << ", masks in "
+    char rate[96];
+    std::snprintf(rate, sizeof(rate), " in %.2f s (%.1f per second)", seconds,
+                  seconds > 0 ? static_cast<double>(samples) / seconds : 0.0);
+    std::cout << "predict " << ck.name() << ": " << total << " file" << (total == 1 ? "" : "s") << ", " << samples
+              << " time step" << (samples == 1 ? "" : "s") << rate << ", masks in "
               << std::filesystem::path(args.options.out).string() << "\n"
               << std::flush;
   }

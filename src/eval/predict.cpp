@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <deque>
+#include <future>
+#include <memory>
 #include <numeric>
 
 #include "io/formats/dataset.hpp"
@@ -13,6 +16,7 @@
 #include "io/formats/netcdf_mask.hpp"
 #include "io/pictures/png.hpp"
 #include "mpi/agreement.hpp"
+#include "src/core/clock.hpp"
 #include "src/core/error.hpp"
 #include "src/eval/eval_run.hpp"
 #include "io/pictures/prediction_picture.hpp"
@@ -100,8 +104,301 @@ int64_t count_regions(const uint8_t* mask, int64_t h, int64_t w, uint8_t cls) {
   return regions;
 }
 
-std::vector<PredictedFile> predict_files(const checkpoint::CheckpointModel& ck, const PredictOptions& options,
-                                         const mpi::Topology& topo) {
+namespace {
+
+// One input file on its way through predict: opened and read by the reader thread, its masks
+// filled by the model's thread, and written by the reader once its last time step is done.
+struct FileJob {
+  int64_t index = 0;  // in the inputs
+  std::string input;
+  std::unique_ptr<formats::NetcdfSource> nc_source;
+  std::unique_ptr<data::DataSource> h5_source;
+  const data::DataSource* source = nullptr;
+  formats::MaskOutput out;
+  formats::NetcdfGrid input_grid;     // a netCDF input's grid: its dimension names, its latitude order
+  std::vector<float> first_channel;   // of its first time step, for --png
+  int64_t read = 0;                   // time steps read (reader thread)
+  int64_t done = 0;                   // time steps predicted (model thread)
+};
+
+// A batch of samples from one or more files: slot i holds time step slots[i].t of slots[i].file.
+// Slots past slots.size() repeat stale samples, whose outputs are not used.
+struct HostBatch {
+  struct Slot {
+    FileJob* file;
+    int64_t t;
+  };
+  std::vector<float> images;
+  std::vector<int32_t> labels;
+  std::vector<Slot> slots;
+};
+
+class Predictor {
+ public:
+  Predictor(const checkpoint::CheckpointModel& ck, const config::Config& cfg, const PredictOptions& options,
+            const std::vector<std::string>& inputs, int64_t first, int64_t last, const mpi::Topology& topo)
+      : m_ck(ck), m_cfg(cfg), m_options(options), m_inputs(inputs), m_next(first), m_last(last), m_topo(topo) {
+    const data::Normalization& norm = ck.model.normalization;
+    m_open.normalize = norm.kind != "none";
+    m_open.fixed = norm;  // its kind, not open.normalization, says how
+    m_open.labels_optional = true;
+    m_open.cache_bytes = 0;
+    m_netcdf = {formats::netcdf_variable_map(cfg.data.netcdf_variables), cfg.data.netcdf_labels};
+    m_batch = config::eval_batch(cfg);
+  }
+
+  // Runs the files: the reader thread opens, reads and writes while the model computes the
+  // batch before. Batches run across file boundaries, so files of one time step (DeepCAM's)
+  // fill whole batches.
+  Predictions run() {
+    Predictions result;
+    if (m_next >= m_last) return result;
+    open_next();  // the first file, here: the model is built for its samples
+    FileJob& first = *m_jobs.front();
+    const data::DatasetInfo& info = first.source->info();
+    const nn::ModelSpec spec = fit_checkpoint_model(m_ck, m_cfg, "--data", first.input, *first.source, m_batch);
+    m_model = build_inference_model(m_ck, m_cfg, spec, info, m_batch, m_topo);
+    m_built = info.sample;
+    m_classes = static_cast<int64_t>(info.class_names.size());
+    const int64_t hw = m_built.h() * m_built.w();
+    m_dev_pred = m_model.backend->allocate_labels(static_cast<size_t>(m_batch * hw), m_pred_buf);
+    for (HostBatch& h : m_host) {
+      h.images.assign(static_cast<size_t>(m_batch * m_built.per_sample()), 0.0f);
+      h.labels.assign(static_cast<size_t>(m_batch * hw), -1);
+    }
+    std::future<void> next;
+    // An exception still waits for the reader, which uses the jobs and the host batches.
+    struct Joiner {
+      std::future<void>& f;
+      ~Joiner() {
+        if (f.valid()) f.wait();
+      }
+    } joiner{next};
+    const Stopwatch timer;
+    fill(m_host[0]);
+    std::vector<FileJob*> finished;  // predicted, not yet written
+    for (int k = 0;; ++k) {
+      if (next.valid()) next.get();  // this batch's read (and the last writes); rethrows their error
+      HostBatch& cur = m_host[k % 2];
+      if (cur.slots.empty()) break;
+      HostBatch& other = m_host[(k + 1) % 2];
+      next = std::async(std::launch::async, [this, &other, done = std::move(finished)] {
+        for (FileJob* f : done) finish(*f);
+        fill(other);
+      });
+      finished = compute(cur);
+      result.samples += static_cast<int64_t>(cur.slots.size());
+    }
+    for (FileJob* f : finished) finish(*f);
+    // In input order (a file of no time steps was written when it was opened).
+    std::stable_sort(m_done.begin(), m_done.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& d : m_done) result.files.push_back(std::move(d.second));
+    result.seconds = timer.seconds();
+    return result;
+  }
+
+ private:
+  // Opens inputs[m_next] as a job at the back of m_jobs: its source, its grid, room for its masks.
+  void open_next() {
+    auto job = std::make_unique<FileJob>();
+    FileJob& j = *job;
+    j.index = m_next;
+    j.input = m_inputs[static_cast<size_t>(m_next++)];
+    const bool nc = is_netcdf(j.input);
+    if (nc) {
+      j.nc_source = formats::open_netcdf_files({j.input}, "", m_open, m_netcdf);
+      j.source = j.nc_source.get();
+    } else {
+      j.h5_source = formats::open_deepcam_files({j.input}, "", m_open);
+      j.source = j.h5_source.get();
+    }
+    const data::DatasetInfo& info = j.source->info();
+    if (m_built.rank > 0) {
+      if (info.sample.c() != m_built.c() || info.sample.h() != m_built.h() || info.sample.w() != m_built.w())
+        throw UsageError(j.input + ": samples of " + info.sample.str() + ", but the files before it have " +
+                         m_built.str());
+      if (static_cast<int64_t>(info.class_names.size()) != m_classes)
+        throw UsageError(j.input + ": " + std::to_string(info.class_names.size()) +
+                         " classes, but the files before it have " + std::to_string(m_classes));
+    }
+    formats::MaskOutput& out = j.out;
+    const int64_t hw = info.sample.h() * info.sample.w();
+    out.times = j.source->size();
+    out.h = info.sample.h();
+    out.w = info.sample.w();
+    out.class_names = info.class_names;
+    out.mask.resize(static_cast<size_t>(out.times * hw));
+    if (m_options.probabilities)
+      out.probabilities.resize(static_cast<size_t>(out.times * static_cast<int64_t>(info.class_names.size()) * hw));
+    if (nc) {
+      for (int64_t t = 0; t < out.times; ++t) {
+        const formats::NetcdfGrid grid = j.nc_source->sample_grid(t);
+        if (t == 0) {
+          out.lat = grid.lat;
+          out.lon = grid.lon;
+          out.time_units = grid.time_units;
+          out.calendar = grid.calendar;
+          j.input_grid = grid;
+        }
+        out.time.insert(out.time.end(), grid.time.begin(), grid.time.end());
+      }
+      if (static_cast<int64_t>(out.time.size()) != out.times) out.time.clear();
+    } else {
+      formats::read_deepcam_grid(j.input, out.lat, out.lon);
+    }
+    const data::Normalization& norm = m_ck.model.normalization;
+    out.attributes = {{"model", m_ck.state.model},
+                      {"checkpoint", m_ck.folder.string()},
+                      {"step", std::to_string(m_ck.state.step)},
+                      {"input", j.input},
+                      {"normalisation", norm.kind + " (" + norm.source + ")"}};
+    m_jobs.push_back(std::move(job));
+  }
+
+  // The next batch's samples, from the job being read and the files after it (reader thread).
+  void fill(HostBatch& b) {
+    b.slots.clear();
+    const int64_t per = m_built.per_sample(), hw = m_built.h() * m_built.w();
+    while (static_cast<int64_t>(b.slots.size()) < m_batch) {
+      FileJob* j = m_jobs.empty() ? nullptr : m_jobs.back().get();
+      if (j == nullptr || j->read == j->out.times) {
+        if (m_next >= m_last) break;
+        open_next();
+        j = m_jobs.back().get();
+        if (j->out.times == 0) {  // nothing to predict: its (empty) masks are written now
+          finish(*j);
+          continue;
+        }
+      }
+      const auto at = static_cast<int64_t>(b.slots.size());
+      const int64_t take = std::min(m_batch - at, j->out.times - j->read);
+      std::vector<int64_t> idx(static_cast<size_t>(take));
+      std::iota(idx.begin(), idx.end(), j->read);
+      j->source->read(idx, b.images.data() + at * per, b.labels.data() + at * hw);
+      if (j->read == 0) j->first_channel.assign(b.images.begin() + at * per, b.images.begin() + at * per + hw);
+      for (int64_t t = j->read; t < j->read + take; ++t) b.slots.push_back({j, t});
+      j->read += take;
+    }
+  }
+
+  // The model on one batch; its classes (and softmax) into the jobs' masks. Returns the jobs
+  // whose last time step this was (model thread).
+  std::vector<FileJob*> compute(HostBatch& b) {
+    nn::Graph& g = *m_model.graph;
+    nn::Backend& be = *m_model.backend;
+    nn::Stream& s = *m_model.stream;
+    const int64_t hw = m_built.h() * m_built.w(), classes = m_classes;
+    be.copy_from_host(s, g.input().f32(), b.images.data(), b.images.size());
+    nn::RunMode mode;
+    mode.train = false;
+    g.forward(s, mode);
+    const auto shape = g.output_shape();
+    m_pred.resize(static_cast<size_t>(m_batch * hw));
+    be.argmax_channels(s, g.dtype(), g.output().data, m_dev_pred, shape.n(), shape.c(), shape.h() * shape.w());
+    be.copy_labels_to_host(s, m_pred.data(), m_dev_pred, m_pred.size());
+    if (m_options.probabilities) {
+      const auto count = static_cast<size_t>(shape.n() * shape.c() * shape.h() * shape.w());
+      m_logits.resize(count);
+      if (g.dtype() == nn::DType::f32) {
+        be.copy_to_host(s, m_logits.data(), g.output().f32(), count);
+      } else {
+        if (!m_wide) m_wide = be.allocate(count);
+        be.convert(s, g.output().data, g.dtype(), m_wide.data(), nn::DType::f32, count);
+        be.copy_to_host(s, m_logits.data(), m_wide.data(), count);
+      }
+    }
+    be.synchronize(s);
+    std::vector<FileJob*> finished;
+    std::vector<double> e(static_cast<size_t>(classes));  // one pixel's exp(z - max)
+    for (size_t k = 0; k < b.slots.size(); ++k) {
+      FileJob& j = *b.slots[k].file;
+      const int64_t t = b.slots[k].t;
+      const int32_t* pred = m_pred.data() + static_cast<int64_t>(k) * hw;
+      uint8_t* dst = j.out.mask.data() + t * hw;
+      for (int64_t p = 0; p < hw; ++p) dst[p] = static_cast<uint8_t>(pred[p]);
+      if (m_options.probabilities) {
+        const float* z = m_logits.data() + static_cast<int64_t>(k) * classes * hw;
+        float* prob = j.out.probabilities.data() + t * classes * hw;
+        for (int64_t p = 0; p < hw; ++p) {  // softmax over the classes, in double
+          double top = z[p];
+          for (int64_t c = 1; c < classes; ++c) top = std::max(top, static_cast<double>(z[c * hw + p]));
+          double sum = 0;
+          for (int64_t c = 0; c < classes; ++c) sum += (e[static_cast<size_t>(c)] = std::exp(z[c * hw + p] - top));
+          for (int64_t c = 0; c < classes; ++c) prob[c * hw + p] = static_cast<float>(e[static_cast<size_t>(c)] / sum);
+        }
+      }
+      if (++j.done == j.out.times) finished.push_back(&j);
+    }
+    return finished;
+  }
+
+  // A predicted job's counts and files; the job is then let go (reader thread).
+  void finish(FileJob& j) {
+    formats::MaskOutput& out = j.out;
+    const int64_t h = out.h, w = out.w, hw = h * w;
+    const auto classes = static_cast<int64_t>(out.class_names.size());
+    PredictedFile r;
+    r.input = j.input;
+    r.samples = out.times;
+    r.class_names = out.class_names;
+    r.output = (fs::path(m_options.out) / (fs::path(j.input).stem().string() + "-mask." + m_options.format)).string();
+    r.pixels.assign(static_cast<size_t>(classes), 0);
+    r.regions.assign(static_cast<size_t>(classes), 0);
+    for (uint8_t v : out.mask) ++r.pixels[std::min<size_t>(v, r.pixels.size() - 1)];
+    for (int64_t t = 0; t < out.times; ++t)
+      for (int64_t c = 1; c < classes; ++c)
+        r.regions[static_cast<size_t>(c)] += count_regions(out.mask.data() + t * hw, h, w, static_cast<uint8_t>(c));
+    if (m_options.format == "h5") {
+      formats::write_mask_h5(r.output, out);
+    } else {
+      if (out.lat.empty() || out.lon.empty())
+        throw UsageError(j.input + ": no latitudes and longitudes (/climate/lat, /climate/lon): a netCDF mask needs "
+                                   "its grid; write --format h5");
+      if (out.time.empty())  // DeepCAM files carry no time: the time steps are numbered
+        for (int64_t t = 0; t < out.times; ++t) out.time.push_back(static_cast<double>(t));
+      formats::MaskAttributes attrs;
+      attrs.source = "squall " + m_ck.state.model;
+      attrs.checkpoint = m_ck.folder.string() + " (step " + std::to_string(m_ck.state.step) + ")";
+      attrs.history = "squall predict on " + j.input;
+      // The input's dimension names and latitude order, so that the mask overlays it.
+      const formats::MaskGrid grid{out.lat,           out.lon,           out.time,
+                                   out.time_units,    out.calendar,      j.input_grid.lat_dim,
+                                   j.input_grid.lon_dim, j.input_grid.time_dim, j.input_grid.lat_descending};
+      formats::write_netcdf_masks(r.output, grid, out.mask, out.probabilities, out.class_names, attrs);
+    }
+    if (m_options.png && !j.first_channel.empty())
+      pictures::write_png((fs::path(m_options.out) / (fs::path(j.input).stem().string() + "-mask.png")).string(),
+                          mask_picture(j.first_channel.data(), out.mask.data(), h, w));
+    m_done.emplace_back(j.index, std::move(r));
+    const auto it = std::find_if(m_jobs.begin(), m_jobs.end(), [&](const auto& p) { return p.get() == &j; });
+    if (it != m_jobs.end()) m_jobs.erase(it);
+  }
+
+  const checkpoint::CheckpointModel& m_ck;
+  const config::Config& m_cfg;
+  const PredictOptions& m_options;
+  const std::vector<std::string>& m_inputs;
+  int64_t m_next, m_last;  // this rank's files not yet opened: [m_next, m_last)
+  const mpi::Topology& m_topo;
+  formats::OpenOptions m_open;
+  formats::NetcdfOptions m_netcdf;
+  int64_t m_batch = 0;
+  InferenceModel m_model;
+  nn::Shape m_built;  // the sample shape the model was built for
+  int64_t m_classes = 0;
+  nn::Buffer m_pred_buf, m_wide;
+  int32_t* m_dev_pred = nullptr;
+  std::vector<int32_t> m_pred;
+  std::vector<float> m_logits;
+  std::deque<std::unique_ptr<FileJob>> m_jobs;  // opened, not yet written, in input order (reader thread)
+  HostBatch m_host[2];
+  std::vector<std::pair<int64_t, PredictedFile>> m_done;  // written, with their input's index
+};
+
+}  // namespace
+
+Predictions predict_files(const checkpoint::CheckpointModel& ck, const PredictOptions& options,
+                          const mpi::Topology& topo) {
   const mpi::Communicator& world = topo.world();
   if (options.format != "h5" && options.format != "nc")
     throw CollectiveError("--format " + options.format + ": not a mask format squall writes (nc or h5)", k_exit_usage);
@@ -112,162 +409,11 @@ std::vector<PredictedFile> predict_files(const checkpoint::CheckpointModel& ck, 
     inputs = predict_inputs(options.data);
     if (world.rank() == 0) fs::create_directories(options.out);
   });
-  // The inputs normalised as training normalised its samples: with the statistics the
-  // checkpoint holds (the training set's).
-  const data::Normalization& norm = ck.model.normalization;
-  formats::OpenOptions open;
-  open.normalize = norm.kind != "none";
-  open.fixed = norm;  // its kind, not open.normalization, says how
-  open.labels_optional = true;
-  open.cache_bytes = 0;
-  const formats::NetcdfOptions netcdf{formats::netcdf_variable_map(cfg.data.netcdf_variables), cfg.data.netcdf_labels};
   // Rank r takes files [n r / R, n (r + 1) / R).
   const auto n = static_cast<int64_t>(inputs.size());
   const int64_t first = n * world.rank() / world.size(), last = n * (world.rank() + 1) / world.size();
-  const int64_t batch = config::eval_batch(cfg);
-
-  std::vector<PredictedFile> done;
-  InferenceModel m;
-  nn::Buffer pred_buf;
-  int32_t* dev_pred = nullptr;
-  nn::Shape built;  // the sample shape the model was built for
-  mpi::run_agreed(world, [&] {
-    for (int64_t f = first; f < last; ++f) {
-      const std::string& input = inputs[static_cast<size_t>(f)];
-      const bool nc = is_netcdf(input);
-      std::unique_ptr<formats::NetcdfSource> nc_source;
-      std::unique_ptr<data::DataSource> h5_source;
-      if (nc) {
-        nc_source = formats::open_netcdf_files({input}, "", open, netcdf);
-      } else {
-        h5_source = formats::open_deepcam_files({input}, "", open);
-      }
-      const data::DataSource* source = nc ? static_cast<const data::DataSource*>(nc_source.get()) : h5_source.get();
-      const data::DatasetInfo& info = source->info();
-      if (!m.graph) {
-        const nn::ModelSpec spec = fit_checkpoint_model(ck, cfg, "--data", input, *source, batch);
-        m = build_inference_model(ck, cfg, spec, info, batch, topo);
-        built = info.sample;
-        const int64_t hw = info.sample.h() * info.sample.w();
-        dev_pred = m.backend->allocate_labels(static_cast<size_t>(batch * hw), pred_buf);
-      } else if (info.sample.c() != built.c() || info.sample.h() != built.h() || info.sample.w() != built.w()) {
-        throw UsageError(input + ": samples of " + info.sample.str() + ", but the files before it have " + built.str());
-      }
-      nn::Graph& g = *m.graph;
-      nn::Backend& be = *m.backend;
-      nn::Stream& s = *m.stream;
-      const int64_t h = info.sample.h(), w = info.sample.w(), hw = h * w, per = info.sample.per_sample();
-      const int64_t classes = static_cast<int64_t>(info.class_names.size());
-      formats::MaskOutput out;
-      out.times = source->size();
-      out.h = h;
-      out.w = w;
-      out.class_names = info.class_names;
-      out.mask.resize(static_cast<size_t>(out.times * hw));
-      if (options.probabilities) out.probabilities.resize(static_cast<size_t>(out.times * classes * hw));
-      formats::NetcdfGrid input_grid;  // for a DeepCAM input: lat, lon, time, south first
-      if (nc) {
-        for (int64_t t = 0; t < out.times; ++t) {
-          const formats::NetcdfGrid grid = nc_source->sample_grid(t);
-          if (t == 0) {
-            out.lat = grid.lat;
-            out.lon = grid.lon;
-            out.time_units = grid.time_units;
-            out.calendar = grid.calendar;
-            input_grid = grid;
-          }
-          out.time.insert(out.time.end(), grid.time.begin(), grid.time.end());
-        }
-        if (static_cast<int64_t>(out.time.size()) != out.times) out.time.clear();
-      } else {
-        formats::read_deepcam_grid(input, out.lat, out.lon);
-      }
-      out.attributes = {{"model", ck.state.model},
-                        {"checkpoint", ck.folder.string()},
-                        {"step", std::to_string(ck.state.step)},
-                        {"input", input},
-                        {"normalisation", norm.kind + " (" + norm.source + ")"}};
-      std::vector<float> images(static_cast<size_t>(batch * per)), logits;
-      std::vector<int32_t> labels(static_cast<size_t>(batch * hw)), pred(static_cast<size_t>(batch * hw));
-      std::vector<float> first_channel;
-      std::vector<double> e(static_cast<size_t>(classes));  // one pixel's exp(z - max)
-      nn::Buffer wide;
-      nn::RunMode mode;
-      mode.train = false;
-      std::vector<int64_t> idx;
-      for (int64_t start = 0; start < out.times; start += batch) {
-        const int64_t valid = std::min(batch, out.times - start);
-        idx.resize(static_cast<size_t>(batch));
-        for (int64_t i = 0; i < batch; ++i) idx[static_cast<size_t>(i)] = start + std::min(i, valid - 1);
-        source->read(idx, images.data(), labels.data());
-        if (start == 0) first_channel.assign(images.begin(), images.begin() + hw);
-        be.copy_from_host(s, g.input().f32(), images.data(), images.size());
-        g.forward(s, mode);
-        const auto shape = g.output_shape();
-        be.argmax_channels(s, g.dtype(), g.output().data, dev_pred, shape.n(), shape.c(), shape.h() * shape.w());
-        be.copy_labels_to_host(s, pred.data(), dev_pred, pred.size());
-        if (options.probabilities) {
-          const auto count = static_cast<size_t>(shape.n() * shape.c() * shape.h() * shape.w());
-          logits.resize(count);
-          if (g.dtype() == nn::DType::f32) {
-            be.copy_to_host(s, logits.data(), g.output().f32(), count);
-          } else {
-            if (!wide) wide = be.allocate(count);
-            be.convert(s, g.output().data, g.dtype(), wide.data(), nn::DType::f32, count);
-            be.copy_to_host(s, logits.data(), wide.data(), count);
-          }
-        }
-        be.synchronize(s);
-        for (int64_t k = 0; k < valid; ++k) {
-          uint8_t* dst = out.mask.data() + (start + k) * hw;
-          for (int64_t p = 0; p < hw; ++p) dst[p] = static_cast<uint8_t>(pred[static_cast<size_t>(k * hw + p)]);
-          if (!options.probabilities) continue;
-          const float* z = logits.data() + k * classes * hw;
-          float* prob = out.probabilities.data() + (start + k) * classes * hw;
-          for (int64_t p = 0; p < hw; ++p) {  // softmax over the classes, in double
-            double top = z[p];
-            for (int64_t c = 1; c < classes; ++c) top = std::max(top, static_cast<double>(z[c * hw + p]));
-            double sum = 0;
-            for (int64_t c = 0; c < classes; ++c) sum += (e[static_cast<size_t>(c)] = std::exp(z[c * hw + p] - top));
-            for (int64_t c = 0; c < classes; ++c) prob[c * hw + p] = static_cast<float>(e[static_cast<size_t>(c)] / sum);
-          }
-        }
-      }
-      PredictedFile r;
-      r.input = input;
-      r.samples = out.times;
-      r.class_names = out.class_names;
-      r.output = (fs::path(options.out) / (fs::path(input).stem().string() + "-mask." + options.format)).string();
-      r.pixels.assign(static_cast<size_t>(classes), 0);
-      r.regions.assign(static_cast<size_t>(classes), 0);
-      for (uint8_t v : out.mask) ++r.pixels[std::min<size_t>(v, r.pixels.size() - 1)];
-      for (int64_t t = 0; t < out.times; ++t)
-        for (int64_t c = 1; c < classes; ++c)
-          r.regions[static_cast<size_t>(c)] += count_regions(out.mask.data() + t * hw, h, w, static_cast<uint8_t>(c));
-      if (options.format == "h5") {
-        formats::write_mask_h5(r.output, out);
-      } else {
-        if (out.lat.empty() || out.lon.empty())
-          throw UsageError(input + ": no latitudes and longitudes (/climate/lat, /climate/lon): a netCDF mask needs "
-                                   "its grid; write --format h5");
-        if (out.time.empty())  // DeepCAM files carry no time: the time steps are numbered
-          for (int64_t t = 0; t < out.times; ++t) out.time.push_back(static_cast<double>(t));
-        formats::MaskAttributes attrs;
-        attrs.source = "squall " + ck.state.model;
-        attrs.checkpoint = ck.folder.string() + " (step " + std::to_string(ck.state.step) + ")";
-        attrs.history = "squall predict on " + input;
-        // The input's dimension names and latitude order, so that the mask overlays it.
-        const formats::MaskGrid grid{out.lat, out.lon, out.time, out.time_units, out.calendar,
-                                     input_grid.lat_dim, input_grid.lon_dim, input_grid.time_dim,
-                                     input_grid.lat_descending};
-        formats::write_netcdf_masks(r.output, grid, out.mask, out.probabilities, out.class_names, attrs);
-      }
-      if (options.png)
-        pictures::write_png((fs::path(options.out) / (fs::path(input).stem().string() + "-mask.png")).string(),
-                      mask_picture(first_channel.data(), out.mask.data(), h, w));
-      done.push_back(std::move(r));
-    }
-  });
+  Predictions done;
+  mpi::run_agreed(world, [&] { done = Predictor(ck, cfg, options, inputs, first, last, topo).run(); });
   return done;
 }
 

@@ -40,10 +40,19 @@ std::vector<std::string> predict_inputs(const std::vector<std::string>& paths);
 // first and last columns touch, as on the sphere).
 int64_t count_regions(const uint8_t* mask, int64_t h, int64_t w, uint8_t cls);
 
+// What one rank's predict did.
+struct Predictions {
+  std::vector<PredictedFile> files;  // written, in input order
+  int64_t samples = 0;               // time steps predicted
+  double seconds = 0;                // from the model built to the last file written
+};
+
 // Collective over topo.world(): the files are split over the ranks in contiguous blocks; each
-// rank writes its own files and returns what it wrote. Every failure ends every rank with the
+// rank writes its own files and returns what it wrote. Batches run across file boundaries
+// (DeepCAM files hold one time step each), and a reader thread opens and reads the next batch,
+// and writes the finished files, while the model runs. Every failure ends every rank with the
 // same CollectiveError naming the file.
-std::vector<PredictedFile> predict_files(const checkpoint::CheckpointModel& ck, const PredictOptions& options,
+Predictions predict_files(const checkpoint::CheckpointModel& ck, const PredictOptions& options,
                                          const mpi::Topology& topo);
 
 }  // namespace squall::eval

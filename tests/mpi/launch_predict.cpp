@@ -148,7 +148,7 @@ TEST_CASE("predict writes masks that score exactly what eval scores, with or wit
   INFO(p.out << p.err);
   REQUIRE(p.exit_code == 0);
   CHECK_THAT(p.out, Catch::Contains("-mask.h5: 1 time step; background ") && Catch::Contains(" regions)") &&
-                        Catch::Contains("4 files, masks in " + masks));
+                        Catch::Contains("4 files, 4 time steps in ") && Catch::Contains(", masks in " + masks));
 
   // IoU from the masks against the labels: the confusion matrix eval builds.
   int64_t cm[3][3] = {};
@@ -264,6 +264,29 @@ with netCDF4.Dataset(dst, "w", format="NETCDF4") as d:
     INFO("time step " << i);
     CHECK(std::equal(one.begin(), one.end(), all.begin() + i * 16 * 24));
   }
+
+  // Both kinds at once in batches of 3, which cross files: the netCDF file's last time step
+  // shares a batch with the first DeepCAM files. The same masks, each in its own file.
+  const auto mixed = run_command(bin + " predict --run " + run + " --data " + tmp.file("nc") + "/cam5-h3.nc " +
+                                 tmp.file("test") + " --out " + tmp.file("mixed") + " --set train.eval_batch_size=3");
+  INFO(mixed.out << mixed.err);
+  REQUIRE(mixed.exit_code == 0);
+  CHECK_THAT(mixed.out, Catch::Contains("5 files, 8 time steps in "));
+  CHECK(read_nc_mask(tmp.file("mixed") + "/cam5-h3-mask.nc") == all);
+  for (int i = 0; i < 4; ++i) {
+    INFO("DeepCAM file " << i);
+    CHECK(read_nc_mask(tmp.file("mixed") + "/" + mask_name(i, "nc")) ==
+          read_nc_mask(tmp.file("from-h5") + "/" + mask_name(i, "nc")));
+  }
+
+  // A variable the file does not have is a usage error (exit 2) naming the file and the
+  // variable, and no mask is left behind.
+  const auto wrong = run_command(bin + " predict --run " + run + " --data " + tmp.file("nc") + "/cam5-h3.nc --out " +
+                                 tmp.file("wrong") + " --set 'data.netcdf_variables=PSL=slp'");
+  INFO(wrong.out << wrong.err);
+  CHECK(wrong.exit_code == 2);
+  CHECK_THAT(wrong.err, Catch::Contains("cam5-h3.nc") && Catch::Contains("no variable 'slp'"));
+  CHECK_FALSE(fs::exists(tmp.file("wrong") + "/cam5-h3-mask.nc"));
 }
 
 namespace {
