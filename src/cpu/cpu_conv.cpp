@@ -71,8 +71,8 @@ class CpuConvPlan final : public ConvPlan {
     if (out.h() < 1 || out.w() < 1)
       throw Error("conv: kernel " + std::to_string(d.r) + "x" + std::to_string(d.s) + " does not fit input " +
                   std::to_string(d.h) + "x" + std::to_string(d.w) + " (output " + out.str() + ")");
-    if ((d.fold_batch_norm || d.relu) && d.backward)
-      throw Error("conv: a folded batch norm or ReLU is for forward-only plans (ConvDesc::backward = false)");
+    if (d.fold_batch_norm && d.backward)
+      throw Error("conv: a folded batch norm is for forward-only plans (ConvDesc::backward = false)");
     if (d.transposed)
       build<TransposedConv>(engine, d, out);
     else
@@ -235,9 +235,11 @@ class CpuConvPlan final : public ConvPlan {
                      : memory::dims{(out.h() - 1) * d.stride_h + ext_h - d.h - d.pad_h,
                                     (out.w() - 1) * d.stride_w + ext_w - d.w - d.pad_w};
 
-    dnnl::primitive_attr attr;
+    // Two attributes, each made afresh: a primitive_attr is a handle, and a copy's post-ops
+    // would be the backward primitives' too.
+    dnnl::primitive_attr attr, fwd_attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    dnnl::primitive_attr fwd_attr = attr;
+    fwd_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     m_own_bias = d.transposed && has_bias();  // add_bias adds it, and the ReLU after it
     if (d.relu && !m_own_bias) {
       dnnl::post_ops ops;
@@ -246,23 +248,22 @@ class CpuConvPlan final : public ConvPlan {
     }
     try {
       const auto prop = d.backward ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-      typename Kind::fwd::primitive_desc fwd_pd(
-          typename Kind::fwd::desc(prop, Kind::algo, any_src, any_wei, m_own_bias ? memory::desc() : bias_md, any_dst,
-                                   strides, dilates, pad_l, pad_r),
-          fwd_attr, engine);
+      const typename Kind::fwd::desc fwd_desc(prop, Kind::algo, any_src, any_wei,
+                                              m_own_bias ? memory::desc() : bias_md, any_dst, strides, dilates,
+                                              pad_l, pad_r);
+      const typename Kind::fwd::primitive_desc fwd_pd(fwd_desc, fwd_attr, engine);
       m_fwd = typename Kind::fwd(fwd_pd);
       m_f_src.init(engine, src_md, fwd_pd.src_desc(), false);
       m_f_wei.init(engine, wei_md, fwd_pd.weights_desc(), false);
       m_f_dst.init(engine, dst_md, fwd_pd.dst_desc(), true);
       size_t scratch = fwd_pd.scratchpad_desc().get_size();
       if (d.backward) {  // a forward-only plan makes no backward primitives, nor their staging buffers
-        typename Kind::bwd_data::primitive_desc data_pd(
-            typename Kind::bwd_data::desc(Kind::algo, any_src, any_wei, any_dst, strides, dilates, pad_l, pad_r), attr,
-            engine, fwd_pd);
-        typename Kind::bwd_weights::primitive_desc weights_pd(
-            typename Kind::bwd_weights::desc(Kind::algo, any_src, any_wei, bias_md, any_dst, strides, dilates, pad_l,
-                                             pad_r),
-            attr, engine, fwd_pd);
+        const typename Kind::bwd_data::desc data_desc(Kind::algo, any_src, any_wei, any_dst, strides, dilates, pad_l,
+                                                      pad_r);
+        const typename Kind::bwd_weights::desc weights_desc(Kind::algo, any_src, any_wei, bias_md, any_dst, strides,
+                                                            dilates, pad_l, pad_r);
+        const typename Kind::bwd_data::primitive_desc data_pd(data_desc, attr, engine, fwd_pd);
+        const typename Kind::bwd_weights::primitive_desc weights_pd(weights_desc, attr, engine, fwd_pd);
         m_bwd_data = typename Kind::bwd_data(data_pd);
         m_bwd_weights = typename Kind::bwd_weights(weights_pd);
         scratch = std::max({scratch, data_pd.scratchpad_desc().get_size(), weights_pd.scratchpad_desc().get_size()});

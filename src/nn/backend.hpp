@@ -128,9 +128,10 @@ struct ConvDesc {
   std::optional<Layout> out_layout;
   Layout y_layout() const { return out_layout.value_or(layout); }
   bool backward = true;                 // false: forward only (a backend may then make no backward plan)
-  // Forward only, where Backend::fuses(): what the output goes through before it is
-  // written (docs/design.md, "Inference"): a batch norm in eval mode folded into the weights
-  // and bias (ConvPlan::bind_batch_norm names its tensors), then a ReLU.
+  // Where Backend::fuses(): what the output goes through before it is written
+  // (docs/design.md, "Inference"): forward only, a batch norm in eval mode folded into the
+  // weights and bias (ConvPlan::bind_batch_norm names its tensors); then a ReLU, in training
+  // plans too (the caller masks dy by y > 0 before their backward).
   bool fold_batch_norm = false;
   float bn_eps = 1e-5f;
   bool relu = false;
@@ -308,8 +309,9 @@ class Backend {
   // in for activations of type t, which a graph built with Layout::blocked keeps its tensors
   // in; Layout::nchw where it has none (its plans then never see a blocked layout).
   // Whether plans for activations of type t take what a graph fuses into them: forward-only
-  // convolutions a folded batch norm and a ReLU (ConvDesc::fold_batch_norm, relu), batch norm
-  // the ReLU after it (BatchNormDesc::relu), in training too.
+  // convolutions a folded batch norm (ConvDesc::fold_batch_norm), convolutions the ReLU after
+  // them (ConvDesc::relu), batch norm the ReLU after it (BatchNormDesc::relu); the last two in
+  // training too.
   virtual bool fuses(DType t) const {
     (void)t;
     return false;

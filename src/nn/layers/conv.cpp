@@ -29,6 +29,7 @@ class ConvBase : public Layer {
     m_desc.fold_batch_norm = m_fuse_bn;
     m_desc.relu = m_fuse_relu;
     m_plan = backend.make_conv(m_desc);
+    m_backend = &backend;
     m_mirror = m_plan->weight_mirror();
   }
 
@@ -45,10 +46,11 @@ class ConvBase : public Layer {
   bool mixes_layouts() const override { return true; }
 
   // A forward-only graph's convolution takes the batch norm after it (folded into its weights)
-  // and the ReLU after that (a post-op), as inference runtimes do.
+  // and the ReLU after that (a post-op), as inference runtimes do. A training graph's takes
+  // a ReLU right after it: the post-op forward, and backward masks the ReLU's output gradient
+  // where the output is positive before the convolution's own backward reads it.
   bool fuse_next(const Layer& next, bool training) override {
-    if (training) return false;
-    if (next.type() == "batch_norm" && !m_fuse_bn && !m_fuse_relu) {
+    if (next.type() == "batch_norm" && !training && !m_fuse_bn && !m_fuse_relu) {
       m_fuse_bn = true;
       m_desc.bn_eps = next.attributes().eps;
       return true;
@@ -69,8 +71,12 @@ class ConvBase : public Layer {
     return mirrors;
   }
 
-  void backward(Stream& stream, const std::vector<Tensor>& in, const Tensor&, const Tensor& dout,
+  void backward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
+    // The fused ReLU's backward, in place: its output gradient is this layer's (the graph gave
+    // the two nodes one gradient), and nothing else reads it.
+    if (m_fuse_relu)
+      m_backend->relu_backward(stream, m_dtype, out.data, dout.data, dout.data, static_cast<size_t>(out.shape.numel()));
     m_plan->backward_weights(stream, in[0].data, dout.data, m_dweight.f32(),
                              m_desc.bias ? m_dbias.f32() : nullptr);
     if (din[0].data != nullptr) m_plan->backward_data(stream, dout.data, m_weight.f32(), din[0].data);
@@ -112,7 +118,8 @@ class ConvBase : public Layer {
   ConvDesc m_desc;
   std::unique_ptr<ConvPlan> m_plan;
   WeightMirror m_mirror;  // the plan's copy of the weights, if it keeps one
-  bool m_fuse_bn = false, m_fuse_relu = false;  // forward-only: the following batch norm, ReLU
+  Backend* m_backend = nullptr;
+  bool m_fuse_bn = false, m_fuse_relu = false;  // the following batch norm (forward-only), ReLU
   Tensor m_weight, m_bias, m_dweight, m_dbias;
 };
 
