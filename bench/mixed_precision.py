@@ -52,6 +52,8 @@ def run_one(a, model, variant, seed, workdir, timeout=None):
     precision, _, comm = variant.partition("+")
     sets = [f"run.backend={a.backend}", f"train.precision={precision}", f"run.seed={seed}", f"run.dir={run_dir}",
             f"data.train={a.data}", f"data.test={a.data}"]
+    if a.backend == "cpu" and precision != "fp32":
+        sets.append(f"train.cpu_precision={a.cpu_precision}")
     if comm:
         if comm != "bf16comm":
             sys.exit(f"unknown variant {variant}: <precision> or <precision>+bf16comm")
@@ -88,6 +90,9 @@ def main():
     ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--models", default="lenet5", help="lenet5,resnet20")
     ap.add_argument("--precisions", default="fp32,bf16,fp16")
+    ap.add_argument("--cpu-precision", default="reference", choices=["auto", "native", "reference"],
+                    help="train.cpu_precision of the CPU runs at bf16/fp16 (native: oneDNN's bf16 primitives, "
+                         "where the CPU has AVX512-BF16 or AMX)")
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--epochs", type=int, default=0, help="override train.epochs (0: the config's)")
     ap.add_argument("--ranks", type=int, default=1, help="mpiexec -np (ssgd across ranks)")

@@ -35,6 +35,8 @@ json build_json(const CudaProbe& cuda) {
       {"hdf5_version", formats::hdf5_version()},
       {"hdf5_parallel", formats::hdf5_parallel()},
       {"cpu_dnn", cpu::dnn_library()},
+      {"cpu_isa", cpu::dnn_isa()},
+      {"cpu_bf16", cpu::dnn_has_bf16()},
   };
 }
 
@@ -63,7 +65,9 @@ std::string text_of(const json& doc) {
   }
   const json& b = doc["build"];
   out += "build: " + b["build_type"].get<std::string>() + ", " + b["compiler"].get<std::string>() + "\n";
-  out += "  cpu backend: " + b["cpu_dnn"].get<std::string>() + "\n";
+  out += "  cpu backend: " + b["cpu_dnn"].get<std::string>() + ", ISA " + b["cpu_isa"].get<std::string>() +
+         (b["cpu_bf16"].get<bool>() ? " (bf16 in hardware)" : " (no bf16 arithmetic: train.precision = bf16 needs "
+                                                              "train.cpu_precision = reference)") + "\n";
   if (b["cuda"].get<bool>()) {
     out += "  cuda backend: CUDA " + b["cuda_version"].get<std::string>() + ", cuDNN " +
            b["cudnn_version"].get<std::string>() + ", NCCL " + b["nccl_version"].get<std::string>() +

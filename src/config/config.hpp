@@ -84,6 +84,7 @@ struct TrainConfig {
   // Mixed precision (docs/training.md, "Mixed precision"): the activations' type. Weights,
   // gradients and optimizer state stay fp32. fp16 uses dynamic loss scaling.
   Precision precision = Precision::fp32;  // fp32 | bf16 | fp16
+  CpuPrecision cpu_precision = CpuPrecision::auto_;  // bf16/fp16 on the CPU backend: auto | native | reference
   double loss_scale = 65536.0;       // fp16: the initial loss scale
   int64_t loss_scale_window = 2000;  // fp16: clean steps before the scale doubles
   // A step whose loss or gradients are NaN or infinite (docs/training.md, "Non-finite values"):

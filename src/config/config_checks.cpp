@@ -177,6 +177,7 @@ bool multistep(const Config& c) { return c.schedule.kind == optim::ScheduleKind:
 bool cosine(const Config& c) { return c.schedule.kind == optim::ScheduleKind::cosine; }
 bool scaled_lr(const Config& c) { return c.schedule.scale_lr_with_batch; }
 bool fp16(const Config& c) { return c.train.precision == Precision::fp16; }
+bool reduced(const Config& c) { return c.train.precision != Precision::fp32; }
 bool sma(const Config& c) { return c.parallel.algorithm == parallel::Algorithm::sma; }
 bool local_sgd(const Config& c) { return c.parallel.algorithm == parallel::Algorithm::local_sgd; }
 bool outer(const Config& c) { return c.parallel.algorithm == parallel::Algorithm::outer; }
@@ -199,6 +200,7 @@ const std::vector<Applicability>& applicability() {
       {"model.depth", "model.name", "resnet20, unet or deeplabv3plus", takes_width_and_depth},
       {"model.aspp_rates", "model.name", "deeplabv3plus*", takes_aspp_rates},
       {"train.loss_scale", "train.precision", "fp16", fp16},
+      {"train.cpu_precision", "train.precision", "bf16 or fp16", reduced},
       {"train.loss_scale_window", "train.precision", "fp16", fp16},
       {"train.target.value", "train.target.metric", "accuracy or miou", has_target},
       {"optimizer.momentum", "optimizer.name", "sgd", sgd},

@@ -26,6 +26,14 @@ enum class Precision { fp32, bf16, fp16 };
 inline constexpr auto k_precisions =
     enum_table<Precision>({{"fp32", Precision::fp32}, {"bf16", Precision::bf16}, {"fp16", Precision::fp16}});
 
+// train.cpu_precision: how the CPU backend computes bf16/fp16 activations (docs/training.md,
+// "Mixed precision"). auto_: oneDNN's bf16 primitives where the CPU has bf16 arithmetic
+// (AVX512-BF16, AMX), refused elsewhere; native: the same, named; reference: the emulation
+// (f32 arithmetic rounded to the 16-bit type), on any CPU.
+enum class CpuPrecision { auto_, native, reference };
+inline constexpr auto k_cpu_precisions = enum_table<CpuPrecision>(
+    {{"auto", CpuPrecision::auto_}, {"native", CpuPrecision::native}, {"reference", CpuPrecision::reference}});
+
 // model.layout: the activations' memory order, or auto_ (resolve_layout in learners.hpp).
 enum class LayoutChoice { auto_, nchw, nhwc, blocked };
 inline constexpr auto k_layout_choices =

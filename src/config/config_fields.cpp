@@ -58,6 +58,7 @@ std::vector<Field> fields(Config& c) {
       {"train", "eval_every_steps", &c.train.eval_every_steps},
       {"train", "log_every_steps", &c.train.log_every_steps},
       {"train", "precision", enum_field(&c.train.precision, k_precisions)},
+      {"train", "cpu_precision", enum_field(&c.train.cpu_precision, k_cpu_precisions)},
       {"train", "loss_scale", &c.train.loss_scale},
       {"train", "loss_scale_window", &c.train.loss_scale_window},
       {"train", "nonfinite", enum_field(&c.train.nonfinite, k_nonfinite_policies)},

@@ -11,7 +11,27 @@ namespace squall::config {
 std::unique_ptr<nn::Backend> make_rank_backend(const Config& cfg, const mpi::Topology& topo) {
   const int threads =
       cfg.run.threads > 0 ? static_cast<int>(cfg.run.threads) : cpu::default_threads(topo.host_ranks());
-  return nn::make_backend(cfg.run.backend, topo.host_rank(), threads, cfg.run.cpu_streams);
+  std::unique_ptr<nn::Backend> b = nn::make_backend(cfg.run.backend, topo.host_rank(), threads, cfg.run.cpu_streams);
+  b->set_reference_precision(cfg.train.cpu_precision == CpuPrecision::reference);
+  return b;
+}
+
+std::string check_cpu_precision(const Config& cfg, const std::string& origin, const nn::Backend& backend) {
+  const std::string type = k_precisions.name(cfg.train.precision);
+  const std::string where = "oneDNN " + cpu::dnn_isa() + " on " + cpu::cpu_model_name();
+  if (cfg.train.cpu_precision == CpuPrecision::reference)
+    return "train.precision = " + type + " on the CPU backend: the reference numerics (train.cpu_precision = "
+           "reference), f32 arithmetic rounded to " + type + " after every operation (slower than fp32)";
+  if (backend.native_precision(precision_dtype(cfg.train.precision)))
+    return "train.precision = " + type + " on the CPU backend: convolutions on oneDNN's " + type +
+           " primitives (" + where + "); batch norm, pooling, linear layers and the rest compute in f32 "
+           "between " + type + " tensors";
+  const std::string needs = cfg.train.precision == Precision::bf16
+                                ? "bf16 arithmetic (AVX512-BF16 or AMX), and this CPU has " + where
+                                : "fp16 arithmetic, which oneDNN has on no CPU (" + where + ")";
+  throw UsageError(origin + ": train.precision = " + type + " on the CPU backend needs " + needs +
+                   ": train at fp32, or set train.cpu_precision = \"reference\" for the reference numerics of " +
+                   type + " (f32 arithmetic rounded to " + type + ", slower than fp32)");
 }
 
 nn::DType precision_dtype(Precision precision) {

@@ -21,7 +21,14 @@ namespace squall::config {
 
 // run.backend, run.threads and run.cpu_streams. Ranks on one machine share its cores (unless the
 // launcher pinned them: src/cpu/cpu_info.hpp), and a rank's place among them picks its GPU.
+// train.cpu_precision = reference makes its reduced-precision plans the reference emulation.
 std::unique_ptr<nn::Backend> make_rank_backend(const Config& cfg, const mpi::Topology& topo);
+
+// Training at bf16 or fp16 on the CPU backend (train.cpu_precision, docs/training.md, "Mixed
+// precision"): auto and native need the CPU's own arithmetic for the type (bf16 on AVX512-BF16
+// or AMX; no CPU has fp16 in oneDNN 2.6) and are refused (UsageError naming the ISA and the
+// key) without it; reference runs the emulation anywhere. Returns the line the run logs.
+std::string check_cpu_precision(const Config& cfg, const std::string& origin, const nn::Backend& backend);
 
 // train.precision -> the activations' DType.
 nn::DType precision_dtype(Precision precision);

@@ -214,6 +214,8 @@ DeviceInfo AsyncCpuBackend::device() const {
 
 Layout AsyncCpuBackend::blocked_layout_for(DType t) const { return m_b->blocked_layout_for(t); }
 bool AsyncCpuBackend::fuses(DType t) const { return m_b->fuses(t); }
+bool AsyncCpuBackend::native_precision(DType t) const { return m_b->native_precision(t); }
+void AsyncCpuBackend::set_reference_precision(bool on) { m_b->set_reference_precision(on); }
 
 int AsyncCpuBackend::threads() const {
   return m_b->threads();

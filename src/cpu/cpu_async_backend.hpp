@@ -36,6 +36,8 @@ class AsyncCpuBackend : public Backend {
   DeviceInfo device() const override;
   Layout blocked_layout_for(DType t) const override;
   bool fuses(DType t) const override;
+  bool native_precision(DType t) const override;
+  void set_reference_precision(bool on) override;
   int threads() const override;
   void bind_calling_thread(int threads) override;
 

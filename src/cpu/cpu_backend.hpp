@@ -45,6 +45,10 @@ class CpuBackend : public Backend {
   // through f32 copies and stay NCHW.
   Layout blocked_layout_for(DType t) const override;
   bool fuses(DType t) const override { return t == DType::f32; }
+  // bf16 through oneDNN's bf16 primitives (convolutions) where the CPU has bf16 arithmetic
+  // (cpu_info.hpp, dnn_has_bf16); f16, and bf16 elsewhere, the reference (cpu_precision.cpp).
+  bool native_precision(DType t) const override;
+  void set_reference_precision(bool on) override { m_reference_precision = on; }
   std::unique_ptr<Stream> create_stream() override;
   std::unique_ptr<Event> create_event() override;
   void record(Event&, Stream&) override {}
@@ -149,6 +153,7 @@ class CpuBackend : public Backend {
   int m_threads;
   dnnl::engine m_engine;
   mutable std::once_flag m_blocked_once;  // blocked_layout_for: the probe runs once
+  bool m_reference_precision = false;     // set_reference_precision
   mutable Layout m_blocked = Layout::nchw;
   std::shared_ptr<MemoryPool> m_pool;  // shared with every live Buffer's deleter
 };

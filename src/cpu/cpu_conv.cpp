@@ -9,6 +9,7 @@
 
 #include "src/core/error.hpp"
 #include "src/cpu/cpu_backend.hpp"
+#include "src/cpu/cpu_info.hpp"
 #include "src/cpu/dnnl_util.hpp"
 
 namespace squall::cpu {
@@ -50,7 +51,7 @@ struct Operand {
   }
   // The memory the primitive reads or writes.
   const memory& arg() const { return staged ? inner : user; }
-  void bind(const float* p) { user.set_data_handle(const_cast<float*>(p)); }
+  void bind(const void* p) { user.set_data_handle(const_cast<void*>(p)); }
   void stage_in(dnnl::stream& s) {
     if (staged) reorder.execute(s, user, inner);
   }
@@ -73,6 +74,10 @@ class CpuConvPlan final : public ConvPlan {
                   std::to_string(d.h) + "x" + std::to_string(d.w) + " (output " + out.str() + ")");
     if (d.fold_batch_norm && d.backward)
       throw Error("conv: a folded batch norm is for forward-only plans (ConvDesc::backward = false)");
+    if (d.dtype != DType::f32 && d.dtype != DType::bf16)
+      throw Error(std::string("conv: oneDNN plans take f32 or bf16 activations, not ") + dtype_name(d.dtype));
+    if (d.dtype != DType::f32 && (d.fold_batch_norm || d.relu))
+      throw Error("conv: a folded batch norm or ReLU is for f32 plans (Backend::fuses)");
     if (d.transposed)
       build<TransposedConv>(engine, d, out);
     else
@@ -88,9 +93,7 @@ class CpuConvPlan final : public ConvPlan {
     m_bn = {gamma, beta, mean, var};
   }
 
-  void forward(Stream& s, const void* xv, const float* w, const float* b, void* yv) override {
-    const auto* x = static_cast<const float*>(xv);
-    auto* y = static_cast<float*>(yv);
+  void forward(Stream& s, const void* x, const float* w, const float* b, void* y) override {
     auto& st = CpuBackend::dnnl_stream(s);
     if (m_desc.fold_batch_norm) {
       fold(w, b);
@@ -107,17 +110,15 @@ class CpuConvPlan final : public ConvPlan {
     m_f_dst.stage_out(st);
     if (m_own_bias) {
       const Shape out = m_desc.output();
-      add_bias(y, m_desc.y_layout(), out.n(), out.c(), out.h() * out.w(), b, m_desc.relu);
+      add_bias(static_cast<float*>(y), m_desc.y_layout(), out.n(), out.c(), out.h() * out.w(), b, m_desc.relu);
     }
     // What backward may reuse: the staged input of this forward; a new dy comes next.
     m_forward_x = x;
     m_staged_dy = nullptr;
   }
 
-  void backward_data(Stream& s, const void* dyv, const float* w, void* dxv) override {
+  void backward_data(Stream& s, const void* dy, const float* w, void* dx) override {
     require_backward();
-    const auto* dy = static_cast<const float*>(dyv);
-    auto* dx = static_cast<float*>(dxv);
     auto& st = CpuBackend::dnnl_stream(s);
     stage_dy(st, m_d_dy, dy);
     m_d_wei.bind(w);
@@ -127,10 +128,8 @@ class CpuConvPlan final : public ConvPlan {
     m_d_dx.stage_out(st);
   }
 
-  void backward_weights(Stream& s, const void* xv, const void* dyv, float* dw, float* db) override {
+  void backward_weights(Stream& s, const void* x, const void* dy, float* dw, float* db) override {
     require_backward();
-    const auto* x = static_cast<const float*>(xv);
-    const auto* dy = static_cast<const float*>(dyv);
     auto& st = CpuBackend::dnnl_stream(s);
     // The forward already staged x into the same layout: reuse it when it is the same tensor.
     const bool reuse_src = m_share_src && x == m_forward_x;
@@ -205,7 +204,7 @@ class CpuConvPlan final : public ConvPlan {
   }
 
   // dy is staged once per step for both backward calls when their layouts agree.
-  void stage_dy(dnnl::stream& st, Operand& op, const float* dy) {
+  void stage_dy(dnnl::stream& st, Operand& op, const void* dy) {
     if (&op == &m_d_dy && m_share_dy && m_staged_dy == dy) return;
     op.bind(dy);
     op.stage_in(st);
@@ -214,14 +213,19 @@ class CpuConvPlan final : public ConvPlan {
 
   template <class Kind>
   void build(dnnl::engine& engine, const ConvDesc& d, const Shape& out) {
-    const memory::desc src_md({d.n, d.c, d.h, d.w}, dt::f32, activation_tag(d.layout, "conv"));  // x, dx
-    const memory::desc dst_md({out.n(), out.c(), out.h(), out.w()}, dt::f32,
+    // Activations in their own type (bf16 where the CPU has bf16 arithmetic, f32 otherwise);
+    // the caller's weights, bias and weight gradients are f32 always: the primitives read bf16
+    // weights, staged (rounded to nearest even) from the f32 ones, and write f32 gradients.
+    const dt adt = d.dtype == DType::bf16 ? dt::bf16 : dt::f32;
+    const memory::desc src_md({d.n, d.c, d.h, d.w}, adt, activation_tag(d.layout, "conv"));  // x, dx
+    const memory::desc dst_md({out.n(), out.c(), out.h(), out.w()}, adt,
                               activation_tag(d.y_layout(), "conv"));  // y, dy
     const memory::desc wei_md = d.transposed ? memory::desc({d.k, d.c, d.r, d.s}, dt::f32, tag::iohw)
                                              : memory::desc({d.k, d.c, d.r, d.s}, dt::f32, tag::oihw);
-    const memory::desc any_src({d.n, d.c, d.h, d.w}, dt::f32, tag::any);
-    const memory::desc any_dst({out.n(), out.c(), out.h(), out.w()}, dt::f32, tag::any);
-    const memory::desc any_wei({d.k, d.c, d.r, d.s}, dt::f32, tag::any);
+    const memory::desc any_src({d.n, d.c, d.h, d.w}, adt, tag::any);
+    const memory::desc any_dst({out.n(), out.c(), out.h(), out.w()}, adt, tag::any);
+    const memory::desc any_wei({d.k, d.c, d.r, d.s}, adt, tag::any);
+    const memory::desc any_dwei({d.k, d.c, d.r, d.s}, dt::f32, tag::any);
     const memory::desc bias_md = has_bias() ? memory::desc({d.k}, dt::f32, tag::x) : memory::desc();
     const memory::dims strides{d.stride_h, d.stride_w};
     const memory::dims dilates{d.dil_h - 1, d.dil_w - 1};  // oneDNN counts the gaps, not the step
@@ -240,7 +244,7 @@ class CpuConvPlan final : public ConvPlan {
     dnnl::primitive_attr attr, fwd_attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     fwd_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    m_own_bias = d.transposed && has_bias();  // add_bias adds it, and the ReLU after it
+    m_own_bias = d.transposed && has_bias() && adt == dt::f32;  // add_bias adds it, and the ReLU after it
     if (d.relu && !m_own_bias) {
       dnnl::post_ops ops;
       ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
@@ -260,7 +264,7 @@ class CpuConvPlan final : public ConvPlan {
       if (d.backward) {  // a forward-only plan makes no backward primitives, nor their staging buffers
         const typename Kind::bwd_data::desc data_desc(Kind::algo, any_src, any_wei, any_dst, strides, dilates, pad_l,
                                                       pad_r);
-        const typename Kind::bwd_weights::desc weights_desc(Kind::algo, any_src, any_wei, bias_md, any_dst, strides,
+        const typename Kind::bwd_weights::desc weights_desc(Kind::algo, any_src, any_dwei, bias_md, any_dst, strides,
                                                             dilates, pad_l, pad_r);
         const typename Kind::bwd_data::primitive_desc data_pd(data_desc, attr, engine, fwd_pd);
         const typename Kind::bwd_weights::primitive_desc weights_pd(weights_desc, attr, engine, fwd_pd);
@@ -304,8 +308,8 @@ class CpuConvPlan final : public ConvPlan {
   Operand m_w_src, m_w_dy, m_w_dw;     // backward weights: x, dy (when not shared), dw
   bool m_share_src = false, m_share_dy = false;
   bool m_own_bias = false;             // the forward's bias (and ReLU) are added by add_bias
-  const float* m_forward_x = nullptr;  // x of the last forward (its staged copy is m_f_src)
-  const float* m_staged_dy = nullptr;  // dy staged in m_d_dy during this backward
+  const void* m_forward_x = nullptr;   // x of the last forward (its staged copy is m_f_src)
+  const void* m_staged_dy = nullptr;   // dy staged in m_d_dy during this backward
   memory m_bias;                       // b or db: always plain
   memory m_scratch;                    // owned by the plan, shared by the three primitives
   std::unordered_map<int, memory> m_fwd_args, m_bwd_data_args, m_bwd_weights_args;
@@ -344,6 +348,10 @@ tag dnnl_util::activation_tag(Layout l, const char* what) {
               "' is a request to a graph, not a memory order (the graph resolves it before making plans)");
 }
 
+bool CpuBackend::native_precision(DType t) const {
+  return t == DType::f32 || (t == DType::bf16 && !m_reference_precision && dnn_has_bf16());
+}
+
 Layout CpuBackend::blocked_layout_for(DType t) const {
   if (t != DType::f32) return Layout::nchw;
   std::call_once(m_blocked_once, [this] { m_blocked = probe_blocked_layout(const_cast<dnnl::engine&>(m_engine)); });
@@ -351,7 +359,7 @@ Layout CpuBackend::blocked_layout_for(DType t) const {
 }
 
 std::unique_ptr<ConvPlan> CpuBackend::make_conv(const ConvDesc& d) {
-  if (d.dtype != DType::f32) {
+  if (!native_precision(d.dtype)) {  // the reference: an f32 plan between roundings
     ConvDesc f32 = d;
     f32.dtype = DType::f32;
     return make_reduced_conv(*this, d, std::make_unique<CpuConvPlan>(m_engine, f32));

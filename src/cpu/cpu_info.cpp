@@ -23,6 +23,30 @@ std::string dnn_library() {
 
 namespace {
 
+bool has_all(dnnl_cpu_isa_t isa, dnnl_cpu_isa_t bits) {
+  return (static_cast<unsigned>(isa) & static_cast<unsigned>(bits)) == static_cast<unsigned>(bits);
+}
+
+}  // namespace
+
+std::string dnn_isa() {
+  // The sets are bit masks, each the one below it and more: the largest that fits names it.
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  if (has_all(isa, dnnl_cpu_isa_avx512_core_amx)) return "AMX";
+  if (has_all(isa, dnnl_cpu_isa_avx512_core_bf16)) return "AVX512-BF16";
+  if (has_all(isa, dnnl_cpu_isa_avx512_core_vnni)) return "AVX-512 VNNI";
+  if (has_all(isa, dnnl_cpu_isa_avx512_core)) return "AVX-512";
+  if (has_all(isa, dnnl_cpu_isa_avx2_vnni)) return "AVX2 VNNI";
+  if (has_all(isa, dnnl_cpu_isa_avx2)) return "AVX2";
+  if (has_all(isa, dnnl_cpu_isa_avx)) return "AVX";
+  if (has_all(isa, dnnl_cpu_isa_sse41)) return "SSE4.1";
+  return "no vector ISA oneDNN knows";
+}
+
+bool dnn_has_bf16() { return has_all(dnnl_get_effective_cpu_isa(), dnnl_cpu_isa_avx512_core_bf16); }
+
+namespace {
+
 int quota_cpus(double quota, double period) {
   if (quota <= 0 || period <= 0) return 0;
   return std::max(1, static_cast<int>((quota + period - 1) / period));

@@ -5,6 +5,13 @@ namespace squall::cpu {
 
 std::string dnn_library();   // "oneDNN 2.6.3 (cpu runtime: OMP)"
 
+// The instruction set oneDNN's kernels use on this CPU ("AVX2", "AVX-512", "AVX512-BF16",
+// "AMX", ...), as dnnl_get_effective_cpu_isa reports it (ONEDNN_MAX_CPU_ISA can lower it).
+std::string dnn_isa();
+// Whether that instruction set has bf16 arithmetic (AVX512-BF16 or AMX): oneDNN's bf16
+// primitives then run in hardware (train.cpu_precision, docs/training.md).
+bool dnn_has_bf16();
+
 // The processor's model name from /proc/cpuinfo ("AMD EPYC 7B13"), or "cpu".
 std::string cpu_model_name();
 

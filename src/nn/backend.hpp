@@ -308,6 +308,17 @@ class Backend {
   // The channel-blocked layout (Layout::nchw8c or nchw16c) this backend's convolutions compute
   // in for activations of type t, which a graph built with Layout::blocked keeps its tensors
   // in; Layout::nchw where it has none (its plans then never see a blocked layout).
+  // Whether plans for activations of type t compute in t with the hardware's own arithmetic
+  // (f32 everywhere; bf16 and f16 on CUDA's tensor cores; bf16 on a CPU with AVX512-BF16 or
+  // AMX); false: the reference emulation, f32 arithmetic rounded to t after every operation
+  // (docs/design.md, "Precision").
+  virtual bool native_precision(DType t) const {
+    (void)t;
+    return true;
+  }
+  // Plans made after this call at reduced precision are the reference emulation even where
+  // the hardware has the type (train.cpu_precision = reference); a no-op where there is none.
+  virtual void set_reference_precision(bool on) { (void)on; }
   // Whether plans for activations of type t take what a graph fuses into them: forward-only
   // convolutions a folded batch norm (ConvDesc::fold_batch_norm), convolutions the ReLU after
   // them (ConvDesc::relu), batch norm the ReLU after it (BatchNormDesc::relu); the last two in

@@ -138,10 +138,11 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
   if (lg.node_level() && algorithm != parallel::Algorithm::ssgd && ranks > 1)
     t.node_allreduce = mpi::make_node_allreduce(topo, ar);
   const bool root = topo.rank() == 0;
-  if (lg.precision != nn::DType::f32 && backend == "cpu" && root)
-    log::warn(std::string("train.precision = ") + config::k_precisions.name(cfg.train.precision) +
-              " on the CPU backend: the reference numerics of reduced precision, computed by rounding f32 results "
-              "(slower than fp32; train in reduced precision for speed on a GPU)");
+  if (lg.precision != nn::DType::f32 && backend == "cpu") {
+    const std::string how = config::check_cpu_precision(cfg, origin, *t.backend);
+    if (root && cfg.train.cpu_precision == config::CpuPrecision::reference) log::warn(how);
+    else if (root) log::info(how);
+  }
   if (cfg.parallel.cuda_graphs && !lg.graphs && root)
     log::warn("parallel.cuda_graphs has no effect on the " + backend + " backend (nothing to capture)");
 

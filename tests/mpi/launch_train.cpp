@@ -482,7 +482,8 @@ TEST_CASE("train.precision: fp16 with loss scaling records skipped steps: a bad 
   {  // 2 ranks, ssgd: an initial scale of 2^30 overflows f16 until it has halved about a dozen times
     const std::string dir = fresh_dir("launch-train-fp16");
     const auto r = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + lenet + quick +
-                               " --set train.precision=fp16 --set train.loss_scale=1073741824 --set run.dir=" + dir);
+                               " --set train.precision=fp16 --set train.cpu_precision=reference"
+                               " --set train.loss_scale=1073741824 --set run.dir=" + dir);
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);
     const json s = read_json(dir + "/summary.json");
@@ -510,12 +511,36 @@ TEST_CASE("train.precision: fp16 with loss scaling records skipped steps: a bad 
   {  // bf16 needs no loss scale: no skipped steps
     const std::string dir = fresh_dir("launch-train-bf16");
     const auto r = run_command(squall_bin() + " train --config " + lenet + quick +
-                               " --set train.precision=bf16 --set run.dir=" + dir);
+                               " --set train.precision=bf16 --set train.cpu_precision=reference --set run.dir=" + dir);
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.err, Catch::Contains("train.cpu_precision = reference"));
     const json s = read_json(dir + "/summary.json");
     CHECK(s.at("precision") == "bf16");
     CHECK(s.at("skipped_steps") == 0);
+  }
+  {  // Without train.cpu_precision = reference: oneDNN's bf16 primitives where the CPU has bf16
+     // arithmetic, refused where it has none (naming the ISA and the key); fp16 always refused.
+    const auto info = run_command(squall_bin() + " info --json");
+    REQUIRE(info.exit_code == 0);
+    const json build = json::parse(info.out).at("build");
+    const bool has_bf16 = build.at("cpu_bf16").get<bool>();
+    const std::string isa = build.at("cpu_isa").get<std::string>();
+    for (const std::string type : {"bf16", "fp16"}) {
+      const std::string dir = fresh_dir("launch-train-native-" + type);
+      const auto r = run_command(squall_bin() + " train --config " + lenet + quick + " --set train.precision=" + type +
+                                 " --set run.dir=" + dir);
+      INFO(r.out << r.err);
+      if (type == "bf16" && has_bf16) {
+        CHECK(r.exit_code == 0);
+        CHECK_THAT(r.out, Catch::Contains("oneDNN's bf16 primitives"));
+        continue;
+      }
+      CHECK(r.exit_code == 2);
+      CHECK_THAT(r.err, Catch::Contains("train.precision = " + type) && Catch::Contains(isa) &&
+                            Catch::Contains("train.cpu_precision = \"reference\""));
+      CHECK_FALSE(fs::exists(dir + "/summary.json"));
+    }
   }
   {  // bf16 gradient sums across 2 ranks; refused where the sums are of models
     const std::string dir = fresh_dir("launch-train-bf16-comm");

@@ -9,6 +9,10 @@
 #include <random>
 
 #include "src/core/error.hpp"
+#ifndef SQUALL_TEST_GPU
+#include "src/cpu/cpu_info.hpp"
+#include "tests/support/skip.hpp"
+#endif
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
 #include "src/parallel/learners.hpp"
@@ -286,6 +290,65 @@ TEST_CASE("reduced precision: convolution, linear, pooling and batch norm plans"
     CHECK(test::relative_l2(bdx, bdx32) < tol);
   }
 }
+
+#ifndef SQUALL_TEST_GPU  // the CPU backend's own choice (this file also runs on the CUDA backend)
+TEST_CASE("reduced precision: the CPU's bf16 convolutions run on oneDNN's bf16 primitives where it has bf16 "
+          "arithmetic, and agree with the reference",
+          "[precision][cpu-only][needs-hardware]") {
+  // The choice: f32 always native; bf16 native exactly where oneDNN finds bf16 arithmetic,
+  // and never under train.cpu_precision = reference; f16 never (oneDNN 2.6 has none on CPUs).
+  CHECK(be().native_precision(DType::f32));
+  CHECK(be().native_precision(DType::bf16) == cpu::dnn_has_bf16());
+  CHECK_FALSE(be().native_precision(DType::f16));
+  be().set_reference_precision(true);
+  CHECK_FALSE(be().native_precision(DType::bf16));
+  CHECK(be().native_precision(DType::f32));
+  be().set_reference_precision(false);
+  if (!cpu::dnn_has_bf16())
+    SQUALL_SKIP("oneDNN runs " << cpu::dnn_isa() << " on " << cpu::cpu_model_name()
+                               << ": no bf16 arithmetic (AVX512-BF16 or AMX) to compare with the reference");
+  auto s = be().create_stream();
+  const DType t = DType::bf16;
+  // bf16 products are exact in f32 and both accumulate in f32: the two differ by the order of
+  // the sums and by where the outputs are rounded.
+  const double tol = 8 * unit_roundoff(t) * test::slack();
+  for (const bool transposed : {false, true}) {
+    INFO((transposed ? "transposed convolution" : "convolution"));
+    nn::ConvDesc d;
+    d.n = 2, d.c = 16, d.h = 12, d.w = 10, d.k = 32, d.r = d.s = 3, d.pad_h = d.pad_w = 1, d.dtype = t;
+    d.transposed = transposed;
+    if (transposed) d.r = d.s = d.stride_h = d.stride_w = 2, d.pad_h = d.pad_w = 0;
+    const auto x_count = static_cast<size_t>(d.n * d.c * d.h * d.w);
+    const auto y_count = static_cast<size_t>(d.output().numel());
+    const auto w_count = static_cast<size_t>(d.weight().numel());
+    const auto xs = rounded(test::random_floats(x_count, 4), t);
+    const auto dys = rounded(test::random_floats(y_count, 7), t);
+    const auto w = test::random_floats(w_count, 5, 0.2f), bias = test::random_floats(static_cast<size_t>(d.k), 6, 0.1f);
+    nn::Buffer wb = be().allocate(w_count), bb = be().allocate(static_cast<size_t>(d.k)), dw = be().allocate(w_count),
+               db = be().allocate(static_cast<size_t>(d.k));
+    be().copy_from_host(*s, wb.data(), w.data(), w_count);
+    be().copy_from_host(*s, bb.data(), bias.data(), static_cast<size_t>(d.k));
+    std::vector<float> y[2], dx[2], dwh[2];
+    for (const bool reference : {true, false}) {
+      be().set_reference_precision(reference);
+      auto plan = be().make_conv(d);
+      be().set_reference_precision(false);
+      const Typed x = upload(xs, t), dy = upload(dys, t);
+      Typed yt = empty(y_count, t), dxt = empty(x_count, t);
+      plan->forward(*s, x.buf.raw(), wb.data(), bb.data(), yt.buf.raw());
+      plan->backward_weights(*s, x.buf.raw(), dy.buf.raw(), dw.data(), db.data());
+      plan->backward_data(*s, dy.buf.raw(), wb.data(), dxt.buf.raw());
+      y[reference] = read(yt);
+      dx[reference] = read(dxt);
+      dwh[reference] = test::download(be(), dw.data(), w_count);
+    }
+    CHECK(test::relative_l2(y[0], y[1]) < tol);
+    CHECK(test::relative_l2(dx[0], dx[1]) < tol);
+    CHECK(test::relative_l2(dwh[0], dwh[1]) < tol);
+    CHECK(rounded(y[0], t) == y[0]);  // the outputs are bf16 values
+  }
+}
+#endif
 
 TEST_CASE("reduced precision: LeNet-5 at bf16 computes the f32 model's logits and gradients", "[precision]") {
   auto s = be().create_stream();
