@@ -229,11 +229,14 @@ std::string CheckpointStore::try_load(const fs::path& folder, LoadedCheckpoint& 
     std::string bytes = m_node.broadcast_string(leader ? out.shared.serialize() : std::string());
     if (!leader) out.shared = CheckpointData::deserialize(bytes, origin);
   }
+  // One model (ssgd, and the others where their replicas agree) resumes on any number of ranks
+  // (the trainer checks the rest: docs/training.md, "Elastic resume"); a part per rank does not.
   const std::string shape = reason_of([&] {
-    if (out.shared.integer("world_size") != m_world.size())
+    if (out.shared.integer("world_size") != m_world.size() && out.shared.integer("per_rank_parts") != 0)
       throw Error(origin + ": written by a job of " + std::to_string(out.shared.integer("world_size")) +
-                  " rank(s), this job has " + std::to_string(m_world.size()) +
-                  " (resume with the same number of ranks)");
+                  " rank(s), this job has " + std::to_string(m_world.size()) + ", and it holds a part per rank (" +
+                  out.shared.text("algorithm") + "'s replicas differed at its step): resume with " +
+                  std::to_string(out.shared.integer("world_size")) + " rank(s)");
   });
   if (!shape.empty()) throw CollectiveError(shape, k_exit_usage);
   out.has_own = out.shared.integer("per_rank_parts") != 0;

@@ -16,6 +16,14 @@ struct TrainerState {
   int64_t step = 0;                 // steps done
   int64_t epoch = 1;                // the epoch the last step was in
   int64_t epoch_batches = 0;        // ... and the batches of it used (this rank's)
+  // Where the epoch's reading stands (docs/training.md, "Elastic resume"): with data.sampling =
+  // global, the samples of the epoch's order the job had read (-1: not positional, local
+  // sampling or a checkpoint of an earlier version); and where this job's lists of the epoch
+  // began: at that position of the order, counted as that many batches already used (a job
+  // that resumed inside the epoch on another shape; 0 and 0 otherwise).
+  int64_t epoch_position = -1;
+  int64_t epoch_start_position = 0;
+  int64_t epoch_start_batches = 0;
   int64_t samples_done = 0;         // samples trained on over the job
   int64_t learners = 1;             // learners per rank (written by the learner group; read here)
   bool tuner_done = false;          // the auto-tuner had stopped
@@ -31,6 +39,11 @@ struct TrainerState {
   bool target_reached = false;      // train.target was reached: the run is complete
   // The job and the model.
   int64_t world_size = 1;
+  int64_t nodes = 0;                // 0: not recorded (an earlier version)
+  // The learning-rate schedule's frame (train/step_plan.hpp): kept across a change of shape,
+  // so that warm-up, milestones and the cosine stay where they were in samples. 0: recompute.
+  int64_t schedule_steps = 0;
+  int64_t schedule_step_samples = 0;
   bool per_rank_parts = false;      // node-NNNNN.h5 files (a part per rank) beside model.h5
   int64_t train_samples = 0;        // the training set's size it was trained on
   int64_t param_count = 0, state_count = 0;

@@ -102,45 +102,57 @@ std::pair<int64_t, int64_t> Sampler::node_range(int node) const {
   return {m_node_cuts[static_cast<size_t>(node)], m_node_cuts[static_cast<size_t>(node) + 1]};
 }
 
-int64_t Sampler::share(int node, int local_rank) const {
+int64_t Sampler::share(int node, int local_rank, int64_t start) const {
   const auto [first, last] = node_range(node);
   const int local_size = m_node_sizes[static_cast<size_t>(node)];
   if (local_rank < 0 || local_rank >= local_size)
     throw Error("sampler: local rank " + std::to_string(local_rank) + " out of range on node " + std::to_string(node));
+  check_start(start);
   if (m_mode == Sampling::global) {
     const int slot = std::accumulate(m_node_sizes.begin(), m_node_sizes.begin() + node, 0) + local_rank;
-    const auto [b, e] = split(samples(), m_world_size, slot);
+    const auto [b, e] = split(samples() - start, m_world_size, slot);
     return e - b;
   }
   const auto [b, e] = split(last - first, local_size, local_rank);
   return e - b;
 }
 
-std::vector<int64_t> Sampler::indices(int64_t epoch, int node, int local_rank) const {
-  (void)share(node, local_rank);  // validates node and local_rank
+std::vector<int64_t> Sampler::indices(int64_t epoch, int node, int local_rank, int64_t start) const {
+  const int64_t count = share(node, local_rank, start);  // validates node, local_rank and start
   const auto [first, last] = node_range(node);
-  std::pair<int64_t, int64_t> mine;
-  uint64_t stream = 0;
   if (m_mode == Sampling::global) {
-    const int slot = std::accumulate(m_node_sizes.begin(), m_node_sizes.begin() + node, 0) + local_rank;
-    mine = split(samples(), m_world_size, slot);
-  } else {
-    mine = split(last - first, m_node_sizes[static_cast<size_t>(node)], local_rank);
-    stream = static_cast<uint64_t>(node) + 1;
+    const std::vector<int64_t> order = permutation(first, last, stream_state(m_seed, epoch, 0));
+    const int64_t slot = std::accumulate(m_node_sizes.begin(), m_node_sizes.begin() + node, 0) + local_rank;
+    std::vector<int64_t> mine(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i)
+      mine[static_cast<size_t>(i)] = order[static_cast<size_t>(start + slot + i * m_world_size)];
+    return mine;
   }
-  const std::vector<int64_t> perm = permutation(first, last, stream_state(m_seed, epoch, stream));
-  return {perm.begin() + mine.first, perm.begin() + mine.second};
+  const auto mine = split(last - first, m_node_sizes[static_cast<size_t>(node)], local_rank);
+  const std::vector<int64_t> order =
+      permutation(first, last, stream_state(m_seed, epoch, static_cast<uint64_t>(node) + 1));
+  return {order.begin() + mine.first, order.begin() + mine.second};
 }
 
-int64_t Sampler::steps_per_epoch(int64_t batch) const {
+int64_t Sampler::steps_per_epoch(int64_t batch, int64_t start) const {
   if (batch < 1) throw Error("sampler: batch size must be >= 1, got " + std::to_string(batch));
-  if (m_mode == Sampling::global) return samples() / m_world_size / batch;
+  check_start(start);
+  if (m_mode == Sampling::global) return (samples() - start) / m_world_size / batch;
   int64_t smallest = samples();
   for (int node = 0; node < nodes(); ++node) {
     const auto [first, last] = node_range(node);
     smallest = std::min(smallest, (last - first) / m_node_sizes[static_cast<size_t>(node)]);
   }
   return smallest / batch;
+}
+
+void Sampler::check_start(int64_t start) const {
+  if (start < 0 || start > samples())
+    throw Error("sampler: start position " + std::to_string(start) + " outside the epoch's " +
+                std::to_string(samples()) + " samples");
+  if (start != 0 && m_mode == Sampling::local)
+    throw Error("sampler: data.sampling = local starts epochs at their beginning only (position " +
+                std::to_string(start) + " asked)");
 }
 
 std::vector<int> Sampler::files_for_node(int node) const {

@@ -7,8 +7,12 @@
 // + local_rank, a number in [0, world_size).
 //
 // Modes:
-//  - global: each epoch a permutation of all N samples, drawn from (seed, epoch) and the
-//    same on every rank, is cut into world_size contiguous shares, share s to slot s.
+//  - global: each epoch a permutation of all N samples (the epoch's order), drawn from (seed,
+//    epoch) and the same on every rank, is dealt to the slots like cards: slot s reads
+//    order[s], order[s + W], order[s + 2W], ... (W = world_size). After every rank has read c
+//    samples the job has read exactly the first c W of the order, whatever its shape; so a job
+//    of another shape goes on at that position (`start`) with the next samples of the same
+//    order, none read twice and none skipped (docs/training.md, "Elastic resume").
 //  - local: shards stay on their node. [0, N) is cut into one contiguous range per node
 //    (see node_range() for where the cuts go); each epoch a node's range is permuted from
 //    (seed, epoch, node) and cut into local_size contiguous shares. A node only ever reads
@@ -16,7 +20,7 @@
 //
 // Remainder rule (both modes): when M samples are split among K ranks, the first M mod K
 // ranks get floor(M/K) + 1 samples, the others floor(M/K). Shares may be empty (more ranks
-// than samples).
+// than samples). Local mode cuts a node's order into contiguous shares, global mode deals it.
 //
 // Every epoch the shares are disjoint and their union is every sample exactly once.
 // steps_per_epoch() is floor(smallest share / batch): all ranks take that many synchronous
@@ -59,12 +63,14 @@ class Sampler {
   int nodes() const { return static_cast<int>(m_node_sizes.size()); }
   int world_size() const { return m_world_size; }
 
-  // The indices rank (node, local_rank) reads in `epoch`, in reading order.
-  std::vector<int64_t> indices(int64_t epoch, int node, int local_rank) const;
+  // The indices rank (node, local_rank) reads in `epoch`, in reading order; global mode from
+  // position `start` of the epoch's order on (the samples before it were read by an earlier
+  // job). Local mode takes start = 0 only (its shards stay on their nodes).
+  std::vector<int64_t> indices(int64_t epoch, int node, int local_rank, int64_t start = 0) const;
   // How many indices that is (the same for every epoch).
-  int64_t share(int node, int local_rank) const;
+  int64_t share(int node, int local_rank, int64_t start = 0) const;
   // floor(smallest share over all ranks / batch); batch >= 1.
-  int64_t steps_per_epoch(int64_t batch) const;
+  int64_t steps_per_epoch(int64_t batch, int64_t start = 0) const;
 
   // Local mode: the global index range [first, last) of `node`. The cuts between nodes sit
   // at the balanced positions k*N/nodes, moved to a file boundary when one lies within 1/16
@@ -78,6 +84,7 @@ class Sampler {
   std::vector<int> files_for_node(int node) const;
 
  private:
+  void check_start(int64_t start) const;  // throws squall::Error when start is not a position
   Sampling m_mode;
   std::vector<int64_t> m_offsets;     // file_offsets
   std::vector<int> m_node_sizes;

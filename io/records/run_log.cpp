@@ -94,10 +94,25 @@ void RunLog::warn(const std::string& text) {
   if (m_options.root) log::warn(text);
 }
 
+namespace {
+
+json shape_change_json(const ShapeChange& c) {
+  return json{{"step", c.step},
+              {"from", {{"ranks", c.from_ranks}, {"nodes", c.from_nodes > 0 ? json(c.from_nodes) : json(nullptr)}}},
+              {"to", {{"ranks", c.ranks}, {"nodes", c.nodes}}},
+              {"epoch", c.epoch},
+              {"epoch_position", c.epoch_position}};
+}
+
+}  // namespace
+
 void RunLog::opened(const RunFacts& f) {
   if (!m_options.root) return;
-  if (!f.resumed_from.empty())
-    record({{"kind", "resume"}, {"step", f.first_step}, {"checkpoint", f.resumed_from}});
+  if (!f.resumed_from.empty()) {
+    json r{{"kind", "resume"}, {"step", f.first_step}, {"checkpoint", f.resumed_from}};
+    if (f.shape_change) r["shape_change"] = shape_change_json(*f.shape_change);
+    record(r);
+  }
   const std::string device =
       f.device_index >= 0 ? " (" + f.device + ", GPU " + std::to_string(f.device_index) + ")" : std::string();
   std::vector<std::string> lines{
@@ -314,6 +329,7 @@ json RunLog::summary_json(const RunSummary& s) const {
              {"allreduce_overlapped", s.overlapped_s}}},
            {"attempt",
             {{"number", m_options.attempt},
+             {"shape_change", s.shape_change ? shape_change_json(*s.shape_change) : json(nullptr)},
              {"first_step", s.first_step},
              {"steps", s.steps - s.first_step},
              {"wall_s", s.wall_s},

@@ -75,6 +75,15 @@ struct RunLogOptions {
   std::vector<std::string> class_names;
 };
 
+// A resume on another number of ranks (docs/training.md, "Elastic resume"): the checkpoint's
+// step and shape, this job's shape, and where the epoch's reading went on.
+struct ShapeChange {
+  int64_t step = 0;
+  int64_t from_ranks = 0, from_nodes = 0;  // from_nodes 0: the checkpoint did not record it
+  int64_t ranks = 0, nodes = 0;
+  int64_t epoch = 0, epoch_position = 0;    // the sample of the epoch's order it went on at
+};
+
 // What the run is, said once when training starts (the opening lines, MLPerf's run keys).
 struct RunFacts {
   std::string model;
@@ -97,6 +106,7 @@ struct RunFacts {
   int64_t seed = 0;
   std::string resumed_from;       // the checkpoint a resumed run continues ("" for a new run)
   int64_t first_step = 0;         // the step it continues after
+  std::optional<ShapeChange> shape_change;  // it resumed on another number of ranks
   // squall stage's record of the training set, when it was staged (times in ms since the epoch).
   std::optional<std::pair<int64_t, int64_t>> staging_ms;
   double init_start_s = 0;        // when the process started (system clock, seconds since the epoch)
@@ -153,6 +163,7 @@ struct RunSummary {
   const nn::ConfusionMatrix* cm = nullptr;
   std::string model_checksum;
   std::optional<TargetFacts> target;           // train.target, when set
+  std::optional<ShapeChange> shape_change;     // this attempt resumed on another number of ranks
   std::string target_metric;                   // ... its metric ("" when unset)
   double target_value = 0;
 };

@@ -132,11 +132,13 @@ void TrainingRun::train() {
   for (int64_t epoch = m_pos.start.epoch; epoch <= plan.epochs && m_pos.step < plan.total_steps && !stop; ++epoch) {
     // A resumed run starts inside its checkpoint's epoch, at the batch after the checkpoint.
     // One resumed after its epoch's last step has no step left in it, only the evaluation.
-    int64_t used = epoch == m_pos.start.epoch ? m_pos.start.used : 0;
+    const bool first = epoch == m_pos.start.epoch;
+    int64_t used = first ? m_pos.start.used : 0;
     if (epoch_has_step(plan, used)) {
-      std::vector<int64_t> indices =
-          m_data.sampler->indices(m_cfg.data.shuffle ? epoch : 0, m_topo.node(), m_topo.local_rank());
-      const int64_t skip = std::min<int64_t>(used * m_cfg.train.batch_size, std::ssize(indices));
+      std::vector<int64_t> indices = m_data.sampler->indices(m_cfg.data.shuffle ? epoch : 0, m_topo.node(),
+                                                             m_topo.local_rank(), first ? m_pos.start_position : 0);
+      const int64_t skip =
+          std::min<int64_t>((used - (first ? m_pos.start_batches : 0)) * m_cfg.train.batch_size, std::ssize(indices));
       indices.erase(indices.begin(), indices.begin() + skip);
       m_device.loader->start_epoch(std::move(indices), plan.batches_per_epoch - used);
     }

@@ -90,6 +90,19 @@ void TrainingRun::check_resumable(const checkpoint::LoadedCheckpoint& ck,
   if (then_state.train_samples != m_data.n_train)
     throw UsageError(where + " was trained on " + std::to_string(then_state.train_samples) +
                      " training samples; data.train (" + m_cfg.data.train + ") has " + std::to_string(m_data.n_train));
+  if (then_state.world_size != m_ranks) {
+    // Another shape (docs/training.md, "Elastic resume"): the epoch goes on at the sample of
+    // its order where the checkpoint's job stood, which global sampling alone defines.
+    const std::string was = "a job of " + std::to_string(then_state.world_size) + " rank(s)";
+    if (m_data.sampler->mode() != input::Sampling::global || then.data.sampling != input::Sampling::global)
+      throw UsageError(where + " was written by " + was + " and this job has " + std::to_string(m_ranks) +
+                       ": with data.sampling = local each node reads the shard staged on it, which another "
+                       "number of ranks would cut differently; resume with " + std::to_string(then_state.world_size) +
+                       " rank(s), or train with data.sampling = global");
+    if (then_state.epoch_position < 0)
+      throw UsageError(where + " was written by " + was + " before squall recorded where an epoch's reading "
+                       "stands: resume it with " + std::to_string(then_state.world_size) + " rank(s)");
+  }
   const parallel::LearnerGroup& g = *m_device.group;
   if (then_state.param_count != static_cast<int64_t>(g.parameter_count()) ||
       then_state.state_count != static_cast<int64_t>(g.state_value_count()))
@@ -105,11 +118,41 @@ void TrainingRun::check_resumable(const checkpoint::LoadedCheckpoint& ck,
 void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoint::TrainerState& s) {
   parallel::LearnerGroup& g = *m_device.group;
   m_pos.step = m_pos.first_step = s.step;
-  m_pos.at = m_pos.start = {s.epoch, s.epoch_batches};
-  if (s.learners != g.learners()) {  // the auto-tuner had changed it
+  const bool reshaped = s.world_size != m_ranks;
+  if (!reshaped) {  // the same lists, at the same batch: bit for bit
+    m_pos.at = m_pos.start = {s.epoch, s.epoch_batches};
+    m_pos.start_position = s.epoch_start_position;
+    m_pos.start_batches = s.epoch_start_batches;
+  } else {
+    // Another number of ranks: this job's lists of the epoch begin at the checkpoint's position
+    // of its order, and the batches they leave count as the epoch's last ones.
+    const int64_t batch = m_cfg.train.batch_size;
+    const int64_t left = m_data.sampler->steps_per_epoch(batch, s.epoch_position);
+    const int64_t used = std::max<int64_t>(0, m_data.plan.batches_per_epoch - left);
+    m_pos.at = m_pos.start = {s.epoch, used};
+    m_pos.start_position = s.epoch_position;
+    m_pos.start_batches = used;
+  }
+  // The schedule's frame of the first attempt: the learning rate stays where it was in samples.
+  if (s.schedule_steps > 0 && s.schedule_step_samples > 0) {
+    m_data.plan.schedule_steps = s.schedule_steps;
+    m_data.plan.schedule_step_samples = s.schedule_step_samples;
+  }
+  if (s.learners != g.learners() || reshaped) {  // the auto-tuner had changed it, or the job's shape changed
     while (g.learners() < s.learners) g.add_learner();
     while (g.learners() > s.learners) g.remove_learner();
     replan(m_data.plan, g.learners(), m_pos.step, m_pos.at);
+  }
+  if (reshaped) {
+    m_reshaped_from = records::ShapeChange{s.step, s.world_size, s.nodes, m_ranks, m_topo.nodes(), s.epoch,
+                                           s.epoch_position};
+    if (m_root)
+      log::info("resuming step " + std::to_string(s.step) + " of a job of " + std::to_string(s.world_size) +
+                " rank(s)" + (s.nodes > 0 ? " on " + std::to_string(s.nodes) + " node(s)" : std::string()) + " on " +
+                std::to_string(m_ranks) + " rank(s) on " + std::to_string(m_topo.nodes()) + " node(s): epoch " +
+                std::to_string(s.epoch) + " goes on at sample " + std::to_string(s.epoch_position) + " of its " +
+                std::to_string(m_data.n_train) + ", " + std::to_string(m_data.plan.total_steps - s.step) +
+                " step(s) of " + std::to_string(step_samples()) + " samples to go");
   }
   g.restore(ck.shared, ck.has_own ? &ck.own : nullptr);
   m_pos.samples_done = m_pos.samples_at_start = s.samples_done;
@@ -133,6 +176,15 @@ checkpoint::TrainerState TrainingRun::trainer_state() const {
   s.step = m_pos.step;
   s.epoch = m_pos.at.epoch;
   s.epoch_batches = m_pos.at.used;
+  // The epoch's reading position: the lists of this attempt began at (start_position,
+  // start_batches) in its start epoch, at (0, 0) in every later one (io/input/sampler.hpp).
+  const bool start_epoch = m_pos.at.epoch == m_pos.start.epoch;
+  s.epoch_start_position = start_epoch ? m_pos.start_position : 0;
+  s.epoch_start_batches = start_epoch ? m_pos.start_batches : 0;
+  s.epoch_position = m_data.sampler->mode() == input::Sampling::global
+                         ? s.epoch_start_position +
+                               (m_pos.at.used - s.epoch_start_batches) * m_cfg.train.batch_size * m_ranks
+                         : -1;
   s.samples_done = m_pos.samples_done;
   s.learners = g.learners();
   s.tuner_done = !m_device.tuner->active();
@@ -146,6 +198,9 @@ checkpoint::TrainerState TrainingRun::trainer_state() const {
   s.eval_elapsed_s = m_log ? m_log->clock().eval_s() : m_pos.earlier_eval_s;
   s.target_reached = m_target.has_value();
   s.world_size = m_ranks;
+  s.nodes = m_topo.nodes();
+  s.schedule_steps = m_data.plan.schedule_steps;
+  s.schedule_step_samples = m_data.plan.schedule_step_samples;
   s.per_rank_parts = g.replicas_differ();
   s.train_samples = m_data.n_train;
   s.param_count = static_cast<int64_t>(g.parameter_count());

@@ -99,6 +99,7 @@ records::RunFacts TrainingRun::run_facts() const {
   f.weight_decay = m_cfg.optimizer.weight_decay;
   f.seed = m_cfg.run.seed;
   if (m_resumed_from) f.resumed_from = m_resumed_from->string();
+  f.shape_change = m_reshaped_from;
   f.first_step = m_pos.first_step;
   if (m_root && m_cfg.run.mllog) f.staging_ms = staging_of(m_cfg.data.train);
   f.init_start_s = m_init_start_s;
@@ -258,6 +259,7 @@ TrainResult TrainingRun::finish() {
   s.test_loss = r.test_loss;
   s.cm = &m_last_eval.cm;
   s.model_checksum = r.model_checksum;
+  s.shape_change = m_reshaped_from;
   if (m_cfg.train.target.metric != config::TargetMetric::none) {
     s.target_metric = config::k_target_metrics.name(m_cfg.train.target.metric);
     s.target_value = m_cfg.train.target.value;

@@ -29,6 +29,11 @@ struct LoopPosition {
   int64_t step = 0;                  // steps done
   EpochPosition at;                  // the epoch of the last step, and its batches used
   EpochPosition start;               // where this attempt started
+  // In the start epoch, where this attempt's lists began (global sampling): at this sample of
+  // the epoch's order, counted as this many of its batches used. 0 and 0 unless the attempt
+  // resumed inside an epoch on another shape (or from an attempt that did).
+  int64_t start_position = 0;
+  int64_t start_batches = 0;
   int64_t first_step = 0;            // the step this attempt started after
   int64_t samples_done = 0;          // samples trained on over the job, all attempts
   int64_t samples_at_start = 0;
@@ -100,6 +105,7 @@ class TrainingRun {
   Stopwatch m_since_time_checkpoint;
   int64_t m_metrics_lines_at_resume = -1;       // -1: a new run
   std::optional<std::filesystem::path> m_resumed_from;
+  std::optional<records::ShapeChange> m_reshaped_from;  // resumed on another number of ranks
   std::filesystem::path m_last_checkpoint;
   int64_t m_last_checkpoint_step = -1;
 

@@ -143,6 +143,58 @@ TEST_CASE("local mode: node ranges tile the samples, and files stay whole where 
   for (int node = 0; node < 5; ++node) CHECK(many.files_for_node(node) == std::vector<int>{0});
 }
 
+TEST_CASE("global mode: after c samples per rank a job has read the first c x ranks of the epoch's order, and a job "
+          "of another shape goes on from there, each sample once",
+          "[sampler][elastic]") {
+  const auto offsets = uneven_offsets(1000, 7, 3);
+  const int64_t n = 1000;
+  // The order itself: one rank reads it all.
+  const std::vector<int64_t> order = Sampler(Sampling::global, offsets, {1}, 5).indices(2, 0, 0);
+  REQUIRE(static_cast<int64_t>(order.size()) == n);
+  for (const int from : {4, 2, 5})
+    for (const int to : {3, 6, 1, 4}) {
+      for (const int64_t batch : {1, 8, 13}) {
+        INFO(from << " ranks, batches of " << batch << ", then " << to << " ranks");
+        const Sampler before(Sampling::global, offsets, {from}, 5);
+        const int64_t used = before.steps_per_epoch(batch) / 2;  // batches each rank read
+        std::vector<int> seen(static_cast<size_t>(n), 0);
+        std::set<int64_t> prefix;
+        for (int r = 0; r < from; ++r) {
+          const std::vector<int64_t> list = before.indices(2, 0, r);
+          for (int64_t i = 0; i < used * batch; ++i) {
+            ++seen[static_cast<size_t>(list[static_cast<size_t>(i)])];
+            prefix.insert(list[static_cast<size_t>(i)]);
+          }
+        }
+        // Exactly the first used x batch x from samples of the order.
+        const int64_t position = used * batch * from;
+        REQUIRE(static_cast<int64_t>(prefix.size()) == position);
+        CHECK(std::all_of(order.begin(), order.begin() + position, [&](int64_t i) { return prefix.count(i) == 1; }));
+        // The new shape reads the rest: each sample once over both jobs.
+        const Sampler after(Sampling::global, offsets, {to}, 5);
+        int64_t smallest = n;
+        for (int r = 0; r < to; ++r) {
+          const std::vector<int64_t> list = after.indices(2, 0, r, position);
+          CHECK(static_cast<int64_t>(list.size()) == after.share(0, r, position));
+          smallest = std::min<int64_t>(smallest, static_cast<int64_t>(list.size()));
+          for (const int64_t i : list) ++seen[static_cast<size_t>(i)];
+        }
+        CHECK(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
+        CHECK(after.steps_per_epoch(batch, position) == smallest / batch);
+        // The same shape from that position reads what the first job had left: the
+        // continuation of each rank's own list (a resume on the same shape is bit for bit).
+        const std::vector<int64_t> whole = before.indices(2, 0, from - 1);
+        const std::vector<int64_t> rest = before.indices(2, 0, from - 1, position);
+        CHECK(std::equal(rest.begin(), rest.end(), whole.begin() + used * batch, whole.end()));
+      }
+    }
+  // Local mode keeps its shards on their nodes: no position but the start.
+  const Sampler local(Sampling::local, offsets, {2, 2}, 5);
+  CHECK_THROWS_WITH(local.indices(0, 0, 0, 8), Catch::Contains("data.sampling = local"));
+  CHECK_THROWS_WITH(Sampler(Sampling::global, offsets, {2}, 5).indices(0, 0, 0, n + 1),
+                    Catch::Contains("outside the epoch's 1000 samples"));
+}
+
 TEST_CASE("epochs are reshuffled, reproducible from the seed, and the remainder changes", "[sampler]") {
   const auto offsets = uneven_offsets(100, 5, 1);
   for (const Sampling mode : {Sampling::global, Sampling::local}) {

@@ -22,6 +22,9 @@ TrainerState sample_state() {
   s.step = 45;
   s.epoch = 3;
   s.epoch_batches = 12;
+  s.epoch_position = 3200;  // none of these the default: a row dropped from the table would read it
+  s.epoch_start_position = 1280;
+  s.epoch_start_batches = 7;
   s.samples_done = 5760;
   s.learners = 2;
   s.tuner_done = true;
@@ -34,6 +37,9 @@ TrainerState sample_state() {
   s.eval_elapsed_s = 4.5;
   s.target_reached = true;
   s.world_size = 4;
+  s.nodes = 2;
+  s.schedule_steps = 900;
+  s.schedule_step_samples = 512;
   s.per_rank_parts = true;
   s.train_samples = 60000;
   s.param_count = 61706;
@@ -49,6 +55,12 @@ void check_equal(const TrainerState& a, const TrainerState& b) {
   CHECK(a.step == b.step);
   CHECK(a.epoch == b.epoch);
   CHECK(a.epoch_batches == b.epoch_batches);
+  CHECK(a.epoch_position == b.epoch_position);
+  CHECK(a.epoch_start_position == b.epoch_start_position);
+  CHECK(a.epoch_start_batches == b.epoch_start_batches);
+  CHECK(a.nodes == b.nodes);
+  CHECK(a.schedule_steps == b.schedule_steps);
+  CHECK(a.schedule_step_samples == b.schedule_step_samples);
   CHECK(a.samples_done == b.samples_done);
   CHECK(a.learners == b.learners);
   CHECK(a.tuner_done == b.tuner_done);
@@ -92,7 +104,17 @@ TEST_CASE("a checkpoint without the run's clock reads as a first attempt", "[tra
   d.ints.erase("target_reached");
   d.reals.erase("elapsed_s");
   d.reals.erase("eval_elapsed_s");
+  for (const char* key : {"epoch_position", "epoch_start_position", "epoch_start_batches", "nodes", "schedule_steps",
+                          "schedule_step_samples"})
+    d.ints.erase(key);
   const TrainerState s = read_trainer_state(d);
+  // An earlier version's: the position and the frame unknown (it resumes on its own shape only).
+  CHECK(s.epoch_position == -1);
+  CHECK(s.epoch_start_position == 0);
+  CHECK(s.epoch_start_batches == 0);
+  CHECK(s.nodes == 0);
+  CHECK(s.schedule_steps == 0);
+  CHECK(s.schedule_step_samples == 0);
   CHECK(s.attempt == 1);
   CHECK(s.elapsed_s == 0.0);
   CHECK(s.eval_elapsed_s == 0.0);
@@ -117,7 +139,7 @@ TEST_CASE("a missing entry or an impossible count names the file", "[trainer_sta
   CHECK_THROWS_WITH(read_trainer_state(negative), Catch::Contains(d.origin) && Catch::Contains("param_count = -1"));
 }
 
-TEST_CASE("the trainer writes exactly its 22 entries, by name and kind", "[trainer_state][checkpoint]") {
+TEST_CASE("the trainer writes exactly its 28 entries, by name and kind", "[trainer_state][checkpoint]") {
   checkpoint::CheckpointData d;
   write_trainer_state(sample_state(), d);
   auto keys = [](const auto& map) {
@@ -128,7 +150,9 @@ TEST_CASE("the trainer writes exactly its 22 entries, by name and kind", "[train
   // learners is not here: the learner group writes it (src/parallel/learners_checkpoint.cpp).
   CHECK(keys(d.ints) == std::set<std::string>{"step", "epoch", "epoch_batches", "samples_done", "tuner_done",
                                               "metrics_lines", "attempt", "target_reached", "world_size",
-                                              "per_rank_parts", "train_samples", "param_count", "state_count"});
+                                              "per_rank_parts", "train_samples", "param_count", "state_count",
+                                              "epoch_position", "epoch_start_position", "epoch_start_batches",
+                                              "nodes", "schedule_steps", "schedule_step_samples"});
   CHECK(keys(d.reals) == std::set<std::string>{"window_loss_sum", "window_loss_weight", "last_train_loss",
                                                "elapsed_s", "eval_elapsed_s"});
   CHECK(keys(d.texts) == std::set<std::string>{"config", "config_origin", "model", "algorithm"});
