@@ -229,22 +229,19 @@ std::string CheckpointStore::try_load(const fs::path& folder, LoadedCheckpoint& 
     std::string bytes = m_node.broadcast_string(leader ? out.shared.serialize() : std::string());
     if (!leader) out.shared = CheckpointData::deserialize(bytes, origin);
   }
-  // One model (ssgd, and the others where their replicas agree) resumes on any number of ranks
-  // (the trainer checks the rest: docs/training.md, "Elastic resume"); a part per rank does not.
-  const std::string shape = reason_of([&] {
-    if (out.shared.integer("world_size") != m_world.size() && out.shared.integer("per_rank_parts") != 0)
-      throw Error(origin + ": written by a job of " + std::to_string(out.shared.integer("world_size")) +
-                  " rank(s), this job has " + std::to_string(m_world.size()) + ", and it holds a part per rank (" +
-                  out.shared.text("algorithm") + "'s replicas differed at its step): resume with " +
-                  std::to_string(out.shared.integer("world_size")) + " rank(s)");
-  });
-  if (!shape.empty()) throw CollectiveError(shape, k_exit_usage);
+  // Any number of ranks may resume it (the trainer checks what else must hold: docs/training.md,
+  // "Elastic resume"): a rank the writing job had takes its part, a new one none.
   out.has_own = out.shared.integer("per_rank_parts") != 0;
   if (!out.has_own) return {};
-  return load_parts(folder, out);
+  const std::string parts = load_parts(folder, out, out.shared.integer("world_size"));
+  if (parts.empty() && m_world.rank() >= out.shared.integer("world_size")) {
+    out.has_own = false;
+    out.from_centre = true;
+  }
+  return parts;
 }
 
-std::string CheckpointStore::load_parts(const fs::path& folder, LoadedCheckpoint& out) {
+std::string CheckpointStore::load_parts(const fs::path& folder, LoadedCheckpoint& out, int64_t written_by) {
   // Rank 0 lists the node files once; none means a checkpoint of an earlier squall version,
   // whose rank-RRRRR.h5 files each rank reads itself.
   std::string listing;
@@ -257,6 +254,11 @@ std::string CheckpointStore::load_parts(const fs::path& folder, LoadedCheckpoint
   listing = m_world.broadcast_string(listing);
   if (!listing.empty() && listing.front() == '!') return listing.substr(1);
   const std::vector<std::string> files = split_lines(listing);
+  if (files.empty() && written_by != m_world.size())
+    throw CollectiveError(folder.string() + " was written by an earlier version of squall, a file per rank, by " +
+                              std::to_string(written_by) + " rank(s): resume it with " + std::to_string(written_by) +
+                              " rank(s)",
+                          k_exit_usage);
   if (files.empty())
     return agree_on_reasons(m_world, reason_of([&] {
       out.own = read_checkpoint_file(part_file(folder, m_world.rank()).string());
@@ -268,20 +270,23 @@ std::string CheckpointStore::load_parts(const fs::path& folder, LoadedCheckpoint
   const std::vector<int> ranks = m_node.allgather(m_world.rank());
   std::vector<std::string> parts, origins;
   const std::string failed = agree_on_reasons(
-      m_world, leader ? reason_of([&] { read_node_parts(folder, files, ranks, parts, origins); }) : std::string());
+      m_world,
+      leader ? reason_of([&] { read_node_parts(folder, files, ranks, written_by, parts, origins); }) : std::string());
   if (!failed.empty()) return failed;
   const std::string origin = m_node.scatter_strings(origins);
   std::string bytes = m_node.scatter_strings(parts);
   std::vector<std::string>().swap(parts);
-  out.own = CheckpointData::deserialize(bytes, origin);
+  if (m_world.rank() < written_by) out.own = CheckpointData::deserialize(bytes, origin);  // else: a new rank, no part
   return {};
 }
 
 void CheckpointStore::read_node_parts(const fs::path& folder, const std::vector<std::string>& files,
-                                      const std::vector<int>& ranks, std::vector<std::string>& parts,
-                                      std::vector<std::string>& origins) const {
+                                      const std::vector<int>& ranks, int64_t written_by,
+                                      std::vector<std::string>& parts, std::vector<std::string>& origins) const {
+  // Ranks the writing job did not have have no part: their wanted group stays "" (found by no
+  // file, read by none).
   std::vector<std::string> wanted;
-  for (const int r : ranks) wanted.push_back(rank_group(r));
+  for (const int r : ranks) wanted.push_back(r < written_by ? rank_group(r) : std::string());
   // Which file holds each wanted group: this node's own file when it holds them all (a resume
   // on the same layout reads one file per node), else every node file's list of groups.
   std::vector<std::string> holder(wanted.size());
@@ -296,7 +301,7 @@ void CheckpointStore::read_node_parts(const fs::path& folder, const std::vector<
     for (const std::string& file : files)
       if (file != own_name) take_from(file, read_checkpoint_group_names((folder / file).string()));
   for (size_t i = 0; i < wanted.size(); ++i)
-    if (holder[i].empty())
+    if (holder[i].empty() && !wanted[i].empty())
       throw Error(folder.string() + ": no node file holds the part of rank " + std::to_string(ranks[i]) + " (group " +
                   wanted[i] + "; " + std::to_string(files.size()) + " node file(s): " + files.front() +
                   (files.size() > 1 ? " to " + files.back() : std::string()) + ")");

@@ -38,6 +38,9 @@ struct LoadedCheckpoint {
   CheckpointData shared;   // model.h5, on every rank
   CheckpointData own;      // this rank's part (has_own)
   bool has_own = false;
+  // The checkpoint has a part per rank but none for this one: a rank the writing job did not
+  // have (a resume on more ranks). Its replicas start from the central model.
+  bool from_centre = false;
 };
 
 class CheckpointStore {
@@ -80,12 +83,14 @@ class CheckpointStore {
  private:
   // Collective: every rank's reason why `folder` cannot be loaded ("" when it can); the data.
   std::string try_load(const std::filesystem::path& folder, LoadedCheckpoint& out);
-  // Collective: this rank's part of `folder` (node files, or the older rank files) into `out`.
-  std::string load_parts(const std::filesystem::path& folder, LoadedCheckpoint& out);
+  // Collective: this rank's part of `folder` (node files, or the older rank files) into `out`;
+  // `written_by`: the ranks of the job that wrote it (a rank at or past it has no part).
+  std::string load_parts(const std::filesystem::path& folder, LoadedCheckpoint& out, int64_t written_by);
   // On a node leader: the serialized parts of the world ranks `ranks` from the node files
-  // `files` (names in `folder`), and each one's origin for messages.
+  // `files` (names in `folder`), and each one's origin for messages ("" for a rank at or past
+  // `written_by`).
   void read_node_parts(const std::filesystem::path& folder, const std::vector<std::string>& files,
-                       const std::vector<int>& ranks, std::vector<std::string>& parts,
+                       const std::vector<int>& ranks, int64_t written_by, std::vector<std::string>& parts,
                        std::vector<std::string>& origins) const;
   void prune();
 

@@ -226,7 +226,10 @@ class LearnerGroup {
   bool replicas_differ() const;
   void save_shared(checkpoint::CheckpointData& out);
   void save_own(checkpoint::CheckpointData& out);
-  void restore(const checkpoint::CheckpointData& shared, const checkpoint::CheckpointData* own);
+  // from_centre: the checkpoint has a part per rank but none for this rank (a resume on more
+  // ranks): the replicas start from the central model with fresh optimizer state and loss scale.
+  void restore(const checkpoint::CheckpointData& shared, const checkpoint::CheckpointData* own,
+               bool from_centre = false);
 
   // SMA's coefficients for the job as it is now (the auto-tuner may change L).
   SmaCoefficients sma() const;

@@ -48,7 +48,8 @@ void LearnerGroup::save_own(checkpoint::CheckpointData& out) {
   c.backend.synchronize(*c.stream);
 }
 
-void LearnerGroup::restore(const checkpoint::CheckpointData& shared, const checkpoint::CheckpointData* own) {
+void LearnerGroup::restore(const checkpoint::CheckpointData& shared, const checkpoint::CheckpointData* own,
+                           bool from_centre) {
   GroupCore& c = *m_core;
   settle();
   if (shared.integer("learners") != learners())
@@ -70,6 +71,15 @@ void LearnerGroup::restore(const checkpoint::CheckpointData& shared, const check
     }
     m_algorithm->restore_own(*own);
     c.scaler->restore(*own, *c.stream);
+  } else if (from_centre) {
+    // A rank the checkpoint's job did not have: its learners are new replicas of the centre,
+    // their optimizer state as a new run's (zero, step 0) and the loss scale its initial one.
+    for (const auto& l : *c.replicas) {
+      c.arena_from_host(l->graph->params(), shared, "central/params", Arena::params);
+      c.arena_from_host(l->graph->state(), shared, "central/state", Arena::state);
+      for (const optim::OptimizerState& st : l->optimizer->state()) c.backend.fill(*c.stream, st.data, st.count, 0.0f);
+      l->optimizer->set_steps(0);
+    }
   } else {
     if (replicas_differ())
       throw Error(shared.origin + ": has no per-rank part, but the replicas of " +

@@ -102,6 +102,13 @@ void TrainingRun::check_resumable(const checkpoint::LoadedCheckpoint& ck,
     if (then_state.epoch_position < 0)
       throw UsageError(where + " was written by " + was + " before squall recorded where an epoch's reading "
                        "stands: resume it with " + std::to_string(then_state.world_size) + " rank(s)");
+    // Each rank's part carries over to the rank of the same number; a node's models do not
+    // (the nodes are other groups of ranks).
+    if (then_state.per_rank_parts && m_device.group->options().node_level())
+      throw UsageError(where + " was written by " + was + " with a model per node (" + then_state.algorithm +
+                       (m_algorithm == parallel::Algorithm::outer ? "" : " with parallel.periods' node level") +
+                       "), which another number of ranks would group otherwise: resume with " +
+                       std::to_string(then_state.world_size) + " rank(s)");
   }
   const parallel::LearnerGroup& g = *m_device.group;
   if (then_state.param_count != static_cast<int64_t>(g.parameter_count()) ||
@@ -153,8 +160,18 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
                 std::to_string(s.epoch) + " goes on at sample " + std::to_string(s.epoch_position) + " of its " +
                 std::to_string(m_data.n_train) + ", " + std::to_string(m_data.plan.total_steps - s.step) +
                 " step(s) of " + std::to_string(step_samples()) + " samples to go");
+    const auto ranks_text = [](int64_t first, int64_t last) {
+      return first == last ? "rank " + std::to_string(first)
+                           : "ranks " + std::to_string(first) + " to " + std::to_string(last);
+    };
+    if (m_root && s.per_rank_parts)
+      log::info(m_ranks > s.world_size
+                    ? ranks_text(s.world_size, m_ranks - 1) +
+                          (m_ranks - 1 == s.world_size ? " starts its" : " start their") +
+                          " replicas from the central model; the others keep theirs"
+                    : "the replicas of " + ranks_text(m_ranks, s.world_size - 1) + " are dropped; the others keep theirs");
   }
-  g.restore(ck.shared, ck.has_own ? &ck.own : nullptr);
+  g.restore(ck.shared, ck.has_own ? &ck.own : nullptr, ck.from_centre);
   m_pos.samples_done = m_pos.samples_at_start = s.samples_done;
   m_pos.attempt = s.attempt + 1;
   m_pos.earlier_s = s.elapsed_s;

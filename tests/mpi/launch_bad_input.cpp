@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "io/checkpoint/checkpoint_file.hpp"
 #include "io/input/open_dataset.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
@@ -274,8 +275,19 @@ std::vector<Row> rows() {
        "{train} --resume auto --set model.name=resnet20", 2,
        {"{dir}/run/checkpoints/step-00000020", "checkpoint of another run", "model.name", "\"lenet5\"",
         "\"resnet20\""}},
-      {"resume: a checkpoint of 1 rank resumed by 2", copy_trained_run(), "{mpiexec2} {train} --resume auto", 2,
-       {"{dir}/run/checkpoints/step-00000020/model.h5", "written by a job of 1 rank(s), this job has 2"}},
+      {"resume: a checkpoint of an earlier version (no epoch position) of 1 rank resumed by 2",
+       [](const fs::path& dir, Shared& shared) {
+         copy_trained_run()(dir, shared);
+         for (const char* step : {"step-00000010", "step-00000020"}) {
+           const std::string model = (dir / "run" / "checkpoints" / step / "model.h5").string();
+           squall::checkpoint::CheckpointData d = squall::checkpoint::read_checkpoint_file(model);
+           REQUIRE(d.ints.erase("epoch_position") == 1);
+           squall::checkpoint::write_checkpoint_file(model, d);
+         }
+       },
+       "{mpiexec2} {train} --resume auto", 2,
+       {"{dir}/run/checkpoints/step-00000020", "was written by a job of 1 rank(s)",
+        "before squall recorded where an epoch's reading stands", "resume it with 1 rank(s)"}},
       {"resume: a model.h5 that is not HDF5", toml("bogus/model.h5", "these bytes are not HDF5\n"),
        "{train} --resume {dir}/bogus/model.h5", 1, {"--resume {dir}/bogus/model.h5", "not an HDF5 file"}},
       {"resume: an HDF5 file that is not a checkpoint",

@@ -116,22 +116,61 @@ TEST_CASE("an ssgd checkpoint of 4 ranks inside an epoch resumes on 2, 3 and 6: 
   }
 }
 
-TEST_CASE("a resume on another number of ranks is refused where the state cannot carry over: a part per rank, "
+TEST_CASE("an sma checkpoint with a part per rank resumes on 3 ranks and on 1: the ranks that remain keep their "
+          "replicas, new ones start from the centre",
+          "[launch][checkpoint][elastic][slow]") {
+  TempDir t("squall-elastic-sma");
+  const std::string crashed = t.file("crashed");
+  // 2 ranks x 2 learners, batches of 16: 64 samples a step; a part per rank at step 5.
+  auto job = [&](const std::string& dir, const std::string& extra = "") {
+    return squall_bin() + " train --config " + k_configs + "fashion-mnist-sma.toml --set run.dir=" + dir +
+           " --set data.train_samples=4096 --set data.test_samples=256 --set train.max_steps=12"
+           " --set schedule.warmup_steps=0 --set checkpoint.every_steps=5 --set train.log_every_steps=1"
+           " --set run.threads=1" + extra;
+  };
+  const auto a = run_command("SQUALL_FAIL_AT=0:8 " + mpiexec(2) + " " + job(crashed));
+  INFO(tail(a));
+  REQUIRE(fs::exists(fs::path(crashed) / "checkpoints/step-00000005/node-00000.h5"));
+  const double loss_at_5 = train_losses(crashed).at(4).second;
+  for (const int ranks : {3, 1}) {
+    INFO("resumed on " << ranks << " ranks");
+    const std::string dir = t.file("on-" + std::to_string(ranks));
+    fs::copy(crashed, dir, fs::copy_options::recursive);
+    const auto r = run_command(mpiexec(ranks) + " " + job(dir, " --resume auto"));
+    INFO(tail(r));
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.out, Contains("resuming step 5 of a job of 2 rank(s)") &&
+                          Contains(ranks > 2 ? "rank 2 starts its replicas from the central model"
+                                             : "the replicas of rank 1 are dropped"));
+    const json s = read_json(fs::path(dir) / "summary.json");
+    CHECK(s.at("steps") == 12);
+    CHECK(s.at("attempt").at("shape_change").at("to").at("ranks") == ranks);
+    CHECK(s.at("attempt").at("shape_change").at("epoch_position") == 5 * 64);
+    const std::vector<std::pair<int64_t, double>> after = train_losses(dir);
+    REQUIRE(after.size() > 5);
+    CHECK(after[5].first == 6);
+    CHECK(std::abs(after[5].second - loss_at_5) < 0.25 * loss_at_5);
+    CHECK(std::isfinite(s.at("final").at("train_loss").get<double>()));
+  }
+}
+
+TEST_CASE("a resume on another number of ranks is refused where the state cannot carry over: a model per node, "
           "node-local shards",
           "[launch][checkpoint][elastic]") {
   TempDir t("squall-elastic-refused");
-  {  // sma, 2 learners a rank: the replicas differ between synchronisations, a part per rank
-    const std::string dir = t.file("sma");
+  {  // sma with parallel.periods' node level on 2 emulated nodes: the nodes' models are per node
+    const std::string dir = t.file("periods");
     const std::string job = squall_bin() + " train --config " + k_configs + "fashion-mnist-sma.toml --set run.dir=" +
                             dir + " --set data.train_samples=4096 --set data.test_samples=256 --set train.max_steps=12"
-                            " --set schedule.warmup_steps=0 --set checkpoint.every_steps=5 --set run.threads=1";
-    const auto a = run_command("SQUALL_FAIL_AT=0:8 " + mpiexec(2) + " " + job);
+                            " --set schedule.warmup_steps=0 --set checkpoint.every_steps=5 --set run.threads=1"
+                            " --set parallel.periods=[1,2]";
+    const auto a = run_command("SQUALL_RANKS_PER_NODE=1 SQUALL_FAIL_AT=0:8 " + mpiexec(2) + " " + job);
     INFO(tail(a));
     REQUIRE(fs::exists(fs::path(dir) / "checkpoints/step-00000005/model.h5"));
-    const auto r = run_command(mpiexec(3) + " " + job + " --resume auto");
+    const auto r = run_command("SQUALL_RANKS_PER_NODE=1 " + mpiexec(3) + " " + job + " --resume auto");
     INFO(tail(r));
     CHECK(r.exit_code == 2);
-    CHECK_THAT(r.err, Contains("step-00000005") && Contains("part per rank") && Contains("resume with 2 rank(s)"));
+    CHECK_THAT(r.err, Contains("step-00000005") && Contains("model per node") && Contains("resume with 2 rank(s)"));
   }
   {  // ssgd with data.sampling = local: each node reads its own staged shard
     const std::string dir = t.file("local");
