@@ -80,7 +80,12 @@ RunRecords parse_metrics(std::istream& in) {
       const double written = number(j, "elapsed_s");
       offset = std::isfinite(written) ? written : last_t;
       r.attempts = run_clock ? std::max(attempt, r.attempts + 1) : r.attempts + 1;
-      r.resumes.push_back({step, r.attempts, offset});
+      ResumePoint resume{step, r.attempts, offset};
+      if (const auto change = j.find("shape_change"); change != j.end() && change->is_object()) {
+        resume.from_ranks = change->value("from", json::object()).value("ranks", int64_t{0});
+        resume.ranks = change->value("to", json::object()).value("ranks", int64_t{0});
+      }
+      r.resumes.push_back(resume);
       last_t = offset;
     } else if (kind == "target" && !r.target) {
       // Only trainers that write the run clock write target records, with or without `attempt`.

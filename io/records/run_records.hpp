@@ -36,6 +36,9 @@ struct ResumePoint {
   int64_t step = 0;      // the checkpoint's step: the attempt's first
   int attempt = 2;
   double elapsed_s = 0;  // run clock at the resume (old records: the last time before it)
+  // A resume on another number of ranks (the record's shape_change): the ranks before and
+  // after; 0 and 0 when the shape stayed.
+  int64_t from_ranks = 0, ranks = 0;
 };
 
 struct TargetPoint {     // a `target` record: the metric reached its target

@@ -419,7 +419,18 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
         s.x.push_back(timed ? t.elapsed_s : static_cast<double>(t.step));
         s.y.push_back(t.loss);
       }
+      // Where the run resumed on another number of ranks: a dashed mark across its losses.
+      double lo = INFINITY, hi = -INFINITY;
+      for (double y : s.y) lo = std::min(lo, y), hi = std::max(hi, y);
+      const std::string name = s.label;
       p.series.push_back(std::move(s));
+      for (const records::ResumePoint& q : r.records.resumes) {
+        const double x = timed ? q.elapsed_s : static_cast<double>(q.step);
+        if (q.from_ranks <= 0 || !std::isfinite(x) || !(lo <= hi)) continue;
+        p.series.push_back({name + ": " + std::to_string(q.from_ranks) + " -> " + std::to_string(q.ranks) +
+                                " ranks at step " + std::to_string(q.step),
+                            {x, x}, {lo, hi}, true, false});
+      }
     }
     pictures::write_text_file((out / "loss.svg").string(), pictures::render_line_plot(p));
   }

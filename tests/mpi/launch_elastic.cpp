@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,13 @@ TEST_CASE("an ssgd checkpoint of 4 ranks inside an epoch resumes on 2, 3 and 6: 
       if (j.at("kind") == "resume") recorded = j.contains("shape_change") && j.at("shape_change").at("to").at("ranks") == c.ranks;
     }
     CHECK(recorded);
+    // squall report draws the run as one line on the run clock, the change of shape marked.
+    const auto rep = run_command(squall_bin() + " report " + dir + " --out " + dir + "-report");
+    INFO(rep.err);
+    REQUIRE(rep.exit_code == 0);
+    std::ifstream svg(dir + "-report/loss.svg");
+    const std::string loss((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+    CHECK_THAT(loss, Contains("4 -&gt; " + std::to_string(c.ranks) + " ranks at step 5"));
     // The model went on from where it was: the first loss after the resume is near the last
     // one before.
     const std::vector<std::pair<int64_t, double>> after = train_losses(dir);
