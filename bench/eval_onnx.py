@@ -104,18 +104,24 @@ class Checkpoint:
         return x.transpose(2, 0, 1)
 
 
-def ort_eval(onnx_path, paths, batch, threads, ck):
-    """ORT's side of one run: samples/s of the whole loop, samples/s of session.run alone, the
-    pixel accuracy."""
-    import h5py
-    import numpy as np
+def ort_session(onnx_path, threads):
+    """ONNX Runtime as the bench runs it: the CPU provider, `threads` intra-op threads, one
+    inter-op thread, sequential, every graph optimisation."""
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    sess = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+
+
+def ort_eval(onnx_path, paths, batch, threads, ck):
+    """ORT's side of one run: samples/s of the whole loop, samples/s of session.run alone, the
+    pixel accuracy."""
+    import h5py
+    import numpy as np
+    sess = ort_session(onnx_path, threads)
     name = sess.get_inputs()[0].name
     x = np.empty((batch, CHANNELS, HEIGHT, WIDTH), dtype=np.float32)
     y = np.empty((batch, HEIGHT, WIDTH), dtype=np.int64)
@@ -152,13 +158,7 @@ def ort_predict(onnx_path, paths, batch, threads, ck, out_dir):
     """ONNX Runtime as a predict: every file's mask, from batches of --batch files."""
     import h5py
     import numpy as np
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    sess = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+    sess = ort_session(onnx_path, threads)
     name = sess.get_inputs()[0].name
     x = np.empty((batch, CHANNELS, HEIGHT, WIDTH), dtype=np.float32)
     os.makedirs(out_dir, exist_ok=True)

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <future>
 #include <span>
+
+#include "src/eval/read_ahead.hpp"
 
 namespace squall::eval {
 
@@ -44,22 +44,15 @@ EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const
     test.read(h.idx, h.images.data(), h.labels.data());
     std::fill(h.labels.begin() + valid * label_hw, h.labels.end(), -1);  // padding: ignored
   };
-  std::future<void> next;
-  // An early return (an exception) still waits for the read in flight, which uses `host`.
-  struct Joiner {
-    std::future<void>& f;
-    ~Joiner() {
-      if (f.valid()) f.wait();
-    }
-  } joiner{next};
+  ReadAhead next;  // declared after `host`, which the read in flight uses: waited for first
   if (begin < end) read_batch(host[0], begin);
   nn::RunMode mode;
   mode.train = false;
   for (int64_t start = begin, k = 0; start < end; start += batch, ++k) {
     const int64_t valid = std::min(batch, end - start);
-    if (next.valid()) next.get();  // this batch's read; rethrows its error
+    next.wait();  // this batch's read; rethrows its error
     HostBatch& cur = host[k % 2];
-    if (start + batch < end) next = std::async(std::launch::async, read_batch, std::ref(host[(k + 1) % 2]), start + batch);
+    if (start + batch < end) next.start([&, k, start] { read_batch(host[(k + 1) % 2], start + batch); });
     const std::vector<float>& images = cur.images;
     const std::vector<int32_t>& labels = cur.labels;
     // Pageable host memory: these copies have read it when they return, so the read after

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <filesystem>
 #include <deque>
-#include <future>
 #include <memory>
 #include <numeric>
 
@@ -19,6 +18,7 @@
 #include "src/core/clock.hpp"
 #include "src/core/error.hpp"
 #include "src/eval/eval_run.hpp"
+#include "src/eval/read_ahead.hpp"
 #include "io/pictures/prediction_picture.hpp"
 
 namespace squall::eval {
@@ -166,23 +166,16 @@ class Predictor {
       h.images.assign(static_cast<size_t>(m_batch * m_built.per_sample()), 0.0f);
       h.labels.assign(static_cast<size_t>(m_batch * hw), -1);
     }
-    std::future<void> next;
-    // An exception still waits for the reader, which uses the jobs and the host batches.
-    struct Joiner {
-      std::future<void>& f;
-      ~Joiner() {
-        if (f.valid()) f.wait();
-      }
-    } joiner{next};
+    ReadAhead next;  // the reader thread: it uses the jobs and the host batches
     const Stopwatch timer;
     fill(m_host[0]);
     std::vector<FileJob*> finished;  // predicted, not yet written
     for (int k = 0;; ++k) {
-      if (next.valid()) next.get();  // this batch's read (and the last writes); rethrows their error
+      next.wait();  // this batch's read (and the last writes); rethrows their error
       HostBatch& cur = m_host[k % 2];
       if (cur.slots.empty()) break;
       HostBatch& other = m_host[(k + 1) % 2];
-      next = std::async(std::launch::async, [this, &other, done = std::move(finished)] {
+      next.start([this, &other, done = std::move(finished)] {
         for (FileJob* f : done) finish(*f);
         fill(other);
       });

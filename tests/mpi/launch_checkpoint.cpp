@@ -21,6 +21,8 @@
 
 using nlohmann::json;
 using squall::test::mpiexec;
+using squall::test::output_tail;
+using squall::test::train_losses;
 using squall::test::run_command;
 using squall::test::squall_bin;
 using squall::test::TempDir;
@@ -49,22 +51,6 @@ std::string ssgd_job(const std::string& dir, const std::string& extra = "") {
 }
 
 std::string checksum(const fs::path& dir) { return read_json(dir / "summary.json").at("model_checksum"); }
-
-// (step, loss) of every train record of metrics.jsonl.
-std::vector<std::pair<int64_t, double>> train_losses(const fs::path& dir) {
-  std::ifstream in(dir / "metrics.jsonl");
-  std::vector<std::pair<int64_t, double>> out;
-  for (std::string line; std::getline(in, line);) {
-    const json j = json::parse(line);
-    if (j.at("kind") == "train") out.emplace_back(j.at("step").get<int64_t>(), j.at("loss").get<double>());
-  }
-  return out;
-}
-
-std::string tail(const squall::test::ProcessResult& r) {
-  const std::string all = r.out + r.err;
-  return all.substr(all.size() > 4000 ? all.size() - 4000 : 0);
-}
 
 // Writes `script` to a file in `t` and runs it with sh under `prefix` (timeout, unshare):
 // no quoting of the script's own quotes.
@@ -99,7 +85,7 @@ TEST_CASE("a 2-rank run crashed at step 45 and resumed with --resume auto ends b
       return mpiexec(2) + " " + (sma ? sma_job(dir, extra) : ssgd_job(dir, extra));
     };
     const auto a = run_command(job(whole));
-    INFO(tail(a));
+    INFO(output_tail(a));
     REQUIRE(a.exit_code == 0);
     // Every 10 steps and at the end; the newest checkpoint.keep = 3 are kept.
     std::vector<std::string> kept;
@@ -108,7 +94,7 @@ TEST_CASE("a 2-rank run crashed at step 45 and resumed with --resume auto ends b
     CHECK(kept == std::vector<std::string>{"step-00000040", "step-00000050", "step-00000060"});
 
     const auto b = run_command("SQUALL_FAIL_AT=0:45 " + job(crashed));
-    INFO(tail(b));
+    INFO(output_tail(b));
     CHECK(b.exit_code != 0);
     CHECK_THAT(b.out + b.err, Contains("rank 0") && Contains("fails at step 45"));
     CHECK_FALSE(fs::exists(fs::path(crashed) / "summary.json"));
@@ -119,7 +105,7 @@ TEST_CASE("a 2-rank run crashed at step 45 and resumed with --resume auto ends b
     CHECK_FALSE(fs::exists(fs::path(crashed) / "checkpoints/step-00000050"));
 
     const auto c = run_command(job(crashed, " --resume auto"));
-    INFO(tail(c));
+    INFO(output_tail(c));
     REQUIRE(c.exit_code == 0);
     CHECK_THAT(c.out, Contains("resuming from") && Contains("step-00000040"));
     CHECK(checksum(crashed) == checksum(whole));
@@ -189,7 +175,7 @@ TEST_CASE("a corrupt or truncated newest checkpoint is reported and an older one
     f.write(&byte, 1);
   }
   const auto r = run_command(nodes + mpiexec(2) + " " + sma_job(crashed, " --resume auto"));
-  INFO(tail(r));
+  INFO(output_tail(r));
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.err, Contains("step-00000040") && Contains("model.h5") && Contains("not usable"));
   CHECK_THAT(r.err, Contains("step-00000030") && Contains("rank 1") && Contains("node-00001.h5"));
@@ -204,7 +190,7 @@ TEST_CASE("an sma checkpoint resumes bit for bit on another node layout, and fro
   REQUIRE(run_command(mpiexec(2) + " " + sma_job(whole)).exit_code == 0);
   // Written on two nodes of one rank each: model.h5 and two node files.
   const auto b = run_command("SQUALL_RANKS_PER_NODE=1 SQUALL_FAIL_AT=0:45 " + mpiexec(2) + " " + sma_job(crashed));
-  INFO(tail(b));
+  INFO(output_tail(b));
   REQUIRE(b.exit_code != 0);
   const fs::path step40 = fs::path(crashed) / "checkpoints/step-00000040";
   std::vector<std::string> files;
@@ -224,12 +210,12 @@ TEST_CASE("an sma checkpoint resumes bit for bit on another node layout, and fro
   }
   // Resumed on one node (this machine's physical layout): both ranks' parts come from the two files.
   const auto c = run_command(mpiexec(2) + " " + sma_job(crashed, " --resume auto"));
-  INFO(tail(c));
+  INFO(output_tail(c));
   REQUIRE(c.exit_code == 0);
   CHECK_THAT(c.out, Contains("resuming from") && Contains("step-00000040") && Contains("written by a job of 2 node(s)"));
   CHECK(checksum(crashed) == checksum(whole));
   const auto d = run_command(mpiexec(2) + " " + sma_job(legacy, " --resume auto"));
-  INFO(tail(d));
+  INFO(output_tail(d));
   REQUIRE(d.exit_code == 0);
   CHECK_THAT(d.out, Contains("resuming from") && Contains("step-00000040"));
   CHECK(checksum(legacy) == checksum(whole));
@@ -264,7 +250,7 @@ TEST_CASE("SQUALL_FAIL_AT=1:20:kill: a rank that dies ends the job, naming it", 
   const auto start = std::chrono::steady_clock::now();
   const auto r = run_command("SQUALL_FAIL_AT=1:20:kill timeout 120 " + mpiexec(2) + " " + ssgd_job(t.file("run")));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  INFO(tail(r));
+  INFO(output_tail(r));
   CHECK(r.exit_code != 0);
   CHECK(r.exit_code != 124);  // not the timeout
   CHECK(secs < 60);
@@ -294,7 +280,7 @@ TEST_CASE("SIGUSR1 and SIGTERM stop a run after a checkpoint with exit 75: --res
                             Contains("requeue the job with --resume auto"));
     CHECK_FALSE(fs::exists(fs::path(dir) / "summary.json"));
     const auto resumed = run_command(mpiexec(2) + " " + ssgd_job(dir, job + " --resume auto"));
-    INFO(tail(resumed));
+    INFO(output_tail(resumed));
     REQUIRE(resumed.exit_code == 0);
     CHECK(checksum(dir) == checksum(whole));
   }
@@ -339,7 +325,7 @@ TEST_CASE("a run dir that fills up stops the run with a clear error: its last ch
     for (const auto& e : fs::directory_iterator(fs::path(copy) / "checkpoints"))
       CHECK(e.path().filename().string().find("partial") == std::string::npos);
     const auto resumed = run_command(job(copy, " --resume auto"));
-    INFO(tail(resumed));
+    INFO(output_tail(resumed));
     REQUIRE(resumed.exit_code == 0);
     CHECK(checksum(copy) == checksum(whole));
   }
@@ -370,7 +356,7 @@ TEST_CASE("a checkpoints folder that becomes read-only stops the run with a clea
   REQUIRE(fs::exists(fs::path(ck) / "step-00000100/model.h5"));
   CHECK_FALSE(fs::exists(fs::path(run) / "summary.json"));
   const auto resumed = run_command(mpiexec(2) + " " + ssgd_job(run, job + " --resume auto"));
-  INFO(tail(resumed));
+  INFO(output_tail(resumed));
   REQUIRE(resumed.exit_code == 0);
   CHECK_THAT(resumed.out, Contains("step-00000100"));
   CHECK(read_json(fs::path(run) / "summary.json").at("steps") == 300);
@@ -383,7 +369,7 @@ TEST_CASE("a usage error on only some ranks ends the job on every rank, naming t
   const std::string per_rank = " sh -c 'exec " + squall_bin() + " train --config " + t.path.string() +
                                "/config-$OMPI_COMM_WORLD_RANK.toml --set run.dir=" + t.file("run") + "'";
   const auto missing = run_command("timeout 120 " + mpiexec(2) + per_rank);
-  INFO(tail(missing));
+  INFO(output_tail(missing));
   CHECK(missing.exit_code == 2);
   CHECK_THAT(missing.out + missing.err, Contains("rank 1") && Contains("config-1.toml"));
   // The same file name on both nodes, with other contents on one: the ranks would train
@@ -394,7 +380,7 @@ TEST_CASE("a usage error on only some ranks ends the job on every rank, naming t
     for (std::string line; std::getline(in, line);) out << (line.rfind("batch_size", 0) == 0 ? "batch_size = 32" : line) << "\n";
   }
   const auto differ = run_command("timeout 120 " + mpiexec(2) + per_rank);
-  INFO(tail(differ));
+  INFO(output_tail(differ));
   CHECK(differ.exit_code == 2);
   CHECK_THAT(differ.out + differ.err, Contains("rank 1") && Contains("train.batch_size") && Contains("64 -> 32"));
 }
@@ -404,13 +390,13 @@ TEST_CASE("train.nonfinite: stop names the step, rank and layer: skip drops and 
   TempDir t("squall-nonfinite");
   const std::string blow_up = " --set optimizer.lr=1e30 --set train.max_steps=20 --set checkpoint.every_steps=0";
   const auto stop = run_command("timeout 120 " + mpiexec(2) + " " + ssgd_job(t.file("stop"), blow_up));
-  INFO(tail(stop));
+  INFO(output_tail(stop));
   CHECK(stop.exit_code == 1);
   CHECK_THAT(stop.out + stop.err, Contains("training diverged") && Contains("at step") && Contains("rank ") &&
                                       Contains("learner 0") && (Contains("layer '") || Contains("the gradient of")));
   const auto skip = run_command("timeout 120 " + mpiexec(2) + " " +
                                 ssgd_job(t.file("skip"), blow_up + " --set train.nonfinite=skip"));
-  INFO(tail(skip));
+  INFO(output_tail(skip));
   REQUIRE(skip.exit_code == 0);
   CHECK(read_json(fs::path(t.file("skip")) / "summary.json").at("skipped_steps").get<int64_t>() > 0);
 }
@@ -422,7 +408,7 @@ TEST_CASE("checkpoint.every_minutes: rank 0's clock decides for the job", "[laun
   const auto r = run_command(mpiexec(2) + " " +
                              ssgd_job(dir, " --set checkpoint.every_steps=0 --set checkpoint.every_minutes=0.00005"
                                            " --set checkpoint.at_end=false --set checkpoint.keep=2"));
-  INFO(tail(r));
+  INFO(output_tail(r));
   REQUIRE(r.exit_code == 0);
   int checkpoints = 0, records = 0;
   for (const auto& e : fs::directory_iterator(fs::path(dir) / "checkpoints")) {
@@ -446,7 +432,7 @@ TEST_CASE("parallel.periods [1, 3] on emulated nodes of 2, 2 and 1 ranks: a cras
     return mpiexec(5) + " " + sma_job(dir, " --ranks-per-node 2 --set parallel.periods=[1,3]" + extra);
   };
   const auto a = run_command(job(whole));
-  INFO(tail(a));
+  INFO(output_tail(a));
   REQUIRE(a.exit_code == 0);
   CHECK_THAT(a.out, Contains("sma by level, parallel.periods = [1, 3]") && Contains("the 3 node(s) every 3"));
   const json s = read_json(fs::path(whole) / "summary.json");
@@ -454,13 +440,13 @@ TEST_CASE("parallel.periods [1, 3] on emulated nodes of 2, 2 and 1 ranks: a cras
   CHECK(s.at("parallel").at("periods") == json({1, 3}));
   CHECK(s.at("parallel").at("period") == 3);
   const auto b = run_command("SQUALL_FAIL_AT=4:45 " + job(crashed));
-  INFO(tail(b));
+  INFO(output_tail(b));
   CHECK(b.exit_code != 0);
   // Rank 4 is node 3 of 2, 2 and 1 ranks: its part (with the node's centre) is node-00002.h5.
   CHECK(fs::exists(fs::path(crashed) / "checkpoints/step-00000040/node-00002.h5"));
   CHECK_FALSE(fs::exists(fs::path(crashed) / "checkpoints/step-00000040/rank-00004.h5"));
   const auto c = run_command(job(crashed, " --resume auto"));
-  INFO(tail(c));
+  INFO(output_tail(c));
   REQUIRE(c.exit_code == 0);
   CHECK_THAT(c.out, Contains("resuming from") && Contains("step-00000040"));
   CHECK(checksum(crashed) == checksum(whole));
@@ -493,7 +479,7 @@ TEST_CASE("outer on emulated nodes of 2, 2 and 1 ranks: the sums in one order, a
                         streaming + extra);
   };
   const auto a = run_command(job(whole));
-  INFO(tail(a));
+  INFO(output_tail(a));
   REQUIRE(a.exit_code == 0);
   CHECK_THAT(a.out, Contains("outer: ssgd inside each of the 3 node(s) every step, an outer step across them every 8"));
   if (streamed) CHECK_THAT(a.out, Contains("streamed: each outer sum runs under the next inner step"));
@@ -505,11 +491,11 @@ TEST_CASE("outer on emulated nodes of 2, 2 and 1 ranks: the sums in one order, a
   CHECK(s.at("parallel").at("outer").at("streaming") == streamed);
   CHECK(s.at("final").at("test_accuracy").get<double>() > 0.3);  // it learned: chance is 0.1
   const auto b = run_command("SQUALL_FAIL_AT=4:45 " + job(crashed));
-  INFO(tail(b));
+  INFO(output_tail(b));
   CHECK(b.exit_code != 0);
   CHECK(fs::exists(fs::path(crashed) / "checkpoints/step-00000040/node-00002.h5"));
   const auto c = run_command(job(crashed, " --resume auto"));
-  INFO(tail(c));
+  INFO(output_tail(c));
   REQUIRE(c.exit_code == 0);
   CHECK_THAT(c.out, Contains("resuming from") && Contains("step-00000040"));
   CHECK(checksum(crashed) == checksum(whole));

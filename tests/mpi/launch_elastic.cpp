@@ -19,6 +19,8 @@
 
 using nlohmann::json;
 using squall::test::mpiexec;
+using squall::test::output_tail;
+using squall::test::train_losses;
 using squall::test::read_json;
 using squall::test::run_command;
 using squall::test::squall_bin;
@@ -39,22 +41,6 @@ std::string ssgd_job(const std::string& dir, const std::string& extra = "") {
          " --set train.log_every_steps=1 --set run.threads=1" + extra;
 }
 
-// (step, loss) of every train record of metrics.jsonl.
-std::vector<std::pair<int64_t, double>> train_losses(const fs::path& dir) {
-  std::ifstream in(dir / "metrics.jsonl");
-  std::vector<std::pair<int64_t, double>> out;
-  for (std::string line; std::getline(in, line);) {
-    const json j = json::parse(line);
-    if (j.at("kind") == "train") out.emplace_back(j.at("step").get<int64_t>(), j.at("loss").get<double>());
-  }
-  return out;
-}
-
-std::string tail(const squall::test::ProcessResult& r) {
-  const std::string all = r.out + r.err;
-  return all.substr(all.size() > 4000 ? all.size() - 4000 : 0);
-}
-
 }  // namespace
 
 TEST_CASE("an ssgd checkpoint of 4 ranks inside an epoch resumes on 2, 3 and 6: the epoch goes on with the samples "
@@ -63,7 +49,7 @@ TEST_CASE("an ssgd checkpoint of 4 ranks inside an epoch resumes on 2, 3 and 6: 
   TempDir t("squall-elastic");
   const std::string crashed = t.file("crashed");
   const auto a = run_command("SQUALL_FAIL_AT=0:7 " + mpiexec(4) + " " + ssgd_job(crashed));
-  INFO(tail(a));
+  INFO(output_tail(a));
   REQUIRE(a.exit_code != 0);
   REQUIRE(fs::exists(fs::path(crashed) / "checkpoints/step-00000005/model.h5"));
   const std::vector<std::pair<int64_t, double>> before = train_losses(crashed);
@@ -81,7 +67,7 @@ TEST_CASE("an ssgd checkpoint of 4 ranks inside an epoch resumes on 2, 3 and 6: 
     const std::string dir = t.file("on-" + std::to_string(c.ranks));
     fs::copy(crashed, dir, fs::copy_options::recursive);
     const auto r = run_command(mpiexec(c.ranks) + " " + ssgd_job(dir, " --resume auto"));
-    INFO(tail(r));
+    INFO(output_tail(r));
     REQUIRE(r.exit_code == 0);
     CHECK_THAT(r.out, Contains("resuming step 5 of a job of 4 rank(s)") &&
                           Contains("on " + std::to_string(c.ranks) + " rank(s)") &&
@@ -137,7 +123,7 @@ TEST_CASE("an sma checkpoint with a part per rank resumes on 3 ranks and on 1: t
            " --set run.threads=1" + extra;
   };
   const auto a = run_command("SQUALL_FAIL_AT=0:8 " + mpiexec(2) + " " + job(crashed));
-  INFO(tail(a));
+  INFO(output_tail(a));
   REQUIRE(fs::exists(fs::path(crashed) / "checkpoints/step-00000005/node-00000.h5"));
   const double loss_at_5 = train_losses(crashed).at(4).second;
   for (const int ranks : {3, 1}) {
@@ -145,7 +131,7 @@ TEST_CASE("an sma checkpoint with a part per rank resumes on 3 ranks and on 1: t
     const std::string dir = t.file("on-" + std::to_string(ranks));
     fs::copy(crashed, dir, fs::copy_options::recursive);
     const auto r = run_command(mpiexec(ranks) + " " + job(dir, " --resume auto"));
-    INFO(tail(r));
+    INFO(output_tail(r));
     REQUIRE(r.exit_code == 0);
     CHECK_THAT(r.out, Contains("resuming step 5 of a job of 2 rank(s)") &&
                           Contains(ranks > 2 ? "rank 2 starts its replicas from the central model"
@@ -173,20 +159,20 @@ TEST_CASE("a resume on another number of ranks is refused where the state cannot
                             " --set schedule.warmup_steps=0 --set checkpoint.every_steps=5 --set run.threads=1"
                             " --set parallel.periods=[1,2]";
     const auto a = run_command("SQUALL_RANKS_PER_NODE=1 SQUALL_FAIL_AT=0:8 " + mpiexec(2) + " " + job);
-    INFO(tail(a));
+    INFO(output_tail(a));
     REQUIRE(fs::exists(fs::path(dir) / "checkpoints/step-00000005/model.h5"));
     const auto r = run_command("SQUALL_RANKS_PER_NODE=1 " + mpiexec(3) + " " + job + " --resume auto");
-    INFO(tail(r));
+    INFO(output_tail(r));
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Contains("step-00000005") && Contains("model per node") && Contains("resume with 2 rank(s)"));
   }
   {  // ssgd with data.sampling = local: each node reads its own staged shard
     const std::string dir = t.file("local");
     const auto a = run_command("SQUALL_FAIL_AT=0:7 " + mpiexec(2) + " " + ssgd_job(dir, " --set data.sampling=local"));
-    INFO(tail(a));
+    INFO(output_tail(a));
     REQUIRE(fs::exists(fs::path(dir) / "checkpoints/step-00000005/model.h5"));
     const auto r = run_command(mpiexec(3) + " " + ssgd_job(dir, " --set data.sampling=local --resume auto"));
-    INFO(tail(r));
+    INFO(output_tail(r));
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Contains("data.sampling = local") && Contains("resume with 2 rank(s)"));
   }

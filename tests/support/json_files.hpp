@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +35,14 @@ inline std::vector<nlohmann::json> read_records(const std::filesystem::path& pat
     if (j.is_discarded()) throw std::runtime_error(path.string() + ": a line is not JSON: " + line);
     if (kind.empty() || j.value("kind", "") == kind) out.push_back(std::move(j));
   }
+  return out;
+}
+
+// (step, loss) of every train record of a run dir's metrics.jsonl, in file order.
+inline std::vector<std::pair<int64_t, double>> train_losses(const std::filesystem::path& run_dir) {
+  std::vector<std::pair<int64_t, double>> out;
+  for (const nlohmann::json& j : read_records(run_dir / "metrics.jsonl", "train"))
+    out.emplace_back(j.at("step").get<int64_t>(), j.at("loss").get<double>());
   return out;
 }
 

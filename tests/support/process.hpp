@@ -12,6 +12,12 @@ struct ProcessResult {
 
 ProcessResult run_command(const std::string& command);
 
+// The last `chars` characters of a command's stdout and stderr together, for a test's INFO.
+inline std::string output_tail(const ProcessResult& r, size_t chars = 4000) {
+  const std::string all = r.out + r.err;
+  return all.substr(all.size() > chars ? all.size() - chars : 0);
+}
+
 // The squall binary, and mpiexec with the flags the suite needs ("mpiexec -n NP ...").
 std::string squall_bin();
 std::string mpiexec(int np);
