@@ -3,7 +3,10 @@
 // (config_fields.cpp).
 #include "io/checkpoint/trainer_state.hpp"
 
+#include <cmath>
+#include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -39,7 +42,9 @@ StateField flag(const char* key, bool TrainerState::*m, std::optional<bool> fall
 StateField real(const char* key, double TrainerState::*m, std::optional<double> fallback = {}) {
   return {key, Member<double>{m, fallback}};
 }
-StateField text(const char* key, std::string TrainerState::*m) { return {key, Member<std::string>{m, {}}}; }
+StateField text(const char* key, std::string TrainerState::*m, std::optional<std::string> fallback = {}) {
+  return {key, Member<std::string>{m, std::move(fallback)}};
+}
 StateField written_by_learner_group(StateField f) {
   f.trainer_writes = false;
   return f;
@@ -68,8 +73,11 @@ const std::vector<StateField>& state_fields() {
       flag("target_reached", &S::target_reached, false),
       integer("world_size", &S::world_size),
       integer("nodes", &S::nodes, 0),
+      text("rank_nodes", &S::rank_nodes, ""),
       integer("schedule_steps", &S::schedule_steps, 0),
       integer("schedule_step_samples", &S::schedule_step_samples, 0),
+      integer("learner_batch", &S::learner_batch, 0),
+      real("lr_factor", &S::lr_factor, 1.0),
       flag("per_rank_parts", &S::per_rank_parts),
       integer("train_samples", &S::train_samples),
       integer("param_count", &S::param_count),
@@ -144,7 +152,40 @@ TrainerState read_trainer_state(const CheckpointData& in) {
                 ", learners = " + std::to_string(s.learners) + ", param_count = " + std::to_string(s.param_count) +
                 ", state_count = " + std::to_string(s.state_count) + ", world_size = " +
                 std::to_string(s.world_size) + ": not a training run's state");
+  if (s.learner_batch < 0 || !(s.lr_factor > 0) || !std::isfinite(s.lr_factor))
+    throw Error(in.origin + ": learner_batch = " + std::to_string(s.learner_batch) + ", lr_factor = " +
+                std::to_string(s.lr_factor) + ": not a training run's state");
   return s;
+}
+
+std::string rank_nodes_text(const std::vector<int>& node_of_rank) {
+  std::string out;
+  for (const int n : node_of_rank) out += (out.empty() ? "" : " ") + std::to_string(n);
+  return out;
+}
+
+std::vector<int> rank_nodes_of(const TrainerState& s) {
+  std::vector<int> out;
+  if (!s.rank_nodes.empty()) {
+    std::istringstream in(s.rank_nodes);
+    for (int n; in >> n;) out.push_back(n);
+    return std::ssize(out) == s.world_size ? out : std::vector<int>{};
+  }
+  if (s.nodes <= 0 || s.world_size % s.nodes != 0) return out;
+  const int64_t per_node = s.world_size / s.nodes;
+  for (int64_t r = 0; r < s.world_size; ++r) out.push_back(static_cast<int>(r / per_node));
+  return out;
+}
+
+bool nodes_carry_over(const std::vector<int>& then, const std::vector<int>& node_of_rank) {
+  if (then.empty()) return false;
+  std::map<int, int> source;  // a node of this job -> the checkpoint's node of its ranks (-1: new ranks)
+  for (size_t r = 0; r < node_of_rank.size(); ++r) {
+    const int from = r < then.size() ? then[r] : -1;
+    const auto [it, first] = source.emplace(node_of_rank[r], from);
+    if (!first && it->second != from) return false;
+  }
+  return true;
 }
 
 }  // namespace squall::checkpoint

@@ -6,6 +6,7 @@
 // and the named model (io/checkpoint/named_weights.hpp) sit beside them in the same file.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "io/checkpoint/checkpoint_file.hpp"
 
@@ -40,10 +41,17 @@ struct TrainerState {
   // The job and the model.
   int64_t world_size = 1;
   int64_t nodes = 0;                // 0: not recorded (an earlier version)
+  std::string rank_nodes;           // each rank's node, "0 0 1 1" ("": not recorded)
   // The learning-rate schedule's frame (train/step_plan.hpp): kept across a change of shape,
   // so that warm-up, milestones and the cosine stay where they were in samples. 0: recompute.
   int64_t schedule_steps = 0;
   int64_t schedule_step_samples = 0;
+  // The batch and the learning rate under an elastic resume (docs/training.md, "Elastic
+  // resume"): the batch per learner the job trained at (0: train.batch_size of `config`, which
+  // holds the batch the user asked for), and the factor its learning rate was scaled by since
+  // the first attempt (elastic.batch; 1 in checkpoints of earlier versions).
+  int64_t learner_batch = 0;
+  double lr_factor = 1;
   bool per_rank_parts = false;      // node-NNNNN.h5 files (a part per rank) beside model.h5
   int64_t train_samples = 0;        // the training set's size it was trained on
   int64_t param_count = 0, state_count = 0;
@@ -59,5 +67,17 @@ void write_trainer_state(const TrainerState& state, CheckpointData& out);
 // The state from model.h5's data. Throws squall::Error naming the file and the entry when one
 // is missing or a count is negative (another program's HDF5 file, a file cut short by hand).
 TrainerState read_trainer_state(const CheckpointData& in);
+
+// rank_nodes from each rank's node, and back. The checkpoint's ranks' nodes: as recorded, or,
+// for a checkpoint that records only the counts, world_size / nodes ranks per node in rank
+// order where that divides; empty when they are not known.
+std::string rank_nodes_text(const std::vector<int>& node_of_rank);
+std::vector<int> rank_nodes_of(const TrainerState& state);
+
+// Whether what a checkpoint keeps per node (outer's node models, sma's node centres under
+// parallel.periods) carries over node by node to a job whose ranks are on `node_of_rank`: every
+// node of the new job holds ranks that were on one node of the checkpoint's job, or only ranks
+// the checkpoint's job did not have (they start from the centre). `then`: rank_nodes_of.
+bool nodes_carry_over(const std::vector<int>& then, const std::vector<int>& node_of_rank);
 
 }  // namespace squall::checkpoint

@@ -124,6 +124,8 @@ inline constexpr const char* weights_initialization = "weights_initialization";
 inline constexpr const char* number_of_ranks = "number_of_ranks";
 inline constexpr const char* number_of_nodes = "number_of_nodes";
 inline constexpr const char* accelerators_per_node = "accelerators_per_node";
+// squall's own: an attempt resumed on another shape (docs/training.md, "Elastic resume")
+inline constexpr const char* shape_change = "squall_shape_change";
 // hyperparameters
 inline constexpr const char* global_batch_size = "global_batch_size";
 inline constexpr const char* local_batch_size = "local_batch_size";         // HPC reference implementations

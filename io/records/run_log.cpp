@@ -98,8 +98,18 @@ namespace {
 
 json shape_change_json(const ShapeChange& c) {
   return json{{"step", c.step},
-              {"from", {{"ranks", c.from_ranks}, {"nodes", c.from_nodes > 0 ? json(c.from_nodes) : json(nullptr)}}},
-              {"to", {{"ranks", c.ranks}, {"nodes", c.nodes}}},
+              {"from",
+               {{"ranks", c.from_ranks},
+                {"nodes", c.from_nodes > 0 ? json(c.from_nodes) : json(nullptr)},
+                {"learner_batch", c.from_learner_batch},
+                {"global_batch", c.from_global_batch}}},
+              {"to",
+               {{"ranks", c.ranks},
+                {"nodes", c.nodes},
+                {"learner_batch", c.learner_batch},
+                {"global_batch", c.global_batch}}},
+              {"keep", c.keep},
+              {"lr_scale", c.lr_scale},
               {"epoch", c.epoch},
               {"epoch_position", c.epoch_position}};
 }
@@ -162,6 +172,9 @@ void RunLog::opened(const RunFacts& f) {
   ml.point(mlkey::opt_learning_rate_warmup_steps, f.warmup_steps);
   ml.point(mlkey::opt_weight_decay, f.weight_decay);
   ml.point(mlkey::gradient_accumulation_steps, 1);
+  // An attempt on another shape than the checkpoint's says so (squall's own key; the keys above
+  // give this attempt's shape).
+  if (f.shape_change) ml.point(mlkey::shape_change, shape_change_json(*f.shape_change));
   if (f.staging_ms) {
     ml.log_at(static_cast<double>(f.staging_ms->first) / 1000.0, MlEvent::interval_start,
               mlkey::staging_start);

@@ -82,6 +82,12 @@ struct ShapeChange {
   int64_t from_ranks = 0, from_nodes = 0;  // from_nodes 0: the checkpoint did not record it
   int64_t ranks = 0, nodes = 0;
   int64_t epoch = 0, epoch_position = 0;    // the sample of the epoch's order it went on at
+  // elastic.batch: which batch it kept ("global", "learner"), the batches before and after,
+  // and the factor this resume scaled the learning rate by.
+  std::string keep = "global";
+  int64_t from_learner_batch = 0, learner_batch = 0;
+  int64_t from_global_batch = 0, global_batch = 0;
+  double lr_scale = 1;
 };
 
 // What the run is, said once when training starts (the opening lines, MLPerf's run keys).

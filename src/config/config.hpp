@@ -155,6 +155,12 @@ struct CheckpointConfig {
   bool operator==(const CheckpointConfig&) const = default;
 };
 
+// A resume on another number of ranks or nodes (docs/training.md, "Elastic resume").
+struct ElasticConfig {
+  ElasticBatch batch = ElasticBatch::global;  // global | learner: which batch the new shape keeps
+  bool operator==(const ElasticConfig&) const = default;
+};
+
 struct Config {
   RunConfig run;
   DataConfig data;
@@ -164,6 +170,7 @@ struct Config {
   optim::ScheduleConfig schedule;
   ParallelConfig parallel;
   CheckpointConfig checkpoint;
+  ElasticConfig elastic;
   bool operator==(const Config&) const = default;
 };
 

@@ -57,4 +57,11 @@ enum class TargetMetric { none, accuracy, miou };
 inline constexpr auto k_target_metrics = enum_table<TargetMetric>(
     {{"none", TargetMetric::none}, {"accuracy", TargetMetric::accuracy}, {"miou", TargetMetric::miou}});
 
+// elastic.batch: what a resume on another shape keeps (docs/training.md, "Elastic resume"):
+// the global batch (the batch per learner changes with the number of learners) or the batch per
+// learner (the global batch changes, and the learning rate with it by the linear rule).
+enum class ElasticBatch { global, learner };
+inline constexpr auto k_elastic_batches =
+    enum_table<ElasticBatch>({{"global", ElasticBatch::global}, {"learner", ElasticBatch::learner}});
+
 }  // namespace squall::config

@@ -118,6 +118,8 @@ std::vector<Field> fields(Config& c) {
       {"checkpoint", "every_minutes", &c.checkpoint.every_minutes},
       {"checkpoint", "keep", &c.checkpoint.keep},
       {"checkpoint", "at_end", &c.checkpoint.at_end},
+
+      {"elastic", "batch", enum_field(&c.elastic.batch, k_elastic_batches)},
   };
 }
 

@@ -227,9 +227,12 @@ class LearnerGroup {
   void save_shared(checkpoint::CheckpointData& out);
   void save_own(checkpoint::CheckpointData& out);
   // from_centre: the checkpoint has a part per rank but none for this rank (a resume on more
-  // ranks): the replicas start from the central model with fresh optimizer state and loss scale.
+  // ranks): the replicas start from the central model with fresh optimizer state and loss scale,
+  // and what the algorithm keeps per node (sma's node centre) from the job's. regrouped: the
+  // job's ranks form other nodes than the checkpoint's did, so what is kept per node starts
+  // from the job's on every rank (docs/training.md, "Elastic resume").
   void restore(const checkpoint::CheckpointData& shared, const checkpoint::CheckpointData* own,
-               bool from_centre = false);
+               bool from_centre = false, bool regrouped = false);
 
   // SMA's coefficients for the job as it is now (the auto-tuner may change L).
   SmaCoefficients sma() const;

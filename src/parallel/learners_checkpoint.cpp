@@ -49,7 +49,7 @@ void LearnerGroup::save_own(checkpoint::CheckpointData& out) {
 }
 
 void LearnerGroup::restore(const checkpoint::CheckpointData& shared, const checkpoint::CheckpointData* own,
-                           bool from_centre) {
+                           bool from_centre, bool regrouped) {
   GroupCore& c = *m_core;
   settle();
   if (shared.integer("learners") != learners())
@@ -93,6 +93,7 @@ void LearnerGroup::restore(const checkpoint::CheckpointData& shared, const check
     }
     c.scaler->restore(shared, *c.stream);
   }
+  if (from_centre || regrouped) m_algorithm->restart_node_level();
   c.backend.record(*c.group_event, *c.stream);
   c.backend.synchronize(*c.stream);
   m_eval_current = false;

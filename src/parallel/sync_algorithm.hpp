@@ -41,6 +41,9 @@ class SyncAlgorithm {
   // What differs per rank (a rank's own checkpoint part): sma's node centre under a node level.
   virtual void save_own(checkpoint::CheckpointData&) const {}
   virtual void restore_own(const checkpoint::CheckpointData&) {}
+  // After restore: what is kept per node starts again from the job's centre (a rank new to
+  // the job, or nodes grouped otherwise than in the checkpoint's job).
+  virtual void restart_node_level() {}
   // The model this node's replicas are pulled towards or averaged from between the job's
   // synchronisations (sma's node centre under a node level); the central model otherwise.
   virtual const float* node_params() const { return central_params(); }

@@ -67,6 +67,13 @@ class Sma final : public SyncAlgorithm {
     m_core.arena_from_host(m_node->z.data(), in, "node_central/z", GroupCore::Arena::params);
     m_core.arena_from_host(m_node->z_prev.data(), in, "node_central/z_prev", GroupCore::Arena::params);
   }
+  void restart_node_level() override {
+    if (!m_node) return;
+    GroupCore& c = m_core;
+    c.backend.copy(*c.stream, m_node->z.data(), m_central.z.data(), c.params);
+    c.backend.copy(*c.stream, m_node->z_prev.data(), m_central.z_prev.data(), c.params);
+    c.backend.copy(*c.stream, m_node->state.data(), m_central.state.data(), c.state);
+  }
 
   bool step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
             const std::vector<LearnerBatch>* next) override {

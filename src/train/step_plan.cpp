@@ -55,4 +55,23 @@ bool checkpoint_after_step(int64_t every, int64_t step) { return every > 0 && st
 
 int64_t first_synchronisation(int64_t period, int64_t start_step) { return start_step + period; }
 
+ElasticBatch elastic_batch(bool keep_global, const ElasticFrom& then, int64_t requested_batch, int64_t ranks,
+                           bool update_is_global, bool schedule_scales) {
+  ElasticBatch out;
+  const int64_t global_then = then.learner_batch * then.learners * then.ranks;
+  if (keep_global) {
+    const int64_t learners = then.learners * ranks;
+    out.kept = global_then % learners == 0;
+    out.learner_batch = std::max<int64_t>(1, (global_then + learners / 2) / learners);
+  } else {
+    out.learner_batch = requested_batch;
+  }
+  const auto update = [&](int64_t batch, int64_t job_ranks) {
+    return static_cast<double>(update_is_global ? batch * then.learners * job_ranks : batch);
+  };
+  out.lr_factor =
+      schedule_scales ? 1.0 : then.lr_factor * update(out.learner_batch, ranks) / update(then.learner_batch, then.ranks);
+  return out;
+}
+
 }  // namespace squall::train

@@ -64,4 +64,28 @@ bool checkpoint_after_step(int64_t every, int64_t step);
 // start_step); a run shorter than that would evaluate the initial model.
 int64_t first_synchronisation(int64_t period, int64_t start_step);
 
+// A resume on another shape (elastic.batch, docs/training.md, "Elastic resume"): the batch per
+// learner and the learning rate of the new job. `then`: the checkpoint's job (the batch per
+// learner it trained at, its learners per rank, ranks, and the factor its learning rate had been
+// scaled by since the first attempt).
+struct ElasticFrom {
+  int64_t learner_batch = 0;
+  int64_t learners = 1;
+  int64_t ranks = 1;
+  double lr_factor = 1;
+};
+struct ElasticBatch {
+  int64_t learner_batch = 0;  // the new job's batch per learner
+  double lr_factor = 1;       // its learning rate's factor since the first attempt
+  bool kept = true;           // the batch asked to be kept is kept (false: the global batch did not divide)
+};
+// `keep_global`: keep the global batch by giving each of the new job's learners (then.learners
+// per rank on `ranks` ranks) its share, the nearest where it does not divide; otherwise keep
+// `requested_batch` per learner. The learning rate follows the batch one update averages over
+// by the linear rule: the global batch when `update_is_global` (ssgd), a learner's batch
+// otherwise (sma, local-sgd). With `schedule_scales` (schedule.scale_lr_with_batch) the schedule
+// does that itself from the new batch, and the factor stays 1.
+ElasticBatch elastic_batch(bool keep_global, const ElasticFrom& then, int64_t requested_batch, int64_t ranks,
+                           bool update_is_global, bool schedule_scales);
+
 }  // namespace squall::train

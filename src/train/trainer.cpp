@@ -68,6 +68,7 @@ std::string fnv1a_hex(const void* data, size_t bytes, uint64_t h) {
 
 TrainingRun::TrainingRun(const config::Config& cfg, const std::string& origin, const RunOptions& options)
     : m_cfg(cfg),
+      m_requested_batch(cfg.train.batch_size),
       m_origin(origin),
       m_options(options),
       m_init_start_s(system_seconds()),
@@ -90,9 +91,13 @@ TrainResult TrainingRun::run() {
     m_fault = FaultInjection::from_env();
     m_data = open_training_data(m_cfg, m_origin, m_node_of_rank);
   });
-  m_device = build_training_device(m_cfg, m_origin, m_options, m_topo, m_data);
   mpi::run_agreed(m_world, [&] { prepare_run_dir(); });
-  resume();
+  load_checkpoint();  // and fit the batch to this job's shape (elastic.batch)
+  m_device = build_training_device(m_cfg, m_origin, m_options, m_topo, m_data);
+  if (m_checkpoint) {
+    restore(*m_checkpoint, m_checkpoint_state);
+    m_checkpoint.reset();
+  }
   if (m_pos.step >= m_data.plan.total_steps || m_target) return already_complete();
   m_feed = std::make_unique<BatchFeed>(*m_device.loader, m_device.augment, m_data.train->info().sample,
                                        static_cast<uint64_t>(m_cfg.run.seed), m_rank, m_device.lookahead);
@@ -168,7 +173,8 @@ void TrainingRun::train_step(int64_t epoch, int64_t used) {
   const std::vector<parallel::LearnerBatch>& inputs = m_feed->take(m_data.plan, epoch, used, m_pos.step);
   m_timeline.add("load", records::Timeline::k_rank_track, t_load, steady_seconds());
   m_fault.before_step(m_rank, m_pos.step + 1);
-  const double lr = m_device.schedule->lr_at(schedule_step(m_data.plan, m_pos.samples_done), m_data.plan.schedule_steps);
+  const double lr = m_lr_factor * m_device.schedule->lr_at(schedule_step(m_data.plan, m_pos.samples_done),
+                                                           m_data.plan.schedule_steps);
   const Stopwatch step_time;
   std::vector<float> losses;
   try {

@@ -1,6 +1,7 @@
 // The run directory, resuming and checkpoints of a training run (docs/training.md,
 // "Checkpoints and restart").
 #include <algorithm>
+#include <cstdio>
 
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
@@ -19,6 +20,22 @@ std::string model_section(const std::string& toml) {
   if (begin == std::string::npos) return {};
   const size_t end = toml.find("\n[", begin);
   return toml.substr(begin, end == std::string::npos ? std::string::npos : end + 1 - begin);
+}
+
+// What elastic.batch made of the batch and the learning rate on a new shape, in words.
+std::string shape_batch_text(const records::ShapeChange& c) {
+  const auto batches = [&](const char* what, int64_t from, int64_t to) {
+    return std::string(what) + (from == to ? " " + std::to_string(to) + " kept"
+                                           : " " + std::to_string(from) + " -> " + std::to_string(to));
+  };
+  std::string text = "elastic.batch = " + c.keep + ": " + batches("global batch", c.from_global_batch, c.global_batch) +
+                     ", " + batches("batch per learner", c.from_learner_batch, c.learner_batch);
+  if (c.keep == "global" && c.global_batch != c.from_global_batch)
+    text += " (" + std::to_string(c.from_global_batch) + " samples do not divide among " +
+            std::to_string(c.global_batch / std::max<int64_t>(1, c.learner_batch)) + " learners: the nearest)";
+  char rate[64];
+  std::snprintf(rate, sizeof(rate), ", learning rate x %.4g (the linear scaling rule)", c.lr_scale);
+  return text + (c.lr_scale == 1.0 ? std::string(", learning rate kept") : std::string(rate));
 }
 
 }  // namespace
@@ -50,7 +67,7 @@ void TrainingRun::prepare_run_dir() {
   log::info("--overwrite: removed the earlier run's outputs from " + m_cfg.run.dir);
 }
 
-void TrainingRun::resume() {
+void TrainingRun::load_checkpoint() {
   m_store = std::make_unique<checkpoint::CheckpointStore>(m_dir, m_topo, m_cfg.checkpoint.keep);
   if (m_options.resume.empty()) return;
   std::optional<checkpoint::LoadedCheckpoint> ck =
@@ -63,12 +80,28 @@ void TrainingRun::resume() {
     log::info("--resume auto: no checkpoint in " + (m_dir / "checkpoints").string() + ": starting from step 0");
     return;
   }
-  checkpoint::TrainerState then;
   mpi::run_agreed(m_world, [&] {
-    then = checkpoint::read_trainer_state(ck->shared);
-    check_resumable(*ck, then);
+    m_checkpoint_state = checkpoint::read_trainer_state(ck->shared);
+    check_resumable(*ck, m_checkpoint_state);
+    fit_shape(m_checkpoint_state);
   });
-  restore(*ck, then);
+  m_checkpoint = std::move(ck);
+}
+
+// elastic.batch on a new shape (docs/training.md, "Elastic resume"): the batch per learner
+// this job trains at and its learning rate's factor, from the checkpoint's job
+// (step_plan.hpp's elastic_batch); the steps are planned again at a new batch. On the
+// checkpoint's own shape it gives the checkpoint's batch and factor back.
+void TrainingRun::fit_shape(const checkpoint::TrainerState& s) {
+  const int64_t then_batch = s.learner_batch > 0 ? s.learner_batch : m_requested_batch;
+  const ElasticBatch e =
+      elastic_batch(m_cfg.elastic.batch == config::ElasticBatch::global,
+                    {then_batch, s.learners, s.world_size, s.lr_factor}, m_requested_batch, m_ranks,
+                    m_algorithm == parallel::Algorithm::ssgd, m_cfg.schedule.scale_lr_with_batch);
+  m_lr_factor = e.lr_factor;
+  if (e.learner_batch == m_cfg.train.batch_size) return;
+  m_cfg.train.batch_size = e.learner_batch;
+  m_data.plan = plan_training(m_cfg, m_origin, m_data, m_ranks);
 }
 
 // A checkpoint of another job is refused, naming what differs; keys that may change between
@@ -102,19 +135,18 @@ void TrainingRun::check_resumable(const checkpoint::LoadedCheckpoint& ck,
     if (then_state.epoch_position < 0)
       throw UsageError(where + " was written by " + was + " before squall recorded where an epoch's reading "
                        "stands: resume it with " + std::to_string(then_state.world_size) + " rank(s)");
-    // Each rank's part carries over to the rank of the same number; a node's models do not
-    // (the nodes are other groups of ranks).
-    if (then_state.per_rank_parts && m_device.group->options().node_level())
-      throw UsageError(where + " was written by " + was + " with a model per node (" + then_state.algorithm +
-                       (m_algorithm == parallel::Algorithm::outer ? "" : " with parallel.periods' node level") +
-                       "), which another number of ranks would group otherwise: resume with " +
-                       std::to_string(then_state.world_size) + " rank(s)");
   }
-  const parallel::LearnerGroup& g = *m_device.group;
-  if (then_state.param_count != static_cast<int64_t>(g.parameter_count()) ||
-      then_state.state_count != static_cast<int64_t>(g.state_value_count()))
-    throw UsageError(where + " holds a model of " + std::to_string(then_state.param_count) + " parameters; " +
-                     m_data.spec.name + " here has " + std::to_string(g.parameter_count()));
+  // outer's nodes each hold one model: a node of this job may not mix the ranks of two of the
+  // checkpoint's nodes, nor of one and new ranks (sma's node centres start from the job's
+  // centre instead: restore).
+  if (then_state.per_rank_parts && m_algorithm == parallel::Algorithm::outer &&
+      !checkpoint::nodes_carry_over(checkpoint::rank_nodes_of(then_state), m_node_of_rank))
+    throw UsageError(where + " was written by a job of " + std::to_string(then_state.world_size) + " rank(s) on " +
+                     std::to_string(then_state.nodes) +
+                     " node(s) with a model per node (outer); this job's nodes would mix the ranks of its "
+                     "nodes: resume with the same ranks per node, in rank order (" +
+                     (then_state.nodes > 0 ? std::to_string(then_state.world_size / then_state.nodes) : std::string("?")) +
+                     " per node)");
   if (m_root && !changed.empty()) {
     std::string list;
     for (const auto& c : changed) list += (list.empty() ? "" : "; ") + c;
@@ -124,8 +156,16 @@ void TrainingRun::check_resumable(const checkpoint::LoadedCheckpoint& ck,
 
 void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoint::TrainerState& s) {
   parallel::LearnerGroup& g = *m_device.group;
+  mpi::run_agreed(m_world, [&] {
+    if (s.param_count != static_cast<int64_t>(g.parameter_count()) ||
+        s.state_count != static_cast<int64_t>(g.state_value_count()))
+      throw UsageError(ck.path.string() + " holds a model of " + std::to_string(s.param_count) + " parameters; " +
+                       m_data.spec.name + " here has " + std::to_string(g.parameter_count()));
+  });
   m_pos.step = m_pos.first_step = s.step;
-  const bool reshaped = s.world_size != m_ranks;
+  const int64_t then_batch = s.learner_batch > 0 ? s.learner_batch : m_requested_batch;
+  // Another number of ranks, or another batch per learner (elastic.batch, fit_shape).
+  const bool reshaped = s.world_size != m_ranks || then_batch != m_cfg.train.batch_size;
   if (!reshaped) {  // the same lists, at the same batch: bit for bit
     m_pos.at = m_pos.start = {s.epoch, s.epoch_batches};
     m_pos.start_position = s.epoch_start_position;
@@ -151,15 +191,29 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
     replan(m_data.plan, g.learners(), m_pos.step, m_pos.at);
   }
   if (reshaped) {
-    m_reshaped_from = records::ShapeChange{s.step, s.world_size, s.nodes, m_ranks, m_topo.nodes(), s.epoch,
-                                           s.epoch_position};
-    if (m_root)
+    records::ShapeChange& c = m_reshaped_from.emplace();
+    c.step = s.step;
+    c.from_ranks = s.world_size;
+    c.from_nodes = s.nodes;
+    c.ranks = m_ranks;
+    c.nodes = m_topo.nodes();
+    c.epoch = s.epoch;
+    c.epoch_position = s.epoch_position;
+    c.keep = config::k_elastic_batches.name(m_cfg.elastic.batch);
+    c.from_learner_batch = then_batch;
+    c.learner_batch = m_cfg.train.batch_size;
+    c.from_global_batch = then_batch * s.learners * s.world_size;
+    c.global_batch = step_samples();
+    c.lr_scale = m_lr_factor / s.lr_factor;
+    if (m_root) {
       log::info("resuming step " + std::to_string(s.step) + " of a job of " + std::to_string(s.world_size) +
                 " rank(s)" + (s.nodes > 0 ? " on " + std::to_string(s.nodes) + " node(s)" : std::string()) + " on " +
                 std::to_string(m_ranks) + " rank(s) on " + std::to_string(m_topo.nodes()) + " node(s): epoch " +
                 std::to_string(s.epoch) + " goes on at sample " + std::to_string(s.epoch_position) + " of its " +
                 std::to_string(m_data.n_train) + ", " + std::to_string(m_data.plan.total_steps - s.step) +
                 " step(s) of " + std::to_string(step_samples()) + " samples to go");
+      log::info(shape_batch_text(c));
+    }
     const auto ranks_text = [](int64_t first, int64_t last) {
       return first == last ? "rank " + std::to_string(first)
                            : "ranks " + std::to_string(first) + " to " + std::to_string(last);
@@ -171,7 +225,13 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
                           " replicas from the central model; the others keep theirs"
                     : "the replicas of " + ranks_text(m_ranks, s.world_size - 1) + " are dropped; the others keep theirs");
   }
-  g.restore(ck.shared, ck.has_own ? &ck.own : nullptr, ck.from_centre);
+  // What the checkpoint keeps per node (sma's node centres under parallel.periods) carries
+  // over where this job's nodes are the checkpoint's (outer's always is: check_resumable).
+  const bool regrouped = s.per_rank_parts &&
+                         !checkpoint::nodes_carry_over(checkpoint::rank_nodes_of(s), m_node_of_rank);
+  if (regrouped && m_root && config::sync_periods(m_cfg.parallel).by_level())
+    log::info("this job's nodes group the checkpoint's ranks otherwise: the node centres start from the job's");
+  g.restore(ck.shared, ck.has_own ? &ck.own : nullptr, ck.from_centre, regrouped);
   m_pos.samples_done = m_pos.samples_at_start = s.samples_done;
   m_pos.attempt = s.attempt + 1;
   m_pos.earlier_s = s.elapsed_s;
@@ -216,13 +276,19 @@ checkpoint::TrainerState TrainingRun::trainer_state() const {
   s.target_reached = m_target.has_value();
   s.world_size = m_ranks;
   s.nodes = m_topo.nodes();
+  s.rank_nodes = checkpoint::rank_nodes_text(m_node_of_rank);
   s.schedule_steps = m_data.plan.schedule_steps;
   s.schedule_step_samples = m_data.plan.schedule_step_samples;
+  s.learner_batch = m_cfg.train.batch_size;
+  s.lr_factor = m_lr_factor;
   s.per_rank_parts = g.replicas_differ();
   s.train_samples = m_data.n_train;
   s.param_count = static_cast<int64_t>(g.parameter_count());
   s.state_count = static_cast<int64_t>(g.state_value_count());
-  s.config = to_toml(m_cfg);
+  // The config as the user gave it: a later attempt compares its own with it (check_resumable).
+  config::Config asked = m_cfg;
+  asked.train.batch_size = m_requested_batch;
+  s.config = to_toml(asked);
   s.config_origin = m_origin;
   s.model = m_data.spec.name;
   s.algorithm = parallel::algorithm_name(m_algorithm);

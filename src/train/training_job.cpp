@@ -94,16 +94,22 @@ TrainingData open_training_data(const config::Config& cfg, const std::string& or
   if (d.n_train < d.train->size()) offsets = {0, d.n_train};
   d.sampler = std::make_unique<input::Sampler>(cfg.data.sampling, offsets,
                                             input::node_sizes_from(node_of_rank), static_cast<uint64_t>(cfg.run.seed));
-  const int ranks = static_cast<int>(node_of_rank.size());
+  d.plan = plan_training(cfg, origin, d, static_cast<int>(node_of_rank.size()));
+  return d;
+}
+
+StepPlan plan_training(const config::Config& cfg, const std::string& origin, const TrainingData& data, int ranks) {
+  const int learners = static_cast<int>(cfg.parallel.replicas_per_device);
   const int64_t batch = cfg.train.batch_size;
-  d.plan = plan_steps(d.sampler->steps_per_epoch(batch), learners, ranks, batch, cfg.train.epochs, cfg.train.max_steps);
-  if (d.plan.steps_per_epoch == 0)  // the config and the job's shape: the user's to fix (exit 2)
+  StepPlan plan = plan_steps(data.sampler->steps_per_epoch(batch), learners, ranks, batch, cfg.train.epochs,
+                             cfg.train.max_steps);
+  if (plan.steps_per_epoch == 0)  // the config and the job's shape: the user's to fix (exit 2)
     throw UsageError(origin + ": one step takes train.batch_size x replicas x ranks = " + std::to_string(batch) +
                      " x " + std::to_string(learners) + " x " + std::to_string(ranks) +
-                     " samples, more than an epoch's " + std::to_string(d.n_train) + " training samples");
-  check_synchronises(cfg, origin, cfg.parallel.algorithm, d.plan.total_steps);
-  config::check_against_plan(cfg, origin, d.plan.total_steps, d.plan.steps_per_epoch);
-  return d;
+                     " samples, more than an epoch's " + std::to_string(data.n_train) + " training samples");
+  check_synchronises(cfg, origin, cfg.parallel.algorithm, plan.total_steps);
+  config::check_against_plan(cfg, origin, plan.total_steps, plan.steps_per_epoch);
+  return plan;
 }
 
 TrainingDevice build_training_device(const config::Config& cfg, const std::string& origin, const RunOptions& options,

@@ -43,6 +43,11 @@ struct TrainingData {
 TrainingData open_training_data(const config::Config& cfg, const std::string& origin,
                                 const std::vector<int>& node_of_rank);
 
+// The plan of `data` on a job of `ranks` ranks at cfg.train.batch_size (open_training_data
+// makes the first; a resume on another shape may change the batch and plan again). Throws
+// UsageError as open_training_data does.
+StepPlan plan_training(const config::Config& cfg, const std::string& origin, const TrainingData& data, int ranks);
+
 // The pieces that compute, made from the config and the data.
 struct TrainingDevice {
   std::unique_ptr<nn::Backend> backend;

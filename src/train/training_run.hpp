@@ -65,18 +65,24 @@ class TrainingRun {
   TrainResult stopped();
   TrainResult already_complete();
 
-  // trainer_checkpoint.cpp: the run directory, resuming, checkpoints.
+  // trainer_checkpoint.cpp: the run directory, resuming, checkpoints. A resume loads its
+  // checkpoint before the model is built (load_checkpoint: a new shape may change the batch,
+  // fit_shape) and restores it after (restore).
   void prepare_run_dir();
-  void resume();
+  void load_checkpoint();
   void check_resumable(const checkpoint::LoadedCheckpoint& ck, const checkpoint::TrainerState& then) const;
+  void fit_shape(const checkpoint::TrainerState& then);
   void restore(const checkpoint::LoadedCheckpoint& ck, const checkpoint::TrainerState& then);
   bool target_still_reached(const checkpoint::TrainerState& s) const;
   void write_checkpoint();
   checkpoint::TrainerState trainer_state() const;
   std::string central_checksum();
 
-  // The job.
-  const config::Config& m_cfg;
+  // The job. m_cfg is the config as this attempt runs it: a resume on another shape may give it
+  // another train.batch_size (elastic.batch = global), m_requested_batch is the config's.
+  config::Config m_cfg;
+  const int64_t m_requested_batch;
+  double m_lr_factor = 1;            // the learning rate's factor under elastic.batch (step_plan.hpp)
   const std::string& m_origin;
   const RunOptions& m_options;
   const Stopwatch m_wall;            // since the run started on this rank
@@ -99,6 +105,8 @@ class TrainingRun {
   records::Timeline m_timeline;
   std::unique_ptr<records::RunLog> m_log;
   std::unique_ptr<checkpoint::CheckpointStore> m_store;
+  std::optional<checkpoint::LoadedCheckpoint> m_checkpoint;  // loaded, to restore once the model is built
+  checkpoint::TrainerState m_checkpoint_state;
   std::unique_ptr<mpi::FlagAgreement> m_flags;  // stop signals and timed checkpoints, agreed per step
   static constexpr uint64_t k_flag_sigterm = 1, k_flag_sigusr1 = 2, k_flag_timed = 4;
   uint64_t m_stop_flags = 0;                    // the agreed flags that stopped the run (0: running)

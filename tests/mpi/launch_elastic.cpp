@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "io/checkpoint/checkpoint_file.hpp"
 #include "tests/support/json_files.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -41,10 +42,18 @@ std::string ssgd_job(const std::string& dir, const std::string& extra = "") {
          " --set train.log_every_steps=1 --set run.threads=1" + extra;
 }
 
+// The learning rate of step `step` in a run's train records.
+double lr_of_step(const fs::path& dir, int64_t step) {
+  for (const json& j : squall::test::read_records(dir / "metrics.jsonl", "train"))
+    if (j.at("step") == step) return j.at("lr").get<double>();
+  FAIL("no train record of step " << step << " in " << dir);
+  return 0;
+}
+
 }  // namespace
 
 TEST_CASE("an ssgd checkpoint of 4 ranks inside an epoch resumes on 2, 3 and 6: the epoch goes on with the samples "
-          "it had left",
+          "it had left, at the batch elastic.batch keeps",
           "[launch][checkpoint][elastic][slow]") {
   TempDir t("squall-elastic");
   const std::string crashed = t.file("crashed");
@@ -53,39 +62,66 @@ TEST_CASE("an ssgd checkpoint of 4 ranks inside an epoch resumes on 2, 3 and 6: 
   REQUIRE(a.exit_code != 0);
   REQUIRE(fs::exists(fs::path(crashed) / "checkpoints/step-00000005/model.h5"));
   const std::vector<std::pair<int64_t, double>> before = train_losses(crashed);
-  REQUIRE(before.size() >= 5);
+  REQUIRE(before.size() >= 6);
   const double loss_at_5 = before[4].second;
+  // Step 6 starts at sample 1280 of the run on any shape: the schedule's step is the same, and
+  // the learning rate differs by elastic.batch's factor alone.
+  const double lr_at_6 = lr_of_step(crashed, 6);
 
-  // ranks -> (steps in the rest of epoch 1, steps per epoch): the 768 samples epoch 1 had left
-  // are 768 / (64 x ranks) whole steps on every shape here.
+  // The first job: 4 ranks x 64 = 256 samples a step. The rest of epoch 1 is its 768 samples
+  // left, in whole steps of the new global batch; epoch 2 is the new shape's.
   struct Case {
     int ranks;
-    int64_t rest, per_epoch;
+    const char* keep;
+    int64_t batch;                // per learner, after the resume
+    int64_t rest, per_epoch;      // steps in the rest of epoch 1, steps per epoch
+    double lr_scale;
   };
-  for (const Case c : {Case{3, 4, 10}, Case{6, 2, 5}, Case{2, 6, 16}}) {
-    INFO("resumed on " << c.ranks << " ranks");
-    const std::string dir = t.file("on-" + std::to_string(c.ranks));
+  const Case cases[] = {
+      // elastic.batch = global (the default): 256 a step where it divides (2 ranks x 128), the
+      // nearest elsewhere (3 x 85 = 255; 2048 / 3 ranks = 682 samples each, 8 steps of 85), and
+      // the learning rate by the linear rule for the difference.
+      {2, "global", 128, 3, 8, 1.0},
+      {3, "global", 85, 3, 8, 255.0 / 256.0},
+      // elastic.batch = learner: 64 per learner stays, ssgd's learning rate follows the global batch.
+      {3, "learner", 64, 4, 10, 0.75},
+      {6, "learner", 64, 2, 5, 1.5},
+  };
+  for (const Case& c : cases) {
+    INFO("resumed on " << c.ranks << " ranks, elastic.batch = " << c.keep);
+    const std::string dir = t.file("on-" + std::to_string(c.ranks) + "-" + c.keep);
     fs::copy(crashed, dir, fs::copy_options::recursive);
-    const auto r = run_command(mpiexec(c.ranks) + " " + ssgd_job(dir, " --resume auto"));
+    const auto r = run_command(mpiexec(c.ranks) + " " +
+                               ssgd_job(dir, std::string(" --resume auto --set elastic.batch=") + c.keep));
     INFO(output_tail(r));
     REQUIRE(r.exit_code == 0);
+    const int64_t global = c.batch * c.ranks;
     CHECK_THAT(r.out, Contains("resuming step 5 of a job of 4 rank(s)") &&
                           Contains("on " + std::to_string(c.ranks) + " rank(s)") &&
-                          Contains("epoch 1 goes on at sample 1280 of its 2048"));
+                          Contains("epoch 1 goes on at sample 1280 of its 2048") &&
+                          Contains(std::string("elastic.batch = ") + c.keep));
     const json s = read_json(fs::path(dir) / "summary.json");
     const int64_t steps = 5 + c.rest + c.per_epoch;
     CHECK(s.at("steps") == steps);
     CHECK(s.at("world_size") == c.ranks);
-    // Every sample of both epochs once: 1280 before, the 768 left of epoch 1, then epoch 2's
-    // whole steps on the new shape.
-    CHECK(s.at("run").at("samples") == 1280 + 768 + c.per_epoch * 64 * c.ranks);
+    CHECK(s.at("global_batch") == global);
+    // Every sample of both epochs once but a remainder under a step: 1280 before, the 768 left
+    // of epoch 1 in whole steps, then epoch 2's whole steps on the new shape.
+    CHECK(s.at("run").at("samples") == 1280 + c.rest * global + c.per_epoch * global);
     const json& change = s.at("attempt").at("shape_change");
     CHECK(change.at("step") == 5);
     CHECK(change.at("from").at("ranks") == 4);
     CHECK(change.at("to").at("ranks") == c.ranks);
+    CHECK(change.at("from").at("learner_batch") == 64);
+    CHECK(change.at("from").at("global_batch") == 256);
+    CHECK(change.at("to").at("learner_batch") == c.batch);
+    CHECK(change.at("to").at("global_batch") == global);
+    CHECK(change.at("keep") == c.keep);
+    CHECK(change.at("lr_scale").get<double>() == Approx(c.lr_scale));
     CHECK(change.at("epoch") == 1);
     CHECK(change.at("epoch_position") == 1280);
-    // The metrics' resume record says it too.
+    CHECK(lr_of_step(dir, 6) == Approx(lr_at_6 * c.lr_scale).epsilon(1e-5));
+    // The metrics' resume record says it too, and so does the MLPerf log.
     bool recorded = false;
     std::ifstream m(fs::path(dir) / "metrics.jsonl");
     for (std::string line; std::getline(m, line);) {
@@ -108,6 +144,17 @@ TEST_CASE("an ssgd checkpoint of 4 ranks inside an epoch resumes on 2, 3 and 6: 
     CHECK(std::isfinite(after[5].second));
     CHECK(std::abs(after[5].second - loss_at_5) < 0.25 * loss_at_5);
   }
+  // A later resume on the resumed shape trains at the batch and rate it resumed with (the
+  // checkpoint says them), not the config's: step 16's checkpoint of the 3-rank job, run on.
+  const std::string again = t.file("on-3-global");
+  const auto r = run_command(mpiexec(3) + " " + ssgd_job(again, " --resume auto --set train.epochs=3"));
+  INFO(output_tail(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, !Contains("resuming step 16 of a job of"));  // the same shape: no change to state
+  const json s = read_json(fs::path(again) / "summary.json");
+  CHECK(s.at("global_batch") == 255);
+  CHECK(s.at("steps") == 16 + 8);
+  CHECK(s.at("attempt").at("shape_change").is_null());
 }
 
 TEST_CASE("an sma checkpoint with a part per rank resumes on 3 ranks and on 1: the ranks that remain keep their "
@@ -148,24 +195,76 @@ TEST_CASE("an sma checkpoint with a part per rank resumes on 3 ranks and on 1: t
   }
 }
 
-TEST_CASE("a resume on another number of ranks is refused where the state cannot carry over: a model per node, "
-          "node-local shards",
+TEST_CASE("a model per node carries over node by node: sma's node centres and outer's node models on more nodes, "
+          "and a layout that mixes outer's nodes is refused",
+          "[launch][checkpoint][elastic][slow]") {
+  TempDir t("squall-elastic-nodes");
+  // 2 ranks, each its own (emulated) node, a checkpoint at step 5 with a part per rank.
+  auto job = [&](const std::string& dir, const std::string& extra) {
+    return squall_bin() + " train --config " + k_configs + "fashion-mnist-sma.toml --set run.dir=" + dir +
+           " --set data.train_samples=4096 --set data.test_samples=256 --set train.max_steps=12"
+           " --set schedule.warmup_steps=0 --set checkpoint.every_steps=5 --set run.threads=1"
+           " --set train.log_every_steps=1 --set parallel.check_sums=true" + extra;
+  };
+  struct Case {
+    const char* name;
+    std::string settings;
+  };
+  for (const Case& c : {Case{"sma-periods", " --set parallel.periods=[1,4]"},
+                        Case{"outer", " --set parallel.algorithm=outer --set parallel.outer.period=3"}}) {
+    INFO(c.name);
+    const std::string crashed = t.file(std::string(c.name) + "-crashed");
+    const auto a = run_command("SQUALL_RANKS_PER_NODE=1 SQUALL_FAIL_AT=0:8 " + mpiexec(2) + " " + job(crashed, c.settings));
+    INFO(output_tail(a));
+    REQUIRE(fs::exists(fs::path(crashed) / "checkpoints/step-00000005/node-00001.h5"));
+    const double loss_at_5 = train_losses(crashed).at(4).second;
+    // On 3 nodes of 1 rank: nodes 1 and 2 keep theirs, node 3 starts from the centre; the sums
+    // of the nodes and of the job start in the same order on every rank (check_sums).
+    const std::string more = t.file(std::string(c.name) + "-on-3");
+    fs::copy(crashed, more, fs::copy_options::recursive);
+    const auto r = run_command("SQUALL_RANKS_PER_NODE=1 " + mpiexec(3) + " " + job(more, c.settings + " --resume auto"));
+    INFO(output_tail(r));
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.out, Contains("resuming step 5 of a job of 2 rank(s) on 2 node(s) on 3 rank(s) on 3 node(s)") &&
+                          Contains("rank 2 starts its replicas from the central model"));
+    CHECK_THAT(r.out, !Contains("node centres start from the job's"));
+    const json s = read_json(fs::path(more) / "summary.json");
+    CHECK(s.at("steps") == 12);
+    CHECK(s.at("nodes") == 3);
+    const std::vector<std::pair<int64_t, double>> after = train_losses(more);
+    REQUIRE(after.size() > 5);
+    CHECK(std::abs(after[5].second - loss_at_5) < 0.25 * loss_at_5);
+    CHECK(std::isfinite(s.at("final").at("train_loss").get<double>()));
+    // On 2 ranks of 1 node: the node would hold the ranks of both the checkpoint's nodes. sma's
+    // node centre starts from the job's centre; outer's node would hold two models: refused.
+    const std::string merged = t.file(std::string(c.name) + "-one-node");
+    fs::copy(crashed, merged, fs::copy_options::recursive);
+    // (A checkpoint at step 7 holds the node centres after the node's steps 6 and 7, before
+    // the job's synchronisation of step 8.)
+    const auto m = run_command("SQUALL_RANKS_PER_NODE=2 " + mpiexec(2) + " " +
+                               job(merged, c.settings + " --resume auto --set checkpoint.every_steps=7"));
+    INFO(output_tail(m));
+    if (std::string(c.name) == "outer") {
+      CHECK(m.exit_code == 2);
+      CHECK_THAT(m.err, Contains("step-00000005") && Contains("model per node (outer)") &&
+                            Contains("resume with the same ranks per node") && Contains("(1 per node)"));
+    } else {
+      CHECK(m.exit_code == 0);
+      CHECK_THAT(m.out, Contains("node centres start from the job's"));
+      CHECK(read_json(fs::path(merged) / "summary.json").at("steps") == 12);
+      // The one node's centre is one model on both its ranks.
+      const std::string node_file = (fs::path(merged) / "checkpoints/step-00000007/node-00000.h5").string();
+      const std::vector<squall::checkpoint::CheckpointData> parts =
+          squall::checkpoint::read_checkpoint_groups(node_file, {"rank-00000", "rank-00001"});
+      REQUIRE(parts.size() == 2);
+      CHECK((parts[0].arrays.at("node_central/z") == parts[1].arrays.at("node_central/z")));
+    }
+  }
+}
+
+TEST_CASE("a resume on another number of ranks is refused where the data cannot carry over: node-local shards",
           "[launch][checkpoint][elastic]") {
   TempDir t("squall-elastic-refused");
-  {  // sma with parallel.periods' node level on 2 emulated nodes: the nodes' models are per node
-    const std::string dir = t.file("periods");
-    const std::string job = squall_bin() + " train --config " + k_configs + "fashion-mnist-sma.toml --set run.dir=" +
-                            dir + " --set data.train_samples=4096 --set data.test_samples=256 --set train.max_steps=12"
-                            " --set schedule.warmup_steps=0 --set checkpoint.every_steps=5 --set run.threads=1"
-                            " --set parallel.periods=[1,2]";
-    const auto a = run_command("SQUALL_RANKS_PER_NODE=1 SQUALL_FAIL_AT=0:8 " + mpiexec(2) + " " + job);
-    INFO(output_tail(a));
-    REQUIRE(fs::exists(fs::path(dir) / "checkpoints/step-00000005/model.h5"));
-    const auto r = run_command("SQUALL_RANKS_PER_NODE=1 " + mpiexec(3) + " " + job + " --resume auto");
-    INFO(output_tail(r));
-    CHECK(r.exit_code == 2);
-    CHECK_THAT(r.err, Contains("step-00000005") && Contains("model per node") && Contains("resume with 2 rank(s)"));
-  }
   {  // ssgd with data.sampling = local: each node reads its own staged shard
     const std::string dir = t.file("local");
     const auto a = run_command("SQUALL_FAIL_AT=0:7 " + mpiexec(2) + " " + ssgd_job(dir, " --set data.sampling=local"));

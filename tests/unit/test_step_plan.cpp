@@ -135,3 +135,51 @@ TEST_CASE("sma and local-sgd synchronise first after period steps", "[step_plan]
   CHECK(first_synchronisation(4, 0) == 4);
   CHECK(first_synchronisation(4, 10) == 14);
 }
+
+TEST_CASE("elastic.batch = global keeps the global batch on a new number of ranks", "[step_plan][elastic]") {
+  // 4 ranks x 2 learners x 32 = 256 samples a step.
+  const ElasticFrom four{32, 2, 4, 1.0};
+  const ElasticBatch two = elastic_batch(true, four, 32, 2, true, false);
+  CHECK(two.learner_batch == 64);
+  CHECK(two.kept);
+  CHECK(two.lr_factor == 1.0);  // the same global batch: the same learning rate
+  const ElasticBatch eight = elastic_batch(true, four, 32, 8, true, false);
+  CHECK(eight.learner_batch == 16);
+  CHECK(eight.kept);
+  // 256 over 3 x 2 learners does not divide: the nearest batch, 43 (258 a step), and the
+  // learning rate by the linear rule.
+  const ElasticBatch three = elastic_batch(true, four, 32, 3, true, false);
+  CHECK(three.learner_batch == 43);
+  CHECK_FALSE(three.kept);
+  CHECK(three.lr_factor == Approx(258.0 / 256.0));
+  // From there back to 4 ranks: 258 over 8 learners is 32.25, so 32 again, and the factor
+  // returns to 1 (it is counted from the first attempt).
+  const ElasticBatch back = elastic_batch(true, {43, 2, 3, three.lr_factor}, 32, 4, true, false);
+  CHECK(back.learner_batch == 32);
+  CHECK(back.lr_factor == Approx(1.0));
+  // The same shape keeps everything as it was.
+  const ElasticBatch same = elastic_batch(true, four, 32, 4, true, false);
+  CHECK(same.learner_batch == 32);
+  CHECK(same.lr_factor == 1.0);
+}
+
+TEST_CASE("elastic.batch = learner keeps the batch per learner and scales the learning rate", "[step_plan][elastic]") {
+  const ElasticFrom four{32, 1, 4, 1.0};
+  // ssgd: one update averages over the global batch, 128 -> 96 on 3 ranks: lr x 0.75.
+  const ElasticBatch ssgd = elastic_batch(false, four, 32, 3, true, false);
+  CHECK(ssgd.learner_batch == 32);
+  CHECK(ssgd.kept);
+  CHECK(ssgd.lr_factor == Approx(0.75));
+  // Twice: the factors multiply (6 ranks after 3: 192 / 128).
+  CHECK(elastic_batch(false, {32, 1, 3, ssgd.lr_factor}, 32, 6, true, false).lr_factor == Approx(1.5));
+  // sma and local-sgd: a learner's update averages over its own batch, which stays.
+  CHECK(elastic_batch(false, four, 32, 3, false, false).lr_factor == 1.0);
+  // ... but under elastic.batch = global a learner's batch changes, and its rate with it.
+  const ElasticBatch sma = elastic_batch(true, four, 32, 2, false, false);
+  CHECK(sma.learner_batch == 64);
+  CHECK(sma.lr_factor == Approx(2.0));
+  // schedule.scale_lr_with_batch: the schedule scales by the new batch itself.
+  CHECK(elastic_batch(false, four, 32, 3, true, true).lr_factor == 1.0);
+  // A batch of at least 1 however few samples a step had.
+  CHECK(elastic_batch(true, {1, 1, 4, 1.0}, 1, 9, true, false).learner_batch == 1);
+}

@@ -38,8 +38,11 @@ TrainerState sample_state() {
   s.target_reached = true;
   s.world_size = 4;
   s.nodes = 2;
+  s.rank_nodes = "0 0 1 1";
   s.schedule_steps = 900;
   s.schedule_step_samples = 512;
+  s.learner_batch = 85;
+  s.lr_factor = 0.75;
   s.per_rank_parts = true;
   s.train_samples = 60000;
   s.param_count = 61706;
@@ -59,8 +62,11 @@ void check_equal(const TrainerState& a, const TrainerState& b) {
   CHECK(a.epoch_start_position == b.epoch_start_position);
   CHECK(a.epoch_start_batches == b.epoch_start_batches);
   CHECK(a.nodes == b.nodes);
+  CHECK(a.rank_nodes == b.rank_nodes);
   CHECK(a.schedule_steps == b.schedule_steps);
   CHECK(a.schedule_step_samples == b.schedule_step_samples);
+  CHECK(a.learner_batch == b.learner_batch);
+  CHECK(a.lr_factor == b.lr_factor);
   CHECK(a.samples_done == b.samples_done);
   CHECK(a.learners == b.learners);
   CHECK(a.tuner_done == b.tuner_done);
@@ -105,16 +111,21 @@ TEST_CASE("a checkpoint without the run's clock reads as a first attempt", "[tra
   d.reals.erase("elapsed_s");
   d.reals.erase("eval_elapsed_s");
   for (const char* key : {"epoch_position", "epoch_start_position", "epoch_start_batches", "nodes", "schedule_steps",
-                          "schedule_step_samples"})
+                          "schedule_step_samples", "learner_batch"})
     d.ints.erase(key);
+  d.reals.erase("lr_factor");
+  d.texts.erase("rank_nodes");
   const TrainerState s = read_trainer_state(d);
   // An earlier version's: the position and the frame unknown (it resumes on its own shape only).
   CHECK(s.epoch_position == -1);
   CHECK(s.epoch_start_position == 0);
   CHECK(s.epoch_start_batches == 0);
   CHECK(s.nodes == 0);
+  CHECK(s.rank_nodes.empty());
   CHECK(s.schedule_steps == 0);
   CHECK(s.schedule_step_samples == 0);
+  CHECK(s.learner_batch == 0);  // the config's train.batch_size
+  CHECK(s.lr_factor == 1.0);
   CHECK(s.attempt == 1);
   CHECK(s.elapsed_s == 0.0);
   CHECK(s.eval_elapsed_s == 0.0);
@@ -137,9 +148,12 @@ TEST_CASE("a missing entry or an impossible count names the file", "[trainer_sta
   checkpoint::CheckpointData negative = d;
   negative.ints["param_count"] = -1;
   CHECK_THROWS_WITH(read_trainer_state(negative), Catch::Contains(d.origin) && Catch::Contains("param_count = -1"));
+  checkpoint::CheckpointData no_rate = d;
+  no_rate.reals["lr_factor"] = 0;
+  CHECK_THROWS_WITH(read_trainer_state(no_rate), Catch::Contains(d.origin) && Catch::Contains("lr_factor = 0"));
 }
 
-TEST_CASE("the trainer writes exactly its 28 entries, by name and kind", "[trainer_state][checkpoint]") {
+TEST_CASE("the trainer writes exactly its 31 entries, by name and kind", "[trainer_state][checkpoint]") {
   checkpoint::CheckpointData d;
   write_trainer_state(sample_state(), d);
   auto keys = [](const auto& map) {
@@ -152,10 +166,11 @@ TEST_CASE("the trainer writes exactly its 28 entries, by name and kind", "[train
                                               "metrics_lines", "attempt", "target_reached", "world_size",
                                               "per_rank_parts", "train_samples", "param_count", "state_count",
                                               "epoch_position", "epoch_start_position", "epoch_start_batches",
-                                              "nodes", "schedule_steps", "schedule_step_samples"});
+                                              "nodes", "schedule_steps", "schedule_step_samples",
+                                              "learner_batch"});
   CHECK(keys(d.reals) == std::set<std::string>{"window_loss_sum", "window_loss_weight", "last_train_loss",
-                                               "elapsed_s", "eval_elapsed_s"});
-  CHECK(keys(d.texts) == std::set<std::string>{"config", "config_origin", "model", "algorithm"});
+                                               "elapsed_s", "eval_elapsed_s", "lr_factor"});
+  CHECK(keys(d.texts) == std::set<std::string>{"config", "config_origin", "model", "algorithm", "rank_nodes"});
   CHECK(d.arrays.empty());
   // The flags as integers 1 and 0, as earlier versions wrote them.
   CHECK(d.ints.at("tuner_done") == 1);
@@ -194,4 +209,31 @@ TEST_CASE("each required entry, when missing, is named with the file", "[trainer
   for (const char* key : required_ints) check_missing(ints, key);
   for (const char* key : required_reals) check_missing(reals, key);
   for (const char* key : required_texts) check_missing(texts, key);
+}
+
+TEST_CASE("a checkpoint's nodes carry over node by node only where no node of the new job mixes them",
+          "[trainer_state][elastic]") {
+  TrainerState s;
+  s.world_size = 4;
+  s.nodes = 2;
+  s.rank_nodes = rank_nodes_text({0, 0, 1, 1});
+  CHECK(s.rank_nodes == "0 0 1 1");
+  const std::vector<int> then = rank_nodes_of(s);
+  CHECK(then == std::vector<int>{0, 0, 1, 1});
+  CHECK(nodes_carry_over(then, {0, 0, 1, 1}));        // the same layout
+  CHECK(nodes_carry_over(then, {0, 0, 1, 1, 2, 2}));  // a third node of new ranks
+  CHECK(nodes_carry_over(then, {0, 0}));              // node 2 gone
+  CHECK(nodes_carry_over(then, {0, 1, 2, 3}));        // each node's ranks split over two nodes
+  CHECK_FALSE(nodes_carry_over(then, {0, 0, 0, 0}));  // one node of both
+  CHECK_FALSE(nodes_carry_over(then, {0, 1, 1, 2}));  // ranks 1 and 2 of two nodes on one
+  CHECK_FALSE(nodes_carry_over(then, {0, 0, 1, 1, 1}));  // rank 4 new beside node 1's ranks
+  // Only the counts recorded: 2 per node in rank order; counts that do not divide: unknown.
+  s.rank_nodes.clear();
+  CHECK(rank_nodes_of(s) == then);
+  s.world_size = 5;
+  CHECK(rank_nodes_of(s).empty());
+  CHECK_FALSE(nodes_carry_over(rank_nodes_of(s), {0, 0, 1, 1, 2}));
+  // A recorded list of the wrong length is not believed.
+  s.rank_nodes = "0 0 1";
+  CHECK(rank_nodes_of(s).empty());
 }
