@@ -157,14 +157,20 @@ TEST_CASE("an ssgd checkpoint of 4 ranks inside an epoch resumes on 2, 3 and 6: 
   CHECK(s.at("attempt").at("shape_change").is_null());
 }
 
-TEST_CASE("an sma checkpoint with a part per rank resumes on 3 ranks and on 1: the ranks that remain keep their "
-          "replicas, new ones start from the centre",
+TEST_CASE("sma and local-sgd checkpoints with a part per rank resume on 3 ranks and on 1: the ranks that remain "
+          "keep their replicas, new ones start from the centre",
           "[launch][checkpoint][elastic][slow]") {
-  TempDir t("squall-elastic-sma");
-  const std::string crashed = t.file("crashed");
   // 2 ranks x 2 learners, batches of 16: 64 samples a step; a part per rank at step 5.
+  const bool local = GENERATE(false, true);
+  INFO((local ? "local-sgd" : "sma"));
+  TempDir t(local ? "squall-elastic-local" : "squall-elastic-sma");
+  const std::string crashed = t.file("crashed");
   auto job = [&](const std::string& dir, const std::string& extra = "") {
-    return squall_bin() + " train --config " + k_configs + "fashion-mnist-sma.toml --set run.dir=" + dir +
+    const std::string algorithm =
+        local ? "fashion-mnist-lenet5.toml --set parallel.algorithm=local-sgd --set parallel.replicas_per_device=2"
+                " --set parallel.period=2 --set train.batch_size=16"
+              : "fashion-mnist-sma.toml";
+    return squall_bin() + " train --config " + k_configs + algorithm + " --set run.dir=" + dir +
            " --set data.train_samples=4096 --set data.test_samples=256 --set train.max_steps=12"
            " --set schedule.warmup_steps=0 --set checkpoint.every_steps=5 --set train.log_every_steps=1"
            " --set run.threads=1" + extra;
@@ -187,6 +193,10 @@ TEST_CASE("an sma checkpoint with a part per rank resumes on 3 ranks and on 1: t
     CHECK(s.at("steps") == 12);
     CHECK(s.at("attempt").at("shape_change").at("to").at("ranks") == ranks);
     CHECK(s.at("attempt").at("shape_change").at("epoch_position") == 5 * 64);
+    // elastic.batch = global: 64 a step over 3 x 2 learners is 10.67, so 11 each (66); over
+    // 1 x 2 it is 32 each.
+    CHECK(s.at("global_batch") == (ranks == 3 ? 66 : 64));
+    CHECK(s.at("batch_per_learner") == (ranks == 3 ? 11 : 32));
     const std::vector<std::pair<int64_t, double>> after = train_losses(dir);
     REQUIRE(after.size() > 5);
     CHECK(after[5].first == 6);
