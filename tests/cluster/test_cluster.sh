@@ -4,7 +4,7 @@
 # no cluster can be made here, with the reason.
 #
 #   test_cluster.sh SQUALL_BIN PYTHON TEST
-#   TEST: info | allreduce | cross | rate | slurm | train | resume | streams | periods
+#   TEST: info | allreduce | cross | rate | slurm | train | resume | elastic | streams | periods
 set -euo pipefail
 
 squall=$1 python=$2 test=$3
@@ -194,6 +194,44 @@ case $test in
       [[ $(ls "$d" | wc -l) == 3 && -f $d/node-00001.h5 ]] || fail "$d does not hold model.h5 and 2 node files"
     done
     echo "ok: a job of 2 nodes x 2 ranks failed on node 2 at step 25, resumed from step 20 (model.h5 + 2 node files), model_checksum $b as uninterrupted"
+    ;;
+
+  elastic)
+    # Elastic resume across real nodes (docs/training.md, "Elastic resume"): sma on 2 nodes x 2
+    # ranks over 1 Gbit/s links; rank 3 (node 2) fails at step 25 and the checkpoint of step 20
+    # resumes on 1 node (the ranks of node 2 dropped) and on 3 nodes (node 3's ranks start from
+    # the centre), each summing in one order on every rank (parallel.check_sums) and planning
+    # the rest at the global batch kept (elastic.batch = global: 128 a step, the nearest where
+    # it does not divide).
+    "$cluster" up "$name" --nodes 3 --rate 1gbit
+    job=(train --config "$root/configs/fashion-mnist-sma.toml" --set train.max_steps=30 --set schedule.warmup_steps=0
+         --set checkpoint.every_steps=10 --set parallel.check_sums=true
+         --set data.train_samples=4096 --set data.test_samples=512 --set run.threads=1)
+    if "$cluster" mpirun "$name" --host "$("$cluster" hosts "$name" 2 | cut -d, -f1-2)" -np 4 -x SQUALL_FAIL_AT=3:25 -- \
+      "$squall" "${job[@]}" --set run.dir="$shared/crashed" >"$work/crash.log" 2>&1; then
+      fail "the job whose rank 3 failed exited 0"
+    fi
+    [[ -f $shared/crashed/checkpoints/step-00000020/node-00001.h5 ]] || { cat "$work/crash.log" >&2; fail "no checkpoint of step 20"; }
+    for nodes in 1 3; do
+      dir=$shared/on-$nodes
+      cp -r "$shared/crashed" "$dir"
+      hosts=$("$cluster" hosts "$name" 2 | cut -d, -f1-$nodes)
+      "$cluster" mpirun "$name" --host "$hosts" -np $((2 * nodes)) -- "$squall" "${job[@]}" --set run.dir="$dir" \
+        --resume auto >"$work/on-$nodes.log" 2>&1 || { cat "$work/on-$nodes.log" >&2; fail "the resume on $nodes node(s) failed"; }
+      grep -q "resuming step 20 of a job of 4 rank(s) on 2 node(s) on $((2 * nodes)) rank(s) on $nodes node(s)" "$work/on-$nodes.log" ||
+        { cat "$work/on-$nodes.log" >&2; fail "the resume on $nodes node(s) did not state the shape change"; }
+      [[ $(json "$dir/summary.json" 'd["nodes"]') == "$nodes" ]] || fail "on $nodes node(s): summary.json's nodes"
+      [[ $(json "$dir/summary.json" 'd["steps"]') == 30 ]] || fail "on $nodes node(s): not 30 steps"
+      # 128 over 2 ranks x 2 learners: 32 each; over 6 x 2: 10.67, so 11 each (132).
+      global=$([[ $nodes == 1 ]] && echo 128 || echo 132)
+      [[ $(json "$dir/summary.json" 'd["global_batch"]') == "$global" ]] || fail "on $nodes node(s): the global batch is not $global"
+      [[ $(json "$dir/summary.json" 'd["attempt"]["shape_change"]["from"]["nodes"]') == 2 ]] || fail "shape_change.from.nodes"
+      # The checkpoints it writes have one file per node of the new shape.
+      files=$(cd "$dir/checkpoints/step-00000030" && ls | tr '\n' ' ')
+      want="model.h5"; for ((n = 0; n < nodes; n++)); do want+=" node-0000$n.h5"; done
+      [[ $files == "$want " ]] || fail "on $nodes node(s): step 30's checkpoint holds $files"
+      echo "ok: step 20 of 2 nodes x 2 ranks resumed on $nodes node(s): $(grep -o 'elastic.batch = [^,]*, [^,]*' "$work/on-$nodes.log")"
+    done
     ;;
 
   streams)
