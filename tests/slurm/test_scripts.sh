@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The job scripts without a batch system: shellcheck on every one (skipped, visibly, without
-# shellcheck), the LSF script rendered for a fake 2-node allocation (LSF cannot run here), and
-# the scaling-study's submissions for a weak and a strong sweep.
+# The job scripts without a batch system: shellcheck on every one (skipped, visibly, where it
+# is not installed), the LSF script rendered for a fake 2-node allocation (LSF cannot run here)
+# and, elastic, after a lost host, and the scaling-study's submissions for a weak and a strong
+# sweep.
 #   test_scripts.sh REPO_ROOT
 set -euo pipefail
 root=$1
@@ -22,6 +23,46 @@ out=$(cd "$work" && LSB_JOBID=78 LSB_DJOB_HOSTFILE="$work/hosts" SQUALL_DRY_RUN=
 grep -q "^jsrun -n 2 -r 1 -a 1 -c 42 /opt/squall stage --from /gpfs/data --to /mnt/bb/u/squall$" <<<"$out" || fail "staging: $out"
 grep -q -- "--set data.train=/mnt/bb/u/squall" <<<"$out" || fail "staged data not used: $out"
 echo "ok: summit.lsf stages to the NVMe and trains on the copy"
+
+# LSF, elastic (rendered): the dry run's launches end with SQUALL_DRY_RUN_STATUS's statuses in
+# turn and LSF "reports" SQUALL_DRY_RUN_LOST's hosts gone. lsf VAR=VALUE... sets $out and $rc.
+lsf() {
+  rc=0
+  out=$(cd "$work" && env LSB_JOBID=77 LSB_DJOB_HOSTFILE="$work/hosts" SQUALL_DRY_RUN=1 SQUALL_CONFIG=c.toml \
+        SQUALL_BIN=/opt/squall "$@" "$root/jobscripts/lsf/summit.lsf" 2>&1) || rc=$?
+}
+train_cmd="/opt/squall train --config c.toml --resume auto --set run.dir=runs/squall-77"
+# Host h2 lost, 1 host left and SQUALL_MIN_NODES=1: jsrun again on h1 alone, 6 ranks.
+lsf SQUALL_MIN_NODES=1 SQUALL_DRY_RUN_STATUS="137 0" SQUALL_DRY_RUN_LOST=h2
+[[ $rc -eq 0 && $(grep -c '^jsrun' <<<"$out") -eq 2 ]] || fail "relaunch (rc $rc): $out"
+[[ $(grep '^jsrun' <<<"$out" | tail -n 1) == "jsrun -n 6 -r 6 -a 1 -c 7 -g 1 --bind packed:7 --smpiargs=-gpu $train_cmd" ]] ||
+  fail "relaunch on one host: $out"
+grep -q "^summit.lsf: host h2 is gone (jsrun status 137); relaunching on 1 host(s) (h1), 6 rank(s) each" <<<"$out" ||
+  fail "no relaunch line: $out"
+echo "ok: summit.lsf relaunches on the host left: $(tail -n 1 <<<"$out" | cut -d' ' -f1-12) ..."
+# Staged data: staged again on the host left (its files are skipped) before the relaunch.
+lsf SQUALL_MIN_NODES=1 SQUALL_DRY_RUN_STATUS="137 0" SQUALL_DRY_RUN_LOST=h2 SQUALL_STAGE_FROM=/gpfs/data USER=u
+[[ $(grep ' stage ' <<<"$out" | cut -d' ' -f1-3 | tr '\n' ' ') == "jsrun -n 2 jsrun -n 1 " ]] || fail "staging on relaunch: $out"
+# 3 hosts, h3 lost, at least 2: 12 ranks on h1 and h2.
+printf 'batch1\nh1\nh2\nh3\n' >"$work/hosts3"
+lsf LSB_DJOB_HOSTFILE="$work/hosts3" SQUALL_MIN_NODES=2 SQUALL_DRY_RUN_STATUS="137" SQUALL_DRY_RUN_LOST=h3
+[[ $rc -eq 0 && $(grep '^jsrun' <<<"$out" | tail -n 1) == "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 --bind packed:7 --smpiargs=-gpu $train_cmd" ]] ||
+  fail "relaunch on 2 of 3 hosts (rc $rc): $out"
+# Fewer than SQUALL_MIN_NODES (default: the hosts at the start) left: brequeue, no relaunch.
+lsf SQUALL_DRY_RUN_STATUS="137" SQUALL_DRY_RUN_LOST=h2
+[[ $rc -eq 0 && $(grep -c '^jsrun' <<<"$out") -eq 1 && $(tail -n 1 <<<"$out") == "brequeue 77" ]] || fail "requeue below the minimum (rc $rc): $out"
+grep -q "1 host(s) left, fewer than 2 (SQUALL_MIN_NODES): requeueing job 77" <<<"$out" || fail "no requeue line: $out"
+# A failure with every host up, and a usage error: no relaunch, the jsrun's status.
+lsf SQUALL_MIN_NODES=1 SQUALL_DRY_RUN_STATUS="1"
+[[ $rc -eq 1 && $(grep -c '^jsrun' <<<"$out") -eq 1 ]] && grep -q "all 2 host(s) are up: not a lost host, not relaunching" <<<"$out" ||
+  fail "a failure with all hosts up (rc $rc): $out"
+lsf SQUALL_MIN_NODES=1 SQUALL_DRY_RUN_STATUS="2" SQUALL_DRY_RUN_LOST=h2
+[[ $rc -eq 2 && $(grep -c '^jsrun' <<<"$out") -eq 1 ]] || fail "a usage error (rc $rc): $out"
+# The relaunch bound.
+lsf SQUALL_MIN_NODES=1 SQUALL_MAX_RELAUNCHES=0 SQUALL_DRY_RUN_STATUS="137" SQUALL_DRY_RUN_LOST=h2
+[[ $rc -eq 137 && $(grep -c '^jsrun' <<<"$out") -eq 1 ]] && grep -q "relaunched 0 time(s) already (SQUALL_MAX_RELAUNCHES): not again" <<<"$out" ||
+  fail "the relaunch bound (rc $rc): $out"
+echo "ok: summit.lsf requeues below SQUALL_MIN_NODES and relaunches neither a failure with every host up, a usage error, nor past SQUALL_MAX_RELAUNCHES"
 
 # The scaling study: weak keeps each learner's batch, strong divides the global batch.
 cd "$work" && cp "$root/configs/fashion-mnist-sma.toml" c.toml
