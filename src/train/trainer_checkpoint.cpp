@@ -88,12 +88,18 @@ void TrainingRun::load_checkpoint() {
   m_checkpoint = std::move(ck);
 }
 
+// The batch per learner the checkpoint's job trained at: recorded, or (a checkpoint of an
+// earlier version) train.batch_size, which resume_incompatibility has found equal to this job's.
+int64_t TrainingRun::trained_batch(const checkpoint::TrainerState& s) const {
+  return s.learner_batch > 0 ? s.learner_batch : m_requested_batch;
+}
+
 // elastic.batch on a new shape (docs/training.md, "Elastic resume"): the batch per learner
 // this job trains at and its learning rate's factor, from the checkpoint's job
 // (step_plan.hpp's elastic_batch); the steps are planned again at a new batch. On the
 // checkpoint's own shape it gives the checkpoint's batch and factor back.
 void TrainingRun::fit_shape(const checkpoint::TrainerState& s) {
-  const int64_t then_batch = s.learner_batch > 0 ? s.learner_batch : m_requested_batch;
+  const int64_t then_batch = trained_batch(s);
   const ElasticBatch e =
       elastic_batch(m_cfg.elastic.batch == config::ElasticBatch::global,
                     {then_batch, s.learners, s.world_size, s.lr_factor}, m_requested_batch, m_ranks,
@@ -163,7 +169,7 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
                        m_data.spec.name + " here has " + std::to_string(g.parameter_count()));
   });
   m_pos.step = m_pos.first_step = s.step;
-  const int64_t then_batch = s.learner_batch > 0 ? s.learner_batch : m_requested_batch;
+  const int64_t then_batch = trained_batch(s);
   // Another number of ranks, or another batch per learner (elastic.batch, fit_shape).
   const bool reshaped = s.world_size != m_ranks || then_batch != m_cfg.train.batch_size;
   if (!reshaped) {  // the same lists, at the same batch: bit for bit

@@ -72,6 +72,7 @@ class TrainingRun {
   void load_checkpoint();
   void check_resumable(const checkpoint::LoadedCheckpoint& ck, const checkpoint::TrainerState& then) const;
   void fit_shape(const checkpoint::TrainerState& then);
+  int64_t trained_batch(const checkpoint::TrainerState& then) const;
   void restore(const checkpoint::LoadedCheckpoint& ck, const checkpoint::TrainerState& then);
   bool target_still_reached(const checkpoint::TrainerState& s) const;
   void write_checkpoint();

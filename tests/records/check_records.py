@@ -29,6 +29,13 @@ own event-file reader, and the mlperf_logging package's parser and compliance ch
       values, every evaluation's eval_accuracy is the record's, the last line is run_stop with
       status success).
 
+  check_records.py reshaped DIR
+      A run dir of `squall train` with run.mllog = true whose second attempt resumed on another
+      number of ranks (docs/training.md, "Elastic resume"): its MLPerf log, read by
+      mlperf_logging's parser, has the resumed attempt's squall_shape_change with summary.json's
+      attempt.shape_change as its value, and that attempt's number_of_ranks, global_batch_size
+      and local_batch_size are the new shape's.
+
   check_records.py probe DIR
       The test of tests/records/run_records.sh: DIR as squall_records_probe wrote it. Checks the
       tensorboard and mllog readings against the probe's expectations exactly, runs the compliance
@@ -347,6 +354,32 @@ def check_run(dir_):
     print(f"records: run: the MLPerf log's {len(log)} lines agree with metrics.jsonl and summary.json")
 
 
+def check_reshaped(dir_):
+    with open(os.path.join(dir_, "summary.json")) as f:
+        summary = json.load(f)
+    change = summary["attempt"]["shape_change"]
+    if not change:
+        raise RecordError(f"{dir_}: summary.json has no attempt.shape_change")
+    log, _ = read_mllog(os.path.join(dir_, "mlperf.log"))
+    keys = [k for k, _, _ in log]
+    starts = [i for i, k in enumerate(keys) if k == "init_start"]
+    if len(starts) != 2:
+        raise RecordError(f"mllog: expected two attempts: {keys}")
+    if "squall_shape_change" in keys[:starts[1]]:
+        raise RecordError("mllog: the first attempt states a shape change")
+    last = {k: v for k, v, _ in log[starts[1]:]}
+    if last.get("squall_shape_change") != change:
+        raise RecordError(f"mllog: squall_shape_change = {last.get('squall_shape_change')!r}, "
+                          f"summary.json's attempt.shape_change is {change!r}")
+    want = {"number_of_ranks": change["to"]["ranks"], "global_batch_size": change["to"]["global_batch"],
+            "local_batch_size": change["to"]["learner_batch"]}
+    for k, v in want.items():
+        if last.get(k) != v:
+            raise RecordError(f"mllog: {k} = {last.get(k)!r} in the resumed attempt, the new shape has {v!r}")
+    print(f"records: reshaped: the MLPerf log states {change['from']['ranks']} -> {change['to']['ranks']} ranks "
+          f"at step {change['step']} as summary.json does")
+
+
 def flip(data, at):
     b = bytearray(data)
     b[at] ^= 0x10
@@ -374,7 +407,7 @@ def main(argv):
     except SystemExit as e:
         print(e, file=sys.stderr)
         return 2
-    if len(args) != 2 or args[0] not in ("tensorboard", "mllog", "compliance", "probe", "run"):
+    if len(args) != 2 or args[0] not in ("tensorboard", "mllog", "compliance", "probe", "run", "reshaped"):
         print(__doc__, file=sys.stderr)
         return 2
     command, path = args
@@ -387,6 +420,8 @@ def main(argv):
             check_compliance(path, usage, ruleset)
         elif command == "run":
             check_run(path)
+        elif command == "reshaped":
+            check_reshaped(path)
         else:
             check_probe(path)
     except (RecordError, OSError) as e:

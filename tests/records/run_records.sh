@@ -39,15 +39,20 @@ rm -rf "$data" && mkdir -p "$data" || exit 1
   "$data/tb.json" "$data/mllog.json" || exit 1
 if [ -n "$squall" ] && [ -n "$mpiexec" ] && [ -d "$fmnist" ]; then
   run="$data/run"
-  job() {
-    "$mpiexec" -n 2 --oversubscribe -x SQUALL_FAIL_AT "$squall" train --config "$src/../../configs/fashion-mnist-lenet5.toml" \
-      --set run.dir="$run" --set run.mllog=true --set train.epochs=2 --set data.train_samples=2048 \
+  job() {  # job RANKS RUN_DIR [ARGS...]
+    local np=$1 dir=$2; shift 2
+    "$mpiexec" -n "$np" --oversubscribe -x SQUALL_FAIL_AT "$squall" train --config "$src/../../configs/fashion-mnist-lenet5.toml" \
+      --set run.dir="$dir" --set run.mllog=true --set train.epochs=2 --set data.train_samples=2048 \
       --set data.test_samples=512 --set checkpoint.every_steps=5 --set train.log_every_steps=4 \
       --set train.eval_every_steps=6 --set schedule.warmup_steps=0 --set run.threads=1 "$@"
   }
-  SQUALL_FAIL_AT=1:13 job >"$data/attempt1.log" 2>&1 && { cat "$data/attempt1.log"; echo "records: the first attempt did not fail"; exit 1; }
-  SQUALL_FAIL_AT='' job --resume auto >"$data/attempt2.log" 2>&1 || { cat "$data/attempt2.log"; echo "records: the resumed attempt failed"; exit 1; }
+  SQUALL_FAIL_AT=1:13 job 2 "$run" >"$data/attempt1.log" 2>&1 && { cat "$data/attempt1.log"; echo "records: the first attempt did not fail"; exit 1; }
+  # A copy resumed on 3 ranks: its MLPerf log states the shape change (check_records.py reshaped).
+  cp -r "$run" "$data/reshaped"
+  SQUALL_FAIL_AT='' job 2 "$run" --resume auto >"$data/attempt2.log" 2>&1 || { cat "$data/attempt2.log"; echo "records: the resumed attempt failed"; exit 1; }
   "$vpy" "$src/check_records.py" run "$run" || { echo "records: run: FAILED"; exit 1; }
+  SQUALL_FAIL_AT='' job 3 "$data/reshaped" --resume auto >"$data/reshaped.log" 2>&1 || { cat "$data/reshaped.log"; echo "records: the resume on 3 ranks failed"; exit 1; }
+  "$vpy" "$src/check_records.py" reshaped "$data/reshaped" || { echo "records: reshaped: FAILED"; exit 1; }
 fi
 rm -rf "$data"
 versions=$("$vpy" -c 'from importlib.metadata import version as v; print(", ".join(p + " " + v(p) for p in ("tensorboard", "protobuf", "mlperf-logging")))')
