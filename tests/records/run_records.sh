@@ -40,7 +40,7 @@ rm -rf "$data" && mkdir -p "$data" || exit 1
 if [ -n "$squall" ] && [ -n "$mpiexec" ] && [ -d "$fmnist" ]; then
   run="$data/run"
   job() {  # job RANKS RUN_DIR [ARGS...]
-    local np=$1 dir=$2; shift 2
+    np=$1; dir=$2; shift 2
     "$mpiexec" -n "$np" --oversubscribe -x SQUALL_FAIL_AT "$squall" train --config "$src/../../configs/fashion-mnist-lenet5.toml" \
       --set run.dir="$dir" --set run.mllog=true --set train.epochs=2 --set data.train_samples=2048 \
       --set data.test_samples=512 --set checkpoint.every_steps=5 --set train.log_every_steps=4 \
