@@ -1,16 +1,35 @@
 #include "src/train/fault.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <thread>
 
 #include "src/core/error.hpp"
+#include "src/train/stop_signal.hpp"
 
 namespace squall::train {
 
 FaultInjection FaultInjection::from_env() {
   FaultInjection f;
+  if (const char* hold = std::getenv("SQUALL_HOLD_AT"); hold != nullptr && *hold != '\0') {
+    const std::string text(hold);
+    for (size_t at = 0; at <= text.size();) {
+      const size_t end = std::min(text.find(',', at), text.size());
+      const std::string item = text.substr(at, end - at);
+      const size_t colon = item.find(':');
+      char* rest = nullptr;
+      const long long step = colon == std::string::npos ? 0 : std::strtoll(item.c_str(), &rest, 10);
+      if (step < 1 || rest != item.c_str() + colon || colon + 1 == item.size())
+        throw UsageError("SQUALL_HOLD_AT must be STEP:FILE[,STEP:FILE...] (a step >= 1), got '" + text + "'");
+      f.m_holds.emplace_back(static_cast<int64_t>(step), item.substr(colon + 1));
+      at = end + 1;
+    }
+  }
   const char* env = std::getenv("SQUALL_FAIL_AT");
   if (env == nullptr || *env == '\0') return f;
   int rank = -1;
@@ -29,6 +48,13 @@ FaultInjection FaultInjection::from_env() {
 }
 
 void FaultInjection::before_step(int rank, int64_t step) const {
+  for (const auto& [at, file] : m_holds) {
+    if (at != step || std::filesystem::exists(file) || stop_signal() != 0) continue;
+    if (rank == 0) std::fprintf(stderr, "SQUALL_HOLD_AT: holding before step %lld until %s exists\n",
+                                static_cast<long long>(step), file.c_str());
+    while (!std::filesystem::exists(file) && stop_signal() == 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   if (rank != m_rank || step != m_step) return;
   if (m_kill) ::raise(SIGKILL);
   throw Error("SQUALL_FAIL_AT: rank " + std::to_string(rank) + " fails at step " + std::to_string(step) + " on purpose");

@@ -4,22 +4,29 @@
 // the first), with an error or killed by SIGKILL (what a crashed node looks like to the others).
 // The stalled collective of the watchdog's tests is mpi/stall.hpp's SQUALL_STALL_AT. Unset, it
 // costs one comparison a step.
+// SQUALL_HOLD_AT=STEP:FILE[,STEP:FILE...] makes every rank wait before that step until FILE
+// exists or a stop signal arrives (rank 0 says so once), so that a test acts on a running job
+// at a known step (loses a node, signals it) however fast the machine is, and then lets it go.
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace squall::train {
 
 class FaultInjection {
  public:
-  // From SQUALL_FAIL_AT; a malformed value is a UsageError quoting it.
+  // From SQUALL_FAIL_AT and SQUALL_HOLD_AT; a malformed value is a UsageError quoting it.
   static FaultInjection from_env();
 
-  // Called by rank `rank` before step `step` (1-based): fails there when asked to.
+  // Called by rank `rank` before step `step` (1-based): holds, then fails there, when asked to.
   void before_step(int rank, int64_t step) const;
 
  private:
   int m_rank = -1;  // -1: no fault
   int64_t m_step = 0;
   bool m_kill = false;
+  std::vector<std::pair<int64_t, std::string>> m_holds;  // SQUALL_HOLD_AT: (step, file)
 };
 
 }  // namespace squall::train

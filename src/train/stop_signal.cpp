@@ -9,13 +9,15 @@ namespace {
 
 std::atomic<int> g_signal{0};
 
+// The first stop signal counts; later ones change nothing. A batch system sends several as it
+// ends a job (Slurm: SIGTERM to every step and again as it kills the job, the job script's
+// SIGUSR1 through srun, srun's --kill-on-bad-exit SIGTERM to the ranks that exit after the
+// first), and a rank that died of the second lost its exit status, or its checkpoint. What
+// ends a rank at once is SIGKILL (the batch system's, after its grace: Slurm's KillWait) or
+// SIGINT.
 extern "C" void on_stop_signal(int sig) {
   int none = 0;
-  if (!g_signal.compare_exchange_strong(none, sig)) {
-    // Asked twice: the default action (termination), now.
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-  }
+  g_signal.compare_exchange_strong(none, sig);
 }
 
 }  // namespace

@@ -8,8 +8,14 @@
 #            relaunches squall, which resumes 3 -> 2 ranks); a job of -N 3 then resumes 2 -> 3
 #   batch-host  a job on nodes 2 and 3 loses node 2, its batch host: a guard on node 3 requeues
 #            it, and it resumes on node 3 alone
+#   scancel  `scancel JOB` (and `--batch --signal=TERM`) stops a job after a checkpoint, which its
+#            log names, without a requeue; `--signal=USR1` (to the steps) and `--full
+#            --signal=USR1` (to the batch shell's process group) stop it so and requeue it
 #   elastic-accuracy  (longer, alone) 2 epochs on 3 nodes, once uninterrupted and once elastic
 #            (3 -> 2 nodes on a node's loss, 2 -> 3 at the requeue): both test accuracies
+# The jobs that a test acts on while they run are held at a known step (SQUALL_HOLD_AT: the
+# ranks wait before it until a file exists or a stop signal arrives), so that the test meets
+# them there however fast the machine is, and lets them go after.
 # Exit 77 (CTest: skipped), with the reason, where Slurm or the namespaces are missing.
 #
 #   test_slurm.sh SQUALL_BIN PYTHON TEST
@@ -29,6 +35,7 @@ command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sb
 name=s$test
 [[ $test == elastic-accuracy ]] && name=selacc
 [[ $test == batch-host ]] && name=sbhost
+[[ $test == scancel ]] && name=sscancel
 name=${name:0:8}
 cleanup() { "$cluster" down "$name" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
@@ -45,8 +52,8 @@ config=$root/configs/fashion-mnist-sma.toml
 cd "$shared"
 
 # The elastic tests' jobs: ssgd with one rank per node (a job of -N 2-3 and no task count gets
-# srun's one task per node), checkpoints, and node 3 lost and brought back.
-if [[ $test == elastic* || $test == batch-host ]]; then
+# srun's one task per node), checkpoints, and node 3 lost and brought back; scancel's too.
+if [[ $test == elastic* || $test == batch-host || $test == scancel ]]; then
   # The lower end of the node range (Slurm does not tell a running job its range).
   export SQUALL_MIN_NODES=2
   elastic_args=(--set parallel.algorithm=ssgd --set parallel.replicas_per_device=1 --set schedule.warmup_steps=0)
@@ -143,16 +150,16 @@ case $test in
     ;;
 
   requeue)
-    # A run long enough to be signalled: every 100 steps a checkpoint, and 300 steps (about 4 s
-    # here) after the first one for the signal to arrive (it took 11 steps). Once, in about twenty
+    # A run of 400 steps, a checkpoint every 100, held before step 101 until the signal arrives
+    # (SQUALL_HOLD_AT; $shared/go is made after it, for the requeued job). Once, in about twenty
     # launches under srun here, a rank died of SIGSEGV before squall printed its first line (MPI
     # start-up, reading the data, building the model; not reproduced since: docs/jobs.md, "Known
     # problems"). Such a job is shown and submitted once more, visibly, so that this test stays a
     # test of the requeue.
     submit() {
       local out
-      out=$(timeout 60 "$cluster" sbatch "$name" -N 2 -n 2 --overcommit -o "$shared/job-%j.out" \
-        "$root/jobscripts/slurm/train.sbatch" "$config" --set parallel.algorithm=ssgd \
+      out=$(SQUALL_HOLD_AT=101:$shared/go timeout 60 "$cluster" sbatch "$name" -N 2 -n 2 --overcommit \
+        -o "$shared/job-%j.out" "$root/jobscripts/slurm/train.sbatch" "$config" --set parallel.algorithm=ssgd \
         --set parallel.replicas_per_device=1 --set train.max_steps=400 --set checkpoint.every_steps=100 \
         --set data.test_samples=512 --set schedule.warmup_steps=0) || fail "sbatch failed: $out"
       echo "${out##* }"
@@ -177,6 +184,7 @@ case $test in
     done
     # What Slurm does 120 s before the time limit with --signal=B:USR1@120: SIGUSR1 to the batch shell.
     "$cluster" scancel "$name" --signal=USR1 --batch "$job" || fail "scancel --signal=USR1 --batch $job failed"
+    touch "$shared/go"
     # Slurm makes a requeued job eligible again about cred_expire seconds later (30 s on the
     # test cluster, tests/cluster/cluster; 120 s by default): its nodes clean up the first
     # run's step meanwhile, and starting it sooner made the step's launch fail here. Wait.
@@ -194,12 +202,14 @@ case $test in
   elastic)
     run=$shared/runs/elastic
     # A job of -N 2-3 on 3 idle nodes has 3. 400 steps of 48 samples (about 10 s here), a
-    # checkpoint every 50; node 3 is lost once the first one is written.
-    launch "$run" step-00000050 -N 2-3 -- --set train.max_steps=400 --set checkpoint.every_steps=50 \
-      --set data.test_samples=512
+    # checkpoint every 50; node 3 is lost once the first one is written, while the ranks are
+    # held before step 51, and then they go on.
+    SQUALL_HOLD_AT=51:$shared/go launch "$run" step-00000050 -N 2-3 -- --set train.max_steps=400 \
+      --set checkpoint.every_steps=50 --set data.test_samples=512
     log=$shared/job-$job.out
     grep -q "3 rank(s) on 3 node(s)" "$log" || fail "job $job did not start on 3 nodes"
     lose_node 3
+    touch "$shared/go"
     echo "node 3 lost after the checkpoint of step $(last_step "$run")"
     wait_job "$job" 180 || fail "job $job did not finish on the nodes left (state $(job_state "$job"))"
     grep -q "train.sbatch: node $name-n3 is gone.*relaunching on 2 node(s)" "$log" || fail "no relaunch line in the job's log"
@@ -239,13 +249,15 @@ case $test in
     # The batch host's loss ends train.sbatch, and with --no-kill Slurm keeps the job running
     # without it. The script's guards on the other nodes see the batch host leave the job and
     # requeue it. Node 1 runs slurmctld here, so the job leaves it out: its batch host is node
-    # 2, its other node 3; a guard looks every 2 s.
+    # 2, its other node 3; a guard looks every 2 s. The ranks are held before step 51 until
+    # node 2 is lost (on a fast machine the job had ended before the test looked).
     run=$shared/runs/batch-host
-    SQUALL_MIN_NODES=1 SQUALL_GUARD_PERIOD=2 launch "$run" step-00000050 -N 1-2 -x "$name-n1" -- \
-      --set train.max_steps=300 --set checkpoint.every_steps=50 --set data.test_samples=512
+    SQUALL_MIN_NODES=1 SQUALL_GUARD_PERIOD=2 SQUALL_HOLD_AT=51:$shared/go launch "$run" step-00000050 -N 1-2 \
+      -x "$name-n1" -- --set train.max_steps=300 --set checkpoint.every_steps=50 --set data.test_samples=512
     log=$shared/job-$job.out
     grep -q "2 rank(s) on 2 node(s)" "$log" || fail "job $job did not start on 2 nodes"
     lose_node 2
+    touch "$shared/go"
     echo "node 2, the batch host, lost after the checkpoint of step $(last_step "$run")"
     # The requeued job waits about cred_expire (30 s) before it starts again, on node 3 alone.
     for _ in $(seq 1 900); do [[ -f $run/summary.json ]] && break; sleep 0.2; done
@@ -259,6 +271,64 @@ case $test in
     [[ -f $s ]] || fail "the requeued job wrote no summary.json"
     [[ $(json "$s" 'd["steps"], d["nodes"], d["world_size"]') == "300 1 1" ]] || fail "summary.json: not 300 steps on 1 rank"
     echo "ok: the loss of job $job's batch host requeued it (a guard on node 3); it resumed on node 3 alone and ended at step 300"
+    ;;
+
+  scancel)
+    # Stopping a job by hand (docs/jobs.md, "Stopping a job"). Each job: ssgd on 2 nodes x 1
+    # rank, 3000 steps, a checkpoint every 100, held before step 101 until a stop signal reaches
+    # its ranks (the file is never made). stop NAME ARGS...: submits one, runs `scancel ARGS JOB`
+    # once the checkpoint of step 100 is there, waits until the job has stopped running, and
+    # checks that the step squall says it stopped after ("stopped by SIG... after step N") has
+    # its checkpoint, the newest; sets $job, $log, $n and $state.
+    stop() {
+      local run=$shared/runs/scancel-$1
+      SQUALL_HOLD_AT=101:$shared/never launch "$run" step-00000100 -N 2 -- --set train.max_steps=3000 \
+        --set checkpoint.every_steps=100 --set data.test_samples=512
+      log=$shared/job-$job.out
+      "$cluster" scancel "$name" "${@:2}" "$job" || fail "scancel ${*:2} $job failed"
+      for _ in $(seq 1 300); do
+        state=$("$cluster" scontrol "$name" show job -o "$job" 2>/dev/null | grep -oE 'JobState=[A-Z_]+' | cut -d= -f2)
+        [[ $state =~ ^(CANCELLED|FAILED|COMPLETED|PENDING)$ ]] && break
+        sleep 0.2
+      done
+      [[ $state =~ ^(CANCELLED|FAILED|COMPLETED|PENDING)$ ]] || fail "job $job still runs after scancel ${*:2} (state $state)"
+      n=$(grep -oE "stopped by SIG[A-Z0-9]+ after step [0-9]+" "$log" | tail -n 1 | grep -oE '[0-9]+$' || true)
+      [[ -n $n ]] || fail "scancel ${*:2}: the ranks of job $job did not stop after a checkpoint (state $state)"
+      [[ -d $run/checkpoints/$(printf 'step-%08d' "$n") && $(last_step "$run") -eq $n ]] ||
+        fail "scancel ${*:2}: job $job stopped after step $n, but its newest checkpoint is of step $(last_step "$run")"
+    }
+    # Not requeued: the script says so, and the job's restart count is 0.
+    not_requeued() {
+      grep -q "train.sbatch: stopped by SIGTERM" "$log" || fail "scancel $*: the script did not say it stopped on SIGTERM"
+      ! grep -q "requeueing job $job" "$log" && "$cluster" scontrol "$name" show job -o "$job" | grep -q " Restarts=0 " ||
+        fail "scancel $*: job $job was requeued"
+    }
+    # Requeued: it waits (PENDING) for about cred_expire; cancelled then, it does not run again.
+    requeued() {
+      grep -q "stopped after a checkpoint: requeueing job $job" "$log" || fail "scancel $*: job $job did not requeue itself"
+      "$cluster" scancel "$name" "$job" || true
+    }
+    # scancel JOB: Slurm sends SIGTERM to every process of the job (the ranks, srun, the script),
+    # and SIGKILL KillWait seconds later (5 here, 30 by default).
+    stop plain
+    [[ $state == CANCELLED ]] || fail "scancel $job: state $state, not CANCELLED"
+    not_requeued "(plain)"
+    echo "ok: scancel $job: its ranks stopped after step $n, whose checkpoint is the newest; the job ended $state, not requeued"
+    # SIGTERM to the batch shell alone: the script passes it on as SIGUSR1 (on a SIGTERM srun
+    # kills its tasks) and exits 75.
+    stop batch-term --batch --signal=TERM
+    not_requeued --batch --signal=TERM
+    grep -q "stopped by SIGUSR1 after step $n" "$log" || fail "scancel --batch --signal=TERM: not passed on as SIGUSR1"
+    echo "ok: scancel --batch --signal=TERM $job: stopped after step $n, its checkpoint the newest; ended $state, not requeued"
+    # SIGUSR1 to every step (the ranks; the guards ignore it): requeued.
+    stop steps-usr1 --signal=USR1
+    requeued --signal=USR1
+    echo "ok: scancel --signal=USR1 $job: stopped after step $n, its checkpoint the newest; requeued"
+    # SIGUSR1 to the batch shell's process group: srun, in a session of its own, gets it once,
+    # from the script.
+    stop full-usr1 --full --signal=USR1
+    requeued --full --signal=USR1
+    echo "ok: scancel --full --signal=USR1 $job: stopped after step $n, its checkpoint the newest; requeued"
     ;;
 
   elastic-accuracy)
@@ -288,9 +358,11 @@ case $test in
 
     t0=$SECONDS
     run=$shared/runs/elastic
-    launch "$run" step-00000300 -N 2-3 -- "${acc_args[@]}"
+    # Held before step 301 until node 3 is lost, and before step 2101 until the signal.
+    SQUALL_HOLD_AT="301:$shared/go,2101:$shared/go2" launch "$run" step-00000300 -N 2-3 -- "${acc_args[@]}"
     log=$shared/job-$job.out
     lose_node 3
+    touch "$shared/go"
     echo "node 3 lost after the checkpoint of step $(last_step "$run")"
     # Epoch 2 on 2 nodes: its checkpoints past step 2100 (epoch 1 ends near step 1725).
     for _ in $(seq 1 3000); do
@@ -300,6 +372,7 @@ case $test in
     done
     revive_node 3
     "$cluster" scancel "$name" --signal=USR1 --batch "$job" || fail "scancel --signal=USR1 --batch $job failed"
+    touch "$shared/go2"
     echo "node 3 back; job $job signalled after the checkpoint of step $(last_step "$run")"
     for _ in $(seq 1 3000); do
       [[ -f $run/summary.json && $(json "$run/summary.json" 'd["attempt"]["number"]') == 3 ]] && break
