@@ -271,6 +271,13 @@ rc=$(run p2 2)
 [[ $rc == 0 ]] || { cat "$work/p2/summary.md"; fail "part 2 exited $rc, not 0"; }
 grep -qE 'of a 1(49|50) s budget \(auto: part 1 began 60[01] s ago' "$work/p2/summary.md" ||
   { head -3 "$work/p2/summary.md"; fail "part 2's auto budget is not 150 s after a part 1 begun 600 s ago"; }
+# A rerun of part 1 with --budget auto: the same reckoning; the first part 1's start is kept.
+state_before=$(cat "$SQUALL_GPU_CHECK_STATE")
+rc=$(run p1rerun 1 -- --only info --budget auto)
+[[ $rc == 0 ]] || fail "a rerun of part 1's info exited $rc"
+grep -qE 'of a 1[0-9][0-9] s budget \(auto: part 1 began 6[0-9][0-9] s ago' "$work/p1rerun/summary.md" ||
+  { head -3 "$work/p1rerun/summary.md"; fail "a rerun of part 1 with --budget auto did not reckon from the first part 1"; }
+[[ $(cat "$SQUALL_GPU_CHECK_STATE") == "$state_before" ]] || fail "a rerun of part 1 replaced the first part 1's start"
 rm -f "$SQUALL_GPU_CHECK_STATE"
 rc=$(run p2fixed 2)
 grep -q 'of a 240 s budget (auto: no part 1 on this machine' "$work/p2fixed/summary.md" ||
