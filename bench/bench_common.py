@@ -6,7 +6,13 @@ The contract (gpu-check reads it): a bench prints a markdown table as its cases 
 `figure: <short text>` and `ratio: <number>` (squall over PyTorch for the headline case;
 `ratio: -` where there is none). Where PyTorch or the GPU it needs is missing it prints
 `SKIP: <reason>` and exits 77. With --budget SECONDS it starts no case that it expects to end
-past the budget, and names the cases it left out.
+past the budget, and names the cases it left out; with --deadline EPOCH_SECONDS (gpu-check
+gives both) the same holds for a wall-clock time fixed before the interpreter started, so that
+a slow `import torch` comes out of the bench's time, not on top of it.
+
+With SQUALL_BENCH_RUNS=DIR in the environment every squall run a bench makes (squall_train,
+climate_data, keep_run) leaves in DIR its command, exit status, stdout and stderr
+(`NN-<name>.log`) and its summary.json (`NN-<name>-summary.json`): gpu-check packs them.
 
 Standard library only: a bench that needs torch imports it itself, after its own check.
 """
@@ -59,11 +65,18 @@ def contract_end(figure, ratio):
 
 
 class Budget:
-    """Seconds a bench may use (0: no limit), from when it was made."""
+    """Seconds a bench may use (0: no limit), from when it was made, and at most up to
+    `deadline`, a wall-clock time (seconds since the epoch, time.time()'s clock; 0 or None:
+    none), fixed by the caller before this interpreter started: the time spent starting Python
+    and importing torch counts against it. With a deadline, `seconds` is what is left then."""
 
-    def __init__(self, seconds):
-        self.seconds = float(seconds or 0)
+    def __init__(self, seconds, deadline=None):
         self.start = time.monotonic()
+        self.seconds = float(seconds or 0)
+        if deadline:
+            left = float(deadline) - time.time()
+            self.seconds = max(0.0, min(self.seconds, left) if self.seconds > 0 else left)
+            self.seconds = self.seconds or 1e-9  # a deadline already past: nothing fits
 
     def elapsed(self):
         return time.monotonic() - self.start
@@ -83,23 +96,92 @@ class Budget:
         return max(1.0, self.left()) if self.seconds > 0 else None
 
 
-def squall_train(squall, config, sets, workdir, steps, timeout=None, launcher=()):
+def add_deadline_argument(ap):
+    """--deadline, as gpu-check passes it beside --budget."""
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="wall-clock time (seconds since the epoch) by which this call ends, its start and "
+                         "torch's import included (0: none); the earlier of it and --budget counts")
+
+
+_kept = [0]
+
+
+def keep_base(name):
+    """With SQUALL_BENCH_RUNS set, the path (without suffix) where the next squall run named
+    `name` is kept (the module's docstring); None otherwise."""
+    keep = os.environ.get("SQUALL_BENCH_RUNS")
+    if not keep:
+        return None
+    import re
+    _kept[0] += 1
+    try:
+        os.makedirs(keep, exist_ok=True)
+    except OSError:
+        return None
+    return os.path.join(keep, f"{_kept[0]:02d}-" + (re.sub(r"[^A-Za-z0-9.+-]+", "-", name).strip("-") or "run"))
+
+
+def keep_summary(base, run_dir):
+    if base and run_dir and os.path.exists(os.path.join(run_dir, "summary.json")):
+        import shutil
+        try:
+            shutil.copyfile(os.path.join(run_dir, "summary.json"), base + "-summary.json")
+        except OSError:
+            pass
+
+
+def keep_run(name, cmd, returncode, stdout, stderr, run_dir=None):
+    """A finished run's output and summary.json kept where SQUALL_BENCH_RUNS says (nothing
+    without it)."""
+    base = keep_base(name)
+    if base is None:
+        return
+    stdout, stderr = (x.decode(errors="replace") if isinstance(x, bytes) else x for x in (stdout, stderr))
+    try:
+        with open(base + ".log", "w") as f:
+            f.write(f"$ {' '.join(map(str, cmd))}\n--- stdout\n{stdout or ''}\n--- stderr\n{stderr or ''}\n"
+                    f"--- exit status {returncode}\n")
+    except OSError as e:  # keeping is a help, never a failure of the bench
+        print(f"(SQUALL_BENCH_RUNS: {e})", file=sys.stderr)
+    keep_summary(base, run_dir)
+
+
+def squall_train(squall, config, sets, workdir, steps, timeout=None, launcher=(), name=None):
     """Runs `squall train --config CONFIG --set ...` in a fresh run dir under `workdir` and
     returns its summary.json, after checking that it trained exactly `steps` steps. Raises
     NoGpu where squall says no GPU can be used, OutOfBudget past `timeout` seconds (the whole
-    process group is killed), CaseFailed on any other failure."""
+    process group is killed), CaseFailed on any other failure. With SQUALL_BENCH_RUNS set, the
+    run's stdout and stderr go, as they come, to a file there named after `name` (a bench
+    killed in the middle of a run leaves what squall had written), and its summary.json beside."""
     import json
     run_dir = tempfile.mkdtemp(dir=workdir)
     cmd = list(launcher) + [squall, "train", "--config", config, "--set", f"run.dir={run_dir}"]
     for s in sets:
         cmd += ["--set", s]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    base = keep_base(name or "train-" + os.path.splitext(os.path.basename(config))[0])
+    log = None
+    if base:
+        log = open(base + ".log", "w")
+        log.write(f"$ {' '.join(cmd)}\n")
+        log.flush()
+    p = subprocess.Popen(cmd, stdout=log or subprocess.PIPE, stderr=subprocess.STDOUT if log else subprocess.PIPE,
+                         text=True, start_new_session=True)
     try:
         stdout, stderr = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         p.communicate()
+        if log:
+            log.write(f"--- killed at the budget's end after {timeout:.0f} s\n")
+            log.close()
         raise OutOfBudget(f"squall cut at the budget's end after {timeout:.0f} s")
+    if log:
+        log.close()
+        with open(base + ".log", errors="replace") as f:
+            stdout, stderr = "", f.read().split("\n", 1)[-1]  # stdout and stderr together, for the checks below
+        with open(base + ".log", "a") as f:
+            f.write(f"--- exit status {p.returncode}\n")
+        keep_summary(base, run_dir)
     if p.returncode != 0:
         if NO_GPU in stderr:
             raise NoGpu(stderr.strip().splitlines()[-1])
@@ -186,6 +268,7 @@ def climate_data(squall, folder, samples, distinct, height, width, seed=11, labe
         cmds.append([squall, "data", "label", "--in", raw, "--out", folder])
     for cmd in cmds:
         r = subprocess.run(cmd, capture_output=True, text=True)
+        keep_run(f"data-{cmd[2]}", cmd, r.returncode, r.stdout, r.stderr)
         if r.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed ({r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
     files = sorted(f for f in os.listdir(folder) if f.startswith("data-") and f.endswith(".h5"))

@@ -25,7 +25,8 @@ from files with --workers loader threads keeping --prefetch batches ready; its i
 
 On the GPU one run per case by default (--runs 1: a lease is short); on the CPU --runs
 alternating runs and medians. --budget SECONDS: a case that would end past it is not
-started, and the ones left out are named. --rehearse (with --device cpu): a check of the
+started, and the ones left out are named; --deadline EPOCH_SECONDS the same for a wall-clock
+time fixed before Python started (torch's import counts). --rehearse (with --device cpu): a check of the
 script in seconds (with --size 96x144 --batch 1, as gpu-check gives it): 11 steps, NHWC only,
 one thread a side, PyTorch timing 1 step after 1 (its ratios mean nothing).
 
@@ -76,6 +77,7 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="steps a run (default 40; 11 rehearsing)")
     ap.add_argument("--runs", type=int, default=0, help="runs a case (default: 1 on cuda or rehearsing, 3 on cpu)")
     ap.add_argument("--budget", type=float, default=0, help="seconds this call may use (0: no limit)")
+    bc.add_deadline_argument(ap)
     ap.add_argument("--rehearse", action="store_true", help="tiny sizes, to check the script (with --device cpu)")
     ap.add_argument("--workers", type=int, default=min(8, cpus),
                     help="squall's loader threads, data.workers (default: the cores, at most 8; here %(default)s)")
@@ -107,7 +109,7 @@ def main():
     torch_peer.configure(torch, a.device, a.threads if a.device == "cpu" else None)
     h, w = (int(v) for v in a.size.split("x"))
     batches = [int(b) for b in a.batch.split(",")]
-    budget = bc.Budget(a.budget)
+    budget = bc.Budget(a.budget, a.deadline)
     device_name = torch.cuda.get_device_name(0) if a.device == "cuda" else "cpu"
     cases = [(f"squall {layout}" + ("+graphs" if graphs else ""), layout, graphs)
              for layout in layouts for graphs in ((False, True) if layout == "nhwc" and a.device == "cuda" else (False,))]
@@ -136,7 +138,8 @@ def main():
                         t0 = time.monotonic()
                         s = bc.squall_train(a.squall, os.path.join(ROOT, "configs", "climate-tiny.toml"),
                                             squall_sets(a, data, b, graphs, layout), workdir, a.steps,
-                                            timeout=budget.timeout())
+                                            timeout=budget.timeout(),
+                                            name=f"deeplab-b{b}-{a.precision}-{label.removeprefix('squall ')}")
                         spent["squall"].append(time.monotonic() - t0)
                         params["squall"] = s["parameters"]
                         sq.append(bc.steady_rate(s))

@@ -29,6 +29,8 @@ setting shared by the squall cases it is compared with.
 On the GPU one run per case (--runs 1, the default there: a lease is short); on the CPU
 (--device cpu) --runs runs per case (default 3), alternating squall and PyTorch, and medians.
 --budget SECONDS: a case that would end past it is not started; the ones left out are named.
+--deadline EPOCH_SECONDS: the same for a wall-clock time fixed before Python started (gpu-check
+passes both: importing torch on a cold machine takes tens of seconds, counted against it).
 --rehearse (with --device cpu): the same groups at tiny sizes so that CI runs the script end
 to end in seconds: 11 steps (the fewest with a steady rate), LeNet-5 b16, ResNet-20 b2, U-Net
 at 32 x 48 b1, the first two cases only, one thread a side, PyTorch timing 1 step after 1;
@@ -95,7 +97,7 @@ class Bench:
     def __init__(self, a, workdir, torch):
         self.a, self.workdir, self.torch = a, workdir, torch
         self.model = model_of(a.group, a.rehearse)
-        self.budget = bc.Budget(a.budget)
+        self.budget = bc.Budget(a.budget, a.deadline)
         self.peer_rates = {}  # (precision, channels_last) -> [samples/s per run]
         self.spent = {"squall": [], "torch": []}  # seconds of each run, for the budget's estimates
         self.data = None
@@ -125,9 +127,11 @@ class Bench:
 
     def squall_rate(self, precision, layout, graphs, learners=1):
         t0 = time.monotonic()
+        name = f"{self.model.name}-{precision}-{layout}" + ("-graphs" if graphs else "") + \
+            (f"-x{learners}" if learners > 1 else "")
         summary = bc.squall_train(self.a.squall, os.path.join(ROOT, "configs", self.model.config),
                                   self.squall_sets(precision, layout, graphs, learners), self.workdir, self.model.steps,
-                                  timeout=self.budget.timeout())
+                                  timeout=self.budget.timeout(), name=name)
         self.spent["squall"].append(time.monotonic() - t0)
         return bc.steady_rate(summary)
 
@@ -281,6 +285,7 @@ def main():
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--group", required=True, choices=GROUPS)
     ap.add_argument("--budget", type=float, default=0, help="seconds this call may use (0: no limit)")
+    bc.add_deadline_argument(ap)
     ap.add_argument("--rehearse", action="store_true", help="tiny sizes, to check the script (with --device cpu)")
     ap.add_argument("--runs", type=int, default=0, help="runs per case (default: 1 on cuda, 3 on cpu, 1 rehearsing)")
     ap.add_argument("--threads", type=int, default=0,

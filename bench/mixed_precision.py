@@ -20,7 +20,8 @@ rate": without the first steps, the evaluations and the checkpoints), since thes
 evaluate every epoch. There is no PyTorch side: it compares squall with itself.
 
 --budget SECONDS: a run that would end past it is not started, and the ones left out are
-named (gpu-check's lease plan gives it a step of its own). --rehearse: a check of the script
+named (gpu-check's lease plan gives it a step of its own); --deadline EPOCH_SECONDS the same
+for a wall-clock time fixed before Python started. --rehearse: a check of the script
 (12 steps on 512 training and 128 test samples, one seed, one thread; its figures mean
 nothing). Output
 (scripts/gpu-check reads it): as the last two lines `figure: <the first reduced precision's
@@ -69,7 +70,13 @@ def run_one(a, model, variant, seed, workdir, timeout=None):
         cmd = ["mpiexec", "-np", str(a.ranks), "--oversubscribe", "--bind-to", "none"] + cmd
     for s in sets:
         cmd += ["--set", s]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        bc.keep_run(f"{model}-{variant}-seed{seed} (cut at the budget)", cmd, "killed at the budget's end",
+                    e.stdout, e.stderr, run_dir)
+        raise
+    bc.keep_run(f"{model}-{variant}-seed{seed}", cmd, r.returncode, r.stdout, r.stderr, run_dir)
     if r.returncode == 1 and bc.NO_GPU in r.stderr:
         bc.skip(r.stderr.strip().splitlines()[-1])
     if r.returncode != 0:
@@ -97,6 +104,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=0, help="override train.epochs (0: the config's)")
     ap.add_argument("--ranks", type=int, default=1, help="mpiexec -np (ssgd across ranks)")
     ap.add_argument("--budget", type=float, default=0, help="seconds this call may use (0: no limit)")
+    bc.add_deadline_argument(ap)
     ap.add_argument("--rehearse", action="store_true", help="a short check of the script (one seed, 12 steps)")
     ap.add_argument("--json", action="store_true", help="also print every number as one JSON line (before the last two)")
     a = ap.parse_args()
@@ -104,7 +112,7 @@ def main():
     if precisions[0] != "fp32":  # the reference
         sys.exit("--precisions must start with fp32 (the reference)")
     seeds = [int(x) for x in a.seeds.split(",")][:1 if a.rehearse else None]
-    budget = bc.Budget(a.budget)
+    budget = bc.Budget(a.budget, a.deadline)
     report, left_out, spent, figure = {}, [], [], None
     with tempfile.TemporaryDirectory() as workdir:
         a.data = bc.fashion_mnist(a.data, workdir)

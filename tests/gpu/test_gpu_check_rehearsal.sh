@@ -10,7 +10,11 @@
 # every step after them still runs; the CPU runs the rehearsal stands in with pass; --out holds
 # at most 8 files at most 2 folders down, the tarball every step's log, and the summary table
 # comes last in summary.md and on stdout; a deadline shorter than the plan cuts the running
-# step and leaves the rest "no time left". It does not read the benches' figures.
+# step and leaves the rest "no time left". Where the build has the gpu tests' CPU twins
+# (squall_unit_tests), the test areas run them: part 1's areas pass, with a JUnit file each, and
+# an area killed at its limit (part 2's models, whose last case takes many seconds) names, from
+# Catch2's streamed report, the cases that passed and the one it was killed in. It does not read
+# the benches' figures.
 set -euo pipefail
 [[ $# -eq 4 ]] || { echo "usage: $0 GPU_CHECK BUILD_DIR PYTHON DATA_DIR" >&2; exit 2; }
 gpu_check=$1 build=$2 python=${3:-python3} data=$4
@@ -39,6 +43,7 @@ echo "ok: a plan past the budget is refused (exit 2)"
 # --- the rehearsal with a hang and a crash ---------------------------------------------------------
 o=$work/out
 rc=0
+export SQUALL_GPU_CHECK_STATE=$work/state
 "$gpu_check" --rehearse --build "$build" --python "$python" --data "$data" --out "$o" \
   --inject "hang:info:$hang_limit,crash:tests:ops" >"$work/stdout" 2>&1 || rc=$?
 [[ $rc == 1 ]] || { tail -40 "$work/stdout"; fail "the rehearsal exited $rc after a hang and a crash, not 1"; }
@@ -75,11 +80,21 @@ for n in "${names[@]}"; do
   [[ -n $v && $v != "no time left" ]] || fail "step $n did not run after the hang and the crash ('$v')"
   [[ -f $work/gpu-check-part1/logs/${n//:/-}.log ]] || fail "the tarball has no log of $n"
 done
-for n in setup train:2ranks train:graphs allreduce; do
+for n in setup mpi train:2ranks train:graphs allreduce; do
   [[ $(field "$n" 3) == ok ]] || { cat "$summary"; fail "$n is '$(field "$n" 3)' in the rehearsal, not ok"; }
 done
 [[ $(field gpu 3) == SKIP* ]] || fail "the rehearsal's gpu step is '$(field gpu 3)', not a SKIP"
-echo "ok: all ${#names[@]} steps ran; setup, train:2ranks, train:graphs and allreduce pass on the CPU"
+echo "ok: all ${#names[@]} steps ran; setup, mpi, train:2ranks, train:graphs and allreduce pass on the CPU"
+twins=0
+[[ -x $build/tests/squall_unit_tests ]] && twins=1
+if ((twins)); then
+  for n in tests:cuda tests:layers mpi:learners; do
+    [[ $(field "$n" 3) == ok ]] || { cat "$summary"; fail "$n is '$(field "$n" 3)' on its CPU twin, not ok"; }
+  done
+  [[ -s $work/gpu-check-part1/junit/layers.xml ]] || fail "tests:layers left no JUnit file"
+  [[ $(field tests:layers 5) =~ ^[1-9][0-9]*\ cases,\ 0\ failed$ ]] || fail "tests:layers' figure is '$(field tests:layers 5)'"
+  echo "ok: the test areas ran on their CPU twins: tests:layers $(field tests:layers 5)"
+fi
 
 # What comes back: at most 8 files, at most 2 folders down; the summary table last.
 files=$(find "$o" -mindepth 1 -type f | wc -l)
@@ -93,10 +108,30 @@ echo "ok: --out holds $files files, none deeper than 2 folders; the summary tabl
 o=$work/short
 rc=0
 "$gpu_check" --rehearse --build "$build" --python "$python" --data "$data" --out "$o" --budget 20 \
-  --inject "hang:setup:20" >"$work/stdout-short" 2>&1 || rc=$?
+  --inject "hang:setup:15" >"$work/stdout-short" 2>&1 || rc=$?
 [[ $rc == 1 ]] || fail "a run past its deadline exited $rc, not 1"
 summary=$o/summary.md
 [[ $(field setup 3) =~ ^TIMEOUT\ \(limit\ [1-5]\ s\)$ ]] || fail "setup under a 20 s budget is '$(field setup 3)'"
 [[ $(field allreduce 3) == "no time left" ]] || fail "the last step is '$(field allreduce 3)' past the deadline"
 echo "ok: past the deadline the running step is cut and the rest say 'no time left'"
+
+# --- an area killed at its limit names its cases (real Catch2, streamed) ------------------------------
+if ((twins)); then
+  o=$work/killed
+  rc=0
+  "$gpu_check" --rehearse --build "$build" --python "$python" --data "$data" --out "$o" --part 2 \
+    --only tests:models --inject limit:tests:models:6 >"$work/stdout-killed" 2>&1 || rc=$?
+  summary=$o/summary.md
+  [[ $rc == 1 ]] || { tail -20 "$work/stdout-killed"; fail "a killed area exited $rc, not 1"; }
+  [[ $(field tests:models 3) == "TIMEOUT (limit 6 s)" ]] || { cat "$summary"; fail "tests:models is '$(field tests:models 3)'"; }
+  [[ $(field tests:models 5) =~ ^[1-9][0-9]*\ cases,\ 0\ failed\;\ TIMEOUT\ in\ \'.+\'$ ]] ||
+    fail "the killed area's figure '$(field tests:models 5)' names no case"
+  grep -q '^running when the step ended: ' "$summary" || { cat "$summary"; fail "summary.md does not name the case running at the kill"; }
+  tar -xzf "$o/gpu-check-part2.tar.gz" -C "$work"
+  grep -q '<error message="running when the step ended: TIMEOUT (limit 6 s)"' "$work/gpu-check-part2/junit/models.xml" ||
+    fail "junit/models.xml has no case ended by the kill"
+  passed=$(grep -c '<testcase [^>]*/>' "$work/gpu-check-part2/junit/models.xml" || true)
+  ((passed >= 1)) || fail "junit/models.xml names no case that passed before the kill"
+  echo "ok: an area killed at its limit names its $passed passed case(s) and $(field tests:models 5 | sed 's/.*; //')"
+fi
 echo PASS
