@@ -76,6 +76,7 @@ const std::vector<StateField>& state_fields() {
       text("rank_nodes", &S::rank_nodes, ""),
       integer("schedule_steps", &S::schedule_steps, 0),
       integer("schedule_step_samples", &S::schedule_step_samples, 0),
+      integer("schedule_steps_per_epoch", &S::schedule_steps_per_epoch, 0),
       integer("learner_batch", &S::learner_batch, 0),
       real("lr_factor", &S::lr_factor, 1.0),
       flag("per_rank_parts", &S::per_rank_parts),

@@ -46,6 +46,7 @@ struct TrainerState {
   // so that warm-up, milestones and the cosine stay where they were in samples. 0: recompute.
   int64_t schedule_steps = 0;
   int64_t schedule_step_samples = 0;
+  int64_t schedule_steps_per_epoch = 0;  // ... its steps per epoch (milestones in epochs); 0: not recorded
   // The batch and the learning rate under an elastic resume (docs/training.md, "Elastic
   // resume"): the batch per learner the job trained at (0: train.batch_size of `config`, which
   // holds the batch the user asked for), and the factor its learning rate was scaled by since

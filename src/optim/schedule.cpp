@@ -8,11 +8,11 @@
 
 namespace squall::optim {
 
-Schedule::Schedule(const ScheduleConfig& config, double base_lr, int64_t global_batch, int64_t steps_per_epoch)
+Schedule::Schedule(const ScheduleConfig& config, double base_lr, double update_batch, int64_t steps_per_epoch)
     : m_config(config), m_peak(base_lr) {
   if (config.scale_lr_with_batch) {
     if (config.reference_batch <= 0) throw Error("schedule.reference_batch must be > 0");
-    m_peak = base_lr * static_cast<double>(global_batch) / static_cast<double>(config.reference_batch);
+    m_peak = base_lr * update_batch / static_cast<double>(config.reference_batch);
   }
   const bool epochs = config.milestone_unit == MilestoneUnit::epochs;
   if (epochs && steps_per_epoch <= 0)

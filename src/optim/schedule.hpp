@@ -1,7 +1,7 @@
 #pragma once
 // Learning-rate schedule: linear warm-up, then constant, multistep or cosine.
 //
-// With peak = optimizer.lr (x global_batch / reference_batch under the linear scaling rule,
+// With peak = optimizer.lr (x update_batch / reference_batch under the linear scaling rule,
 // Goyal et al. 2017), W = warmup_steps, T = total_steps and s the 0-based step about to run:
 //   s < W:      lr = peak * (s + 1) / W   (never 0: the first step already moves, and step W-1
 //                                           runs at the peak)
@@ -20,9 +20,11 @@ namespace squall::optim {
 
 class Schedule {
  public:
-  // global_batch: samples per step over all learners. steps_per_epoch: only used when the
-  // milestones count epochs.
-  Schedule(const ScheduleConfig& config, double base_lr, int64_t global_batch, int64_t steps_per_epoch);
+  // update_batch: the samples one update averages over (the linear scaling rule's batch: the
+  // global batch under ssgd). steps_per_epoch: only used when the milestones count epochs: the
+  // steps of an epoch in the frame `step` counts in (lr_at), which a change of the job's shape
+  // does not move.
+  Schedule(const ScheduleConfig& config, double base_lr, double update_batch, int64_t steps_per_epoch);
 
   double peak_lr() const { return m_peak; }
   // Learning rate of 0-based step `step` in a run of total_steps steps. Pure: no state.

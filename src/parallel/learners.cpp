@@ -212,10 +212,17 @@ void LearnerGroup::add_learner() {
   c.backend.synchronize(*c.stream);
 }
 
-void LearnerGroup::complete() {
-  m_algorithm->complete();
-  m_eval_current = false;
+bool LearnerGroup::complete() {
+  const bool changed = m_algorithm->complete();
+  if (changed) {
+    // Anything the learners run next is ordered after what it did to their replicas.
+    m_core->backend.record(*m_core->group_event, *m_core->stream);
+    m_eval_current = false;
+  }
+  return changed;
 }
+
+int64_t LearnerGroup::outer_steps() const { return m_algorithm->outer_steps(); }
 
 void LearnerGroup::remove_learner() {
   settle();

@@ -55,15 +55,21 @@ struct OuterOptions {
   bool nesterov = true;    // Nesterov's form of it (parallel.outer.nesterov)
   int64_t start_step = 0;  // an outer step after every step before this one (post-local SGD's
                            // synchronous start; parallel.outer.start_step)
-  double qsr = 0;          // QSR's growing period (Gu et al. 2024): a round after start_step lasts
-                           // max(period, floor((qsr / lr)^2)) steps, lr the inner rate of its first
-                           // step; 0: every round lasts period (parallel.outer.qsr)
+  double qsr = 0;          // QSR's growing period (Gu et al., ICLR 2024): a round after start_step
+                           // that starts after the warm-up lasts max(period, floor((qsr / lr)^2))
+                           // steps, lr the inner rate of its first step; 0: every round lasts
+                           // period (parallel.outer.qsr)
   bool streaming = false;  // the outer sum runs under the next inner step and is applied after it
                            // (Streaming DiLoCo's overlap of one step; parallel.outer.streaming)
+  int64_t warmup_steps = 0;  // the learning rate's warm-up: its steps are those before this one
+                             // (schedule.warmup_steps, as steps of this run); QSR's rounds that
+                             // start in it last period, as the paper's do
 
-  // The steps of a round that starts at inner learning rate `lr` (at least period).
-  int64_t round_length(double lr) const {
-    if (qsr <= 0) return period;
+  // The steps of a round whose first step is `first` (0-based), at inner learning rate `lr`:
+  // period without QSR or during the warm-up (whose small rates would make a round longer than
+  // any run), else max(period, floor((qsr / lr)^2)).
+  int64_t round_length(int64_t first, double lr) const {
+    if (qsr <= 0 || first < warmup_steps) return period;
     constexpr double k_longest = double{int64_t{1} << 40};  // lr -> 0: no outer step for the rest of any run
     const double h = lr > 0 ? std::floor((qsr / lr) * (qsr / lr)) : k_longest;
     return std::max(period, static_cast<int64_t>(std::min(h, k_longest)));
@@ -185,10 +191,21 @@ class LearnerGroup {
   void add_learner();
   void remove_learner();
   // At the end of training, collective on every rank: completes the synchronisation still in
-  // flight (parallel.outer.streaming's last outer step), so that the central model holds
-  // every step.
-  void complete();
+  // flight (parallel.outer.streaming's last outer step) and synchronises the job once more
+  // where steps were taken since its last synchronisation (outer's final outer step,
+  // local-sgd's average, sma's move of the centre), so that the central model holds every
+  // step. Returns whether it changed the central model. Not at a stop that a resumed run goes
+  // on from: that run must synchronise where an uninterrupted one would.
+  bool complete();
   void set_job_ranks(int ranks) { m_options.ranks = ranks; }
+  // outer: where its synchronous start ends and the learning rate's warm-up ends, as steps of
+  // this run (a resume on another shape moves them: train/step_plan.hpp, run_step_of).
+  void set_outer_steps(int64_t start_step, int64_t warmup_steps) {
+    m_options.outer.start_step = start_step;
+    m_options.outer.warmup_steps = warmup_steps;
+  }
+  // outer: the outer steps the run has taken (every attempt's).
+  int64_t outer_steps() const;
 
   void set_phase_hook(PhaseHook hook);
   // Seconds since construction: waiting for the allreduce (not hidden behind the learners'

@@ -48,8 +48,12 @@ class SyncAlgorithm {
   // synchronisations (sma's node centre under a node level); the central model otherwise.
   virtual const float* node_params() const { return central_params(); }
   // At the end of training, on every rank: the synchronisation still in flight is completed
-  // and applied (outer's streamed sum), so that the central model holds every step.
-  virtual void complete() {}
+  // and applied (outer's streamed sum), and the job synchronised once more where steps were
+  // taken since its last synchronisation, so that the central model holds every step.
+  // Returns whether the central model changed.
+  virtual bool complete() { return false; }
+  // outer: the outer steps taken (0 for the others).
+  virtual int64_t outer_steps() const { return 0; }
   // Gradient buckets handed over during the backward pass (ssgd across ranks), 0 otherwise.
   virtual size_t buckets() const { return 0; }
 

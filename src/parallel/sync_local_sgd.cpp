@@ -8,7 +8,9 @@
 //     w_j <- (1 / L_n) sum_{k in n} w_k   (L_n: the node's learners; the state likewise),
 // summed over the node's ranks only; the central model stays the job's last average. Before `start_step` the group runs
 // ssgd (post-local SGD: a synchronous warm-up phase); leaving it, every learner continues
-// from learner 0's optimizer state (the others' was never used).
+// from learner 0's optimizer state (the others' was never used). At the end of the run
+// (complete()) the job averages once more if steps came after its last average, so that the
+// central model holds every step.
 #include <string>
 
 #include "src/parallel/sync_algorithm.hpp"
@@ -43,9 +45,18 @@ class LocalSgd final : public SyncAlgorithm {
     m_central.restore(in);
   }
 
+  bool complete() override {
+    if (!m_unsynced) return false;
+    average(m_done - 1, GroupCore::Level::job);
+    m_unsynced = false;
+    return true;
+  }
+
   bool step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
             const std::vector<LearnerBatch>* next) override {
     GroupCore& c = m_core;
+    m_done = step + 1;
+    m_unsynced = false;
     if (step < c.options.start_step) return m_warmup->step(batches, step, lr, next);
     c.run_passes(batches, step, next, false, false);
     c.after_learners();
@@ -62,6 +73,7 @@ class LocalSgd final : public SyncAlgorithm {
     }
     const GroupCore::Level level = c.sync_level(step - c.options.start_step + 1);
     if (level != GroupCore::Level::none) average(step, level);
+    m_unsynced = level != GroupCore::Level::job;
     bool skipped = false;
     for (const auto& l : *c.replicas) skipped = skipped || l->overflow;
     return skipped;
@@ -118,6 +130,8 @@ class LocalSgd final : public SyncAlgorithm {
   std::unique_ptr<SyncAlgorithm> m_warmup;
   CentralModel m_central;
   bool m_started = false;
+  int64_t m_done = 0;         // steps done at this group's last step
+  bool m_unsynced = false;    // that step was not the job's average (complete() takes one)
 };
 
 }  // namespace

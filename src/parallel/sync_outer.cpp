@@ -14,9 +14,13 @@
 // term that is zero is not computed, so that H = 1, eta = 1, mu = 0 makes the centre the mean
 // itself: ssgd inside the node, then the nodes' mean, which on one node is ssgd bit for bit.
 // Before parallel.outer.start_step an outer step follows every step (a synchronous start).
-// After it the steps come in rounds of H, or under QSR (parallel.outer.qsr = a; Gu et al.
-// 2024) of max(H, floor((a / lr)^2)) steps with lr the inner rate of the round's first step:
-// the period grows as the learning rate decays.
+// After it the steps come in rounds of H, or under QSR (parallel.outer.qsr = a; Gu et al.,
+// "A Quadratic Synchronization Rule for Distributed Deep Learning", ICLR 2024) of
+// max(H, floor((a / lr)^2)) steps with lr the inner rate of the round's first step: the period
+// grows as the learning rate decays. A round that starts during the learning rate's warm-up
+// lasts H, as the paper's do (its small rates would make the first round longer than the run).
+// The run ends with an outer step (complete()): the last round is cut at the last step, so
+// that the centre holds every step.
 //
 // Streaming (parallel.outer.streaming; Streaming DiLoCo, Douillard et al. 2025): the job's sum
 // of the outer step after step t is started and left in flight while the nodes take inner step
@@ -24,7 +28,8 @@
 // is computed as above from the sum, and each node keeps its step t + 1 on top of the new
 // centre: x_n <- x + (x_n(t + 1) - x_n(t)), the BatchNorm state likewise from the job's mean.
 // The link is hidden behind one inner step; the centre is one step late. At the end of the
-// run complete() applies the outer step still in flight. A checkpoint between the two keeps
+// run complete() applies the outer step still in flight, then takes the final outer step if
+// steps came after it. A checkpoint between the two keeps
 // only that a sum is pending: the nodes' models at the checkpoint are x_n(t), and the resumed
 // run starts the same sum of them again before its first inner step.
 #include <algorithm>
@@ -77,6 +82,7 @@ class Outer final : public SyncAlgorithm {
     out.ints["outer/round_steps"] = m_round;
     out.ints["outer/pending"] = m_pending ? 1 : 0;
     out.reals["outer/pending_lr"] = m_pending_lr;
+    out.ints["outer/outer_steps"] = m_outer_steps;
   }
   void restore(const checkpoint::CheckpointData& in) override {
     m_core.arena_from_host(m_centre.data(), in, "central/params", GroupCore::Arena::params);
@@ -92,7 +98,11 @@ class Outer final : public SyncAlgorithm {
                   "has parallel.outer.streaming = false: resume with streaming on");
     m_restart = pending;
     m_pending_lr = pending ? static_cast<float>(in.real("outer/pending_lr")) : 0.0f;
+    m_outer_steps = in.ints.count("outer/outer_steps") ? in.integer("outer/outer_steps") : 0;
+    m_done = 0;  // no step of this group yet: complete() has no steps of its own to join
   }
+
+  int64_t outer_steps() const override { return m_outer_steps; }
 
   bool step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
             const std::vector<LearnerBatch>* next) override {
@@ -111,6 +121,8 @@ class Outer final : public SyncAlgorithm {
       skipped = m_inner->step(batches, step, lr, next);
     }
     if (m_pending) apply();
+    m_done = step + 1;
+    m_lr = lr;
     if (outer_step_after(step, lr)) {
       begin(step, lr);
       if (!c.options.outer.streaming) apply();
@@ -118,8 +130,27 @@ class Outer final : public SyncAlgorithm {
     return skipped;
   }
 
-  void complete() override {
-    if (m_pending) apply();
+  // The streamed sum still pending, then the final outer step over the steps since the last
+  // one (at the rate of the last step), as an outer step after that step would be. Streamed,
+  // the final one is waited for at once: no inner step follows to hide it.
+  bool complete() override {
+    bool changed = false;
+    if (m_restart) {  // resumed with a sum pending and no step since: start it again
+      m_restart = false;
+      begin(std::max<int64_t>(0, m_last - 1), m_pending_lr);
+    }
+    if (m_pending) {
+      apply();
+      changed = true;
+    }
+    if (m_done > 0 && m_done > m_last) {
+      begin(m_done - 1, m_lr);
+      apply();
+      m_last = m_done;
+      m_round = 0;
+      changed = true;
+    }
+    return changed;
   }
 
  private:
@@ -130,7 +161,7 @@ class Outer final : public SyncAlgorithm {
     if (m_last < 0)  // a fresh start, or a checkpoint without the clock (fixed rounds)
       m_last = done - 1 <= o.start_step ? done - 1 : o.start_step + (done - 1 - o.start_step) / o.period * o.period;
     if (done > o.start_step) {
-      if (m_round == 0) m_round = o.round_length(lr);
+      if (m_round == 0) m_round = o.round_length(m_last, lr);  // the round's first step is step m_last
       if (done - m_last < m_round) return false;
     }
     m_last = done;
@@ -193,6 +224,7 @@ class Outer final : public SyncAlgorithm {
       sum.finish(0, sum.check());
     }
     m_pending = false;
+    ++m_outer_steps;
     const float lr = m_pending_lr;
     const OuterOptions& o = c.options.outer;
     const auto span = c.phase_scope("update");
@@ -240,6 +272,9 @@ class Outer final : public SyncAlgorithm {
   bool m_pending = false;    // a sum begun whose outer update is still to come
   float m_pending_lr = 0;    // ... the inner rate of the step it follows
   bool m_restart = false;    // resumed with one pending: start its sum again first
+  int64_t m_done = 0;        // steps done at this group's last step (0: none since it was made)
+  float m_lr = 0;            // ... and that step's inner rate
+  int64_t m_outer_steps = 0;  // outer updates applied, every attempt's
   bool m_in_flight = false;  // its ticket is not yet retired
   mpi::Allreduce::Ticket m_ticket = 0;
   double m_started_at = 0, m_completed_at = 0;

@@ -28,7 +28,11 @@
 // share of the job's sum, beta sum_j w_j + l_r ((1 - beta + mu) z_n - mu z_n,prev) (l_r: its
 // learners): the job's synchronisation moves as many bytes as without a node level. The
 // BatchNorm statistics are averaged at the job's synchronisations only. The central model
-// (evaluation, checkpoints, the checksum) is the job's centre of the last such step.
+// (evaluation, checkpoints, the checksum) is the job's centre of the last such step. At the
+// end of the run (complete()), where steps came after the job's last synchronisation, the
+// centre moves once more as at a job's synchronisation, towards the learners as they are after
+// the last step (the learners are not pulled: no step follows), so that it holds every step
+// but the lag SMA's rule always has (a synchronisation's W is taken before its step's update).
 //
 // W only needs the weights from before the update, so across ranks its allreduce runs while
 // the learners compute their passes (on worker threads), as in Crossbow. The BatchNorm
@@ -81,6 +85,8 @@ class Sma final : public SyncAlgorithm {
     const GroupCore::Level level = c.sync_level(step + 1);
     const bool sync = level != GroupCore::Level::none;
     const bool job = level == GroupCore::Level::job;
+    m_done = step + 1;
+    m_unsynced = !job;
     // The level's sum, its ranks, and what it sums: the job's takes the BatchNorm state too.
     FusedSum& sum = sync && !job ? *c.node_sum : *c.sum;
     const int ranks = job ? c.options.ranks : c.options.node_ranks;
@@ -142,38 +148,69 @@ class Sma final : public SyncAlgorithm {
       if (c.local_update_ok(l, step)) c.local_update(l, lr);
       c.backend.record(*l.done, *l.stream);
     });
-    if (sync) {
-      // z_new = z + beta (W / L - z) + mu (z - z_prev), built in z_prev's buffer (the learners
-      // are reading z), then swapped.
-      const auto beta = static_cast<float>(k.beta);
-      const auto mu = static_cast<float>(k.mu);
-      const auto n = static_cast<float>(learners);
-      float* zp = centre.z_prev.data();
-      if (folded) {  // the job's sum is the new centre times L already
-        c.backend.copy(*c.stream, zp, sum.data(), c.params);
-        c.backend.scale(*c.stream, 1.0f / n, zp, c.params);
-      } else {
-        c.backend.axpby(*c.stream, 1.0f - beta + mu, z, -mu, zp, c.params);
-        c.backend.axpy(*c.stream, beta / n, sum.data(), zp, c.params);
-      }
-      std::swap(centre.z, centre.z_prev);
-      if (folded) {  // the job's centre is every node's now
-        c.after_learners();  // they have read the node's old centre (in z_prev's buffer now)
-        c.backend.copy(*c.stream, m_node->z_prev.data(), m_node->z.data(), c.params);
-        c.backend.copy(*c.stream, m_central.z.data(), m_node->z.data(), c.params);
-        c.backend.copy(*c.stream, m_central.z_prev.data(), m_node->z.data(), c.params);
-      }
-      if (job) {
-        c.backend.copy(*c.stream, m_central.state.data(), sum.data() + c.params, c.state);
-        c.backend.scale(*c.stream, 1.0f / n, m_central.state.data(), c.state);
-      }
-    }
+    if (sync) move_centre(centre, sum, k, learners, folded, job);
     bool skipped = false;
     for (const auto& l : *c.replicas) skipped = skipped || l->overflow;
     return skipped;
   }
 
+  // The job's synchronisation of the centre after the last step, where it was not one.
+  bool complete() override {
+    if (!m_unsynced) return false;
+    m_unsynced = false;
+    GroupCore& c = m_core;
+    FusedSum& sum = *c.sum;
+    const int learners = c.job_learners();
+    const SmaCoefficients k = sma_coefficients(c.options.alpha, c.options.centre_rate, c.options.momentum, learners);
+    {
+      const auto span = c.phase_scope("device_sum");
+      c.after_learners();
+      sum.add(*c.replicas, FusedSum::Source::params, 0, c.params);
+      sum.add_state(*c.replicas);
+      if (m_node) fold_centres(sum, k);
+    }
+    if (c.options.ranks > 1) {
+      const auto span = c.phase_scope("allreduce", &c.reduce_s);
+      sum.reduce(sum.check(), "model sum at the end, after step " + std::to_string(m_done), false);
+    }
+    const auto span = c.phase_scope("update");
+    move_centre(m_node ? *m_node : m_central, sum, k, learners, m_node != nullptr, true);
+    return true;
+  }
+
  private:
+  // The centre's move at a synchronisation of `learners` learners whose sum is in `sum`:
+  // z_new = z + beta (W / L - z) + mu (z - z_prev), built in z_prev's buffer (the learners
+  // may be reading z), then swapped; `folded`: the job's sum is the new centre times L already
+  // (a node level); `job`: the BatchNorm statistics are the job's mean.
+  void move_centre(CentralModel& centre, FusedSum& sum, const SmaCoefficients& k, int learners, bool folded,
+                   bool job) {
+    GroupCore& c = m_core;
+    const auto beta = static_cast<float>(k.beta);
+    const auto mu = static_cast<float>(k.mu);
+    const auto n = static_cast<float>(learners);
+    const float* z = centre.z.data();
+    float* zp = centre.z_prev.data();
+    if (folded) {
+      c.backend.copy(*c.stream, zp, sum.data(), c.params);
+      c.backend.scale(*c.stream, 1.0f / n, zp, c.params);
+    } else {
+      c.backend.axpby(*c.stream, 1.0f - beta + mu, z, -mu, zp, c.params);
+      c.backend.axpy(*c.stream, beta / n, sum.data(), zp, c.params);
+    }
+    std::swap(centre.z, centre.z_prev);
+    if (folded) {  // the job's centre is every node's now
+      c.after_learners();  // they have read the node's old centre (in z_prev's buffer now)
+      c.backend.copy(*c.stream, m_node->z_prev.data(), m_node->z.data(), c.params);
+      c.backend.copy(*c.stream, m_central.z.data(), m_node->z.data(), c.params);
+      c.backend.copy(*c.stream, m_central.z_prev.data(), m_node->z.data(), c.params);
+    }
+    if (job) {
+      c.backend.copy(*c.stream, m_central.state.data(), sum.data() + c.params, c.state);
+      c.backend.scale(*c.stream, 1.0f / n, m_central.state.data(), c.state);
+    }
+  }
+
   // This rank's share of the job's new centre times L, in place of its learners' sum W_r:
   // beta W_r + l_r ((1 - beta + mu) z_n - mu z_n,prev), on the group stream.
   void fold_centres(FusedSum& sum, const SmaCoefficients& k) {
@@ -188,6 +225,8 @@ class Sma final : public SyncAlgorithm {
 
   CentralModel m_central;               // the job's centre
   std::unique_ptr<CentralModel> m_node;  // this node's (a node level only; its state is unused)
+  int64_t m_done = 0;                    // steps done at this group's last step
+  bool m_unsynced = false;               // that step was not the job's synchronisation
 };
 
 }  // namespace

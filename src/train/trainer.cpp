@@ -151,19 +151,41 @@ void TrainingRun::train() {
     while (!stop && epoch_has_step(plan, used) && m_pos.step < plan.total_steps) {
       used += plan.learners;
       train_step(epoch, used);
-      // The last step: the synchronisation still in flight (a streamed outer step) is applied,
-      // so that the final evaluation and the model hold every step.
+      // The last step: the job synchronises once more (the streamed outer step in flight, the
+      // final outer step, local-sgd's average, sma's centre), so that the final evaluation and
+      // the model hold every step.
       if (m_pos.step == plan.total_steps) m_device.group->complete();
-      if (eval_after_step(plan, m_cfg.train.eval_every_steps, m_pos.step)) evaluate(epoch);
+      if (eval_after_step(plan, m_cfg.train.eval_every_steps, m_pos.step)) {
+        evaluate(epoch);
+        if (m_target) complete_at_target(epoch);
+      }
       stop = after_step() || m_target.has_value();
     }
-    if (!stop && eval_at_epoch_end(plan, m_cfg.train.eval_every_steps, m_pos.step)) evaluate(epoch);
+    if (!stop && eval_at_epoch_end(plan, m_cfg.train.eval_every_steps, m_pos.step)) {
+      evaluate(epoch);
+      if (m_target) complete_at_target(epoch);
+    }
     stop = stop || m_target.has_value();
     m_log->epoch_ended(epoch);
   }
   m_feed->release_all();
   m_log->end_progress();
   m_loop_s = m_log->clock().attempt_s();
+}
+
+// train.target was reached before the last step: the run ends here, so the job synchronises
+// once more (LearnerGroup::complete), and where that moved the central model the final model is
+// evaluated again (the target stays the evaluation's that reached it) and a checkpoint already
+// written at this step is written again: the summary, the checksum and the final checkpoint are
+// of the final model.
+void TrainingRun::complete_at_target(int64_t epoch) {
+  if (!m_device.group->complete()) return;
+  evaluate(epoch);
+  if (m_last_checkpoint_step == m_pos.step) {
+    const Stopwatch t;
+    write_checkpoint();
+    m_steady.exclude(t.seconds());
+  }
 }
 
 // One step: a batch for every learner, the group's step, the logs, the auto-tuner. `used`: the

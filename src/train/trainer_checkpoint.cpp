@@ -100,10 +100,13 @@ int64_t TrainingRun::trained_batch(const checkpoint::TrainerState& s) const {
 // checkpoint's own shape it gives the checkpoint's batch and factor back.
 void TrainingRun::fit_shape(const checkpoint::TrainerState& s) {
   const int64_t then_batch = trained_batch(s);
+  // A checkpoint that does not record its nodes had this job's (its node-level state, which
+  // outer needs, would not carry over: check_resumable).
+  const int64_t then_nodes = s.nodes > 0 ? s.nodes : m_topo.nodes();
   const ElasticBatch e =
       elastic_batch(m_cfg.elastic.batch == config::ElasticBatch::global,
-                    {then_batch, s.learners, s.world_size, s.lr_factor}, m_requested_batch, m_ranks,
-                    m_algorithm == parallel::Algorithm::ssgd, m_cfg.schedule.scale_lr_with_batch);
+                    {then_batch, s.learners, s.world_size, s.lr_factor, then_nodes}, m_requested_batch, m_ranks,
+                    m_topo.nodes(), update_batch_of(m_algorithm), m_cfg.schedule.scale_lr_with_batch);
   m_lr_factor = e.lr_factor;
   if (e.learner_batch == m_cfg.train.batch_size) return;
   m_cfg.train.batch_size = e.learner_batch;
@@ -141,6 +144,27 @@ void TrainingRun::check_resumable(const checkpoint::LoadedCheckpoint& ck,
     if (then_state.epoch_position < 0)
       throw UsageError(where + " was written by " + was + " before squall recorded where an epoch's reading "
                        "stands: resume it with " + std::to_string(then_state.world_size) + " rank(s)");
+  }
+  // With node-local sampling each node reads the samples of its own range of the data, which the
+  // nodes' layout cuts (io/input/sampler.hpp): the same ranks on other nodes would read the rest
+  // of the epoch from other ranges, some samples twice and others not at all.
+  if (then_state.world_size == m_ranks &&
+      (m_data.sampler->mode() == input::Sampling::local || then.data.sampling == input::Sampling::local)) {
+    const std::vector<int> then_nodes = checkpoint::rank_nodes_of(then_state);
+    if (!then_nodes.empty() && input::node_sizes_from(then_nodes) != input::node_sizes_from(m_node_of_rank)) {
+      const auto layout = [](const std::vector<int>& nodes) {
+        std::string text;
+        for (const int n : input::node_sizes_from(nodes)) text += (text.empty() ? "" : ", ") + std::to_string(n);
+        return std::to_string(input::node_sizes_from(nodes).size()) + " node(s) of " + text + " rank(s)";
+      };
+      throw UsageError(where + " was written by a job of " + std::to_string(then_state.world_size) + " rank(s) on " +
+                       layout(then_nodes) + "; this job's ranks are on " + layout(m_node_of_rank) +
+                       ": with data.sampling = local each node reads its own range of the training samples, which "
+                       "another node layout cuts differently (epoch " + std::to_string(then_state.epoch) +
+                       " would read some samples twice and others not at all); resume on the checkpoint's layout "
+                       "(the same ranks per node, --ranks-per-node where nodes are emulated), or train with "
+                       "data.sampling = global");
+    }
   }
   // outer's nodes each hold one model: a node of this job may not mix the ranks of two of the
   // checkpoint's nodes, nor of one and new ranks (sma's node centres start from the job's
@@ -186,10 +210,17 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
     m_pos.start_position = s.epoch_position;
     m_pos.start_batches = used;
   }
-  // The schedule's frame of the first attempt: the learning rate stays where it was in samples.
+  // The schedule's frame of the first attempt: the learning rate stays where it was in samples,
+  // milestones in epochs too (counted in the first plan's steps per epoch; a checkpoint that
+  // does not record them had, with global sampling, its samples over its step's samples).
   if (s.schedule_steps > 0 && s.schedule_step_samples > 0) {
     m_data.plan.schedule_steps = s.schedule_steps;
     m_data.plan.schedule_step_samples = s.schedule_step_samples;
+    if (s.schedule_steps_per_epoch > 0)
+      m_data.plan.schedule_steps_per_epoch = s.schedule_steps_per_epoch;
+    else if (m_data.sampler->mode() == input::Sampling::global)
+      m_data.plan.schedule_steps_per_epoch = m_data.n_train / s.schedule_step_samples;
+    m_device.schedule = make_schedule(m_cfg, m_ranks, m_topo.nodes(), m_data.plan.schedule_steps_per_epoch);
   }
   if (s.learners != g.learners() || reshaped) {  // the auto-tuner had changed it, or the job's shape changed
     while (g.learners() < s.learners) g.add_learner();
@@ -251,6 +282,20 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
   m_resumed_from = ck.path;
   m_last_checkpoint = ck.path;
   m_last_checkpoint_step = m_pos.step;
+  place_outer_steps();
+}
+
+// outer's synchronous start (parallel.outer.start_step, or start_fraction of the first plan's
+// steps) and the end of the learning rate's warm-up are places in the schedule's frame: as steps
+// of this run they move where an earlier attempt trained on another shape (step_plan.hpp,
+// run_step_of). A run of one shape throughout keeps the steps the config gives.
+void TrainingRun::place_outer_steps() {
+  if (m_algorithm != parallel::Algorithm::outer) return;
+  const StepPlan& p = m_data.plan;
+  const int64_t start = m_cfg.parallel.outer.start_at(p.schedule_steps);
+  m_device.group->set_outer_steps(run_step_of(p, start, m_pos.step, m_pos.samples_done, step_samples()),
+                                  run_step_of(p, m_cfg.schedule.warmup_steps, m_pos.step, m_pos.samples_done,
+                                              step_samples()));
 }
 
 checkpoint::TrainerState TrainingRun::trainer_state() const {
@@ -285,6 +330,7 @@ checkpoint::TrainerState TrainingRun::trainer_state() const {
   s.rank_nodes = checkpoint::rank_nodes_text(m_node_of_rank);
   s.schedule_steps = m_data.plan.schedule_steps;
   s.schedule_step_samples = m_data.plan.schedule_step_samples;
+  s.schedule_steps_per_epoch = m_data.plan.schedule_steps_per_epoch;
   s.learner_batch = m_cfg.train.batch_size;
   s.lr_factor = m_lr_factor;
   s.per_rank_parts = g.replicas_differ();

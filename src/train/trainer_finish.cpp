@@ -69,11 +69,12 @@ records::RunFacts TrainingRun::run_facts() const {
                      std::to_string(p.across);
   if (m_algorithm == parallel::Algorithm::outer) {
     const config::OuterConfig& o = m_cfg.parallel.outer;
-    const int64_t start = o.start_at(m_data.plan.total_steps);
-    char qsr[96] = "";
+    const int64_t start = g.options().outer.start_step;
+    char qsr[160] = "";
     if (o.qsr > 0)
-      std::snprintf(qsr, sizeof(qsr), " (QSR: max(%lld, floor((%g / lr)^2)) as the learning rate decays)",
-                    static_cast<long long>(o.period), o.qsr);
+      std::snprintf(qsr, sizeof(qsr), " (QSR: max(%lld, floor((%g / lr)^2)) as the learning rate decays%s)",
+                    static_cast<long long>(o.period), o.qsr,
+                    g.options().outer.warmup_steps > 0 ? ", after the warm-up" : "");
     char line[480];
     std::snprintf(line, sizeof(line),
                   "outer: ssgd inside each of the %d node(s) every step, an outer step across them every %lld "
@@ -237,9 +238,10 @@ TrainResult TrainingRun::finish() {
                            {"lr", o.lr},
                            {"momentum", o.momentum},
                            {"nesterov", o.nesterov},
-                           {"start_step", o.start_at(m_data.plan.total_steps)},
+                           {"start_step", g.options().outer.start_step},
                            {"qsr", o.qsr},
-                           {"streaming", o.streaming}};
+                           {"streaming", o.streaming},
+                           {"outer_steps", g.outer_steps()}};
   }
   // The host's waits for the device inside a step (docs/design.md, "One host wait per step").
   s.parallel["host_waits_per_step"] =

@@ -138,8 +138,11 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
 
   const config::GraphFormat format = config::graph_format(cfg, backend);
   t.bucket_mb = config::bucket_mb_for(cfg.parallel, !t.backend->host_accessible());
-  const parallel::LearnerGroupOptions lg = config::learner_group_options(
+  parallel::LearnerGroupOptions lg = config::learner_group_options(
       cfg, topo, {data.plan.learners, t.bucket_mb, format, t.backend->can_capture(), data.plan.total_steps});
+  // outer's QSR keeps its rounds at H during the learning rate's warm-up. A resume moves this
+  // and the synchronous start to where they are in the schedule's frame (TrainingRun::restore).
+  lg.outer.warmup_steps = cfg.schedule.warmup_steps;
   // The node level's own sum (parallel.periods, outer's inner steps): over this node's ranks only.
   if (lg.node_level() && algorithm != parallel::Algorithm::ssgd && ranks > 1)
     t.node_allreduce = mpi::make_node_allreduce(topo, ar);
@@ -160,14 +163,7 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
   };
   t.group = std::make_unique<parallel::LearnerGroup>(*t.backend, make_graph, batch, batch * label_hw, cfg.optimizer,
                                            class_weights, lg, *t.allreduce, t.node_allreduce.get());
-  // The linear scaling rule scales by the batch one update averages over: the global batch
-  // under ssgd, a node's under outer (its inner steps), a learner's own under sma and local-sgd.
-  const int64_t update_batch = algorithm == parallel::Algorithm::ssgd ? data.plan.schedule_step_samples
-                               : algorithm == parallel::Algorithm::outer
-                                   ? batch * data.plan.learners * topo.local_size()
-                                   : batch;
-  t.schedule = std::make_unique<optim::Schedule>(cfg.schedule, cfg.optimizer.lr, update_batch,
-                                                 data.plan.steps_per_epoch);
+  t.schedule = make_schedule(cfg, ranks, topo.nodes(), data.plan.schedule_steps_per_epoch);
 
   t.labels = t.backend->allocate_labels(static_cast<size_t>(batch * label_hw), t.label_buf);
   t.predictions = t.backend->allocate_labels(static_cast<size_t>(batch * label_hw), t.pred_buf);
@@ -207,6 +203,27 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
       std::make_unique<parallel::AutoTuner>(cfg.parallel.autotune, cfg.parallel.autotune_threshold, data.max_learners,
                                             std::max<int64_t>(10, data.plan.steps_per_epoch / 20));
   return t;
+}
+
+UpdateBatch update_batch_of(parallel::Algorithm algorithm) {
+  switch (algorithm) {
+    case parallel::Algorithm::ssgd: return UpdateBatch::global;
+    case parallel::Algorithm::outer: return UpdateBatch::node;
+    case parallel::Algorithm::sma:
+    case parallel::Algorithm::local_sgd: break;
+  }
+  return UpdateBatch::learner;
+}
+
+std::unique_ptr<optim::Schedule> make_schedule(const config::Config& cfg, int ranks, int nodes,
+                                               int64_t steps_per_epoch) {
+  // The linear scaling rule scales by the batch one update averages over: the global batch
+  // under ssgd, a node's under outer (its inner steps; the job's mean over its nodes, so that
+  // every node, and the outer step, have one rate), a learner's own under sma and local-sgd.
+  // The learners are the config's: the auto-tuner does not rescale the rate.
+  const double batch = update_batch(update_batch_of(cfg.parallel.algorithm), cfg.train.batch_size,
+                                    cfg.parallel.replicas_per_device, ranks, nodes);
+  return std::make_unique<optim::Schedule>(cfg.schedule, cfg.optimizer.lr, batch, steps_per_epoch);
 }
 
 }  // namespace squall::train

@@ -81,4 +81,13 @@ struct TrainingDevice {
 TrainingDevice build_training_device(const config::Config& cfg, const std::string& origin, const RunOptions& options,
                                      const mpi::Topology& topo, const TrainingData& data);
 
+// The learning-rate schedule of a job of `ranks` ranks on `nodes` nodes at cfg.train.batch_size
+// (the linear scaling rule scales by the batch one update averages over: step_plan.hpp's
+// UpdateBatch), its multistep milestones in epochs of `steps_per_epoch` steps: the schedule's
+// frame (StepPlan::schedule_steps_per_epoch), which a resume on another shape keeps.
+std::unique_ptr<optim::Schedule> make_schedule(const config::Config& cfg, int ranks, int nodes,
+                                               int64_t steps_per_epoch);
+// The batch an update averages over under cfg.parallel.algorithm.
+UpdateBatch update_batch_of(parallel::Algorithm algorithm);
+
 }  // namespace squall::train

@@ -54,6 +54,7 @@ class TrainingRun {
   void log_step(int64_t epoch, double lr, const std::vector<float>& losses, double step_s);
   bool after_step();
   void evaluate(int64_t epoch);
+  void complete_at_target(int64_t epoch);
   [[noreturn]] void diverged(const parallel::NonFiniteStep& e, int64_t epoch, double lr);
   std::string divergence_hint() const;
   void reshape(int change);
@@ -74,6 +75,7 @@ class TrainingRun {
   void fit_shape(const checkpoint::TrainerState& then);
   int64_t trained_batch(const checkpoint::TrainerState& then) const;
   void restore(const checkpoint::LoadedCheckpoint& ck, const checkpoint::TrainerState& then);
+  void place_outer_steps();
   bool target_still_reached(const checkpoint::TrainerState& s) const;
   void write_checkpoint();
   checkpoint::TrainerState trainer_state() const;

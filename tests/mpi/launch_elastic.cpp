@@ -286,3 +286,89 @@ TEST_CASE("a resume on another number of ranks is refused where the data cannot 
     CHECK_THAT(r.err, Contains("data.sampling = local") && Contains("resume with 2 rank(s)"));
   }
 }
+
+TEST_CASE("milestones in epochs stay where they were in samples after a resume on another number of ranks",
+          "[launch][checkpoint][elastic]") {
+  // 4 ranks x 64: 8 steps an epoch; the learning rate drops x 0.1 after epoch 1. Resumed from
+  // step 5 on 2 ranks keeping 64 per learner (elastic.batch = learner): 128 a step, 16 steps an
+  // epoch, the rate x 0.5. The rest of epoch 1 is steps 6 to 11; step 12 opens epoch 2, after
+  // 2048 samples: the milestone is behind it, as it is at the 4-rank run's step 9.
+  TempDir t("squall-elastic-milestones");
+  const std::string crashed = t.file("crashed");
+  const std::string multistep = " --set schedule.kind=multistep --set schedule.milestones=[1]"
+                                " --set schedule.milestone_unit=epochs --set schedule.gamma=0.1";
+  const auto a = run_command("SQUALL_FAIL_AT=0:7 " + mpiexec(4) + " " + ssgd_job(crashed, multistep));
+  INFO(output_tail(a));
+  REQUIRE(fs::exists(fs::path(crashed) / "checkpoints/step-00000005/model.h5"));
+  const double peak = lr_of_step(crashed, 5);
+  const auto r = run_command(mpiexec(2) + " " + ssgd_job(crashed, multistep + " --resume auto --set elastic.batch=learner"));
+  INFO(output_tail(r));
+  REQUIRE(r.exit_code == 0);
+  const json s = read_json(fs::path(crashed) / "summary.json");
+  REQUIRE(s.at("steps") == 5 + 6 + 16);
+  CHECK(s.at("attempt").at("shape_change").at("lr_scale").get<double>() == Approx(0.5));
+  CHECK(lr_of_step(crashed, 11) == Approx(peak * 0.5));        // epoch 1's last step
+  CHECK(lr_of_step(crashed, 12) == Approx(peak * 0.5 * 0.1));  // epoch 2's first
+  CHECK(lr_of_step(crashed, 27) == Approx(peak * 0.5 * 0.1));
+}
+
+TEST_CASE("outer resumed on other nodes: the synchronous start stays where it was in samples, and the inner "
+          "steps' rate follows a node's batch",
+          "[launch][checkpoint][elastic][outer]") {
+  // 4 ranks on 2 nodes x 64 samples: 256 a step, 8 steps an epoch, 16 in the run; an outer step
+  // after every step of the first half (parallel.outer.start_fraction = 0.5: 2048 samples), then
+  // every 4. A checkpoint at step 3, resumed on 2 ranks, one per node, keeping 64 per learner:
+  // 128 a step. The start is then after 2048 samples, step 3 + 1280 / 128 = 13 of the resumed
+  // run (not half of its 29 steps, nor of the 32 a 2-rank run would take). A node's batch halves
+  // (128 -> 64): the inner rate x 0.5 (a learner's batch stays: the learner's rule would keep it).
+  TempDir t("squall-elastic-outer-start");
+  const std::string dir = t.file("run");
+  auto job = [&](const std::string& extra) {
+    return squall_bin() + " train --config " + k_configs + "fashion-mnist-lenet5.toml --set run.dir=" + dir +
+           " --set data.train_samples=2048 --set data.test_samples=256 --set train.epochs=2"
+           " --set train.batch_size=64 --set schedule.warmup_steps=0 --set schedule.kind=constant"
+           " --set checkpoint.every_steps=3 --set train.log_every_steps=1 --set run.threads=1"
+           " --set parallel.algorithm=outer --set parallel.outer.period=4 --set parallel.outer.start_fraction=0.5"
+           " --set parallel.check_sums=true" + extra;
+  };
+  const auto a = run_command("SQUALL_RANKS_PER_NODE=2 SQUALL_FAIL_AT=0:5 " + mpiexec(4) + " " + job(""));
+  INFO(output_tail(a));
+  REQUIRE(fs::exists(fs::path(dir) / "checkpoints/step-00000003/node-00001.h5"));
+  const double lr_at_3 = lr_of_step(dir, 3);
+  const auto r = run_command("SQUALL_RANKS_PER_NODE=1 " + mpiexec(2) + " " +
+                             job(" --resume auto --set elastic.batch=learner"));
+  INFO(output_tail(r));
+  REQUIRE(r.exit_code == 0);
+  const json s = read_json(fs::path(dir) / "summary.json");
+  REQUIRE(s.at("steps") == 3 + 10 + 16);
+  const json& change = s.at("attempt").at("shape_change");
+  CHECK(change.at("lr_scale").get<double>() == Approx(0.5));
+  CHECK(lr_of_step(dir, 4) == Approx(lr_at_3 * 0.5));
+  const json& outer = s.at("parallel").at("outer");
+  CHECK(outer.at("start_step") == 13);
+  // Outer steps after steps 1 to 13, then 17, 21, 25 and 29 (the last step).
+  CHECK(outer.at("outer_steps") == 13 + 4);
+}
+
+TEST_CASE("data.sampling = local: a resume with the same ranks on another node layout is refused, naming it",
+          "[launch][checkpoint][elastic]") {
+  // 2 ranks on 2 (emulated) nodes read one half of the data each; on 1 node of 2 ranks the
+  // halves would be cut otherwise, and the rest of epoch 1 would read some samples twice.
+  TempDir t("squall-elastic-local-layout");
+  const std::string dir = t.file("local");
+  const std::string local = " --set data.sampling=local";
+  const auto a = run_command("SQUALL_RANKS_PER_NODE=1 SQUALL_FAIL_AT=0:7 " + mpiexec(2) + " " + ssgd_job(dir, local));
+  INFO(output_tail(a));
+  REQUIRE(fs::exists(fs::path(dir) / "checkpoints/step-00000005/model.h5"));
+  const auto r = run_command("SQUALL_RANKS_PER_NODE=2 " + mpiexec(2) + " " + ssgd_job(dir, local + " --resume auto"));
+  INFO(output_tail(r));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("step-00000005") && Contains("2 node(s) of 1, 1 rank(s)") &&
+                        Contains("1 node(s) of 2 rank(s)") && Contains("data.sampling = local") &&
+                        Contains("--ranks-per-node") && Contains("data.sampling = global"));
+  CHECK_FALSE(fs::exists(fs::path(dir) / "summary.json"));
+  // On its own layout it resumes.
+  const auto same = run_command("SQUALL_RANKS_PER_NODE=1 " + mpiexec(2) + " " + ssgd_job(dir, local + " --resume auto"));
+  INFO(output_tail(same));
+  CHECK(same.exit_code == 0);
+}

@@ -76,6 +76,7 @@ struct Job {
   int64_t resume_at = -1;  // >= 0: checkpoint after this many steps, continue in new groups
   parallel::OuterOptions outer;
   bool decay = false;            // the learning rate k_lr / (1 + step) instead of k_lr (outer's QSR)
+  int64_t warmup = 0;            // a linear warm-up of the learning rate over this many steps first
   bool complete_at_end = false;  // LearnerGroup::complete() after the last step, one more Snap
 };
 
@@ -84,6 +85,7 @@ constexpr double k_alpha = 0.2, k_mu = 0.7, k_lr = 0.3;
 
 // The learning rate of a step, as the group is given it.
 float lr_at(const Job& job, int64_t step) {
+  if (step < job.warmup) return static_cast<float>(k_lr * static_cast<double>(step + 1) / static_cast<double>(job.warmup));
   return static_cast<float>(job.decay ? k_lr / static_cast<double>(1 + step) : k_lr);
 }
 
@@ -647,6 +649,138 @@ TEST_CASE("outer with QSR: the rounds grow as the learning rate decays, and a ch
     const Trace resumed = run_job(job);
     check_same_end(t, resumed);
   }
+}
+
+TEST_CASE("outer with QSR after a warm-up: rounds that start in the warm-up last H, the later ones QSR's",
+          "[learners][outer]") {
+  // The warm-up's rates are small, and QSR's rounds long where the rate is: from the first
+  // step's rate (0.3 / 5) a round would last floor((0.95 / 0.06)^2) = 250 steps and the run would
+  // never synchronise. Gu et al. keep the base period during the warm-up.
+  parallel::OuterOptions o{2, 1.0, 0.0, true, 0, 0.95, false, 5};
+  CHECK(o.round_length(0, 0.06) == 2);
+  CHECK(o.round_length(4, 0.3) == 2);   // the warm-up's last step
+  CHECK(o.round_length(5, 0.3) == 10);  // after it: floor((0.95 / 0.3)^2) = floor(10.03)
+  CHECK(o.round_length(9, 0.03) == 1002);
+  o.warmup_steps = 0;
+  CHECK(o.round_length(0, 0.06) == 250);
+  o.qsr = 0;
+  CHECK(o.round_length(7, 0.01) == 2);  // without QSR every round lasts H
+
+  // The group: lr 0.3 (s + 1) / 5 for steps s < 5, then 0.3. Rounds of 2 start at steps 0, 2
+  // and 4 (in the warm-up), the next at step 6 (lr 0.3): 10 steps. Outer steps end steps 2, 4,
+  // 6 and 16.
+  Job job;
+  job.algorithm = Algorithm::outer;
+  job.warmup = 5;
+  job.steps = 18;
+  job.outer = parallel::OuterOptions{2, 0.8, 0.5, true, 0, 0.95, false, 5};
+  const Trace t = run_job(job);
+  Reference ref = start_reference(job, initial_params());
+  const std::vector<int64_t> expected{2, 4, 6, 16};
+  for (int64_t step = 0; step < job.steps; ++step) {
+    const bool outer = std::find(expected.begin(), expected.end(), step + 1) != expected.end();
+    INFO("step " << step + 1 << (outer ? " (an outer step)" : ""));
+    CHECK(at_centre(t, step) == outer);
+    reference_step(job, ref, step, outer);
+    CHECK(diff(t[0][static_cast<size_t>(step)].central, ref.z) < 1e-5);
+  }
+  CHECK(diff(t[0].back().central, initial_params()) > 1e-3);  // the centre moved
+}
+
+// The job's models after `steps` steps of `job` in double, with the outer steps (non-streamed
+// or streamed) after the steps of `outer_after` (1-based), and a pending streamed one applied.
+Reference reference_outer_run(const Job& job, const std::vector<int64_t>& outer_after) {
+  Reference ref = start_reference(job, initial_params());
+  for (int64_t step = 0; step < job.steps; ++step)
+    reference_step(job, ref, step, std::find(outer_after.begin(), outer_after.end(), step + 1) != outer_after.end());
+  reference_apply_pending(job, ref);
+  return ref;
+}
+
+TEST_CASE("outer: the run ends with an outer step that joins the steps since the last one", "[learners][outer]") {
+  // H = 4 over 6 steps: an outer step after step 4, and complete() after step 6 is the outer step
+  // an outer step after step 6 would be; the centre before it lacked steps 5 and 6.
+  Job job;
+  job.algorithm = Algorithm::outer;
+  job.steps = 6;
+  job.complete_at_end = true;
+  job.node_of_rank = GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 0, 1});
+  const bool streamed = GENERATE(false, true);
+  job.outer = parallel::OuterOptions{4, 0.8, 0.5, true, 0, 0, streamed};
+  INFO((streamed ? "streamed" : "not streamed") << ", " << job.node_of_rank.size() << " ranks");
+  const Trace t = run_job(job);
+  const size_t before = static_cast<size_t>(job.steps) - 1, after = static_cast<size_t>(job.steps);
+  const Reference last_at_4 = reference_outer_run(job, {4}), final = reference_outer_run(job, {4, 6});
+  for (size_t k = 0; k < t.size(); ++k) {
+    INFO("rank " << k);
+    // Before: the centre of the outer step after step 4 (streamed: applied after step 5).
+    CHECK(diff(t[k][before].central, last_at_4.z) < 1e-5);
+    // After: the outer step after step 6, every replica restarted from it.
+    CHECK(diff(t[k][after].central, final.z) < 1e-5);
+    for (int j = 0; j < job.learners; ++j) CHECK(same_bits(t[k][after].replicas[j], t[k][after].central));
+    CHECK(same_bits(t[k][after].central, t[0][after].central));
+  }
+  CHECK(diff(t[0][after].central, t[0][before].central) > 1e-6);  // steps 5 and 6 are in the final model
+}
+
+TEST_CASE("outer: a run that ends on an outer step ends with it: complete() changes nothing", "[learners][outer]") {
+  Job job;
+  job.algorithm = Algorithm::outer;
+  job.steps = 8;
+  job.complete_at_end = true;
+  job.outer = parallel::OuterOptions{4, 0.8, 0.5, true, 0};
+  const Trace t = run_job(job);
+  for (size_t k = 0; k < t.size(); ++k) {
+    CHECK(same_bits(t[k][8].central, t[k][7].central));
+    CHECK(same_bits(t[k][8].replicas[1], t[k][7].replicas[1]));
+  }
+}
+
+TEST_CASE("local-sgd and sma: the run ends with the job's synchronisation of the steps since the last one",
+          "[learners][periods]") {
+  // period 4 over 6 steps: the central model of step 4 lacks steps 5 and 6 until complete().
+  Job job;
+  job.algorithm = GENERATE(Algorithm::local_sgd, Algorithm::sma);
+  job.across = 4;
+  job.steps = 6;
+  job.complete_at_end = true;
+  INFO(parallel::algorithm_name(job.algorithm));
+  const Trace t = run_job(job);
+  const size_t before = 5, after = 6;
+  const size_t n = t[0][before].central.size();
+  // The learners' sum after step 6, over the job (L = 8).
+  Vec W(n, 0.0);
+  for (const auto& rank : t)
+    for (const auto& w : rank[before].replicas)
+      for (size_t i = 0; i < n; ++i) W[i] += w[i];
+  const double L = static_cast<double>(t.size()) * job.learners;
+  Vec expected(n);
+  if (job.algorithm == Algorithm::local_sgd) {
+    for (size_t i = 0; i < n; ++i) expected[i] = W[i] / L;  // every replica and the centre: the mean
+  } else {
+    // z <- z + beta (W / L - z) + mu (z - z_prev), z the centre of step 4, z_prev the one before
+    // it (the initial model, the centre until step 4); beta = min(alpha L, 1).
+    const std::vector<float>& z = t[0][before].central;
+    const std::vector<float>& zp = t[0][2].central;
+    const double beta = std::min(k_alpha * L, 1.0);
+    for (size_t i = 0; i < n; ++i) expected[i] = z[i] + beta * (W[i] / L - z[i]) + k_mu * (z[i] - zp[i]);
+  }
+  for (size_t k = 0; k < t.size(); ++k) {
+    INFO("rank " << k);
+    CHECK(diff(t[k][after].central, expected) < 1e-5);
+    CHECK(same_bits(t[k][after].central, t[0][after].central));
+    for (size_t j = 0; j < t[k][after].replicas.size(); ++j) {
+      if (job.algorithm == Algorithm::local_sgd)
+        CHECK(same_bits(t[k][after].replicas[j], t[k][after].central));
+      else  // sma's learners are not pulled: no step follows
+        CHECK(same_bits(t[k][after].replicas[j], t[k][before].replicas[j]));
+    }
+  }
+  CHECK(diff(t[0][after].central, t[0][before].central) > 1e-6);
+  // Ending on a synchronisation, there is nothing to join.
+  job.steps = 8;
+  const Trace on_sync = run_job(job);
+  CHECK(same_bits(on_sync[0][8].central, on_sync[0][7].central));
 }
 
 TEST_CASE("outer, streamed: the sum runs under the next inner step, which each node keeps on the new centre",

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "src/train/step_plan.hpp"
+#include "src/train/training_job.hpp"
 
 using namespace squall::train;
 
@@ -68,15 +69,23 @@ TEST_CASE("a changed learner count re-plans the rest of the run", "[step_plan]")
   for (const int64_t bpe : {17, 40, 101}) {
     for (const int from : {1, 2, 3}) {
       for (const int to : {1, 2, 4}) {
-        for (const int64_t max_steps : {int64_t{0}, int64_t{23}}) {
+        for (const int64_t max_steps : {int64_t{0}, int64_t{23}, int64_t{1000}}) {
           const StepPlan p = plan_steps(bpe, from, 1, 4, 3, max_steps);
+          // Whether the epochs end the run before max_steps does whatever the learners (1000
+          // steps are more than any of these runs takes), or max_steps may (23).
+          const bool epochs_bind = max_steps != 23;
           for (int64_t at = 1; at < p.total_steps; at += 3) {
             INFO("bpe " << bpe << " learners " << from << " -> " << to << " after step " << at << " max_steps "
                         << max_steps);
             StepPlan q = p;
             const Walk w = walk(q, at, to);
-            // With whole epochs the run still ends in its last epoch.
-            if (max_steps == 0) CHECK(w.last_epoch == p.epochs);
+            // Where the epochs end the run, it still ends with the last of them, whole.
+            if (epochs_bind) {
+              CHECK(w.last_epoch == 3);
+              CHECK(q.epochs == 3);
+            }
+            CHECK(w.last_epoch <= 3);  // never more than train.epochs
+            if (max_steps > 0) CHECK(w.steps <= max_steps);
           }
         }
       }
@@ -90,6 +99,56 @@ TEST_CASE("a changed learner count re-plans the rest of the run", "[step_plan]")
   // The schedule's frame does not move.
   CHECK(p.schedule_steps == 66);
   CHECK(p.schedule_step_samples == 24);
+  CHECK(p.schedule_steps_per_epoch == 33);
+}
+
+TEST_CASE("with train.epochs and train.max_steps both set, a re-plan keeps whichever ends the run first",
+          "[step_plan][elastic]") {
+  // 100 batches, 3 learners: 33 steps an epoch; 2 epochs (66 steps) come before max_steps = 1000.
+  StepPlan p = plan_steps(100, 3, 1, 8, 2, 1000);
+  REQUIRE(p.total_steps == 66);
+  // After 10 steps (30 batches) 4 learners: the rest of epoch 1 is 17 steps, epoch 2 25: the run
+  // still ends with its second epoch, not after 66 steps of 4 learners (a third epoch).
+  replan(p, 4, 10, {1, 30});
+  CHECK(p.total_steps == 10 + 17 + 25);
+  CHECK(p.epochs == 2);
+  // Back to 2 learners after step 20 (epoch 1's 70th batch): 15 more steps in it, 50 in epoch 2.
+  replan(p, 2, 20, {1, 70});
+  CHECK(p.total_steps == 20 + 15 + 50);
+  CHECK(p.epochs == 2);
+  // Where max_steps comes first it still ends the run, and the epochs follow.
+  StepPlan q = plan_steps(100, 3, 1, 8, 4, 80);
+  REQUIRE(q.total_steps == 80);
+  replan(q, 1, 10, {1, 30});
+  CHECK(q.total_steps == 80);
+  CHECK(q.epochs == 1);  // 70 batches left in epoch 1 take the 70 steps left
+  // A resume on another shape re-plans the new shape's plan (16 steps an epoch here) from where
+  // the checkpoint's job stood: 40 steps done, epoch 3 with 33 of this job's batches taken. The
+  // epochs bind: the run ends with epoch 3's last 5 steps, not at the new plan's 48.
+  StepPlan r = plan_steps(50, 3, 2, 8, 3, 500);
+  REQUIRE(r.total_steps == 48);
+  replan(r, 3, 40, {3, 33});
+  CHECK(r.total_steps == 40 + 5);
+  CHECK(r.epochs == 3);
+}
+
+TEST_CASE("a place in the schedule's frame as a step of a run that changed shape", "[step_plan][elastic]") {
+  // The first plan: steps of 32 samples. The warm-up's end at frame step 100 is 3200 samples.
+  const StepPlan p = plan_steps(100, 2, 2, 8, 2, 0);
+  REQUIRE(p.schedule_step_samples == 32);
+  // One shape throughout: the frame's steps are the run's.
+  CHECK(run_step_of(p, 100, 0, 0, 32) == 100);
+  CHECK(run_step_of(p, 100, 40, 40 * 32, 32) == 100);
+  CHECK(run_step_of(p, 30, 40, 40 * 32, 32) == 30);  // passed: where it was
+  // After 40 steps of 32, steps of 64 (twice the learners): 1920 samples left, 30 steps.
+  CHECK(run_step_of(p, 100, 40, 40 * 32, 64) == 70);
+  // Steps of 48: 1920 / 48 = 40 steps; of 50, 38.4: the 39th step is the first at or past it.
+  CHECK(run_step_of(p, 100, 40, 40 * 32, 48) == 80);
+  CHECK(run_step_of(p, 100, 40, 40 * 32, 50) == 79);
+  // A run that went faster than the frame (steps of 64 from the start) is past frame step 30
+  // after 20 of its steps: the place is behind it.
+  CHECK(run_step_of(p, 30, 20, 20 * 64, 64) == 20);
+  CHECK(run_step_of(p, 0, 20, 20 * 64, 64) == 0);
 }
 
 TEST_CASE("a resumed run walks to the same last step", "[step_plan]") {
@@ -138,48 +197,73 @@ TEST_CASE("sma and local-sgd synchronise first after period steps", "[step_plan]
 
 TEST_CASE("elastic.batch = global keeps the global batch on a new number of ranks", "[step_plan][elastic]") {
   // 4 ranks x 2 learners x 32 = 256 samples a step.
-  const ElasticFrom four{32, 2, 4, 1.0};
-  const ElasticBatch two = elastic_batch(true, four, 32, 2, true, false);
+  const ElasticFrom four{32, 2, 4, 1.0, 4};
+  const ElasticBatch two = elastic_batch(true, four, 32, 2, 2, UpdateBatch::global, false);
   CHECK(two.learner_batch == 64);
   CHECK(two.kept);
   CHECK(two.lr_factor == 1.0);  // the same global batch: the same learning rate
-  const ElasticBatch eight = elastic_batch(true, four, 32, 8, true, false);
+  const ElasticBatch eight = elastic_batch(true, four, 32, 8, 8, UpdateBatch::global, false);
   CHECK(eight.learner_batch == 16);
   CHECK(eight.kept);
   // 256 over 3 x 2 learners does not divide: the nearest batch, 43 (258 a step), and the
   // learning rate by the linear rule.
-  const ElasticBatch three = elastic_batch(true, four, 32, 3, true, false);
+  const ElasticBatch three = elastic_batch(true, four, 32, 3, 3, UpdateBatch::global, false);
   CHECK(three.learner_batch == 43);
   CHECK_FALSE(three.kept);
   CHECK(three.lr_factor == Approx(258.0 / 256.0));
   // From there back to 4 ranks: 258 over 8 learners is 32.25, so 32 again, and the factor
   // returns to 1 (it is counted from the first attempt).
-  const ElasticBatch back = elastic_batch(true, {43, 2, 3, three.lr_factor}, 32, 4, true, false);
+  const ElasticBatch back = elastic_batch(true, {43, 2, 3, three.lr_factor, 3}, 32, 4, 4, UpdateBatch::global, false);
   CHECK(back.learner_batch == 32);
   CHECK(back.lr_factor == Approx(1.0));
   // The same shape keeps everything as it was.
-  const ElasticBatch same = elastic_batch(true, four, 32, 4, true, false);
+  const ElasticBatch same = elastic_batch(true, four, 32, 4, 4, UpdateBatch::global, false);
   CHECK(same.learner_batch == 32);
   CHECK(same.lr_factor == 1.0);
 }
 
 TEST_CASE("elastic.batch = learner keeps the batch per learner and scales the learning rate", "[step_plan][elastic]") {
-  const ElasticFrom four{32, 1, 4, 1.0};
+  const ElasticFrom four{32, 1, 4, 1.0, 4};
   // ssgd: one update averages over the global batch, 128 -> 96 on 3 ranks: lr x 0.75.
-  const ElasticBatch ssgd = elastic_batch(false, four, 32, 3, true, false);
+  const ElasticBatch ssgd = elastic_batch(false, four, 32, 3, 3, UpdateBatch::global, false);
   CHECK(ssgd.learner_batch == 32);
   CHECK(ssgd.kept);
   CHECK(ssgd.lr_factor == Approx(0.75));
   // Twice: the factors multiply (6 ranks after 3: 192 / 128).
-  CHECK(elastic_batch(false, {32, 1, 3, ssgd.lr_factor}, 32, 6, true, false).lr_factor == Approx(1.5));
+  CHECK(elastic_batch(false, {32, 1, 3, ssgd.lr_factor, 3}, 32, 6, 6, UpdateBatch::global, false).lr_factor == Approx(1.5));
   // sma and local-sgd: a learner's update averages over its own batch, which stays.
-  CHECK(elastic_batch(false, four, 32, 3, false, false).lr_factor == 1.0);
+  CHECK(elastic_batch(false, four, 32, 3, 3, UpdateBatch::learner, false).lr_factor == 1.0);
   // ... but under elastic.batch = global a learner's batch changes, and its rate with it.
-  const ElasticBatch sma = elastic_batch(true, four, 32, 2, false, false);
+  const ElasticBatch sma = elastic_batch(true, four, 32, 2, 2, UpdateBatch::learner, false);
   CHECK(sma.learner_batch == 64);
   CHECK(sma.lr_factor == Approx(2.0));
   // schedule.scale_lr_with_batch: the schedule scales by the new batch itself.
-  CHECK(elastic_batch(false, four, 32, 3, true, true).lr_factor == 1.0);
+  CHECK(elastic_batch(false, four, 32, 3, 3, UpdateBatch::global, true).lr_factor == 1.0);
   // A batch of at least 1 however few samples a step had.
-  CHECK(elastic_batch(true, {1, 1, 4, 1.0}, 1, 9, true, false).learner_batch == 1);
+  CHECK(elastic_batch(true, {1, 1, 4, 1.0, 4}, 1, 9, 9, UpdateBatch::global, false).learner_batch == 1);
+}
+
+TEST_CASE("elastic.batch under outer: the inner steps' rate follows a node's batch, the outer step's is kept",
+          "[step_plan][elastic][outer]") {
+  const UpdateBatch outer = update_batch_of(squall::parallel::Algorithm::outer);
+  REQUIRE(outer == UpdateBatch::node);
+  CHECK(update_batch_of(squall::parallel::Algorithm::ssgd) == UpdateBatch::global);
+  CHECK(update_batch_of(squall::parallel::Algorithm::sma) == UpdateBatch::learner);
+  CHECK(update_batch_of(squall::parallel::Algorithm::local_sgd) == UpdateBatch::learner);
+  // 4 ranks on 2 nodes, 1 learner each, 32 samples: a node's inner step averages over 64.
+  const ElasticFrom four{32, 1, 4, 1.0, 2};
+  // On 2 ranks, one per node, keeping the global batch: 64 per learner, still 64 a node: the
+  // same rate (a learner's batch doubled, which the learner's rule would have followed).
+  const ElasticBatch global = elastic_batch(true, four, 32, 2, 2, outer, false);
+  CHECK(global.learner_batch == 64);
+  CHECK(global.lr_factor == Approx(1.0));
+  // Keeping each learner's 32: a node's batch halves, and its rate with it.
+  const ElasticBatch learner = elastic_batch(false, four, 32, 2, 2, outer, false);
+  CHECK(learner.learner_batch == 32);
+  CHECK(learner.lr_factor == Approx(0.5));
+  // The same ranks per node on more nodes: a node's batch, and the rate, stay.
+  CHECK(elastic_batch(false, four, 32, 6, 3, outer, false).lr_factor == Approx(1.0));
+  // Unequal nodes (5 ranks on 3 nodes) count the job's mean node: every node steps at one rate.
+  CHECK(update_batch(UpdateBatch::node, 32, 1, 5, 3) == Approx(160.0 / 3.0));
+  CHECK(elastic_batch(false, four, 32, 5, 3, outer, false).lr_factor == Approx((160.0 / 3.0) / 64.0));
 }

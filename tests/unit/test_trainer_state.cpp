@@ -41,6 +41,7 @@ TrainerState sample_state() {
   s.rank_nodes = "0 0 1 1";
   s.schedule_steps = 900;
   s.schedule_step_samples = 512;
+  s.schedule_steps_per_epoch = 117;
   s.learner_batch = 85;
   s.lr_factor = 0.75;
   s.per_rank_parts = true;
@@ -65,6 +66,7 @@ void check_equal(const TrainerState& a, const TrainerState& b) {
   CHECK(a.rank_nodes == b.rank_nodes);
   CHECK(a.schedule_steps == b.schedule_steps);
   CHECK(a.schedule_step_samples == b.schedule_step_samples);
+  CHECK(a.schedule_steps_per_epoch == b.schedule_steps_per_epoch);
   CHECK(a.learner_batch == b.learner_batch);
   CHECK(a.lr_factor == b.lr_factor);
   CHECK(a.samples_done == b.samples_done);
@@ -111,7 +113,7 @@ TEST_CASE("a checkpoint without the run's clock reads as a first attempt", "[tra
   d.reals.erase("elapsed_s");
   d.reals.erase("eval_elapsed_s");
   for (const char* key : {"epoch_position", "epoch_start_position", "epoch_start_batches", "nodes", "schedule_steps",
-                          "schedule_step_samples", "learner_batch"})
+                          "schedule_step_samples", "schedule_steps_per_epoch", "learner_batch"})
     d.ints.erase(key);
   d.reals.erase("lr_factor");
   d.texts.erase("rank_nodes");
@@ -124,6 +126,7 @@ TEST_CASE("a checkpoint without the run's clock reads as a first attempt", "[tra
   CHECK(s.rank_nodes.empty());
   CHECK(s.schedule_steps == 0);
   CHECK(s.schedule_step_samples == 0);
+  CHECK(s.schedule_steps_per_epoch == 0);
   CHECK(s.learner_batch == 0);  // the config's train.batch_size
   CHECK(s.lr_factor == 1.0);
   CHECK(s.attempt == 1);
@@ -153,7 +156,7 @@ TEST_CASE("a missing entry or an impossible count names the file", "[trainer_sta
   CHECK_THROWS_WITH(read_trainer_state(no_rate), Catch::Contains(d.origin) && Catch::Contains("lr_factor = 0"));
 }
 
-TEST_CASE("the trainer writes exactly its 31 entries, by name and kind", "[trainer_state][checkpoint]") {
+TEST_CASE("the trainer writes exactly its 32 entries, by name and kind", "[trainer_state][checkpoint]") {
   checkpoint::CheckpointData d;
   write_trainer_state(sample_state(), d);
   auto keys = [](const auto& map) {
@@ -167,7 +170,7 @@ TEST_CASE("the trainer writes exactly its 31 entries, by name and kind", "[train
                                               "per_rank_parts", "train_samples", "param_count", "state_count",
                                               "epoch_position", "epoch_start_position", "epoch_start_batches",
                                               "nodes", "schedule_steps", "schedule_step_samples",
-                                              "learner_batch"});
+                                              "schedule_steps_per_epoch", "learner_batch"});
   CHECK(keys(d.reals) == std::set<std::string>{"window_loss_sum", "window_loss_weight", "last_train_loss",
                                                "elapsed_s", "eval_elapsed_s", "lr_factor"});
   CHECK(keys(d.texts) == std::set<std::string>{"config", "config_origin", "model", "algorithm", "rank_nodes"});
