@@ -204,6 +204,9 @@ class LearnerGroup {
     m_options.outer.start_step = start_step;
     m_options.outer.warmup_steps = warmup_steps;
   }
+  // local-sgd: the step its synchronous start (parallel.start_step) ends at, as a step of this
+  // run, placed as outer's is.
+  void set_local_start_step(int64_t start_step) { m_options.start_step = start_step; }
   // outer: the outer steps the run has taken (every attempt's).
   int64_t outer_steps() const;
 

@@ -282,16 +282,20 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
   m_resumed_from = ck.path;
   m_last_checkpoint = ck.path;
   m_last_checkpoint_step = m_pos.step;
-  place_outer_steps();
+  place_synchronous_start();
 }
 
 // outer's synchronous start (parallel.outer.start_step, or start_fraction of the first plan's
-// steps) and the end of the learning rate's warm-up are places in the schedule's frame: as steps
-// of this run they move where an earlier attempt trained on another shape (step_plan.hpp,
-// run_step_of). A run of one shape throughout keeps the steps the config gives.
-void TrainingRun::place_outer_steps() {
-  if (m_algorithm != parallel::Algorithm::outer) return;
+// steps) and the end of the learning rate's warm-up, and local-sgd's synchronous start
+// (parallel.start_step), are places in the schedule's frame: as steps of this run they move
+// where an earlier attempt trained on another shape (step_plan.hpp, run_step_of). A run of one
+// shape throughout keeps the steps the config gives.
+void TrainingRun::place_synchronous_start() {
   const StepPlan& p = m_data.plan;
+  if (m_algorithm == parallel::Algorithm::local_sgd)
+    m_device.group->set_local_start_step(
+        run_step_of(p, m_cfg.parallel.start_step, m_pos.step, m_pos.samples_done, step_samples()));
+  if (m_algorithm != parallel::Algorithm::outer) return;
   const int64_t start = m_cfg.parallel.outer.start_at(p.schedule_steps);
   m_device.group->set_outer_steps(run_step_of(p, start, m_pos.step, m_pos.samples_done, step_samples()),
                                   run_step_of(p, m_cfg.schedule.warmup_steps, m_pos.step, m_pos.samples_done,

@@ -229,7 +229,7 @@ TrainResult TrainingRun::finish() {
     s.parallel["centre_rate"] = c.beta;
     s.parallel["momentum"] = c.mu;
   }
-  if (m_algorithm == parallel::Algorithm::local_sgd) s.parallel["start_step"] = m_cfg.parallel.start_step;
+  if (m_algorithm == parallel::Algorithm::local_sgd) s.parallel["start_step"] = g.options().start_step;
   if (m_algorithm == parallel::Algorithm::outer) {
     const config::OuterConfig& o = m_cfg.parallel.outer;
     s.parallel["period"] = o.period;

@@ -75,7 +75,7 @@ class TrainingRun {
   void fit_shape(const checkpoint::TrainerState& then);
   int64_t trained_batch(const checkpoint::TrainerState& then) const;
   void restore(const checkpoint::LoadedCheckpoint& ck, const checkpoint::TrainerState& then);
-  void place_outer_steps();
+  void place_synchronous_start();
   bool target_still_reached(const checkpoint::TrainerState& s) const;
   void write_checkpoint();
   checkpoint::TrainerState trainer_state() const;

@@ -350,6 +350,32 @@ TEST_CASE("outer resumed on other nodes: the synchronous start stays where it wa
   CHECK(outer.at("outer_steps") == 13 + 4);
 }
 
+TEST_CASE("local-sgd resumed on other ranks: its synchronous start stays where it was in samples",
+          "[launch][checkpoint][elastic]") {
+  // 4 ranks x 64 samples: 256 a step, 8 steps an epoch, 16 in the run; ssgd for the first 8
+  // steps (parallel.start_step = 8: 2048 samples), then an average every 4. A checkpoint at step
+  // 3, resumed on 2 ranks keeping 64 per learner: 128 a step. The start is then after 2048
+  // samples, step 3 + 1280 / 128 = 13 of the resumed run, not its step 8.
+  TempDir t("squall-elastic-local-start");
+  const std::string dir = t.file("run");
+  auto job = [&](const std::string& extra) {
+    return squall_bin() + " train --config " + k_configs + "fashion-mnist-lenet5.toml --set run.dir=" + dir +
+           " --set data.train_samples=2048 --set data.test_samples=256 --set train.epochs=2"
+           " --set train.batch_size=64 --set schedule.warmup_steps=0 --set schedule.kind=constant"
+           " --set checkpoint.every_steps=3 --set run.threads=1 --set parallel.algorithm=local-sgd"
+           " --set parallel.period=4 --set parallel.start_step=8 --set parallel.check_sums=true" + extra;
+  };
+  const auto a = run_command("SQUALL_FAIL_AT=0:5 " + mpiexec(4) + " " + job(""));
+  INFO(output_tail(a));
+  REQUIRE(fs::exists(fs::path(dir) / "checkpoints/step-00000003/model.h5"));
+  const auto r = run_command(mpiexec(2) + " " + job(" --resume auto --set elastic.batch=learner"));
+  INFO(output_tail(r));
+  REQUIRE(r.exit_code == 0);
+  const json s = read_json(fs::path(dir) / "summary.json");
+  REQUIRE(s.at("steps") == 3 + 10 + 16);
+  CHECK(s.at("parallel").at("start_step") == 13);
+}
+
 TEST_CASE("data.sampling = local: a resume with the same ranks on another node layout is refused, naming it",
           "[launch][checkpoint][elastic]") {
   // 2 ranks on 2 (emulated) nodes read one half of the data each; on 1 node of 2 ranks the
