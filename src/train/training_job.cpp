@@ -55,8 +55,8 @@ void check_synchronises(const config::Config& cfg, const std::string& origin, pa
     if (o.start_at(total_steps) > 0 || o.period <= total_steps) return;
     throw UsageError(origin + ": parallel.outer.period = " + std::to_string(o.period) + " is longer than the run (" +
                      std::to_string(total_steps) +
-                     " steps: train.epochs, train.max_steps): the centre would never take an outer step and the "
-                     "run would evaluate the initial model");
+                     " steps: train.epochs, train.max_steps): the centre would take its only outer step after the last "
+                     "step, and every evaluation before it would see the initial model");
   }
   const bool local = algorithm == parallel::Algorithm::local_sgd;
   if (first_synchronisation(cfg.parallel.period, local ? cfg.parallel.start_step : 0) <= total_steps) return;
@@ -66,8 +66,8 @@ void check_synchronises(const config::Config& cfg, const std::string& origin, pa
   throw UsageError(origin + ": " + key + " = " + std::to_string(cfg.parallel.period) +
                    (local ? " after parallel.start_step = " + std::to_string(cfg.parallel.start_step) : std::string()) +
                    " is longer than the run (" + std::to_string(total_steps) +
-                   " steps: train.epochs, train.max_steps): the central model would never be synchronised and the "
-                   "run would evaluate the initial model");
+                   " steps: train.epochs, train.max_steps): the central model would be synchronised only after the "
+                   "last step, and every evaluation before it would see the initial model");
 }
 
 }  // namespace
