@@ -44,6 +44,21 @@ function(squall_add_catch_tests target label)
     PROPERTIES LABELS ${label} TIMEOUT 600 SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_WAIT_POLICY=passive")
 endfunction()
 
+# squall_add_isa_rerun(<name> <target> <catch test spec> <label>): the cases of <spec> (those
+# tagged [isa]: their path or oneDNN's choice of kernels depends on the CPU's instruction set)
+# again as on a CPU with AVX2 at most (ONEDNN_MAX_CPU_ISA=AVX2), in one process, labelled <label>
+# and isa-avx2: a machine with AVX-512 then runs both paths (docs/design.md, "Where it runs,
+# and how it is tested"). Where the cap changes nothing (oneDNN runs AVX2 or less anyway), the
+# plain entries already ran that path and the test main skips the entry, saying so
+# (SQUALL_TEST_ISA_RERUN, tests/support/cpu_path.hpp). Cases that skip on a machine without
+# some hardware ([needs-hardware]) belong in no such spec: one skip reports the whole entry as
+# skipped.
+function(squall_add_isa_rerun name target spec label)
+  add_test(NAME ${name} COMMAND ${target} -w NoTests "${spec}")
+  set_tests_properties(${name} PROPERTIES LABELS "${label};isa-avx2" TIMEOUT 600 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "ONEDNN_MAX_CPU_ISA=AVX2;SQUALL_TEST_ISA_RERUN=1;OMP_WAIT_POLICY=passive")
+endfunction()
+
 function(squall_mpi_test_properties name)
   set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 120 ENVIRONMENT "${SQUALL_MPI_TEST_ENV}")
 endfunction()

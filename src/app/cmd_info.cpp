@@ -37,6 +37,8 @@ json build_json(const CudaProbe& cuda) {
       {"cpu_dnn", cpu::dnn_library()},
       {"cpu_isa", cpu::dnn_isa()},
       {"cpu_bf16", cpu::dnn_has_bf16()},
+      {"cpu_bf16_path", cpu::dnn_bf16_path()},
+      {"cpu_isa_cap", cpu::dnn_isa_cap().empty() ? json(nullptr) : json(cpu::dnn_isa_cap())},
   };
 }
 
@@ -66,8 +68,13 @@ std::string text_of(const json& doc) {
   const json& b = doc["build"];
   out += "build: " + b["build_type"].get<std::string>() + ", " + b["compiler"].get<std::string>() + "\n";
   out += "  cpu backend: " + b["cpu_dnn"].get<std::string>() + ", ISA " + b["cpu_isa"].get<std::string>() +
+         (b["cpu_isa_cap"].is_null() ? "" : " (capped by ONEDNN_MAX_CPU_ISA=" + b["cpu_isa_cap"].get<std::string>() + ")") +
          (b["cpu_bf16"].get<bool>() ? " (bf16 in hardware)" : " (no bf16 arithmetic: train.precision = bf16 needs "
                                                               "train.cpu_precision = reference)") + "\n";
+  out += "  cpu bf16 path: " + b["cpu_bf16_path"].get<std::string>() +
+         (b["cpu_bf16_path"].get<std::string>() == "native"
+              ? " (convolutions on oneDNN's bf16 primitives; train.cpu_precision = reference for the emulation)"
+              : " (f32 arithmetic rounded to bf16 after every operation)") + "\n";
   if (b["cuda"].get<bool>()) {
     out += "  cuda backend: CUDA " + b["cuda_version"].get<std::string>() + ", cuDNN " +
            b["cudnn_version"].get<std::string>() + ", NCCL " + b["nccl_version"].get<std::string>() +

@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -44,6 +45,14 @@ std::string dnn_isa() {
 }
 
 bool dnn_has_bf16() { return has_all(dnnl_get_effective_cpu_isa(), dnnl_cpu_isa_avx512_core_bf16); }
+
+std::string dnn_bf16_path() { return dnn_has_bf16() ? "native" : "reference"; }
+
+std::string dnn_isa_cap() {
+  for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"})
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return v;
+  return "";
+}
 
 namespace {
 

@@ -11,6 +11,14 @@ std::string dnn_isa();
 // Whether that instruction set has bf16 arithmetic (AVX512-BF16 or AMX): oneDNN's bf16
 // primitives then run in hardware (train.cpu_precision, docs/training.md).
 bool dnn_has_bf16();
+// How this CPU computes bf16 activations when train.cpu_precision is auto: "native" (oneDNN's
+// bf16 convolution primitives, where dnn_has_bf16) or "reference" (f32 arithmetic rounded to
+// bf16 after every operation: the only path without bf16 arithmetic, which training then asks
+// for by train.cpu_precision = reference). docs/design.md, "Precision".
+std::string dnn_bf16_path();
+// The cap the environment puts on oneDNN's ISA (ONEDNN_MAX_CPU_ISA, or its older name
+// DNNL_MAX_CPU_ISA, as oneDNN reads them); empty when none is set.
+std::string dnn_isa_cap();
 
 // The processor's model name from /proc/cpuinfo ("AMD EPYC 7B13"), or "cpu".
 std::string cpu_model_name();

@@ -251,9 +251,15 @@ Graph::ActivationPlan Graph::plan_activations() const {
   // hands its gradient to), spanning every member's span; node 0's is never needed.
   if (m_alias_gradients) {
     BackwardStructure structure;
-    for (const auto& n : m_nodes) {
-      structure.inputs.push_back(n->inputs);
-      structure.passes_through.push_back(n->layer != nullptr && n->layer->passes_gradient_through());
+    for (int i = 0; i < count; ++i) {
+      const Node& n = *m_nodes[static_cast<size_t>(i)];
+      structure.inputs.push_back(n.inputs);
+      structure.passes_through.push_back(n.layer != nullptr && n.layer->passes_gradient_through());
+      // The fused chains as backward walks them: the head takes its fused nodes' gradient, and
+      // may overwrite it (a convolution's ReLU mask) while an input handed the same memory by
+      // a residual add has yet to read it.
+      structure.fused.push_back(fused_into(i) >= 0);
+      structure.overwrites_gradient.push_back(n.layer != nullptr && n.layer->overwrites_output_gradient());
     }
     structure.output = m_output;
     p.hands_through = plan_gradient_aliases(structure);

@@ -109,6 +109,11 @@ class Layer {
   // the graph may then give an input dout's memory as its gradient instead of a copy
   // (src/nn/gradient_aliases.hpp).
   virtual bool passes_gradient_through() const { return false; }
+  // True when backward writes dout before it has read it (a convolution that took the ReLU
+  // after it masks that gradient in place): no other node's gradient may then share dout's
+  // memory while that node has yet to read it (src/nn/gradient_aliases.hpp). Known after the
+  // graph's fusion.
+  virtual bool overwrites_output_gradient() const { return false; }
   // Fusion (docs/design.md, "Inference"): before build(), the graph offers the layer the node
   // that alone reads its output (`training`: in a training graph); true means the layer's
   // forward computes that node's too, and its backward takes that node's output gradient (the

@@ -166,8 +166,13 @@ class TallyingBatchNormPlan final : public nn::BatchNormPlan {
 
 class RecordingBackend final : public nn::Backend {
  public:
-  // threads: the CPU backend's team size (1 keeps it off cores the other tests use).
-  explicit RecordingBackend(int threads = 1) : m_cpu(nn::make_cpu_backend(threads)) {}
+  // threads: the CPU backend's team size (1 keeps it off cores the other tests use). Its
+  // reduced-precision plans are the reference emulation on every CPU: they keep a copy of
+  // their weights (the rounded weights, a weight mirror) as the CUDA plans do, where oneDNN's
+  // native bf16 plans, on a CPU with bf16 arithmetic, keep none and would record other work.
+  explicit RecordingBackend(int threads = 1) : m_cpu(nn::make_cpu_backend(threads)) {
+    m_cpu->set_reference_precision(true);
+  }
 
   // What the layers asked for since construction (or clear()), in the order they asked.
   const std::vector<nn::ConvDesc>& convs() const { return m_convs; }

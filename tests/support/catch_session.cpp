@@ -20,4 +20,9 @@ void catch_use_reporter(const std::string& name) { session().configData().report
 
 int catch_run() { return session().run(); }
 
+bool catch_lists() {
+  const Catch::ConfigData& c = session().configData();
+  return c.listTests || c.listTestNamesOnly || c.listTags || c.listReporters || c.showHelp;
+}
+
 }  // namespace squall::test

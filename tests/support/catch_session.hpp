@@ -15,4 +15,9 @@ void catch_use_reporter(const std::string& name);
 // Runs the cases the command line chose: the number of failed assertions, capped as Catch caps it.
 int catch_run();
 
+// Whether the command line asks for a listing (of tests, their names, tags or reporters) or
+// the help rather than a run: CTest's discovery reads the names from stdout, which must hold
+// nothing else.
+bool catch_lists();
+
 }  // namespace squall::test

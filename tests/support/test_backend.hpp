@@ -70,6 +70,22 @@ inline nn::Backend& test_backend() {
 
 inline double slack() { return k_testing_gpu ? 8.0 : 1.0; }
 
+// While it lives, the reduced-precision plans `b` makes are the reference emulation (f32
+// arithmetic rounded to the type: Backend::set_reference_precision, train.cpu_precision =
+// reference) even where the CPU has bf16 arithmetic; a no-op on the CUDA backend. A test
+// whose checks are the reference's contract pins it, so that it checks the same thing on
+// every CPU (docs/design.md, "Precision" and "Where it runs, and how it is tested").
+class ReferencePrecision {
+ public:
+  explicit ReferencePrecision(nn::Backend& b) : m_b(b) { m_b.set_reference_precision(true); }
+  ~ReferencePrecision() { m_b.set_reference_precision(false); }
+  ReferencePrecision(const ReferencePrecision&) = delete;
+  ReferencePrecision& operator=(const ReferencePrecision&) = delete;
+
+ private:
+  nn::Backend& m_b;
+};
+
 // n floats of backend memory, on the host (waits for the stream's work).
 inline std::vector<float> download(nn::Backend& be, const float* src, size_t n) {
   auto stream = be.create_stream();

@@ -70,6 +70,34 @@ TEST_CASE("gradient aliases: an input read again before the other input's gradie
   CHECK(nn::plan_gradient_aliases(from_input)[2] == std::vector<bool>{true, false});
 }
 
+TEST_CASE("gradient aliases: a layer that overwrites its gradient shares it with no input still to read it",
+          "[models][aliases]") {
+  // 1 = x = conv0(0); 2 = c = conv1(1); 3 = relu(2), fused into c, whose backward masks their
+  // one gradient in place before reading it; 4 = add(3, 1); 5 = the output, read from 4.
+  auto s = structure({{}, {0}, {1}, {2}, {3, 1}, {4}}, {false, false, false, false, true, false}, 5);
+  s.fused = {false, false, false, true, false, false};
+  s.overwrites_gradient = {false, false, true, false, false, false};
+  const auto alias = nn::plan_gradient_aliases(s);
+  CHECK(alias[3] == std::vector<bool>{true});          // the fused ReLU's gradient is conv1's, always
+  CHECK(alias[4] == std::vector<bool>{true, false});   // x keeps a copy: conv1's mask would reach it
+  CHECK(nn::gradient_aliases_safe(s, alias));
+  auto both = alias;
+  both[4][1] = true;
+  CHECK_FALSE(nn::gradient_aliases_safe(s, both));
+  auto unfused = alias;
+  unfused[3][0] = false;
+  CHECK_FALSE(nn::gradient_aliases_safe(s, unfused));  // a fused node has no memory of its own
+  // A fused layer that only reads its gradient (a batch norm's ReLU, masked as it is read): both share.
+  auto reads = s;
+  reads.overwrites_gradient.clear();
+  CHECK(nn::plan_gradient_aliases(reads)[4] == std::vector<bool>{true, true});
+  // In the other order of the add's inputs, x shares and the ReLU's gradient is the copy.
+  auto swapped = structure({{}, {0}, {1}, {2}, {1, 3}, {4}}, {false, false, false, false, true, false}, 5);
+  swapped.fused = s.fused;
+  swapped.overwrites_gradient = s.overwrites_gradient;
+  CHECK(nn::plan_gradient_aliases(swapped)[4] == std::vector<bool>{true, false});
+}
+
 namespace {
 
 nn::Backend& be() { return test::test_backend(); }
@@ -142,6 +170,59 @@ TEST_CASE("gradient aliases: the fallback to a copy gives the copying graph's gr
   nn::Graph g(Shape(1, 2, 1, 1));
   g.build(be(), 1, 1);
   CHECK_THROWS_AS(g.set_gradient_aliasing(false), Error);  // after build: refused
+}
+
+// A convolution that takes the ReLU after it (a training graph's fusion, docs/design.md,
+// "Inference") masks that ReLU's output gradient in place before its own backward reads it.
+// When the ReLU's output is one input of a residual add and the convolution's input the other,
+// x = conv0(in); a = add(relu(conv1(x)), x), handing the add's gradient through to both
+// would put x's gradient in the memory conv1 masks: x's shortcut part would reach conv0
+// masked. The planner must keep a copy for one of them; in either order of the add's inputs,
+// the gradients are the unfused graph's.
+TEST_CASE("gradient aliases: a convolution's fused ReLU mask does not reach a shortcut sharing its gradient",
+          "[models][aliases][fusion]") {
+  if (!be().fuses(DType::f32)) return;  // the CUDA backend fuses nothing yet
+  auto s = be().create_stream();
+  for (const bool relu_first : {true, false}) {
+    INFO((relu_first ? "add(relu(conv1(x)), x)" : "add(x, relu(conv1(x)))"));
+    std::vector<std::vector<float>> grads;
+    std::vector<int> fused;
+    std::vector<nn::ParamInfo> params;
+    for (const bool fuse : {true, false}) {
+      nn::Graph g(Shape(1, 3, 6, 6));
+      nn::Conv2dOptions o;
+      o.out_channels = 4;
+      o.kernel = 3;
+      o.padding = 1;
+      const int x = g.add("conv0", nn::conv2d(o), nn::Graph::k_input);
+      const int c = g.add("conv1", nn::conv2d(o), x);
+      const int r = g.add("conv1.relu", nn::relu(), c);
+      const int a = g.add("add", nn::add(), relu_first ? std::vector<int>{r, x} : std::vector<int>{x, r});
+      const int p = g.add("pool", nn::global_avg_pool(), a);
+      g.add("fc", nn::linear(3), p);
+      g.set_fusion(fuse);
+      g.build(be(), 2, 5);
+      fused.push_back(g.fused_nodes());
+      params = g.param_info();
+      const auto bytes = gradients(g, *s);
+      std::vector<float> f(bytes.size() / sizeof(float));
+      std::memcpy(f.data(), bytes.data(), bytes.size());
+      grads.push_back(std::move(f));
+    }
+    REQUIRE(fused[0] == 1);  // the ReLU went into conv1 (else this checks nothing)
+    REQUIRE(fused[1] == 0);
+    // Per tensor. The post-op forward and the plain one are two oneDNN primitives, free to
+    // run different kernels: a sum order apart at most. A clobbered shortcut is an O(1) error
+    // in conv0's gradients.
+    for (const nn::ParamInfo& info : params) {
+      INFO(info.name);
+      const auto at = [&](const std::vector<float>& v) {
+        return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(info.offset),
+                                  v.begin() + static_cast<std::ptrdiff_t>(info.offset + info.count));
+      };
+      CHECK(test::relative_l2(at(grads[0]), at(grads[1])) < 1e-5);
+    }
+  }
 }
 
 namespace {

@@ -32,7 +32,7 @@ void randomise(nn::Graph& g, nn::Stream& s, uint32_t seed) {
 }  // namespace
 
 TEST_CASE("fusion: forward-only graphs with convolutions taking batch norm and ReLU compute the layer-by-layer logits",
-          "[fusion]") {
+          "[fusion][isa]") {
   if (!be().fuses(nn::DType::f32)) return;  // the CUDA backend fuses nothing yet
   auto s = be().create_stream();
   const int64_t batch = 3;
@@ -66,7 +66,7 @@ TEST_CASE("fusion: forward-only graphs with convolutions taking batch norm and R
 
 TEST_CASE("fusion: training graphs fuse each ReLU into the batch norm or convolution before it and compute the "
           "layer-by-layer logits and gradients",
-          "[fusion]") {
+          "[fusion][isa]") {
   if (!be().fuses(nn::DType::f32)) return;
   auto s = be().create_stream();
   const int64_t batch = 3;

@@ -216,7 +216,7 @@ TEST_CASE("layout blocked: convolution, pooling and batch-norm plans in blocked 
 }
 
 TEST_CASE("layout blocked: every zoo model built blocked computes the NCHW model's logits and gradients",
-          "[layout][blocked]") {
+          "[layout][blocked][isa]") {
   if (!cpu_backend()) return;
   auto s = be().create_stream();
   const int64_t batch = 2;

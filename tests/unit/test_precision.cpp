@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include "src/core/error.hpp"
@@ -168,14 +169,18 @@ TEST_CASE("reduced precision: the loss gradient carries the loss scale, the loss
   check_rounded("scaled dlogits", d2, scaled, DType::f16);
 }
 
-TEST_CASE("reduced precision: convolution, linear, pooling and batch norm plans", "[precision]") {
+TEST_CASE("reduced precision: convolution, linear, pooling and batch norm plans", "[precision][isa]") {
+  // The reference path on the CPU, whatever its ISA (on a CPU with bf16 arithmetic the bf16
+  // convolutions would otherwise run on oneDNN's bf16 primitives, whose weight gradients are
+  // f32: the next case checks those); the CUDA backend's own on a GPU.
+  const test::ReferencePrecision reference(be());
   auto s = be().create_stream();
   for (const DType t : k_types) {
     INFO("type " << nn::dtype_name(t));
     const double tol = 8 * unit_roundoff(t) * test::slack();
     // Convolution, ordinary and transposed: f32 weights, activations of t; against the f32
     // plan on the same rounded activations. dw comes back in f32 but holds values of t (a
-    // reduced-type gradient).
+    // reduced-type gradient, as cuDNN's from the plan's reduced-type copy of the weights).
     for (const bool transposed : {false, true}) {
       INFO((transposed ? "transposed convolution" : "convolution"));
       nn::ConvDesc d;
@@ -299,6 +304,7 @@ TEST_CASE("reduced precision: the CPU's bf16 convolutions run on oneDNN's bf16 p
   // and never under train.cpu_precision = reference; f16 never (oneDNN 2.6 has none on CPUs).
   CHECK(be().native_precision(DType::f32));
   CHECK(be().native_precision(DType::bf16) == cpu::dnn_has_bf16());
+  CHECK(cpu::dnn_bf16_path() == (cpu::dnn_has_bf16() ? "native" : "reference"));  // what squall info says
   CHECK_FALSE(be().native_precision(DType::f16));
   be().set_reference_precision(true);
   CHECK_FALSE(be().native_precision(DType::bf16));
@@ -328,7 +334,7 @@ TEST_CASE("reduced precision: the CPU's bf16 convolutions run on oneDNN's bf16 p
                db = be().allocate(static_cast<size_t>(d.k));
     be().copy_from_host(*s, wb.data(), w.data(), w_count);
     be().copy_from_host(*s, bb.data(), bias.data(), static_cast<size_t>(d.k));
-    std::vector<float> y[2], dx[2], dwh[2];
+    std::vector<float> y[2], dx[2], dwh[2], dbh[2];
     for (const bool reference : {true, false}) {
       be().set_reference_precision(reference);
       auto plan = be().make_conv(d);
@@ -341,16 +347,32 @@ TEST_CASE("reduced precision: the CPU's bf16 convolutions run on oneDNN's bf16 p
       y[reference] = read(yt);
       dx[reference] = read(dxt);
       dwh[reference] = test::download(be(), dw.data(), w_count);
+      dbh[reference] = test::download(be(), db.data(), static_cast<size_t>(d.k));
     }
     CHECK(test::relative_l2(y[0], y[1]) < tol);
     CHECK(test::relative_l2(dx[0], dx[1]) < tol);
     CHECK(test::relative_l2(dwh[0], dwh[1]) < tol);
+    CHECK(test::relative_l2(dbh[0], dbh[1]) < tol);
     CHECK(rounded(y[0], t) == y[0]);  // the outputs are bf16 values
+    // The weight and bias gradients of the native path stay f32 (the primitives' f32
+    // diff_weights and diff_bias, docs/design.md, "Precision"), where the reference rounds them
+    // to bf16: of hundreds of sums of bf16 products, some are no bf16 values.
+    CHECK(rounded(dwh[1], t) == dwh[1]);
+    CHECK(rounded(dwh[0], t) != dwh[0]);
+    CHECK(rounded(dbh[0], t) != dbh[0]);
   }
 }
 #endif
 
-TEST_CASE("reduced precision: LeNet-5 at bf16 computes the f32 model's logits and gradients", "[precision]") {
+TEST_CASE("reduced precision: LeNet-5 at bf16 computes the f32 model's logits and gradients", "[precision][isa]") {
+  // On both paths the backend has at bf16: the reference, pinned, then its own (on the CPU
+  // native where it has bf16 arithmetic, the reference again where not). The tolerances
+  // hold for both.
+  const bool pinned = GENERATE(true, false);
+  std::optional<test::ReferencePrecision> reference;
+  if (pinned) reference.emplace(be());
+  INFO("bf16 path " << (be().native_precision(DType::bf16) ? "native" : "reference")
+                    << (pinned ? " (pinned)" : " (the backend's own)"));
   auto s = be().create_stream();
   nn::ModelSpec spec;
   spec.name = "lenet5";

@@ -1,11 +1,14 @@
 // Weight mirrors (docs/design.md, "Weight mirrors"): the convolutions' own copies of their
 // weights, written by the optimizer's fused update and used by the next forward without a
-// copy. On the CPU backend the copy is the reduced-precision plan's rounded weights, so a
-// stale mirror computes with the wrong weights here as on a GPU: the learner group in bf16
-// NHWC must train bit for bit as with mirrors off, whatever writes the weights between
+// copy. On the CPU backend the copy is the reference reduced-precision plan's rounded weights,
+// so a stale mirror computes with the wrong weights here as on a GPU: the learner group in
+// bf16 NHWC must train bit for bit as with mirrors off, whatever writes the weights between
 // updates (ssgd's copies into the other learners, sma's pull, local SGD's average, a
 // checkpoint restored, a learner added), and a write through Graph::params() after an update
-// must make the next forward copy the weights again.
+// must make the next forward copy the weights again. These cases pin the reference path
+// (test::ReferencePrecision), which keeps the copies on every CPU: where the CPU has bf16
+// arithmetic, the default path is oneDNN's bf16 primitives, which reorder the f32 weights at
+// every forward and keep no mirror (the last case checks that path, where there is one).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -14,9 +17,11 @@
 #include <vector>
 
 #include "mpi/sum.hpp"
+#include "src/cpu/cpu_info.hpp"
 #include "src/nn/graph.hpp"
 #include "src/parallel/learners.hpp"
 #include "src/optim/optimizer.hpp"
+#include "tests/support/skip.hpp"
 #include "tests/support/test_backend.hpp"
 
 using namespace squall;
@@ -85,6 +90,13 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// The parameters whose plan keeps a copy.
+size_t mirrored(const nn::Graph& g) {
+  size_t n = 0;
+  for (const nn::WeightMirror& m : g.weight_mirrors()) n += m.data != nullptr ? 1 : 0;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("weight mirrors: ssgd, sma and local SGD in bf16 NHWC train bit for bit as without them",
@@ -93,6 +105,7 @@ TEST_CASE("weight mirrors: ssgd, sma and local SGD in bf16 NHWC train bit for bi
   const int L = GENERATE(1, 3);
   INFO(parallel::algorithm_name(algorithm) << ", " << L << " learners");
   auto backend = test::make_test_backend(2);
+  const test::ReferencePrecision reference(*backend);
   mpi::OneRankAllreduce alone;
   parallel::LearnerGroupOptions o;
   o.algorithm = algorithm;
@@ -105,6 +118,7 @@ TEST_CASE("weight mirrors: ssgd, sma and local SGD in bf16 NHWC train bit for bi
   parallel::LearnerGroup off(*backend, [] { return conv_model(false); }, kBatch, kBatch, momentum_sgd(), {}, o, alone);
   REQUIRE(on.replica_graph(0).weight_mirrors_enabled());
   REQUIRE_FALSE(off.replica_graph(0).weight_mirrors_enabled());
+  REQUIRE(mirrored(on.replica_graph(0)) == 2);  // the two filters' (else this test would check nothing)
   int current = 0;  // steps after which the next forward takes the mirrors as they are
   for (int64_t step = 0; step < 7; ++step) {
     const Batches in = batches(L, step);
@@ -130,6 +144,7 @@ TEST_CASE("weight mirrors: a restored checkpoint and an added learner train as w
   const auto algorithm = GENERATE(parallel::Algorithm::ssgd, parallel::Algorithm::sma);
   INFO(parallel::algorithm_name(algorithm));
   auto backend = test::make_test_backend(2);
+  const test::ReferencePrecision reference(*backend);
   mpi::OneRankAllreduce alone;
   parallel::LearnerGroupOptions o;
   o.algorithm = algorithm;
@@ -141,6 +156,7 @@ TEST_CASE("weight mirrors: a restored checkpoint and an added learner train as w
   for (const bool mirrors : {true, false}) {
     parallel::LearnerGroup g(*backend, [mirrors] { return conv_model(mirrors); }, kBatch, kBatch, momentum_sgd(), {}, o,
                           alone);
+    REQUIRE(mirrored(g.replica_graph(0)) == (mirrors ? 2 : 0));
     checkpoint::CheckpointData shared, own;
     for (int64_t step = 0; step < 3; ++step) g.step(batches(1, step).inputs, step, 0.05f);
     g.save_shared(shared);
@@ -158,10 +174,19 @@ TEST_CASE("weight mirrors: a restored checkpoint and an added learner train as w
   CHECK(same_bits(ends[1], ends[3]));
 }
 
-TEST_CASE("weight mirrors: a write through params() after an update makes the next forward copy the weights",
-          "[models][mirrors][cpu-only]") {
-  nn::Backend& be = test::test_backend();
+namespace {
+
+// An update, then writes through params(), on two graphs in bf16 NHWC, mirrors on and off, on
+// whatever path the backend takes at bf16 now: the logits must agree as long as nothing lies
+// about the mirrors, and (where the plans keep copies) a mirror wrongly marked current must
+// show as other logits.
+void check_writes_through_params(nn::Backend& be) {
   auto s = be.create_stream();
+  // The copies the plans keep, by the backend's own account of its bf16 path: one per filter
+  // on the reference path (its rounded weights); none on oneDNN's native bf16 path, which
+  // reorders the f32 weights at every forward.
+  const size_t filters = be.native_precision(DType::bf16) ? 0 : 2;
+  INFO("bf16 " << (be.native_precision(DType::bf16) ? "native" : "reference") << ", " << filters << " mirrors");
   std::vector<std::unique_ptr<nn::Graph>> graphs;
   std::vector<std::unique_ptr<optim::Optimizer>> optimizers;
   for (const bool mirrors : {true, false}) {
@@ -178,11 +203,8 @@ TEST_CASE("weight mirrors: a write through params() after an update makes the ne
       groups.push_back({g->params() + p.offset, g->grads() + p.offset, p.count, true, p.name,
                         m.empty() ? nn::WeightMirror{} : m[i]});
     }
-    if (mirrors) {  // the two filters have one; the bias, batch norm and linear layer none
-      size_t with = 0;
-      for (const auto& w : m) with += w.data != nullptr ? 1 : 0;
-      CHECK(with == 2);
-    }
+    // The bias, batch norm and linear layer have none.
+    CHECK(mirrored(*g) == (mirrors ? filters : 0));
     nn::Graph* raw = g.get();
     optimizers.push_back(
         optim::make_optimizer(momentum_sgd(), be, std::move(groups), [raw] { raw->mark_mirrors_current(); }));
@@ -224,7 +246,8 @@ TEST_CASE("weight mirrors: a write through params() after an update makes the ne
   for (auto& g : graphs) g->forward(*s, nn::RunMode{});
   CHECK(logits(*graphs[0]) == logits(*graphs[1]));
   // Trusting the mirror now would compute with the weights it was last written from, not the
-  // new ones: the marking is what keeps the logits right (and the test able to tell).
+  // new ones: the marking is what keeps the logits right (and the test able to tell). Without
+  // copies, there is nothing to trust: the same logits.
   for (float& v : w) v = 0.5f * v - 0.02f;
   for (auto& g : graphs) {
     be.copy_from_host(*s, g->params(), w.data(), P);
@@ -232,6 +255,26 @@ TEST_CASE("weight mirrors: a write through params() after an update makes the ne
   }
   graphs[0]->mark_mirrors_current();
   for (auto& g : graphs) g->forward(*s, nn::RunMode{});
-  CHECK(logits(*graphs[0]) != logits(*graphs[1]));
+  if (filters > 0) CHECK(logits(*graphs[0]) != logits(*graphs[1]));
+  else CHECK(logits(*graphs[0]) == logits(*graphs[1]));
   CHECK_THROWS_AS(graphs[0]->set_weight_mirrors(false), Error);  // after build: refused
+}
+
+}  // namespace
+
+TEST_CASE("weight mirrors: a write through params() after an update makes the next forward copy the weights",
+          "[models][mirrors][cpu-only][isa]") {
+  nn::Backend& be = test::test_backend();
+  const test::ReferencePrecision reference(be);
+  check_writes_through_params(be);
+}
+
+TEST_CASE("weight mirrors: oneDNN's native bf16 convolutions keep no copy, and a write through params() reaches "
+          "them",
+          "[models][mirrors][cpu-only][needs-hardware][isa]") {
+  nn::Backend& be = test::test_backend();
+  if (!be.native_precision(DType::bf16))
+    SQUALL_SKIP("oneDNN runs " << cpu::dnn_isa() << " on " << cpu::cpu_model_name()
+                               << ": no bf16 arithmetic, so no native bf16 path (the case above is the reference's)");
+  check_writes_through_params(be);
 }

@@ -59,6 +59,8 @@ class ConvBase : public Layer {
     return false;
   }
   void reset_fusion() override { m_fuse_bn = m_fuse_relu = false; }
+  // The fused ReLU's backward masks dout in place (below).
+  bool overwrites_output_gradient() const override { return m_fuse_relu; }
   void bind_fused_batch_norm(const Tensor& gamma, const Tensor& beta, const Tensor& mean, const Tensor& var) override {
     SQUALL_CHECK(m_fuse_bn && m_plan, type() + ": bind_fused_batch_norm after build, with fuse_next");
     m_plan->bind_batch_norm(gamma.f32(), beta.f32(), mean.f32(), var.f32());
@@ -74,7 +76,8 @@ class ConvBase : public Layer {
   void backward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
     // The fused ReLU's backward, in place: its output gradient is this layer's (the graph gave
-    // the two nodes one gradient), and nothing else reads it.
+    // the two nodes one gradient), and no node that has yet to read it shares that memory
+    // (overwrites_output_gradient: the gradient aliases keep a copy for such a node instead).
     if (m_fuse_relu)
       m_backend->relu_backward(stream, m_dtype, out.data, dout.data, dout.data, static_cast<size_t>(out.shape.numel()));
     m_plan->backward_weights(stream, in[0].data, dout.data, m_dweight.f32(),
