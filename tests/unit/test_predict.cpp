@@ -64,7 +64,7 @@ TEST_CASE("count_event_regions: every event class's regions in one pass, as coun
 }
 
 TEST_CASE("eval and predict ask GCC's OpenMP for a short spin, unless the environment says how to wait", "[predict]") {
-  const char* plain[] = {"PATH=/usr/bin", "HOME=/root", "XGOMP_SPINCOUNT=7", nullptr};
+  const char* plain[] = {"PATH=/usr/bin", "LANG=C.UTF-8", "XGOMP_SPINCOUNT=7", nullptr};
   const char* policy[] = {"PATH=/usr/bin", "OMP_WAIT_POLICY=passive", nullptr};
   const char* spin[] = {"GOMP_SPINCOUNT=300000", "PATH=/usr/bin", nullptr};
   const char* eval[] = {"squall", "eval", "--run", "runs/x", nullptr};
