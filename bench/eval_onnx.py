@@ -36,6 +36,11 @@ column "run() only" adds the time inside session.run alone, the compute without 
 data path. ORT's pixel accuracy must equal squall's (the same model on the same normalised
 samples): a difference above 1e-3 is printed as a warning.
 
+Each row names the ISA of each side: squall's is what oneDNN dispatches to (ONEDNN_VERBOSE), which
+ONEDNN_MAX_CPU_ISA=AVX2 caps; ORT's is the widest its own kernels (MLAS) take on this CPU, which they
+pick from CPUID with no switch to cap them: on an AVX-512 machine, ONEDNN_MAX_CPU_ISA=AVX2 gives the
+conservative comparison of squall on AVX2 against ORT on AVX-512.
+
 ONNX Runtime, numpy and h5py come from build/bench-venv (bench/peer_venv.py; SKIP and exit 77
 where it cannot be made), or with --no-venv from this interpreter. Prints a markdown table for
 bench/RESULTS.md, or --json.
@@ -220,6 +225,29 @@ def prepare(a, workdir):
     return folder, run_dir, onnx_path, paths
 
 
+def ort_isa():
+    """The widest ISA ONNX Runtime's CPU kernels (MLAS) take here: MLAS picks its kernels from CPUID
+    when it loads, and has no switch that caps them (ONEDNN_MAX_CPU_ISA caps squall's side only)."""
+    flags = cpu_peak.cpu_flags()
+    if "avx512f" in flags:
+        return "AVX-512"
+    if "avx2" in flags:
+        return "AVX2"
+    return "SSE/AVX"
+
+
+def short_isa(isa):
+    """oneDNN's name for its ISA, shortened for a table cell: "Intel AVX-512 with Intel DL Boost and
+    bfloat16 support" -> "AVX-512 (bf16)", "Intel AVX2" -> "AVX2"."""
+    if not isa:
+        return "?"
+    if "AMX" in isa:
+        return "AMX"
+    if "AVX-512" in isa:
+        return "AVX-512 (bf16)" if "bfloat16" in isa else "AVX-512 (VNNI)" if "DL Boost" in isa else "AVX-512"
+    return isa.replace("Intel ", "")
+
+
 def main():
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -266,7 +294,7 @@ def main():
     med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731
     result = {"model": "unet", "input": [CHANNELS, HEIGHT, WIDTH], "batch": a.batch, "threads": a.threads,
               "samples": len(paths), "runs": a.runs, "cpu": cpu_peak.cpu_model(), "squall_onednn": dnn,
-              "onnxruntime": onnxruntime.__version__, "forward_gflop_per_sample": gflop,
+              "onnxruntime": onnxruntime.__version__, "ort_isa": ort_isa(), "forward_gflop_per_sample": gflop,
               "squall_samples_per_s": med(sq, "samples_per_s"), "ort_samples_per_s": med(ort_runs, "samples_per_s"),
               "ort_run_only_samples_per_s": med(ort_runs, "run_only_samples_per_s"),
               "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
@@ -280,17 +308,20 @@ def main():
         print(json.dumps(result, indent=2))
         return 0
     bc.out(f"CPU: {result['cpu']}; squall: oneDNN {dnn.get('version') or '?'}, ISA {dnn.get('isa') or '?'}; "
-           f"ONNX Runtime {result['onnxruntime']} (CPUExecutionProvider) from {sys.executable}")
+           f"ONNX Runtime {result['onnxruntime']} (CPUExecutionProvider, MLAS on {result['ort_isa']}: it picks its "
+           f"kernels from CPUID, and nothing caps them) from {sys.executable}")
     bc.out(f"{len(paths)} DeepCAM files a run, read, normalised and evaluated by both sides (loss, argmax, "
            "confusion matrix); medians of the runs\n")
-    bc.print_table_head(["command", "model", "input", "batch", "threads", "samples", "runs", "squall samples/s",
+    isas = f"{short_isa(dnn.get('isa'))} / {result['ort_isa']}"
+    bc.print_table_head(["command", "ISA (squall / ORT)", "model", "input", "batch", "threads", "samples", "runs",
+                         "squall samples/s",
                          "ORT samples/s (same work)", "squall / ORT (median, min-max)", "ORT run() only samples/s",
                          "squall forward GFLOP/s"])
-    bc.print_row(["eval", "unet", f"{CHANNELS}x{HEIGHT}x{WIDTH}", a.batch, a.threads, len(paths), a.runs,
+    bc.print_row(["eval", isas, "unet", f"{CHANNELS}x{HEIGHT}x{WIDTH}", a.batch, a.threads, len(paths), a.runs,
                   bc.fmt(result["squall_samples_per_s"]), bc.fmt(result["ort_samples_per_s"]),
                   f"{result['ratio_median']:.2f} ({result['ratio_min']:.2f}-{result['ratio_max']:.2f})",
                   bc.fmt(result["ort_run_only_samples_per_s"]), bc.fmt(result["squall_samples_per_s"] * gflop, 1)])
-    bc.print_row(["predict", "unet", f"{CHANNELS}x{HEIGHT}x{WIDTH}", a.batch, a.threads, len(paths), a.runs,
+    bc.print_row(["predict", isas, "unet", f"{CHANNELS}x{HEIGHT}x{WIDTH}", a.batch, a.threads, len(paths), a.runs,
                   bc.fmt(result["squall_predict_samples_per_s"]), bc.fmt(result["ort_predict_samples_per_s"]),
                   f"{result['predict_ratio_median']:.2f} ({result['predict_ratio_min']:.2f}-"
                   f"{result['predict_ratio_max']:.2f})", "", ""])

@@ -176,4 +176,14 @@ std::unique_ptr<BatchNormPlan> make_reduced_batch_norm(CpuBackend&, const BatchN
 std::unique_ptr<BatchNormPlan> make_nhwc_batch_norm(CpuBackend&, const BatchNormDesc&,
                                                    std::unique_ptr<BatchNormPlan> nchw);
 
+// What a convolution plan's forward runs (cpu_conv.cpp), for tests: oneDNN's implementation
+// and whether the plan reorders its input or output activation around it (staged: the
+// primitive computes in another layout than the tensor's). Empty for a plan that is not an
+// f32/bf16 oneDNN plan of this backend.
+struct ConvForwardInfo {
+  std::string implementation;
+  bool stages_x = false, stages_y = false;
+};
+ConvForwardInfo conv_forward_info(const ConvPlan&);
+
 }  // namespace squall::cpu

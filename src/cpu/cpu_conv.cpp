@@ -4,6 +4,7 @@
 // for the largest of them, are made once; a step only rebinds the caller's pointers.
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -87,6 +88,8 @@ class CpuConvPlan final : public ConvPlan {
       m_folded_b.resize(static_cast<size_t>(d.k));
     }
   }
+
+  ConvForwardInfo forward_info() const { return {m_fwd_impl, m_f_src.staged, m_f_dst.staged}; }
 
   void bind_batch_norm(const float* gamma, const float* beta, const float* mean, const float* var) override {
     if (!m_desc.fold_batch_norm) throw Error("conv: bind_batch_norm on a plan that folds none (ConvDesc::fold_batch_norm)");
@@ -252,11 +255,24 @@ class CpuConvPlan final : public ConvPlan {
     }
     try {
       const auto prop = d.backward ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-      const typename Kind::fwd::desc fwd_desc(prop, Kind::algo, any_src, any_wei,
-                                              m_own_bias ? memory::desc() : bias_md, any_dst, strides, dilates,
-                                              pad_l, pad_r);
-      const typename Kind::fwd::primitive_desc fwd_pd(fwd_desc, fwd_attr, engine);
+      const auto fwd_pd_for = [&](const memory::desc& src, const memory::desc& dst) {
+        const typename Kind::fwd::desc fwd_desc(prop, Kind::algo, src, any_wei, m_own_bias ? memory::desc() : bias_md,
+                                                dst, strides, dilates, pad_l, pad_r);
+        return typename Kind::fwd::primitive_desc(fwd_desc, fwd_attr, engine);
+      };
+      // Free to choose, oneDNN 2.6's forward_inference on AVX-512 takes its brgemm kernels in
+      // NHWC, so that a blocked activation went through two reorders per convolution (in and
+      // out), which cost more than the kernel saved. A forward-only plan therefore asks for its
+      // activations' own blocked layouts, where oneDNN has direct kernels (the layout that
+      // training's forward picks); a layout it could only serve with its reference loops is
+      // left to oneDNN's choice, as are plain layouts.
+      const bool pin_src = !d.backward && channel_block(d.layout) > 1;
+      const bool pin_dst = !d.backward && channel_block(d.y_layout()) > 1;
+      typename Kind::fwd::primitive_desc fwd_pd = fwd_pd_for(pin_src ? src_md : any_src, pin_dst ? dst_md : any_dst);
+      if ((pin_src || pin_dst) && std::string(fwd_pd.impl_info_str()).rfind("ref", 0) == 0)
+        fwd_pd = fwd_pd_for(any_src, any_dst);
       m_fwd = typename Kind::fwd(fwd_pd);
+      m_fwd_impl = fwd_pd.impl_info_str();
       m_f_src.init(engine, src_md, fwd_pd.src_desc(), false);
       m_f_wei.init(engine, wei_md, fwd_pd.weights_desc(), false);
       m_f_dst.init(engine, dst_md, fwd_pd.dst_desc(), true);
@@ -308,6 +324,7 @@ class CpuConvPlan final : public ConvPlan {
   Operand m_w_src, m_w_dy, m_w_dw;     // backward weights: x, dy (when not shared), dw
   bool m_share_src = false, m_share_dy = false;
   bool m_own_bias = false;             // the forward's bias (and ReLU) are added by add_bias
+  std::string m_fwd_impl;              // oneDNN's implementation of the forward
   const void* m_forward_x = nullptr;   // x of the last forward (its staged copy is m_f_src)
   const void* m_staged_dy = nullptr;   // dy staged in m_d_dy during this backward
   memory m_bias;                       // b or db: always plain
@@ -335,6 +352,11 @@ Layout probe_blocked_layout(dnnl::engine& engine) {
 }
 
 }  // namespace
+
+ConvForwardInfo conv_forward_info(const ConvPlan& p) {
+  const auto* plan = dynamic_cast<const CpuConvPlan*>(&p);
+  return plan != nullptr ? plan->forward_info() : ConvForwardInfo{};
+}
 
 tag dnnl_util::activation_tag(Layout l, const char* what) {
   switch (l) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <deque>
 #include <memory>
 #include <numeric>
@@ -101,6 +102,54 @@ int64_t count_regions(const uint8_t* mask, int64_t h, int64_t w, uint8_t cls) {
         }
     }
   }
+  return regions;
+}
+
+std::vector<int64_t> count_event_regions(const uint8_t* mask, int64_t h, int64_t w, int64_t classes) {
+  std::vector<int64_t> regions(static_cast<size_t>(std::max<int64_t>(classes, 0)), 0);
+  if (h <= 0 || w <= 0 || classes <= 1) return regions;
+  const int64_t n = h * w;
+  if (n > std::numeric_limits<int32_t>::max()) {  // beyond 32-bit pixel indices: a fill per class
+    for (int64_t c = 1; c < classes && c < 256; ++c) regions[static_cast<size_t>(c)] = count_regions(mask, h, w, static_cast<uint8_t>(c));
+    return regions;
+  }
+  // parent[p]: a pixel of the same region nearer its root; a root is its own parent. Pixels of
+  // the background or of no class in range are never looked at.
+  std::vector<int32_t> parent(static_cast<size_t>(n));
+  const auto event = [&](int64_t p) { return mask[p] != 0 && mask[p] < classes; };
+  const auto find = [&](int32_t p) {
+    while (parent[static_cast<size_t>(p)] != p) {
+      const int32_t up = parent[static_cast<size_t>(parent[static_cast<size_t>(p)])];
+      parent[static_cast<size_t>(p)] = up;  // path halving
+      p = up;
+    }
+    return p;
+  };
+  const auto join = [&](int32_t a, int32_t b) {
+    a = find(a), b = find(b);
+    if (a != b) parent[static_cast<size_t>(std::max(a, b))] = std::min(a, b);
+  };
+  for (int64_t p = 0; p < n; ++p) parent[static_cast<size_t>(p)] = static_cast<int32_t>(p);
+  // Every pair of 8-neighbours once: a pixel with its right neighbour (the last column's is the
+  // first: longitude wraps) and the three below it.
+  for (int64_t y = 0; y < h; ++y) {
+    const int64_t row = y * w, below = row + w;
+    for (int64_t x = 0; x < w; ++x) {
+      const int64_t p = row + x;
+      if (!event(p)) continue;
+      const uint8_t c = mask[p];
+      const int64_t left = x == 0 ? w - 1 : x - 1, right = x == w - 1 ? 0 : x + 1;
+      const auto p32 = static_cast<int32_t>(p);
+      if (mask[row + right] == c) join(p32, static_cast<int32_t>(row + right));
+      if (y + 1 < h) {
+        if (mask[below + left] == c) join(p32, static_cast<int32_t>(below + left));
+        if (mask[below + x] == c) join(p32, static_cast<int32_t>(below + x));
+        if (mask[below + right] == c) join(p32, static_cast<int32_t>(below + right));
+      }
+    }
+  }
+  for (int64_t p = 0; p < n; ++p)
+    if (event(p) && parent[static_cast<size_t>(p)] == p) ++regions[mask[p]];
   return regions;
 }
 
@@ -338,9 +387,10 @@ class Predictor {
     r.pixels.assign(static_cast<size_t>(classes), 0);
     r.regions.assign(static_cast<size_t>(classes), 0);
     for (uint8_t v : out.mask) ++r.pixels[std::min<size_t>(v, r.pixels.size() - 1)];
-    for (int64_t t = 0; t < out.times; ++t)
-      for (int64_t c = 1; c < classes; ++c)
-        r.regions[static_cast<size_t>(c)] += count_regions(out.mask.data() + t * hw, h, w, static_cast<uint8_t>(c));
+    for (int64_t t = 0; t < out.times; ++t) {
+      const std::vector<int64_t> counts = count_event_regions(out.mask.data() + t * hw, h, w, classes);
+      for (int64_t c = 1; c < classes; ++c) r.regions[static_cast<size_t>(c)] += counts[static_cast<size_t>(c)];
+    }
     if (m_options.format == "h5") {
       formats::write_mask_h5(r.output, out);
     } else {

@@ -39,6 +39,11 @@ std::vector<std::string> predict_inputs(const std::vector<std::string>& paths);
 // Connected regions of class `cls` in a [h, w] map, 8-neighbours, longitude periodic (the
 // first and last columns touch, as on the sphere).
 int64_t count_regions(const uint8_t* mask, int64_t h, int64_t w, uint8_t cls);
+// The same count for every class in [1, classes) at once (entry c; entry 0, the background,
+// is left 0), in one pass over the map that joins each pixel to its neighbours of the same
+// class (union-find): what predict writes per file, where count_regions per class took a flood
+// fill per class.
+std::vector<int64_t> count_event_regions(const uint8_t* mask, int64_t h, int64_t w, int64_t classes);
 
 // What one rank's predict did.
 struct Predictions {

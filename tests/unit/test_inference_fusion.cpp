@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "src/core/error.hpp"
+#include "src/cpu/cpu_backend.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
 #include "tests/support/test_backend.hpp"
@@ -141,4 +142,73 @@ TEST_CASE("fusion: a training graph fuses only ReLUs, into batch norms and convo
   auto s = be().create_stream();
   // Forward before the norm's tensors are bound: a clear error, not a read through null.
   CHECK_THROWS_AS((plan->forward(*s, x.raw(), w.data(), b.data(), y.raw()), be().synchronize(*s)), Error);
+}
+
+// oneDNN 2.6, free to choose, runs an AVX-512 machine's forward_inference convolutions in NHWC
+// (its brgemm kernels), so that a plan in nChw16c reordered its input and its output at every
+// forward, which cost more than the kernel. A forward-only CPU plan asks for its activations'
+// own blocked layouts instead (the layout training's forward already gets): this checks that
+// none is staged, on whatever ISA oneDNN finds here, and that the values are those of the same
+// plan in NCHW (another kernel, so another summation order: a relative tolerance).
+TEST_CASE("fusion: a forward-only CPU convolution computes in its activations' blocked layout, reordering none of them",
+          "[fusion][layout]") {
+  cpu::CpuBackend cpu(2);  // this backend's plans, whatever backend the other cases test
+  const Layout blocked = cpu.blocked_layout_for(nn::DType::f32);
+  if (blocked == Layout::nchw) return;  // oneDNN computes in no blocked layout on this CPU
+  const int64_t b = nn::channel_block(blocked);
+  auto s = cpu.create_stream();
+  struct Case {
+    const char* what;
+    int64_t c, k, kernel, stride;
+    bool transposed, fold, relu, nchw_out;
+  };
+  const Case cases[] = {
+      {"3x3 with a batch norm folded in and a ReLU", 2 * b, 2 * b, 3, 1, false, true, true, false},
+      {"3x3 widening, with a ReLU", b, 2 * b, 3, 1, false, false, true, false},
+      {"1x1 to 3 channels in NCHW (the logits)", b, 3, 1, 1, false, false, false, true},
+      {"transposed 2x2, stride 2, its own bias and ReLU", 2 * b, b, 2, 2, true, false, true, false},
+  };
+  for (const Case& cc : cases) {
+    INFO(cc.what << " in " << nn::layout_name(blocked));
+    nn::ConvDesc d;
+    d.n = 2, d.c = cc.c, d.h = 12, d.w = 10, d.k = cc.k, d.r = d.s = cc.kernel;
+    d.stride_h = d.stride_w = cc.stride;
+    d.pad_h = d.pad_w = cc.kernel == 3 ? 1 : 0;
+    d.transposed = cc.transposed;
+    d.backward = false;
+    d.fold_batch_norm = cc.fold;
+    d.relu = cc.relu;
+    const nn::Shape in(d.n, d.c, d.h, d.w), out = d.output();
+    const auto x = test::random_floats(static_cast<size_t>(in.numel()), 21);
+    const auto w = test::random_floats(static_cast<size_t>(d.weight().numel()), 22, 0.2f);
+    const auto bias = test::random_floats(static_cast<size_t>(d.k), 23, 0.1f);
+    std::vector<float> bn = test::random_floats(static_cast<size_t>(4 * d.k), 24, 0.5f);  // gamma, beta, mean, var
+    for (int64_t o = 0; o < d.k; ++o) bn[static_cast<size_t>(3 * d.k + o)] = 0.3f + std::abs(bn[static_cast<size_t>(3 * d.k + o)]);
+    auto run = [&](Layout l, std::string* implementation) {
+      nn::ConvDesc dd = d;
+      dd.layout = l;
+      if (cc.nchw_out && l != Layout::nchw) dd.out_layout = Layout::nchw;
+      auto plan = cpu.make_conv(dd);
+      const cpu::ConvForwardInfo info = cpu::conv_forward_info(*plan);
+      if (implementation) *implementation = info.implementation;
+      if (l != Layout::nchw) {
+        CHECK_FALSE(info.stages_x);
+        if (!cc.nchw_out) CHECK_FALSE(info.stages_y);
+        CHECK(info.implementation.rfind("ref", 0) != 0);  // one of oneDNN's vectorised kernels
+      }
+      if (cc.fold) plan->bind_batch_norm(bn.data(), bn.data() + d.k, bn.data() + 2 * d.k, bn.data() + 3 * d.k);
+      nn::Buffer xb = cpu.allocate(x.size()), xl = cpu.allocate(x.size());
+      cpu.copy_from_host(*s, xb.data(), x.data(), x.size());
+      cpu.permute_layout(*s, nn::DType::f32, xb.raw(), Layout::nchw, xl.raw(), l, d.n, d.c, d.h, d.w);
+      nn::Buffer y = cpu.allocate(static_cast<size_t>(out.numel())), yn = cpu.allocate(static_cast<size_t>(out.numel()));
+      plan->forward(*s, xl.raw(), w.data(), bias.data(), y.raw());
+      cpu.permute_layout(*s, nn::DType::f32, y.raw(), dd.y_layout(), yn.raw(), Layout::nchw, out.n(), out.c(), out.h(),
+                         out.w());
+      return test::download(cpu, yn.data(), static_cast<size_t>(out.numel()));
+    };
+    std::string implementation;
+    const auto got = run(blocked, &implementation), want = run(Layout::nchw, nullptr);
+    INFO("oneDNN's " << implementation);
+    CHECK(test::relative_l2(got, want) < 1e-5);
+  }
 }

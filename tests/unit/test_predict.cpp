@@ -4,9 +4,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <vector>
 
 #include "src/core/error.hpp"
+#include "src/eval/eval_run.hpp"
 #include "src/eval/predict.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -31,6 +33,51 @@ TEST_CASE("count_regions: 8-neighbours, and the longitude's two ends touch", "[p
   CHECK(eval::count_regions(cut.data(), 1, 6, 1) == 1);
   // Nothing of that class: none.
   CHECK(eval::count_regions(m.data(), 4, 6, 3) == 0);
+}
+
+TEST_CASE("count_event_regions: every event class's regions in one pass, as count_regions counts them per class",
+          "[predict]") {
+  const std::vector<uint8_t> m = {
+      0, 0, 0, 0, 0, 0,  //
+      1, 0, 0, 0, 0, 1,  //
+      0, 0, 1, 0, 0, 0,  //
+      0, 0, 0, 1, 0, 2,  //
+  };
+  CHECK(eval::count_event_regions(m.data(), 4, 6, 3) == std::vector<int64_t>{0, 2, 1});
+  // Random maps of 3 classes, from mostly background to mostly events, on grids whose width
+  // makes the wrap degenerate (1 and 2 columns) and on wider ones; a value past the classes
+  // (never an argmax) is left out, as a class of its own would be counted by count_regions.
+  uint32_t state = 12345;
+  const auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (const auto& [h, w] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 1}, {4, 2}, {1, 9}, {7, 13}, {32, 48}})
+    for (const uint32_t background : {10u, 50u, 90u}) {
+      INFO(h << " x " << w << ", " << background << "% background");
+      std::vector<uint8_t> map(static_cast<size_t>(h * w));
+      for (uint8_t& v : map) v = next() % 100 < background ? 0 : static_cast<uint8_t>(1 + (next() >> 8) % 2);
+      const std::vector<int64_t> all = eval::count_event_regions(map.data(), h, w, 3);
+      CHECK(all[0] == 0);
+      for (uint8_t c = 1; c < 3; ++c) CHECK(all[c] == eval::count_regions(map.data(), h, w, c));
+      map[0] = 7;
+      const std::vector<int64_t> past = eval::count_event_regions(map.data(), h, w, 3);
+      for (uint8_t c = 1; c < 3; ++c) CHECK(past[c] == eval::count_regions(map.data(), h, w, c));
+    }
+}
+
+TEST_CASE("eval and predict ask GCC's OpenMP for a short spin, unless the environment says how to wait", "[predict]") {
+  const char* plain[] = {"PATH=/usr/bin", "LANG=C.UTF-8", "XGOMP_SPINCOUNT=7", nullptr};
+  const char* policy[] = {"PATH=/usr/bin", "OMP_WAIT_POLICY=passive", nullptr};
+  const char* spin[] = {"GOMP_SPINCOUNT=300000", "PATH=/usr/bin", nullptr};
+  const char* eval[] = {"squall", "eval", "--run", "runs/x", nullptr};
+  const char* predict[] = {"/opt/bin/squall", "predict", "--data", "a.nc", nullptr};
+  const char* train[] = {"squall", "train", "--config", "c.toml", nullptr};
+  const char* bare[] = {"squall", nullptr};
+  CHECK(eval::wants_inference_openmp_wait(4, eval, plain));
+  CHECK(eval::wants_inference_openmp_wait(4, predict, plain));
+  CHECK_FALSE(eval::wants_inference_openmp_wait(4, train, plain));  // training keeps the runtime's default
+  CHECK_FALSE(eval::wants_inference_openmp_wait(1, bare, plain));
+  CHECK_FALSE(eval::wants_inference_openmp_wait(4, eval, policy));  // the user's choice stands
+  CHECK_FALSE(eval::wants_inference_openmp_wait(4, predict, spin));
+  CHECK(std::string(eval::k_inference_spin_setting).rfind("GOMP_SPINCOUNT=", 0) == 0);
 }
 
 TEST_CASE("predict_inputs: files as given, folders' data files in name order, no stats.h5", "[predict]") {
