@@ -4,10 +4,14 @@
 // norms whose running statistics and affine parameters are far from their initial values.
 #include <catch2/catch.hpp>
 
+#include <cstring>
+#include <vector>
+
 #include "src/core/error.hpp"
 #include "src/cpu/cpu_backend.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
+#include "tests/support/skip.hpp"
 #include "tests/support/test_backend.hpp"
 #include "tests/support/zoo_cases.hpp"
 
@@ -34,7 +38,7 @@ void randomise(nn::Graph& g, nn::Stream& s, uint32_t seed) {
 
 TEST_CASE("fusion: forward-only graphs with convolutions taking batch norm and ReLU compute the layer-by-layer logits",
           "[fusion][isa]") {
-  if (!be().fuses(nn::DType::f32)) return;  // the CUDA backend fuses nothing yet
+  if (!be().fuses(nn::DType::f32)) SQUALL_SKIP("this backend fuses nothing");  // the CUDA backend, yet
   auto s = be().create_stream();
   const int64_t batch = 3;
   std::vector<test::ZooCase> cases = test::small_zoo();
@@ -68,7 +72,7 @@ TEST_CASE("fusion: forward-only graphs with convolutions taking batch norm and R
 TEST_CASE("fusion: training graphs fuse each ReLU into the batch norm or convolution before it and compute the "
           "layer-by-layer logits and gradients",
           "[fusion][isa]") {
-  if (!be().fuses(nn::DType::f32)) return;
+  if (!be().fuses(nn::DType::f32)) SQUALL_SKIP("this backend fuses nothing");
   auto s = be().create_stream();
   const int64_t batch = 3;
   std::vector<test::ZooCase> cases = test::small_zoo();
@@ -100,12 +104,23 @@ TEST_CASE("fusion: training graphs fuse each ReLU into the batch norm or convolu
       }
       CHECK(fused[0] == 0);
       CHECK(fused[1] > 0);  // LeNet-5's convolutions take their ReLUs, the others' batch norms do
-      // The same arithmetic in fewer passes: the same bits.
-      const auto same = [](const auto& a, const auto& b) { return a == b; };  // no listing of a million bytes
-      CHECK(same(eval_logits[1], eval_logits[0]));
-      CHECK(same(train_logits[1], train_logits[0]));
-      CHECK(same(grads[1], grads[0]));
-      CHECK(same(state[1], state[0]));
+      // The same arithmetic in fewer passes. A ReLU is exact, and a batch norm's fused ReLU runs
+      // in the batch norm's own kernel, so what can differ is only the convolution: a primitive
+      // with a ReLU post-op is another primitive to oneDNN, which may pick another kernel (another
+      // summation order) for it on some ISA. So a tolerance of float rounding over the depth of
+      // these models, not bit equality (which holds where oneDNN picks one kernel for both, as on
+      // AVX2 and AVX-512 with oneDNN 2.6: measured 0).
+      const auto floats = [](const std::vector<unsigned char>& b) {
+        std::vector<float> f(b.size() / sizeof(float));
+        std::memcpy(f.data(), b.data(), f.size() * sizeof(float));
+        return f;
+      };
+      REQUIRE(grads[1].size() == grads[0].size());
+      REQUIRE(state[1].size() == state[0].size());
+      CHECK(test::relative_l2(floats(eval_logits[1]), floats(eval_logits[0])) < 1e-5);
+      CHECK(test::relative_l2(floats(train_logits[1]), floats(train_logits[0])) < 1e-5);
+      CHECK(test::relative_l2(floats(grads[1]), floats(grads[0])) < 1e-5);
+      CHECK(test::relative_l2(floats(state[1]), floats(state[0])) < 1e-5);
     }
   }
 }
@@ -113,7 +128,7 @@ TEST_CASE("fusion: training graphs fuse each ReLU into the batch norm or convolu
 TEST_CASE("fusion: a training graph fuses only ReLUs, into batch norms and convolutions, and a plan refuses a folded "
           "batch norm with backward",
           "[fusion]") {
-  if (!be().fuses(nn::DType::f32)) return;
+  if (!be().fuses(nn::DType::f32)) SQUALL_SKIP("this backend fuses nothing");
   auto g = test::make_zoo_model(test::small_zoo()[1], nn::DType::f32, Layout::nchw);
   g->build(be(), 2, 1);
   CHECK(g->fused_nodes() > 0);
@@ -154,7 +169,7 @@ TEST_CASE("fusion: a forward-only CPU convolution computes in its activations' b
           "[fusion][layout]") {
   cpu::CpuBackend cpu(2);  // this backend's plans, whatever backend the other cases test
   const Layout blocked = cpu.blocked_layout_for(nn::DType::f32);
-  if (blocked == Layout::nchw) return;  // oneDNN computes in no blocked layout on this CPU
+  if (blocked == Layout::nchw) SQUALL_SKIP("oneDNN computes in no blocked layout on this CPU");
   const int64_t b = nn::channel_block(blocked);
   auto s = cpu.create_stream();
   struct Case {
