@@ -3,11 +3,8 @@
 #include "src/eval/eval_run.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 #include <memory>
-
-#include <unistd.h>
 
 #include "mpi/agreement.hpp"
 #include "src/core/clock.hpp"
@@ -19,41 +16,7 @@
 #include "src/config/setup.hpp"
 
 namespace squall::eval {
-
-bool wants_inference_openmp_wait(int argc, const char* const* argv, const char* const* envp) {
-  if (argc < 2 || argv == nullptr || argv[1] == nullptr || envp == nullptr) return false;
-  if (std::strcmp(argv[1], "eval") != 0 && std::strcmp(argv[1], "predict") != 0) return false;
-  for (const char* const* e = envp; *e != nullptr; ++e)
-    if (std::strncmp(*e, "OMP_WAIT_POLICY=", 16) == 0 || std::strncmp(*e, "GOMP_SPINCOUNT=", 15) == 0) return false;
-  return true;
-}
-
 namespace {
-
-// GCC's runtime only, and not under a sanitizer (whose runtime would see a process it did not
-// start). Runs before main(): no thread, no MPI yet. Everything on the stack: if the program
-// cannot name itself, or the environment is larger than the room here, or the exec fails, the
-// process goes on as it is, with the runtime's default.
-#if defined(__GLIBC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-[[gnu::constructor]] void inference_openmp_wait(int argc, char** argv, char** envp) {
-  if (!wants_inference_openmp_wait(argc, argv, envp)) return;
-  char self[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0 || n >= static_cast<ssize_t>(sizeof self - 1)) return;
-  self[n] = '\0';
-  constexpr int k_room = 4096;
-  const char* env[k_room];
-  int count = 0;
-  for (char** e = envp; *e != nullptr; ++e) {
-    if (count + 2 >= k_room) return;
-    env[count++] = *e;
-  }
-  env[count++] = k_inference_spin_setting;
-  env[count] = nullptr;
-  ::execve(self, argv, const_cast<char* const*>(env));
-}
-#endif
-
 
 namespace fs = std::filesystem;
 

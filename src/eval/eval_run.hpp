@@ -35,21 +35,6 @@ struct EvalResult {
   int world_size = 1;
 };
 
-// OpenMP's wait for `squall eval` and `squall predict` (docs/inference.md, "Speed"). GCC's
-// OpenMP lets a thread waiting for the rest of its team spin for milliseconds before it sleeps,
-// and reads how long once, from its environment, as it loads. The inference commands run a
-// reader thread beside a team as large as the cores, often on a machine running more: a thread
-// that loses its core leaves its partner spinning at the next barrier on the core it needs. So
-// before main() (a constructor in eval_run.cpp, before MPI starts), a process whose command
-// (argv[1]) is `eval` or `predict` and whose environment sets neither OMP_WAIT_POLICY nor
-// GOMP_SPINCOUNT executes itself again with k_inference_spin_setting added: 2000 rounds, tens
-// of microseconds, longer than the gap between two kernels of a batch. Either variable set by
-// the user is left as it is (GOMP_SPINCOUNT=300000 is the runtime's own default).
-constexpr const char* k_inference_spin_setting = "GOMP_SPINCOUNT=2000";
-// Whether a process with this command line and environment should do so (what the constructor
-// asks; a function of its own for the tests).
-bool wants_inference_openmp_wait(int argc, const char* const* argv, const char* const* envp);
-
 // The checkpoint's config with --set overrides applied. A config that does not read back is
 // the checkpoint's fault (Error, exit 1); an override that is refused, the user's (UsageError).
 config::Config checkpoint_config(const checkpoint::CheckpointModel& ck, const std::vector<std::string>& overrides);

@@ -4,11 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
-#include <string>
 #include <vector>
 
 #include "src/core/error.hpp"
-#include "src/eval/eval_run.hpp"
 #include "src/eval/predict.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -61,23 +59,6 @@ TEST_CASE("count_event_regions: every event class's regions in one pass, as coun
       const std::vector<int64_t> past = eval::count_event_regions(map.data(), h, w, 3);
       for (uint8_t c = 1; c < 3; ++c) CHECK(past[c] == eval::count_regions(map.data(), h, w, c));
     }
-}
-
-TEST_CASE("eval and predict ask GCC's OpenMP for a short spin, unless the environment says how to wait", "[predict]") {
-  const char* plain[] = {"PATH=/usr/bin", "LANG=C.UTF-8", "XGOMP_SPINCOUNT=7", nullptr};
-  const char* policy[] = {"PATH=/usr/bin", "OMP_WAIT_POLICY=passive", nullptr};
-  const char* spin[] = {"GOMP_SPINCOUNT=300000", "PATH=/usr/bin", nullptr};
-  const char* eval[] = {"squall", "eval", "--run", "runs/x", nullptr};
-  const char* predict[] = {"/opt/bin/squall", "predict", "--data", "a.nc", nullptr};
-  const char* train[] = {"squall", "train", "--config", "c.toml", nullptr};
-  const char* bare[] = {"squall", nullptr};
-  CHECK(eval::wants_inference_openmp_wait(4, eval, plain));
-  CHECK(eval::wants_inference_openmp_wait(4, predict, plain));
-  CHECK_FALSE(eval::wants_inference_openmp_wait(4, train, plain));  // training keeps the runtime's default
-  CHECK_FALSE(eval::wants_inference_openmp_wait(1, bare, plain));
-  CHECK_FALSE(eval::wants_inference_openmp_wait(4, eval, policy));  // the user's choice stands
-  CHECK_FALSE(eval::wants_inference_openmp_wait(4, predict, spin));
-  CHECK(std::string(eval::k_inference_spin_setting).rfind("GOMP_SPINCOUNT=", 0) == 0);
 }
 
 TEST_CASE("predict_inputs: files as given, folders' data files in name order, no stats.h5", "[predict]") {
