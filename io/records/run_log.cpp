@@ -239,6 +239,7 @@ void RunLog::evaluated(const EvalFacts& e) {
          {"train_s", m_clock.train_s()},
          {"epochs_done", e.epochs_done}};
   if (m_options.per_pixel) j["test_iou_per_class"] = iou_per_class_json(cm);
+  if (e.final_model) j["final_model"] = true;
   record(j);
   scalar("eval/loss", e.step, e.loss);
   scalar("eval/accuracy", e.step, cm.accuracy());
@@ -249,15 +250,16 @@ void RunLog::evaluated(const EvalFacts& e) {
       if (!std::isnan(iou[k])) scalar("eval/iou/" + tag_part(class_name(m_options.class_names, k)), e.step, iou[k]);
   }
   if (m_tensorboard) m_tensorboard->flush();
-  if (m_mllog) {
+  if (m_mllog && !e.final_model) {
     m_mllog->point(mlkey::eval_accuracy, m_options.per_pixel ? cm.mean_iou() : cm.accuracy(),
                    {{"epoch_num", e.epoch}});
     m_mllog->end(mlkey::eval_stop, nullptr, {{"epoch_num", e.epoch}});
   }
   m_progress->finish();
-  log::info(printf_text("eval  epoch %lld step %lld: test loss %.4f accuracy %.4f mIoU %.4f (%.1f s)",
-                        static_cast<long long>(e.epoch), static_cast<long long>(e.step), e.loss, cm.accuracy(),
-                        cm.mean_iou(), e.eval_s));
+  log::info(printf_text("eval  epoch %lld step %lld%s: test loss %.4f accuracy %.4f mIoU %.4f (%.1f s)",
+                        static_cast<long long>(e.epoch), static_cast<long long>(e.step),
+                        e.final_model ? " (the final model, after the last synchronisation)" : "", e.loss,
+                        cm.accuracy(), cm.mean_iou(), e.eval_s));
 }
 
 void RunLog::target_reached(const TargetFacts& t) {

@@ -135,6 +135,10 @@ struct EvalFacts {
   double loss = 0;
   double eval_s = 0;
   double epochs_done = 0;         // samples trained on / training samples
+  // The final model's evaluation after the job's last synchronisation, when train.target was
+  // reached between two: metrics.jsonl's record says "final_model": true, and the MLPerf log,
+  // whose run ended with the evaluation that reached the target, leaves it out.
+  bool final_model = false;
 };
 
 struct TargetFacts {

@@ -180,7 +180,7 @@ void TrainingRun::train() {
 // of the final model.
 void TrainingRun::complete_at_target(int64_t epoch) {
   if (!m_device.group->complete()) return;
-  evaluate(epoch);
+  evaluate(epoch, true);
   if (m_last_checkpoint_step == m_pos.step) {
     const Stopwatch t;
     write_checkpoint();
@@ -296,9 +296,9 @@ void TrainingRun::reshape(int change) {
 }
 
 // The central model on the test samples, split over the ranks and summed; then the target.
-void TrainingRun::evaluate(int64_t epoch) {
+void TrainingRun::evaluate(int64_t epoch, bool final_model) {
   const Stopwatch t;
-  m_log->eval_started(epoch);
+  if (!final_model) m_log->eval_started(epoch);
   const data::DataSource& test = *m_data.test;
   const int64_t n = m_data.n_test, begin = n * m_rank / m_ranks, end = n * (m_rank + 1) / m_ranks;
   // Rank 0 evaluates the first test samples: it draws a few of them.
@@ -315,7 +315,7 @@ void TrainingRun::evaluate(int64_t epoch) {
   m_last_eval_loss = m_last_eval.loss();
   m_timeline.add("eval", records::Timeline::k_rank_track, t.started_at(), steady_seconds());
   const double epochs_done = static_cast<double>(m_pos.samples_done) / static_cast<double>(m_data.n_train);
-  m_log->evaluated({m_pos.step, epoch, &m_last_eval.cm, m_last_eval_loss, t.seconds(), epochs_done});
+  m_log->evaluated({m_pos.step, epoch, &m_last_eval.cm, m_last_eval_loss, t.seconds(), epochs_done, final_model});
   m_steady.exclude(t.seconds());
   const std::optional<double> value = target_metric(m_cfg.train.target, m_last_eval.cm);
   if (!value || *value < m_cfg.train.target.value || m_target) return;

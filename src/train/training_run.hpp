@@ -53,7 +53,10 @@ class TrainingRun {
   void train_step(int64_t epoch, int64_t used);
   void log_step(int64_t epoch, double lr, const std::vector<float>& losses, double step_s);
   bool after_step();
-  void evaluate(int64_t epoch);
+  // `final_model`: the evaluation after the synchronisation that follows a target reached
+  // between two (complete_at_target): recorded as such, and not in the MLPerf log, whose run
+  // ended with the evaluation that reached the target.
+  void evaluate(int64_t epoch, bool final_model = false);
   void complete_at_target(int64_t epoch);
   [[noreturn]] void diverged(const parallel::NonFiniteStep& e, int64_t epoch, double lr);
   std::string divergence_hint() const;

@@ -134,7 +134,9 @@ TEST_CASE("outer: a run stopped at train.target ends with an outer step, and its
     // The evaluation that reached the target, then the final model's: the summary's is the latter.
     REQUIRE(evals.size() >= 2);
     CHECK(evals[evals.size() - 2].at("step") == step);
+    CHECK_FALSE(evals[evals.size() - 2].contains("final_model"));
     CHECK(evals.back().at("step") == step);
+    CHECK(evals.back().at("final_model") == true);
     CHECK(s.at("final").at("test_loss") == evals.back().at("test_loss"));
     CHECK(s.at("parallel").at("outer").at("outer_steps") == step / 8 + 1);
   } else {
