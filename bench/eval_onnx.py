@@ -48,6 +48,7 @@ bench/RESULTS.md, or --json.
     python3 bench/eval_onnx.py --squall build/bin/squall --runs 3
 """
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -204,6 +205,13 @@ def squall_eval(a, run_dir, folder, samples):
             "loss": r["test_loss"], "miou": r["test_miou"]}
 
 
+def keep_dir(path):
+    os.makedirs(path, exist_ok=True)
+    if os.listdir(path):
+        sys.exit(f"--keep {path}: not empty")
+    return os.path.abspath(path)
+
+
 def prepare(a, workdir):
     folder = bc.climate_data(a.squall, os.path.join(workdir, "climate"), a.samples, min(a.samples, a.distinct),
                              HEIGHT, WIDTH)
@@ -259,6 +267,8 @@ def main():
     ap.add_argument("--distinct", type=int, default=32, help="distinct files generated (links make up the rest)")
     ap.add_argument("--train-steps", type=int, default=4, help="steps of the training that makes the checkpoint")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    ap.add_argument("--keep", metavar="DIR", help="make the data, run and ONNX file in DIR (new or empty) and "
+                    "leave them there, for profiling either side by hand")
     peer_venv.add_arguments(ap)
     a = ap.parse_args()
     if not os.access(a.squall, os.X_OK):
@@ -271,7 +281,7 @@ def main():
         import onnxruntime
     except ImportError as e:
         bc.skip(f"needs onnxruntime, numpy and h5py ({sys.executable}: {e}); leave out --no-venv for the pinned ones")
-    with tempfile.TemporaryDirectory() as workdir:
+    with contextlib.nullcontext(keep_dir(a.keep)) if a.keep else tempfile.TemporaryDirectory() as workdir:
         folder, run_dir, onnx_path, paths = prepare(a, workdir)
         ck = Checkpoint(run_dir)
         sq, ort_runs, sq_pred, ort_pred = [], [], [], []

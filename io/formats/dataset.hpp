@@ -48,9 +48,16 @@ std::unique_ptr<data::DataSource> open_deepcam(const std::string& dir, const Ope
 
 // The same readers over an explicit list of files (inspection, staging, tests). An empty
 // stats_path is allowed only with options.normalize == false.
+// The DeepCAM reader's read() takes a null `labels`: the labels are then not read at all (what
+// `squall predict` wants of a labelled file).
 std::unique_ptr<data::DataSource> open_shard_files(const std::vector<std::string>& files, const OpenOptions& options);
 std::unique_ptr<data::DataSource> open_deepcam_files(const std::vector<std::string>& files,
                                                       const std::string& stats_path, const OpenOptions& options);
+// One DeepCAM file (normalised with options.fixed, or not at all), and its grid: /climate/lat
+// and /climate/lon (empty when absent; what mask.hpp's read_deepcam_grid reads), from the one
+// opening of the file that the reader keeps.
+std::unique_ptr<data::DataSource> open_deepcam_file_and_grid(const std::string& file, const OpenOptions& options,
+                                                              std::vector<double>& lat, std::vector<double>& lon);
 
 // DeepCAM's stats.h5: /climate/{count,mean,sqmean,minval,maxval}, std = sqrt(sqmean - mean^2).
 struct ChannelStats {

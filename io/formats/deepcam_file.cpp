@@ -101,18 +101,6 @@ void write_root_dataset(hid_t loc, const std::string& file, const std::string& n
     throw Error(file + ": cannot write dataset /" + name + ": " + h5_error_text());
 }
 
-// A 1-d float64 dataset, or nothing when the file has none of that name.
-std::vector<double> read_doubles_if_present(hid_t file, const std::string& path, const std::string& name) {
-  if (!h5_exists(file, name)) return {};
-  H5Handle ds = h5_open_dataset(file, path, name);
-  const H5DatasetDesc d = h5_describe(ds.get());
-  if (d.dims.size() != 1) throw Error(path + ": dataset " + name + " has shape " + h5_dims_text(d.dims) + ", expected [n]");
-  std::vector<double> out(static_cast<size_t>(d.dims[0]));
-  if (!out.empty() && H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
-    throw Error(path + ": dataset " + name + ": unreadable (" + h5_error_text() + ")");
-  return out;
-}
-
 }  // namespace
 
 DeepcamFields read_deepcam_fields(const std::string& path) {
@@ -243,8 +231,8 @@ void write_mask_h5(const std::string& path, const MaskOutput& m) {
 void read_deepcam_grid(const std::string& path, std::vector<double>& lat, std::vector<double>& lon) {
   auto lock = h5_lock();
   H5Handle file = h5_open_file(path);
-  lat = read_doubles_if_present(file.get(), path, "/climate/lat");
-  lon = read_doubles_if_present(file.get(), path, "/climate/lon");
+  lat = h5_read_doubles_if_present(file.get(), path, "/climate/lat");
+  lon = h5_read_doubles_if_present(file.get(), path, "/climate/lon");
 }
 
 }  // namespace squall::formats

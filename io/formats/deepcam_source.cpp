@@ -4,13 +4,23 @@
 // float or integer). The full dataset has ~120k files, more than a process may hold open, so
 // files are opened on first use and kept open up to k_max_open at a time.
 #include <algorithm>
+#include <bit>
+#include <cerrno>
 #include <memory>
 #include <cmath>
 #include <deque>
 #include <filesystem>
+#include <limits>
+
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "io/formats/dataset.hpp"
 #include "io/formats/h5_util.hpp"
+#include "src/core/durable.hpp"
 #include "src/core/error.hpp"
 
 namespace squall::formats {
@@ -21,7 +31,59 @@ constexpr int64_t k_deepcam_classes = 3;
 
 struct DeepcamFile {
   H5Handle file, data, labels;
+  // The labels are stored as integers that int32 holds exactly (int8 to int32, uint8, uint16):
+  // read as int32, with no round trip through float.
+  bool labels_int32 = false;
+  // Where a dataset's values lie in the file as they are in memory (contiguous, unfiltered,
+  // little-endian float32 data, int32 labels, on a little-endian host): read with pread() from
+  // HDF5's own descriptor, which is what H5Dread does for such a dataset, without its per-call
+  // work. -1: read through HDF5.
+  int fd = -1;
+  int64_t data_offset = -1, labels_offset = -1;
 };
+
+// The byte offset of `dataset`'s values in the file when they can be read raw: contiguous
+// storage in the file itself (no filters, no external file), allocated, of `bytes` bytes,
+// stored as `type`; else -1.
+int64_t raw_offset(hid_t dataset, hid_t type, size_t bytes) {
+  if constexpr (std::endian::native != std::endian::little) return -1;
+  H5Handle dcpl(H5Dget_create_plist(dataset));
+  H5Handle stored(H5Dget_type(dataset));
+  if (!dcpl || !stored || H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS || H5Pget_nfilters(dcpl.get()) != 0 ||
+      H5Pget_external_count(dcpl.get()) != 0 || H5Tequal(stored.get(), type) <= 0 ||
+      H5Dget_storage_size(dataset) != bytes)
+    return -1;
+  const haddr_t offset = H5Dget_offset(dataset);
+  return offset == HADDR_UNDEF ? -1 : static_cast<int64_t>(offset);
+}
+
+// HDF5's descriptor of `file` when it is a plain POSIX file (the sec2 driver) whose addresses
+// are file offsets (no user block); else -1.
+int raw_descriptor(hid_t file) {
+  H5Handle fapl(H5Fget_access_plist(file));
+  H5Handle fcpl(H5Fget_create_plist(file));
+  hsize_t user_block = 1;
+  if (!fapl || !fcpl || H5Pget_driver(fapl.get()) != H5FD_SEC2 || H5Pget_userblock(fcpl.get(), &user_block) < 0 ||
+      user_block != 0)
+    return -1;
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file, fapl.get(), &handle) < 0 || handle == nullptr) return -1;
+  return *static_cast<int*>(handle);
+}
+
+// pread of exactly `bytes` at `offset`, retrying short reads; false on an error or end of file.
+bool read_exactly(int fd, void* dst, size_t bytes, int64_t offset) {
+  auto* p = static_cast<char*>(dst);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    offset += n;
+  }
+  return true;
+}
 
 // Opens one DeepCAM file and checks its layout; `h`, `w`, `c` receive its sample shape.
 // labels_optional: a file without /climate/labels_0 opens with no labels handle.
@@ -38,6 +100,8 @@ DeepcamFile open_deepcam_file(const std::string& path, int64_t& h, int64_t& w, i
   h = static_cast<int64_t>(d.dims[0]);
   w = static_cast<int64_t>(d.dims[1]);
   c = static_cast<int64_t>(d.dims[2]);
+  f.data_offset = raw_offset(f.data.get(), H5T_IEEE_F32LE, static_cast<size_t>(h * w * c) * 4);
+  if (f.data_offset >= 0) f.fd = raw_descriptor(f.file.get());
   if (!h5_exists(f.file.get(), "/climate/labels_0")) {
     if (labels_optional) return f;
     const std::string folder = std::filesystem::path(path).parent_path().string();
@@ -53,7 +117,71 @@ DeepcamFile open_deepcam_file(const std::string& path, int64_t& h, int64_t& w, i
     throw Error(path + ": dataset /climate/labels_0 has shape " + h5_dims_text(l.dims) + ", expected [" +
                 std::to_string(d.dims[0]) + "," + std::to_string(d.dims[1]) + "] for /climate/data " +
                 h5_dims_text(d.dims));
+  f.labels_int32 = l.type_class == H5T_INTEGER && (l.is_signed ? l.type_size <= 4 : l.type_size <= 2);
+  if (f.fd >= 0) f.labels_offset = raw_offset(f.labels.get(), H5T_STD_I32LE, static_cast<size_t>(h * w) * 4);
   return f;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+// transpose_normalise's tiles: 8 pixels x 8 channels loaded as 8 rows, transposed in
+// registers, normalised and stored as 8 runs of one channel. Returns false when a value is not
+// finite (the output is then incomplete) or when the tiles do not fit (channels not a multiple
+// of 8, no AVX2): the caller's loop does it all, and locates the value.
+__attribute__((target("avx2"))) bool transpose_normalise_avx2(const float* hwc, float* chw, int64_t plane,
+                                                               int64_t channels, const float* shift,
+                                                               const float* scale) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 largest = _mm256_set1_ps(std::numeric_limits<float>::max());
+  __m256 finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  const int64_t whole = plane - plane % 8;
+  for (int64_t p0 = 0; p0 < whole; p0 += 8)
+    for (int64_t c0 = 0; c0 < channels; c0 += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(hwc + (p0 + i) * channels + c0);
+      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+      const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+      const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+      const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+      __m256 col[8];  // col[j]: channel c0 + j of pixels p0 .. p0 + 7
+      col[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+      col[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+      col[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+      col[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+      col[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+      col[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+      col[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+      col[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+      for (int j = 0; j < 8; ++j) {
+        // |v| <= FLT_MAX is false for inf and (an unordered compare) NaN.
+        finite = _mm256_and_ps(finite, _mm256_cmp_ps(_mm256_and_ps(col[j], abs_mask), largest, _CMP_LE_OQ));
+        const __m256 v = _mm256_mul_ps(_mm256_sub_ps(col[j], _mm256_set1_ps(shift[c0 + j])),
+                                       _mm256_set1_ps(scale[c0 + j]));
+        _mm256_storeu_ps(chw + (c0 + j) * plane + p0, v);
+      }
+    }
+  if (_mm256_movemask_ps(finite) != 0xff) return false;
+  for (int64_t p = whole; p < plane; ++p)
+    for (int64_t c = 0; c < channels; ++c) {
+      const float v = hwc[p * channels + c];
+      if (!std::isfinite(v)) return false;
+      chw[c * plane + p] = (v - shift[c]) * scale[c];
+    }
+  return true;
+}
+#endif
+
+bool transpose_normalise_fast(const float* hwc, float* chw, int64_t plane, int64_t channels, const float* shift,
+                              const float* scale) {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2 && channels % 8 == 0 && channels > 0) return transpose_normalise_avx2(hwc, chw, plane, channels, shift, scale);
+#endif
+  (void)hwc, (void)chw, (void)plane, (void)channels, (void)shift, (void)scale;
+  return false;
 }
 
 class DeepcamSource final : public data::DataSource {
@@ -92,6 +220,16 @@ class DeepcamSource final : public data::DataSource {
     return out;
   }
 
+  // /climate/lat and /climate/lon of the first file, from the handle kept open (empty when
+  // absent).
+  void read_grid(std::vector<double>& lat, std::vector<double>& lon) const {
+    auto lock = h5_lock();
+    const DeepcamFile& f = file(0);
+    lat = h5_read_doubles_if_present(f.file.get(), m_paths[0], "/climate/lat");
+    lon = h5_read_doubles_if_present(f.file.get(), m_paths[0], "/climate/lon");
+  }
+
+  // labels may be null (`squall predict`): the labels are then not read.
   void read(std::span<const int64_t> indices, float* images, int32_t* labels) const override {
     const int64_t plane = m_h * m_w;
     // Per-thread scratch, allocated once and never zero-filled: a DeepCAM sample is 56 MB,
@@ -102,7 +240,7 @@ class DeepcamSource final : public data::DataSource {
       hwc_size = static_cast<size_t>(plane * m_c);
       hwc.reset(new float[hwc_size]);
     }
-    if (lab_size < static_cast<size_t>(plane)) {
+    if (labels != nullptr && lab_size < static_cast<size_t>(plane)) {
       lab_size = static_cast<size_t>(plane);
       lab.reset(new float[lab_size]);
     }
@@ -111,31 +249,52 @@ class DeepcamSource final : public data::DataSource {
       if (index < 0 || index >= size())
         throw Error("DeepCAM: sample index " + std::to_string(index) + " outside [0, " + std::to_string(size()) + ")");
       const std::string& path = m_paths[static_cast<size_t>(index)];
-      bool labelled = true;
+      int32_t* out = labels != nullptr ? labels + k * static_cast<size_t>(plane) : nullptr;
+      enum { none, as_float, as_int } got = none;  // how the labels were read
       {
-        auto lock = h5_lock();
+        auto lock = h5_lock();  // also keeps the file, and its descriptor, open while it is read
         const DeepcamFile& f = file(static_cast<size_t>(index));
-        if (H5Dread(f.data.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, hwc.get()) < 0)
+        const auto data_bytes = static_cast<size_t>(plane * m_c) * sizeof(float);
+        if (f.fd >= 0 && f.data_offset >= 0) {
+          if (!read_exactly(f.fd, hwc.get(), data_bytes, f.data_offset))
+            throw data::BadSample(path + ": dataset /climate/data: unreadable (" + errno_text() + ")", path, index);
+        } else if (H5Dread(f.data.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, hwc.get()) < 0) {
           throw data::BadSample(path + ": dataset /climate/data: unreadable (" + h5_error_text() + ")", path, index);
-        if (!f.labels) {
-          std::fill(lab.get(), lab.get() + plane, -1.0f);  // labels_optional: no class
-          labelled = false;
-        } else if (H5Dread(f.labels.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, lab.get()) < 0) {
-          throw data::BadSample(path + ": dataset /climate/labels_0: unreadable (" + h5_error_text() + ")", path, index);
+        }
+        if (out != nullptr && f.labels) {
+          got = f.labels_int32 ? as_int : as_float;
+          if (f.fd >= 0 && f.labels_offset >= 0) {
+            if (!read_exactly(f.fd, out, static_cast<size_t>(plane) * sizeof(int32_t), f.labels_offset))
+              throw data::BadSample(path + ": dataset /climate/labels_0: unreadable (" + errno_text() + ")", path,
+                                    index);
+          } else if (H5Dread(f.labels.get(), f.labels_int32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL,
+                             H5P_DEFAULT, f.labels_int32 ? static_cast<void*>(out) : static_cast<void*>(lab.get())) < 0) {
+            throw data::BadSample(path + ": dataset /climate/labels_0: unreadable (" + h5_error_text() + ")", path,
+                                  index);
+          }
         }
       }
       float* dst = images + k * static_cast<size_t>(plane * m_c);
       transpose_normalise(hwc.get(), dst, plane, path, index);
-      int32_t* out = labels + k * static_cast<size_t>(plane);
+      if (out == nullptr) continue;
+      if (got == none) {  // labels_optional: no class
+        std::fill(out, out + plane, -1);
+        continue;
+      }
       bool bad = false;
-      for (int64_t p = 0; p < plane; ++p) {
-        const float v = lab[static_cast<size_t>(p)];
-        bad |= labelled && !(v == 0.0f || v == 1.0f || v == 2.0f);
-        out[p] = static_cast<int32_t>(v);
+      if (got == as_int) {
+        for (int64_t p = 0; p < plane; ++p) bad |= static_cast<uint32_t>(out[p]) > 2u;
+      } else {
+        for (int64_t p = 0; p < plane; ++p) {
+          const float v = lab[static_cast<size_t>(p)];
+          bad |= !(v == 0.0f || v == 1.0f || v == 2.0f);
+          out[p] = static_cast<int32_t>(v);
+        }
       }
       if (bad)
         for (int64_t p = 0; p < plane; ++p) {
-          const float v = lab[static_cast<size_t>(p)];
+          // The value as the float it was read as before integer labels were read as integers.
+          const float v = got == as_int ? static_cast<float>(out[p]) : lab[static_cast<size_t>(p)];
           if (!(v == 0.0f || v == 1.0f || v == 2.0f))
             throw data::BadSample(path + ": dataset /climate/labels_0: value " + std::to_string(v) + " at pixel " +
                                        std::to_string(p) + " is not 0, 1 or 2 (index " + std::to_string(index) + ")",
@@ -145,10 +304,14 @@ class DeepcamSource final : public data::DataSource {
   }
 
  private:
-  // HWC -> CHW with (v - shift) * scale per channel, in blocks of pixels so that the writes
-  // of each channel stay sequential; NaN/inf is detected per block and located only when
-  // found (the common case pays one OR per value).
+  // HWC -> CHW with (v - shift) * scale per channel. The common case (an x86 CPU with AVX2,
+  // channels in multiples of 8) transposes 8 x 8 tiles in registers; otherwise blocks of pixels
+  // keep the writes of each channel sequential. Either way each value is one subtraction and
+  // one multiplication, rounded as written (no fused multiply-add): the same bits on every
+  // path. NaN/inf is detected as it goes and located (by the scalar loop, pixel by pixel)
+  // only when found.
   void transpose_normalise(const float* hwc, float* chw, int64_t plane, const std::string& path, int64_t index) const {
+    if (transpose_normalise_fast(hwc, chw, plane, m_c, m_shift.data(), m_scale.data())) return;
     constexpr int64_t block = 256;
     const int64_t c_count = m_c;
     for (int64_t p0 = 0; p0 < plane; p0 += block) {
@@ -271,6 +434,13 @@ std::string find_deepcam_stats(const std::string& dir) {
 std::unique_ptr<data::DataSource> open_deepcam_files(const std::vector<std::string>& files,
                                                       const std::string& stats_path, const OpenOptions& options) {
   return std::make_unique<DeepcamSource>(files, stats_path, options);
+}
+
+std::unique_ptr<data::DataSource> open_deepcam_file_and_grid(const std::string& file, const OpenOptions& options,
+                                                              std::vector<double>& lat, std::vector<double>& lon) {
+  auto source = std::make_unique<DeepcamSource>(std::vector<std::string>{file}, "", options);
+  source->read_grid(lat, lon);
+  return source;
 }
 
 std::unique_ptr<data::DataSource> open_deepcam(const std::string& dir, const OpenOptions& options) {

@@ -54,11 +54,16 @@ void H5Handle::reset() {
 
 H5Handle h5_open_file(const std::string& path) {
   auto lock = h5_lock();
+  // Opened first and asked what it is only when that fails: H5Fis_hdf5 opens and reads the
+  // file once more, which doubled the cost of opening the many small files of a DeepCAM folder.
+  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (file) return file;
   const htri_t is_h5 = H5Fis_hdf5(path.c_str());
   if (is_h5 <= 0) throw Error(h5_with_cause(path + ": not an HDF5 file, or unreadable"));
-  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file) throw Error(h5_with_cause(path + ": cannot open as HDF5 (truncated or corrupt?)"));
-  return file;
+  // Open again, so that the error quoted is the open's (H5Fis_hdf5 said it is HDF5).
+  H5Handle again(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (again) return again;
+  throw Error(h5_with_cause(path + ": cannot open as HDF5 (truncated or corrupt?)"));
 }
 
 bool h5_exists(hid_t loc, const std::string& name) {
@@ -244,6 +249,18 @@ std::vector<float> h5_read_floats(hid_t file, const std::string& file_path, cons
   std::vector<float> out(n);
   if (n > 0 && H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
     throw Error(h5_with_cause(file_path + ": dataset " + name + ": unreadable"));
+  return out;
+}
+
+std::vector<double> h5_read_doubles_if_present(hid_t file, const std::string& path, const std::string& name) {
+  auto lock = h5_lock();
+  if (!h5_exists(file, name)) return {};
+  H5Handle ds = h5_open_dataset(file, path, name);
+  const H5DatasetDesc d = h5_describe(ds.get());
+  if (d.dims.size() != 1) throw Error(path + ": dataset " + name + " has shape " + h5_dims_text(d.dims) + ", expected [n]");
+  std::vector<double> out(static_cast<size_t>(d.dims[0]));
+  if (!out.empty() && H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw Error(path + ": dataset " + name + ": unreadable (" + h5_error_text() + ")");
   return out;
 }
 

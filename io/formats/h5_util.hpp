@@ -88,5 +88,8 @@ bool h5_read_attr_int(hid_t obj, const std::string& name, int64_t& out, const st
 
 // A whole small dataset as float (any numeric type; HDF5 converts), for statistics files.
 std::vector<float> h5_read_floats(hid_t file, const std::string& file_path, const std::string& name);
+// A 1-d dataset read as float64, or nothing when the file has none of that name; a
+// dataset of another rank is an Error naming the file.
+std::vector<double> h5_read_doubles_if_present(hid_t file, const std::string& path, const std::string& name);
 
 }  // namespace squall::formats

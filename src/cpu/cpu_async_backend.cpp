@@ -154,6 +154,10 @@ class AsyncConvPlan final : public AsyncWeightedPlan<ConvPlan> {
   void forward_mirrored(Stream& s, const void* x, const float* w, const float* b, void* y) override {
     enqueue(s, [p = m_p, x, w, b, y](Stream& in) { p->forward_mirrored(in, x, w, b, y); });
   }
+  void forward_unchanged(Stream& s, const void* x, const float* w, const float* b, void* y,
+                         uint64_t version) override {
+    enqueue(s, [p = m_p, x, w, b, y, version](Stream& in) { p->forward_unchanged(in, x, w, b, y, version); });
+  }
 };
 
 class AsyncPoolPlan final : public PoolPlan {

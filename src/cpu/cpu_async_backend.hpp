@@ -36,6 +36,7 @@ class AsyncCpuBackend : public Backend {
   DeviceInfo device() const override;
   Layout blocked_layout_for(DType t) const override;
   bool fuses(DType t) const override;
+  bool loss_without_gradient() const override { return m_b->loss_without_gradient(); }
   bool native_precision(DType t) const override;
   void set_reference_precision(bool on) override;
   int threads() const override;

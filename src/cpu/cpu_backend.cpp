@@ -103,12 +103,33 @@ Buffer CpuBackend::allocate(size_t count, DType dtype) {
   return Buffer(p, count, dtype, std::move(owner));
 }
 
+namespace {
+
+// A copy of a batch (megabytes: a climate batch is 7 MB) by the whole team, each thread a
+// contiguous share, rather than by one thread while the others wait for the next primitive.
+void copy_large(void* dst, const void* src, size_t bytes) {
+  constexpr size_t k_min = size_t{1} << 20;
+  if (bytes < k_min) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#pragma omp parallel
+  {
+    const auto threads = static_cast<size_t>(omp_get_num_threads()), t = static_cast<size_t>(omp_get_thread_num());
+    const size_t share = (bytes / threads + 63) / 64 * 64;  // whole cache lines
+    const size_t begin = std::min(bytes, t * share), end = std::min(bytes, begin + share);
+    if (end > begin) std::memcpy(static_cast<char*>(dst) + begin, static_cast<const char*>(src) + begin, end - begin);
+  }
+}
+
+}  // namespace
+
 void CpuBackend::copy_bytes_from_host(Stream&, void* dst, const void* src, size_t bytes) {
-  if (bytes && dst != src) std::memcpy(dst, src, bytes);
+  if (bytes && dst != src) copy_large(dst, src, bytes);
 }
 
 void CpuBackend::copy_bytes_to_host(Stream&, void* dst, const void* src, size_t bytes) {
-  if (bytes && dst != src) std::memcpy(dst, src, bytes);
+  if (bytes && dst != src) copy_large(dst, src, bytes);
 }
 
 void CpuBackend::copy_bytes(Stream&, void* dst, const void* src, size_t bytes) {

@@ -45,6 +45,7 @@ class CpuBackend : public Backend {
   // through f32 copies and stay NCHW.
   Layout blocked_layout_for(DType t) const override;
   bool fuses(DType t) const override { return t == DType::f32; }
+  bool loss_without_gradient() const override { return true; }
   // bf16 through oneDNN's bf16 primitives (convolutions) where the CPU has bf16 arithmetic
   // (cpu_info.hpp, dnn_has_bf16); f16, and bf16 elsewhere, the reference (cpu_precision.cpp).
   bool native_precision(DType t) const override;

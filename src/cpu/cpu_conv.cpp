@@ -94,30 +94,27 @@ class CpuConvPlan final : public ConvPlan {
   void bind_batch_norm(const float* gamma, const float* beta, const float* mean, const float* var) override {
     if (!m_desc.fold_batch_norm) throw Error("conv: bind_batch_norm on a plan that folds none (ConvDesc::fold_batch_norm)");
     m_bn = {gamma, beta, mean, var};
+    m_weights_version = 0;
   }
 
   void forward(Stream& s, const void* x, const float* w, const float* b, void* y) override {
-    auto& st = CpuBackend::dnnl_stream(s);
-    if (m_desc.fold_batch_norm) {
-      fold(w, b);
-      w = m_folded_w.data();
-      b = m_folded_b.data();
+    m_weights_version = 0;
+    prepare_weights(s, w, b);
+    run_forward(s, x, y);
+  }
+
+  // The weights as the last forward_unchanged of this version left them: folded, reordered
+  // and bound, when w and b are the same tensors (and the batch norm's tensors were not bound
+  // again since: bind_batch_norm clears the version).
+  void forward_unchanged(Stream& s, const void* x, const float* w, const float* b, void* y,
+                         uint64_t version) override {
+    if (version == 0 || version != m_weights_version || w != m_prepared_w || b != m_prepared_b) {
+      prepare_weights(s, w, b);
+      m_weights_version = version;
+      m_prepared_w = w;
+      m_prepared_b = b;
     }
-    m_f_src.bind(x);
-    m_f_src.stage_in(st);
-    m_f_wei.bind(w);
-    m_f_wei.stage_in(st);
-    if (has_bias() && !m_own_bias) m_bias.set_data_handle(const_cast<float*>(b));
-    m_f_dst.bind(y);
-    m_fwd.execute(st, m_fwd_args);
-    m_f_dst.stage_out(st);
-    if (m_own_bias) {
-      const Shape out = m_desc.output();
-      add_bias(static_cast<float*>(y), m_desc.y_layout(), out.n(), out.c(), out.h() * out.w(), b, m_desc.relu);
-    }
-    // What backward may reuse: the staged input of this forward; a new dy comes next.
-    m_forward_x = x;
-    m_staged_dy = nullptr;
+    run_forward(s, x, y);
   }
 
   void backward_data(Stream& s, const void* dy, const float* w, void* dx) override {
@@ -144,13 +141,48 @@ class CpuConvPlan final : public ConvPlan {
     Operand& ddst = m_share_dy ? m_d_dy : m_w_dy;
     stage_dy(st, ddst, dy);
     m_w_dw.bind(dw);
-    if (m_desc.bias) m_bias.set_data_handle(db);
+    if (m_desc.bias) {
+      m_bias.set_data_handle(db);  // the forward's bias memory: bound again at the next forward
+      m_weights_version = 0;
+    }
     m_bwd_weights.execute(st, m_bwd_weights_args);
     m_w_dw.stage_out(st);
   }
 
  private:
   bool has_bias() const { return m_desc.bias || m_desc.fold_batch_norm; }
+
+  // The forward's weights and bias as its primitive reads them: with the batch norm folded in
+  // (fold_batch_norm), reordered into the primitive's layout, bound.
+  void prepare_weights(Stream& s, const float* w, const float* b) {
+    auto& st = CpuBackend::dnnl_stream(s);
+    if (m_desc.fold_batch_norm) {
+      fold(w, b);
+      w = m_folded_w.data();
+      b = m_folded_b.data();
+    }
+    m_f_wei.bind(w);
+    m_f_wei.stage_in(st);
+    if (has_bias() && !m_own_bias) m_bias.set_data_handle(const_cast<float*>(b));
+    m_forward_b = b;
+  }
+
+  void run_forward(Stream& s, const void* x, void* y) {
+    auto& st = CpuBackend::dnnl_stream(s);
+    m_f_src.bind(x);
+    m_f_src.stage_in(st);
+    m_f_dst.bind(y);
+    m_fwd.execute(st, m_fwd_args);
+    m_f_dst.stage_out(st);
+    if (m_own_bias) {
+      const Shape out = m_desc.output();
+      add_bias(static_cast<float*>(y), m_desc.y_layout(), out.n(), out.c(), out.h() * out.w(), m_forward_b,
+               m_desc.relu);
+    }
+    // What backward may reuse: the staged input of this forward; a new dy comes next.
+    m_forward_x = x;
+    m_staged_dy = nullptr;
+  }
 
   // y += b per channel, then the ReLU when asked, in y's own layout. Transposed convolutions
   // add their bias here: oneDNN 2.6's deconvolution adds it in a plain loop after its kernel,
@@ -220,9 +252,8 @@ class CpuConvPlan final : public ConvPlan {
     // the caller's weights, bias and weight gradients are f32 always: the primitives read bf16
     // weights, staged (rounded to nearest even) from the f32 ones, and write f32 gradients.
     const dt adt = d.dtype == DType::bf16 ? dt::bf16 : dt::f32;
-    const memory::desc src_md({d.n, d.c, d.h, d.w}, adt, activation_tag(d.layout, "conv"));  // x, dx
-    const memory::desc dst_md({out.n(), out.c(), out.h(), out.w()}, adt,
-                              activation_tag(d.y_layout(), "conv"));  // y, dy
+    memory::desc src_md({d.n, d.c, d.h, d.w}, adt, activation_tag(d.layout, "conv"));  // x, dx
+    memory::desc dst_md({out.n(), out.c(), out.h(), out.w()}, adt, activation_tag(d.y_layout(), "conv"));  // y, dy
     const memory::desc wei_md = d.transposed ? memory::desc({d.k, d.c, d.r, d.s}, dt::f32, tag::iohw)
                                              : memory::desc({d.k, d.c, d.r, d.s}, dt::f32, tag::oihw);
     const memory::desc any_src({d.n, d.c, d.h, d.w}, adt, tag::any);
@@ -271,6 +302,46 @@ class CpuConvPlan final : public ConvPlan {
       typename Kind::fwd::primitive_desc fwd_pd = fwd_pd_for(pin_src ? src_md : any_src, pin_dst ? dst_md : any_dst);
       if ((pin_src || pin_dst) && std::string(fwd_pd.impl_info_str()).rfind("ref", 0) == 0)
         fwd_pd = fwd_pd_for(any_src, any_dst);
+      // Forward-only f32 convolutions let oneDNN choose the algorithm (convolution_auto) in the
+      // same pinned layouts: on AVX-512 it takes its Winograd F(4x4, 3x3) kernel for 3x3
+      // stride-1 convolutions of a batch (2.3 times the direct kernel's speed on the U-Net's
+      // middle layers at batch 8 on two Zen 4 cores, bench/RESULTS.md), and the direct one for a
+      // single sample or where it has no Winograd kernel (AVX2, bf16). Winograd rounds
+      // differently from the direct kernel: an evaluation's logits agree with training's forward
+      // within float rounding, not bit for bit (tests/unit/test_memory_plan.cpp).
+      bool winograd = false;
+      if constexpr (std::is_same_v<Kind, DirectConv>) {
+        if (pin_src && pin_dst && adt == dt::f32 && !d.transposed) {
+          try {
+            const typename Kind::fwd::desc auto_desc(prop, dnnl::algorithm::convolution_auto, src_md, any_wei, bias_md,
+                                                     dst_md, strides, dilates, pad_l, pad_r);
+            typename Kind::fwd::primitive_desc auto_pd(auto_desc, fwd_attr, engine);
+            if (std::string(auto_pd.impl_info_str()).find("wino") != std::string::npos) {
+              fwd_pd = auto_pd;
+              winograd = true;
+            }
+          } catch (const dnnl::error&) {
+            // no implementation for the pinned layouts: the direct choice above stands
+          }
+        }
+      }
+      // One block of 16 channels in and out: nChw16c is NHWC, byte for byte, and oneDNN 2.6's
+      // brgemm kernels in NHWC beat its direct ones there once the batch has some 8192 output
+      // pixels (the U-Net's 16-channel layers at full resolution: 2.3 against 3.4 ms at 8 x 96 x
+      // 144 on two Zen 4 cores; at 8 x 16 x 16 the direct kernel wins). The same memory is then
+      // described as NHWC, so nothing is reordered.
+      const int64_t block = channel_block(d.layout);
+      if (!winograd && !d.backward && !d.transposed && block == 16 && d.y_layout() == d.layout && d.c == block &&
+          d.k == block && out.n() * out.h() * out.w() >= 8192) {
+        const memory::desc src_nhwc({d.n, d.c, d.h, d.w}, adt, tag::nhwc);
+        const memory::desc dst_nhwc({out.n(), out.c(), out.h(), out.w()}, adt, tag::nhwc);
+        typename Kind::fwd::primitive_desc nhwc_pd = fwd_pd_for(src_nhwc, dst_nhwc);
+        if (std::string(nhwc_pd.impl_info_str()).rfind("brg", 0) == 0) {
+          fwd_pd = nhwc_pd;
+          src_md = src_nhwc;
+          dst_md = dst_nhwc;
+        }
+      }
       m_fwd = typename Kind::fwd(fwd_pd);
       m_fwd_impl = fwd_pd.impl_info_str();
       m_f_src.init(engine, src_md, fwd_pd.src_desc(), false);
@@ -326,6 +397,11 @@ class CpuConvPlan final : public ConvPlan {
   bool m_own_bias = false;             // the forward's bias (and ReLU) are added by add_bias
   std::string m_fwd_impl;              // oneDNN's implementation of the forward
   const void* m_forward_x = nullptr;   // x of the last forward (its staged copy is m_f_src)
+  const float* m_forward_b = nullptr;  // the bias add_bias adds (the folded one when folding)
+  // What forward_unchanged prepared the weights from: its version (0: nothing reusable), w, b.
+  uint64_t m_weights_version = 0;
+  const float* m_prepared_w = nullptr;
+  const float* m_prepared_b = nullptr;
   const void* m_staged_dy = nullptr;   // dy staged in m_d_dy during this backward
   memory m_bias;                       // b or db: always plain
   memory m_scratch;                    // owned by the plan, shared by the three primitives

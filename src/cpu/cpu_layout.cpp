@@ -8,6 +8,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #include "src/core/error.hpp"
 #include "src/cpu/cpu_backend.hpp"
 
@@ -66,14 +70,72 @@ void permute_convert_blocks(const E* src, DType from, void* dst, DType to, int64
   }
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// One block of 32-bit elements between [block][hw] (plain) and [hw][block] (blocked), block 8
+// or 16, in 8 x 8 tiles transposed in registers; the pixels past the last whole 8 by the
+// element loop. Moves bits only: the same result as the loop below on any CPU.
+__attribute__((target("avx2"))) void permute_block_avx2(const uint32_t* src, uint32_t* dst, int64_t hw, int64_t block,
+                                                        bool to_blocked) {
+  const int64_t whole = hw - hw % 8;
+  for (int64_t p0 = 0; p0 < whole; p0 += 8)
+    for (int64_t l0 = 0; l0 < block; l0 += 8) {
+      // Rows: 8 runs of 8 to read (a lane's pixels, or a pixel's lanes); they come out as the
+      // other's runs.
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i)
+        r[i] = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+            to_blocked ? src + (l0 + i) * hw + p0 : src + (p0 + i) * block + l0)));
+      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+      const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+      const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+      const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+      const __m256 col[8] = {_mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
+                             _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
+                             _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
+                             _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31)};
+      for (int j = 0; j < 8; ++j)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(to_blocked ? dst + (p0 + j) * block + l0
+                                                                  : dst + (l0 + j) * hw + p0),
+                            _mm256_castps_si256(col[j]));
+    }
+  for (int64_t p = whole; p < hw; ++p)
+    for (int64_t l = 0; l < block; ++l) {
+      if (to_blocked)
+        dst[p * block + l] = src[l * hw + p];
+      else
+        dst[l * hw + p] = src[p * block + l];
+    }
+}
+
+bool has_avx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+#endif
+
 // dst[n][c / B][hw][c % B] = src[n][c][hw] (to_blocked) or the reverse; c a multiple of B.
 template <class E>
 void permute_blocked(const E* src, E* dst, int64_t n, int64_t c, int64_t hw, int64_t block, bool to_blocked) {
   const int64_t blocks = c / block;
+#if defined(__x86_64__) || defined(__i386__)
+  const bool tiles = sizeof(E) == 4 && block % 8 == 0 && has_avx2();
+#endif
 #pragma omp parallel for collapse(2) schedule(static) if (n * c * hw >= 65536)
   for (int64_t i = 0; i < n; ++i)
     for (int64_t cb = 0; cb < blocks; ++cb) {
       const int64_t base = (i * blocks + cb) * hw * block;  // the same in both: block cb of sample i
+#if defined(__x86_64__) || defined(__i386__)
+      if constexpr (sizeof(E) == 4)
+        if (tiles) {
+          permute_block_avx2(reinterpret_cast<const uint32_t*>(src + base), reinterpret_cast<uint32_t*>(dst + base),
+                             hw, block, to_blocked);
+          continue;
+        }
+#endif
       for (int64_t p = 0; p < hw; ++p)
         for (int64_t l = 0; l < block; ++l) {
           const int64_t plain = base + l * hw + p, blocked = base + p * block + l;

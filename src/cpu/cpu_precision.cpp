@@ -303,7 +303,10 @@ void CpuBackend::softmax_cross_entropy(Stream& s, DType t, const void* logits, c
                                      grad_scale);
   require_float(t, "softmax_cross_entropy");
   const auto count = static_cast<size_t>(std::max<int64_t>(n * classes * hw, 0));
-  Buffer xs = widen(*this, s, t, logits, count), gs = allocate(std::max<size_t>(count, 1));
+  Buffer xs = widen(*this, s, t, logits, count);
+  if (dlogits == nullptr)  // the loss alone
+    return softmax_cross_entropy_f32(s, xs.data(), labels, class_weights, n, classes, hw, nullptr, loss, grad_scale);
+  Buffer gs = allocate(std::max<size_t>(count, 1));
   softmax_cross_entropy_f32(s, xs.data(), labels, class_weights, n, classes, hw, gs.data(), loss, grad_scale);
   narrow(*this, s, gs.data(), t, dlogits, count);
 }

@@ -21,8 +21,10 @@ EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const
   const auto classes = static_cast<size_t>(info.classes);
   nn::Buffer loss = be.allocate(2);  // [this batch's mean loss, the sum over samples]
   nn::Buffer confusion = be.allocate(classes * classes, nn::DType::i32);
-  // The loss writes the logits' gradient too, which a forward-only graph has no room for.
-  nn::Buffer dlogits = be.allocate(static_cast<size_t>(g.output_shape().numel()), g.dtype());
+  // The loss writes the logits' gradient too (which a forward-only graph has no room for),
+  // unless the backend computes the loss alone.
+  nn::Buffer dlogits;
+  if (!be.loss_without_gradient()) dlogits = be.allocate(static_cast<size_t>(g.output_shape().numel()), g.dtype());
   be.fill(stream, loss.data(), 2, 0.0f);
   be.fill(stream, reinterpret_cast<float*>(confusion.as<int32_t>()), classes * classes, 0.0f);  // 0.0f is all zero bits
   // Two host batches: while one is computed on, a thread reads the next samples into the other
@@ -48,6 +50,9 @@ EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const
   if (begin < end) read_batch(host[0], begin);
   nn::RunMode mode;
   mode.train = false;
+  // Nothing writes the weights while this evaluation runs: the convolutions fold and reorder
+  // them at the first batch only.
+  mode.weights_version = nn::new_weights_version();
   for (int64_t start = begin, k = 0; start < end; start += batch, ++k) {
     const int64_t valid = std::min(batch, end - start);
     next.wait();  // this batch's read; rethrows its error
@@ -62,7 +67,7 @@ EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const
     g.forward(stream, mode);
     const auto out = g.output_shape();
     be.softmax_cross_entropy(stream, g.dtype(), g.output().data, dev_labels, class_weights, out.n(), out.c(),
-                             out.h() * out.w(), dlogits.raw(), loss.data(), nullptr);
+                             out.h() * out.w(), dlogits ? dlogits.raw() : nullptr, loss.data(), nullptr);
     be.axpy(stream, static_cast<float>(valid), loss.data(), loss.data() + 1, 1);
     be.argmax_channels(stream, g.dtype(), g.output().data, dev_pred, out.n(), out.c(), out.h() * out.w());
     be.accumulate_confusion(stream, dev_labels, dev_pred, static_cast<size_t>(valid * label_hw), info.classes,

@@ -207,6 +207,7 @@ class Predictor {
     const data::DatasetInfo& info = first.source->info();
     const nn::ModelSpec spec = fit_checkpoint_model(m_ck, m_cfg, "--data", first.input, *first.source, m_batch);
     m_model = build_inference_model(m_ck, m_cfg, spec, info, m_batch, m_topo);
+    m_weights_version = nn::new_weights_version();
     m_built = info.sample;
     m_classes = static_cast<int64_t>(info.class_names.size());
     const int64_t hw = m_built.h() * m_built.w();
@@ -250,8 +251,8 @@ class Predictor {
     if (nc) {
       j.nc_source = formats::open_netcdf_files({j.input}, "", m_open, m_netcdf);
       j.source = j.nc_source.get();
-    } else {
-      j.h5_source = formats::open_deepcam_files({j.input}, "", m_open);
+    } else {  // the grid too, from the same opening of the file
+      j.h5_source = formats::open_deepcam_file_and_grid(j.input, m_open, j.out.lat, j.out.lon);
       j.source = j.h5_source.get();
     }
     const data::DatasetInfo& info = j.source->info();
@@ -285,8 +286,6 @@ class Predictor {
         out.time.insert(out.time.end(), grid.time.begin(), grid.time.end());
       }
       if (static_cast<int64_t>(out.time.size()) != out.times) out.time.clear();
-    } else {
-      formats::read_deepcam_grid(j.input, out.lat, out.lon);
     }
     const data::Normalization& norm = m_ck.model.normalization;
     out.attributes = {{"model", m_ck.state.model},
@@ -316,7 +315,8 @@ class Predictor {
       const int64_t take = std::min(m_batch - at, j->out.times - j->read);
       std::vector<int64_t> idx(static_cast<size_t>(take));
       std::iota(idx.begin(), idx.end(), j->read);
-      j->source->read(idx, b.images.data() + at * per, b.labels.data() + at * hw);
+      // Predict needs no labels: the DeepCAM reader skips them (netCDF's reads them with the fields).
+      j->source->read(idx, b.images.data() + at * per, j->h5_source ? nullptr : b.labels.data() + at * hw);
       if (j->read == 0) j->first_channel.assign(b.images.begin() + at * per, b.images.begin() + at * per + hw);
       for (int64_t t = j->read; t < j->read + take; ++t) b.slots.push_back({j, t});
       j->read += take;
@@ -333,6 +333,7 @@ class Predictor {
     be.copy_from_host(s, g.input().f32(), b.images.data(), b.images.size());
     nn::RunMode mode;
     mode.train = false;
+    mode.weights_version = m_weights_version;  // the checkpoint's weights, loaded once
     g.forward(s, mode);
     const auto shape = g.output_shape();
     m_pred.resize(static_cast<size_t>(m_batch * hw));
@@ -427,6 +428,7 @@ class Predictor {
   formats::NetcdfOptions m_netcdf;
   int64_t m_batch = 0;
   InferenceModel m_model;
+  uint64_t m_weights_version = 0;  // RunMode::weights_version of every forward
   nn::Shape m_built;  // the sample shape the model was built for
   int64_t m_classes = 0;
   nn::Buffer m_pred_buf, m_wide;

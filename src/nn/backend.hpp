@@ -155,6 +155,14 @@ class ConvPlan {
   virtual void forward_mirrored(Stream& s, const void* x, const float* w, const float* b, void* y) {
     forward(s, x, w, b, y);
   }
+  // forward, when the caller vouches that w, b and the bound batch norm's tensors hold what
+  // they held at the last forward_unchanged with the same `version` (RunMode::weights_version):
+  // a plan may reuse the weights it derived from them then. The default derives them again.
+  virtual void forward_unchanged(Stream& s, const void* x, const float* w, const float* b, void* y,
+                                 uint64_t version) {
+    (void)version;
+    forward(s, x, w, b, y);
+  }
   // ConvDesc::fold_batch_norm: the batch norm's scale, shift and running statistics ([k]
   // each), read at every forward (they change between evaluations), and never written.
   virtual void bind_batch_norm(const float* gamma, const float* beta, const float* mean, const float* var) {
@@ -453,9 +461,12 @@ class Backend {
   // captured pass sees its current value) and the mean loss (unscaled) to loss[0], backend
   // memory: it stays on the device until read. A label >= classes is an error: the CPU
   // backend throws squall::Error naming it; the CUDA backend writes NaN to the loss.
+  // Where loss_without_gradient(), dlogits may be null: the loss alone, the same value.
   virtual void softmax_cross_entropy(Stream&, DType, const void* logits, const int32_t* labels,
                                      const float* class_weights, int64_t n, int64_t classes,
                                      int64_t hw, void* dlogits, float* loss, const float* grad_scale) = 0;
+  // Whether softmax_cross_entropy takes a null dlogits (evaluation reads the loss only).
+  virtual bool loss_without_gradient() const { return false; }
   // Per sample/pixel argmax over channels into int32 predictions.
   virtual void argmax_channels(Stream&, DType, const void* x, int32_t* out, int64_t n, int64_t c, int64_t hw) = 0;
   // confusion[label * classes + pred] += 1 for each of n (label, pred) pairs with

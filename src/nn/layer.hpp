@@ -6,6 +6,8 @@
 //   forward / backward   -> every step; backward overwrites din (the graph sums branches)
 // Parameters live in the model's flat arenas (values, gradients, state), so that
 // optimizers, allreduce and model averaging see each of them as one contiguous buffer.
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,7 +40,19 @@ struct RunMode {
   // Set by the graph: the plans' weight mirrors hold the parameters' current values
   // (Layer::weight_mirrors, docs/design.md "Weight mirrors"), so forward need not copy them.
   bool weights_mirrored = false;
+  // Nonzero (a value of new_weights_version()): the caller vouches that the graph's parameters
+  // and state have not been written since the last forward that carried this same value, so a
+  // plan may reuse what it derived from them then (a convolution's weights with the batch norm
+  // folded in, reordered for its kernel). Evaluation takes a new value per pass over its
+  // samples, after the weights are copied in; 0 (the default): derive them again.
+  uint64_t weights_version = 0;
 };
+
+// A value for RunMode::weights_version that no earlier call returned (any thread).
+inline uint64_t new_weights_version() {
+  static std::atomic<uint64_t> last{0};
+  return ++last;
+}
 
 // A layer's settings as an exporter needs them (src/export/onnx_export.cpp): what its type
 // alone does not say. Fields a layer does not have keep their defaults.

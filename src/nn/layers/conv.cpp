@@ -39,6 +39,8 @@ class ConvBase : public Layer {
     const float* b = m_desc.bias ? m_bias.f32() : nullptr;
     if (mode.weights_mirrored && m_mirror.data != nullptr)
       m_plan->forward_mirrored(stream, in[0].data, m_weight.f32(), b, out.data);
+    else if (mode.weights_version != 0)
+      m_plan->forward_unchanged(stream, in[0].data, m_weight.f32(), b, out.data, mode.weights_version);
     else
       m_plan->forward(stream, in[0].data, m_weight.f32(), b, out.data);
   }
