@@ -14,14 +14,11 @@
 
 #include <unistd.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
 #include "io/formats/dataset.hpp"
 #include "io/formats/h5_util.hpp"
 #include "src/core/durable.hpp"
 #include "src/core/error.hpp"
+#include "src/core/transpose8x8.hpp"
 
 namespace squall::formats {
 namespace {
@@ -138,27 +135,11 @@ __attribute__((target("avx2"))) bool transpose_normalise_avx2(const float* hwc, 
     for (int64_t c0 = 0; c0 < channels; c0 += 8) {
       __m256 r[8];
       for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(hwc + (p0 + i) * channels + c0);
-      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-      const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
-      const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
-      const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
-      const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
-      __m256 col[8];  // col[j]: channel c0 + j of pixels p0 .. p0 + 7
-      col[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-      col[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-      col[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-      col[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-      col[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-      col[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-      col[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-      col[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+      transpose8x8(r);  // r[j]: channel c0 + j of pixels p0 .. p0 + 7
       for (int j = 0; j < 8; ++j) {
         // |v| <= FLT_MAX is false for inf and (an unordered compare) NaN.
-        finite = _mm256_and_ps(finite, _mm256_cmp_ps(_mm256_and_ps(col[j], abs_mask), largest, _CMP_LE_OQ));
-        const __m256 v = _mm256_mul_ps(_mm256_sub_ps(col[j], _mm256_set1_ps(shift[c0 + j])),
+        finite = _mm256_and_ps(finite, _mm256_cmp_ps(_mm256_and_ps(r[j], abs_mask), largest, _CMP_LE_OQ));
+        const __m256 v = _mm256_mul_ps(_mm256_sub_ps(r[j], _mm256_set1_ps(shift[c0 + j])),
                                        _mm256_set1_ps(scale[c0 + j]));
         _mm256_storeu_ps(chw + (c0 + j) * plane + p0, v);
       }

@@ -8,11 +8,8 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
 #include "src/core/error.hpp"
+#include "src/core/transpose8x8.hpp"
 #include "src/cpu/cpu_backend.hpp"
 
 namespace squall::cpu {
@@ -85,22 +82,11 @@ __attribute__((target("avx2"))) void permute_block_avx2(const uint32_t* src, uin
       for (int i = 0; i < 8; ++i)
         r[i] = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
             to_blocked ? src + (l0 + i) * hw + p0 : src + (p0 + i) * block + l0)));
-      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-      const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
-      const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
-      const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
-      const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
-      const __m256 col[8] = {_mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
-                             _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
-                             _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
-                             _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31)};
+      transpose8x8(r);  // r[j]: lane l0 + j of pixels p0 .. p0 + 7, or pixel p0 + j of lanes l0 .. l0 + 7
       for (int j = 0; j < 8; ++j)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(to_blocked ? dst + (p0 + j) * block + l0
                                                                   : dst + (l0 + j) * hw + p0),
-                            _mm256_castps_si256(col[j]));
+                            _mm256_castps_si256(r[j]));
     }
   for (int64_t p = whole; p < hw; ++p)
     for (int64_t l = 0; l < block; ++l) {
