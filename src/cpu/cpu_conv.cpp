@@ -4,6 +4,7 @@
 // for the largest of them, are made once; a step only rebinds the caller's pointers.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "src/core/error.hpp"
 #include "src/cpu/cpu_backend.hpp"
 #include "src/cpu/cpu_info.hpp"
+#include "src/cpu/cpu_winograd.hpp"
 #include "src/cpu/dnnl_util.hpp"
 
 namespace squall::cpu {
@@ -60,6 +62,19 @@ struct Operand {
     if (staged) reorder.execute(s, inner, user);
   }
 };
+
+// Whether a forward-only plan that oneDNN gives no Winograd kernel computes with squall's
+// (cpu_winograd.hpp) instead of oneDNN's direct kernel: where that is measured faster. On the
+// U-Net's 3x3 layers at batch 8 (Zen 4 capped at AVX2, bench/RESULTS.md) it was 1.3 to 1.8
+// times as fast as oneDNN 2.6's jit:avx2 direct kernel on one thread (1.1 to 1.7 on two), at
+// every shape from 16 -> 16 channels at 96 x 144 to 256 -> 256 at 6 x 9, including those
+// whose transformed weights (16 c k floats, 4 MiB at 256 x 256) outgrow the L2 cache: a block
+// of 6 tiles reads them as a stream.
+// Larger layers were not measured and keep oneDNN's kernel.
+bool use_own_winograd(const ConvDesc& d) {
+  if (!winograd::eligible(d) || !winograd::cpu_supported()) return false;
+  return d.c * d.k <= 256 * 256;
+}
 
 class CpuConvPlan final : public ConvPlan {
  public:
@@ -161,13 +176,23 @@ class CpuConvPlan final : public ConvPlan {
       w = m_folded_w.data();
       b = m_folded_b.data();
     }
+    m_forward_b = b;
+    if (m_wino) {
+      m_wino->set_weights(w);
+      return;
+    }
     m_f_wei.bind(w);
     m_f_wei.stage_in(st);
     if (has_bias() && !m_own_bias) m_bias.set_data_handle(const_cast<float*>(b));
-    m_forward_b = b;
   }
 
   void run_forward(Stream& s, const void* x, void* y) {
+    if (m_wino) {
+      m_wino->run(static_cast<const float*>(x), has_bias() ? m_forward_b : nullptr, m_desc.relu,
+                  static_cast<float*>(y));
+      m_forward_x = x;
+      return;
+    }
     auto& st = CpuBackend::dnnl_stream(s);
     m_f_src.bind(x);
     m_f_src.stage_in(st);
@@ -309,7 +334,7 @@ class CpuConvPlan final : public ConvPlan {
       // single sample or where it has no Winograd kernel (AVX2, bf16). Winograd rounds
       // differently from the direct kernel: an evaluation's logits agree with training's forward
       // within float rounding, not bit for bit (tests/unit/test_memory_plan.cpp).
-      bool winograd = false;
+      bool dnnl_winograd = false;
       if constexpr (std::is_same_v<Kind, DirectConv>) {
         if (pin_src && pin_dst && adt == dt::f32 && !d.transposed) {
           try {
@@ -318,12 +343,19 @@ class CpuConvPlan final : public ConvPlan {
             typename Kind::fwd::primitive_desc auto_pd(auto_desc, fwd_attr, engine);
             if (std::string(auto_pd.impl_info_str()).find("wino") != std::string::npos) {
               fwd_pd = auto_pd;
-              winograd = true;
+              dnnl_winograd = true;
             }
           } catch (const dnnl::error&) {
             // no implementation for the pinned layouts: the direct choice above stands
           }
         }
+      }
+      // Where oneDNN offers no Winograd (AVX2: its kernels are AVX-512 only), squall's own
+      // F(2x2, 3x3) in nChw8c, for the shapes where it was measured faster (use_own_winograd).
+      if (!dnnl_winograd && !d.backward && pin_src && pin_dst && use_own_winograd(d)) {
+        m_wino = std::make_unique<winograd::Forward>(d);
+        m_fwd_impl = winograd::k_impl_name;
+        return;  // no oneDNN forward, nor its buffers
       }
       // One block of 16 channels in and out: nChw16c is NHWC, byte for byte, and oneDNN 2.6's
       // brgemm kernels in NHWC beat its direct ones there once the batch has some 8192 output
@@ -331,7 +363,7 @@ class CpuConvPlan final : public ConvPlan {
       // 144 on two Zen 4 cores; at 8 x 16 x 16 the direct kernel wins). The same memory is then
       // described as NHWC, so nothing is reordered.
       const int64_t block = channel_block(d.layout);
-      if (!winograd && !d.backward && !d.transposed && block == 16 && d.y_layout() == d.layout && d.c == block &&
+      if (!dnnl_winograd && !d.backward && !d.transposed && block == 16 && d.y_layout() == d.layout && d.c == block &&
           d.k == block && out.n() * out.h() * out.w() >= 8192) {
         const memory::desc src_nhwc({d.n, d.c, d.h, d.w}, adt, tag::nhwc);
         const memory::desc dst_nhwc({out.n(), out.c(), out.h(), out.w()}, adt, tag::nhwc);
@@ -395,7 +427,8 @@ class CpuConvPlan final : public ConvPlan {
   Operand m_w_src, m_w_dy, m_w_dw;     // backward weights: x, dy (when not shared), dw
   bool m_share_src = false, m_share_dy = false;
   bool m_own_bias = false;             // the forward's bias (and ReLU) are added by add_bias
-  std::string m_fwd_impl;              // oneDNN's implementation of the forward
+  std::string m_fwd_impl;              // oneDNN's implementation of the forward, or squall's Winograd
+  std::unique_ptr<winograd::Forward> m_wino;  // squall's Winograd forward, when it replaces oneDNN's
   const void* m_forward_x = nullptr;   // x of the last forward (its staged copy is m_f_src)
   const float* m_forward_b = nullptr;  // the bias add_bias adds (the folded one when folding)
   // What forward_unchanged prepared the weights from: its version (0: nothing reusable), w, b.
