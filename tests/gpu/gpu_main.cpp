@@ -1,10 +1,13 @@
 // Catch2 main for the GPU tests: exits 77 (CTest: skipped) when the CUDA backend cannot get a
 // device, printing why, so that a CPU-only machine reports the tests as skipped, not passed.
+// A run starts with a line naming the devices and the CPU path the GPU's results are compared
+// with (the CPU backend is the reference: tests/support/cpu_path.hpp), as the CPU tests' do.
 #include <cstdio>
 #include <string>
 
 #include "src/nn/backend.hpp"
 #include "tests/support/catch_session.hpp"
+#include "tests/support/cpu_path.hpp"
 
 int main(int argc, char** argv) {
   std::string why;
@@ -13,5 +16,10 @@ int main(int argc, char** argv) {
     return 77;
   }
   if (const int rc = squall::test::catch_parse(argc, argv); rc != 0) return rc;
+  if (!squall::test::catch_lists()) {
+    std::printf("squall GPU tests on %d CUDA device(s), the CPU reference on %s\n", squall::nn::cuda_device_count(),
+                squall::test::cpu_path().c_str());
+    std::fflush(stdout);
+  }
   return squall::test::catch_run();
 }
