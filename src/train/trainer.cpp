@@ -94,6 +94,7 @@ TrainResult TrainingRun::run() {
   mpi::run_agreed(m_world, [&] { prepare_run_dir(); });
   load_checkpoint();  // and fit the batch to this job's shape (elastic.batch)
   m_device = build_training_device(m_cfg, m_origin, m_options, m_topo, m_data);
+  mpi::run_agreed(m_world, [&] { clear_earlier_run(); });
   if (m_checkpoint) {
     restore(*m_checkpoint, m_checkpoint_state);
     m_checkpoint.reset();

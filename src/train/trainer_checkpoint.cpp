@@ -50,7 +50,8 @@ bool TrainingRun::target_still_reached(const checkpoint::TrainerState& s) const 
 }
 
 // Rank 0 makes the run dir and checks it can write there; an earlier run's outputs are never
-// overwritten silently: --resume continues it, --overwrite replaces it.
+// overwritten silently: --resume continues it, --overwrite replaces it (clear_earlier_run
+// removes them, after the checks that follow).
 void TrainingRun::prepare_run_dir() {
   m_dir = fs::path(m_cfg.run.dir);
   if (!m_root) return;
@@ -63,7 +64,16 @@ void TrainingRun::prepare_run_dir() {
     throw UsageError("run.dir = '" + m_cfg.run.dir + "' already holds a run (" + list +
                      "): continue it with --resume auto, replace it with --overwrite, or choose another run.dir");
   }
+  m_clear_earlier = true;
+}
+
+// The earlier run's outputs go once the data, the model and the device have passed their checks
+// (TrainingRun::run): a mistake in the new config leaves the earlier run whole.
+void TrainingRun::clear_earlier_run() {
+  if (!m_clear_earlier) return;
   remove_run_outputs(m_dir);
+  m_clear_earlier = false;
+  if (!m_options.resume.empty()) return;
   log::info("--overwrite: removed the earlier run's outputs from " + m_cfg.run.dir);
 }
 
@@ -74,9 +84,7 @@ void TrainingRun::load_checkpoint() {
       m_options.resume == "auto" ? m_store->load_newest() : m_store->load(fs::path(m_options.resume));
   if (!ck) {
     // Nothing to continue (the first attempt of a job that requeues itself): a fresh start.
-    mpi::run_agreed(m_world, [&] {
-      if (m_root && !run_outputs(m_dir).empty()) remove_run_outputs(m_dir);
-    });
+    m_clear_earlier = m_root && !run_outputs(m_dir).empty();
     log::info("--resume auto: no checkpoint in " + (m_dir / "checkpoints").string() + ": starting from step 0");
     return;
   }

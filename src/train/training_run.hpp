@@ -71,9 +71,12 @@ class TrainingRun {
 
   // trainer_checkpoint.cpp: the run directory, resuming, checkpoints. A resume loads its
   // checkpoint before the model is built (load_checkpoint: a new shape may change the batch,
-  // fit_shape) and restores it after (restore).
+  // fit_shape) and restores it after (restore). An earlier run's outputs that this run replaces
+  // (--overwrite, or --resume auto that finds no checkpoint) are removed only once every check
+  // before training has passed (clear_earlier_run): a config that fails leaves them as they were.
   void prepare_run_dir();
   void load_checkpoint();
+  void clear_earlier_run();
   void check_resumable(const checkpoint::LoadedCheckpoint& ck, const checkpoint::TrainerState& then) const;
   void fit_shape(const checkpoint::TrainerState& then);
   int64_t trained_batch(const checkpoint::TrainerState& then) const;
@@ -101,6 +104,7 @@ class TrainingRun {
   FaultInjection m_fault;            // SQUALL_FAIL_AT, read with the data (any rank may refuse it)
   std::vector<int> m_node_of_rank;  // every rank's node, for the sampler
   std::filesystem::path m_dir;
+  bool m_clear_earlier = false;      // rank 0: remove the earlier run's outputs (clear_earlier_run)
 
   // What it is made of.
   TrainingData m_data;
