@@ -29,6 +29,16 @@ enum ParseOutcome : int { k_parsed = 0, k_done = 1, k_bad = 2 };
 // CLI11's message (help, version or error) and its outcome. The message is printed later, by
 // the rank that speaks for the job.
 ParseOutcome parse_outcome(CLI::App& app, const CLI::ParseError& e, std::string& out, std::string& err) {
+  // An option of one value given more than once: CLI11 says "--x: At Most 1 required but
+  // received 2", which reads as if a value were missing.
+  const std::string what = e.what();
+  const std::string at_most = ": At Most 1 required but received ";
+  if (const size_t at = what.find(at_most); dynamic_cast<const CLI::ArgumentMismatch*>(&e) && at != std::string::npos) {
+    const std::string option = what.substr(0, at), times = what.substr(at + at_most.size());
+    out.clear();
+    err = "squall: error: " + option + " was given " + times + " times; it takes one value: give it once\n";
+    return k_bad;
+  }
   std::ostringstream o, r;
   const int code = app.exit(e, o, r);
   out = o.str();

@@ -133,6 +133,7 @@ Config read_config(const std::string& text, const std::string& origin, const std
   for (const auto& o : overrides) apply_override_noting(config, o, &set);
   const std::string where = overrides.empty() ? origin : origin + " with --set overrides";
   check_values(config, where);
+  check_model_name(config, set, where);
   check_applicable(config, set);
   // parallel.period = p is [p, p]; with parallel.periods set (check_values has refused a
   // period that disagrees), period is its across: one number for the job's synchronisations.

@@ -5,6 +5,7 @@
 
 #include "io/formats/netcdf_file.hpp"
 #include "src/core/error.hpp"
+#include "src/core/suggest.hpp"
 #include "src/nn/graph.hpp"
 #include "src/parallel/sma.hpp"
 #include "src/config/config_fields.hpp"
@@ -160,7 +161,7 @@ bool known_model(const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-// An unknown model name is the zoo's error to report (with its list); no key is refused for it.
+// An unknown model name is refused before (check_model_name); no key is refused for it here.
 bool takes_width_and_depth(const Config& c) {
   const std::string& m = c.model.name;
   return !known_model(m) || m == "resnet20" || m == "unet" || m == "deeplabv3plus";
@@ -275,6 +276,15 @@ void check_applicable(const Config& config, const KeysSet& set) {
   }
 }
 
+void check_model_name(const Config& config, const KeysSet& set, const std::string& origin) {
+  if (known_model(config.model.name)) return;
+  const auto at = set.find("model.name");
+  const std::string where = at == set.end() ? origin : at->second.origin + at->second.line;
+  const std::vector<std::string> names = nn::model_names();
+  throw Error(where + ": model.name = \"" + config.model.name + "\" is not a model squall knows" +
+              did_you_mean(config.model.name, names) + " (models: " + join_names(names) + ")");
+}
+
 namespace {
 
 // parallel.periods = [inside, across] (docs/training.md, "Averaging by level").
@@ -323,7 +333,7 @@ void check_values(const Config& c, const std::string& origin) {
   }
   for (const double w : c.data.class_weights) k.non_negative(w, "data.class_weights");
 
-  // The model zoo checks model.name against the models it has.
+  // model.name against the zoo: check_model_name, which knows where the name was set.
   k.require(!c.model.name.empty(), "model.name", "must not be empty");
   k.non_negative(c.model.width, "model.width");
   k.non_negative(c.model.depth, "model.depth");

@@ -78,6 +78,9 @@ using KeysSet = std::map<std::string, SetAt>;
 // that contradict each other.
 void check_values(const Config& c, const std::string& origin);
 void check_applicable(const Config& config, const KeysSet& set);
+// model.name against the model zoo: an unknown name is refused naming where it was set (the
+// file and its line, or the --set), the nearest model and the list.
+void check_model_name(const Config& config, const KeysSet& set, const std::string& origin);
 void check_consistent(const Config& c, const std::string& origin);
 
 }  // namespace squall::config::config_detail

@@ -39,6 +39,16 @@ TEST_CASE("a bad value exits 2 and names the flag or variable", "[cli]") {
   CHECK_THAT(env.err, Catch::Contains("SQUALL_RANKS_PER_NODE") && Catch::Contains("lots"));
 }
 
+TEST_CASE("an option of one value given twice exits 2 naming it in squall's words", "[cli]") {
+  for (const char* command : {" info --ranks-per-node 1 --ranks-per-node 2", " train --ranks-per-node=1 --ranks-per-node 2"}) {
+    const auto r = run_command(squall_bin() + command);
+    INFO(command << ": " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::StartsWith("squall: error: --ranks-per-node was given 2 times; it takes one value"));
+    CHECK_THAT(r.err, !Catch::Contains("At Most"));
+  }
+}
+
 TEST_CASE("no subcommand, or a group without its subcommand, is a usage error", "[cli]") {
   CHECK(run_command(squall_bin()).exit_code == 2);
   const auto r = run_command(squall_bin() + " data");

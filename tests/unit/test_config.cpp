@@ -35,6 +35,19 @@ struct TempConfig {
 
 }  // namespace
 
+TEST_CASE("an unknown model.name is refused where it was set, with the nearest model", "[config]") {
+  TempConfig f("[model]\nname = \"resnet2O\"\n");
+  REQUIRE_THROWS_WITH(load_config(f.path, {}), Catch::StartsWith(f.path + " (line 2): model.name = \"resnet2O\"") &&
+                                                   Catch::Contains("did you mean 'resnet20'?") &&
+                                                   Catch::Contains("(models: lenet5 | resnet20 | unet"));
+  REQUIRE_THROWS_WITH(load_config(f.path, {"model.name=deeplabv3pluss"}),
+                      Catch::StartsWith("--set model.name=deeplabv3pluss: model.name = \"deeplabv3pluss\"") &&
+                          Catch::Contains("did you mean 'deeplabv3plus'?"));
+  // Far from every model: the list, no guess. A known name set on the command line mends the file's.
+  REQUIRE_THROWS_WITH(load_config("", {"model.name=vgg"}), !Catch::Contains("did you mean") && Catch::Contains("unet"));
+  CHECK(load_config(f.path, {"model.name=resnet20"}).model.name == "resnet20");
+}
+
 TEST_CASE("an empty config is the documented defaults and is valid", "[config]") {
   TempConfig f("");
   const Config c = load_config(f.path, {});
@@ -288,7 +301,6 @@ TEST_CASE("config keys that apply, and keys at their default, are accepted", "[c
       {"model.name=deeplabv3plus-resnet50", "model.aspp_rates=[1, 2]"},
       {"model.name=resnet20", "model.width=8", "model.depth=2"},
       {"model.name=unet", "model.width=8", "model.depth=2"},
-      {"model.name=vgg", "model.width=8"},  // an unknown model is the zoo's error, with its list
       {"parallel.algorithm=sma", "parallel.period=4", "parallel.alpha=0.5", "parallel.centre_rate=0.5",
        "parallel.momentum=0.5"},
       {"parallel.algorithm=local-sgd", "parallel.period=4", "parallel.start_step=10"},

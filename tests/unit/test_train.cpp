@@ -123,6 +123,13 @@ TEST_CASE("config mistakes exit 2 and name the key or file", "[train][config]") 
   const auto model = run_command(squall_bin() + " train --config " + k_lenet + " --set model.name=vgg");
   CHECK(model.exit_code != 0);
   CHECK_THAT(model.err, Catch::Contains("vgg"));
+
+  // A near miss: the key, the value, where it was set and the nearest model, not the file.
+  const auto near = run_command(squall_bin() + " train --config " + k_lenet + " --set model.name=unet3");
+  CHECK(near.exit_code == 2);
+  CHECK_THAT(near.err, Catch::StartsWith("squall: error: --set model.name=unet3: model.name = \"unet3\"") &&
+                           Catch::Contains("did you mean 'unet'?") && Catch::Contains("lenet5 | resnet20 | unet"));
+  CHECK_THAT(near.err, !Catch::Contains(k_lenet));
 }
 
 TEST_CASE("--overwrite keeps the earlier run until the new config has passed its checks", "[train][config]") {
