@@ -8,6 +8,7 @@
 
 #include "io/formats/h5_util.hpp"
 #include "io/formats/mask.hpp"
+#include "io/formats/netcdf_mask.hpp"
 #include "src/core/durable.hpp"
 #include "src/core/error.hpp"
 
@@ -222,10 +223,23 @@ void write_mask_h5(const std::string& path, const MaskOutput& m) {
       if (!m.calendar.empty()) h5_write_attr_string(ds.get(), "calendar", m.calendar);
     }
     for (const auto& [key, value] : m.attributes) h5_write_attr_string(file.get(), key, value);
+    h5_write_attr_string(file.get(), k_mask_marker, k_mask_marker_value);
     if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) throw Error(tmp.path + ": flush failed: " + h5_error_text());
   }
   rename_into_place(tmp.path, path);
   tmp.keep = true;
+}
+
+bool is_squall_mask(const std::string& path) {
+  if (std::filesystem::path(path).extension() == ".nc") return netcdf_is_squall_mask(path);
+  auto lock = h5_lock();
+  try {
+    H5Handle file = h5_open_file(path);
+    std::string value;
+    return h5_read_attr_string(file.get(), k_mask_marker, value, path) && value == k_mask_marker_value;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 void read_deepcam_grid(const std::string& path, std::vector<double>& lat, std::vector<double>& lon) {

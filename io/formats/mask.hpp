@@ -26,6 +26,16 @@ struct MaskOutput {
 // so `path` is whole or absent; throws squall::Error naming the file.
 void write_mask_h5(const std::string& path, const MaskOutput& m);
 
+// Every mask file squall writes, in either format, carries the global (root) text attribute
+// squall_output = "predict mask": `squall predict` leaves such files out of the folders it reads
+// (--out may be the input folder), and a tool may look for it too.
+inline constexpr const char* k_mask_marker = "squall_output";
+inline constexpr const char* k_mask_marker_value = "predict mask";
+
+// Whether `path` (*.nc or *.h5) is a mask file squall wrote: it carries the marker above. False
+// for any other file, and for one that cannot be opened (its reader will say why).
+bool is_squall_mask(const std::string& path);
+
 // The grid of a DeepCAM-layout file, /climate/lat and /climate/lon (empty when absent).
 void read_deepcam_grid(const std::string& path, std::vector<double>& lat, std::vector<double>& lon);
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "io/formats/mask.hpp"
 #include "io/formats/netcdf_util.hpp"
 #include "src/core/error.hpp"
 
@@ -90,6 +91,7 @@ void write_file(const std::string& tmp, const std::string& path, const MaskGrid&
     if (!attrs.history.empty()) put_text(ncid, NC_GLOBAL, "history", attrs.history, path);
     if (!attrs.checkpoint.empty()) put_text(ncid, NC_GLOBAL, "checkpoint", attrs.checkpoint, path);
     put_text(ncid, NC_GLOBAL, "class_names", meanings, path);
+    put_text(ncid, NC_GLOBAL, k_mask_marker, k_mask_marker_value, path);
     for (const auto& [name, value] : attrs.extra) put_text(ncid, NC_GLOBAL, name.c_str(), value, path);
     nc_check(nc_enddef(ncid), path, "end of definitions");
 
@@ -127,6 +129,15 @@ void write_file(const std::string& tmp, const std::string& path, const MaskGrid&
 }
 
 }  // namespace
+
+bool netcdf_is_squall_mask(const std::string& path) {
+  auto lock = nc_lock();
+  int ncid = -1;
+  if (nc_open(path.c_str(), NC_NOWRITE, &ncid) != NC_NOERR) return false;
+  const bool marked = nc_text_att(ncid, NC_GLOBAL, k_mask_marker) == k_mask_marker_value;
+  nc_close(ncid);
+  return marked;
+}
 
 void write_netcdf_masks(const std::string& path, const MaskGrid& grid, std::span<const uint8_t> masks,
                         std::span<const float> probabilities, const std::vector<std::string>& class_names,

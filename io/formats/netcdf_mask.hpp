@@ -47,6 +47,9 @@ struct MaskAttributes {
 // Written to `path`.tmp and renamed: `path` is whole or absent. Errors (sizes that do not
 // match the grid, a class index out of range, a netCDF failure) throw squall::Error naming
 // `path`; no temporary file is left behind.
+// Whether the netCDF file `path` carries mask.hpp's marker (is_squall_mask's netCDF half).
+bool netcdf_is_squall_mask(const std::string& path);
+
 void write_netcdf_masks(const std::string& path, const MaskGrid& grid, std::span<const uint8_t> masks,
                         std::span<const float> probabilities, const std::vector<std::string>& class_names,
                         const MaskAttributes& attrs = {});

@@ -77,7 +77,8 @@ void add_predict_command(CLI::App& root, Context& ctx, Actions& actions) {
       ->type_name("PATH")
       ->required()
       ->take_all();
-  sub->add_option("--out", args->options.out, "The folder for the masks (made when missing)")
+  sub->add_option("--out", args->options.out,
+                  "The folder for the masks (made when missing; may be the input folder, whose masks are not read)")
       ->type_name("DIR")
       ->required();
   sub->add_option("--format", args->options.format,
@@ -91,7 +92,7 @@ void add_predict_command(CLI::App& root, Context& ctx, Actions& actions) {
       ->take_all()
       ->allow_extra_args(false);
   sub->footer("Exit status: 0 done; 1 a failure at run time (an unreadable file); 2 a usage error (a flag, a missing "
-              "checkpoint or input, files that do not fit the model).");
+              "checkpoint or input, a classifier's checkpoint, files that do not fit the model).");
   actions[sub] = [&ctx, args] { return run_predict(ctx, *args); };
 }
 

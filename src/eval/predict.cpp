@@ -10,6 +10,7 @@
 #include <memory>
 #include <numeric>
 
+#include "io/checkpoint/store.hpp"
 #include "io/formats/dataset.hpp"
 #include "io/formats/mask.hpp"
 #include "io/formats/netcdf_file.hpp"
@@ -60,14 +61,24 @@ std::vector<std::string> predict_inputs(const std::vector<std::string>& paths) {
   for (const std::string& p : paths) {
     std::error_code ec;
     if (fs::is_directory(p, ec)) {
+      // The masks squall wrote there (--out may be the input folder) are outputs, not inputs.
       std::vector<std::string> files;
-      for (const auto& e : fs::directory_iterator(p))
-        if (e.is_regular_file() && is_data_file(e.path())) files.push_back(e.path().string());
+      int64_t masks = 0;
+      for (const auto& e : fs::directory_iterator(p)) {
+        if (!e.is_regular_file() || !is_data_file(e.path())) continue;
+        if (formats::is_squall_mask(e.path().string())) ++masks;
+        else files.push_back(e.path().string());
+      }
       if (files.empty())
-        throw UsageError("--data " + p + ": a folder with no data files (*.nc, or *.h5 other than stats.h5)");
+        throw UsageError("--data " + p + ": a folder with no data files (*.nc, or *.h5 other than stats.h5" +
+                         (masks > 0 ? "; its " + std::to_string(masks) + " mask file(s) squall wrote are left out" : "") +
+                         ")");
       std::sort(files.begin(), files.end());
       out.insert(out.end(), files.begin(), files.end());
     } else if (fs::exists(p, ec)) {
+      if (is_data_file(p) && formats::is_squall_mask(p))
+        throw UsageError("--data " + p + ": a mask file squall predict wrote (attribute " + formats::k_mask_marker +
+                         "), not an input");
       out.push_back(p);
     } else {
       throw UsageError("--data " + p + ": no such file or folder");
@@ -451,6 +462,16 @@ Predictions predict_files(const checkpoint::CheckpointModel& ck, const PredictOp
   std::vector<std::string> inputs;
   mpi::run_agreed(world, [&] {
     cfg = checkpoint_config(ck, options.overrides);
+    // A classifier's answer is one class per sample: there is no mask to write.
+    if (!nn::per_pixel_model(cfg.model.name)) {
+      std::string segmenters;
+      for (const std::string& m : nn::model_names())
+        if (nn::per_pixel_model(m)) segmenters += (segmenters.empty() ? "" : ", ") + m;
+      throw UsageError((ck.folder / checkpoint::CheckpointStore::k_model_file).string() + " holds " +
+                       cfg.model.name + ", a classifier (one class per sample): it cannot write masks, which need " +
+                       "a class per pixel from a segmentation model (" + segmenters +
+                       "); squall eval measures a classifier");
+    }
     inputs = predict_inputs(options.data);
     if (world.rank() == 0) fs::create_directories(options.out);
   });

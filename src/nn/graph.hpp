@@ -206,6 +206,9 @@ struct ModelSpec {
 // model and the problem (unknown name, an input the model cannot take).
 std::unique_ptr<Graph> make_model(const ModelSpec& spec, Shape input_sample);
 std::vector<std::string> model_names();
+// Whether a zoo model predicts a class per pixel (segmentation: unet, deeplabv3plus...) rather
+// than one class per sample (a classifier: lenet5, resnet20). False for an unknown name.
+bool per_pixel_model(const std::string& name);
 
 // Which of ModelSpec's knobs a zoo model reads, and what it uses when one is 0 or empty (the
 // others it ignores; dropout and classes every model reads). For messages that refuse a knob

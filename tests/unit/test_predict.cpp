@@ -1,5 +1,7 @@
 // `squall predict`'s pieces that need no model: the inputs a --data list names, and the
-// connected regions of a class on a grid whose longitude wraps around.
+// connected regions of a class on a grid whose longitude wraps around; and the command's
+// refusals and its inputs as a user meets them (a classifier's checkpoint, masks written into
+// the input folder).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -8,6 +10,7 @@
 
 #include "src/core/error.hpp"
 #include "src/eval/predict.hpp"
+#include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using namespace squall;
@@ -78,4 +81,63 @@ TEST_CASE("predict_inputs: files as given, folders' data files in name order, no
   const std::filesystem::path empty = tmp.file("empty");
   std::filesystem::create_directories(empty);
   CHECK_THROWS_WITH(eval::predict_inputs({empty.string()}), Catch::Contains("no data files"));
+}
+
+namespace {
+
+// Synthetic climate files (DeepCAM's layout) in `dir`: 4 samples of 16 x 24.
+void make_climate(const std::string& dir) {
+  const auto r = test::run_command(test::squall_bin() + " data climate --out " + dir + " --samples 4 --height 16 --width 24");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+}
+
+}  // namespace
+
+TEST_CASE("predict refuses a classifier's checkpoint with exit 2, naming its model.h5", "[predict]") {
+  test::TempDir tmp("squall-predict-classifier");
+  const std::string run = tmp.file("lenet");
+  const auto t = test::run_command(test::squall_bin() + " train --config " + SQUALL_SOURCE_DIR +
+                                   "/configs/fashion-mnist-lenet5.toml --set train.max_steps=2 --set data.test_samples=64" +
+                                   " --set schedule.warmup_steps=0 --set run.dir=" + run);
+  INFO(t.out << t.err);
+  REQUIRE(t.exit_code == 0);
+  make_climate(tmp.file("clim"));
+  for (const std::string from : {"--run " + run, "--checkpoint " + run + "/checkpoints/step-00000002"}) {
+    const auto r = test::run_command(test::squall_bin() + " predict " + from + " --data " + tmp.file("clim") +
+                                     " --out " + tmp.file("masks"));
+    INFO(from << ": " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains(run + "/checkpoints/step-00000002/model.h5 holds lenet5, a classifier") &&
+                          Catch::Contains("cannot write masks") && Catch::Contains("unet"));
+  }
+}
+
+TEST_CASE("predict --out into the input folder leaves the masks it wrote there out of the inputs", "[predict]") {
+  test::TempDir tmp("squall-predict-same-folder");
+  const std::string data = tmp.file("clim"), run = tmp.file("unet");
+  make_climate(data);
+  const auto t = test::run_command(test::squall_bin() + " train --config " + SQUALL_SOURCE_DIR +
+                                   "/configs/climate-tiny.toml --set data.train=" + data + " --set data.test=" + data +
+                                   " --set run.dir=" + run + " --set train.max_steps=2 --set train.batch_size=2" +
+                                   " --set model.width=4 --set model.depth=2 --set schedule.warmup_steps=0");
+  INFO(t.out << t.err);
+  REQUIRE(t.exit_code == 0);
+  const std::string predict = test::squall_bin() + " predict --run " + run + " --data " + data + " --out " + data;
+  // Twice in netCDF, then in HDF5: each run reads the 4 inputs and nothing it wrote.
+  for (const std::string format : {"nc", "nc", "h5"}) {
+    const auto r = test::run_command(predict + " --format " + format);
+    INFO(format << ": " << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.out, Catch::Contains(": 4 files,") && !Catch::Contains("-mask-mask") &&
+                          !Catch::Contains("-mask.nc ->") && !Catch::Contains("-mask.h5 ->"));
+  }
+  CHECK_FALSE(std::filesystem::exists(data + "/data-000000-mask-mask.nc"));
+  for (const char* mask : {"/data-000000-mask.nc", "/data-000000-mask.h5"}) {
+    // A mask named on its own is refused, naming it.
+    const auto r = test::run_command(test::squall_bin() + " predict --run " + run + " --data " + data + mask +
+                                     " --out " + tmp.file("again"));
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains(data + mask) && Catch::Contains("a mask file squall predict wrote"));
+  }
 }

@@ -213,6 +213,10 @@ std::vector<std::string> model_names() {
   return {"lenet5", "resnet20", "unet", "deeplabv3plus", "deeplabv3plus-resnet50"};
 }
 
+bool per_pixel_model(const std::string& name) {
+  return name == "unet" || name == "deeplabv3plus" || name == "deeplabv3plus-resnet50";
+}
+
 std::unique_ptr<Graph> make_model(const ModelSpec& spec, Shape in) {
   if (spec.classes < 2) throw Error("model " + spec.name + ": classes must be >= 2");
   if (spec.name == "lenet5") {
