@@ -170,8 +170,44 @@ void TrainingRun::train() {
     m_log->epoch_ended(epoch);
   }
   m_feed->release_all();
+  if (!m_classes_checked) check_classes();  // a run of fewer batches than the check looks at
   m_log->end_progress();
   m_loop_s = m_log->clock().attempt_s();
+}
+
+// Rank 0 counts the classes of the labels in the first k_class_batches batches its learners
+// take (docs/training.md, "A training set of one class"): deterministic for a seed, and cheap.
+void TrainingRun::watch_classes(const std::vector<parallel::LearnerBatch>& inputs) {
+  if (!m_root) {
+    m_classes_checked = true;
+    return;
+  }
+  const data::DatasetInfo& info = m_data.train->info();
+  const int64_t labels = m_cfg.train.batch_size * (info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1);
+  m_class_counts.resize(static_cast<size_t>(std::max<int64_t>(info.classes, 1)), 0);
+  for (const parallel::LearnerBatch& b : inputs) {
+    if (b.labels == nullptr || m_class_batches == k_class_batches) continue;
+    for (int64_t i = 0; i < labels; ++i)
+      if (b.labels[i] >= 0 && b.labels[i] < info.classes) ++m_class_counts[static_cast<size_t>(b.labels[i])];
+    ++m_class_batches;
+  }
+  if (m_class_batches == k_class_batches) check_classes();
+}
+
+// Warns when every label counted by watch_classes is of one class.
+void TrainingRun::check_classes() {
+  m_classes_checked = true;
+  int64_t present = 0, only = -1, total = 0;
+  for (size_t c = 0; c < m_class_counts.size(); ++c)
+    if (m_class_counts[c] > 0) ++present, only = static_cast<int64_t>(c), total += m_class_counts[c];
+  if (!m_root || present != 1 || m_class_counts.size() < 2) return;
+  const std::vector<std::string>& names = m_data.train->info().class_names;
+  const std::string name = static_cast<size_t>(only) < names.size() ? " (" + names[static_cast<size_t>(only)] + ")" : "";
+  m_log->warn("data.train = " + m_cfg.data.train + ": all " + std::to_string(total) + " labels of the first " +
+              std::to_string(m_class_batches) + " training batches are class " + std::to_string(only) + name +
+              ", one class of " + std::to_string(m_class_counts.size()) +
+              ": a model trained on them learns to predict that class everywhere; check the data's labels "
+              "(squall data inspect counts them; squall data label labels climate files)");
 }
 
 // train.target was reached before the last step: the run ends here, so the job synchronises
@@ -194,6 +230,7 @@ void TrainingRun::complete_at_target(int64_t epoch) {
 void TrainingRun::train_step(int64_t epoch, int64_t used) {
   const double t_load = steady_seconds();
   const std::vector<parallel::LearnerBatch>& inputs = m_feed->take(m_data.plan, epoch, used, m_pos.step);
+  if (!m_classes_checked) watch_classes(inputs);
   m_timeline.add("load", records::Timeline::k_rank_track, t_load, steady_seconds());
   m_fault.before_step(m_rank, m_pos.step + 1);
   const double lr = m_lr_factor * m_device.schedule->lr_at(schedule_step(m_data.plan, m_pos.samples_done),

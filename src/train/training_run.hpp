@@ -61,6 +61,8 @@ class TrainingRun {
   [[noreturn]] void diverged(const parallel::NonFiniteStep& e, int64_t epoch, double lr);
   std::string divergence_hint() const;
   void reshape(int change);
+  void watch_classes(const std::vector<parallel::LearnerBatch>& inputs);
+  void check_classes();
   int64_t step_samples() const {  // samples one step trains on over the job, at today's learner count
     return m_cfg.train.batch_size * m_data.plan.learners * m_ranks;
   }
@@ -132,6 +134,12 @@ class TrainingRun {
   int64_t m_group_steps = 0;  // steps this process ran
   records::SteadyRate m_steady;        // this attempt's steady rate (steady_rate.hpp)
   nn::RunningMean m_window_loss;
+  // The classes of the labels in rank 0's first batches (watch_classes): one class alone is
+  // warned about once.
+  static constexpr int64_t k_class_batches = 16;
+  std::vector<int64_t> m_class_counts;
+  int64_t m_class_batches = 0;
+  bool m_classes_checked = false;
   double m_last_train_loss = 0, m_last_eval_loss = 0, m_loop_s = 0;
   eval::EvalPart m_last_eval{nn::ConfusionMatrix(1)};
   std::optional<records::TargetFacts> m_target;  // train.target, once reached

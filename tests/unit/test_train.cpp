@@ -1,10 +1,12 @@
 // `squall train` end to end, as a user runs it: accuracy on real data, the run outputs of
-// docs/design.md, the NaN stop, and config errors that name the key.
+// docs/design.md, the NaN stop, config errors that name the key, and the warning about a
+// training set of one class.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "tests/support/json_files.hpp"
 #include "tests/support/process.hpp"
@@ -202,4 +204,41 @@ TEST_CASE("training from HDF5 shards matches training from the IDX files", "[tra
   // (exact statistics in the shards, 4-digit ones for IDX), so the runs agree closely.
   CHECK(a.at("final").at("test_accuracy").get<double>() >= 0.86);
   CHECK(std::abs(a.at("final").at("test_accuracy").get<double>() - b.at("final").at("test_accuracy").get<double>()) <= 0.01);
+}
+
+TEST_CASE("training on labels of one class warns once, naming the data and the class", "[train][data]") {
+  // `squall data climate` writes fields whose labels are all 0 (background) until `squall data
+  // label` finds their cyclones and rivers: unlabelled climate data.
+  squall::test::TempDir tmp("squall-one-class");
+  const std::string raw = tmp.file("raw"), labelled = tmp.file("labelled");
+  for (const std::string command : {" data climate --out " + raw + " --samples 8 --height 16 --width 24",
+                                    " data label --in " + raw + " --out " + labelled}) {
+    const auto r = run_command(squall_bin() + command);
+    INFO(command << ": " << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+  }
+  const auto train = [&](const std::string& data, const std::string& run) {
+    return run_command(squall_bin() + " train --config " + SQUALL_SOURCE_DIR + "/configs/climate-tiny.toml" +
+                       " --set data.train=" + data + " --set data.test=" + data + " --set run.dir=" + tmp.file(run) +
+                       " --set train.max_steps=3 --set train.batch_size=2 --set model.width=4 --set model.depth=2" +
+                       " --set schedule.warmup_steps=0");
+  };
+  const auto one = train(raw, "one-class");
+  INFO(one.out << one.err);
+  REQUIRE(one.exit_code == 0);  // a warning, not an error: the run goes on
+  const std::string warning = "data.train = " + raw + ": all 2304 labels of the first 3 training batches are " +
+                              "class 0 (background), one class of 3";
+  CHECK_THAT(one.err, Catch::Contains("squall: warning: ") && Catch::Contains(warning));
+  CHECK(one.err.find(warning) == one.err.rfind(warning));  // once
+
+  // Labelled, the fields hold cyclones and rivers: no warning; nor on Fashion-MNIST's ten classes.
+  const auto normal = train(labelled, "labelled");
+  INFO(normal.out << normal.err);
+  REQUIRE(normal.exit_code == 0);
+  CHECK_THAT(normal.err, !Catch::Contains("labels of the first"));
+  const auto fm = run_command(squall_bin() + " train --config " + k_lenet + " --set train.max_steps=20" +
+                              " --set schedule.warmup_steps=0 --set data.test_samples=64 --set run.dir=" + tmp.file("fm"));
+  INFO(fm.out << fm.err);
+  REQUIRE(fm.exit_code == 0);
+  CHECK_THAT(fm.err, !Catch::Contains("labels of the first"));
 }
