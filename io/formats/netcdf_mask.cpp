@@ -71,8 +71,18 @@ void write_file(const std::string& tmp, const std::string& path, const MaskGrid&
     put_text(ncid, vm, "flag_meanings", meanings, path);
     put_text(ncid, vm, "coordinates", grid.time_dim + " " + grid.lat_dim + " " + grid.lon_dim, path);
 
-    int vp = -1;
+    int vp = -1, vk = -1;
+    size_t name_len = 1;
     if (!probabilities.empty()) {
+      // The class dimension's coordinate: the class names as text (char [class, class_strlen],
+      // UTF-8), so that xarray indexes the probabilities by name: ds.sel({"class": "atmospheric river"}).
+      for (const std::string& name : class_names) name_len = std::max(name_len, name.size());
+      int dn = -1;
+      nc_check(nc_def_dim(ncid, "class_strlen", name_len, &dn), path, "dimension 'class_strlen'");
+      const int class_dims[2] = {dk, dn};
+      nc_check(nc_def_var(ncid, "class", NC_CHAR, 2, class_dims, &vk), path, "variable 'class'");
+      put_text(ncid, vk, "long_name", "class name", path);
+      put_text(ncid, vk, "_Encoding", "utf-8", path);
       const int prob_dims[4] = {dt, dk, dy, dx};
       nc_check(nc_def_var(ncid, "probability", NC_FLOAT, 4, prob_dims, &vp), path, "variable 'probability'");
       const size_t pchunk[4] = {1, 1, ny, nx};
@@ -100,6 +110,11 @@ void write_file(const std::string& tmp, const std::string& path, const MaskGrid&
     if (grid.lat_descending) std::reverse(lat.begin(), lat.end());
     nc_check(nc_put_var_double(ncid, vy, lat.data()), path, "variable '" + grid.lat_dim + "'");
     nc_check(nc_put_var_double(ncid, vx, grid.lon.data()), path, "variable '" + grid.lon_dim + "'");
+    if (vk >= 0) {
+      std::vector<char> names(nk * name_len, '\0');
+      for (size_t k = 0; k < nk; ++k) std::copy(class_names[k].begin(), class_names[k].end(), names.begin() + k * name_len);
+      nc_check(nc_put_var_text(ncid, vk, names.data()), path, "variable 'class'");
+    }
     if (nt) {
       const size_t start1 = 0, count1 = nt;
       nc_check(nc_put_vara_double(ncid, vt, &start1, &count1, grid.time.data()), path,

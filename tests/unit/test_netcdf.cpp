@@ -485,6 +485,10 @@ out = {
   "conventions": ds.attrs.get("Conventions"), "source": ds.attrs.get("source"),
   "history": ds.attrs.get("history"), "checkpoint": ds.attrs.get("checkpoint"),
 }
+# The probabilities indexed by class name (class is a Python keyword: sel takes a dict).
+out["classes"] = [str(c) for c in ds["class"].values.tolist()]
+out["class_indexed"] = "class" in ds.indexes
+out["river"] = ds["probability"].sel({"class": "atmospheric river"}).values.ravel().tolist()
 dt = xr.open_dataset(sys.argv[1])  # CF time decoding with the calendar must work too
 out["decoded_year"] = int(dt["time"].values[0].year)
 print(json.dumps(out))
@@ -512,6 +516,14 @@ print(json.dumps(out))
   const auto p = j["prob"].get<std::vector<double>>();
   REQUIRE(p.size() == probs.size());
   for (size_t i = 0; i < probs.size(); ++i) REQUIRE(static_cast<float>(p[i]) == probs[i]);
+  CHECK(j["classes"] == nlohmann::json::array({"background", "tropical cyclone", "atmospheric river"}));
+  CHECK(j["class_indexed"] == true);
+  const auto river = j["river"].get<std::vector<double>>();
+  REQUIRE(river.size() == static_cast<size_t>(nt * ny * nx));
+  for (int64_t t = 0; t < nt; ++t)
+    for (int64_t i = 0; i < ny * nx; ++i)
+      REQUIRE(static_cast<float>(river[static_cast<size_t>(t * ny * nx + i)]) ==
+              probs[static_cast<size_t>((t * nk + 2) * ny * nx + i)]);
   CHECK(j["conventions"] == "CF-1.8");
   CHECK(j["source"] == "squall deepcam");
   CHECK(j["history"] == "squall predict (test)");

@@ -341,6 +341,26 @@ TEST_CASE("netCDF masks on the input's grid: its dimension names, latitude north
   std::vector<float> p(probs.size());
   nc_ok(nc_get_var_schar(ncid, vm, m.data()));
   nc_ok(nc_get_var_float(ncid, vp, p.data()));
+  // The class dimension's coordinate: the names, as UTF-8 text, one per row of class_strlen.
+  int vk = -1;
+  nc_ok(nc_inq_varid(ncid, "class", &vk));
+  CHECK(dim_names(vk) == std::vector<std::string>{"class", "class_strlen"});
+  size_t strlen_dim = 0;
+  int dn = -1;
+  nc_ok(nc_inq_dimid(ncid, "class_strlen", &dn));
+  nc_ok(nc_inq_dimlen(ncid, dn, &strlen_dim));
+  REQUIRE(strlen_dim == std::string("atmospheric river").size());  // the longest name
+  std::vector<char> names(nk * strlen_dim);
+  nc_ok(nc_get_var_text(ncid, vk, names.data()));
+  std::vector<std::string> classes;
+  for (size_t k = 0; k < nk; ++k) {
+    const char* row = names.data() + k * strlen_dim;
+    classes.emplace_back(row, strnlen(row, strlen_dim));
+  }
+  CHECK(classes == std::vector<std::string>{"background", "tropical cyclone", "atmospheric river"});
+  char encoding[16] = {0};
+  nc_ok(nc_get_att_text(ncid, vk, "_Encoding", encoding));
+  CHECK(std::string(encoding) == "utf-8");
   nc_ok(nc_close(ncid));
   for (size_t t = 0; t < nt; ++t)
     for (size_t y = 0; y < ny; ++y)
