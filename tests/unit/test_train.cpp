@@ -134,7 +134,7 @@ TEST_CASE("config mistakes exit 2 and name the key or file", "[train][config]") 
   CHECK_THAT(near.err, !Catch::Contains(k_lenet));
 }
 
-TEST_CASE("--overwrite keeps the earlier run until the new config has passed its checks", "[train][config]") {
+TEST_CASE("train --overwrite keeps the earlier run until the new config has passed its checks", "[train][config]") {
   namespace fs = std::filesystem;
   const auto dir = fresh_dir("test-overwrite-checks");
   const auto base = squall_bin() + " train --config " + k_lenet + " --set train.max_steps=10" +
