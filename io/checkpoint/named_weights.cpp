@@ -75,6 +75,14 @@ void add_model_entries(CheckpointData& out, const nn::Graph& graph, const std::v
   out.ints["input/height"] = info.sample.h();
   out.ints["input/width"] = info.sample.w();
   out.texts["class_names"] = join(info.class_names, "\n");
+  if (!info.channel_names.empty()) {
+    out.texts["input/channel_names"] = join(info.channel_names, "\n");
+    out.texts["input/channel_units"] = join(info.channel_units, "\n");
+  }
+  if (!info.lat.empty() && !info.lon.empty()) {
+    out.arrays["input/lat"] = std::vector<float>(info.lat.begin(), info.lat.end());
+    out.arrays["input/lon"] = std::vector<float>(info.lon.begin(), info.lon.end());
+  }
   out.texts["normalization/kind"] = normalization.kind;
   out.texts["normalization/source"] = normalization.source;
   out.reals["normalization/input_scale"] = normalization.input_scale;
@@ -102,6 +110,14 @@ ModelCheckpoint description_from(const CheckpointData& d) {
   for (const std::string& r : split(d.text("spec/aspp_rates"), ',')) m.spec.aspp_rates.push_back(std::stoll(r));
   m.input = nn::Shape(1, d.integer("input/channels"), d.integer("input/height"), d.integer("input/width"));
   m.class_names = split(d.text("class_names"), '\n');
+  if (d.texts.contains("input/channel_names")) {
+    m.channel_names = split(d.text("input/channel_names"), '\n');
+    m.channel_units = split(d.text("input/channel_units"), '\n');
+    m.channel_units.resize(m.channel_names.size());
+    if (m.channel_names.size() != static_cast<size_t>(m.input.c()))
+      throw Error(d.origin + ": input/channel_names names " + std::to_string(m.channel_names.size()) +
+                  " channels for an input of " + std::to_string(m.input.c()));
+  }
   data::Normalization& n = m.normalization;
   n.kind = d.text("normalization/kind");
   n.source = d.text("normalization/source");
@@ -130,6 +146,11 @@ ModelCheckpoint model_checkpoint_from(const CheckpointData& d) {
   if (n.kind != "none" && (n.mean.size() != static_cast<size_t>(m.input.c()) || n.std.size() != n.mean.size()))
     throw Error(d.origin + ": normalization/mean and normalization/std hold " + std::to_string(n.mean.size()) +
                 " and " + std::to_string(n.std.size()) + " values for " + std::to_string(m.input.c()) + " channels");
+  const auto lat = d.arrays.find("input/lat"), lon = d.arrays.find("input/lon");
+  if (lat != d.arrays.end() && lon != d.arrays.end()) {
+    m.lat.assign(lat->second.begin(), lat->second.end());
+    m.lon.assign(lon->second.begin(), lon->second.end());
+  }
   const std::string prefix = k_tensors;
   for (const auto& [name, values] : d.arrays) {
     if (!name.starts_with(prefix)) continue;

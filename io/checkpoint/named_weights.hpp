@@ -35,6 +35,10 @@ struct ModelCheckpoint {
   std::string model_config;           // the run's [model] section (TOML)
   nn::Shape input;                    // one sample: [1, c, h, w]
   std::vector<std::string> class_names;
+  // The training data's channel names and units, and its grid (degrees; rows south to
+  // north): empty when the data did not name them (images, checkpoints before 2026-11).
+  std::vector<std::string> channel_names, channel_units;
+  std::vector<double> lat, lon;
   data::Normalization normalization;  // the training set's (kind "none": raw values)
   // Every parameter ("conv1.weight") and state tensor (BatchNorm's "bn1.running_mean"), by
   // its graph name, as in a PyTorch state_dict.

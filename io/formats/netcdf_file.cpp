@@ -261,6 +261,10 @@ class NetcdfSourceImpl final : public NetcdfSource {
     m_info.classes = 3;
     m_info.class_names = {"background", "tropical cyclone", "atmospheric river"};
     m_info.per_pixel_labels = true;
+    m_info.channel_names = deepcam_channel_names();
+    m_info.channel_units.assign(m_info.channel_names.size(), "");
+    m_info.lat = m_grids.front().lat;
+    m_info.lon = m_grids.front().lon;
     m_info.description = "netCDF (" + std::to_string(m_paths.size()) + " files, " + std::to_string(size()) +
                          " time steps, " + m_info.sample.str() + (m_all_labels ? "" : ", without labels") + ", " +
                          fs::path(m_paths[0]).parent_path().string() + ")";

@@ -37,6 +37,13 @@ struct DatasetInfo {
   int64_t classes = 0;
   std::vector<std::string> class_names;
   bool per_pixel_labels = false;         // segmentation: labels [h, w] per sample
+  // What each input channel is, when the source knows (climate fields): its name ("TMQ",
+  // "u@850") and the units its values are in as read (UDUNITS-2 text, "Pa"; "" unknown).
+  // Empty when the source does not name its channels (images).
+  std::vector<std::string> channel_names, channel_units;
+  // The grid every sample lies on, rows and columns as read (latitude south to north,
+  // longitude as stored), in degrees; empty when the source has no coordinates.
+  std::vector<double> lat, lon;
   std::string description;               // "Fashion-MNIST train (IDX, 60000 samples)"
 };
 
