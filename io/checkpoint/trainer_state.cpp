@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -77,6 +78,9 @@ const std::vector<StateField>& state_fields() {
       integer("schedule_steps", &S::schedule_steps, 0),
       integer("schedule_step_samples", &S::schedule_step_samples, 0),
       integer("schedule_steps_per_epoch", &S::schedule_steps_per_epoch, 0),
+      text("schedule_segments", &S::schedule_segments, ""),
+      integer("planned_steps", &S::planned_steps, 0),
+      integer("last_eval_step", &S::last_eval_step, -1),
       integer("learner_batch", &S::learner_batch, 0),
       real("lr_factor", &S::lr_factor, 1.0),
       flag("per_rank_parts", &S::per_rank_parts),
@@ -156,7 +160,37 @@ TrainerState read_trainer_state(const CheckpointData& in) {
   if (s.learner_batch < 0 || !(s.lr_factor > 0) || !std::isfinite(s.lr_factor))
     throw Error(in.origin + ": learner_batch = " + std::to_string(s.learner_batch) + ", lr_factor = " +
                 std::to_string(s.lr_factor) + ": not a training run's state");
+  (void)schedule_segments_of(s.schedule_segments, in.origin);
   return s;
+}
+
+std::vector<int64_t> schedule_segments_of(const std::string& text, const std::string& origin) {
+  std::vector<int64_t> out;
+  std::istringstream in(text);
+  for (std::string word; in >> word;) {
+    int64_t v = 0;
+    try {
+      size_t used = 0;
+      v = std::stoll(word, &used);
+      if (used != word.size()) v = -1;
+    } catch (const std::exception&) {
+      v = -1;
+    }
+    if (v <= 0 || (!out.empty() && v <= out.back()))
+      throw Error(origin + ": schedule_segments = '" + text +
+                  "': not the ascending first steps of a schedule's segments: not a training run's state");
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::string schedule_segments_text(const std::vector<int64_t>& starts) {
+  std::string out;
+  for (const int64_t s : starts) {
+    if (!out.empty()) out += ' ';
+    out += std::to_string(s);
+  }
+  return out;
 }
 
 std::string rank_nodes_text(const std::vector<int>& node_of_rank) {

@@ -47,6 +47,14 @@ struct TrainerState {
   int64_t schedule_steps = 0;
   int64_t schedule_step_samples = 0;
   int64_t schedule_steps_per_epoch = 0;  // ... its steps per epoch (milestones in epochs); 0: not recorded
+  // Where the schedule started again (docs/training.md, "Extending a finished run"): the
+  // segments' first steps after the first segment's (in the frame's steps), ascending, as text
+  // ("384 1920"); "" for one segment (and in checkpoints of earlier versions).
+  std::string schedule_segments;
+  // The steps the run had planned when it wrote the checkpoint (its end: a checkpoint at that
+  // step is of a finished run); 0: not recorded (an earlier version).
+  int64_t planned_steps = 0;
+  int64_t last_eval_step = -1;      // the step after which the model was last evaluated (-1: none or not recorded)
   // The batch and the learning rate under an elastic resume (docs/training.md, "Elastic
   // resume"): the batch per learner the job trained at (0: train.batch_size of `config`, which
   // holds the batch the user asked for), and the factor its learning rate was scaled by since
@@ -74,6 +82,11 @@ TrainerState read_trainer_state(const CheckpointData& in);
 // order where that divides; empty when they are not known.
 std::string rank_nodes_text(const std::vector<int>& node_of_rank);
 std::vector<int> rank_nodes_of(const TrainerState& state);
+
+// schedule_segments as numbers, and back. Throws squall::Error naming `origin` for text that is
+// not ascending positive integers.
+std::vector<int64_t> schedule_segments_of(const std::string& text, const std::string& origin);
+std::string schedule_segments_text(const std::vector<int64_t>& starts);
 
 // Whether what a checkpoint keeps per node (outer's node models, sma's node centres under
 // parallel.periods) carries over node by node to a job whose ranks are on `node_of_rank`: every

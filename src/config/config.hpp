@@ -92,6 +92,9 @@ struct TrainConfig {
   // step's update, counts it (metrics.jsonl, summary.json) and goes on.
   NonFinitePolicy nonfinite = NonFinitePolicy::stop;  // stop | skip
   TargetConfig target;               // [train.target]
+  // A run dir (its newest checkpoint) or a checkpoint whose weights a new run starts from
+  // (docs/training.md, "Fine-tuning from another run"); "": the model's own initialisation.
+  std::string init_from;
   bool operator==(const TrainConfig&) const = default;
 };
 

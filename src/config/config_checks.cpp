@@ -2,6 +2,8 @@
 // other, before training and against the run's planned length (config.hpp).
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <system_error>
 
 #include "io/formats/netcdf_file.hpp"
 #include "src/core/error.hpp"
@@ -72,6 +74,16 @@ std::string eval_vs_run(const Config& c, const RunLength& run) {
   return "train.eval_every_steps = " + std::to_string(e) + " is longer than the whole run (" + run.said +
          "): no evaluation would fall on it, only the one at the end; set train.eval_every_steps to at most " +
          std::to_string(run.steps) + ", or 0 to evaluate at the end of each epoch";
+}
+
+// train.init_from names weights to start from: a path that is not there is a typo, found before
+// the data is read (what it holds is read and checked when the run starts).
+std::string init_from_missing(const Config& c) {
+  const std::string& path = c.train.init_from;
+  std::error_code ec;
+  if (path.empty() || std::filesystem::exists(path, ec)) return "";
+  return "train.init_from = '" + path + "': no such file or folder (a run dir, whose newest checkpoint is used, or " +
+         "a checkpoint's step-NNNNNNNN folder or its model.h5)";
 }
 
 // Without checkpoint.at_end and timed checkpoints, the step interval is the only writer.
@@ -446,6 +458,7 @@ void check_consistent(const Config& c, const std::string& origin) {
   }
   k.consistent(cosine_floor_vs_lr(c));
   k.consistent(device_allreduce_vs_backend(c));
+  k.consistent(init_from_missing(c));
 }
 
 }  // namespace config_detail

@@ -62,6 +62,7 @@ std::vector<Field> fields(Config& c) {
       {"train", "loss_scale", &c.train.loss_scale},
       {"train", "loss_scale_window", &c.train.loss_scale_window},
       {"train", "nonfinite", enum_field(&c.train.nonfinite, k_nonfinite_policies)},
+      {"train", "init_from", &c.train.init_from},
 
       {"train.target", "metric", enum_field(&c.train.target.metric, k_target_metrics)},
       {"train.target", "value", &c.train.target.value},

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numbers>
 
 #include "src/core/error.hpp"
@@ -37,6 +38,37 @@ double Schedule::lr_at(int64_t step, int64_t total_steps) const {
     case ScheduleKind::constant: break;
   }
   return m_peak;
+}
+
+double Schedule::lr_in_segment(int64_t step, int64_t segment_start, int64_t total_steps) const {
+  return lr_at(std::max<int64_t>(0, step - segment_start), total_steps - segment_start);
+}
+
+namespace {
+std::string number(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.4g", v);
+  return text;
+}
+}  // namespace
+
+std::string Schedule::describe(int64_t steps) const {
+  const int64_t warmup = std::min(m_config.warmup_steps, steps);
+  std::string text = warmup > 0 ? "warm-up " + std::to_string(warmup) + " step(s) to " + number(m_peak) + ", then " : "";
+  switch (m_config.kind) {
+    case ScheduleKind::multistep: {
+      text += number(m_peak);
+      std::string at;
+      for (const int64_t m : m_milestones)
+        if (m < steps) at += (at.empty() ? "" : ", ") + std::to_string(m);
+      return text + (at.empty() ? " throughout" : ", x " + number(m_config.gamma) + " at step(s) " + at);
+    }
+    case ScheduleKind::cosine:
+      return text + "cosine " + (warmup > 0 ? std::string() : "from " + number(m_peak) + " ") + "to " +
+             number(m_config.min_lr);
+    case ScheduleKind::constant: break;
+  }
+  return text + (warmup > 0 ? "constant" : "constant " + number(m_peak));
 }
 
 }  // namespace squall::optim

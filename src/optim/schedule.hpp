@@ -11,7 +11,13 @@
 //               multiplies them by steps_per_epoch)
 //   cosine:     lr = min_lr + (peak - min_lr) * (1 + cos(pi * t)) / 2,
 //               t = (s - W) / (T - W) clamped to [0, 1] (min_lr is not scaled with the batch)
+//
+// Segments (docs/training.md, "Extending a finished run"): a run that goes on after the end of
+// its planned steps starts the schedule again at that step S, over the steps added alone: step s
+// of the longer run is step s - S of a schedule of T - S steps (warm-up, milestones and the
+// cosine all count from S). Otherwise the added steps would run at the decayed tail's rate.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "src/optim/options.hpp"
@@ -29,6 +35,12 @@ class Schedule {
   double peak_lr() const { return m_peak; }
   // Learning rate of 0-based step `step` in a run of total_steps steps. Pure: no state.
   double lr_at(int64_t step, int64_t total_steps) const;
+  // The same inside the segment that started at step `segment_start` (0: the first): the
+  // schedule over steps segment_start .. total_steps alone. step >= segment_start.
+  double lr_in_segment(int64_t step, int64_t segment_start, int64_t total_steps) const;
+  // The schedule over `steps` steps in words, for the log: "warm-up 40 steps to 0.002, then
+  // cosine to 0", "constant 0.1", "0.1, x 0.1 at steps 100, 200".
+  std::string describe(int64_t steps) const;
   const std::vector<int64_t>& milestone_steps() const { return m_milestones; }
 
  private:

@@ -47,6 +47,14 @@ int64_t schedule_step(const StepPlan& p, int64_t samples_done) {
   return std::min(samples_done / std::max<int64_t>(1, p.schedule_step_samples), p.schedule_steps - 1);
 }
 
+int64_t schedule_start(const StepPlan& p) { return p.schedule_segments.empty() ? 0 : p.schedule_segments.back(); }
+
+int64_t schedule_end(const StepPlan& p, int64_t step, int64_t samples_done, int64_t step_samples) {
+  const int64_t per = std::max<int64_t>(1, p.schedule_step_samples);
+  const int64_t samples = samples_done + std::max<int64_t>(0, p.total_steps - step) * step_samples;
+  return (samples + per - 1) / per;
+}
+
 int64_t run_step_of(const StepPlan& p, int64_t frame_step, int64_t step, int64_t samples_done,
                     int64_t step_samples) {
   const int64_t target = frame_step * std::max<int64_t>(1, p.schedule_step_samples);

@@ -8,6 +8,7 @@
 // step hands one batch to each of its `learners`: a step takes `learners` batches, and the
 // batches left over at the end of an epoch (fewer than a step needs) are not used.
 #include <cstdint>
+#include <vector>
 
 namespace squall::train {
 
@@ -25,6 +26,10 @@ struct StepPlan {
   int64_t schedule_steps = 0;
   int64_t schedule_step_samples = 1;  // samples per step over the job, in the first plan
   int64_t schedule_steps_per_epoch = 0;  // ... and its steps per epoch (milestones in epochs)
+  // Where the schedule started again, in the frame's steps (optim/schedule.hpp, "Segments"): the
+  // first step of each segment after the first, ascending; empty for one segment. The schedule
+  // runs from the last of them to schedule_steps.
+  std::vector<int64_t> schedule_segments;
 };
 
 // Where a run stands: the epoch it is in and the batches of that epoch already used.
@@ -48,6 +53,15 @@ void replan(StepPlan& plan, int learners, int64_t step, EpochPosition at);
 
 // The schedule's 0-based step for a run that has trained `samples_done` samples over the job.
 int64_t schedule_step(const StepPlan& plan, int64_t samples_done);
+
+// The first step of the schedule's segment the run is in (0: the first segment).
+int64_t schedule_start(const StepPlan& plan);
+
+// Where the run of `plan` ends in the schedule's frame: the frame's steps of the samples it will
+// have trained after its last step, having taken `step` steps and trained `samples_done` samples
+// so far, `step_samples` a step from now on (rounded up: a part of a step is a step). A run of
+// one shape throughout ends at its total_steps.
+int64_t schedule_end(const StepPlan& plan, int64_t step, int64_t samples_done, int64_t step_samples);
 
 // A place in the schedule's frame, `frame_step` steps of the first plan from the start of
 // training (the end of the warm-up, outer's synchronous start), as a step of this run, which

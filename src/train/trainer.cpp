@@ -93,7 +93,12 @@ TrainResult TrainingRun::run() {
   });
   mpi::run_agreed(m_world, [&] { prepare_run_dir(); });
   load_checkpoint();  // and fit the batch to this job's shape (elastic.batch)
+  read_init_weights();  // train.init_from, for a run that does not resume
   m_device = build_training_device(m_cfg, m_origin, m_options, m_topo, m_data);
+  if (m_init) {
+    mpi::run_agreed(m_world, [&] { start_from_init_weights(); });
+    m_init.reset();
+  }
   mpi::run_agreed(m_world, [&] { clear_earlier_run(); });
   if (m_checkpoint) {
     restore(*m_checkpoint, m_checkpoint_state);
@@ -162,7 +167,10 @@ void TrainingRun::train() {
       }
       stop = after_step() || m_target.has_value();
     }
-    if (!stop && eval_at_epoch_end(plan, m_cfg.train.eval_every_steps, m_pos.step)) {
+    // A finished run extended (docs/training.md, "Extending a finished run") resumes after the
+    // evaluation of its last epoch: that model was evaluated already.
+    const bool evaluated = first && m_pos.step == m_pos.first_step && m_last_eval_step == m_pos.step;
+    if (!stop && !evaluated && eval_at_epoch_end(plan, m_cfg.train.eval_every_steps, m_pos.step)) {
       evaluate(epoch);
       if (m_target) complete_at_target(epoch);
     }
@@ -233,8 +241,7 @@ void TrainingRun::train_step(int64_t epoch, int64_t used) {
   if (!m_classes_checked) watch_classes(inputs);
   m_timeline.add("load", records::Timeline::k_rank_track, t_load, steady_seconds());
   m_fault.before_step(m_rank, m_pos.step + 1);
-  const double lr = m_lr_factor * m_device.schedule->lr_at(schedule_step(m_data.plan, m_pos.samples_done),
-                                                           m_data.plan.schedule_steps);
+  const double lr = lr_at_samples(m_pos.samples_done);
   const Stopwatch step_time;
   std::vector<float> losses;
   try {
@@ -351,6 +358,7 @@ void TrainingRun::evaluate(int64_t epoch, bool final_model) {
   }
   eval::sum_over_ranks(m_last_eval, m_world);
   m_last_eval_loss = m_last_eval.loss();
+  m_last_eval_step = m_pos.step;
   m_timeline.add("eval", records::Timeline::k_rank_track, t.started_at(), steady_seconds());
   const double epochs_done = static_cast<double>(m_pos.samples_done) / static_cast<double>(m_data.n_train);
   m_log->evaluated({m_pos.step, epoch, &m_last_eval.cm, m_last_eval_loss, t.seconds(), epochs_done, final_model});
@@ -364,6 +372,14 @@ void TrainingRun::evaluate(int64_t epoch, bool final_model) {
                                   epoch,
                                   m_log->clock().run_s()};
   m_log->target_reached(*m_target);
+}
+
+// The learning rate of the step after `samples_done` samples: the schedule's segment it is in
+// (optim/schedule.hpp), times elastic.batch's factor.
+double TrainingRun::lr_at_samples(int64_t samples_done) const {
+  const StepPlan& p = m_data.plan;
+  return m_lr_factor *
+         m_device.schedule->lr_in_segment(schedule_step(p, samples_done), schedule_start(p), p.schedule_steps);
 }
 
 // train.nonfinite = stop: the step, the rank, the learner and the layer, then the job ends.

@@ -235,6 +235,8 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
     while (g.learners() > s.learners) g.remove_learner();
     replan(m_data.plan, g.learners(), m_pos.step, m_pos.at);
   }
+  m_pos.samples_done = m_pos.samples_at_start = s.samples_done;
+  continue_schedule(s);
   if (reshaped) {
     records::ShapeChange& c = m_reshaped_from.emplace();
     c.step = s.step;
@@ -277,7 +279,7 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
   if (regrouped && m_root && config::sync_periods(m_cfg.parallel).by_level())
     log::info("this job's nodes group the checkpoint's ranks otherwise: the node centres start from the job's");
   g.restore(ck.shared, ck.has_own ? &ck.own : nullptr, ck.from_centre, regrouped);
-  m_pos.samples_done = m_pos.samples_at_start = s.samples_done;
+  m_last_eval_step = s.last_eval_step;
   m_pos.attempt = s.attempt + 1;
   m_pos.earlier_s = s.elapsed_s;
   m_pos.earlier_eval_s = s.eval_elapsed_s;
@@ -293,6 +295,61 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
   place_synchronous_start();
 }
 
+// How the schedule goes on from a checkpoint (docs/training.md, "Extending a finished run").
+// Resuming a finished run (its checkpoint at the end of the steps it had planned) with more steps
+// starts a new segment of the schedule there, over the steps added (optim/schedule.hpp); its
+// segments are kept in every later checkpoint, so that a resume inside one goes on with it.
+// Resuming an unfinished run with another length (train.epochs, train.max_steps) stretches the
+// segment it is in to the new end. Otherwise the checkpoint's frame is kept as it was.
+void TrainingRun::continue_schedule(const checkpoint::TrainerState& s) {
+  StepPlan& p = m_data.plan;
+  const std::string where = m_checkpoint ? m_checkpoint->path.string() : std::string("the checkpoint");
+  p.schedule_segments = checkpoint::schedule_segments_of(s.schedule_segments, where);
+  // A checkpoint of an earlier version without a frame: the frame is this plan's already.
+  if (s.schedule_steps <= 0 || s.schedule_step_samples <= 0) return;
+  if (m_pos.step >= p.total_steps) return;  // nothing left to train: already_complete says so
+  const int64_t end = schedule_end(p, m_pos.step, m_pos.samples_done, step_samples());
+  const int64_t per = std::max<int64_t>(1, p.schedule_step_samples);
+  // Finished: at the end of its plan (earlier versions: its schedule spent).
+  const bool finished = s.planned_steps > 0 ? s.step >= s.planned_steps
+                                            : s.samples_done >= s.schedule_steps * s.schedule_step_samples;
+  if (finished) {
+    const int64_t start = m_pos.samples_done / per;
+    if (end <= start || (!p.schedule_segments.empty() && start <= p.schedule_segments.back())) return;
+    p.schedule_segments.push_back(start);
+    p.schedule_steps = end;
+    if (m_root)
+      log::info("resuming a finished run at step " + std::to_string(s.step) + " of " +
+                std::to_string(s.planned_steps > 0 ? s.planned_steps : s.step) + ": a new schedule segment over steps " +
+                std::to_string(s.step) + ".." + std::to_string(p.total_steps) + " (" +
+                std::to_string(p.total_steps - s.step) + " steps): " + m_device.schedule->describe(end - start));
+    return;
+  }
+  const config::Config then = config::parse_config(s.config, where + " (its config)");
+  if (then.train.epochs == m_cfg.train.epochs && then.train.max_steps == m_cfg.train.max_steps) return;
+  if (end == p.schedule_steps) return;
+  const int64_t start = schedule_start(p);
+  const int64_t was = p.schedule_steps;
+  const double before = lr_at_samples(m_pos.samples_done);
+  p.schedule_steps = end;
+  const double after = lr_at_samples(m_pos.samples_done);
+  if (!m_root) return;
+  std::string keys;
+  const auto changed = [&](const char* key, int64_t was_value, int64_t value) {
+    if (was_value != value)
+      keys += (keys.empty() ? "" : ", ") + std::string(key) + " " + std::to_string(was_value) + " -> " +
+              std::to_string(value);
+  };
+  changed("train.epochs", then.train.epochs, m_cfg.train.epochs);
+  changed("train.max_steps", then.train.max_steps, m_cfg.train.max_steps);
+  char rates[96];
+  std::snprintf(rates, sizeof(rates), "from %.4g to %.4g", before, after);
+  log::info("resuming step " + std::to_string(s.step) + " with " + keys + ": the schedule" +
+            (start > 0 ? "'s segment from step " + std::to_string(start) : std::string()) + " now spans " +
+            std::to_string(end - start) + " steps (was " + std::to_string(was - start) +
+            "), and the learning rate at step " + std::to_string(s.step + 1) + " goes " + rates);
+}
+
 // outer's synchronous start (parallel.outer.start_step, or start_fraction of the first plan's
 // steps) and the end of the learning rate's warm-up, and local-sgd's synchronous start
 // (parallel.start_step), are places in the schedule's frame: as steps of this run they move
@@ -304,10 +361,13 @@ void TrainingRun::place_synchronous_start() {
     m_device.group->set_local_start_step(
         run_step_of(p, m_cfg.parallel.start_step, m_pos.step, m_pos.samples_done, step_samples()));
   if (m_algorithm != parallel::Algorithm::outer) return;
-  const int64_t start = m_cfg.parallel.outer.start_at(p.schedule_steps);
+  // start_fraction is of the first segment: a segment added later does not start again
+  // synchronously; its warm-up does count as one (outer's QSR keeps its rounds at H through it).
+  const int64_t first_span = p.schedule_segments.empty() ? p.schedule_steps : p.schedule_segments.front();
+  const int64_t start = m_cfg.parallel.outer.start_at(first_span);
   m_device.group->set_outer_steps(run_step_of(p, start, m_pos.step, m_pos.samples_done, step_samples()),
-                                  run_step_of(p, m_cfg.schedule.warmup_steps, m_pos.step, m_pos.samples_done,
-                                              step_samples()));
+                                  run_step_of(p, schedule_start(p) + m_cfg.schedule.warmup_steps, m_pos.step,
+                                              m_pos.samples_done, step_samples()));
 }
 
 checkpoint::TrainerState TrainingRun::trainer_state() const {
@@ -343,6 +403,9 @@ checkpoint::TrainerState TrainingRun::trainer_state() const {
   s.schedule_steps = m_data.plan.schedule_steps;
   s.schedule_step_samples = m_data.plan.schedule_step_samples;
   s.schedule_steps_per_epoch = m_data.plan.schedule_steps_per_epoch;
+  s.schedule_segments = checkpoint::schedule_segments_text(m_data.plan.schedule_segments);
+  s.planned_steps = m_data.plan.total_steps;
+  s.last_eval_step = m_last_eval_step;
   s.learner_batch = m_cfg.train.batch_size;
   s.lr_factor = m_lr_factor;
   s.per_rank_parts = g.replicas_differ();

@@ -130,7 +130,9 @@ TrainResult TrainingRun::already_complete() {
             std::to_string(m_data.plan.total_steps) +
             (m_target ? ", where it reached train.target; nothing to do (raise train.target.value, or remove "
                                    "[train.target], to train further)"
-                      : "; nothing to do (raise train.epochs or train.max_steps to train further)"));
+                      : "; nothing to do (raise train.epochs or train.max_steps to train further: the steps "
+                        "added run the schedule again, its warm-up and its decay, over themselves alone from step " +
+                            std::to_string(m_pos.step) + ")"));
   TrainResult r;
   r.steps = m_pos.step;
   r.model_checksum = central_checksum();

@@ -14,6 +14,7 @@
 #include "src/eval/evaluate.hpp"
 #include "src/nn/metrics.hpp"
 #include "src/train/batch_feed.hpp"
+#include "io/checkpoint/named_weights.hpp"
 #include "io/checkpoint/store.hpp"
 #include "src/train/fault.hpp"
 #include "io/records/run_log.hpp"
@@ -63,6 +64,7 @@ class TrainingRun {
   void reshape(int change);
   void watch_classes(const std::vector<parallel::LearnerBatch>& inputs);
   void check_classes();
+  double lr_at_samples(int64_t samples_done) const;
   int64_t step_samples() const {  // samples one step trains on over the job, at today's learner count
     return m_cfg.train.batch_size * m_data.plan.learners * m_ranks;
   }
@@ -83,8 +85,14 @@ class TrainingRun {
   void fit_shape(const checkpoint::TrainerState& then);
   int64_t trained_batch(const checkpoint::TrainerState& then) const;
   void restore(const checkpoint::LoadedCheckpoint& ck, const checkpoint::TrainerState& then);
+  void continue_schedule(const checkpoint::TrainerState& s);
   void place_synchronous_start();
   bool target_still_reached(const checkpoint::TrainerState& s) const;
+  // trainer_init_from.cpp: train.init_from (docs/training.md, "Fine-tuning from another run"). Every
+  // rank reads the checkpoint's model (rank 0 reads, the others receive) before the model is
+  // built, and starts the built model from it, by name, before anything trains.
+  void read_init_weights();
+  void start_from_init_weights();
   void write_checkpoint();
   checkpoint::TrainerState trainer_state() const;
   std::string central_checksum();
@@ -118,6 +126,7 @@ class TrainingRun {
   std::unique_ptr<records::RunLog> m_log;
   std::unique_ptr<checkpoint::CheckpointStore> m_store;
   std::optional<checkpoint::LoadedCheckpoint> m_checkpoint;  // loaded, to restore once the model is built
+  std::optional<checkpoint::CheckpointModel> m_init;  // train.init_from's model, until the model is built
   checkpoint::TrainerState m_checkpoint_state;
   std::unique_ptr<mpi::FlagAgreement> m_flags;  // stop signals and timed checkpoints, agreed per step
   static constexpr uint64_t k_flag_sigterm = 1, k_flag_sigusr1 = 2, k_flag_timed = 4;
@@ -141,6 +150,7 @@ class TrainingRun {
   int64_t m_class_batches = 0;
   bool m_classes_checked = false;
   double m_last_train_loss = 0, m_last_eval_loss = 0, m_loop_s = 0;
+  int64_t m_last_eval_step = -1;  // the step after which the central model was last evaluated
   eval::EvalPart m_last_eval{nn::ConfusionMatrix(1)};
   std::optional<records::TargetFacts> m_target;  // train.target, once reached
 };

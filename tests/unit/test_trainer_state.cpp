@@ -42,6 +42,9 @@ TrainerState sample_state() {
   s.schedule_steps = 900;
   s.schedule_step_samples = 512;
   s.schedule_steps_per_epoch = 117;
+  s.schedule_segments = "300 600";
+  s.planned_steps = 900;
+  s.last_eval_step = 40;
   s.learner_batch = 85;
   s.lr_factor = 0.75;
   s.per_rank_parts = true;
@@ -67,6 +70,9 @@ void check_equal(const TrainerState& a, const TrainerState& b) {
   CHECK(a.schedule_steps == b.schedule_steps);
   CHECK(a.schedule_step_samples == b.schedule_step_samples);
   CHECK(a.schedule_steps_per_epoch == b.schedule_steps_per_epoch);
+  CHECK(a.schedule_segments == b.schedule_segments);
+  CHECK(a.planned_steps == b.planned_steps);
+  CHECK(a.last_eval_step == b.last_eval_step);
   CHECK(a.learner_batch == b.learner_batch);
   CHECK(a.lr_factor == b.lr_factor);
   CHECK(a.samples_done == b.samples_done);
@@ -117,7 +123,15 @@ TEST_CASE("a checkpoint without the run's clock reads as a first attempt", "[tra
     d.ints.erase(key);
   d.reals.erase("lr_factor");
   d.texts.erase("rank_nodes");
+  d.ints.erase("planned_steps");
+  d.ints.erase("last_eval_step");
+  d.texts.erase("schedule_segments");
   const TrainerState s = read_trainer_state(d);
+  // Before schedule segments (docs/training.md, "Extending a finished run"): one segment, the
+  // plan and the last evaluation not recorded.
+  CHECK(s.schedule_segments.empty());
+  CHECK(s.planned_steps == 0);
+  CHECK(s.last_eval_step == -1);
   // An earlier version's: the position and the frame unknown (it resumes on its own shape only).
   CHECK(s.epoch_position == -1);
   CHECK(s.epoch_start_position == 0);
@@ -156,7 +170,7 @@ TEST_CASE("a missing entry or an impossible count names the file", "[trainer_sta
   CHECK_THROWS_WITH(read_trainer_state(no_rate), Catch::Contains(d.origin) && Catch::Contains("lr_factor = 0"));
 }
 
-TEST_CASE("the trainer writes exactly its 32 entries, by name and kind", "[trainer_state][checkpoint]") {
+TEST_CASE("the trainer writes exactly its 35 entries, by name and kind", "[trainer_state][checkpoint]") {
   checkpoint::CheckpointData d;
   write_trainer_state(sample_state(), d);
   auto keys = [](const auto& map) {
@@ -170,10 +184,12 @@ TEST_CASE("the trainer writes exactly its 32 entries, by name and kind", "[train
                                               "per_rank_parts", "train_samples", "param_count", "state_count",
                                               "epoch_position", "epoch_start_position", "epoch_start_batches",
                                               "nodes", "schedule_steps", "schedule_step_samples",
-                                              "schedule_steps_per_epoch", "learner_batch"});
+                                              "schedule_steps_per_epoch", "learner_batch", "planned_steps",
+                                              "last_eval_step"});
   CHECK(keys(d.reals) == std::set<std::string>{"window_loss_sum", "window_loss_weight", "last_train_loss",
                                                "elapsed_s", "eval_elapsed_s", "lr_factor"});
-  CHECK(keys(d.texts) == std::set<std::string>{"config", "config_origin", "model", "algorithm", "rank_nodes"});
+  CHECK(keys(d.texts) == std::set<std::string>{"config", "config_origin", "model", "algorithm", "rank_nodes",
+                                               "schedule_segments"});
   CHECK(d.arrays.empty());
   // The flags as integers 1 and 0, as earlier versions wrote them.
   CHECK(d.ints.at("tuner_done") == 1);
