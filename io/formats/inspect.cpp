@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "io/formats/dataset.hpp"
+#include "io/formats/mask.hpp"
 #include "io/formats/shard.hpp"
 #include "src/core/error.hpp"
 #include "src/data/data_source.hpp"
@@ -64,7 +65,7 @@ struct Accumulator {
 
 class Inspector {
  public:
-  explicit Inspector(InspectReport& report) : m_report(report) {}
+  Inspector(InspectReport& report, const NetcdfOptions& netcdf) : m_report(report), m_netcdf(netcdf) {}
 
   void add_path(const std::string& path) {
     std::error_code ec;
@@ -82,17 +83,35 @@ class Inspector {
     }
     const std::string dir = is_dir ? path : fs::path(path).parent_path().string();
     add_deepcam_stats(find_deepcam_stats(dir));
-    if (format == "netcdf") {
-      for (const std::string& f : is_dir ? list_netcdf_files(path) : std::vector<std::string>{path}) add_netcdf(f);
-      return;
+    const std::vector<std::string> files = without_masks(
+        path, is_dir ? (format == "netcdf" ? list_netcdf_files(path) : list_deepcam_files(path))
+                     : std::vector<std::string>{path});
+    for (const std::string& f : files) {
+      if (format == "netcdf") add_netcdf(f);
+      else add_deepcam(f);
     }
-    for (const std::string& f : is_dir ? list_deepcam_files(path) : std::vector<std::string>{path}) add_deepcam(f);
   }
 
   void finish() { m_report.measured = m_acc.summary(); }
 
  private:
   void error(const std::string& message) { m_report.errors.push_back(message); }
+
+  // `files` less the masks squall predict wrote there (its --out may be the input folder):
+  // outputs, not data. A folder of masks only is an error.
+  std::vector<std::string> without_masks(const std::string& path, const std::vector<std::string>& files) {
+    std::vector<std::string> out;
+    for (const std::string& f : files) {
+      if (is_squall_mask(f)) m_report.skipped.push_back(f);
+      else out.push_back(f);
+    }
+    const std::string marker = std::string("global attribute ") + k_mask_marker + " = \"" + k_mask_marker_value + "\"";
+    if (out.empty() && files.size() == 1 && files[0] == path)
+      error(path + ": a mask file squall predict wrote (" + marker + "), not input data");
+    else if (out.empty() && !files.empty())
+      error(path + ": holds only mask files squall predict wrote (" + marker + "), no input data to inspect");
+    return out;
+  }
 
   void note_format(const std::string& format) {
     if (m_report.format.empty()) m_report.format = format;
@@ -202,14 +221,25 @@ class Inspector {
     }
   }
 
+  // Which channels the file supplies (all listed at once when some cannot be read), then
+  // every time step read like any dataset's samples.
   void add_netcdf(const std::string& file) {
     m_report.files.push_back(file);
     try {
-      m_report.netcdf.push_back(describe_netcdf(file));
-      auto source = open_netcdf_files({file}, "", OpenOptions{false, data::NormalizationKind::zscore});
+      NetcdfFileInfo info = survey_netcdf(file, m_netcdf);
+      m_report.time_steps += info.steps;
+      const std::string channel_error = info.channel_error;
+      m_report.netcdf.push_back(std::move(info));
+      if (!channel_error.empty()) return error(channel_error);
+      auto source = open_netcdf_files({file}, "", OpenOptions{false, data::NormalizationKind::zscore}, m_netcdf);
       const nn::Shape& s = source->info().sample;
       if (!agree(file, {s.c(), s.h(), s.w()}, "float32", true)) return;
-      if (m_report.channels.empty()) m_report.channels = deepcam_channel_names();
+      // Later files are read in the first one's units, as the training reader does.
+      if (m_netcdf.units.empty()) m_netcdf.units = source->info().channel_units;
+      if (m_report.channels.empty()) {
+        m_report.channels = source->info().channel_names;
+        m_report.channel_units = source->info().channel_units;
+      }
       set_classes(source->info().class_names);
       const int64_t n = read_all(*source, file);
       m_report.samples += n;
@@ -232,14 +262,15 @@ class Inspector {
   }
 
   InspectReport& m_report;
+  NetcdfOptions m_netcdf;
   Accumulator m_acc;
 };
 
 }  // namespace
 
-InspectReport inspect_paths(const std::vector<std::string>& paths) {
+InspectReport inspect_paths(const std::vector<std::string>& paths, const NetcdfOptions& netcdf) {
   InspectReport report;
-  Inspector inspector(report);
+  Inspector inspector(report, netcdf);
   for (const std::string& p : paths) inspector.add_path(p);
   inspector.finish();
   return report;

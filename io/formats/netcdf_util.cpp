@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/formats/units.hpp"
 #include "src/core/error.hpp"
 
 namespace squall::formats {
@@ -41,10 +42,20 @@ CfAxis axis_of_units(const std::string& units) {
     return CfAxis::latitude;
   if (is_one_of(units, {"degrees_east", "degree_east", "degree_E", "degrees_E", "degreeE", "degreesE"}))
     return CfAxis::longitude;
-  return is_time_units(units) ? CfAxis::time : CfAxis::unknown;
+  if (is_time_units(units)) return CfAxis::time;
+  // Pressure levels (hPa in ERA5, Pa in CMIP's plev): any unit of pressure. Without UDUNITS-2's
+  // database the other attributes and the names still find them.
+  try {
+    return !units.empty() && units_convertible(units, "Pa") ? CfAxis::vertical : CfAxis::unknown;
+  } catch (const Error&) {
+    return CfAxis::unknown;
+  }
 }
 
 CfAxis axis_of_standard_name(const std::string& name) {
+  if (name == "air_pressure" || name == "altitude" || name == "height" || name == "depth" ||
+      name == "model_level_number" || (name.starts_with("atmosphere_") && name.ends_with("_coordinate")))
+    return CfAxis::vertical;
   return name == "latitude"    ? CfAxis::latitude
          : name == "longitude" ? CfAxis::longitude
          : name == "time"      ? CfAxis::time
@@ -55,6 +66,7 @@ CfAxis axis_of_axis(const std::string& axis) {
   return axis == "Y"   ? CfAxis::latitude
          : axis == "X" ? CfAxis::longitude
          : axis == "T" ? CfAxis::time
+         : axis == "Z" ? CfAxis::vertical
                        : CfAxis::unknown;
 }
 
@@ -124,6 +136,7 @@ const char* cf_axis_text(CfAxis axis) {
     case CfAxis::latitude: return "latitude";
     case CfAxis::longitude: return "longitude";
     case CfAxis::time: return "time";
+    case CfAxis::vertical: return "vertical level";
     default: return "unrecognised";
   }
 }
@@ -144,10 +157,13 @@ CfDimension cf_dimension(int ncid, int dimid, const std::string& path) {
     const std::string standard_name = nc_text_att(ncid, varid, "standard_name");
     const std::string axis = nc_text_att(ncid, varid, "axis");
     const std::string units = nc_text_att(ncid, varid, "units");
+    const std::string positive = nc_text_att(ncid, varid, "positive");
     if (axis_of_standard_name(standard_name) != CfAxis::unknown)
       said.emplace_back(axis_of_standard_name(standard_name), "standard_name " + standard_name);
     if (axis_of_axis(axis) != CfAxis::unknown) said.emplace_back(axis_of_axis(axis), "axis " + axis);
     if (axis_of_units(units) != CfAxis::unknown) said.emplace_back(axis_of_units(units), "units " + units);
+    // CF-1.8, 4.3: only a vertical coordinate has `positive` (up or down).
+    if (positive == "up" || positive == "down") said.emplace_back(CfAxis::vertical, "positive " + positive);
   }
   if (!said.empty()) {
     for (const auto& [axis, why] : said)
@@ -174,8 +190,12 @@ CfDimension cf_dimension(int ncid, int dimid, const std::string& path) {
   } else if (d.name == "time") {
     d.axis = CfAxis::time;
     d.evidence = "by name";
+  } else if (d.name == "level" || d.name == "plev" || d.name == "pressure_level" || d.name == "lev" ||
+             d.name == "isobaricInhPa") {
+    d.axis = CfAxis::vertical;
+    d.evidence = "by name";
   } else {
-    d.evidence = d.coordinate >= 0 ? "no latitude, longitude or time attribute" : "no coordinate variable";
+    d.evidence = d.coordinate >= 0 ? "no latitude, longitude, time or vertical attribute" : "no coordinate variable";
   }
   return d;
 }

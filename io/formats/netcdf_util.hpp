@@ -23,9 +23,11 @@ std::string nc_type_text(int ncid, nc_type type);
 std::string nc_text_att(int ncid, int varid, const char* name);
 
 // What a dimension holds, found as CF-1.8 (section 4) says: from its coordinate variable (the
-// 1-D variable of the dimension's name over that dimension) by `standard_name`, `axis` or
-// `units`; else, for a record dimension, time; else by the names squall has always read.
-enum class CfAxis { unknown, latitude, longitude, time };
+// 1-D variable of the dimension's name over that dimension) by `standard_name`, `axis`,
+// `units` or (vertical) `positive`; else, for a record dimension, time; else by the names
+// squall has always read (lat, lon, time) and the names of pressure levels (level, plev,
+// pressure_level, lev, isobaricInhPa).
+enum class CfAxis { unknown, latitude, longitude, time, vertical };
 
 struct CfDimension {
   int dimid = -1;
@@ -38,7 +40,7 @@ struct CfDimension {
 
 CfDimension cf_dimension(int ncid, int dimid, const std::string& path);
 
-// "latitude", "longitude", "time" or "unrecognised".
+// "latitude", "longitude", "time", "vertical level" or "unrecognised".
 const char* cf_axis_text(CfAxis axis);
 
 // Reverses the order of the h rows of w values each of `plane`: between a file's latitudes

@@ -10,7 +10,8 @@ namespace squall::input {
 std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const std::string& split, bool normalize,
                                          data::NormalizationKind normalization, int64_t cache_mb,
                                          const data::Normalization* fixed, const std::string& netcdf_variables,
-                                         const std::string& netcdf_labels) {
+                                         const std::string& netcdf_labels,
+                                         const std::vector<std::string>& netcdf_channels) {
   if (path.empty()) throw Error("no dataset path given (data.train / data.test)");
   if (!std::filesystem::exists(path))
     throw Error("dataset '" + path + "' does not exist" +
@@ -32,8 +33,8 @@ std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const st
   if (format == "shards") return formats::open_shards(path, split, options);
   if (format == "deepcam") return formats::open_deepcam(path, options);
   if (format == "netcdf") {
-    auto source = formats::open_netcdf(
-        path, options, formats::NetcdfOptions{formats::netcdf_variable_map(netcdf_variables), netcdf_labels});
+    auto source =
+        formats::open_netcdf(path, options, formats::netcdf_options(netcdf_channels, netcdf_variables, netcdf_labels));
     // Training and evaluation need a label per pixel; new output without them is for predict.
     if (!source->has_labels())
       throw Error(path + " holds netCDF files without the labels variable '" + netcdf_labels +

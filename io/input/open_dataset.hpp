@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "src/data/data_source.hpp"
 #include "src/data/normalization_kind.hpp"
@@ -16,13 +17,14 @@ namespace squall::input {
 // cache_mb: shards smaller than this are held in memory (formats::OpenOptions::cache_bytes).
 // fixed: when given (and normalize is set), the statistics to normalise with instead of the
 // folder's own: the training set's, for a test set (docs/training.md, "Normalisation").
-// netcdf_variables / netcdf_labels: data.netcdf_variables and data.netcdf_labels
-// (formats::netcdf_variable_map, formats::NetcdfOptions::labels), used for netCDF input only.
+// netcdf_variables / netcdf_labels / netcdf_channels: data.netcdf_variables, data.netcdf_labels
+// and data.channels (formats::netcdf_options), used for netCDF input only.
 std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const std::string& split, bool normalize,
                                          data::NormalizationKind normalization, int64_t cache_mb = 1024,
                                          const data::Normalization* fixed = nullptr,
                                          const std::string& netcdf_variables = "",
-                                         const std::string& netcdf_labels = "labels");
+                                         const std::string& netcdf_labels = "labels",
+                                         const std::vector<std::string>& netcdf_channels = {});
 
 inline constexpr const char* k_debian_fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
 

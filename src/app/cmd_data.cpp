@@ -15,6 +15,7 @@
 #include "io/formats/inspect.hpp"
 #include "io/formats/shard.hpp"
 #include "src/app/cli.hpp"
+#include "src/config/config.hpp"
 #include "src/core/error.hpp"
 #include "io/input/open_dataset.hpp"
 
@@ -194,7 +195,24 @@ int run_deepcam(const DeepcamArgs& args) {
 struct InspectArgs {
   std::vector<std::string> paths;
   bool json = false;
+  std::string config;                  // --config: its data.channels, data.netcdf_variables, data.netcdf_labels
+  std::vector<std::string> overrides;  // --set section.key=value
+  std::string netcdf_variables;        // --netcdf-variables, over the config's
 };
+
+// The netCDF channel list inspect checks files against: the config's (defaults without one).
+formats::NetcdfOptions inspect_netcdf_options(const InspectArgs& args) {
+  config::Config cfg;
+  try {
+    cfg = config::load_config(args.config, args.overrides);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError(e.what());  // a bad config is the user's to fix: exit 2
+  }
+  const std::string variables = args.netcdf_variables.empty() ? cfg.data.netcdf_variables : args.netcdf_variables;
+  return formats::netcdf_options(cfg.data.channels, variables, cfg.data.netcdf_labels);
+}
 
 // IDX folders are opened here, where the IDX reader is linked (io/ only lists them).
 void add_idx_details(const std::vector<std::string>& paths, formats::InspectReport& report) {
@@ -230,9 +248,16 @@ json netcdf_json(const std::vector<formats::NetcdfFileInfo>& files) {
     json dims = json::object(), vars = json::array();
     for (const auto& [name, len] : f.dims) dims[name] = len;
     for (const formats::NetcdfVariableInfo& v : f.variables)
-      vars.push_back({{"name", v.name}, {"type", v.type}, {"dims", v.dims}, {"shape", v.shape}});
+      vars.push_back({{"name", v.name}, {"type", v.type}, {"dims", v.dims}, {"shape", v.shape}, {"units", v.units},
+                      {"long_name", v.long_name}, {"coordinate", v.coordinate}});
+    json channels = json::array();
+    for (const formats::NetcdfChannelInfo& c : f.channels)
+      channels.push_back({{"name", c.name}, {"spec", c.spec}, {"variable", c.variable}, {"level", c.level},
+                          {"units", c.units}, {"target_units", c.target}, {"conversion", c.conversion},
+                          {"readable", c.problem.empty()}, {"problem", c.problem}});
     out.push_back({{"file", f.path}, {"format", f.format}, {"dims", dims}, {"variables", vars}, {"time_steps", f.steps},
-                   {"labels", f.has_labels}, {"time_units", f.grid.time_units}, {"calendar", f.grid.calendar}});
+                   {"time_dim", f.time_dim}, {"labels", f.has_labels}, {"time_units", f.grid.time_units},
+                   {"calendar", f.grid.calendar}, {"channels", channels}, {"channel_error", f.channel_error}});
   }
   return out;
 }
@@ -241,7 +266,9 @@ json report_json(const formats::InspectReport& r) {
   return json{{"format", r.format},
               {"netcdf", netcdf_json(r.netcdf)},
               {"files", r.files},
+              {"skipped", r.skipped},
               {"samples", r.samples},
+              {"time_steps", r.time_steps},
               {"splits", r.splits},
               {"shape", r.shape},
               {"dtype", r.dtype},
@@ -250,6 +277,7 @@ json report_json(const formats::InspectReport& r) {
               {"class_names", r.class_names},
               {"channels", r.shape.empty() ? 0 : r.shape[0]},
               {"channel_names", r.channels},
+              {"channel_units", r.channel_units},
               {"statistics", {{"stored", summary_json(r.stored)}, {"measured", summary_json(r.measured)}}},
               {"label_counts", r.label_counts},
               {"errors", r.errors}};
@@ -261,19 +289,70 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
+// One netCDF file: its variables, time steps and which channels it supplies (and how).
+std::string netcdf_text(const formats::NetcdfFileInfo& f) {
+  std::string out = "netCDF " + f.path + ": " + f.format + ", " + std::to_string(f.steps) + " time step" +
+                    (f.steps == 1 ? "" : "s") + (f.time_dim.empty() ? "" : " (" + f.time_dim + ")");
+  if (f.channel_error.empty()) out += std::string(", ") + (f.has_labels ? "with" : "without") + " labels";
+  if (!f.grid.time_units.empty()) out += ", time in " + f.grid.time_units;
+  if (!f.grid.calendar.empty()) out += " (" + f.grid.calendar + " calendar)";
+  out += "\n  dims:";
+  for (const auto& [name, len] : f.dims) out += " " + name + "=" + std::to_string(len);
+  out += "\n  variables:\n";
+  for (const formats::NetcdfVariableInfo& v : f.variables) {
+    std::string dims, shape;
+    for (size_t i = 0; i < v.dims.size(); ++i) {
+      dims += (i ? ", " : "") + v.dims[i];
+      shape += (i ? "x" : "") + std::to_string(v.shape[i]);
+    }
+    out += "    " + v.name + "(" + dims + ") " + v.type + (shape.empty() ? "" : " " + shape) + ", " +
+           (v.units.empty() ? "(no units)" : v.units) + (v.long_name.empty() ? "" : ", \"" + v.long_name + "\"") +
+           (v.coordinate ? " (coordinate)" : "") + "\n";
+  }
+  size_t readable = 0;
+  for (const formats::NetcdfChannelInfo& c : f.channels) readable += c.problem.empty();
+  out += "  channels: " + std::to_string(readable) + " of " + std::to_string(f.channels.size()) + " can be read\n";
+  char line[64];
+  for (const formats::NetcdfChannelInfo& c : f.channels) {
+    std::snprintf(line, sizeof line, "    %-8s ", c.name.c_str());
+    out += line;
+    if (!c.problem.empty()) {
+      out += "cannot: " + c.problem + "\n";
+      continue;
+    }
+    out += c.variable + (c.level.empty() ? "" : " at " + c.level) + ", ";
+    if (c.units.empty()) out += "(no units)" + (c.target.empty() ? std::string() : ", taken as " + c.target);
+    else if (!c.conversion.empty()) out += c.units + " -> " + c.target + " (" + c.conversion + ")";
+    else out += c.units;
+    out += "\n";
+  }
+  return out;
+}
+
 std::string report_text(const formats::InspectReport& r) {
   std::string out = "format: " + (r.format.empty() ? std::string("(none found)") : r.format) + "\n";
   out += "files: " + std::to_string(r.files.size()) + "\n";
   for (const std::string& f : r.files) out += "  " + f + "\n";
+  if (!r.skipped.empty()) {
+    out += "left out: " + std::to_string(r.skipped.size()) + " mask file(s) squall predict wrote\n";
+    for (const std::string& f : r.skipped) out += "  " + f + "\n";
+  }
   out += "samples: " + std::to_string(r.samples);
   std::string splits;
   for (const auto& [name, n] : r.splits) splits += (splits.empty() ? "" : ", ") + name + " " + std::to_string(n);
   out += (splits.empty() ? "" : " (" + splits + ")") + std::string("\n");
+  // netCDF time steps whose channels cannot be read are not samples; say how many there are.
+  if (!r.netcdf.empty() && r.time_steps != r.samples)
+    out += "time steps: " + std::to_string(r.time_steps) + " in the netCDF files, " +
+           std::to_string(r.time_steps - r.samples) + " not read (see errors)\n";
   if (!r.shape.empty()) {
     out += "shape: [" + std::to_string(r.shape[0]) + "," + std::to_string(r.shape[1]) + "," + std::to_string(r.shape[2]) +
            "] " + r.dtype + (r.per_pixel_labels ? ", per-pixel labels" : ", one label per sample") + "\n";
     out += "classes: " + std::to_string(r.classes) + (r.class_names.empty() ? "" : " (" + join(r.class_names) + ")") + "\n";
-    out += "channels: " + std::to_string(r.shape[0]) + (r.channels.empty() ? "" : " (" + join(r.channels) + ")") + "\n";
+    std::vector<std::string> named = r.channels;
+    for (size_t c = 0; c < named.size() && c < r.channel_units.size(); ++c)
+      if (!r.channel_units[c].empty()) named[c] += " [" + r.channel_units[c] + "]";
+    out += "channels: " + std::to_string(r.shape[0]) + (named.empty() ? "" : " (" + join(named) + ")") + "\n";
   }
   char line[256];
   for (const auto& [label, s] : {std::pair{"stored", &r.stored}, {"measured", &r.measured}}) {
@@ -287,21 +366,7 @@ std::string report_text(const formats::InspectReport& r) {
       out += line;
     }
   }
-  for (const formats::NetcdfFileInfo& f : r.netcdf) {
-    out += "netCDF " + f.path + ": " + f.format + ", " + std::to_string(f.steps) + " time steps, " +
-           (f.has_labels ? "with" : "without") + " labels";
-    if (!f.grid.time_units.empty()) out += ", time in " + f.grid.time_units;
-    if (!f.grid.calendar.empty()) out += " (" + f.grid.calendar + " calendar)";
-    out += "\n  dims:";
-    for (const auto& [name, len] : f.dims) out += " " + name + "=" + std::to_string(len);
-    out += "\n  variables:";
-    for (const formats::NetcdfVariableInfo& v : f.variables) {
-      std::string dims;
-      for (const std::string& d : v.dims) dims += (dims.empty() ? "" : ",") + d;
-      out += " " + v.name + "(" + dims + ") " + v.type + ";";
-    }
-    out += "\n";
-  }
+  for (const formats::NetcdfFileInfo& f : r.netcdf) out += netcdf_text(f);
   if (!r.label_counts.empty()) {
     out += std::string("labels (") + (r.per_pixel_labels ? "pixels" : "samples") + " per class):";
     for (int64_t n : r.label_counts) out += " " + std::to_string(n);
@@ -317,7 +382,7 @@ std::string report_text(const formats::InspectReport& r) {
 }
 
 int run_inspect(const InspectArgs& args) {
-  formats::InspectReport report = formats::inspect_paths(args.paths);
+  formats::InspectReport report = formats::inspect_paths(args.paths, inspect_netcdf_options(args));
   add_idx_details(args.paths, report);
   print_result(args.json, report_json(report), report_text(report));
   return report.errors.empty() && !report.format.empty() ? 0 : 1;
@@ -358,6 +423,17 @@ void add_data_commands(CLI::App& data, Context&, Actions& actions) {
     auto args = std::make_shared<InspectArgs>();
     sub->add_option("paths", args->paths, "Dataset folders or files")->required();
     sub->add_flag("--json", args->json, "Print JSON (format, files, samples, shape, dtype, classes, channels, errors)");
+    sub->add_option("-c,--config", args->config,
+                    "netCDF input: a run config whose data.channels (or data.netcdf_variables) and data.netcdf_labels "
+                    "the files are checked against")
+        ->check(CLI::ExistingFile);
+    sub->add_option("--set", args->overrides,
+                    "Override a config key: --set section.key=value (repeatable; e.g. "
+                    "--set 'data.channels=[\"U850=u@850\", \"PSL=msl\"]')")
+        ->take_all()
+        ->allow_extra_args(false);
+    sub->add_option("--netcdf-variables", args->netcdf_variables,
+                    "netCDF input: CHANNEL=variable pairs overriding the DeepCAM names (\"PSL=slp,U850=u@850\")");
     actions[sub] = [args] { return run_inspect(*args); };
   }
 }

@@ -150,7 +150,7 @@ json label_my_files(const LabelArgs& a, const std::vector<Item>& items, const fo
 int run_label(const LabelArgs& a) {
   const mpi::Communicator world = mpi::Communicator::world();
   check_folders(a);
-  formats::NetcdfOptions netcdf{{}, "labels"};
+  formats::NetcdfOptions netcdf;  // DeepCAM's 16 channels: the labeler reads them by name
   try {
     netcdf.variables = formats::netcdf_variable_map(a.netcdf_variables);
   } catch (const Error& e) {
@@ -226,7 +226,8 @@ void add_label_command(CLI::App& data, Context& ctx, Actions& actions) {
   sub->add_option("--in", args->in, "Folder of DeepCAM-layout files (data-*.h5, stats.h5) or of netCDF files (*.nc)")
       ->required();
   sub->add_option("--netcdf-variables", args->netcdf_variables,
-                  "netCDF input: CHANNEL=variable pairs overriding the DeepCAM names (\"PSL=slp,TS=ts\")");
+                  "netCDF input: CHANNEL=variable pairs overriding the DeepCAM names (\"PSL=slp,TS=ts\"; "
+                  "\"U850=u@850\" for one level of a variable on pressure levels)");
   sub->add_option("--out", args->out, "Folder for the relabelled copies (not --in)")->required();
   add_threshold_options(*sub, args->params);
   sub->add_flag("--json", args->json, "Print one JSON object (rank 0)");

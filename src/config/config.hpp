@@ -44,6 +44,9 @@ struct DataConfig {
   int64_t test_samples = 0;          // use only the first N test samples; 0 = all
   std::vector<double> class_weights; // per-class loss weights (segmentation); empty = uniform
   std::string netcdf_variables;      // netCDF input: "CHANNEL=variable, ..." overrides of the DeepCAM names
+  // netCDF input: the model's own channel list, "NAME=SPEC" or "SPEC" entries, SPEC "variable"
+  // or "variable@LEVEL" ("U850=u@850", "ua@850hPa", "msl"); empty: DeepCAM's 16 channels
+  std::vector<std::string> channels;
   std::string netcdf_labels = "labels";  // netCDF input: the labels variable (read when present; "" = never)
   bool augment_roll = false;         // climate training samples: a random roll in longitude (periodic)
   bool augment_flip = false;         // ... and a random north-south flip, the meridional wind's sign changed

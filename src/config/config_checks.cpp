@@ -343,6 +343,15 @@ void check_values(const Config& c, const std::string& origin) {
   } catch (const Error& e) {
     k.require(false, "data.netcdf_variables", std::string("is invalid: ") + e.what());
   }
+  if (!c.data.channels.empty()) {
+    try {
+      formats::netcdf_options(c.data.channels, c.data.netcdf_variables);
+    } catch (const Error& e) {
+      std::string why = e.what();
+      if (why.starts_with("data.channels: ")) why = why.substr(15);
+      k.require(false, "data.channels", "is invalid: " + why);
+    }
+  }
   for (const double w : c.data.class_weights) k.non_negative(w, "data.class_weights");
 
   // model.name against the zoo: check_model_name, which knows where the name was set.

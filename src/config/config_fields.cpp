@@ -38,6 +38,7 @@ std::vector<Field> fields(Config& c) {
       {"data", "test_samples", &c.data.test_samples},
       {"data", "class_weights", &c.data.class_weights},
       {"data", "netcdf_variables", &c.data.netcdf_variables},
+      {"data", "channels", &c.data.channels},
       {"data", "netcdf_labels", &c.data.netcdf_labels},
       {"data", "augment_roll", &c.data.augment_roll},
       {"data", "augment_flip", &c.data.augment_flip},
@@ -202,6 +203,27 @@ void assign_plain(T* p, const toml::node& n, const std::string& raw, const Fail&
     if (n.is_string()) *p = *n.value<std::string>();
     else if (!raw.empty()) *p = raw;
     else fail("a string");
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    // An override's text that is not a TOML array (U850=u@850,PSL=msl) is a comma-separated list.
+    T out;
+    if (const auto* arr = n.as_array()) {
+      for (const auto& e : *arr) {
+        if (!e.is_string()) fail("an array of strings");
+        out.push_back(*e.value<std::string>());
+      }
+    } else if (!raw.empty() && n.is_string()) {
+      const std::string text = *n.value<std::string>();
+      for (size_t pos = 0; pos <= text.size();) {
+        const size_t comma = std::min(text.find(',', pos), text.size());
+        const std::string item = text.substr(pos, comma - pos);
+        const size_t first = item.find_first_not_of(" \t");
+        if (first != std::string::npos) out.push_back(item.substr(first, item.find_last_not_of(" \t") - first + 1));
+        pos = comma + 1;
+      }
+    } else {
+      fail("an array of strings");
+    }
+    *p = std::move(out);
   } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
     const auto* arr = n.as_array();
     if (!arr) fail("an array of integers");
@@ -288,6 +310,7 @@ std::string format_plain(const T* p) {
     for (size_t i = 0; i < p->size(); ++i) {
       if (i) out += ", ";
       if constexpr (std::is_same_v<T, std::vector<int64_t>>) out += std::to_string((*p)[i]);
+      else if constexpr (std::is_same_v<T, std::vector<std::string>>) out += quote((*p)[i]);
       else out += format_double((*p)[i]);
     }
     return out + "]";

@@ -72,9 +72,10 @@ std::unique_ptr<nn::Graph> make_model_graph(const nn::ModelSpec& spec, const nn:
 std::unique_ptr<data::DataSource> open_data(const DataConfig& d, const std::string& path, const std::string& split,
                                             const data::Normalization* fixed, bool raw) {
   if (raw)
-    return input::open_dataset(path, split, false, d.normalization, 0, nullptr, d.netcdf_variables, d.netcdf_labels);
+    return input::open_dataset(path, split, false, d.normalization, 0, nullptr, d.netcdf_variables, d.netcdf_labels,
+                               d.channels);
   return input::open_dataset(path, split, d.normalize, d.normalization, d.cache_mb, fixed, d.netcdf_variables,
-                             d.netcdf_labels);
+                             d.netcdf_labels, d.channels);
 }
 
 int64_t eval_batch(const Config& cfg) {

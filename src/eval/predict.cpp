@@ -203,7 +203,8 @@ class Predictor {
     m_open.fixed = norm;  // its kind, not open.normalization, says how
     m_open.labels_optional = true;
     m_open.cache_bytes = 0;
-    m_netcdf = {formats::netcdf_variable_map(cfg.data.netcdf_variables), cfg.data.netcdf_labels};
+    m_netcdf = formats::netcdf_options(cfg.data.channels, cfg.data.netcdf_variables, cfg.data.netcdf_labels);
+    m_netcdf.units = ck.model.channel_units;  // the files' values in the units the model was trained on
     m_batch = config::eval_batch(cfg);
   }
 

@@ -249,7 +249,8 @@ TEST_CASE("netCDF input: several files, (lat, lon) without time, renamed variabl
   r.labels = true;  // squall train opens it below: training needs labels
   write_nc(e.file("r.nc"), r);
   CHECK_THAT(open_error(e.file("r.nc")), Catch::Contains(e.file("r.nc")) && Catch::Contains("'PSL'"));
-  const formats::NetcdfOptions mapped{formats::netcdf_variable_map("PSL=slp"), "labels"};
+  formats::NetcdfOptions mapped;
+  mapped.variables = formats::netcdf_variable_map("PSL=slp");
   auto renamed = formats::open_netcdf_files({e.file("r.nc")}, "", k_raw, mapped);
   renamed->read(std::span<const int64_t>(&one, 1), image.data(), labels.data());
   CHECK(image[static_cast<size_t>(7 * plane)] == field_value(7, 1, 0, 0));
@@ -320,10 +321,14 @@ TEST_CASE("netCDF input errors name the file and the variable", "[io][netcdf]") 
   CHECK(j["samples"] == 3);
   REQUIRE(j["errors"].size() == 1);
   CHECK_THAT(j["errors"][0].get<std::string>(), Catch::Contains("no variable 'T500'"));
-  REQUIRE(j["netcdf"].size() == 1);
+  // Both files are described, the one that cannot be read too (its time steps counted).
+  REQUIRE(j["netcdf"].size() == 2);
+  CHECK(j["time_steps"] == 6);
   CHECK(j["netcdf"][0]["time_steps"] == 3);
-  CHECK(j["netcdf"][0]["dims"]["lat"] == 6);
-  CHECK(j["netcdf"][0]["format"] == "netCDF-4");
+  CHECK(j["netcdf"][0]["channels"][9]["problem"] == "no variable 'T500'");
+  CHECK(j["netcdf"][0]["channels"][8]["readable"] == true);
+  CHECK(j["netcdf"][1]["dims"]["lat"] == 6);
+  CHECK(j["netcdf"][1]["format"] == "netCDF-4");
 }
 
 TEST_CASE("netCDF masks: CF attributes, atomic writes, errors name the file", "[io][netcdf]") {

@@ -250,8 +250,13 @@ TEST_CASE("netCDF input refuses (lon, lat) order and unrecognised dimensions, sa
                     Catch::Contains("valid_time as time (standard_name time)") &&
                     Catch::Contains("longitude as longitude (standard_name longitude)") &&
                     Catch::Contains("latitude as latitude (standard_name latitude)") &&
-                    Catch::Contains("expected (time, latitude, longitude) or (latitude, longitude)") &&
+                    Catch::Contains("expected (time, latitude, longitude), (time, level, latitude, longitude), "
+                                    "(level, latitude, longitude) or (latitude, longitude)") &&
                     Catch::Contains("ncpdq -a valid_time,latitude,longitude"));
+  // Every channel has the same problem: said once, naming them all.
+  CHECK_THAT(e, Catch::Contains("16 of the 16 channels cannot be read") &&
+                    Catch::Contains("variable 'ZBOT' (channel ZBOT) each has dimensions"));
+  CHECK(e.find("has dimensions", e.find("has dimensions") + 1) == std::string::npos);
   CHECK_THROWS_WITH(formats::describe_netcdf(path), Catch::Contains("longitude comes before latitude"));
 
   CfSpec lat_lon_swapped;  // the same with CAM5's names and no attributes
@@ -270,13 +275,22 @@ TEST_CASE("netCDF input refuses (lon, lat) order and unrecognised dimensions, sa
              Catch::Contains("y as unrecognised (no coordinate variable)") &&
                  Catch::Contains("expected (time, latitude, longitude)"));
 
-  CfSpec level;  // a leading dimension that is not time
+  CfSpec member;  // a leading dimension that is neither time nor a level
+  member.time = "member";
+  member.time_atts = {{"units", "1"}};
+  member.time_unlimited = false;
+  write_cf(d.file("member.nc"), member);
+  CHECK_THAT(cf_open_error(d.file("member.nc")),
+             Catch::Contains("member as unrecognised (no latitude, longitude, time or vertical attribute)"));
+
+  CfSpec level;  // a leading level dimension: one level must be chosen (test_netcdf_channels.cpp)
   level.time = "level";
   level.time_atts = {{"units", "hPa"}, {"axis", "Z"}};
   level.time_unlimited = false;
   write_cf(d.file("level.nc"), level);
   CHECK_THAT(cf_open_error(d.file("level.nc")),
-             Catch::Contains("level as unrecognised (no latitude, longitude or time attribute)"));
+             Catch::Contains("variable 'TMQ' (channel TMQ) has 3 levels on 'level' (7300, 7300.25, 7300.5 hPa)") &&
+                 Catch::Contains("TMQ@LEVEL"));
 
   CfSpec conflicting = era5();  // units say latitude, axis says X
   conflicting.lat_atts = {{"units", "degrees_north"}, {"axis", "X"}};
