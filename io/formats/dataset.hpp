@@ -59,7 +59,8 @@ std::unique_ptr<data::DataSource> open_deepcam_files(const std::vector<std::stri
 std::unique_ptr<data::DataSource> open_deepcam_file_and_grid(const std::string& file, const OpenOptions& options,
                                                               std::vector<double>& lat, std::vector<double>& lon);
 
-// DeepCAM's stats.h5: /climate/{count,mean,sqmean,minval,maxval}, std = sqrt(sqmean - mean^2).
+// DeepCAM's stats.h5: /climate/{count,mean,sqmean,minval,maxval}, std = sqrt(sqmean - mean^2),
+// formed in double whatever the file stores (`squall data stats` writes it: stats_file.hpp).
 struct ChannelStats {
   std::vector<float> mean, std, min, max;
 };
@@ -68,7 +69,8 @@ ChannelStats read_deepcam_stats(const std::string& stats_path);
 // The per-channel normalisation of climate fields (DeepCAM and netCDF readers): options.fixed
 // when given (checked against `channels`), else `stats_path` read as options.normalization
 // says. Throws squall::Error naming `files` (the readers' files) or `folder`, or the stats
-// file, when there is none, the channels differ, or a channel has no spread.
+// file, when there is none (naming `squall data stats` and data.normalize = false), the
+// channels differ, or a channel has no spread.
 data::Normalization channel_normalization(const OpenOptions& options, const std::string& stats_path, int64_t channels,
                                           const std::string& files, const std::string& folder);
 // dir/stats.h5, else dir/../stats.h5, else "".

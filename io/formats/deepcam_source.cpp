@@ -361,7 +361,9 @@ data::Normalization channel_normalization(const OpenOptions& options, const std:
                   ") has statistics for " + std::to_string(norm.mean.size()));
   } else {
     if (stats_path.empty())
-      throw Error(files + ": no stats.h5 found (beside them or one folder up); normalisation needs it");
+      throw Error(files + ": no stats.h5 found (beside them or one folder up); normalisation needs it: compute it "
+                  "with `squall data stats --in " + folder + "` (with the --config training uses), or train on raw "
+                  "values with data.normalize = false");
     const ChannelStats s = read_deepcam_stats(stats_path);
     if (s.mean.size() != static_cast<size_t>(channels))
       throw Error(stats_path + ": statistics for " + std::to_string(s.mean.size()) + " channels, but " + files +
@@ -385,20 +387,42 @@ data::Normalization channel_normalization(const OpenOptions& options, const std:
   return norm;
 }
 
+namespace {
+
+// A whole numeric dataset of any shape as float64 (HDF5 converts), flattened.
+std::vector<double> read_stats_doubles(hid_t file, const std::string& file_path, const std::string& name) {
+  H5Handle ds = h5_open_dataset(file, file_path, name);
+  const H5DatasetDesc d = h5_describe(ds.get());
+  if (d.type_class != H5T_FLOAT && d.type_class != H5T_INTEGER)
+    throw Error(file_path + ": dataset " + name + " has dtype " + d.dtype + ", expected numbers");
+  size_t n = 1;
+  for (const hsize_t x : d.dims) n *= static_cast<size_t>(x);
+  std::vector<double> out(n);
+  if (n > 0 && H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw Error(h5_with_cause(file_path + ": dataset " + name + ": unreadable"));
+  return out;
+}
+
+}  // namespace
+
 ChannelStats read_deepcam_stats(const std::string& stats_path) {
   auto lock = h5_lock();
   H5Handle file = h5_open_file(stats_path);
-  const std::vector<float> mean = h5_read_floats(file.get(), stats_path, "/climate/mean");
-  const std::vector<float> sqmean = h5_read_floats(file.get(), stats_path, "/climate/sqmean");
-  ChannelStats s;
-  s.min = h5_read_floats(file.get(), stats_path, "/climate/minval");
-  s.max = h5_read_floats(file.get(), stats_path, "/climate/maxval");
-  if (sqmean.size() != mean.size() || s.min.size() != mean.size() || s.max.size() != mean.size())
+  // Read as float64 whatever the file stores: std = sqrt(sqmean - mean^2) cancels most of the
+  // digits of a field whose spread is small beside its mean (surface pressure), and float32
+  // operands would leave too few.
+  const std::vector<double> mean = read_stats_doubles(file.get(), stats_path, "/climate/mean");
+  const std::vector<double> sqmean = read_stats_doubles(file.get(), stats_path, "/climate/sqmean");
+  const std::vector<double> min = read_stats_doubles(file.get(), stats_path, "/climate/minval");
+  const std::vector<double> max = read_stats_doubles(file.get(), stats_path, "/climate/maxval");
+  if (sqmean.size() != mean.size() || min.size() != mean.size() || max.size() != mean.size())
     throw Error(stats_path + ": /climate/{mean,sqmean,minval,maxval} differ in length");
-  s.mean = mean;
+  ChannelStats s;
   for (size_t i = 0; i < mean.size(); ++i) {
-    const double m = mean[i];
-    s.std.push_back(static_cast<float>(std::sqrt(std::max(0.0, static_cast<double>(sqmean[i]) - m * m))));
+    s.mean.push_back(static_cast<float>(mean[i]));
+    s.std.push_back(static_cast<float>(std::sqrt(std::max(0.0, sqmean[i] - mean[i] * mean[i]))));
+    s.min.push_back(static_cast<float>(min[i]));
+    s.max.push_back(static_cast<float>(max[i]));
   }
   return s;
 }

@@ -2,10 +2,24 @@
 
 #include "io/formats/dataset.hpp"
 #include "io/formats/netcdf_file.hpp"
+#include "io/formats/stats_file.hpp"
 #include "src/core/error.hpp"
 #include "io/input/open_dataset.hpp"
 
 namespace squall::input {
+namespace {
+
+// A climate source normalised with its folder's own stats.h5: when the file names the channels
+// it holds statistics of (`squall data stats` records them), they must be the channels read.
+std::unique_ptr<data::DataSource> checked_against_stats(std::unique_ptr<data::DataSource> source,
+                                                        const std::string& path, bool own_stats) {
+  const data::Normalization& n = source->normalization();
+  if (own_stats && n.kind != "none" && !n.source.empty())
+    formats::check_stats_channels(n.source, source->info().channel_names, path);
+  return source;
+}
+
+}  // namespace
 
 std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const std::string& split, bool normalize,
                                          data::NormalizationKind normalization, int64_t cache_mb,
@@ -31,7 +45,8 @@ std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const st
   options.cache_bytes = cache_mb * (int64_t{1} << 20);
   if (fixed != nullptr) options.fixed = *fixed;
   if (format == "shards") return formats::open_shards(path, split, options);
-  if (format == "deepcam") return formats::open_deepcam(path, options);
+  const bool own_stats = normalize && fixed == nullptr;
+  if (format == "deepcam") return checked_against_stats(formats::open_deepcam(path, options), path, own_stats);
   if (format == "netcdf") {
     auto source =
         formats::open_netcdf(path, options, formats::netcdf_options(netcdf_channels, netcdf_variables, netcdf_labels));
@@ -40,7 +55,7 @@ std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const st
       throw Error(path + " holds netCDF files without the labels variable '" + netcdf_labels +
                   "' (data.netcdf_labels): training and evaluation need labelled samples (`squall data label` "
                   "computes them; `squall predict` takes unlabelled files)");
-    return source;
+    return checked_against_stats(std::move(source), path, own_stats);
   }
   throw Error("dataset '" + path + "' holds no Fashion-MNIST IDX files, no squall shards (" + split +
               "-NNNNN-of-MMMMM.h5), no DeepCAM files (data-*.h5) and no netCDF files (*.nc); see docs/formats.md "

@@ -17,6 +17,8 @@ namespace squall::input {
 // cache_mb: shards smaller than this are held in memory (formats::OpenOptions::cache_bytes).
 // fixed: when given (and normalize is set), the statistics to normalise with instead of the
 // folder's own: the training set's, for a test set (docs/training.md, "Normalisation").
+// A DeepCAM or netCDF folder normalised with its own stats.h5 is refused when the file names
+// other channels than the data's (formats::check_stats_channels).
 // netcdf_variables / netcdf_labels / netcdf_channels: data.netcdf_variables, data.netcdf_labels
 // and data.channels (formats::netcdf_options), used for netCDF input only.
 std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const std::string& split, bool normalize,

@@ -55,7 +55,7 @@ void add_commands(CLI::App& root, Context& ctx, Actions& actions);
 
 void add_info_command(CLI::App& root, Context& ctx, Actions& actions);
 void add_train_command(CLI::App& root, Context& ctx, Actions& actions);
-// `data fashion-mnist`, `data deepcam`, `data inspect` (cmd_data.cpp) under the `data` group.
+// `data fashion-mnist`, `data deepcam`, `data inspect`, `data stats` (cmd_data.cpp) under the `data` group.
 void add_data_commands(CLI::App& data, Context& ctx, Actions& actions);
 // `data climate` (cmd_climate.cpp): synthetic climate samples, under the `data` group.
 void add_climate_command(CLI::App& data, Context& ctx, Actions& actions);

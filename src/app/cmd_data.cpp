@@ -1,5 +1,6 @@
-// `squall data fashion-mnist | deepcam | inspect`: converting datasets to native shards
-// (docs/formats.md) and checking datasets by reading every chunk of every file.
+// `squall data fashion-mnist | deepcam | inspect | stats`: converting datasets to native shards
+// (docs/formats.md), checking datasets by reading every chunk of every file, and computing the
+// statistics climate data is normalised with (stats.h5, docs/data.md, "Statistics").
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,10 +14,16 @@
 
 #include "io/formats/dataset.hpp"
 #include "io/formats/inspect.hpp"
+#include "io/formats/netcdf_file.hpp"
 #include "io/formats/shard.hpp"
+#include "io/formats/stats_file.hpp"
+#include "mpi/comm.hpp"
+#include "squall/version.hpp"
 #include "src/app/cli.hpp"
 #include "src/config/config.hpp"
+#include "src/core/clock.hpp"
 #include "src/core/error.hpp"
+#include "src/core/log.hpp"
 #include "io/input/open_dataset.hpp"
 
 namespace squall::app {
@@ -388,6 +395,239 @@ int run_inspect(const InspectArgs& args) {
   return report.errors.empty() && !report.format.empty() ? 0 : 1;
 }
 
+// ---- stats -----------------------------------------------------------------------------
+
+struct StatsArgs {
+  std::string in, out, config;
+  std::vector<std::string> overrides;  // --set section.key=value
+  std::string netcdf_variables;        // --netcdf-variables: data.netcdf_variables
+  bool overwrite = false;
+  bool json = false;
+};
+
+// At most this many rounds: after each, the ranks agree that none failed (so a bad sample on
+// one rank ends the job within a round) and rank 0 learns the job's progress.
+constexpr int64_t k_stats_rounds = 200;
+constexpr double k_progress_every_s = 5.0;  // seconds between progress lines
+constexpr size_t k_named_skips = 10;        // skipped samples named by message, per rank and in the report
+
+// The fields of a climate dataset as training reads them: the readers config::open_data uses
+// (DeepCAM files, netCDF files with data.netcdf_variables), so the channels come in training's
+// order and units, but raw (normalize = false) and without labels: statistics are of the fields
+// only, and data not labelled yet (before `squall data label`, which copies stats.h5 along) has
+// them too. Keep in step with config::open_data when it learns a key that changes the channels.
+struct StatsInput {
+  std::unique_ptr<data::DataSource> source;
+  bool labels_buffer = false;  // the reader writes labels whatever it is asked (netCDF): give it room
+};
+
+StatsInput open_stats_input(const std::string& in, const config::DataConfig& d) {
+  std::error_code ec;
+  if (!fs::exists(in, ec)) throw UsageError("--in " + in + ": no such file or folder");
+  const std::string format = formats::detect_format(in);
+  formats::OpenOptions raw;
+  raw.normalize = false;
+  raw.labels_optional = true;
+  if (format == "netcdf") {
+    // data.channels or data.netcdf_variables, as training reads them (netcdf_options names the
+    // key at fault); labels "": never read, the reader then gives all-background labels.
+    return {formats::open_netcdf(in, raw, formats::netcdf_options(d.channels, d.netcdf_variables, "")), true};
+  }
+  if (format == "deepcam") {
+    const std::vector<std::string> files =
+        fs::is_directory(in, ec) ? formats::list_deepcam_files(in) : std::vector<std::string>{in};
+    return {formats::open_deepcam_files(files, "", raw), false};
+  }
+  if (format == "shards")
+    throw UsageError("--in " + in + " holds squall shards, which carry their statistics in their own attributes "
+                     "(written by `squall data deepcam` and `squall data fashion-mnist`); `squall data stats` is for "
+                     "folders of DeepCAM files (data-*.h5) and netCDF files (*.nc)");
+  if (format == "idx")
+    throw UsageError("--in " + in + " holds Fashion-MNIST IDX files, which are normalised with fixed constants; "
+                     "`squall data stats` is for folders of DeepCAM files (data-*.h5) and netCDF files (*.nc)");
+  throw UsageError("--in " + in + ": no DeepCAM files (data-*.h5) and no netCDF files (*.nc) (docs/data.md)");
+}
+
+// Where training looks for the statistics of `in` (formats::find_deepcam_stats): inside a
+// folder, beside a file.
+std::string default_stats_path(const std::string& in) {
+  std::error_code ec;
+  if (fs::is_directory(in, ec)) return (fs::path(in) / "stats.h5").string();
+  return (fs::path(in).parent_path() / "stats.h5").string();
+}
+
+void refuse_existing(const std::string& out) {
+  std::error_code ec;
+  if (fs::exists(out, ec))
+    throw UsageError("--out " + out + " already exists: `squall data stats` replaces a statistics file only with "
+                     "--overwrite (models trained with the old one were normalised with it)");
+}
+
+// The whole job's share of a failure message for a bad sample: what to do about it.
+std::string bad_sample_advice(const std::string& what) {
+  return what + ". Statistics need every value finite: repair or remove that sample, or set "
+                "data.skip_bad_samples = true (--set data.skip_bad_samples=true) to leave such samples out of the "
+                "statistics, as training then leaves them out";
+}
+
+nlohmann::json stats_json(const formats::ChannelMoments& m, const formats::StatsProvenance& p,
+                          const std::string& out, const std::vector<std::string>& skipped) {
+  json channels = json::array();
+  for (int64_t c = 0; c < m.channels(); ++c) {
+    const auto& ch = m.channel(c);
+    const auto i = static_cast<size_t>(c);
+    channels.push_back({{"name", i < p.channel_names.size() ? p.channel_names[i] : std::to_string(c)},
+                        {"units", i < p.channel_units.size() ? p.channel_units[i] : ""},
+                        {"count", ch.count},
+                        {"mean", ch.mean},
+                        {"std", std::sqrt(m.variance(c))},
+                        {"min", ch.min},
+                        {"max", ch.max}});
+  }
+  return json{{"out", out},           {"source", p.source},     {"samples", p.samples},
+              {"skipped_samples", p.skipped_samples}, {"skipped", skipped}, {"channels", channels}};
+}
+
+std::string stats_text(const formats::ChannelMoments& m, const formats::StatsProvenance& p, const std::string& out) {
+  std::string text;
+  char line[256];
+  for (int64_t c = 0; c < m.channels(); ++c) {
+    const auto& ch = m.channel(c);
+    const auto i = static_cast<size_t>(c);
+    const std::string name = i < p.channel_names.size() ? p.channel_names[i] : "channel " + std::to_string(c);
+    const std::string units = i < p.channel_units.size() && !p.channel_units[i].empty() ? " " + p.channel_units[i] : "";
+    std::snprintf(line, sizeof line, "  %-10s mean %-13.7g std %-13.7g min %-13.7g max %.7g%s\n", name.c_str(),
+                  ch.mean, std::sqrt(m.variance(c)), ch.min, ch.max, units.c_str());
+    text += line;
+  }
+  text += "wrote " + out + ": statistics of " + std::to_string(p.samples) + " sample(s)" +
+          (p.skipped_samples > 0 ? " (" + std::to_string(p.skipped_samples) + " bad sample(s) left out)" : "") +
+          " of " + p.source + ", " + std::to_string(m.channels()) + " channel(s)\n";
+  return text;
+}
+
+int run_stats(const StatsArgs& a) {
+  const mpi::Communicator world = mpi::Communicator::world();
+  const int rank = world.rank(), size = world.size();
+  config::Config cfg;
+  StatsInput input;
+  std::string out;
+  // Every rank reads the config and opens the data; a failure on any ends all of them alike.
+  run_share_agreed(world, "data stats", [&] {
+    try {
+      cfg = config::load_config(a.config, a.overrides);
+    } catch (const UsageError&) {
+      throw;
+    } catch (const Error& e) {
+      throw UsageError(e.what());  // a bad config is the user's to fix: exit 2
+    }
+    if (!a.netcdf_variables.empty()) {
+      try {
+        formats::netcdf_variable_map(a.netcdf_variables);
+      } catch (const Error& e) {
+        throw UsageError(std::string("--netcdf-variables: ") + e.what());
+      }
+      cfg.data.netcdf_variables = a.netcdf_variables;
+    }
+    out = a.out.empty() ? default_stats_path(a.in) : a.out;
+    if (rank == 0 && !a.overwrite) refuse_existing(out);
+    input = open_stats_input(a.in, cfg.data);
+    if (input.source->size() == 0) throw UsageError("--in " + a.in + ": no samples");
+  });
+  const data::DataSource& source = *input.source;
+  const data::DatasetInfo& info = source.info();
+  const int64_t n = source.size(), c = info.sample.c(), plane = info.sample.h() * info.sample.w();
+  // Contiguous blocks: rank r reads samples [n r / size, n (r + 1) / size), files in order.
+  const int64_t begin = n * rank / size, end = n * (rank + 1) / size;
+  const int64_t rounds = std::clamp<int64_t>((n + size - 1) / size, 1, k_stats_rounds);
+
+  formats::ChannelMoments mine(c);
+  int64_t skipped = 0;
+  std::vector<std::string> skipped_named;
+  std::vector<float> image(static_cast<size_t>(c * plane));
+  std::vector<int32_t> labels(input.labels_buffer ? static_cast<size_t>(plane) : 0);
+  const Stopwatch timer;
+  double printed_at = 0;
+  for (int64_t r = 0; r < rounds; ++r) {
+    const int64_t lo = begin + (end - begin) * r / rounds, hi = begin + (end - begin) * (r + 1) / rounds;
+    run_share_agreed(world, "data stats", [&] {
+      for (int64_t i = lo; i < hi; ++i) {
+        try {
+          source.read(std::span<const int64_t>(&i, 1), image.data(), labels.empty() ? nullptr : labels.data());
+        } catch (const data::BadSample& e) {
+          if (!cfg.data.skip_bad_samples) throw Error(bad_sample_advice(e.what()));
+          ++skipped;
+          if (skipped_named.size() < k_named_skips) skipped_named.push_back(e.what());
+          continue;
+        }
+        mine.add_sample(image.data(), plane);
+      }
+    });
+    const int64_t done = world.allreduce_sum(hi - begin);
+    const double seconds = timer.seconds();
+    if (rank == 0 && (seconds - printed_at >= k_progress_every_s || r + 1 == rounds)) {
+      printed_at = seconds;
+      char line[200];
+      std::snprintf(line, sizeof line, "data stats: %lld/%lld samples (%.0f%%), %.1f samples/s on %d rank(s)\n",
+                    static_cast<long long>(done), static_cast<long long>(n),
+                    100.0 * static_cast<double>(done) / static_cast<double>(n),
+                    seconds > 0 ? static_cast<double>(done) / seconds : 0.0, size);
+      std::fputs(line, stderr);
+      std::fflush(stderr);
+    }
+  }
+
+  // Rank 0 merges the ranks' moments in rank order (the same file whatever the timing) and
+  // writes the file; a failure there ends every rank with its message.
+  const std::vector<std::string> parts = world.gather_strings(mine.encode(), 0);
+  json named = json::array();
+  for (const std::string& s : skipped_named) named.push_back(s);
+  const std::vector<std::string> named_parts = world.gather_strings(named.dump(), 0);
+  const int64_t skipped_total = world.allreduce_sum(skipped);
+  formats::ChannelMoments all(c);
+  formats::StatsProvenance provenance;
+  std::vector<std::string> skipped_report;
+  run_share_agreed(world, "data stats", [&] {
+    if (rank != 0) return;
+    for (const std::string& p : parts) all.merge(formats::ChannelMoments::decode(p));
+    for (const std::string& p : named_parts)
+      for (const json& m : json::parse(p))
+        if (skipped_report.size() < k_named_skips) skipped_report.push_back(m.get<std::string>());
+    if (all.samples() == 0)
+      throw Error("every sample of " + a.in + " is bad and was left out (data.skip_bad_samples = true): no "
+                  "statistics to write; the first: " + (skipped_report.empty() ? "" : skipped_report.front()));
+    provenance.channel_names = info.channel_names;
+    provenance.channel_units = info.channel_units;
+    provenance.samples = all.samples();
+    provenance.skipped_samples = skipped_total;
+    provenance.source = a.in;
+    provenance.squall_version = k_version;
+    provenance.created_by = "squall data stats";
+    if (!a.overwrite) refuse_existing(out);  // made while this ran
+    formats::write_stats_file(out, all, provenance);
+  });
+  if (rank != 0) return 0;
+
+  if (skipped_total > 0) {
+    std::string list;
+    for (const std::string& s : skipped_report) list += "\n  " + s;
+    log::warn("data stats: " + std::to_string(skipped_total) + " bad sample(s) left out of the statistics "
+              "(data.skip_bad_samples = true)" + (skipped_total > static_cast<int64_t>(skipped_report.size())
+                                                      ? ", the first " + std::to_string(skipped_report.size())
+                                                      : std::string()) + ":" + list);
+  }
+  for (int64_t k = 0; k < c; ++k)
+    if (all.variance(k) == 0.0) {
+      const auto i = static_cast<size_t>(k);
+      log::warn("data stats: channel " + (i < info.channel_names.size() ? info.channel_names[i] : std::to_string(k)) +
+                " has the same value (" + std::to_string(all.channel(k).mean) + ") in every sample: training "
+                "refuses to normalise a channel without spread (remove it from the data, or set data.normalize = "
+                "false)");
+    }
+  print_result(a.json, stats_json(all, provenance, out, skipped_report), stats_text(all, provenance, out));
+  return 0;
+}
+
 }  // namespace
 
 void add_data_commands(CLI::App& data, Context&, Actions& actions) {
@@ -435,6 +675,29 @@ void add_data_commands(CLI::App& data, Context&, Actions& actions) {
     sub->add_option("--netcdf-variables", args->netcdf_variables,
                     "netCDF input: CHANNEL=variable pairs overriding the DeepCAM names (\"PSL=slp,U850=u@850\")");
     actions[sub] = [args] { return run_inspect(*args); };
+  }
+  {
+    CLI::App* sub = data.add_subcommand(
+        "stats", "Compute the per-channel statistics (stats.h5) climate data is normalised with (run under mpirun to "
+                 "split the samples)");
+    auto args = std::make_shared<StatsArgs>();
+    sub->add_option("--in", args->in, "Folder (or file) of DeepCAM files (data-*.h5) or netCDF files (*.nc)")
+        ->required();
+    sub->add_option("--out", args->out,
+                    "The statistics file (default: stats.h5 in the --in folder, or beside the --in file: where "
+                    "training looks)");
+    sub->add_option("-c,--config", args->config,
+                    "TOML run config whose data.* keys say how the data is read (as training reads it)")
+        ->check(CLI::ExistingFile);
+    sub->add_option("--set", args->overrides, "Override a config key: --set section.key=value (repeatable)")
+        ->take_all()
+        ->allow_extra_args(false);
+    sub->add_option("--netcdf-variables", args->netcdf_variables,
+                    "netCDF input: CHANNEL=variable pairs overriding the DeepCAM names (\"PSL=slp,TS=ts\"); "
+                    "replaces data.netcdf_variables");
+    sub->add_flag("--overwrite", args->overwrite, "Replace an existing statistics file instead of refusing");
+    sub->add_flag("--json", args->json, "Print one JSON object (rank 0): the file, the samples and each channel's statistics");
+    actions[sub] = [args] { return run_stats(*args); };
   }
 }
 
