@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "io/formats/dataset.hpp"
+#include "io/formats/netcdf_file.hpp"
 #include "io/formats/h5_util.hpp"
 #include "src/core/durable.hpp"
 #include "src/core/error.hpp"
@@ -187,6 +188,11 @@ class DeepcamSource final : public data::DataSource {
     m_info.classes = k_deepcam_classes;
     m_info.class_names = {"background", "tropical cyclone", "atmospheric river"};
     m_info.per_pixel_labels = true;
+    // DeepCAM's files carry no channel names; their 16 channels are DeepCAM's, in its order and units.
+    if (static_cast<size_t>(m_c) == deepcam_channel_names().size()) {
+      m_info.channel_names = deepcam_channel_names();
+      m_info.channel_units = deepcam_channel_units();
+    }
     m_info.description = "DeepCAM (" + std::to_string(m_paths.size()) + " files, " + m_info.sample.str() + ", " +
                          std::filesystem::path(m_paths[0]).parent_path().string() + ")";
   }

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <set>
 
+#include "io/formats/netcdf_mask.hpp"
 #include "io/formats/netcdf_util.hpp"
 #include "io/formats/units.hpp"
 #include "src/core/error.hpp"
@@ -512,6 +513,9 @@ class NetcdfSourceImpl final : public NetcdfSource {
                          fs::path(m_paths[0]).parent_path().string() + ")";
   }
 
+  // Adds `text` to the description: "netCDF (..., <text>)".
+  void note(const std::string& text) { m_info.description.insert(m_info.description.size() - 1, ", " + text); }
+
   ~NetcdfSourceImpl() override {
     auto lock = nc_lock();
     close_all();
@@ -894,9 +898,22 @@ std::unique_ptr<NetcdfSource> open_netcdf(const std::string& path, const OpenOpt
   std::error_code ec;
   if (fs::is_regular_file(path, ec))
     return open_netcdf_files({path}, find_deepcam_stats(fs::path(path).parent_path().string()), options, netcdf);
-  const std::vector<std::string> files = list_netcdf_files(path);
-  if (files.empty()) throw Error(path + ": no netCDF files (*.nc)");
-  return open_netcdf_files(files, find_deepcam_stats(path), options, netcdf);
+  // Masks `squall predict` wrote into the folder (netcdf_mask.hpp's marker) are its output, not
+  // data: left out, and said so in the source's description, which the run's log prints.
+  std::vector<std::string> files;
+  size_t masks = 0;
+  for (const std::string& f : list_netcdf_files(path)) {
+    if (netcdf_is_squall_mask(f))
+      ++masks;
+    else
+      files.push_back(f);
+  }
+  if (files.empty())
+    throw Error(path + ": no netCDF files (*.nc)" +
+                (masks ? " other than the " + std::to_string(masks) + " mask file(s) squall predict wrote" : std::string()));
+  auto source = std::make_unique<NetcdfSourceImpl>(files, find_deepcam_stats(path), options, netcdf);
+  if (masks) source->note(std::to_string(masks) + " mask file(s) squall predict wrote left out");
+  return source;
 }
 
 }  // namespace squall::formats

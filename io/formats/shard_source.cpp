@@ -188,6 +188,8 @@ class ShardSource final : public data::DataSource {
     }
     m_info.sample = m_first.sample;
     m_info.class_names = meta.class_names;
+    m_info.channel_names = meta.channel_names;  // as the writer named them (may be empty)
+    m_info.channel_units.assign(meta.channel_names.size(), "");
     m_info.classes = static_cast<int64_t>(meta.class_names.size());
     m_info.per_pixel_labels = m_first.per_pixel_labels;
     m_info.description = "shards (" + std::to_string(m_files.size()) + " files, " + std::to_string(size()) +

@@ -5,8 +5,8 @@ Reads the table under "## Floors" in docs/design.md (floor, folder, library, nam
 may include) and checks every C++ source in those folders:
   - each `#include "..."` of a squall header names the file's own folder or one its row lists;
   - a row lists only folders on lower floors (the table cannot allow an upward include);
-  - each angle include of a guarded third-party header (MPI, HDF5, netCDF, CUDA, cuDNN, NCCL,
-    oneDNN, toml++, CLI11, ONNX) is one its row lists;
+  - each angle include of a guarded third-party header (MPI, HDF5, netCDF, UDUNITS-2, CUDA,
+    cuDNN, NCCL, oneDNN, toml++, CLI11, ONNX) is one its row lists;
   - each source folder of the tree has a row, and each row's folder exists;
   - each library's CMakeLists.txt links, of squall's libraries, only its own floor's and
     lower floors' ones.
@@ -20,7 +20,7 @@ import sys
 GUARDED = {  # third-party headers whose users the table names, by the include's first path part
     'mpi.h': 'MPI', 'hdf5.h': 'HDF5', 'H5': 'HDF5', 'netcdf.h': 'netCDF', 'cuda': 'CUDA',
     'cublas': 'CUDA', 'cudnn': 'cuDNN', 'nccl.h': 'NCCL', 'dnnl': 'oneDNN', 'oneapi': 'oneDNN',
-    'toml++': 'toml++', 'CLI': 'CLI11', 'onnx': 'ONNX',
+    'toml++': 'toml++', 'CLI': 'CLI11', 'onnx': 'ONNX', 'udunits2.h': 'UDUNITS-2',
 }
 SOURCE_EXT = ('.cpp', '.hpp', '.cu', '.cuh', '.h')
 TOP_FOLDERS = ('src', 'io', 'mpi', 'cuda')
@@ -29,7 +29,7 @@ TOP_FOLDERS = ('src', 'io', 'mpi', 'cuda')
 def guarded_name(include):
     first = include.split('/')[0]
     for prefix, name in GUARDED.items():
-        if first == prefix or (first.startswith(prefix) and prefix not in ('mpi.h', 'hdf5.h', 'nccl.h', 'netcdf.h')):
+        if first == prefix or (first.startswith(prefix) and prefix not in ('mpi.h', 'hdf5.h', 'nccl.h', 'netcdf.h', 'udunits2.h')):
             return name
     return None
 
