@@ -111,8 +111,8 @@ std::string data_file(int i) {
 
 }  // namespace
 
-TEST_CASE("data.pad: a grid the stride does not divide trains padded; predict masks it on its own grid, padded or "
-          "cropped; twice the resolution is refused unless --any-grid",
+TEST_CASE("data.pad: a grid the stride does not divide trains padded, predict masks it on its own grid, padded or "
+          "cropped, and twice the resolution is refused unless --any-grid",
           "[launch][predict][pad]") {
   TempDir tmp("squall-launch-predict-grid");
   const std::string bin = squall_bin();
@@ -211,7 +211,7 @@ TEST_CASE("data.pad: a grid the stride does not divide trains padded; predict ma
         std::vector<size_t>{1, 124, 188});
 }
 
-TEST_CASE("predict: a region at the training spacing runs with a line naming both grids; pressure in hPa warns, "
+TEST_CASE("predict: a region at the training spacing runs with a line naming both grids, and pressure in hPa warns, "
           "naming the channel and the file",
           "[launch][predict][pad]") {
   if (run_command("/usr/bin/python3 -c 'import netCDF4, h5py, numpy'").exit_code != 0)

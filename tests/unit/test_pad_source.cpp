@@ -168,7 +168,7 @@ TEST_CASE("data.pad = pad on a regional grid, or one without coordinates, repeat
   }
 }
 
-TEST_CASE("data.pad = crop keeps the centre, its coordinates and labels; the masks go back with a fill", "[pad]") {
+TEST_CASE("data.pad = crop keeps the centre, its coordinates and labels, and the masks go back with a fill", "[pad]") {
   // 7 x 11 to multiples of 4: 4 x 8, 1 row cut south and 2 north, 1 column west and 2 east.
   const int64_t h = 7, w = 11;
   auto inner = std::make_unique<GridSource>(1, 1, h, w, steps(0, 1, h), steps(0, 1, w));
