@@ -9,12 +9,18 @@
 
 namespace squall::formats {
 
+// The mask value of a pixel that has no class: `squall predict` with data.pad = crop writes it
+// where the rows and columns the model never saw lie (its probabilities there are NaN). In a
+// netCDF mask it is the byte -1, the mask variable's declared _FillValue, which xarray reads as
+// NaN (missing); in an HDF5 mask it is 255 in /mask (docs/inference.md, "Grids").
+inline constexpr uint8_t k_mask_fill = 255;
+
 struct MaskOutput {
   int64_t times = 0, h = 0, w = 0;
   std::vector<double> lat, lon;        // [h] degrees north, [w] degrees east; empty when unknown
   std::vector<double> time;            // [times] in time_units; empty when unknown
   std::string time_units, calendar;    // as the input gave them ("" when it did not)
-  std::vector<uint8_t> mask;           // [times, h, w]: the class index of each pixel
+  std::vector<uint8_t> mask;           // [times, h, w]: the class index of each pixel, or k_mask_fill
   std::vector<float> probabilities;    // [times, classes, h, w] or empty
   std::vector<std::string> class_names;
   std::map<std::string, std::string> attributes;  // "model", "checkpoint", "step", "source", ...

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 
 #include "io/formats/mask.hpp"
 #include "io/formats/netcdf_util.hpp"
@@ -69,6 +70,9 @@ void write_file(const std::string& tmp, const std::string& path, const MaskGrid&
     }
     nc_check(nc_put_att_schar(ncid, vm, "flag_values", NC_BYTE, nk, flags.data()), path, "attribute 'flag_values'");
     put_text(ncid, vm, "flag_meanings", meanings, path);
+    // Pixels the model gave no class (cropped away by data.pad = crop): missing to CF readers.
+    const signed char fill = static_cast<signed char>(k_mask_fill);
+    nc_check(nc_put_att_schar(ncid, vm, "_FillValue", NC_BYTE, 1, &fill), path, "attribute '_FillValue'");
     put_text(ncid, vm, "coordinates", grid.time_dim + " " + grid.lat_dim + " " + grid.lon_dim, path);
 
     int vp = -1, vk = -1;
@@ -92,6 +96,8 @@ void write_file(const std::string& tmp, const std::string& path, const MaskGrid&
       put_text(ncid, vp, "units", "1", path);
       const float range[2] = {0.0f, 1.0f};
       nc_check(nc_put_att_float(ncid, vp, "valid_range", NC_FLOAT, 2, range), path, "attribute 'valid_range'");
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      nc_check(nc_put_att_float(ncid, vp, "_FillValue", NC_FLOAT, 1, &nan), path, "attribute '_FillValue'");
       put_text(ncid, vp, "classes", meanings, path);
     }
 
@@ -173,9 +179,9 @@ void write_netcdf_masks(const std::string& path, const MaskGrid& grid, std::span
     throw Error(path + ": " + std::to_string(probabilities.size()) + " probabilities for time=" + std::to_string(nt) +
                 " x class=" + std::to_string(nk) + " x lat=" + std::to_string(ny) + " x lon=" + std::to_string(nx));
   for (size_t i = 0; i < masks.size(); ++i)
-    if (masks[i] >= nk)
+    if (masks[i] >= nk && masks[i] != k_mask_fill)
       throw Error(path + ": mask value " + std::to_string(masks[i]) + " at index " + std::to_string(i) +
-                  " is not a class (" + std::to_string(nk) + " classes)");
+                  " is not a class (" + std::to_string(nk) + " classes) nor the fill value " + std::to_string(k_mask_fill));
 
   const std::string tmp = path + ".tmp";
   namespace fs = std::filesystem;

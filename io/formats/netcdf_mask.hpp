@@ -41,11 +41,14 @@ struct MaskAttributes {
 //     longest name's bytes, with probabilities);
 //   lat(lat), lon(lon), time(time) coordinate variables with units, standard_name, axis;
 //   mask(time, lat, lon) byte: the class per pixel, flag_values 0..K-1 and flag_meanings
-//     (the class names with spaces as underscores: "background tropical_cyclone ...");
-//   probability(time, class, lat, lon) float in [0, 1], only when `probabilities` is not empty,
+//     (the class names with spaces as underscores: "background tropical_cyclone ..."), and
+//     _FillValue -1 for a pixel without a class (mask.hpp's k_mask_fill in `masks`);
+//   probability(time, class, lat, lon) float in [0, 1] (_FillValue NaN), only when
+//     `probabilities` is not empty,
 //     with class(class, class_strlen) char: the class names (UTF-8, _Encoding), its coordinate;
 //   the global attribute squall_output = "predict mask" (mask.hpp's marker).
-// masks: time x lat x lon values, row-major (lat rows, lon fastest), each < class_names.size().
+// masks: time x lat x lon values, row-major (lat rows, lon fastest), each < class_names.size()
+// or k_mask_fill.
 // probabilities: empty, or time x class x lat x lon.
 // Written to `path`.tmp and renamed: `path` is whole or absent. Errors (sizes that do not
 // match the grid, a class index out of range, a netCDF failure) throw squall::Error naming

@@ -1,5 +1,5 @@
 // `squall predict --checkpoint PATH | --run DIR --data PATH... --out DIR [--format nc|h5]
-// [--probabilities] [--png] [--set section.key=value ...]`: a trained model applied to new files, one mask file
+// [--probabilities] [--png] [--any-grid] [--set section.key=value ...]`: a trained model applied to new files, one mask file
 // per input (docs/inference.md). Under mpirun the files are split over the ranks.
 #include <cstdio>
 #include <filesystem>
@@ -46,12 +46,14 @@ int run_predict(Context& ctx, const PredictArgs& args) {
   std::string text;
   int64_t files = 0;
   for (const auto& f : mine.files) {
+    for (const std::string& note : f.notes) text += "predict " + note + "\n";
     text += "predict " + file_line(f) + "\n";
     ++files;
   }
   const std::vector<std::string> all = topo.world().gather_strings(text);
   const int64_t total = topo.world().allreduce_sum(files);
   const int64_t samples = topo.world().allreduce_sum(mine.samples);
+  const int64_t warnings = topo.world().allreduce_sum(mine.warnings);
   double seconds = mine.seconds;
   topo.world().allreduce_max(std::span<double>(&seconds, 1));
   if (topo.rank() == 0) {
@@ -61,7 +63,10 @@ int run_predict(Context& ctx, const PredictArgs& args) {
                   seconds > 0 ? static_cast<double>(samples) / seconds : 0.0);
     std::cout << "predict " << ck.name() << ": " << total << " file" << (total == 1 ? "" : "s") << ", " << samples
               << " time step" << (samples == 1 ? "" : "s") << rate << ", masks in "
-              << std::filesystem::path(args.options.out).string() << "\n"
+              << std::filesystem::path(args.options.out).string() << "; "
+              << (warnings == 0 ? std::string("no warnings")
+                                : std::to_string(warnings) + " warning" + (warnings == 1 ? "" : "s") + " (on stderr)")
+              << "\n"
               << std::flush;
   }
   return 0;
@@ -86,13 +91,17 @@ void add_predict_command(CLI::App& root, Context& ctx, Actions& actions) {
       ->type_name("FORMAT");
   sub->add_flag("--probabilities", args->options.probabilities, "Also write the softmax of every class per pixel");
   sub->add_flag("--png", args->options.png, "Also write a picture per input: its first channel and its mask");
+  sub->add_flag("--any-grid", args->options.any_grid,
+                "Predict on files whose grid spacing differs from the training grid's (by more than 5%), with a "
+                "warning each, instead of refusing them");
   sub->add_option("--set", args->options.overrides,
                   "Override a key of the run's config: --set section.key=value (repeatable; e.g. "
                   "data.netcdf_variables, run.backend)")
       ->take_all()
       ->allow_extra_args(false);
   sub->footer("Exit status: 0 done; 1 a failure at run time (an unreadable file); 2 a usage error (a flag, a missing "
-              "checkpoint or input, a classifier's checkpoint, files that do not fit the model).");
+              "checkpoint or input, a classifier's checkpoint, files that do not fit the model, a grid of another spacing than "
+              "training's without --any-grid).");
   actions[sub] = [&ctx, args] { return run_predict(ctx, *args); };
 }
 

@@ -50,6 +50,9 @@ struct DataConfig {
   std::string netcdf_labels = "labels";  // netCDF input: the labels variable (read when present; "" = never)
   bool augment_roll = false;         // climate training samples: a random roll in longitude (periodic)
   bool augment_flip = false;         // ... and a random north-south flip, the meridional wind's sign changed
+  // A grid the model's stride does not divide: none refuses it, pad pads each sample to the next
+  // multiple, crop crops it to the previous one, centred (io/input/pad_source.hpp)
+  data::PadMode pad = data::PadMode::none;
   bool operator==(const DataConfig&) const = default;
 };
 

@@ -6,7 +6,7 @@
 //
 // Keys whose values a lower layer acts on use that layer's enum and table, so that it needs
 // no src/train header: data.sampling (input::Sampling), data.normalization
-// (data::NormalizationKind), run.backend and run.cpu_streams (nn::BackendKind,
+// (data::NormalizationKind), data.pad (data::PadMode), run.backend and run.cpu_streams (nn::BackendKind,
 // nn::CpuStreams), parallel.device_allreduce (mpi::AllreduceKind), parallel.cross_node
 // (mpi::CrossAlgorithm), parallel.algorithm (parallel::Algorithm), optimizer.name,
 // schedule.kind and schedule.milestone_unit (src/optim/options.hpp).
@@ -15,6 +15,7 @@
 #include "mpi/cross_algorithm.hpp"
 #include "src/core/enum_table.hpp"
 #include "src/data/normalization_kind.hpp"
+#include "src/data/pad_mode.hpp"
 #include "src/nn/backend_kind.hpp"
 #include "src/optim/options.hpp"
 #include "src/parallel/algorithm.hpp"

@@ -42,6 +42,7 @@ std::vector<Field> fields(Config& c) {
       {"data", "netcdf_labels", &c.data.netcdf_labels},
       {"data", "augment_roll", &c.data.augment_roll},
       {"data", "augment_flip", &c.data.augment_flip},
+      {"data", "pad", enum_field(&c.data.pad, data::k_pad_modes)},
 
       {"model", "name", &c.model.name},
       {"model", "width", &c.model.width},

@@ -3,8 +3,10 @@
 #include <algorithm>
 
 #include "io/input/open_dataset.hpp"
+#include "src/config/model_spec.hpp"
 #include "src/core/error.hpp"
 #include "src/cpu/cpu_info.hpp"
+#include "src/nn/models/input_multiple.hpp"
 
 namespace squall::config {
 
@@ -76,6 +78,19 @@ std::unique_ptr<data::DataSource> open_data(const DataConfig& d, const std::stri
                                d.channels);
   return input::open_dataset(path, split, d.normalize, d.normalization, d.cache_mb, fixed, d.netcdf_variables,
                              d.netcdf_labels, d.channels);
+}
+
+input::GridFit grid_fit(const Config& cfg, const data::DatasetInfo& info, const std::string& what) {
+  // Only maps of classes need a grid the encoder's strides divide; a classifier's multiple is 1.
+  const nn::ModelSpec spec = model_spec(cfg, info);
+  const int64_t multiple = info.per_pixel_labels ? nn::input_multiple(spec) : 1;
+  return input::plan_grid_fit(info, cfg.data.pad, multiple, what, nn::input_multiple_text(spec));
+}
+
+std::unique_ptr<data::DataSource> fit_data_grid(const Config& cfg, std::unique_ptr<data::DataSource> source,
+                                                const std::string& what) {
+  const input::GridFit fit = grid_fit(cfg, source->info(), what);
+  return input::fit_grid(std::move(source), fit);
 }
 
 int64_t eval_batch(const Config& cfg) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "io/input/loader.hpp"
+#include "io/input/pad_source.hpp"
 #include "mpi/sum.hpp"
 #include "mpi/topology.hpp"
 #include "src/data/data_source.hpp"
@@ -55,6 +56,15 @@ std::unique_ptr<nn::Graph> make_model_graph(const nn::ModelSpec& spec, const nn:
 // path (and are data::BadSample for a bad sample).
 std::unique_ptr<data::DataSource> open_data(const DataConfig& d, const std::string& path, const std::string& split,
                                             const data::Normalization* fixed, bool raw);
+
+// data.pad for samples of `info` and the model the config makes for them (nn::input_multiple):
+// how their grid becomes one the model's stride divides. Throws UsageError naming `what` (the
+// data: "data.train = PATH"), the grid, the model, its stride and data.pad when data.pad =
+// none and the stride does not divide the grid.
+input::GridFit grid_fit(const Config& cfg, const data::DatasetInfo& info, const std::string& what);
+// `source` on that grid: itself when nothing changes, else wrapped (input::fit_grid).
+std::unique_ptr<data::DataSource> fit_data_grid(const Config& cfg, std::unique_ptr<data::DataSource> source,
+                                                const std::string& what);
 
 // train.eval_batch_size, or train.batch_size when it is 0.
 int64_t eval_batch(const Config& cfg);

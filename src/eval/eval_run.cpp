@@ -65,12 +65,14 @@ std::string data_key(const EvalOptions& options) { return options.data.empty() ?
 
 // The test set. `fixed` null: raw values, streamed (to check its shape against the model before
 // anything is read); otherwise normalised with the training set's statistics from the checkpoint.
+// On the grid the model's stride divides, padded or cropped as the run's data.pad says.
 std::unique_ptr<data::DataSource> open_test(const config::Config& cfg, const EvalOptions& options,
                                             const data::Normalization* fixed) {
   const std::string& path = cfg.data.test;
   const std::string key = data_key(options);
+  std::unique_ptr<data::DataSource> source;
   try {
-    return config::open_data(cfg.data, path, "test", fixed, fixed == nullptr);
+    source = config::open_data(cfg.data, path, "test", fixed, fixed == nullptr);
   } catch (const data::BadSample&) {
     throw;
   } catch (const Error& e) {
@@ -82,6 +84,7 @@ std::unique_ptr<data::DataSource> open_test(const config::Config& cfg, const Eva
                                              : ""));
     throw Error(key + ": " + e.what());
   }
+  return config::fit_data_grid(cfg, std::move(source), key + " = " + path);
 }
 
 // What the model was trained on, from the run's own data.test (the trainer requires it to

@@ -9,19 +9,23 @@
 #include <deque>
 #include <memory>
 #include <numeric>
+#include <set>
 
 #include "io/checkpoint/store.hpp"
 #include "io/formats/dataset.hpp"
 #include "io/formats/mask.hpp"
 #include "io/formats/netcdf_file.hpp"
 #include "io/formats/netcdf_mask.hpp"
+#include "io/input/pad_source.hpp"
 #include "io/pictures/png.hpp"
 #include "mpi/agreement.hpp"
 #include "src/core/clock.hpp"
 #include "src/core/error.hpp"
+#include "src/core/log.hpp"
 #include "src/eval/eval_run.hpp"
 #include "src/eval/read_ahead.hpp"
 #include "io/pictures/prediction_picture.hpp"
+#include "src/nn/models/input_multiple.hpp"
 
 namespace squall::eval {
 namespace {
@@ -37,13 +41,21 @@ bool is_netcdf(const std::string& p) { return fs::path(p).extension() == ".nc"; 
 pictures::RgbImage mask_picture(const float* channel, const uint8_t* mask, int64_t h, int64_t w) {
   constexpr int64_t gap = 4;
   pictures::RgbImage img(2 * w + gap, h, 255);
-  const auto [lo, hi] = std::minmax_element(channel, channel + h * w);
-  const float range = *hi > *lo ? *hi - *lo : 1.0f;
+  // Pixels cropped away by data.pad = crop have no value (NaN) and no class: drawn white.
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+  for (int64_t i = 0; i < h * w; ++i)
+    if (std::isfinite(channel[i])) lo = std::min(lo, channel[i]), hi = std::max(hi, channel[i]);
+  const float range = hi > lo ? hi - lo : 1.0f;
   for (int64_t y = 0; y < h; ++y) {
     const int64_t row = h - 1 - y;  // north at the top
     for (int64_t x = 0; x < w; ++x) {
       const auto i = row * w + x;
-      const auto grey = static_cast<uint8_t>(std::clamp((channel[i] - *lo) / range, 0.0f, 1.0f) * 255.0f + 0.5f);
+      if (!std::isfinite(channel[i]) || mask[i] == formats::k_mask_fill) {
+        img.set(x, y, 255, 255, 255);
+        img.set(w + gap + x, y, 255, 255, 255);
+        continue;
+      }
+      const auto grey = static_cast<uint8_t>(std::clamp((channel[i] - lo) / range, 0.0f, 1.0f) * 255.0f + 0.5f);
       img.set(x, y, grey, grey, grey);
       uint8_t rgb[3];
       pictures::class_colour(mask[i], rgb);
@@ -164,6 +176,99 @@ std::vector<int64_t> count_event_regions(const uint8_t* mask, int64_t h, int64_t
   return regions;
 }
 
+GridSpacing grid_spacing(int64_t rows, int64_t cols, const std::vector<double>& lat, const std::vector<double>& lon) {
+  GridSpacing g;
+  g.rows = rows, g.cols = cols;
+  const auto step = [](const std::vector<double>& c) {
+    return std::abs(c.back() - c.front()) / static_cast<double>(c.size() - 1);
+  };
+  g.lat_from_coordinates = rows > 1 && static_cast<int64_t>(lat.size()) == rows;
+  g.lon_from_coordinates = cols > 1 && static_cast<int64_t>(lon.size()) == cols;
+  g.dlat = g.lat_from_coordinates ? step(lat) : rows > 0 ? 180.0 / static_cast<double>(rows) : 0.0;
+  g.dlon = g.lon_from_coordinates ? step(lon) : cols > 0 ? 360.0 / static_cast<double>(cols) : 0.0;
+  return g;
+}
+
+bool same_spacing(const GridSpacing& file, const GridSpacing& trained, data::PadMode trained_pad, int64_t multiple) {
+  const auto near = [](double x, double y) { return x > 0 && y > 0 && std::abs(x / y - 1.0) <= 0.05; };
+  // The training grid's side as read: the model's, or any that data.pad padded or cropped to it.
+  const auto fits = [&](int64_t side, int64_t model) {
+    const int64_t lo = trained_pad == data::PadMode::pad ? model - multiple + 1 : model;
+    const int64_t hi = trained_pad == data::PadMode::crop ? model + multiple - 1 : model;
+    const auto s = static_cast<double>(side);
+    return side > 0 && s >= 0.95 * static_cast<double>(lo) && s <= 1.05 * static_cast<double>(hi);
+  };
+  const bool lat = file.lat_from_coordinates && trained.lat_from_coordinates ? near(file.dlat, trained.dlat)
+                                                                              : fits(file.rows, trained.rows);
+  const bool lon = file.lon_from_coordinates && trained.lon_from_coordinates ? near(file.dlon, trained.dlon)
+                                                                              : fits(file.cols, trained.cols);
+  return lat && lon;
+}
+
+std::string grid_text(const GridSpacing& g) {
+  char spacing[96];
+  std::snprintf(spacing, sizeof(spacing), "%.4g x %.4g degrees", g.dlat, g.dlon);
+  const char* how = g.lat_from_coordinates && g.lon_from_coordinates   ? ""
+                    : !g.lat_from_coordinates && !g.lon_from_coordinates ? ", from its size as a global grid"
+                                                                          : ", partly from its size as a global grid";
+  return std::to_string(g.rows) + " x " + std::to_string(g.cols) + " (rows x columns) at " + spacing +
+         " (latitude x longitude" + how + ")";
+}
+
+void ChannelSums::add(const float* images, int64_t samples, int64_t channels, int64_t hw) {
+  if (sum.empty()) sum.assign(static_cast<size_t>(channels), 0.0), sum_sq.assign(static_cast<size_t>(channels), 0.0);
+  for (int64_t s = 0; s < samples; ++s)
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* p = images + (s * channels + c) * hw;
+      double a = 0, b = 0;
+      for (int64_t i = 0; i < hw; ++i) a += p[i], b += static_cast<double>(p[i]) * p[i];
+      sum[static_cast<size_t>(c)] += a;
+      sum_sq[static_cast<size_t>(c)] += b;
+    }
+  count += samples * hw;
+}
+
+std::vector<std::string> input_statistics_warnings(const ChannelSums& sums, const data::Normalization& norm,
+                                                   const std::vector<std::string>& names,
+                                                   const std::vector<std::string>& units, const std::string& file) {
+  std::vector<std::string> out;
+  if (norm.kind == "none" || sums.count == 0) return out;
+  const bool zscore = norm.kind == "zscore";
+  const auto n = static_cast<double>(sums.count);
+  for (size_t c = 0; c < sums.sum.size() && c < norm.mean.size() && c < norm.std.size(); ++c) {
+    const double mean = sums.sum[c] / n;
+    if (!(std::abs(mean) > k_input_mean_limit)) continue;  // NaN sums are the bad-sample checks' to report
+    const double spread = std::sqrt(std::max(0.0, sums.sum_sq[c] / n - mean * mean));
+    const double centre = norm.mean[c], scale = norm.std[c], input_scale = norm.input_scale;
+    const double raw_mean = (mean * scale + centre) / input_scale;
+    const std::string unit = c < units.size() && !units[c].empty() ? " " + units[c] : "";
+    const std::string name = c < names.size() && !names[c].empty()
+                                 ? names[c] + " (channel " + std::to_string(c) + ")"
+                                 : "channel " + std::to_string(c);
+    char text[640];
+    if (zscore)
+      std::snprintf(text, sizeof(text),
+                    "averages %.6g%s, %.1f standard deviations %s the training mean %.6g%s (standard deviation "
+                    "%.4g%s; normalised values of this file: mean %.1f, spread %.3g)",
+                    raw_mean, unit.c_str(), std::abs(mean), mean > 0 ? "above" : "below", centre / input_scale,
+                    unit.c_str(), scale / input_scale, unit.c_str(), mean, spread);
+    else
+      std::snprintf(text, sizeof(text),
+                    "averages %.6g%s, %.1f training ranges %s the training range [%.6g, %.6g]%s (normalised "
+                    "values of this file: mean %.1f, spread %.3g)",
+                    raw_mean, unit.c_str(), mean > 0 ? mean - 1.0 : -mean, mean > 0 ? "above" : "below",
+                    centre / input_scale, (centre + scale) / input_scale, unit.c_str(), mean, spread);
+    char limit[32];
+    std::snprintf(limit, sizeof(limit), "%g", k_input_mean_limit);
+    out.push_back(file + ": input " + name + " " + text + ", beyond the " + limit +
+                  " that predict accepts: the model never saw such values and its masks here mean little. Likely "
+                  "causes: other units than the training data's (hPa read as Pa, degrees Celsius as kelvin, a "
+                  "flux per hour as per second), another variable in this channel (data.netcdf_variables), or fill "
+                  "values the file does not declare");
+  }
+  return out;
+}
+
 namespace {
 
 // One input file on its way through predict: opened and read by the reader thread, its masks
@@ -173,7 +278,11 @@ struct FileJob {
   std::string input;
   std::unique_ptr<formats::NetcdfSource> nc_source;
   std::unique_ptr<data::DataSource> h5_source;
-  const data::DataSource* source = nullptr;
+  std::unique_ptr<data::DataSource> fitted;  // the input on the model's grid, when data.pad changes it
+  const data::DataSource* source = nullptr;  // what the batches read: fitted, or the input as it is
+  input::GridFit fit;                        // the input's grid -> the model's (data.pad)
+  ChannelSums sums;                          // of its normalised values, for the statistics check
+  std::vector<std::string> notes, warnings;  // PredictedFile's
   formats::MaskOutput out;
   formats::NetcdfGrid input_grid;     // a netCDF input's grid: its dimension names, its latitude order
   std::vector<float> first_channel;   // of its first time step, for --png
@@ -195,9 +304,11 @@ struct HostBatch {
 
 class Predictor {
  public:
-  Predictor(const checkpoint::CheckpointModel& ck, const config::Config& cfg, const PredictOptions& options,
-            const std::vector<std::string>& inputs, int64_t first, int64_t last, const mpi::Topology& topo)
-      : m_ck(ck), m_cfg(cfg), m_options(options), m_inputs(inputs), m_next(first), m_last(last), m_topo(topo) {
+  Predictor(const checkpoint::CheckpointModel& ck, const config::Config& cfg, data::PadMode trained_pad,
+            const PredictOptions& options, const std::vector<std::string>& inputs, int64_t first, int64_t last,
+            const mpi::Topology& topo)
+      : m_ck(ck), m_cfg(cfg), m_trained_pad(trained_pad), m_options(options), m_inputs(inputs), m_next(first),
+        m_last(last), m_topo(topo) {
     const data::Normalization& norm = ck.model.normalization;
     m_open.normalize = norm.kind != "none";
     m_open.fixed = norm;  // its kind, not open.normalization, says how
@@ -247,7 +358,10 @@ class Predictor {
     for (FileJob* f : finished) finish(*f);
     // In input order (a file of no time steps was written when it was opened).
     std::stable_sort(m_done.begin(), m_done.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (auto& d : m_done) result.files.push_back(std::move(d.second));
+    for (auto& d : m_done) {
+      result.warnings += static_cast<int64_t>(d.second.warnings.size());
+      result.files.push_back(std::move(d.second));
+    }
     result.seconds = timer.seconds();
     return result;
   }
@@ -267,20 +381,51 @@ class Predictor {
       j.h5_source = formats::open_deepcam_file_and_grid(j.input, m_open, j.out.lat, j.out.lon);
       j.source = j.h5_source.get();
     }
+    // The grid rule (docs/inference.md, "Grids"), then the grid the model's stride divides.
+    const data::DatasetInfo& own = j.source->info();
+    std::vector<double> lat = own.lat, lon = own.lon;
+    if (!nc) lat = j.out.lat, lon = j.out.lon;
+    std::string unfit;  // why data.pad cannot make the grid the model's: said after the grid rule
+    try {
+      j.fit = config::grid_fit(m_cfg, own, "--data " + j.input);
+    } catch (const UsageError& e) {
+      unfit = std::string(e.what()) + " (for predict: --set data.pad=pad or --set data.pad=crop)";
+      j.fit = input::GridFit{data::PadMode::none, 1, own.sample.h(), own.sample.w(), own.sample.h(), own.sample.w()};
+    }
+    check_grid(j, grid_spacing(own.sample.h(), own.sample.w(), lat, lon));
+    if (!unfit.empty()) throw UsageError(unfit);
+    if (j.fit.changes()) {
+      j.fitted = input::fit_grid_view(*j.source, j.fit);
+      j.source = j.fitted.get();
+    }
     const data::DatasetInfo& info = j.source->info();
+    if (!m_trained_size_noted.contains({info.sample.h(), info.sample.w()}) &&
+        (info.sample.h() != m_ck.model.input.h() || info.sample.w() != m_ck.model.input.w())) {
+      m_trained_size_noted.insert({info.sample.h(), info.sample.w()});
+      const GridSpacing here = grid_spacing(own.sample.h(), own.sample.w(), lat, lon);
+      std::string seen = j.fit.changes() ? ", which the model sees " + std::string(j.fit.mode == data::PadMode::pad ? "padded" : "cropped") +
+                                               " to " + std::to_string(info.sample.h()) + " x " + std::to_string(info.sample.w())
+                                         : "";
+      j.notes.push_back(j.input + ": a grid of " + grid_text(here) + seen + ", where the model was trained on " +
+                        grid_text(trained_grid()) + ": the same spacing, another size; the model runs on it as it is");
+    }
     if (m_built.rank > 0) {
       if (info.sample.c() != m_built.c() || info.sample.h() != m_built.h() || info.sample.w() != m_built.w())
         throw UsageError(j.input + ": samples of " + info.sample.str() + ", but the files before it have " +
-                         m_built.str());
+                         m_built.str() + (info.sample.c() == m_built.c()
+                                              ? ": one predict runs the model at one size; predict files of this "
+                                                "grid with another squall predict"
+                                              : ""));
       if (static_cast<int64_t>(info.class_names.size()) != m_classes)
         throw UsageError(j.input + ": " + std::to_string(info.class_names.size()) +
                          " classes, but the files before it have " + std::to_string(m_classes));
     }
     formats::MaskOutput& out = j.out;
-    const int64_t hw = info.sample.h() * info.sample.w();
+    // The masks lie on the input's own grid, whatever the model's.
+    const int64_t hw = own.sample.h() * own.sample.w();
     out.times = j.source->size();
-    out.h = info.sample.h();
-    out.w = info.sample.w();
+    out.h = own.sample.h();
+    out.w = own.sample.w();
     out.class_names = info.class_names;
     out.mask.resize(static_cast<size_t>(out.times * hw));
     if (m_options.probabilities)
@@ -329,10 +474,49 @@ class Predictor {
       std::iota(idx.begin(), idx.end(), j->read);
       // Predict needs no labels: the DeepCAM reader skips them (netCDF's reads them with the fields).
       j->source->read(idx, b.images.data() + at * per, j->h5_source ? nullptr : b.labels.data() + at * hw);
-      if (j->read == 0) j->first_channel.assign(b.images.begin() + at * per, b.images.begin() + at * per + hw);
+      const float* images = b.images.data() + at * per;
+      if (j->read == 0) {  // on the input's grid: cropped-away pixels have no value
+        j->first_channel.resize(static_cast<size_t>(j->out.h * j->out.w));
+        input::unfit_plane(images, j->first_channel.data(), j->fit, std::numeric_limits<float>::quiet_NaN());
+      }
+      // The statistics check: sums over the values just read, while they are in the cache.
+      j->sums.add(images, take, m_built.c(), hw);
       for (int64_t t = j->read; t < j->read + take; ++t) b.slots.push_back({j, t});
       j->read += take;
+      if (j->read == j->out.times)
+        for (std::string& w : input_statistics_warnings(j->sums, m_ck.model.normalization, channel_names(*j),
+                                                        m_ck.model.channel_units, j->input)) {
+          log::warn(w);
+          j->warnings.push_back(std::move(w));
+        }
     }
+  }
+
+  // The names of the channels for messages: the checkpoint's, else the input's own.
+  const std::vector<std::string>& channel_names(const FileJob& j) const {
+    if (!m_ck.model.channel_names.empty()) return m_ck.model.channel_names;
+    return j.source->info().channel_names;
+  }
+
+  // The grid the model was trained on, as its checkpoint records it.
+  GridSpacing trained_grid() const {
+    return grid_spacing(m_ck.model.input.h(), m_ck.model.input.w(), m_ck.model.lat, m_ck.model.lon);
+  }
+
+  // The grid rule: a file of the training spacing is taken at any size; one of another spacing
+  // is refused (exit 2), or with --any-grid taken with a warning.
+  void check_grid(FileJob& j, const GridSpacing& here) const {
+    const GridSpacing trained = trained_grid();
+    if (same_spacing(here, trained, m_trained_pad, nn::input_multiple(m_ck.model.spec))) return;
+    const std::string both = j.input + ": a grid of " + grid_text(here) + ", but the model of checkpoint " +
+                             m_ck.folder.string() + " was trained on " + grid_text(trained) +
+                             ": at another spacing the same weather spans another number of pixels, and the network "
+                             "sees it at a scale it never learned";
+    if (!m_options.any_grid)
+      throw UsageError(both + "; regrid the file to the training spacing (within 5% in each direction), or pass "
+                              "--any-grid to predict on it anyway, with a warning");
+    j.warnings.push_back(both + "; predicting on it all the same, as --any-grid asks: check its masks");
+    log::warn(j.warnings.back());
   }
 
   // The model on one batch; its classes (and softmax) into the jobs' masks. Returns the jobs
@@ -368,12 +552,18 @@ class Predictor {
     for (size_t k = 0; k < b.slots.size(); ++k) {
       FileJob& j = *b.slots[k].file;
       const int64_t t = b.slots[k].t;
+      const bool fitted = j.fit.changes();
+      const int64_t own_hw = j.out.h * j.out.w;  // the input's grid, where the masks go
       const int32_t* pred = m_pred.data() + static_cast<int64_t>(k) * hw;
-      uint8_t* dst = j.out.mask.data() + t * hw;
+      // On the model's grid, then back onto the input's (padding cut off, cropped pixels filled).
+      m_mask.resize(static_cast<size_t>(hw));
+      uint8_t* dst = fitted ? m_mask.data() : j.out.mask.data() + t * own_hw;
       for (int64_t p = 0; p < hw; ++p) dst[p] = static_cast<uint8_t>(pred[p]);
+      if (fitted) input::unfit_plane(m_mask.data(), j.out.mask.data() + t * own_hw, j.fit, formats::k_mask_fill);
       if (m_options.probabilities) {
         const float* z = m_logits.data() + static_cast<int64_t>(k) * classes * hw;
-        float* prob = j.out.probabilities.data() + t * classes * hw;
+        m_prob.resize(static_cast<size_t>(classes * hw));
+        float* prob = fitted ? m_prob.data() : j.out.probabilities.data() + t * classes * own_hw;
         for (int64_t p = 0; p < hw; ++p) {  // softmax over the classes, in double
           double top = z[p];
           for (int64_t c = 1; c < classes; ++c) top = std::max(top, static_cast<double>(z[c * hw + p]));
@@ -381,6 +571,10 @@ class Predictor {
           for (int64_t c = 0; c < classes; ++c) sum += (e[static_cast<size_t>(c)] = std::exp(z[c * hw + p] - top));
           for (int64_t c = 0; c < classes; ++c) prob[c * hw + p] = static_cast<float>(e[static_cast<size_t>(c)] / sum);
         }
+        if (fitted)
+          for (int64_t c = 0; c < classes; ++c)
+            input::unfit_plane(prob + c * hw, j.out.probabilities.data() + (t * classes + c) * own_hw, j.fit,
+                               std::numeric_limits<float>::quiet_NaN());
       }
       if (++j.done == j.out.times) finished.push_back(&j);
     }
@@ -399,7 +593,10 @@ class Predictor {
     r.output = (fs::path(m_options.out) / (fs::path(j.input).stem().string() + "-mask." + m_options.format)).string();
     r.pixels.assign(static_cast<size_t>(classes), 0);
     r.regions.assign(static_cast<size_t>(classes), 0);
-    for (uint8_t v : out.mask) ++r.pixels[std::min<size_t>(v, r.pixels.size() - 1)];
+    for (uint8_t v : out.mask)
+      if (v != formats::k_mask_fill) ++r.pixels[std::min<size_t>(v, r.pixels.size() - 1)];
+    r.notes = std::move(j.notes);
+    r.warnings = std::move(j.warnings);
     for (int64_t t = 0; t < out.times; ++t) {
       const std::vector<int64_t> counts = count_event_regions(out.mask.data() + t * hw, h, w, classes);
       for (int64_t c = 1; c < classes; ++c) r.regions[static_cast<size_t>(c)] += counts[static_cast<size_t>(c)];
@@ -432,6 +629,7 @@ class Predictor {
 
   const checkpoint::CheckpointModel& m_ck;
   const config::Config& m_cfg;
+  data::PadMode m_trained_pad;  // the run's own data.pad (m_cfg's may be overridden)
   const PredictOptions& m_options;
   const std::vector<std::string>& m_inputs;
   int64_t m_next, m_last;  // this rank's files not yet opened: [m_next, m_last)
@@ -447,6 +645,9 @@ class Predictor {
   int32_t* m_dev_pred = nullptr;
   std::vector<int32_t> m_pred;
   std::vector<float> m_logits;
+  std::vector<uint8_t> m_mask;  // one time step's classes on the model's grid, when data.pad changes it
+  std::vector<float> m_prob;    // and its softmax
+  std::set<std::pair<int64_t, int64_t>> m_trained_size_noted;  // model grids other than training's, noted once
   std::deque<std::unique_ptr<FileJob>> m_jobs;  // opened, not yet written, in input order (reader thread)
   HostBatch m_host[2];
   std::vector<std::pair<int64_t, PredictedFile>> m_done;  // written, with their input's index
@@ -460,9 +661,11 @@ Predictions predict_files(const checkpoint::CheckpointModel& ck, const PredictOp
   if (options.format != "h5" && options.format != "nc")
     throw CollectiveError("--format " + options.format + ": not a mask format squall writes (nc or h5)", k_exit_usage);
   config::Config cfg;
+  data::PadMode trained_pad = data::PadMode::none;
   std::vector<std::string> inputs;
   mpi::run_agreed(world, [&] {
     cfg = checkpoint_config(ck, options.overrides);
+    trained_pad = checkpoint_config(ck, {}).data.pad;  // what made the grid the checkpoint records
     // A classifier's answer is one class per sample: there is no mask to write.
     if (!nn::per_pixel_model(cfg.model.name)) {
       std::string segmenters;
@@ -480,7 +683,7 @@ Predictions predict_files(const checkpoint::CheckpointModel& ck, const PredictOp
   const auto n = static_cast<int64_t>(inputs.size());
   const int64_t first = n * world.rank() / world.size(), last = n * (world.rank() + 1) / world.size();
   Predictions done;
-  mpi::run_agreed(world, [&] { done = Predictor(ck, cfg, options, inputs, first, last, topo).run(); });
+  mpi::run_agreed(world, [&] { done = Predictor(ck, cfg, trained_pad, options, inputs, first, last, topo).run(); });
   return done;
 }
 

@@ -13,16 +13,34 @@ namespace squall::train {
 namespace {
 
 // `fixed`: the training set's normalisation, for the test set (null for the training set).
-// `raw`: unnormalised and uncached, only to look at its shape and classes.
-std::unique_ptr<data::DataSource> open_source(const config::DataConfig& d, const std::string& split,
+// `raw`: unnormalised and uncached, only to look at its shape and classes. On the grid the
+// model's stride divides (data.pad).
+std::unique_ptr<data::DataSource> open_source(const config::Config& cfg, const std::string& split,
                                               const data::Normalization* fixed = nullptr, bool raw = false) {
+  const config::DataConfig& d = cfg.data;
+  const std::string& path = split == "train" ? d.train : d.test;
+  std::unique_ptr<data::DataSource> source;
   try {
-    return config::open_data(d, split == "train" ? d.train : d.test, split, fixed, raw);
+    source = config::open_data(d, path, split, fixed, raw);
   } catch (const data::BadSample&) {
     throw;
   } catch (const Error& e) {
     throw Error("data." + split + ": " + e.what());
   }
+  source = config::fit_data_grid(cfg, std::move(source), "data." + split + " = " + path);
+  // A roll in longitude moves the padded or cropped edge columns into the grid.
+  if (const auto* fitted = dynamic_cast<const input::GridFitSource*>(source.get()); fitted && d.augment_roll) {
+    const input::GridFit& fit = fitted->fit();
+    if (fit.out_w != fit.in_w)
+      throw UsageError("data.augment_roll with data.pad = \"" + std::string(data::k_pad_modes.name(d.pad)) +
+                       "\": data." + split + " = " + path + " has " + std::to_string(fit.in_w) + " columns, " +
+                       (fit.mode == data::PadMode::pad ? "padded" : "cropped") + " to " + std::to_string(fit.out_w) +
+                       ", and a roll in longitude would move the " +
+                       (fit.mode == data::PadMode::pad ? "padded columns" : "cut edges") +
+                       " into the middle of the grid; turn data.augment_roll off, or give the model a stride that "
+                       "divides the columns");
+  }
+  return source;
 }
 
 // The model against the data, before anything is built: shapes and class counts that do not
@@ -75,13 +93,13 @@ void check_synchronises(const config::Config& cfg, const std::string& origin, pa
 TrainingData open_training_data(const config::Config& cfg, const std::string& origin,
                                 const std::vector<int>& node_of_rank) {
   TrainingData d;
-  d.train = open_source(cfg.data, "train");
+  d.train = open_source(cfg, "train");
   // The test set's shape and classes are checked against the training set's first, then it
   // is opened again normalised with the training set's statistics (docs/training.md,
   // "Normalisation").
-  d.test = open_source(cfg.data, "test", nullptr, true);
+  d.test = open_source(cfg, "test", nullptr, true);
   d.spec = check_model_and_data(cfg, origin, *d.train, *d.test);
-  d.test = open_source(cfg.data, "test", &d.train->normalization());
+  d.test = open_source(cfg, "test", &d.train->normalization());
   d.n_train = cfg.data.train_samples > 0 ? std::min(cfg.data.train_samples, d.train->size()) : d.train->size();
   d.n_test = cfg.data.test_samples > 0 ? std::min(cfg.data.test_samples, d.test->size()) : d.test->size();
 

@@ -6,6 +6,7 @@
 #include "src/core/error.hpp"
 #include "src/nn/graph.hpp"
 #include "src/nn/models/builder.hpp"
+#include "src/nn/models/input_multiple.hpp"
 
 namespace squall::nn {
 namespace {
@@ -229,6 +230,20 @@ std::unique_ptr<Graph> make_model(const ModelSpec& spec, Shape in) {
   if (spec.name == "deeplabv3plus") return deeplabv3plus(spec, in);
   if (spec.name == "deeplabv3plus-resnet50") return deeplabv3plus_resnet50(spec, in);
   throw Error("unknown model '" + spec.name + "' (known: " + known_models() + ")");
+}
+
+int64_t input_multiple(const ModelSpec& spec) {
+  if (spec.name == "unet") return int64_t{1} << (spec.depth > 0 ? spec.depth : k_unet_depth);
+  if (spec.name == "deeplabv3plus") return 8;
+  if (spec.name == "deeplabv3plus-resnet50") return 16;
+  return 1;
+}
+
+std::string input_multiple_text(const ModelSpec& spec) {
+  if (spec.name == "unet") return "unet of depth " + str(spec.depth > 0 ? spec.depth : k_unet_depth);
+  if (spec.name == "deeplabv3plus" || spec.name == "deeplabv3plus-resnet50")
+    return spec.name + " (output stride " + str(input_multiple(spec)) + ")";
+  return spec.name;
 }
 
 ModelKnobs model_knobs(const std::string& name) {
