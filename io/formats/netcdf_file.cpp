@@ -506,6 +506,7 @@ class NetcdfSourceImpl final : public NetcdfSource {
     m_info.per_pixel_labels = true;
     for (const NetcdfChannel& ch : m_channels) m_info.channel_names.push_back(ch.name);
     m_info.channel_units = m_targets;  // the values' units as read: every file converted to them
+    if (m_norm.kind != "none") m_norm.units = m_targets;
     m_info.lat = m_grids.front().lat;
     m_info.lon = m_grids.front().lon;
     m_info.description = "netCDF (" + std::to_string(m_paths.size()) + " files, " + std::to_string(size()) +

@@ -48,8 +48,10 @@ std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const st
   const bool own_stats = normalize && fixed == nullptr;
   if (format == "deepcam") return checked_against_stats(formats::open_deepcam(path, options), path, own_stats);
   if (format == "netcdf") {
-    auto source =
-        formats::open_netcdf(path, options, formats::netcdf_options(netcdf_channels, netcdf_variables, netcdf_labels));
+    // A test set given the training set's statistics is read in the units they describe.
+    formats::NetcdfOptions netcdf = formats::netcdf_options(netcdf_channels, netcdf_variables, netcdf_labels);
+    if (fixed != nullptr && !fixed->units.empty() && netcdf.units.empty()) netcdf.units = fixed->units;
+    auto source = formats::open_netcdf(path, options, netcdf);
     // Training and evaluation need a label per pixel; new output without them is for predict.
     if (!source->has_labels())
       throw Error(path + " holds netCDF files without the labels variable '" + netcdf_labels +

@@ -26,6 +26,9 @@ struct Normalization {
   std::vector<float> mean, std;
   float input_scale = 1.0f;
   std::string source;  // where the statistics came from: "stats.h5 of <folder>", "<shard> attributes"
+  // The units of the values the statistics describe, per channel, when the source converts
+  // units (netCDF): a test set normalised with a training set's statistics is read in these.
+  std::vector<std::string> units;
   // The same transform (the source is only a description).
   bool same_as(const Normalization& o) const {
     return kind == o.kind && mean == o.mean && std == o.std && input_scale == o.input_scale;
