@@ -14,6 +14,15 @@ void class_colour(int32_t c, uint8_t rgb[3]) {
   std::copy(p, p + 3, rgb);
 }
 
+std::string mask_picture_name(const std::string& stem, int64_t t, int64_t times) {
+  if (times <= 1) return stem + "-mask.png";
+  const std::string last = std::to_string(times - 1);
+  std::string index = std::to_string(t);
+  const size_t digits = std::max<size_t>(4, last.size());
+  if (index.size() < digits) index.insert(0, digits - index.size(), '0');
+  return stem + "-mask-" + index + ".png";
+}
+
 RgbImage prediction_picture(const std::vector<PredictionSample>& samples, int64_t h, int64_t w) {
   if (samples.empty() || h < 1 || w < 1) throw Error("prediction picture: no samples");
   const auto plane = static_cast<size_t>(h * w);

@@ -37,4 +37,10 @@ std::string write_prediction_picture(const std::filesystem::path& run_dir, int64
 // The colour of class c in the masks.
 void class_colour(int32_t c, uint8_t rgb[3]);
 
+// The file name of `squall predict --png`'s picture of time step t (from 0) of an input of
+// `times` steps whose mask file is named after `stem`: "<stem>-mask.png" for a file of one
+// step (a DeepCAM sample), else "<stem>-mask-<t>.png" with t in as many digits as the last
+// step needs, at least 4 ("cam5-h3-mask-0007.png"), so that the names sort in time order.
+std::string mask_picture_name(const std::string& stem, int64_t t, int64_t times);
+
 }  // namespace squall::pictures

@@ -76,14 +76,41 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
   return ticks;
 }
 
-std::string render_line_plot(const LinePlot& plot) {
-  const double W = plot.width, H = plot.height;
-  // The legend sits right of the plot area, never over the data.
+LegendLayout legend_layout(const LinePlot& plot) {
+  LegendLayout l;
+  l.plot_x = k_plot_left;
+  l.plot_y = k_plot_top;
+  l.plot_w = plot.width - k_plot_left - k_plot_right;
+  l.plot_h = plot.height - k_plot_top - k_plot_bottom;
+  l.width = plot.width;
+  l.height = plot.height;
+  if (plot.series.empty()) return l;
+  // Below the plot area and its axis label, in columns as wide as the longest label (12 px
+  // text: about 7.2 px a character, after a 36 px sample of the line).
   size_t longest = 0;
   for (const PlotSeries& s : plot.series) longest = std::max(longest, s.label.size());
-  const double legend_w = plot.series.empty() ? 0 : 44 + 7.2 * static_cast<double>(longest);
-  const double left = 80, right = 20 + (plot.series.empty() ? 10 : legend_w + 10), top = 50, bottom = 60;
-  const double pw = W - left - right, ph = H - top - bottom;
+  const double column = 44 + 7.2 * static_cast<double>(longest);
+  const int n = static_cast<int>(plot.series.size());
+  l.columns = std::clamp(static_cast<int>(l.plot_w / column), 1, n);
+  l.rows = (n + l.columns - 1) / l.columns;
+  l.column_w = column;
+  l.x = l.plot_x;
+  l.y = plot.height;
+  l.w = column * l.columns;
+  l.h = 8 + 20.0 * l.rows;
+  // A label longer than the plot is wide widens the picture rather than being cut.
+  l.width = std::max<double>(plot.width, l.x + l.w + k_plot_right);
+  l.height = plot.height + l.h + 10;
+  return l;
+}
+
+std::string render_line_plot(const LinePlot& plot) {
+  // The plot area keeps the size the plot asks for; the legend goes below it, never over the
+  // data nor shrinking it however long the labels are.
+  const LegendLayout layout = legend_layout(plot);
+  const double W = layout.width, H = layout.height;
+  const double left = layout.plot_x, top = layout.plot_y;
+  const double pw = layout.plot_w, ph = layout.plot_h;
 
   auto fx = [&](double x) { return plot.log2_x ? std::log2(x) : x; };
   auto usable = [&](double x, double y) { return std::isfinite(x) && std::isfinite(y) && (!plot.log2_x || x > 0); };
@@ -171,7 +198,7 @@ std::string render_line_plot(const LinePlot& plot) {
     o += "<text x=\"" + num(left - 8) + "\" y=\"" + num(p + 4) + "\" text-anchor=\"end\">" + xml_escape(label) +
          "</text>\n";
   o += "</g>\n";
-  o += "<text class=\"x-label\" x=\"" + num(left + pw / 2) + "\" y=\"" + num(H - 15) +
+  o += "<text class=\"x-label\" x=\"" + num(left + pw / 2) + "\" y=\"" + num(top + ph + k_plot_bottom - 15) +
        "\" text-anchor=\"middle\" font-size=\"14\">" + xml_escape(plot.x_label) + "</text>\n";
   o += "<text class=\"y-label\" x=\"18\" y=\"" + num(top + ph / 2) + "\" text-anchor=\"middle\" font-size=\"14\" " +
        "transform=\"rotate(-90 18 " + num(top + ph / 2) + ")\">" + xml_escape(plot.y_label) + "</text>\n";
@@ -200,20 +227,20 @@ std::string render_line_plot(const LinePlot& plot) {
   }
   o += "</g>\n";
 
-  // Legend, right of the plot area.
+  // Legend, below the plot area: series k in row k / columns, column k % columns.
   if (!plot.series.empty()) {
-    const double lw = legend_w, lh = 8 + 20 * static_cast<double>(plot.series.size());
-    const double lx = left + pw + 10, ly = top;
+    const double lx = layout.x, ly = layout.y;
     o += "<g class=\"legend\" font-size=\"12\">\n";
-    o += "<rect x=\"" + num(lx) + "\" y=\"" + num(ly) + "\" width=\"" + num(lw) + "\" height=\"" + num(lh) +
-         "\" fill=\"#ffffff\" fill-opacity=\"0.85\" stroke=\"#999999\"/>\n";
+    o += "<rect class=\"legend-box\" x=\"" + num(lx) + "\" y=\"" + num(ly) + "\" width=\"" + num(layout.w) +
+         "\" height=\"" + num(layout.h) + "\" fill=\"#ffffff\" stroke=\"#999999\"/>\n";
     for (size_t k = 0; k < plot.series.size(); ++k) {
       const std::string color = k_colors[k % (sizeof(k_colors) / sizeof(k_colors[0]))];
-      const double y = ly + 16 + 20 * static_cast<double>(k);
-      o += "<line x1=\"" + num(lx + 8) + "\" y1=\"" + num(y - 4) + "\" x2=\"" + num(lx + 30) + "\" y2=\"" +
+      const double x = lx + layout.column_w * static_cast<double>(static_cast<int>(k) % layout.columns);
+      const double y = ly + 16 + 20 * static_cast<double>(static_cast<int>(k) / layout.columns);
+      o += "<line x1=\"" + num(x + 8) + "\" y1=\"" + num(y - 4) + "\" x2=\"" + num(x + 30) + "\" y2=\"" +
            num(y - 4) + "\" stroke=\"" + color + "\" stroke-width=\"2\"" +
            (plot.series[k].dashed ? " stroke-dasharray=\"6,4\"" : "") + "/>\n";
-      o += "<text x=\"" + num(lx + 36) + "\" y=\"" + num(y) + "\">" + xml_escape(plot.series[k].label) + "</text>\n";
+      o += "<text x=\"" + num(x + 36) + "\" y=\"" + num(y) + "\">" + xml_escape(plot.series[k].label) + "</text>\n";
     }
     o += "</g>\n";
   }

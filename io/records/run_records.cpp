@@ -59,7 +59,7 @@ RunRecords parse_metrics(std::istream& in) {
     auto clock = [&](double t) { return std::isfinite(t) ? (run_clock ? t : offset + t) : t; };
     if (kind == "train" && j.contains("loss")) {
       const double t = clock(number(j, "elapsed_s"));
-      r.train.push_back({step, number(j, "loss"), t, attempt});
+      r.train.push_back({step, number(j, "loss"), t, attempt, number(j, "lr")});
       if (std::isfinite(t)) last_t = t;
     } else if (kind == "eval") {
       if (j.contains("test_iou_per_class")) r.per_pixel = true;

@@ -23,6 +23,7 @@ struct TrainPoint {
   double loss = 0;
   double elapsed_s = 0;  // run clock; NaN when neither written nor interpolable
   int attempt = 1;
+  double lr = 0;         // the learning rate of the step (the record's lr); NaN when absent
 };
 
 struct EvalPoint {

@@ -2,9 +2,16 @@
 // a checkpoint's model as an inference graph for other runtimes (docs/inference.md, "Export to
 // ONNX"). The checkpoint is read through the same path as `squall eval`; the run's test set (or
 // --data) fixes the input size, which the checkpoint does not record.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "mpi/topology.hpp"
 #include "squall/version.hpp"
@@ -26,6 +33,64 @@ struct ExportArgs {
   std::string data;
   int64_t batch = 0;
 };
+
+#ifdef SQUALL_HAVE_ONNX
+// A float32 value as JSON text with the fewest digits that read back to the same float32
+// ("0.1", not "0.10000000149011612"); null when it is not finite (JSON has no NaN).
+std::string float_text(float v) {
+  if (!std::isfinite(v)) return "null";
+  char b[32];
+  for (int digits = 6; digits <= 9; ++digits) {
+    std::snprintf(b, sizeof(b), "%.*g", digits, static_cast<double>(v));
+    if (std::strtof(b, nullptr) == v) break;
+  }
+  return b;
+}
+
+std::string float_array(const std::vector<float>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + float_text(v[i]);
+  return s + "]";
+}
+
+// The file's metadata_props (docs/inference.md, "Metadata"): what a caller must know to feed
+// the graph and read its output, from the checkpoint. Lists are JSON arrays; numbers are
+// float32 values as the checkpoint holds them.
+std::vector<std::pair<std::string, std::string>> onnx_metadata(const checkpoint::ModelCheckpoint& m,
+                                                               const eval::CheckpointGraph& cg) {
+  using nlohmann::json;
+  std::vector<std::pair<std::string, std::string>> out;
+  const data::Normalization& n = m.normalization;
+  out.emplace_back("squall_version", k_version);
+  out.emplace_back("model", cg.model);
+  out.emplace_back("checkpoint_step", std::to_string(cg.step));
+  out.emplace_back("normalization_kind", n.kind);
+  out.emplace_back("normalization_mean", float_array(n.mean));
+  out.emplace_back("normalization_std", float_array(n.std));
+  out.emplace_back("input_scale", float_text(n.input_scale));
+  out.emplace_back("channel_names", json(m.channel_names).dump(-1, ' ', false, json::error_handler_t::replace));
+  out.emplace_back("channel_units", json(m.channel_units).dump(-1, ' ', false, json::error_handler_t::replace));
+  out.emplace_back("grid_rows", std::to_string(m.input.h()));
+  out.emplace_back("grid_cols", std::to_string(m.input.w()));
+  // A grid axis: its first and last coordinate and, when the steps are equal (to a thousandth
+  // of a step: the checkpoint keeps the coordinates in float32), the spacing.
+  auto axis = [&](const std::string& name, const std::vector<double>& v) {
+    out.emplace_back(name + "_first", float_text(static_cast<float>(v.front())));
+    out.emplace_back(name + "_last", float_text(static_cast<float>(v.back())));
+    if (v.size() < 2) return;
+    const double step = (v.back() - v.front()) / static_cast<double>(v.size() - 1);
+    for (size_t i = 1; i < v.size(); ++i)
+      if (std::abs((v[i] - v[i - 1]) - step) > 1e-3 * std::abs(step)) return;
+    out.emplace_back(name + "_spacing", float_text(static_cast<float>(step)));
+  };
+  if (!m.lat.empty() && !m.lon.empty()) {
+    axis("lat", m.lat);
+    axis("lon", m.lon);
+  }
+  out.emplace_back("class_names", json(m.class_names).dump(-1, ' ', false, json::error_handler_t::replace));
+  return out;
+}
+#endif
 
 int run_export(Context& ctx, const ExportArgs& args) {
   args.from.check();
@@ -50,6 +115,7 @@ int run_export(Context& ctx, const ExportArgs& args) {
                                ? "the run did not normalise its inputs"
                                : "normalise the input as the run did (data.normalization = " + cg.normalization +
                                      ", with the training data's statistics) before feeding it";
+  o.metadata = onnx_metadata(ck.model, cg);
   o.doc = "squall " + cg.model + " from " + ck.name() + " (step " + std::to_string(cg.step) +
           "); evaluation mode; input NCHW float32: " + norm + "; logits before softmax";
   exporting::write_onnx(*cg.graph, cg.params, cg.state, args.out, o);

@@ -90,7 +90,7 @@ void add_predict_command(CLI::App& root, Context& ctx, Actions& actions) {
                   "Mask file format: nc (CF-conventions netCDF, the default) or h5")
       ->type_name("FORMAT");
   sub->add_flag("--probabilities", args->options.probabilities, "Also write the softmax of every class per pixel");
-  sub->add_flag("--png", args->options.png, "Also write a picture per input: its first channel and its mask");
+  sub->add_flag("--png", args->options.png, "Also write a picture per time step: its first channel and its mask (STEM-mask.png, or STEM-mask-NNNN.png for inputs of several steps)");
   sub->add_flag("--any-grid", args->options.any_grid,
                 "Predict on files whose grid spacing differs from the training grid's (by more than 5%), with a "
                 "warning each, instead of refusing them");

@@ -1,5 +1,5 @@
 // `squall report RUN_DIR... [--out DIR] [--json]`: a table of runs (one row per run dir,
-// sorted by GPU or rank count) with throughput, scaling efficiency against the smallest run,
+// sorted by GPU or rank count) with throughput, scaling efficiency against the smallest size,
 // the time breakdown, the final metric, the whole run's time and the time to target, as
 // report.md (also printed) or JSON, and SVG plots drawn by io/pictures/svg (docs/training.md,
 // "Reports"). A resumed run is one run on one clock; runs of different dirs are never joined.
@@ -59,6 +59,17 @@ struct Run {
   std::optional<records::TargetResult> target;
 
   int count() const { return cuda ? gpus : ranks; }  // what the x axes and the sort use
+};
+
+// What efficiency is measured against: the runs of the smallest size (GPU or rank count) that
+// measured a throughput, and their mean throughput per GPU or rank. Efficiency compares runs
+// of different sizes only: with a single size there is none (and no `ideal` line).
+struct Reference {
+  std::vector<const Run*> runs;  // the smallest size's, in table order
+  int count = 0;                 // that size
+  double per_unit = k_nan;       // their mean samples/s per GPU or rank
+  bool several_sizes = false;    // some run measured at another size
+  bool usable() const { return !runs.empty(); }
 };
 
 double number(const json& j, const char* key) {
@@ -193,7 +204,7 @@ std::string run_time_cell(const Run& r) {
   return r.progress.attempts > 1 ? t + " (" + std::to_string(r.progress.attempts) + " attempts)" : t;
 }
 
-std::string markdown(const std::vector<Run>& runs, const Run* base, bool cuda) {
+std::string markdown(const std::vector<Run>& runs, const Reference& ref, bool cuda) {
   const bool targets = any_target(runs);
   std::ostringstream o;
   o << "| run | nodes | ranks | GPUs | learners | global batch | samples/s | efficiency | compute s (%) | "
@@ -218,18 +229,24 @@ std::string markdown(const std::vector<Run>& runs, const Run* base, bool cuda) {
       << (std::isfinite(r.metric) ? r.metric_name + " " + fixed(r.metric, 4) : std::string("-")) << " | "
       << run_time_cell(r) << " |" << (targets ? " " + target_cell(r) + " |" : "") << "\n";
   }
-  if (base) {
-    const std::string unit = cuda ? "GPU" : "rank";
+  const std::string unit = cuda ? "GPU" : "rank";
+  if (ref.usable() && !ref.several_sizes) {
+    o << "\nEfficiency: blank (-): every run measured on " << ref.count << " " << unit << (ref.count == 1 ? "" : "s")
+      << ", and efficiency compares runs of different sizes.\n";
+  } else if (ref.usable()) {
+    const Run* base = ref.runs.front();
     bool weak = true, strong = true;
     for (const Run& r : runs) {
       if (!r.complete || base->count() == 0) continue;
       weak &= r.global_batch * base->count() == base->global_batch * r.count();
       strong &= r.global_batch == base->global_batch;
     }
+    std::string names;
+    for (const Run* r : ref.runs) names += (names.empty() ? "" : ", ") + r->name;
     o << "\nEfficiency: weak-scaling definition, (samples/s / " << unit << "s) / (samples/s / " << unit
-      << "s of the smallest run, " << base->name << " with " << base->count() << " " << unit
-      << (base->count() == 1 ? "" : "s") << "); 1.00 means each " << unit
-      << " keeps the smallest run's throughput. ";
+      << "s of the smallest size's run" << (ref.runs.size() > 1 ? "s, their mean" : "") << ": " << names << " with "
+      << ref.count << " " << unit << (ref.count == 1 ? "" : "s") << "), 1.00 for " << (ref.runs.size() > 1 ? "those" : "it")
+      << "; 1.00 means each " << unit << " keeps the smallest size's throughput. ";
     if (weak && !strong)
       o << "The global batch grows with the " << unit << " count here (weak scaling).";
     else if (strong && runs.size() > 1)
@@ -238,7 +255,7 @@ std::string markdown(const std::vector<Run>& runs, const Run* base, bool cuda) {
       o << "The global batch is not proportional to the " << unit << " count in every run.";
     o << "\n";
   } else {
-    o << "\nNo complete run: no efficiency.\n";
+    o << "\nNo complete run with a measured throughput: no efficiency.\n";
   }
   if (!cuda) o << "GPUs: 0 (CPU ranks): the runs used the CPU backend; the plots count ranks.\n";
   o << "Time breakdown: rank 0's seconds (summary.json `time_breakdown_s`), as % of their sum.\n";
@@ -360,7 +377,7 @@ void add_scaling_series(pictures::LinePlot& p, const std::vector<const Run*>& se
   }
 }
 
-void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const fs::path& out) {
+void write_plots(const std::vector<Run>& runs, const Reference& ref, bool cuda, const fs::path& out) {
   const std::string unit = cuda ? "GPUs" : "ranks";
   std::vector<const Run*> sized;  // sorted by count already
   for (const Run& r : runs)
@@ -374,7 +391,7 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
     p.log2_x = true;
     p.y_min = 0;
     std::vector<double> ideal;
-    for (double c : counts) ideal.push_back(base ? base->samples_per_s * c / base->count() : k_nan);
+    for (double c : counts) ideal.push_back(ref.several_sizes ? ref.per_unit * c : k_nan);
     double top = 0;
     for (const Run* r : sized) top = std::max(top, std::isfinite(r->samples_per_s) ? r->samples_per_s : 0);
     for (double v : ideal) top = std::max(top, std::isfinite(v) ? v : 0);
@@ -387,12 +404,13 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
     pictures::LinePlot p;
     p.title = "Scaling efficiency against " + unit;
     p.x_label = unit + " (log2 scale)";
-    p.y_label = "efficiency (per-" + std::string(cuda ? "GPU" : "rank") + " samples/s vs smallest run)";
+    p.y_label = "efficiency (per-" + std::string(cuda ? "GPU" : "rank") + " samples/s vs the smallest size)";
+    if (!ref.several_sizes) p.title += " (none: every run has the same size)";
     p.log2_x = true;
     p.y_min = 0;
     p.y_max = 1.1;
     add_scaling_series(p, sized, cuda ? "GPU" : "rank", [](const Run& r) { return r.efficiency; });
-    p.series.push_back({"ideal", counts, std::vector<double>(counts.size(), 1.0), true, false});
+    if (ref.several_sizes) p.series.push_back({"ideal", counts, std::vector<double>(counts.size(), 1.0), true, false});
     pictures::write_text_file((out / "efficiency.svg").string(), pictures::render_line_plot(p));
   }
   auto label = [&](const Run& r) {
@@ -433,6 +451,34 @@ void write_plots(const std::vector<Run>& runs, const Run* base, bool cuda, const
       }
     }
     pictures::write_text_file((out / "loss.svg").string(), pictures::render_line_plot(p));
+  }
+  // The learning rate of each step (metrics.jsonl's train records), one series per run dir:
+  // warm-up, decay and a resume's rescaling (elastic.batch = learner) as the runs saw them.
+  {
+    bool any = false;
+    pictures::LinePlot p;
+    p.title = "Learning rate";
+    p.x_label = "step";
+    p.y_label = "learning rate";
+    p.x_min = 0;
+    p.y_min = 0;
+    for (const Run& r : runs) {
+      pictures::PlotSeries s{label(r), {}, {}, false, false};
+      for (const records::TrainPoint& t : r.records.train) {
+        if (!std::isfinite(t.lr)) continue;
+        s.x.push_back(static_cast<double>(t.step));
+        s.y.push_back(t.lr);
+        any = true;
+      }
+      p.series.push_back(std::move(s));
+    }
+    double top = 0;
+    for (const pictures::PlotSeries& s : p.series)
+      for (double y : s.y) top = std::max(top, y);
+    if (top > 0) p.y_max = top * 1.05;  // the peak below the frame's top edge
+    std::error_code ec;
+    if (any) pictures::write_text_file((out / "lr.svg").string(), pictures::render_line_plot(p));
+    else fs::remove(out / "lr.svg", ec);  // records without lr (an earlier squall's): no plot
   }
   {
     bool seg = false;
@@ -505,24 +551,37 @@ int run_report(Context& ctx, const ReportArgs& args) {
   cuda = cuda && all_cuda;  // a mix of CPU and GPU runs is counted in ranks
   if (!cuda)
     for (Run& r : runs) r.cuda = false;
-  const Run* base = nullptr;
-  for (const Run& r : runs)
-    if (r.complete && r.count() > 0 && std::isfinite(r.samples_per_s) && r.samples_per_s > 0) {
-      base = &r;
-      break;
+  // The reference: runs are sorted by size, so the first measured run has the smallest.
+  Reference ref;
+  auto measured = [](const Run& r) {
+    return r.complete && r.count() > 0 && std::isfinite(r.samples_per_s) && r.samples_per_s > 0;
+  };
+  double sum = 0;
+  for (const Run& r : runs) {
+    if (!measured(r)) continue;
+    if (ref.runs.empty()) ref.count = r.count();
+    if (r.count() == ref.count) {
+      ref.runs.push_back(&r);
+      sum += r.samples_per_s / r.count();
+    } else {
+      ref.several_sizes = true;
     }
-  for (Run& r : runs)
-    if (base && r.complete && r.count() > 0)
-      r.efficiency = (r.samples_per_s / r.count()) / (base->samples_per_s / base->count());
+  }
+  if (ref.usable()) ref.per_unit = sum / static_cast<double>(ref.runs.size());
+  for (Run& r : runs) {
+    if (!ref.several_sizes || !measured(r)) continue;
+    // The reference size's runs are the reference: 1, not one compared with another.
+    r.efficiency = r.count() == ref.count ? 1.0 : (r.samples_per_s / r.count()) / ref.per_unit;
+  }
   if (ctx.runtime.rank() != 0) return 0;
 
   const fs::path out(args.out);
   std::error_code ec;
   fs::create_directories(out, ec);
   if (ec || !fs::is_directory(out)) throw Error("cannot create the report folder " + args.out + ": " + ec.message());
-  const std::string md = "# squall report\n\n" + markdown(runs, base, cuda);
+  const std::string md = "# squall report\n\n" + markdown(runs, ref, cuda);
   pictures::write_text_file((out / "report.md").string(), md);
-  write_plots(runs, base, cuda, out);
+  write_plots(runs, ref, cuda, out);
   print_result(args.json, table_json(runs), md);
   return 0;
 }
@@ -537,9 +596,9 @@ void add_report_command(CLI::App& root, Context& ctx, Actions& actions) {
       ->type_name("RUN_DIR...");
   sub->add_option("--out", args->out, "Folder for report.md and the SVG plots")->type_name("DIR")->capture_default_str();
   sub->add_flag("--json", args->json, "Print the table as a JSON array instead of the Markdown");
-  sub->footer("Writes report.md (also printed), throughput.svg, efficiency.svg, loss.svg, accuracy.svg and, when a run "
-              "reached its train.target, time_to_target.svg. Exit status: 0 done; 1 the report folder cannot be "
-              "written; 2 a usage error (a dir that is not a run dir).");
+  sub->footer("Writes report.md (also printed), throughput.svg, efficiency.svg, loss.svg, lr.svg (the learning rate "
+              "per step), accuracy.svg and, when a run reached its train.target, time_to_target.svg. Exit status: 0 "
+              "done; 1 the report folder cannot be written; 2 a usage error (a dir that is not a run dir).");
   actions[sub] = [&ctx, args] { return run_report(ctx, *args); };
 }
 

@@ -285,7 +285,6 @@ struct FileJob {
   std::vector<std::string> notes, warnings;  // PredictedFile's
   formats::MaskOutput out;
   formats::NetcdfGrid input_grid;     // a netCDF input's grid: its dimension names, its latitude order
-  std::vector<float> first_channel;   // of its first time step, for --png
   int64_t read = 0;                   // time steps read (reader thread)
   int64_t done = 0;                   // time steps predicted (model thread)
 };
@@ -475,10 +474,6 @@ class Predictor {
       // Predict needs no labels: the DeepCAM reader skips them (netCDF's reads them with the fields).
       j->source->read(idx, b.images.data() + at * per, j->h5_source ? nullptr : b.labels.data() + at * hw);
       const float* images = b.images.data() + at * per;
-      if (j->read == 0) {  // on the input's grid: cropped-away pixels have no value
-        j->first_channel.resize(static_cast<size_t>(j->out.h * j->out.w));
-        input::unfit_plane(images, j->first_channel.data(), j->fit, std::numeric_limits<float>::quiet_NaN());
-      }
       // The statistics check: sums over the values just read, while they are in the cache.
       j->sums.add(images, take, m_built.c(), hw);
       for (int64_t t = j->read; t < j->read + take; ++t) b.slots.push_back({j, t});
@@ -619,9 +614,23 @@ class Predictor {
                                    j.input_grid.lon_dim, j.input_grid.time_dim, j.input_grid.lat_descending};
       formats::write_netcdf_masks(r.output, grid, out.mask, out.probabilities, out.class_names, attrs);
     }
-    if (m_options.png && !j.first_channel.empty())
-      pictures::write_png((fs::path(m_options.out) / (fs::path(j.input).stem().string() + "-mask.png")).string(),
-                          mask_picture(j.first_channel.data(), out.mask.data(), h, w));
+    if (m_options.png) {
+      // A picture per time step. Its input is read again, a step at a time, rather than kept
+      // from the batches: a file of many steps is not held twice in memory.
+      // The sample is on the model's grid (data.pad): its first channel goes back to the
+      // input's, where the mask is, cropped-away pixels NaN.
+      std::vector<float> sample(static_cast<size_t>(m_built.per_sample()));
+      std::vector<int32_t> labels(static_cast<size_t>(m_built.per_sample() / m_built.c()));
+      std::vector<float> first(static_cast<size_t>(hw));
+      for (int64_t t = 0; t < out.times; ++t) {
+        const int64_t step[] = {t};
+        j.source->read(step, sample.data(), j.h5_source ? nullptr : labels.data());
+        input::unfit_plane(sample.data(), first.data(), j.fit, std::numeric_limits<float>::quiet_NaN());
+        const std::string name = pictures::mask_picture_name(fs::path(j.input).stem().string(), t, out.times);
+        pictures::write_png((fs::path(m_options.out) / name).string(),
+                            mask_picture(first.data(), out.mask.data() + t * hw, h, w));
+      }
+    }
     m_done.emplace_back(j.index, std::move(r));
     const auto it = std::find_if(m_jobs.begin(), m_jobs.end(), [&](const auto& p) { return p.get() == &j; });
     if (it != m_jobs.end()) m_jobs.erase(it);

@@ -73,6 +73,14 @@ class Writer {
     m_model.set_producer_name("squall");
     if (!o.producer_version.empty()) m_model.set_producer_version(o.producer_version);
     if (!o.doc.empty()) m_model.set_doc_string(o.doc);
+    for (size_t i = 0; i < o.metadata.size(); ++i) {
+      for (size_t j = 0; j < i; ++j)
+        if (o.metadata[j].first == o.metadata[i].first)
+          throw Error("onnx export: the metadata key '" + o.metadata[i].first + "' is given twice");
+      onnx::StringStringEntryProto* e = m_model.add_metadata_props();
+      e->set_key(o.metadata[i].first);
+      e->set_value(o.metadata[i].second);
+    }
     onnx::OperatorSetIdProto* opset = m_model.add_opset_import();
     opset->set_domain("");
     opset->set_version(k_onnx_opset);

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "src/nn/graph.hpp"
 
@@ -18,6 +20,10 @@ struct OnnxOptions {
   std::string graph_name = "squall";  // the ONNX graph's name (the model's, e.g. "resnet20")
   std::string producer_version;       // squall's version, recorded in the file
   std::string doc;                    // a free-text description recorded in the file
+  // ModelProto.metadata_props, in this order: what a caller needs beside the graph and ONNX
+  // has no field for (the normalisation, the channels, the grid, the classes; cmd_export.cpp
+  // fills them, docs/inference.md, "Metadata", lists the keys). Keys must be distinct.
+  std::vector<std::pair<std::string, std::string>> metadata;
 };
 
 inline constexpr int64_t k_onnx_opset = 17;
@@ -27,7 +33,8 @@ inline constexpr int64_t k_onnx_opset = 17;
 // of graph.param_info() and graph.state_info(), padding included: param_arena_floats() and
 // state_arena_floats() floats), whose tensors become initializers of the same
 // names ("stage1.block0.a.conv.weight"). Throws squall::Error naming the node and its layer
-// type when a layer has no ONNX counterpart, or when the arrays do not match the graph.
+// type when a layer has no ONNX counterpart, when the arrays do not match the graph, or naming
+// the key when options.metadata holds it twice.
 std::string onnx_model_bytes(const nn::Graph& graph, std::span<const float> params, std::span<const float> state,
                              const OnnxOptions& options);
 

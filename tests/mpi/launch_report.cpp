@@ -31,7 +31,7 @@ namespace {
 
 const std::string k_fashion_mnist = "/usr/share/datasets/fashion-mnist";
 const std::string k_sma = std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-sma.toml";
-const char* const k_plots[] = {"throughput.svg", "efficiency.svg", "loss.svg", "accuracy.svg"};
+const char* const k_plots[] = {"throughput.svg", "efficiency.svg", "loss.svg", "lr.svg", "accuracy.svg"};
 
 bool have_data() { return fs::exists(k_fashion_mnist + "/t10k-images-idx3-ubyte.gz"); }
 
@@ -174,6 +174,52 @@ const Polyline* find_line(const std::vector<Polyline>& lines, const std::string&
   for (const Polyline& p : lines)
     if (p.title.rfind(title_start, 0) == 0) return &p;
   return nullptr;
+}
+
+// A rectangle of an SVG document: x, y, width, height.
+struct Box {
+  double x = 0, y = 0, w = 0, h = 0;
+  bool overlaps(const Box& o) const { return x < o.x + o.w && o.x < x + w && y < o.y + o.h && o.y < y + h; }
+};
+
+// The plot area (the clip path's rectangle), the legend's box and the document's size, read
+// from the elements of a plot.
+struct PlotLayout {
+  bool has_plot = false, has_legend = false;
+  Box plot, legend;
+  double width = 0, height = 0;
+};
+
+PlotLayout plot_layout(const squall::test::XmlCheck& x) {
+  PlotLayout l;
+  auto box = [](const squall::test::XmlElement& e) {
+    return Box{std::stod(e.attributes.at("x")), std::stod(e.attributes.at("y")), std::stod(e.attributes.at("width")),
+               std::stod(e.attributes.at("height"))};
+  };
+  std::string parent;
+  for (const auto& e : x.elements) {
+    if (e.name == "svg") {
+      l.width = std::stod(e.attributes.at("width"));
+      l.height = std::stod(e.attributes.at("height"));
+    }
+    if (e.name == "rect" && parent == "clipPath") l.plot = box(e), l.has_plot = true;
+    const auto cls = e.attributes.find("class");
+    if (e.name == "rect" && cls != e.attributes.end() && cls->second == "legend-box") l.legend = box(e), l.has_legend = true;
+    parent = e.name;
+  }
+  return l;
+}
+
+// A run whose learning rate warms up over its first 40 steps: lr = 0.001 * step.
+void warmup_run(const std::string& dir, int ranks, double samples_per_s) {
+  plain_run(dir, ranks, samples_per_s);
+  std::vector<json> r;
+  for (int64_t step : {10, 20, 30, 40}) {
+    json t = with_clock(train_record(step), 1, step * 0.3);
+    t["lr"] = 0.001 * static_cast<double>(step);
+    r.push_back(t);
+  }
+  write_run(dir, r, squall::test::read_json(dir + "/summary.json"));
 }
 
 }  // namespace
@@ -449,4 +495,147 @@ TEST_CASE("report keeps runs of other parallel.periods apart and lists the perio
   bool by_level = false;
   for (const json& row : table) by_level = by_level || (row.at("run") == "np2-by-level" && row.at("periods") == json({1, 4}));
   CHECK(by_level);
+}
+
+TEST_CASE("report draws each legend below its plot, outside the plot area, however long the run names",
+          "[launch][report]") {
+  TempDir tmp("squall-launch-report-legend");
+  // Six runs, two of them with names longer than the plot is wide.
+  const std::string long_name = "a-run-dir-whose-name-is-long-enough-to-fill-most-of-a-plot-of-eight-hundred-pixels-np";
+  std::string dirs;
+  for (int ranks : {1, 2, 4, 8}) {
+    plain_run(tmp.file("np" + std::to_string(ranks)), ranks, 100.0 * ranks);
+    dirs += tmp.file("np" + std::to_string(ranks)) + " ";
+  }
+  new_resumed_run(tmp.file(long_name + "2"));
+  plain_run(tmp.file(long_name + "16"), 16, 1500.0);
+  dirs += tmp.file(long_name + "2") + " " + tmp.file(long_name + "16");
+  const std::string out = tmp.file("report");
+  const auto r = report(dirs + " --out " + out);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  for (const char* plot : {"throughput.svg", "efficiency.svg", "loss.svg", "lr.svg", "accuracy.svg",
+                           "time_to_target.svg"}) {
+    INFO(plot);
+    const auto x = squall::test::check_xml(slurp(out + "/" + plot));
+    INFO(x.error);
+    REQUIRE(x.ok);
+    const PlotLayout l = plot_layout(x);
+    REQUIRE(l.has_plot);
+    REQUIRE(l.has_legend);
+    INFO("plot " << l.plot.x << "," << l.plot.y << " " << l.plot.w << "x" << l.plot.h << "; legend " << l.legend.x
+                 << "," << l.legend.y << " " << l.legend.w << "x" << l.legend.h << "; document " << l.width << "x"
+                 << l.height);
+    CHECK_FALSE(l.legend.overlaps(l.plot));
+    CHECK(l.legend.y >= l.plot.y + l.plot.h);  // below it, past the axis labels
+    // Within the document, and the plot area as wide and high as an 800 x 600 plot leaves it.
+    CHECK(l.legend.x + l.legend.w <= l.width);
+    CHECK(l.legend.y + l.legend.h <= l.height);
+    CHECK(l.plot.w == Approx(700));
+    CHECK(l.plot.h == Approx(490));
+    // Every polyline's points lie in the plot area (the legend's samples are lines, not polylines).
+    for (const Polyline& p : polylines(slurp(out + "/" + plot)))
+      for (const auto& [px, py] : p.points) {
+        CHECK(py <= l.plot.y + l.plot.h + 1e-6);
+        CHECK(py >= l.plot.y - 1e-6);
+      }
+  }
+}
+
+TEST_CASE("report measures efficiency only across sizes: blank when every run has one size", "[launch][report]") {
+  TempDir tmp("squall-launch-report-efficiency");
+  plain_run(tmp.file("a-np1"), 1, 100.0);
+  plain_run(tmp.file("b-np1"), 1, 314.0);  // another run of 1 rank, 3.14 times as fast
+  const std::string out = tmp.file("report");
+  auto md = report(tmp.file("a-np1") + " " + tmp.file("b-np1") + " --out " + out);
+  INFO(md.out << md.err);
+  REQUIRE(md.exit_code == 0);
+  std::vector<std::string> rows;
+  {
+    std::istringstream lines(md.out);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("| a-np1", 0) == 0 || line.rfind("| b-np1", 0) == 0) rows.push_back(line);
+  }
+  REQUIRE(rows.size() == 2);
+  // run, nodes, ranks, GPUs, learners, global batch, samples/s, efficiency: the 9th cell.
+  auto cell = [](const std::string& row, int k) {
+    std::vector<std::string> cells;
+    std::istringstream in(row);
+    for (std::string c; std::getline(in, c, '|');) cells.push_back(c);
+    return k < static_cast<int>(cells.size()) ? cells[static_cast<size_t>(k)] : std::string("?");
+  };
+  CHECK(cell(rows[0], 8) == " - ");
+  CHECK(cell(rows[1], 8) == " - ");
+  CHECK_THAT(md.out, Catch::Contains("Efficiency: blank (-): every run measured on 1 rank,"));
+  auto j = report(tmp.file("a-np1") + " " + tmp.file("b-np1") + " --out " + out + " --json");
+  REQUIRE(j.exit_code == 0);
+  json table = json::parse(j.out);
+  REQUIRE(table.size() == 2);
+  CHECK(table[0].at("efficiency").is_null());
+  CHECK(table[1].at("efficiency").is_null());
+  // No efficiency point, and no ideal line, in the plot.
+  for (const Polyline& p : polylines(slurp(out + "/efficiency.svg"))) CHECK(p.points.empty());
+
+  // With a run of 2 ranks: both runs of 1 rank are the reference (1.00, their mean per rank
+  // 207 samples/s), and the run of 2 ranks is measured against it: 190 / 207.
+  plain_run(tmp.file("np2"), 2, 380.0);
+  j = report(tmp.file("a-np1") + " " + tmp.file("b-np1") + " " + tmp.file("np2") + " --out " + out + " --json");
+  INFO(j.out << j.err);
+  REQUIRE(j.exit_code == 0);
+  table = json::parse(j.out);
+  REQUIRE(table.size() == 3);
+  CHECK(table[0].at("efficiency").get<double>() == 1.0);
+  CHECK(table[1].at("efficiency").get<double>() == 1.0);
+  CHECK(table[2].at("run") == "np2");
+  CHECK(table[2].at("efficiency").get<double>() == Approx(190.0 / 207.0));
+  md = report(tmp.file("a-np1") + " " + tmp.file("b-np1") + " " + tmp.file("np2") + " --out " + out);
+  CHECK_THAT(md.out, Catch::Contains("of the smallest size's runs, their mean: a-np1, b-np1 with 1 rank)"));
+}
+
+TEST_CASE("report plots the learning rate of each step, one line per run", "[launch][report]") {
+  TempDir tmp("squall-launch-report-lr");
+  warmup_run(tmp.file("warm-np1"), 1, 100.0);
+  plain_run(tmp.file("flat-np2"), 2, 190.0);  // lr 0.1 throughout
+  const std::string out = tmp.file("report");
+  const auto r = report(tmp.file("warm-np1") + " " + tmp.file("flat-np2") + " --out " + out);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE(fs::exists(out + "/lr.svg"));
+  const std::string svg = slurp(out + "/lr.svg");
+  CHECK_THAT(svg, Catch::Contains("<title>Learning rate</title>"));
+  const auto lines = polylines(svg);
+  REQUIRE(lines.size() == 2);
+  const Polyline* warm = find_line(lines, "warm-np1");
+  const Polyline* flat = find_line(lines, "flat-np2");
+  REQUIRE(warm != nullptr);
+  REQUIRE(flat != nullptr);
+  REQUIRE(warm->points.size() == 4);
+  REQUIRE(flat->points.size() == 4);
+  // Steps 10..40 along x; the warm-up rises (SVG's y grows downwards), 0.01 at step 10 to 0.04
+  // at step 40, and the flat rate stays at one height above all of it (0.1).
+  for (size_t i = 1; i < 4; ++i) {
+    CHECK(warm->points[i].first > warm->points[i - 1].first);
+    CHECK(warm->points[i].second < warm->points[i - 1].second);
+    CHECK(flat->points[i].second == flat->points[0].second);
+    CHECK(warm->points[i].first == flat->points[i].first);
+  }
+  CHECK(flat->points[0].second < warm->points[3].second);
+  // Equal steps in lr are equal steps in pixels: the axis is linear.
+  const double d1 = warm->points[1].second - warm->points[0].second, d3 = warm->points[3].second - warm->points[2].second;
+  CHECK(d1 == Approx(d3).margin(0.02));
+
+  // Records without lr (an earlier squall's): no lr.svg, and an earlier report's is removed.
+  for (const char* dir : {"warm-np1", "flat-np2"}) {
+    std::vector<json> recs;
+    for (int64_t step : {10, 20, 30, 40}) {
+      json t = with_clock(train_record(step), 1, step * 0.3);
+      t.erase("lr");
+      recs.push_back(t);
+    }
+    write_run(tmp.file(dir), recs, squall::test::read_json(tmp.file(dir) + "/summary.json"));
+  }
+  const auto again = report(tmp.file("warm-np1") + " " + tmp.file("flat-np2") + " --out " + out);
+  INFO(again.out << again.err);
+  REQUIRE(again.exit_code == 0);
+  CHECK_FALSE(fs::exists(out + "/lr.svg"));
 }

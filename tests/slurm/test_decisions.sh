@@ -34,7 +34,7 @@ sb() {
 launched() { [[ -z $trains ]] && echo 0 || wc -l <<<"$trains"; }
 has() { grep -qF -- "$1" <<<"$out"; }
 requeued() { [[ $(tail -n 1 <<<"$out") == "scontrol requeue 77" && $rc -eq 0 ]]; }
-train="$work/squall train --config c.toml --resume auto --set run.dir=runs/squall-77"
+train="$work/squall train --config c.toml --resume auto --set run.dir=runs/squall-77 --set checkpoint.every_minutes=30"
 
 sb
 [[ $rc -eq 0 && $(launched) -eq 1 && $trains == "srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores $train" ]] ||
@@ -137,7 +137,7 @@ lsf() {
   rm -f "$work/squall-77.requeues"
   [[ -n ${requeues:-} ]] && echo "$requeues" >"$work/squall-77.requeues"
   out=$(cd "$work" && env LSB_JOBID=77 LSB_DJOB_HOSTFILE="$work/hosts" SQUALL_DRY_RUN=1 SQUALL_CONFIG=c.toml \
-        SQUALL_BIN=/opt/squall "$@" timeout 60 "$lsf_script" 2>&1) || rc=$?
+        SQUALL_CPUS_PER_RANK=7 SQUALL_BIN=/opt/squall "$@" timeout 60 "$lsf_script" 2>&1) || rc=$?
   trains=$(grep '^jsrun .* train ' <<<"$out" || true)
 }
 brequeued() { [[ $(tail -n 1 <<<"$out") == "brequeue 77" && $rc -eq 0 ]]; }

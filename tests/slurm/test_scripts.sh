@@ -13,12 +13,12 @@ scripts=("$root"/jobscripts/slurm/*.sbatch "$root"/jobscripts/lsf/*.lsf "$root"/
 
 # LSF, rendered: 2 compute nodes (and the launch node) -> 12 ranks, one GPU and 7 cores each.
 printf 'batch1\nh1\nh1\nh2\nh2\n' >"$work/hosts"
-out=$(cd "$work" && LSB_JOBID=77 LSB_DJOB_HOSTFILE="$work/hosts" SQUALL_DRY_RUN=1 SQUALL_CONFIG=c.toml \
+out=$(cd "$work" && LSB_JOBID=77 LSB_DJOB_HOSTFILE="$work/hosts" SQUALL_DRY_RUN=1 SQUALL_CONFIG=c.toml SQUALL_CPUS_PER_RANK=7 \
       SQUALL_ARGS="--set train.max_steps=5" SQUALL_BIN=/opt/squall "$root/jobscripts/lsf/summit.lsf")
-[[ $out == "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 --bind packed:7 --smpiargs=-gpu /opt/squall train --config c.toml --resume auto --set run.dir=runs/squall-77 --set train.max_steps=5" ]] ||
+[[ $out == "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 --bind packed:7 --smpiargs=-gpu /opt/squall train --config c.toml --resume auto --set run.dir=runs/squall-77 --set train.max_steps=5 --set checkpoint.every_minutes=30" ]] ||
   fail "summit.lsf rendered: $out"
 echo "ok: summit.lsf renders: $out"
-out=$(cd "$work" && LSB_JOBID=78 LSB_DJOB_HOSTFILE="$work/hosts" SQUALL_DRY_RUN=1 SQUALL_CONFIG=c.toml \
+out=$(cd "$work" && LSB_JOBID=78 LSB_DJOB_HOSTFILE="$work/hosts" SQUALL_DRY_RUN=1 SQUALL_CONFIG=c.toml SQUALL_CPUS_PER_RANK=7 \
       SQUALL_STAGE_FROM=/gpfs/data USER=u SQUALL_BIN=/opt/squall "$root/jobscripts/lsf/summit.lsf")
 grep -q "^jsrun -n 2 -r 1 -a 1 -c 42 /opt/squall stage --from /gpfs/data --to /mnt/bb/u/squall$" <<<"$out" || fail "staging: $out"
 grep -q -- "--set data.train=/mnt/bb/u/squall" <<<"$out" || fail "staged data not used: $out"
@@ -29,9 +29,9 @@ echo "ok: summit.lsf stages to the NVMe and trains on the copy"
 lsf() {
   rc=0
   out=$(cd "$work" && env LSB_JOBID=77 LSB_DJOB_HOSTFILE="$work/hosts" SQUALL_DRY_RUN=1 SQUALL_CONFIG=c.toml \
-        SQUALL_BIN=/opt/squall "$@" "$root/jobscripts/lsf/summit.lsf" 2>&1) || rc=$?
+        SQUALL_CPUS_PER_RANK=7 SQUALL_BIN=/opt/squall "$@" "$root/jobscripts/lsf/summit.lsf" 2>&1) || rc=$?
 }
-train_cmd="/opt/squall train --config c.toml --resume auto --set run.dir=runs/squall-77"
+train_cmd="/opt/squall train --config c.toml --resume auto --set run.dir=runs/squall-77 --set checkpoint.every_minutes=30"
 # Host h2 lost, 1 host left and SQUALL_MIN_NODES=1: jsrun again on h1 alone, 6 ranks.
 lsf SQUALL_MIN_NODES=1 SQUALL_DRY_RUN_STATUS="137 0" SQUALL_DRY_RUN_LOST=h2
 [[ $rc -eq 0 && $(grep -c '^jsrun' <<<"$out") -eq 2 ]] || fail "relaunch (rc $rc): $out"

@@ -183,3 +183,15 @@ TEST_CASE("run records: time to target from summary.json, else from the target r
   CHECK(from_record->step == 60);
   CHECK(from_record->metric_value == 0.86);
 }
+
+TEST_CASE("run records: each train record's learning rate, NaN where the record has none", "[run_records]") {
+  json a = train(10, 2.0), b = train(20, 1.9), c = train(30, 1.8);
+  a["lr"] = 0.0125;
+  b["lr"] = 0.025;
+  c.erase("lr");
+  const RunRecords r = parse({a, b, c});
+  REQUIRE(r.train.size() == 3);
+  CHECK(r.train[0].lr == 0.0125);
+  CHECK(r.train[1].lr == 0.025);
+  CHECK(std::isnan(r.train[2].lr));
+}

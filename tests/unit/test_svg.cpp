@@ -112,3 +112,30 @@ TEST_CASE("svg: the XML check itself rejects broken documents", "[svg]") {
   CHECK_FALSE(check_xml("<svg/><svg/>").ok);
   CHECK(check_xml("<?xml version=\"1.0\"?>\n<svg><g x=\"&amp;\"/></svg>\n").ok);
 }
+
+TEST_CASE("svg: the legend goes below the plot area in columns, and long labels widen the picture, never shrink the plot",
+          "[svg]") {
+  pictures::LinePlot p = two_series();
+  const pictures::LegendLayout two = pictures::legend_layout(p);
+  CHECK(two.plot_w == 700);
+  CHECK(two.plot_h == 490);
+  CHECK(two.y >= two.plot_y + two.plot_h);  // below the plot area and its axis label
+  CHECK(two.columns == 2);                  // short labels: side by side
+  CHECK(two.rows == 1);
+  CHECK(two.width == 800);
+  CHECK(two.height == Approx(600 + two.h + 10));
+  // Nine series, one of them named by 150 characters: one column, nine rows, the plot area as
+  // before, the document wider than 800 so that the label is not cut.
+  for (int k = 0; k < 6; ++k) p.series.push_back({"run " + std::to_string(k), {1, 2}, {1, 2}, false, true});
+  p.series.push_back({std::string(150, 'x'), {1}, {1}, false, true});
+  const pictures::LegendLayout many = pictures::legend_layout(p);
+  CHECK(many.plot_w == 700);
+  CHECK(many.plot_h == 490);
+  CHECK(many.columns == 1);
+  CHECK(many.rows == 9);
+  CHECK(many.width >= many.x + 36 + 7.2 * 150);
+  const std::string svg = pictures::render_line_plot(p);
+  const auto x = check_xml(svg);
+  REQUIRE(x.ok);
+  CHECK(x.elements.front().attributes.at("width") == std::to_string(static_cast<int>(std::lround(many.width))));
+}
