@@ -71,8 +71,12 @@ void write_file(const std::string& tmp, const std::string& path, const MaskGrid&
     nc_check(nc_put_att_schar(ncid, vm, "flag_values", NC_BYTE, nk, flags.data()), path, "attribute 'flag_values'");
     put_text(ncid, vm, "flag_meanings", meanings, path);
     // Pixels the model gave no class (cropped away by data.pad = crop): missing to CF readers.
-    const signed char fill = static_cast<signed char>(k_mask_fill);
-    nc_check(nc_put_att_schar(ncid, vm, "_FillValue", NC_BYTE, 1, &fill), path, "attribute '_FillValue'");
+    // Declared only where there are such pixels: with a _FillValue xarray reads the classes as
+    // floats (NaN for the missing), without one as the integers they are.
+    if (std::find(masks.begin(), masks.end(), k_mask_fill) != masks.end()) {
+      const signed char fill = static_cast<signed char>(k_mask_fill);
+      nc_check(nc_put_att_schar(ncid, vm, "_FillValue", NC_BYTE, 1, &fill), path, "attribute '_FillValue'");
+    }
     put_text(ncid, vm, "coordinates", grid.time_dim + " " + grid.lat_dim + " " + grid.lon_dim, path);
 
     int vp = -1, vk = -1;

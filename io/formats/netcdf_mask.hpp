@@ -42,7 +42,8 @@ struct MaskAttributes {
 //   lat(lat), lon(lon), time(time) coordinate variables with units, standard_name, axis;
 //   mask(time, lat, lon) byte: the class per pixel, flag_values 0..K-1 and flag_meanings
 //     (the class names with spaces as underscores: "background tropical_cyclone ..."), and
-//     _FillValue -1 for a pixel without a class (mask.hpp's k_mask_fill in `masks`);
+//     _FillValue -1 for a pixel without a class (mask.hpp's k_mask_fill in `masks`; declared
+//     only when `masks` holds one, so that xarray reads a mask without them as integers);
 //   probability(time, class, lat, lon) float in [0, 1] (_FillValue NaN), only when
 //     `probabilities` is not empty,
 //     with class(class, class_strlen) char: the class names (UTF-8, _Encoding), its coordinate;

@@ -674,6 +674,8 @@ void add_data_commands(CLI::App& data, Context&, Actions& actions) {
         ->allow_extra_args(false);
     sub->add_option("--netcdf-variables", args->netcdf_variables,
                     "netCDF input: CHANNEL=variable pairs overriding the DeepCAM names (\"PSL=slp,U850=u@850\")");
+    sub->footer("Exit status: 0 every file reads whole; 1 a file, sample or channel that cannot be read (each named "
+                "under errors, netCDF files with what they hold); 2 a usage error (a flag, a bad config key).");
     actions[sub] = [args] { return run_inspect(*args); };
   }
   {
