@@ -195,6 +195,13 @@ class DeepcamSource final : public data::DataSource {
     }
     m_info.description = "DeepCAM (" + std::to_string(m_paths.size()) + " files, " + m_info.sample.str() + ", " +
                          std::filesystem::path(m_paths[0]).parent_path().string() + ")";
+    // The grid, when the first file has one of the sample's size: what data.pad wraps in
+    // longitude, the checkpoint keeps and predict's grid rule compares.
+    read_grid(m_info.lat, m_info.lon);
+    if (m_info.lat.size() != static_cast<size_t>(m_h) || m_info.lon.size() != static_cast<size_t>(m_w)) {
+      m_info.lat.clear();
+      m_info.lon.clear();
+    }
   }
 
   const data::DatasetInfo& info() const override { return m_info; }
