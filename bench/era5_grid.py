@@ -71,6 +71,7 @@ def main():
     ap.add_argument("--steps", type=int, default=8, help="training steps")
     ap.add_argument("--predict-steps", type=int, default=4)
     a = ap.parse_args()
+    a.squall = os.path.abspath(a.squall)  # the bench runs in --dir
     try:
         sys.path.insert(0, os.path.join(ROOT, "tests", "era5"))
         from era5_data import era5_dataset, write
