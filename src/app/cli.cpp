@@ -9,6 +9,7 @@
 #include "mpi/agreement.hpp"
 #include "mpi/runtime.hpp"
 #include "squall/version.hpp"
+#include "src/config/config.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
 #include "src/core/suggest.hpp"
@@ -114,6 +115,18 @@ void print_result(bool as_json, const nlohmann::json& doc, const std::string& te
     std::cout << doc.dump(indent) << "\n" << std::flush;
   else
     std::cout << text << std::flush;
+}
+
+config::Config load_command_config(const std::string& path, const std::vector<std::string>& overrides) {
+  try {
+    return config::load_config(path, overrides);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const CollectiveError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
 }
 
 void run_share_agreed(const mpi::Communicator& world, const std::string& command, const std::function<void()>& work) {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json_fwd.hpp>
@@ -15,6 +16,9 @@
 namespace squall::mpi {
 class Communicator;
 class Runtime;
+}
+namespace squall::config {
+struct Config;
 }
 
 namespace squall::app {
@@ -48,6 +52,11 @@ void print_result(bool as_json, const nlohmann::json& doc, const std::string& te
 // "<command> failed on rank R: <that rank's message> (N ranks failed)" from the lowest rank
 // that failed (the count when more than one did), which the top level prints once.
 void run_share_agreed(const mpi::Communicator& world, const std::string& command, const std::function<void()>& work);
+
+// config::load_config for a command's --config and --set: a config that does not load is the
+// user's to fix, so its error becomes a UsageError (exit 2); UsageErrors and CollectiveErrors
+// pass as they are.
+config::Config load_command_config(const std::string& path, const std::vector<std::string>& overrides);
 
 // Adds every subcommand and command group to the root, in the order `squall --help` lists them
 // (commands.cpp).

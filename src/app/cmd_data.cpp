@@ -209,14 +209,7 @@ struct InspectArgs {
 
 // The netCDF channel list inspect checks files against: the config's (defaults without one).
 formats::NetcdfOptions inspect_netcdf_options(const InspectArgs& args) {
-  config::Config cfg;
-  try {
-    cfg = config::load_config(args.config, args.overrides);
-  } catch (const UsageError&) {
-    throw;
-  } catch (const Error& e) {
-    throw UsageError(e.what());  // a bad config is the user's to fix: exit 2
-  }
+  const config::Config cfg = load_command_config(args.config, args.overrides);
   const std::string variables = args.netcdf_variables.empty() ? cfg.data.netcdf_variables : args.netcdf_variables;
   return formats::netcdf_options(cfg.data.channels, variables, cfg.data.netcdf_labels);
 }
@@ -514,13 +507,7 @@ int run_stats(const StatsArgs& a) {
   std::string out;
   // Every rank reads the config and opens the data; a failure on any ends all of them alike.
   run_share_agreed(world, "data stats", [&] {
-    try {
-      cfg = config::load_config(a.config, a.overrides);
-    } catch (const UsageError&) {
-      throw;
-    } catch (const Error& e) {
-      throw UsageError(e.what());  // a bad config is the user's to fix: exit 2
-    }
+    cfg = load_command_config(a.config, a.overrides);
     if (!a.netcdf_variables.empty()) {
       try {
         formats::netcdf_variable_map(a.netcdf_variables);

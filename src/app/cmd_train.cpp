@@ -32,13 +32,7 @@ config::Config load_agreed_config(const TrainArgs& args) {
   const mpi::Communicator world = mpi::Communicator::world();
   config::Config cfg;
   mpi::run_agreed(world, [&] {
-    try {
-      cfg = config::load_config(args.config, args.overrides);
-    } catch (const CollectiveError&) {
-      throw;
-    } catch (const Error& e) {
-      throw UsageError(e.what());  // a bad config is the user's to fix: exit 2
-    }
+    cfg = load_command_config(args.config, args.overrides);
   });
   if (world.size() == 1) return cfg;
   const std::string mine = config::to_toml(cfg);

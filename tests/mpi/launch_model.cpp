@@ -14,11 +14,13 @@
 #include <vector>
 
 #include "tests/support/json_files.hpp"
+#include "tests/support/must_run.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using nlohmann::json;
+using squall::test::must_run;
 using squall::test::run_command;
 using squall::test::squall_bin;
 using squall::test::TempDir;
@@ -30,12 +32,6 @@ namespace {
 
 const std::string k_fashion_mnist = "/usr/share/datasets/fashion-mnist";
 const std::string k_configs = std::string(SQUALL_SOURCE_DIR) + "/configs/";
-
-void must_run(const std::string& cmd) {
-  const auto r = run_command(cmd);
-  INFO(cmd << "\n" << r.out << r.err);
-  REQUIRE(r.exit_code == 0);
-}
 
 json model_json(const std::string& args) {
   const auto r = run_command(squall_bin() + " model " + args + " --json");

@@ -19,12 +19,14 @@
 #include <netcdf.h>
 
 #include "io/formats/deepcam_file.hpp"
+#include "tests/support/must_run.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using nlohmann::json;
 using squall::test::mpiexec;
+using squall::test::must_run;
 using squall::test::run_command;
 using squall::test::squall_bin;
 using squall::test::TempDir;
@@ -33,12 +35,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string k_climate = std::string(SQUALL_SOURCE_DIR) + "/configs/climate-tiny.toml";
-
-void must_run(const std::string& cmd) {
-  const auto r = run_command(cmd);
-  INFO(cmd << "\n" << r.out << r.err);
-  REQUIRE(r.exit_code == 0);
-}
 
 // A mask file's /mask [t, h, w], /probabilities [t, c, h, w] (empty when absent) and the
 // class names.

@@ -16,22 +16,18 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/must_run.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
 
+using squall::test::must_run;
 using squall::test::run_command;
 using squall::test::squall_bin;
 using squall::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-void must_run(const std::string& cmd) {
-  const auto r = run_command(cmd);
-  INFO(cmd << "\n" << r.out << r.err);
-  REQUIRE(r.exit_code == 0);
-}
 
 // Labelled synthetic climate files of `h` x `w` in tmp/<name> (`squall data climate`, then
 // `squall data label`).

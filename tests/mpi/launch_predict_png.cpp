@@ -17,9 +17,11 @@
 
 #include "io/formats/deepcam_file.hpp"
 #include "src/data/climate_gen.hpp"
+#include "tests/support/must_run.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
 
+using squall::test::must_run;
 using squall::test::run_command;
 using squall::test::squall_bin;
 using squall::test::TempDir;
@@ -28,12 +30,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string k_climate = std::string(SQUALL_SOURCE_DIR) + "/configs/climate-tiny.toml";
-
-void must_run(const std::string& cmd) {
-  const auto r = run_command(cmd);
-  INFO(cmd << "\n" << r.out << r.err);
-  REQUIRE(r.exit_code == 0);
-}
 
 void nc_ok(int status, const std::string& what) {
   INFO(what << ": " << nc_strerror(status));
