@@ -12,7 +12,7 @@ two pressure levels, labels of synthetic lows), then times, each --runs times (m
   - `squall predict` of the trained run on a file of --predict-steps time steps, masks written
     on the input's own 721 x 1440 grid: seconds per time step.
 
-    /usr/bin/python3 bench/era5_grid.py --squall build/bin/squall --mpirun mpirun --dir /tmp/e5
+    /usr/bin/python3 bench/era5_grid.py --squall build/bin/squall --mpirun mpirun --dir DIR
 
 Needs xarray, netCDF4 and numpy (Debian's python3-xarray, python3-netcdf4 import only in
 /usr/bin/python3); prints SKIP and exits 77 without them.
