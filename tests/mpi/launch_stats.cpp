@@ -26,22 +26,6 @@ using squall::test::mpiexec;
 using squall::test::run_command;
 using squall::test::squall_bin;
 
-std::vector<double> stored(const std::string& path, const std::string& name) {
-  auto lock = formats::h5_lock();
-  formats::H5Handle file = formats::h5_open_file(path);
-  formats::H5Handle ds = formats::h5_open_dataset(file.get(), path, "/climate/" + name);
-  const formats::H5DatasetDesc d = formats::h5_describe(ds.get());
-  REQUIRE(d.dims.size() == 1);
-  std::vector<double> out(static_cast<size_t>(d.dims[0]));
-  REQUIRE(H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0);
-  return out;
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 squall::test::ProcessResult stats_on(int ranks, const std::string& args) {
   return run_command(mpiexec(ranks) + " " + squall_bin() + " data stats " + args);
 }
@@ -63,14 +47,14 @@ TEST_CASE("data stats on 1 and 3 ranks writes the same statistics, and on 3 rank
     CHECK(r.out.find("wrote ", r.out.find("wrote ") + 1) == std::string::npos);
     CHECK(r.err.find("data stats: 20/20 samples") != std::string::npos);
   }
-  CHECK(read_bytes(d.file("three.h5")) == read_bytes(d.file("again.h5")));
+  CHECK(sd::read_bytes(d.file("three.h5")) == sd::read_bytes(d.file("again.h5")));
 
   // 1 rank adds the samples one by one; 3 ranks merge three blocks: the sums differ only in
   // rounding, ~1e-16 of the magnitudes per operation over 20 merges, so 1e-13 of |mean| +
   // spread (of sqmean for sqmean) is tight and safe; the reference gets test_data_stats.cpp's 1e-12.
-  for (const char* name : {"count", "minval", "maxval"}) CHECK(stored(d.file("one.h5"), name) == stored(d.file("three.h5"), name));
-  const std::vector<double> m1 = stored(d.file("one.h5"), "mean"), m3 = stored(d.file("three.h5"), "mean");
-  const std::vector<double> q1 = stored(d.file("one.h5"), "sqmean"), q3 = stored(d.file("three.h5"), "sqmean");
+  for (const char* name : {"count", "minval", "maxval"}) CHECK(sd::stats_dataset(d.file("one.h5"), name) == sd::stats_dataset(d.file("three.h5"), name));
+  const std::vector<double> m1 = sd::stats_dataset(d.file("one.h5"), "mean"), m3 = sd::stats_dataset(d.file("three.h5"), "mean");
+  const std::vector<double> q1 = sd::stats_dataset(d.file("one.h5"), "sqmean"), q3 = sd::stats_dataset(d.file("three.h5"), "sqmean");
   const sd::Reference ref = sd::reference(sd::sample_range(20));
   for (size_t c = 0; c < m1.size(); ++c) {
     INFO("channel " << c);
@@ -93,7 +77,7 @@ TEST_CASE("data stats with more ranks than samples", "[stats]") {
   INFO(squall::test::output_tail(r));
   REQUIRE(r.exit_code == 0);
   CHECK(formats::read_stats_provenance(d.file("stats.h5")).samples == 2);
-  CHECK(stored(d.file("stats.h5"), "count")[0] == 2 * 35);
+  CHECK(sd::stats_dataset(d.file("stats.h5"), "count")[0] == 2 * 35);
 }
 
 TEST_CASE("a bad sample on one rank ends every rank with one message and leaves no file", "[stats]") {
@@ -121,7 +105,7 @@ TEST_CASE("a bad sample on one rank ends every rank with one message and leaves 
   const auto refused = stats_on(3, "--in " + data + " --set data.skip_bad_samples=true");
   CHECK(refused.exit_code == 2);
   CHECK_THAT(refused.err, Catch::Contains("already exists") && Catch::Contains("--overwrite"));
-  CHECK(read_bytes(data + "/stats.h5") == "not mine");
+  CHECK(sd::read_bytes(data + "/stats.h5") == "not mine");
   const auto replaced = stats_on(3, "--in " + data + " --set data.skip_bad_samples=true --overwrite");
   INFO(squall::test::output_tail(replaced));
   CHECK(replaced.exit_code == 0);

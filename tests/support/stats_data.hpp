@@ -4,20 +4,45 @@
 // files, whose values come from one function of (channel, sample, row, column), and the
 // per-channel statistics of those values computed here, independently of squall's code: in
 // long double, samples summed in reverse order. Header-only; the including test links netCDF.
+#include <hdf5.h>
 #include <netcdf.h>
+
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "io/formats/deepcam_file.hpp"
+#include "io/formats/h5_util.hpp"
 #include "io/formats/netcdf_file.hpp"
 
 namespace squall::test::stats_data {
+
+// /climate/<name> of a stats file, as stored (float64 for squall's).
+inline std::vector<double> stats_dataset(const std::string& path, const std::string& name) {
+  auto lock = formats::h5_lock();
+  formats::H5Handle file = formats::h5_open_file(path);
+  formats::H5Handle ds = formats::h5_open_dataset(file.get(), path, "/climate/" + name);
+  const formats::H5DatasetDesc d = formats::h5_describe(ds.get());
+  REQUIRE(d.dims.size() == 1);
+  CHECK(d.dtype == "float64");
+  std::vector<double> out(static_cast<size_t>(d.dims[0]));
+  REQUIRE(H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0);
+  return out;
+}
+
+// A file's bytes (two runs that must write the same file compare them).
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
 
 constexpr int64_t k_channels = 16;
 constexpr float k_fill = -9999.0f;  // the _FillValue of TMQ in files that have one

@@ -32,26 +32,10 @@ namespace fs = std::filesystem;
 namespace formats = squall::formats;
 namespace sd = squall::test::stats_data;
 using nlohmann::json;
+using sd::read_bytes;
+using sd::stats_dataset;
 using squall::test::run_command;
 using squall::test::squall_bin;
-
-// /climate/<name> of a stats file, as stored (float64 for squall's).
-std::vector<double> stats_dataset(const std::string& path, const std::string& name) {
-  auto lock = formats::h5_lock();
-  formats::H5Handle file = formats::h5_open_file(path);
-  formats::H5Handle ds = formats::h5_open_dataset(file.get(), path, "/climate/" + name);
-  const formats::H5DatasetDesc d = formats::h5_describe(ds.get());
-  REQUIRE(d.dims.size() == 1);
-  CHECK(d.dtype == "float64");
-  std::vector<double> out(static_cast<size_t>(d.dims[0]));
-  REQUIRE(H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0);
-  return out;
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // The stored file against the reference. Tolerances: squall sums in double (two passes per
 // sample, Chan's merge across samples), the reference in long double in another order. A double
