@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "cuda/check.cuh"
+#include "cuda/cuda_factory.hpp"
 #include "cuda/kernels.cuh"
 #include "cuda/plans.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
+#include "src/nn/size_pool.hpp"
 
 namespace squall::cuda {
 
@@ -137,91 +139,44 @@ namespace {
 
 cudaEvent_t raw_event(Event& e) { return static_cast<CudaEvent&>(e).event(); }
 
-// ---- memory: size-keyed caching pools (device, pinned host) -------------------------------
+// ---- memory: the size-keyed pools (src/nn/size_pool.hpp), device and pinned host ----------
 //
-// Freed blocks are kept by rounded size and handed out again, so once a step's buffers
-// have been seen no cudaMalloc runs. A Buffer is returned to its pool when its last copy
-// is destroyed: it must outlive the work enqueued on it (the trainer's buffers live as
-// long as the model; temporaries are released after a synchronize).
-class Pool {
- public:
-  enum class Kind { device, pinned };
-  Pool(Kind kind, int device) : m_kind(kind), m_device(device) {}
-  Pool(const Pool&) = delete;
-  Pool& operator=(const Pool&) = delete;
-  ~Pool() {
-    cudaSetDevice(m_device);
-    for (auto& [bytes, blocks] : m_free)
-      for (void* p : blocks) m_kind == Kind::device ? (void)cudaFree(p) : (void)cudaFreeHost(p);
-  }
+// A Buffer is returned to its pool when its last copy is destroyed: it must outlive the work
+// enqueued on it (the trainer's buffers live as long as the model; temporaries are released
+// after a synchronize).
+enum class MemoryKind { device, pinned };
 
-  static size_t round(size_t bytes) {
-    const size_t quantum = bytes < (size_t{1} << 20) ? 512 : (size_t{1} << 20);
-    return std::max(quantum, (bytes + quantum - 1) / quantum * quantum);
-  }
-
-  void* take(size_t bytes) {
-    {
-      std::lock_guard<std::mutex> lock(m_mutex);
-      auto it = m_free.find(bytes);
-      if (it != m_free.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        return p;
-      }
-    }
-    // A cached block is fine inside a capture (no CUDA call); a new one is not.
-    refuse_in_capture(m_kind == Kind::device ? "allocating device memory" : "allocating pinned host memory");
-    void* p = nullptr;
-    cudaError_t e;
-    if (m_kind == Kind::device) {
-      SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
-      e = cudaMalloc(&p, bytes);
-      if (e == cudaErrorMemoryAllocation) {  // give the cached blocks back and try once more
+SizePool::Source cuda_memory(MemoryKind kind, int device) {
+  return SizePool::Source{
+      [](size_t bytes) {
+        const size_t quantum = bytes < (size_t{1} << 20) ? 512 : (size_t{1} << 20);
+        return std::max(quantum, (bytes + quantum - 1) / quantum * quantum);
+      },
+      [kind, device](size_t bytes) -> void* {
+        // A cached block is fine inside a capture (no CUDA call); a new one is not.
+        refuse_in_capture(kind == MemoryKind::device ? "allocating device memory" : "allocating pinned host memory");
+        void* p = nullptr;
+        const cudaError_t e = kind == MemoryKind::device ? (cudaSetDevice(device), cudaMalloc(&p, bytes))
+                                                       : cudaMallocHost(&p, bytes);
+        if (e == cudaSuccess) return p;
         cudaGetLastError();
-        release_cached();
-        e = cudaMalloc(&p, bytes);
-      }
-    } else {
-      e = cudaMallocHost(&p, bytes);
-    }
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      size_t free_b = 0, total_b = 0;
-      cudaMemGetInfo(&free_b, &total_b);
-      throw Error(std::string("cuda backend: cannot allocate ") + std::to_string(bytes >> 20) + " MiB of " +
-                  (m_kind == Kind::device ? "device" : "pinned host") + " memory on GPU " +
-                  std::to_string(m_device) + " (" + cudaGetErrorString(e) + "; " + std::to_string(free_b >> 20) +
-                  " of " + std::to_string(total_b >> 20) + " MiB free): lower the batch or the learners per GPU");
-    }
-    return p;
-  }
+        return nullptr;
+      },
+      [kind, device](void* p) {
+        cudaSetDevice(device);
+        kind == MemoryKind::device ? (void)cudaFree(p) : (void)cudaFreeHost(p);
+      }};
+}
 
-  void give(void* p, size_t bytes) {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    m_free[bytes].push_back(p);
-  }
-
- private:
-  void release_cached() {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    cudaDeviceSynchronize();
-    for (auto& [bytes, blocks] : m_free)
-      for (void* p : blocks) cudaFree(p);
-    m_free.clear();
-  }
-
-  Kind m_kind;
-  int m_device;
-  std::mutex m_mutex;
-  std::unordered_map<size_t, std::vector<void*>> m_free;
-};
-
-Buffer pooled(const std::shared_ptr<Pool>& pool, size_t count, DType dtype) {
-  const size_t bytes = Pool::round(count * dtype_size(dtype));
-  void* p = pool->take(bytes);
-  std::shared_ptr<void> owner(p, [pool, bytes](void* q) { pool->give(q, bytes); });
-  return Buffer(p, count, dtype, std::move(owner));
+Buffer pooled(const std::shared_ptr<SizePool>& pool, size_t count, DType dtype, MemoryKind kind, int device) {
+  return pooled_buffer(pool, count, dtype, [kind, device](size_t bytes) {
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    throw Error(std::string("cuda backend: cannot allocate ") + std::to_string(bytes >> 20) + " MiB of " +
+                (kind == MemoryKind::device ? "device" : "pinned host") + " memory on GPU " + std::to_string(device) +
+                " (" + std::to_string(free_b >> 20) + " of " + std::to_string(total_b >> 20) +
+                " MiB free): lower the batch or the learners per GPU");
+  });
 }
 
 // ---- fused updates: the tensor table on the device ------------------------------------------
@@ -247,8 +202,8 @@ class CudaTensorSet final : public TensorSet {
  public:
   static constexpr int32_t k_chunk = 65536;  // elements per chunk of the fused kernels
 
-  CudaTensorSet(std::vector<TensorRef> tensors, const std::shared_ptr<Pool>& pool)
-      : m_tensors(std::move(tensors)) {
+  CudaTensorSet(std::vector<TensorRef> tensors, const std::shared_ptr<SizePool>& pool, int device)
+      : m_tensors(std::move(tensors)), m_device(device) {
     std::vector<kernels::DeviceTensor> table;
     std::vector<int32_t> chunk_tensor;
     std::vector<uint64_t> chunk_begin;
@@ -262,9 +217,9 @@ class CudaTensorSet final : public TensorSet {
       }
       offset += t.n;
     }
-    m_table_buf = pooled(pool, std::max<size_t>(table.size() * sizeof(kernels::DeviceTensor), 1), DType::f32);
-    m_chunk_tensor_buf = pooled(pool, std::max<size_t>(chunk_tensor.size(), 1), DType::i32);
-    m_chunk_begin_buf = pooled(pool, std::max<size_t>(chunk_begin.size() * 2, 1), DType::i32);
+    m_table_buf = device_floats(pool, std::max<size_t>(table.size() * sizeof(kernels::DeviceTensor), 1), DType::f32);
+    m_chunk_tensor_buf = device_floats(pool, std::max<size_t>(chunk_tensor.size(), 1), DType::i32);
+    m_chunk_begin_buf = device_floats(pool, std::max<size_t>(chunk_begin.size() * 2, 1), DType::i32);
     // Before training: plain synchronous copies.
     if (!table.empty())
       SQUALL_CUDA_CHECK(cudaMemcpy(m_table_buf.raw(), table.data(), table.size() * sizeof(table[0]), cudaMemcpyHostToDevice));
@@ -288,20 +243,27 @@ class CudaTensorSet final : public TensorSet {
   const kernels::ChunkTable& chunks() const { return m_chunks; }
   // LAMB's update direction (every tensor) and the per-tensor norms: made on first use.
   float* update() {
-    if (!m_update) m_update = pooled(m_pool, std::max<uint64_t>(m_total, 1), DType::f32);
+    if (!m_update) m_update = device_floats(m_pool, std::max<uint64_t>(m_total, 1), DType::f32);
     return m_update.data();
   }
   float* norms() {
-    if (!m_norms) m_norms = pooled(m_pool, std::max<size_t>(kernels::norms_scratch_floats(m_chunks.chunks, m_chunks.tensor_count), 1), DType::f32);
+    if (!m_norms)
+      m_norms = device_floats(m_pool, std::max<size_t>(kernels::norms_scratch_floats(m_chunks.chunks, m_chunks.tensor_count), 1),
+                              DType::f32);
     return m_norms.data();
   }
 
  private:
+  Buffer device_floats(const std::shared_ptr<SizePool>& pool, size_t count, DType t) const {
+    return pooled(pool, count, t, MemoryKind::device, m_device);
+  }
+
   std::vector<TensorRef> m_tensors;
+  int m_device;
   Buffer m_table_buf, m_chunk_tensor_buf, m_chunk_begin_buf, m_update, m_norms;
   kernels::ChunkTable m_chunks{};
   uint64_t m_total = 0;
-  std::shared_ptr<Pool> m_pool;
+  std::shared_ptr<SizePool> m_pool;
 };
 
 // ---- capture: a CUDA graph of one stream's work ---------------------------------------------
@@ -334,8 +296,8 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device)
       : m_device(device),
-        m_pool(std::make_shared<Pool>(Pool::Kind::device, device)),
-        m_pinned(std::make_shared<Pool>(Pool::Kind::pinned, device)) {
+        m_pool(std::make_shared<SizePool>(cuda_memory(MemoryKind::device, device))),
+        m_pinned(std::make_shared<SizePool>(cuda_memory(MemoryKind::pinned, device))) {
     SQUALL_CUDA_CHECK(cudaSetDevice(device));
     cudaDeviceProp prop{};
     SQUALL_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -350,8 +312,17 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return "cuda"; }
-  DeviceInfo device() const override { return m_info; }
-  bool host_accessible() const override { return false; }
+  DeviceInfo info() const override { return m_info; }
+  // Native f32, bf16 and f16 (tensor cores); nothing fused yet, no blocked layout (cuDNN takes
+  // NCHW and NHWC), and the loss always with its gradient.
+  Capabilities capabilities() const override {
+    Capabilities c;
+    c.host_accessible = false;
+    c.can_capture = true;
+    c.threads = 1;
+    c.loss_without_gradient = false;
+    return c;
+  }
   void bind_calling_thread(int) override { SQUALL_CUDA_CHECK(cudaSetDevice(m_device)); }
 
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<CudaStream>(m_device); }
@@ -375,7 +346,6 @@ class CudaBackend final : public Backend {
   }
   bool ready(Event& e) override { return SQUALL_CUDA_QUERY(cudaEventQuery(raw_event(e))); }
 
-  bool can_capture() const override { return true; }
   void begin_capture(Stream& s) override {
     if (capturing_stream() != nullptr) throw nn::CaptureError("cuda backend: this thread is capturing already");
     // Thread-local: the other learners' threads keep enqueueing on their own streams.
@@ -410,9 +380,12 @@ class CudaBackend final : public Backend {
     SQUALL_CUDA_CHECK(cudaGraphLaunch(static_cast<CudaCaptured&>(c).exec(), raw(s)));
   }
 
-  using Backend::allocate;
-  Buffer allocate(size_t count, DType dtype) override { return pooled(m_pool, count, dtype); }
-  Buffer allocate_host(size_t count, DType dtype) override { return pooled(m_pinned, count, dtype); }
+  Buffer allocate_memory(size_t count, DType dtype) override {
+    return pooled(m_pool, count, dtype, MemoryKind::device, m_device);
+  }
+  Buffer allocate_host(size_t count, DType dtype) override {
+    return pooled(m_pinned, count, dtype, MemoryKind::pinned, m_device);
+  }
   // cudaMemcpyAsync with unified addressing: pinned host memory is copied asynchronously;
   // pageable memory is staged by the driver, and the call returns once it may be reused.
   void copy_bytes_from_host(Stream& s, void* dst, const void* src, size_t bytes) override {
@@ -451,6 +424,9 @@ class CudaBackend final : public Backend {
                              to_layout == Layout::nhwc, n, c, h, w);
   }
 
+  // The CPU's reference emulation has no counterpart here: the GPU computes in the type.
+  void set_reference_precision(bool) override {}
+
   // Plans are made on this backend's device (cuDNN's algorithm search runs there).
   std::unique_ptr<ConvPlan> make_conv(const ConvDesc& d) override {
     check_type(d.dtype, "convolution");
@@ -486,18 +462,6 @@ class CudaBackend final : public Backend {
   }
 
   // The typed calls: one kernel template per operation over f32, bf16 and f16 (kernels.cuh).
-  using Backend::relu_forward;
-  using Backend::relu_backward;
-  using Backend::add;
-  using Backend::dropout_forward;
-  using Backend::multiply;
-  using Backend::copy_strided;
-  using Backend::global_avg_pool_forward;
-  using Backend::global_avg_pool_backward;
-  using Backend::bilinear_forward;
-  using Backend::bilinear_backward;
-  using Backend::softmax_cross_entropy;
-  using Backend::argmax_channels;
   void relu_forward(Stream& s, DType t, const void* x, void* y, size_t n) override {
     kernels::relu_forward(raw(s), code(t), x, y, n);
   }
@@ -551,16 +515,6 @@ class CudaBackend final : public Backend {
     kernels::accumulate_confusion(raw(s), labels, pred, n, classes, confusion);
   }
 
-  void sgd_step(Stream& s, float* w, const float* g, float* velocity, size_t n, float lr, float momentum,
-                float weight_decay, bool nesterov) override {
-    kernels::sgd_step(raw(s), w, g, velocity, n, lr, momentum, weight_decay, nesterov);
-  }
-  void adam_step(Stream& s, float* w, const float* g, float* m, float* v, float* update, size_t n, float lr, float beta1,
-                 float beta2, float eps, float weight_decay, bool decoupled, int64_t step, bool apply) override {
-    if (step < 1) throw Error("adam_step: step must be >= 1 (bias correction), got " + std::to_string(step));
-    if (!apply && !update) throw Error("adam_step: apply=false needs an update buffer");
-    kernels::adam_step(raw(s), w, g, m, v, update, n, lr, beta1, beta2, eps, weight_decay, decoupled, step, apply);
-  }
   void sum_squares(Stream& s, const float* x, size_t n, float* out) override {
     auto& cs = cuda_stream(s);
     auto* scratch = static_cast<float*>(cs.workspace(kernels::reduce_scratch_floats(n) * sizeof(float)));
@@ -573,7 +527,7 @@ class CudaBackend final : public Backend {
       check_weight_mirror(t, "tensor set");
     }
     SQUALL_CUDA_CHECK(cudaSetDevice(m_device));
-    return std::make_unique<CudaTensorSet>(std::move(tensors), m_pool);
+    return std::make_unique<CudaTensorSet>(std::move(tensors), m_pool, m_device);
   }
   void sgd_update(Stream& s, TensorSet& set, float* velocity, const SgdArgs& a) override {
     auto& t = static_cast<CudaTensorSet&>(set);
@@ -614,15 +568,15 @@ class CudaBackend final : public Backend {
   int m_device;
   int m_compute_major = 0, m_compute_minor = 0;
   DeviceInfo m_info;
-  std::shared_ptr<Pool> m_pool, m_pinned;
+  std::shared_ptr<SizePool> m_pool, m_pinned;
 };
 
 }  // namespace
 }  // namespace squall::cuda
 
-namespace squall::nn {
+namespace squall::cuda {
 
-int cuda_device_count(std::string* why_none) {
+int device_count(std::string* why_none) {
   int driver = 0;
   if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) {
     cudaGetLastError();
@@ -640,11 +594,11 @@ int cuda_device_count(std::string* why_none) {
   return count;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device) {
-  const int count = cuda_device_count();
+std::unique_ptr<nn::Backend> make_backend(int device) {
+  const int count = device_count();
   if (device < 0 || device >= count)
     throw Error("cuda backend: no GPU " + std::to_string(device) + " (" + std::to_string(count) + " visible)");
-  return std::make_unique<squall::cuda::CudaBackend>(device);
+  return std::make_unique<CudaBackend>(device);
 }
 
-}  // namespace squall::nn
+}  // namespace squall::cuda

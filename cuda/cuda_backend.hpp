@@ -1,11 +1,13 @@
 #pragma once
-// The CUDA backend: squall::nn::Backend on one GPU (docs/design.md, "Backends").
+// The CUDA backend: squall::nn::Backend (a Device and its Kernels) on one GPU (docs/design.md,
+// "Backends").
 //
 // - A CudaStream is a cudaStream_t with its own cuDNN and cuBLAS handles and its own cuDNN
 //   workspace, so that each learner (one stream each) runs its layers independently of the
 //   others on the same device (Crossbow's learners on streams).
-// - Memory comes from a caching pool (DevicePool): freed blocks are kept by size and reused,
-//   so after the first step of training no cudaMalloc or cudaFree runs.
+// - Memory comes from size-keyed caching pools (src/nn/size_pool.hpp, shared with the CPU
+//   backend): freed blocks are kept by size and reused, so after the first step of training
+//   no cudaMalloc or cudaFree runs.
 // - Plans (cuda/plans.hpp) choose cuDNN algorithms once per shape, cached for the process.
 // - Kernels of our own are in cuda/kernels.cuh; every one takes the stream it runs on.
 #include <cublas_v2.h>
@@ -81,7 +83,7 @@ class CudaEvent final : public Event {
   cudaEvent_t m_event = nullptr;
 };
 
-// The factory is squall::nn::make_cuda_backend (src/nn/backend.hpp), so that callers
-// outside cuda/ need no CUDA header.
+// The factory is squall::cuda::make_backend (cuda/cuda_factory.hpp, no CUDA header in it), which
+// src/backends calls.
 
 }  // namespace squall::cuda

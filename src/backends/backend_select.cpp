@@ -1,18 +1,30 @@
 // run.backend: which Backend a rank trains on, and which GPU (docs/design.md, "Backends").
 #include <string>
 
+#include "src/backends/backends.hpp"
+#include "src/cpu/cpu_backend.hpp"
 #include "src/core/error.hpp"
-#include "src/nn/backend.hpp"
 
-namespace squall::nn {
+namespace squall::backends {
 
-std::unique_ptr<Backend> make_backend(BackendKind kind, int local_rank, int threads, CpuStreams cpu_streams) {
-  const CpuBackendOptions cpu{threads, cpu_streams == CpuStreams::async};
-  if (kind == BackendKind::cpu) return make_cpu_backend(cpu);
+std::unique_ptr<nn::Backend> make_cpu_backend(int threads) {
+  return std::make_unique<cpu::CpuBackend>(threads);
+}
+
+std::unique_ptr<nn::Backend> make_cpu_backend(const cpu::CpuBackendOptions& options) {
+  return std::make_unique<cpu::CpuBackend>(options);
+}
+
+std::unique_ptr<nn::Backend> make_backend(nn::BackendKind kind, int local_rank, int threads,
+                                          nn::CpuStreams cpu_streams) {
+  cpu::CpuBackendOptions cpu;
+  cpu.threads = threads;
+  cpu.async_streams = cpu_streams == nn::CpuStreams::async;
+  if (kind == nn::BackendKind::cpu) return make_cpu_backend(cpu);
   std::string why;
   const int devices = cuda_device_count(&why);
   if (devices == 0) {
-    if (kind == BackendKind::auto_) return make_cpu_backend(cpu);
+    if (kind == nn::BackendKind::auto_) return make_cpu_backend(cpu);
     // Not a usage error (exit 1, not 2): the same command is right on a GPU node.
     throw Error("run.backend = cuda, but no GPU can be used: " + why +
                 " (use run.backend = cpu or auto to train on the CPU)");
@@ -22,4 +34,4 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, int local_rank, int thre
   return make_cuda_backend(local_rank % devices);
 }
 
-}  // namespace squall::nn
+}  // namespace squall::backends

@@ -1,9 +1,9 @@
 // Linked instead of the cuda/ library when squall is built without the CUDA backend: the
-// probe reports why, and the backend factory is never reached (make_backend checks the count).
-// The device-buffer allreduces are mpi/'s (mpi/nccl_absent.cpp).
+// probe reports why, and the factory's CUDA entries say so (make_backend checks the count
+// first). The device-buffer allreduces are mpi/'s (mpi/nccl_absent.cpp).
+#include "src/backends/backends.hpp"
 #include "src/core/cuda_probe.hpp"
 #include "src/core/error.hpp"
-#include "src/nn/backend.hpp"
 
 namespace squall {
 
@@ -17,14 +17,14 @@ CudaProbe probe_cuda() {
   return p;
 }
 
-namespace nn {
+namespace backends {
 
 int cuda_device_count(std::string* why_none) {
   if (why_none) *why_none = k_not_built;
   return 0;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int) { throw Error(k_not_built); }
+std::unique_ptr<nn::Backend> make_cuda_backend(int) { throw Error(k_not_built); }
 
-}  // namespace nn
+}  // namespace backends
 }  // namespace squall

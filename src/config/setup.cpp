@@ -5,6 +5,7 @@
 #include "io/input/open_dataset.hpp"
 #include "src/config/model_spec.hpp"
 #include "src/core/error.hpp"
+#include "src/backends/backends.hpp"
 #include "src/cpu/cpu_info.hpp"
 #include "src/nn/models/input_multiple.hpp"
 
@@ -13,7 +14,7 @@ namespace squall::config {
 std::unique_ptr<nn::Backend> make_rank_backend(const Config& cfg, const mpi::Topology& topo) {
   const int threads =
       cfg.run.threads > 0 ? static_cast<int>(cfg.run.threads) : cpu::default_threads(topo.host_ranks());
-  std::unique_ptr<nn::Backend> b = nn::make_backend(cfg.run.backend, topo.host_rank(), threads, cfg.run.cpu_streams);
+  std::unique_ptr<nn::Backend> b = backends::make_backend(cfg.run.backend, topo.host_rank(), threads, cfg.run.cpu_streams);
   b->set_reference_precision(cfg.train.cpu_precision == CpuPrecision::reference);
   return b;
 }
@@ -24,7 +25,7 @@ std::string check_cpu_precision(const Config& cfg, const std::string& origin, co
   if (cfg.train.cpu_precision == CpuPrecision::reference)
     return "train.precision = " + type + " on the CPU backend: the reference numerics (train.cpu_precision = "
            "reference), f32 arithmetic rounded to " + type + " after every operation (slower than fp32)";
-  if (backend.native_precision(precision_dtype(cfg.train.precision)))
+  if (backend.capabilities().native_precision(precision_dtype(cfg.train.precision)))
     return "train.precision = " + type + " on the CPU backend: convolutions on oneDNN's " + type +
            " primitives (" + where + "); batch norm, pooling, linear layers and the rest compute in f32 "
            "between " + type + " tensors";

@@ -43,90 +43,94 @@ class CpuBatchNormPlan final : public BatchNormPlan {
                   " eps=" + std::to_string(d.eps) + " layout " + layout_name(d.layout));
   }
 
-  void forward(Stream&, const void* xv, const float* gamma, const float* beta, float* running_mean,
+  void forward(Stream& s, const void* xv, const float* gamma, const float* beta, float* running_mean,
                float* running_var, void* yv, bool train) override {
-    const auto* x = static_cast<const float*>(xv);
-    auto* y = static_cast<float*>(yv);
-    const int64_t n = m_desc.n, c = m_desc.c, hw = m_desc.h * m_desc.w, blocks = c / B;
-    const int64_t count = n * hw;
-    if (train && count < 2)
-      throw Error("batch norm: training needs more than one value per channel, got input " +
-                  Shape(n, c, m_desc.h, m_desc.w).str());
-    const float momentum = m_desc.momentum;
+    m_queued.run(s, [=, this, &s] {
+      const auto* x = static_cast<const float*>(xv);
+      auto* y = static_cast<float*>(yv);
+      const int64_t n = m_desc.n, c = m_desc.c, hw = m_desc.h * m_desc.w, blocks = c / B;
+      const int64_t count = n * hw;
+      if (train && count < 2)
+        throw Error("batch norm: training needs more than one value per channel, got input " +
+                    Shape(n, c, m_desc.h, m_desc.w).str());
+      const float momentum = m_desc.momentum;
 #pragma omp parallel for schedule(static) if (n * c * hw > 16384)
-    for (int64_t cb = 0; cb < blocks; ++cb) {
-      float scale[B], shift[B];
-      if (train) {
-        double sum[B] = {}, sumsq[B] = {};
+      for (int64_t cb = 0; cb < blocks; ++cb) {
+        float scale[B], shift[B];
+        if (train) {
+          double sum[B] = {}, sumsq[B] = {};
+          for (int64_t i = 0; i < n; ++i) {
+            const float* p = x + (i * blocks + cb) * hw * B;
+            float s[B] = {}, q[B] = {};  // per row in float (vectorised), rows summed in double
+            if constexpr (B == 1) {
+#pragma omp simd reduction(+ : s[0], q[0])
+              for (int64_t j = 0; j < hw; ++j) {
+                s[0] += p[j];
+                q[0] += p[j] * p[j];
+              }
+            } else {
+              for (int64_t j = 0; j < hw; ++j)
+#pragma omp simd
+                for (int l = 0; l < B; ++l) {
+                  s[l] += p[j * B + l];
+                  q[l] += p[j * B + l] * p[j * B + l];
+                }
+            }
+            for (int l = 0; l < B; ++l) {
+              sum[l] += s[l];
+              sumsq[l] += q[l];
+            }
+          }
+          for (int l = 0; l < B; ++l) {
+            const int64_t ch = cb * B + l;
+            const double m = sum[l] / static_cast<double>(count);
+            const double var = std::max(sumsq[l] / static_cast<double>(count) - m * m, 0.0);
+            const auto mean = static_cast<float>(m);
+            const auto inv_std = static_cast<float>(1.0 / std::sqrt(var + m_desc.eps));
+            const double unbiased = var * static_cast<double>(count) / static_cast<double>(count - 1);
+            running_mean[ch] = static_cast<float>((1.0 - momentum) * running_mean[ch] + momentum * m);
+            running_var[ch] = static_cast<float>((1.0 - momentum) * running_var[ch] + momentum * unbiased);
+            m_mean[static_cast<size_t>(ch)] = mean;
+            m_inv_std[static_cast<size_t>(ch)] = inv_std;
+            scale[l] = gamma[ch] * inv_std;
+            shift[l] = beta[ch] - mean * scale[l];
+          }
+        } else {
+          for (int l = 0; l < B; ++l) {
+            const int64_t ch = cb * B + l;
+            const float inv_std = 1.0f / std::sqrt(running_var[ch] + m_desc.eps);
+            scale[l] = gamma[ch] * inv_std;
+            shift[l] = beta[ch] - running_mean[ch] * scale[l];
+          }
+        }
+        for (int l = 0; l < B; ++l) {
+          m_scale[static_cast<size_t>(cb * B + l)] = scale[l];
+          m_shift[static_cast<size_t>(cb * B + l)] = shift[l];
+        }
+        const bool relu = m_desc.relu;
         for (int64_t i = 0; i < n; ++i) {
           const float* p = x + (i * blocks + cb) * hw * B;
-          float s[B] = {}, q[B] = {};  // per row in float (vectorised), rows summed in double
-          if constexpr (B == 1) {
-#pragma omp simd reduction(+ : s[0], q[0])
-            for (int64_t j = 0; j < hw; ++j) {
-              s[0] += p[j];
-              q[0] += p[j] * p[j];
+          float* q = y + (i * blocks + cb) * hw * B;
+          for (int64_t j = 0; j < hw; ++j)
+#pragma omp simd
+            for (int l = 0; l < B; ++l) {
+              const float v = p[j * B + l] * scale[l] + shift[l];
+              q[j * B + l] = !relu || v > 0.0f ? v : 0.0f;  // the ReLU layer's expression
             }
-          } else {
-            for (int64_t j = 0; j < hw; ++j)
-#pragma omp simd
-              for (int l = 0; l < B; ++l) {
-                s[l] += p[j * B + l];
-                q[l] += p[j * B + l] * p[j * B + l];
-              }
-          }
-          for (int l = 0; l < B; ++l) {
-            sum[l] += s[l];
-            sumsq[l] += q[l];
-          }
-        }
-        for (int l = 0; l < B; ++l) {
-          const int64_t ch = cb * B + l;
-          const double m = sum[l] / static_cast<double>(count);
-          const double var = std::max(sumsq[l] / static_cast<double>(count) - m * m, 0.0);
-          const auto mean = static_cast<float>(m);
-          const auto inv_std = static_cast<float>(1.0 / std::sqrt(var + m_desc.eps));
-          const double unbiased = var * static_cast<double>(count) / static_cast<double>(count - 1);
-          running_mean[ch] = static_cast<float>((1.0 - momentum) * running_mean[ch] + momentum * m);
-          running_var[ch] = static_cast<float>((1.0 - momentum) * running_var[ch] + momentum * unbiased);
-          m_mean[static_cast<size_t>(ch)] = mean;
-          m_inv_std[static_cast<size_t>(ch)] = inv_std;
-          scale[l] = gamma[ch] * inv_std;
-          shift[l] = beta[ch] - mean * scale[l];
-        }
-      } else {
-        for (int l = 0; l < B; ++l) {
-          const int64_t ch = cb * B + l;
-          const float inv_std = 1.0f / std::sqrt(running_var[ch] + m_desc.eps);
-          scale[l] = gamma[ch] * inv_std;
-          shift[l] = beta[ch] - running_mean[ch] * scale[l];
         }
       }
-      for (int l = 0; l < B; ++l) {
-        m_scale[static_cast<size_t>(cb * B + l)] = scale[l];
-        m_shift[static_cast<size_t>(cb * B + l)] = shift[l];
-      }
-      const bool relu = m_desc.relu;
-      for (int64_t i = 0; i < n; ++i) {
-        const float* p = x + (i * blocks + cb) * hw * B;
-        float* q = y + (i * blocks + cb) * hw * B;
-        for (int64_t j = 0; j < hw; ++j)
-#pragma omp simd
-          for (int l = 0; l < B; ++l) {
-            const float v = p[j * B + l] * scale[l] + shift[l];
-            q[j * B + l] = !relu || v > 0.0f ? v : 0.0f;  // the ReLU layer's expression
-          }
-      }
-    }
-    m_have_batch_stats = train;
+      m_have_batch_stats = train;
+    });
   }
 
-  void backward(Stream&, const void* xv, const void* dyv, const float* gamma, void* dxv, float* dgamma,
+  void backward(Stream& s, const void* xv, const void* dyv, const float* gamma, void* dxv, float* dgamma,
                 float* dbeta) override {
-    if (m_desc.relu)
-      backward_impl<true>(xv, dyv, gamma, dxv, dgamma, dbeta);
-    else
-      backward_impl<false>(xv, dyv, gamma, dxv, dgamma, dbeta);
+    m_queued.run(s, [=, this, &s] {
+      if (m_desc.relu)
+        backward_impl<true>(xv, dyv, gamma, dxv, dgamma, dbeta);
+      else
+        backward_impl<false>(xv, dyv, gamma, dxv, dgamma, dbeta);
+    });
   }
 
  private:
@@ -204,6 +208,7 @@ class CpuBatchNormPlan final : public BatchNormPlan {
   std::vector<float> m_mean, m_inv_std;  // batch statistics of the last training forward
   std::vector<float> m_scale, m_shift;   // y = x * scale + shift per channel, as the last forward computed it
   bool m_have_batch_stats = false;
+  QueuedWork m_queued;  // last: its destructor waits for the passes still queued
 };
 
 }  // namespace
@@ -212,7 +217,7 @@ std::unique_ptr<BatchNormPlan> CpuBackend::make_batch_norm(const BatchNormDesc& 
   if (d.layout == Layout::nhwc) {
     BatchNormDesc nchw = d;
     nchw.layout = Layout::nchw;
-    return make_nhwc_batch_norm(*this, d, make_batch_norm(nchw));
+    return make_nhwc_batch_norm(*this, d, CpuBackend::make_batch_norm(nchw));  // not virtual: a subclass sees one plan asked for
   }
   if (d.dtype != DType::f32) {
     BatchNormDesc f32 = d;

@@ -93,7 +93,7 @@ class CpuConvPlan final : public ConvPlan {
     if (d.dtype != DType::f32 && d.dtype != DType::bf16)
       throw Error(std::string("conv: oneDNN plans take f32 or bf16 activations, not ") + dtype_name(d.dtype));
     if (d.dtype != DType::f32 && (d.fold_batch_norm || d.relu))
-      throw Error("conv: a folded batch norm or ReLU is for f32 plans (Backend::fuses)");
+      throw Error("conv: a folded batch norm or ReLU is for f32 plans (Capabilities::fuses)");
     if (d.transposed)
       build<TransposedConv>(engine, d, out);
     else
@@ -113,9 +113,11 @@ class CpuConvPlan final : public ConvPlan {
   }
 
   void forward(Stream& s, const void* x, const float* w, const float* b, void* y) override {
-    m_weights_version = 0;
-    prepare_weights(s, w, b);
-    run_forward(s, x, y);
+    m_queued.run(s, [=, this, &s] {
+      m_weights_version = 0;
+      prepare_weights(s, w, b);
+      run_forward(s, x, y);
+    });
   }
 
   // The weights as the last forward_unchanged of this version left them: folded, reordered
@@ -123,45 +125,51 @@ class CpuConvPlan final : public ConvPlan {
   // again since: bind_batch_norm clears the version).
   void forward_unchanged(Stream& s, const void* x, const float* w, const float* b, void* y,
                          uint64_t version) override {
-    if (version == 0 || version != m_weights_version || w != m_prepared_w || b != m_prepared_b) {
-      prepare_weights(s, w, b);
-      m_weights_version = version;
-      m_prepared_w = w;
-      m_prepared_b = b;
-    }
-    run_forward(s, x, y);
+    m_queued.run(s, [=, this, &s] {
+      if (version == 0 || version != m_weights_version || w != m_prepared_w || b != m_prepared_b) {
+        prepare_weights(s, w, b);
+        m_weights_version = version;
+        m_prepared_w = w;
+        m_prepared_b = b;
+      }
+      run_forward(s, x, y);
+    });
   }
 
   void backward_data(Stream& s, const void* dy, const float* w, void* dx) override {
-    require_backward();
-    auto& st = CpuBackend::dnnl_stream(s);
-    stage_dy(st, m_d_dy, dy);
-    m_d_wei.bind(w);
-    m_d_wei.stage_in(st);
-    m_d_dx.bind(dx);
-    m_bwd_data.execute(st, m_bwd_data_args);
-    m_d_dx.stage_out(st);
+    m_queued.run(s, [=, this, &s] {
+      require_backward();
+      auto& st = CpuBackend::dnnl_stream(s);
+      stage_dy(st, m_d_dy, dy);
+      m_d_wei.bind(w);
+      m_d_wei.stage_in(st);
+      m_d_dx.bind(dx);
+      m_bwd_data.execute(st, m_bwd_data_args);
+      m_d_dx.stage_out(st);
+    });
   }
 
   void backward_weights(Stream& s, const void* x, const void* dy, float* dw, float* db) override {
-    require_backward();
-    auto& st = CpuBackend::dnnl_stream(s);
-    // The forward already staged x into the same layout: reuse it when it is the same tensor.
-    const bool reuse_src = m_share_src && x == m_forward_x;
-    if (!reuse_src) {
-      Operand& src = m_share_src ? m_f_src : m_w_src;  // same layout: restage into the forward's buffer
-      src.bind(x);
-      src.stage_in(st);
-    }
-    Operand& ddst = m_share_dy ? m_d_dy : m_w_dy;
-    stage_dy(st, ddst, dy);
-    m_w_dw.bind(dw);
-    if (m_desc.bias) {
-      m_bias.set_data_handle(db);  // the forward's bias memory: bound again at the next forward
-      m_weights_version = 0;
-    }
-    m_bwd_weights.execute(st, m_bwd_weights_args);
-    m_w_dw.stage_out(st);
+    m_queued.run(s, [=, this, &s] {
+      require_backward();
+      auto& st = CpuBackend::dnnl_stream(s);
+      // The forward already staged x into the same layout: reuse it when it is the same tensor.
+      const bool reuse_src = m_share_src && x == m_forward_x;
+      if (!reuse_src) {
+        Operand& src = m_share_src ? m_f_src : m_w_src;  // same layout: restage into the forward's buffer
+        src.bind(x);
+        src.stage_in(st);
+      }
+      Operand& ddst = m_share_dy ? m_d_dy : m_w_dy;
+      stage_dy(st, ddst, dy);
+      m_w_dw.bind(dw);
+      if (m_desc.bias) {
+        m_bias.set_data_handle(db);  // the forward's bias memory: bound again at the next forward
+        m_weights_version = 0;
+      }
+      m_bwd_weights.execute(st, m_bwd_weights_args);
+      m_w_dw.stage_out(st);
+    });
   }
 
  private:
@@ -443,6 +451,7 @@ class CpuConvPlan final : public ConvPlan {
     const float *gamma = nullptr, *beta = nullptr, *mean = nullptr, *var = nullptr;
   } m_bn;                                    // fold_batch_norm: the norm's tensors
   std::vector<float> m_folded_w, m_folded_b;  // fold_batch_norm: the weights and bias with the norm in them
+  QueuedWork m_queued;  // last: its destructor waits for the passes still queued
 };
 
 // The layout oneDNN picks for a convolution's activations when free to choose: a 3x3
@@ -483,8 +492,7 @@ bool CpuBackend::native_precision(DType t) const {
   return t == DType::f32 || (t == DType::bf16 && !m_reference_precision && dnn_has_bf16());
 }
 
-Layout CpuBackend::blocked_layout_for(DType t) const {
-  if (t != DType::f32) return Layout::nchw;
+Layout CpuBackend::blocked_layout() const {
   std::call_once(m_blocked_once, [this] { m_blocked = probe_blocked_layout(const_cast<dnnl::engine&>(m_engine)); });
   return m_blocked;
 }

@@ -23,10 +23,12 @@ inline int64_t as_signed(size_t n) { return static_cast<int64_t>(n); }
 
 }  // namespace
 
-void CpuBackend::fill(Stream&, float* x, size_t n, float value) {
-  const int64_t m = as_signed(n);
+void CpuBackend::fill(Stream& s, float* x, size_t n, float value) {
+  run_on(s, [=, this, &s] {
+    const int64_t m = as_signed(n);
 #pragma omp parallel for simd if (m >= k_parallel_min) schedule(static)
-  for (int64_t i = 0; i < m; ++i) x[i] = value;
+    for (int64_t i = 0; i < m; ++i) x[i] = value;
+  });
 }
 
 void CpuBackend::relu_forward_f32(Stream&, const float* x, float* y, size_t n) {
@@ -47,22 +49,28 @@ void CpuBackend::add_f32(Stream&, const float* a, const float* b, float* y, size
   for (int64_t i = 0; i < m; ++i) y[i] = a[i] + b[i];
 }
 
-void CpuBackend::axpy(Stream&, float alpha, const float* x, float* y, size_t n) {
-  const int64_t m = as_signed(n);
+void CpuBackend::axpy(Stream& s, float alpha, const float* x, float* y, size_t n) {
+  run_on(s, [=, this, &s] {
+    const int64_t m = as_signed(n);
 #pragma omp parallel for simd if (m >= k_parallel_min) schedule(static)
-  for (int64_t i = 0; i < m; ++i) y[i] += alpha * x[i];
+    for (int64_t i = 0; i < m; ++i) y[i] += alpha * x[i];
+  });
 }
 
-void CpuBackend::scale(Stream&, float alpha, float* x, size_t n) {
-  const int64_t m = as_signed(n);
+void CpuBackend::scale(Stream& s, float alpha, float* x, size_t n) {
+  run_on(s, [=, this, &s] {
+    const int64_t m = as_signed(n);
 #pragma omp parallel for simd if (m >= k_parallel_min) schedule(static)
-  for (int64_t i = 0; i < m; ++i) x[i] *= alpha;
+    for (int64_t i = 0; i < m; ++i) x[i] *= alpha;
+  });
 }
 
-void CpuBackend::axpby(Stream&, float alpha, const float* x, float beta, float* y, size_t n) {
-  const int64_t m = as_signed(n);
+void CpuBackend::axpby(Stream& s, float alpha, const float* x, float beta, float* y, size_t n) {
+  run_on(s, [=, this, &s] {
+    const int64_t m = as_signed(n);
 #pragma omp parallel for simd if (m >= k_parallel_min) schedule(static)
-  for (int64_t i = 0; i < m; ++i) y[i] = alpha * x[i] + beta * y[i];
+    for (int64_t i = 0; i < m; ++i) y[i] = alpha * x[i] + beta * y[i];
+  });
 }
 
 namespace {
@@ -184,7 +192,7 @@ void convert_elements(const void* src, DType from, void* dst, DType to, int64_t 
   convert_range(src, from, dst, to, 0, n);
 }
 
-void CpuBackend::convert(Stream&, const void* src, DType from, void* dst, DType to, size_t n) {
+void convert_now(const void* src, DType from, void* dst, DType to, size_t n) {
   auto supported = [](DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; };
   if (!supported(from) || !supported(to))
     throw Error(std::string("convert: ") + dtype_name(from) + " -> " + dtype_name(to) + " is not a float conversion");
@@ -201,6 +209,10 @@ void CpuBackend::convert(Stream&, const void* src, DType from, void* dst, DType 
     const int64_t begin = std::min(m, t * chunk), end = std::min(m, begin + chunk);
     if (begin < end) convert_range(src, from, dst, to, begin, end);
   }
+}
+
+void CpuBackend::convert(Stream& s, const void* src, DType from, void* dst, DType to, size_t n) {
+  run_on(s, [=] { convert_now(src, from, dst, to, n); });
 }
 
 // The mask is a pure function of (seed, offset + i): u_i = top 24 bits of

@@ -144,30 +144,35 @@ class NhwcBatchNorm final : public BatchNormPlan {
   }
   void forward(Stream& s, const void* x, const float* gamma, const float* beta, float* running_mean,
                float* running_var, void* y, bool train) override {
-    to_nchw(s, x, m_x.raw());
-    m_inner->forward(s, m_x.raw(), gamma, beta, running_mean, running_var, m_y.raw(), train);
-    to_nhwc(s, m_y.raw(), y);
+    m_queued.run(s, [=, this, &s] {
+      to_nchw(s, x, m_x.raw());
+      m_inner->forward(s, m_x.raw(), gamma, beta, running_mean, running_var, m_y.raw(), train);
+      to_nhwc(s, m_y.raw(), y);
+    });
   }
   void backward(Stream& s, const void* x, const void* dy, const float* gamma, void* dx, float* dgamma,
                 float* dbeta) override {
-    to_nchw(s, x, m_x.raw());
-    to_nchw(s, dy, m_y.raw());
-    m_inner->backward(s, m_x.raw(), m_y.raw(), gamma, m_dx.raw(), dgamma, dbeta);
-    to_nhwc(s, m_dx.raw(), dx);
+    m_queued.run(s, [=, this, &s] {
+      to_nchw(s, x, m_x.raw());
+      to_nchw(s, dy, m_y.raw());
+      m_inner->backward(s, m_x.raw(), m_y.raw(), gamma, m_dx.raw(), dgamma, dbeta);
+      to_nhwc(s, m_dx.raw(), dx);
+    });
   }
 
  private:
   void to_nchw(Stream& s, const void* src, void* dst) {
-    m_b.permute_layout(s, m_d.dtype, src, Layout::nhwc, dst, Layout::nchw, m_d.n, m_d.c, m_d.h, m_d.w);
+    permute_layout_now(m_d.dtype, src, Layout::nhwc, dst, Layout::nchw, m_d.n, m_d.c, m_d.h, m_d.w);
   }
   void to_nhwc(Stream& s, const void* src, void* dst) {
-    m_b.permute_layout(s, m_d.dtype, src, Layout::nchw, dst, Layout::nhwc, m_d.n, m_d.c, m_d.h, m_d.w);
+    permute_layout_now(m_d.dtype, src, Layout::nchw, dst, Layout::nhwc, m_d.n, m_d.c, m_d.h, m_d.w);
   }
 
   CpuBackend& m_b;
   BatchNormDesc m_d;
   std::unique_ptr<BatchNormPlan> m_inner;
   Buffer m_x, m_y, m_dx;  // NCHW copies of x, y (then dy), dx
+  QueuedWork m_queued;  // last: its destructor waits for the passes still queued
 };
 
 }  // namespace
@@ -177,8 +182,8 @@ std::unique_ptr<BatchNormPlan> make_nhwc_batch_norm(CpuBackend& b, const BatchNo
   return std::make_unique<NhwcBatchNorm>(b, d, std::move(nchw));
 }
 
-void CpuBackend::permute_layout(Stream&, DType t, const void* src, Layout from, void* dst, Layout to, int64_t n,
-                                int64_t c, int64_t h, int64_t w) {
+void permute_layout_now(DType t, const void* src, Layout from, void* dst, Layout to, int64_t n, int64_t c,
+                        int64_t h, int64_t w) {
   if (n < 0 || c < 0 || h < 0 || w < 0)
     throw Error("permute_layout: bad shape " + Shape(n, c, h, w).str());
   const size_t bytes = static_cast<size_t>(n * c * h * w) * dtype_size(t);
@@ -211,8 +216,13 @@ void CpuBackend::permute_layout(Stream&, DType t, const void* src, Layout from, 
     permute(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), n, c, h * w, to_nhwc);
 }
 
-void CpuBackend::permute_convert(Stream& s, const void* src, DType from, Layout from_layout, void* dst, DType to,
-                                 Layout to_layout, int64_t n, int64_t c, int64_t h, int64_t w) {
+void CpuBackend::permute_layout(Stream& s, DType t, const void* src, Layout from, void* dst, Layout to, int64_t n,
+                                int64_t c, int64_t h, int64_t w) {
+  run_on(s, [=] { permute_layout_now(t, src, from, dst, to, n, c, h, w); });
+}
+
+void permute_convert_now(const void* src, DType from, Layout from_layout, void* dst, DType to, Layout to_layout,
+                         int64_t n, int64_t c, int64_t h, int64_t w) {
   for (const DType t : {from, to})
     if (t != DType::f32 && t != DType::bf16 && t != DType::f16)
       throw Error(std::string("permute_convert: ") + dtype_name(t) + " is not a float type");
@@ -221,8 +231,8 @@ void CpuBackend::permute_convert(Stream& s, const void* src, DType from, Layout 
   if (count == 0) return;
   // One channel or one pixel: both orders are the same.
   if (from_layout == to_layout || c == 1 || h * w == 1)
-    return convert(s, src, from, dst, to, static_cast<size_t>(count));
-  if (from == to) return permute_layout(s, from, src, from_layout, dst, to_layout, n, c, h, w);
+    return convert_now(src, from, dst, to, static_cast<size_t>(count));
+  if (from == to) return permute_layout_now(from, src, from_layout, dst, to_layout, n, c, h, w);
   if (channel_block(from_layout) != 0 || channel_block(to_layout) != 0)
     throw Error(std::string("permute_convert: ") + layout_name(from_layout) + " -> " + layout_name(to_layout) +
                 " with a change of type (blocked layouts hold f32 activations only)");
@@ -231,6 +241,11 @@ void CpuBackend::permute_convert(Stream& s, const void* src, DType from, Layout 
     permute_convert_blocks(static_cast<const uint32_t*>(src), from, dst, to, n, c, h * w, to_nhwc);
   else
     permute_convert_blocks(static_cast<const uint16_t*>(src), from, dst, to, n, c, h * w, to_nhwc);
+}
+
+void CpuBackend::permute_convert(Stream& s, const void* src, DType from, Layout from_layout, void* dst, DType to,
+                                 Layout to_layout, int64_t n, int64_t c, int64_t h, int64_t w) {
+  run_on(s, [=] { permute_convert_now(src, from, from_layout, dst, to, to_layout, n, c, h, w); });
 }
 
 }  // namespace squall::cpu

@@ -59,32 +59,38 @@ class CpuLinearPlan final : public LinearPlan {
   }
 
   void forward(Stream& s, const void* xv, const float* w, const float* b, void* yv) override {
-    const auto* x = static_cast<const float*>(xv);
-    auto* y = static_cast<float*>(yv);
-    m_src.set_data_handle(bind(x));
-    m_wei.set_data_handle(bind(w));
-    if (m_desc.bias) m_bias.set_data_handle(bind(b));
-    m_dst.set_data_handle(y);
-    m_fwd.execute(CpuBackend::dnnl_stream(s), m_fwd_args);
+    m_queued.run(s, [=, this, &s] {
+      const auto* x = static_cast<const float*>(xv);
+      auto* y = static_cast<float*>(yv);
+      m_src.set_data_handle(bind(x));
+      m_wei.set_data_handle(bind(w));
+      if (m_desc.bias) m_bias.set_data_handle(bind(b));
+      m_dst.set_data_handle(y);
+      m_fwd.execute(CpuBackend::dnnl_stream(s), m_fwd_args);
+    });
   }
 
   void backward_data(Stream& s, const void* dyv, const float* w, void* dxv) override {
-    const auto* dy = static_cast<const float*>(dyv);
-    auto* dx = static_cast<float*>(dxv);
-    m_dst.set_data_handle(bind(dy));
-    m_wei.set_data_handle(bind(w));
-    m_src.set_data_handle(dx);
-    m_bwd_data.execute(CpuBackend::dnnl_stream(s), m_bwd_data_args);
+    m_queued.run(s, [=, this, &s] {
+      const auto* dy = static_cast<const float*>(dyv);
+      auto* dx = static_cast<float*>(dxv);
+      m_dst.set_data_handle(bind(dy));
+      m_wei.set_data_handle(bind(w));
+      m_src.set_data_handle(dx);
+      m_bwd_data.execute(CpuBackend::dnnl_stream(s), m_bwd_data_args);
+    });
   }
 
   void backward_weights(Stream& s, const void* xv, const void* dyv, float* dw, float* db) override {
-    const auto* x = static_cast<const float*>(xv);
-    const auto* dy = static_cast<const float*>(dyv);
-    m_src.set_data_handle(bind(x));
-    m_dst.set_data_handle(bind(dy));
-    m_wei.set_data_handle(dw);
-    if (m_desc.bias) m_bias.set_data_handle(db);
-    m_bwd_weights.execute(CpuBackend::dnnl_stream(s), m_bwd_weights_args);
+    m_queued.run(s, [=, this, &s] {
+      const auto* x = static_cast<const float*>(xv);
+      const auto* dy = static_cast<const float*>(dyv);
+      m_src.set_data_handle(bind(x));
+      m_dst.set_data_handle(bind(dy));
+      m_wei.set_data_handle(dw);
+      if (m_desc.bias) m_bias.set_data_handle(db);
+      m_bwd_weights.execute(CpuBackend::dnnl_stream(s), m_bwd_weights_args);
+    });
   }
 
  private:
@@ -93,6 +99,7 @@ class CpuLinearPlan final : public LinearPlan {
   memory m_src, m_wei, m_bias, m_dst;  // rebound every call: x or dx; w or dw; b or db; y or dy
   memory m_scratch;
   std::unordered_map<int, memory> m_fwd_args, m_bwd_data_args, m_bwd_weights_args;
+  QueuedWork m_queued;  // last: its destructor waits for the passes still queued
 };
 
 }  // namespace

@@ -63,7 +63,7 @@ void cross_entropy_pixels(const float* logits, const int32_t* labels, const floa
 // loss = sum_i w[y_i] * -log softmax(x_i)[y_i] / sum_i w[y_i] over the pixels not ignored.
 // When every label is ignored the weight sum is 0; PyTorch returns NaN there, we return a
 // zero loss and zero gradient so that one empty batch does not poison the weights. A null
-// dlogits: the loss alone (Backend::loss_without_gradient).
+// dlogits: the loss alone (Capabilities::loss_without_gradient).
 void CpuBackend::softmax_cross_entropy_f32(Stream&, const float* logits, const int32_t* labels,
                                        const float* class_weights, int64_t n, int64_t classes, int64_t hw,
                                        float* dlogits, float* loss, const float* grad_scale) {
@@ -110,13 +110,15 @@ void CpuBackend::argmax_channels_f32(Stream&, const float* x, int32_t* out, int6
   }
 }
 
-void CpuBackend::accumulate_confusion(Stream&, const int32_t* labels, const int32_t* pred, size_t n,
+void CpuBackend::accumulate_confusion(Stream& s, const int32_t* labels, const int32_t* pred, size_t n,
                                       int64_t classes, int32_t* confusion) {
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t y = labels[i], p = pred[i];
-    if (y < 0 || y >= classes || p < 0 || p >= classes) continue;
-    ++confusion[y * classes + p];
-  }
+  run_on(s, [=, this, &s] {
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t y = labels[i], p = pred[i];
+      if (y < 0 || y >= classes || p < 0 || p >= classes) continue;
+      ++confusion[y * classes + p];
+    }
+  });
 }
 
 }  // namespace squall::cpu

@@ -79,26 +79,30 @@ class CpuPoolPlan final : public PoolPlan {
   }
 
   void forward(Stream& s, const void* xv, void* yv, bool train) override {
-    const auto* x = static_cast<const float*>(xv);
-    auto* y = static_cast<float*>(yv);
-    m_src.set_data_handle(bind(x));
-    m_dst.set_data_handle(y);
-    if (train) {
-      m_train.execute(CpuBackend::dnnl_stream(s), m_train_args);
-      m_have_workspace = true;
-    } else {
-      m_infer.execute(CpuBackend::dnnl_stream(s), m_infer_args);
-    }
+    m_queued.run(s, [=, this, &s] {
+      const auto* x = static_cast<const float*>(xv);
+      auto* y = static_cast<float*>(yv);
+      m_src.set_data_handle(bind(x));
+      m_dst.set_data_handle(y);
+      if (train) {
+        m_train.execute(CpuBackend::dnnl_stream(s), m_train_args);
+        m_have_workspace = true;
+      } else {
+        m_infer.execute(CpuBackend::dnnl_stream(s), m_infer_args);
+      }
+    });
   }
 
   void backward(Stream& s, const void* dyv, void* dxv) override {
-    const auto* dy = static_cast<const float*>(dyv);
-    auto* dx = static_cast<float*>(dxv);
-    if (m_desc.kind == PoolKind::max && !m_have_workspace)
-      throw Error("pool: max-pooling backward needs a forward with train=true first (it keeps the argmax)");
-    m_dst.set_data_handle(bind(dy));
-    m_src.set_data_handle(dx);
-    m_bwd.execute(CpuBackend::dnnl_stream(s), m_bwd_args);
+    m_queued.run(s, [=, this, &s] {
+      const auto* dy = static_cast<const float*>(dyv);
+      auto* dx = static_cast<float*>(dxv);
+      if (m_desc.kind == PoolKind::max && !m_have_workspace)
+        throw Error("pool: max-pooling backward needs a forward with train=true first (it keeps the argmax)");
+      m_dst.set_data_handle(bind(dy));
+      m_src.set_data_handle(dx);
+      m_bwd.execute(CpuBackend::dnnl_stream(s), m_bwd_args);
+    });
   }
 
  private:
@@ -109,6 +113,7 @@ class CpuPoolPlan final : public PoolPlan {
   memory m_workspace;         // max pooling: where each maximum came from, for backward
   bool m_have_workspace = false;
   std::unordered_map<int, memory> m_train_args, m_infer_args, m_bwd_args;
+  QueuedWork m_queued;  // last: its destructor waits for the passes still queued
 };
 
 // Pooling on NCHW as OpenMP loops over the planes. oneDNN's NCHW pooling is a plain reference
@@ -123,65 +128,69 @@ class PlanePoolPlan final : public PoolPlan {
     if (d.kind == PoolKind::max) m_argmax.resize(static_cast<size_t>(m_out.numel()));
   }
 
-  void forward(Stream&, const void* xv, void* yv, bool train) override {
-    const auto* x = static_cast<const float*>(xv);
-    auto* y = static_cast<float*>(yv);
-    const int64_t planes = m_d.n * m_d.c, ih = m_d.h, iw = m_d.w, oh = m_out.h(), ow = m_out.w();
-    const bool max = m_d.kind == PoolKind::max;
+  void forward(Stream& s, const void* xv, void* yv, bool train) override {
+    m_queued.run(s, [=, this, &s] {
+      const auto* x = static_cast<const float*>(xv);
+      auto* y = static_cast<float*>(yv);
+      const int64_t planes = m_d.n * m_d.c, ih = m_d.h, iw = m_d.w, oh = m_out.h(), ow = m_out.w();
+      const bool max = m_d.kind == PoolKind::max;
 #pragma omp parallel for schedule(static) if (planes * ih * iw >= k_parallel_min)
-    for (int64_t p = 0; p < planes; ++p) {
-      const float* in = x + p * ih * iw;
-      float* out = y + p * oh * ow;
-      int32_t* arg = max ? m_argmax.data() + p * oh * ow : nullptr;
-      for (int64_t oy = 0; oy < oh; ++oy) {
-        const auto [y0, y1] = window(oy, m_d.stride_h, m_d.pad_h, m_d.r, ih);
-        for (int64_t ox = 0; ox < ow; ++ox) {
-          const auto [x0, x1] = window(ox, m_d.stride_w, m_d.pad_w, m_d.s, iw);
-          if (max) {
-            int64_t best = y0 * iw + x0;
-            for (int64_t yy = y0; yy < y1; ++yy)
-              for (int64_t xx = x0; xx < x1; ++xx)
-                if (in[yy * iw + xx] > in[best]) best = yy * iw + xx;
-            out[oy * ow + ox] = in[best];
-            arg[oy * ow + ox] = static_cast<int32_t>(best);
-          } else {
-            float sum = 0.0f;
-            for (int64_t yy = y0; yy < y1; ++yy)
-              for (int64_t xx = x0; xx < x1; ++xx) sum += in[yy * iw + xx];
-            out[oy * ow + ox] = sum / static_cast<float>((y1 - y0) * (x1 - x0));
+      for (int64_t p = 0; p < planes; ++p) {
+        const float* in = x + p * ih * iw;
+        float* out = y + p * oh * ow;
+        int32_t* arg = max ? m_argmax.data() + p * oh * ow : nullptr;
+        for (int64_t oy = 0; oy < oh; ++oy) {
+          const auto [y0, y1] = window(oy, m_d.stride_h, m_d.pad_h, m_d.r, ih);
+          for (int64_t ox = 0; ox < ow; ++ox) {
+            const auto [x0, x1] = window(ox, m_d.stride_w, m_d.pad_w, m_d.s, iw);
+            if (max) {
+              int64_t best = y0 * iw + x0;
+              for (int64_t yy = y0; yy < y1; ++yy)
+                for (int64_t xx = x0; xx < x1; ++xx)
+                  if (in[yy * iw + xx] > in[best]) best = yy * iw + xx;
+              out[oy * ow + ox] = in[best];
+              arg[oy * ow + ox] = static_cast<int32_t>(best);
+            } else {
+              float sum = 0.0f;
+              for (int64_t yy = y0; yy < y1; ++yy)
+                for (int64_t xx = x0; xx < x1; ++xx) sum += in[yy * iw + xx];
+              out[oy * ow + ox] = sum / static_cast<float>((y1 - y0) * (x1 - x0));
+            }
           }
         }
       }
-    }
-    if (max && train) m_have_argmax = true;
+      if (max && train) m_have_argmax = true;
+    });
   }
 
-  void backward(Stream&, const void* dyv, void* dxv) override {
-    const auto* dy = static_cast<const float*>(dyv);
-    auto* dx = static_cast<float*>(dxv);
-    if (m_d.kind == PoolKind::max && !m_have_argmax)
-      throw Error("pool: max-pooling backward needs a forward with train=true first (it keeps the argmax)");
-    const int64_t planes = m_d.n * m_d.c, ih = m_d.h, iw = m_d.w, oh = m_out.h(), ow = m_out.w();
+  void backward(Stream& s, const void* dyv, void* dxv) override {
+    m_queued.run(s, [=, this, &s] {
+      const auto* dy = static_cast<const float*>(dyv);
+      auto* dx = static_cast<float*>(dxv);
+      if (m_d.kind == PoolKind::max && !m_have_argmax)
+        throw Error("pool: max-pooling backward needs a forward with train=true first (it keeps the argmax)");
+      const int64_t planes = m_d.n * m_d.c, ih = m_d.h, iw = m_d.w, oh = m_out.h(), ow = m_out.w();
 #pragma omp parallel for schedule(static) if (planes * ih * iw >= k_parallel_min)
-    for (int64_t p = 0; p < planes; ++p) {
-      float* din = dx + p * ih * iw;
-      const float* g = dy + p * oh * ow;
-      std::fill(din, din + ih * iw, 0.0f);
-      if (m_d.kind == PoolKind::max) {
-        const int32_t* arg = m_argmax.data() + p * oh * ow;
-        for (int64_t o = 0; o < oh * ow; ++o) din[arg[o]] += g[o];
-        continue;
-      }
-      for (int64_t oy = 0; oy < oh; ++oy) {
-        const auto [y0, y1] = window(oy, m_d.stride_h, m_d.pad_h, m_d.r, ih);
-        for (int64_t ox = 0; ox < ow; ++ox) {
-          const auto [x0, x1] = window(ox, m_d.stride_w, m_d.pad_w, m_d.s, iw);
-          const float share = g[oy * ow + ox] / static_cast<float>((y1 - y0) * (x1 - x0));
-          for (int64_t yy = y0; yy < y1; ++yy)
-            for (int64_t xx = x0; xx < x1; ++xx) din[yy * iw + xx] += share;
+      for (int64_t p = 0; p < planes; ++p) {
+        float* din = dx + p * ih * iw;
+        const float* g = dy + p * oh * ow;
+        std::fill(din, din + ih * iw, 0.0f);
+        if (m_d.kind == PoolKind::max) {
+          const int32_t* arg = m_argmax.data() + p * oh * ow;
+          for (int64_t o = 0; o < oh * ow; ++o) din[arg[o]] += g[o];
+          continue;
+        }
+        for (int64_t oy = 0; oy < oh; ++oy) {
+          const auto [y0, y1] = window(oy, m_d.stride_h, m_d.pad_h, m_d.r, ih);
+          for (int64_t ox = 0; ox < ow; ++ox) {
+            const auto [x0, x1] = window(ox, m_d.stride_w, m_d.pad_w, m_d.s, iw);
+            const float share = g[oy * ow + ox] / static_cast<float>((y1 - y0) * (x1 - x0));
+            for (int64_t yy = y0; yy < y1; ++yy)
+              for (int64_t xx = x0; xx < x1; ++xx) din[yy * iw + xx] += share;
+          }
         }
       }
-    }
+    });
   }
 
  private:
@@ -194,6 +203,7 @@ class PlanePoolPlan final : public PoolPlan {
   Shape m_out;
   std::vector<int32_t> m_argmax;  // max: per output, the index of its maximum in its input plane
   bool m_have_argmax = false;
+  QueuedWork m_queued;  // last: its destructor waits for the passes still queued
 };
 
 }  // namespace
@@ -202,7 +212,7 @@ std::unique_ptr<PoolPlan> CpuBackend::make_pool(const PoolDesc& d) {
   if (d.dtype != DType::f32) {
     PoolDesc f32 = d;
     f32.dtype = DType::f32;
-    return make_reduced_pool(*this, d, make_pool(f32));
+    return make_reduced_pool(*this, d, CpuBackend::make_pool(f32));  // not virtual: a subclass sees one plan asked for
   }
   if (d.layout == Layout::nchw) {
     return std::make_unique<PlanePoolPlan>(d);

@@ -154,7 +154,7 @@ InferenceModel build_inference_model(const checkpoint::CheckpointModel& ck, cons
   InferenceModel m;
   m.backend = config::make_rank_backend(cfg, topo);
   m.stream = m.backend->create_stream();
-  m.backend->bind_calling_thread(m.backend->threads());
+  m.backend->bind_calling_thread(m.backend->capabilities().threads);
   m.graph = config::make_model_graph(spec, info.sample, config::graph_format(cfg, m.backend->name()));
   m.graph->set_forward_only(true);
   m.graph->build(*m.backend, batch, static_cast<uint64_t>(cfg.run.seed));

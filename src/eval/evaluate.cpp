@@ -24,7 +24,7 @@ EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const
   // The loss writes the logits' gradient too (which a forward-only graph has no room for),
   // unless the backend computes the loss alone.
   nn::Buffer dlogits;
-  if (!be.loss_without_gradient()) dlogits = be.allocate(static_cast<size_t>(g.output_shape().numel()), g.dtype());
+  if (!be.capabilities().loss_without_gradient) dlogits = be.allocate(static_cast<size_t>(g.output_shape().numel()), g.dtype());
   be.fill(stream, loss.data(), 2, 0.0f);
   be.fill(stream, reinterpret_cast<float*>(confusion.as<int32_t>()), classes * classes, 0.0f);  // 0.0f is all zero bits
   // Two host batches: while one is computed on, a thread reads the next samples into the other

@@ -1,6 +1,7 @@
 #pragma once
 // Which backend a run asks for (run.backend) and how the CPU backend runs its streams
-// (run.cpu_streams), with the one list of their names. make_backend (backend.hpp) takes them.
+// (run.cpu_streams), with the one list of their names. backends::make_backend
+// (src/backends/backends.hpp) takes them.
 #include "src/core/enum_table.hpp"
 
 namespace squall::nn {

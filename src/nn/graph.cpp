@@ -80,7 +80,7 @@ std::string Graph::layout_text() const {
 // both gets NCHW for all of its 4-D tensors. A change only ever turns blocked into NCHW, so
 // this ends.
 void Graph::resolve_layouts(const Backend& backend) {
-  const Layout want = m_layout == Layout::blocked ? backend.blocked_layout_for(m_dtype) : m_layout;
+  const Layout want = m_layout == Layout::blocked ? backend.capabilities().blocked_layout_for(m_dtype) : m_layout;
   const int64_t block = channel_block(want);
   for (auto& n : m_nodes) {
     const bool image = n->shape.rank == 4;
@@ -483,7 +483,7 @@ int Graph::fused_nodes() const {
 void Graph::plan_fusion(const Backend& backend) {
   m_fused_into.assign(static_cast<size_t>(size()), -1);
   for (int id = 1; id < size(); ++id) m_nodes[static_cast<size_t>(id)]->layer->reset_fusion();
-  if (!m_fuse || !backend.fuses(m_dtype)) return;
+  if (!m_fuse || !backend.capabilities().fuses(m_dtype)) return;
   std::vector<int> readers(static_cast<size_t>(size()), 0);
   for (const auto& n : m_nodes)
     for (int i : n->inputs) ++readers[static_cast<size_t>(i)];

@@ -56,7 +56,7 @@ class Graph {
   DType dtype() const { return m_dtype; }
   // The memory order of the 4-D activations inside the model (docs/design.md, "Layout"):
   // NCHW (the default), NHWC, or Layout::blocked: the backend's channel-blocked layout
-  // (Backend::blocked_layout_for) for every tensor whose channels fill whole blocks, NCHW for
+  // (Capabilities::blocked_layout_for) for every tensor whose channels fill whole blocks, NCHW for
   // the others, and NCHW around a layer that needs one layout where its tensors would mix
   // (build() resolves it). input(), output() and output_grad() are NCHW in every layout: the
   // graph permutes the batch in and the logits out. Set before build().
@@ -90,7 +90,7 @@ class Graph {
   // another node's value once forward() has returned. Default off; set before build().
   void set_forward_only(bool on);
   bool forward_only() const { return m_forward_only; }
-  // Fusion (docs/design.md, "Inference"): on a backend that fuses (Backend::fuses), a layer may
+  // Fusion (docs/design.md, "Inference"): on a backend that fuses (Capabilities::fuses), a layer may
   // compute the nodes after it that alone read its output: in a forward-only graph a
   // convolution the batch norm and the ReLU after it, in any graph a batch norm the ReLU after
   // it. Those nodes are skipped; their values (and gradients) are the layer's. Default on;

@@ -1,14 +1,8 @@
 #include "src/nn/tensor.hpp"
 
-#include "src/nn/backend.hpp"
-
 #include "src/core/error.hpp"
 
 namespace squall::nn {
-
-void Backend::begin_capture(Stream&) { throw Error("the " + name() + " backend cannot capture work"); }
-std::unique_ptr<Captured> Backend::end_capture(Stream&) { throw Error("the " + name() + " backend cannot capture work"); }
-void Backend::replay(Captured&, Stream&) { throw Error("the " + name() + " backend cannot replay work"); }
 
 const char* layout_name(Layout l) {
   switch (l) {
@@ -35,23 +29,6 @@ std::string Shape::str() const {
   std::string s = "[";
   for (int i = 0; i < rank; ++i) s += (i ? "," : "") + std::to_string(dims[static_cast<size_t>(i)]);
   return s + "]";
-}
-
-Shape ConvDesc::output() const {
-  if (transposed) {
-    const int64_t p = (h - 1) * stride_h - 2 * pad_h + dil_h * (r - 1) + out_pad_h + 1;
-    const int64_t q = (w - 1) * stride_w - 2 * pad_w + dil_w * (s - 1) + out_pad_w + 1;
-    return Shape(n, k, p, q);
-  }
-  const int64_t p = (h + 2 * pad_h - dil_h * (r - 1) - 1) / stride_h + 1;
-  const int64_t q = (w + 2 * pad_w - dil_w * (s - 1) - 1) / stride_w + 1;
-  return Shape(n, k, p, q);
-}
-
-Shape ConvDesc::weight() const { return transposed ? Shape(c, k, r, s) : Shape(k, c, r, s); }
-
-Shape PoolDesc::output() const {
-  return Shape(n, c, (h + 2 * pad_h - r) / stride_h + 1, (w + 2 * pad_w - s) / stride_w + 1);
 }
 
 }  // namespace squall::nn

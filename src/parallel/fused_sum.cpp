@@ -14,7 +14,7 @@ FusedSum::FusedSum(nn::Backend& backend, nn::Stream& stream, mpi::Allreduce& red
   m_fused = backend.allocate(params + state + 1);
   // A device backend whose memory a plain MPI cannot read stages the sums through pinned host
   // memory (NCCL and the device hierarchy take device memory).
-  if (!backend.host_accessible() && several_ranks && reducer.memory() != mpi::Memory::device) {
+  if (!backend.capabilities().host_accessible && several_ranks && reducer.memory() != mpi::Memory::device) {
     m_fused_host = backend.allocate_host(params + state + 1, nn::DType::f32);
     m_host = m_fused_host.data();
   }
@@ -31,19 +31,19 @@ void FusedSum::add(const ReplicaSet& replicas, Source source, size_t lo, size_t 
   };
   float* out = m_fused.data() + lo;
   m_backend.copy(m_stream, out, of(replicas[0]), hi - lo);
-  for (int j = 1; j < replicas.size(); ++j) m_backend.add(m_stream, out, of(replicas[j]), out, hi - lo);
+  for (int j = 1; j < replicas.size(); ++j) nn::add(m_backend, m_stream, out, of(replicas[j]), out, hi - lo);
 }
 
 void FusedSum::add_state(const ReplicaSet& replicas) {
   float* out = m_fused.data() + m_params;
   m_backend.copy(m_stream, out, replicas[0].graph->state(), m_state);
-  for (int j = 1; j < replicas.size(); ++j) m_backend.add(m_stream, out, replicas[j].graph->state(), out, m_state);
+  for (int j = 1; j < replicas.size(); ++j) nn::add(m_backend, m_stream, out, replicas[j].graph->state(), out, m_state);
 }
 
 void FusedSum::add_norms(const ReplicaSet& replicas) {
   float* out = m_fused.data() + check();
   m_backend.copy(m_stream, out, replicas[0].norm_dev.data(), 1);
-  for (int j = 1; j < replicas.size(); ++j) m_backend.add(m_stream, out, replicas[j].norm_dev.data(), out, 1);
+  for (int j = 1; j < replicas.size(); ++j) nn::add(m_backend, m_stream, out, replicas[j].norm_dev.data(), out, 1);
 }
 
 void FusedSum::stage(size_t lo, size_t hi) {
@@ -112,7 +112,7 @@ void FusedSum::reduce(size_t end, const std::string& what, bool gradients) {
 
 float FusedSum::read_check() {
   if (m_host) return m_host[check()];
-  if (m_backend.host_accessible() && m_reducer.ranks() > 1 && !m_reducer.orders_after_stream())
+  if (m_backend.capabilities().host_accessible && m_reducer.ranks() > 1 && !m_reducer.orders_after_stream())
     return m_fused.data()[check()];  // the host allreduce wrote it in place
   m_backend.copy_to_host(m_stream, m_check_host.data(), m_fused.data() + check(), 1);
   m_host_wait();

@@ -28,7 +28,7 @@ Learner::Learner(const LearnerSetup& s, int idx) : backend(*s.backend), setup(s)
   loss_host = backend.allocate_host(1, nn::DType::f32);
   norm_dev = backend.allocate(1);
   norm_host = backend.allocate_host(1, nn::DType::f32);
-  if (!backend.host_accessible()) {
+  if (!backend.capabilities().host_accessible) {
     copy_stream = backend.create_stream();
     in_images = backend.allocate(static_cast<size_t>(graph->input().numel()));
     in_labels = backend.allocate_labels(static_cast<size_t>(s.label_count), in_labels_owner);

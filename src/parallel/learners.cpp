@@ -47,9 +47,9 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
     if (const std::string why = sma_instability(options.alpha, options.centre_rate, options.momentum); !why.empty())
       throw UsageError(why);
   if (options.ranks < 1) throw Error("learner group: the job needs at least one rank");
-  if (options.graphs && !backend.can_capture())
+  if (options.graphs && !backend.capabilities().can_capture)
     throw Error("learner group: the " + backend.name() + " backend cannot capture a learner's pass");
-  if (m_options.threads <= 0) m_options.threads = backend.threads();
+  if (m_options.threads <= 0) m_options.threads = backend.capabilities().threads;
   GroupCore& c = *m_core;
   c.setup = {&backend, std::move(make_graph), batch, label_count, options.precision, options.layout,
              options.seed, options.rank, optimizer};

@@ -7,7 +7,6 @@
 #include "src/core/durable.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
-#include "src/cpu/cpu_async_backend.hpp"
 #include "src/train/stop_signal.hpp"
 #include "src/train/training_run.hpp"
 
@@ -45,8 +44,8 @@ records::RunFacts TrainingRun::run_facts() const {
   f.parameters = static_cast<int64_t>(g.parameter_count());
   f.data = m_data.train->info().description;
   f.backend = be.name();
-  f.device = be.device().name;
-  f.device_index = be.device().index;
+  f.device = be.info().name;
+  f.device_index = be.info().index;
   f.ranks = m_ranks;
   f.nodes = m_topo.nodes();
   f.learners = g.learners();
@@ -193,10 +192,11 @@ TrainResult TrainingRun::finish() {
   s.ranks = m_ranks;
   s.nodes = m_topo.nodes();
   s.learners = g.learners();
-  s.threads = m_device.backend->threads();
+  s.threads = m_device.backend->capabilities().threads;
   s.algorithm = parallel::algorithm_name(m_algorithm);
   s.backend = m_device.backend->name();
-  s.device = m_device.backend->device().name;
+  const nn::DeviceInfo device = m_device.backend->info();
+  s.device = device.name;
   s.model = m_data.spec.name;
   s.precision = config::k_precisions.name(m_cfg.train.precision);
   s.layout = g.layout_text();
@@ -206,10 +206,8 @@ TrainResult TrainingRun::finish() {
   // The CPU backend's streams as they ran (run.cpu_streams), read from the backend rather than
   // the config, so that a test can tell that a run really took the async path.
   if (s.backend == "cpu") {
-    const auto* async = dynamic_cast<const cpu::AsyncCpuBackend*>(m_device.backend.get());
-    const bool is_async = async != nullptr && async->is_async();
-    s.cpu_streams = is_async ? "async" : "inline";
-    if (is_async) s.cpu_stream_jitter_us = async->jitter().max_us;
+    s.cpu_streams = device.cpu_streams;
+    if (device.cpu_streams == "async") s.cpu_stream_jitter_us = device.cpu_stream_jitter_us;
   }
   s.parameters = static_cast<int64_t>(g.parameter_count());
   const data::DatasetInfo& info = m_data.train->info();

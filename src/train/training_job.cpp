@@ -148,16 +148,17 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
                      mpi::k_allreduce_kinds.name(cfg.parallel.device_allreduce) +
                      " sums GPU memory, but this job trains on the " + backend +
                      " backend (set run.backend = cuda, or parallel.device_allreduce = host)");
-  t.allreduce = mpi::make_allreduce(cfg.parallel.device_allreduce, topo, t.backend->device().index, ar);
+  t.allreduce = mpi::make_allreduce(cfg.parallel.device_allreduce, topo, t.backend->info().index, ar);
   if (cfg.parallel.comm_precision == config::CommPrecision::bf16 && !t.allreduce->takes(mpi::DType::bf16))
     throw UsageError(origin + ": parallel.comm_precision = bf16 needs parallel.device_allreduce = host (the " +
                      t.allreduce->mode() + " allreduce sums f32 only)");
   if (t.allreduce->mode() == "pipeline" && topo.nodes() > 1) t.cross_rule = mpi::cross_rule(ar, topo.nodes());
 
   const config::GraphFormat format = config::graph_format(cfg, backend);
-  t.bucket_mb = config::bucket_mb_for(cfg.parallel, !t.backend->host_accessible());
+  const nn::Capabilities can = t.backend->capabilities();
+  t.bucket_mb = config::bucket_mb_for(cfg.parallel, !can.host_accessible);
   parallel::LearnerGroupOptions lg = config::learner_group_options(
-      cfg, topo, {data.plan.learners, t.bucket_mb, format, t.backend->can_capture(), data.plan.total_steps});
+      cfg, topo, {data.plan.learners, t.bucket_mb, format, can.can_capture, data.plan.total_steps});
   // outer's QSR keeps its rounds at H during the learning rate's warm-up. A resume moves this
   // and the synchronous start to where they are in the schedule's frame (TrainingRun::restore).
   lg.outer.warmup_steps = cfg.schedule.warmup_steps;
@@ -195,7 +196,7 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
   // A device backend, or asynchronous CPU streams, copy the batches from pinned host memory:
   // the copy then runs on the learner's stream, ordered like any other work, and the host does
   // not wait for it (a copy from pageable memory makes the host wait).
-  if (!t.backend->host_accessible() || cfg.run.cpu_streams == nn::CpuStreams::async) {
+  if (!can.host_accessible || cfg.run.cpu_streams == nn::CpuStreams::async) {
     nn::Backend* be = t.backend.get();
     std::map<void*, nn::Buffer>* pinned = t.pinned_batches.get();
     lo.host_alloc = [be, pinned](size_t bytes) {
@@ -206,7 +207,7 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
     };
     lo.host_free = [pinned](void* p) { pinned->erase(p); };
   }
-  if (!t.backend->host_accessible()) {
+  if (!can.host_accessible) {
     // The next step's batches are taken from the loader before this step runs, so that the
     // learners copy them to the device while this step computes (LearnerGroup::step's `next`):
     // the loader must let a step's batches and the next step's be held at once. Not with the

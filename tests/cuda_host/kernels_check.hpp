@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "src/cpu/cpu_backend.hpp"
 #include "src/nn/backend.hpp"
 #include "tests/cuda_host/kernels_emulated.hpp"
 
@@ -20,8 +21,8 @@ namespace squall::test::kernels {
 using nn::DType;
 using Bytes = std::vector<unsigned char>;
 
-inline nn::Backend& cpu() {
-  static nn::Backend* b = nn::make_cpu_backend(1).release();  // one thread: the reference's plain loops
+inline cpu::CpuBackend& cpu() {
+  static cpu::CpuBackend* b = new cpu::CpuBackend(1);  // one thread: the reference's plain loops; never destroyed
   return *b;
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// A Backend that is the CPU backend, except that it writes down every convolution, pooling and
+// The CPU backend, except that it writes down every convolution, pooling and
 // batch-norm description a graph's layers ask it to plan. Graph::build on it is a real build
 // (the CPU backend makes the plans and holds the memory), so what it records is exactly what
 // the same model would ask of the CUDA backend, without a GPU.
@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "src/cpu/cpu_backend.hpp"
 #include "src/nn/backend.hpp"
 
 namespace squall::test {
@@ -164,15 +165,17 @@ class TallyingBatchNormPlan final : public nn::BatchNormPlan {
 
 }  // namespace detail
 
-class RecordingBackend final : public nn::Backend {
+// What it does not tally (streams, events, the allocations and the calls that move no bytes
+// on the CUDA backend either) is the CPU backend's, inherited.
+class RecordingBackend final : public cpu::CpuBackend {
+  using Cpu = cpu::CpuBackend;
+
  public:
   // threads: the CPU backend's team size (1 keeps it off cores the other tests use). Its
   // reduced-precision plans are the reference emulation on every CPU: they keep a copy of
   // their weights (the rounded weights, a weight mirror) as the CUDA plans do, where oneDNN's
   // native bf16 plans, on a CPU with bf16 arithmetic, keep none and would record other work.
-  explicit RecordingBackend(int threads = 1) : m_cpu(nn::make_cpu_backend(threads)) {
-    m_cpu->set_reference_precision(true);
-  }
+  explicit RecordingBackend(int threads = 1) : Cpu(threads) { Cpu::set_reference_precision(true); }
 
   // What the layers asked for since construction (or clear()), in the order they asked.
   const std::vector<nn::ConvDesc>& convs() const { return m_convs; }
@@ -190,177 +193,124 @@ class RecordingBackend final : public nn::Backend {
   // ---- the recorded plans ----
   std::unique_ptr<nn::ConvPlan> make_conv(const nn::ConvDesc& d) override {
     m_convs.push_back(d);
-    return std::make_unique<detail::TallyingConvPlan>(m_cpu->make_conv(d), d, m_traffic);
+    return std::make_unique<detail::TallyingConvPlan>(Cpu::make_conv(d), d, m_traffic);
   }
   std::unique_ptr<nn::PoolPlan> make_pool(const nn::PoolDesc& d) override {
     m_pools.push_back(d);
-    return std::make_unique<detail::TallyingPoolPlan>(m_cpu->make_pool(d), m_traffic);
+    return std::make_unique<detail::TallyingPoolPlan>(Cpu::make_pool(d), m_traffic);
   }
   std::unique_ptr<nn::BatchNormPlan> make_batch_norm(const nn::BatchNormDesc& d) override {
     m_batch_norms.push_back(d);
-    return std::make_unique<detail::TallyingBatchNormPlan>(m_cpu->make_batch_norm(d), m_traffic);
+    return std::make_unique<detail::TallyingBatchNormPlan>(Cpu::make_batch_norm(d), m_traffic);
   }
   std::unique_ptr<nn::LinearPlan> make_linear(const nn::LinearDesc& d) override {
-    return std::make_unique<detail::TallyingLinearPlan>(m_cpu->make_linear(d), d, m_traffic);
+    return std::make_unique<detail::TallyingLinearPlan>(Cpu::make_linear(d), d, m_traffic);
   }
 
-  // ---- everything else: the CPU backend's ----
-  std::string name() const override { return m_cpu->name(); }
-  nn::DeviceInfo device() const override { return m_cpu->device(); }
-  bool host_accessible() const override { return m_cpu->host_accessible(); }
-  std::unique_ptr<nn::Stream> create_stream() override { return m_cpu->create_stream(); }
-  std::unique_ptr<nn::Event> create_event() override { return m_cpu->create_event(); }
-  void record(nn::Event& e, nn::Stream& s) override { m_cpu->record(e, s); }
-  void wait(nn::Stream& s, nn::Event& e) override { m_cpu->wait(s, e); }
-  void synchronize(nn::Stream& s) override { m_cpu->synchronize(s); }
-  void synchronize(nn::Event& e) override { m_cpu->synchronize(e); }
-  bool ready(nn::Event& e) override { return m_cpu->ready(e); }
-  void synchronize_all() override { m_cpu->synchronize_all(); }
-  int threads() const override { return m_cpu->threads(); }
-  void bind_calling_thread(int threads) override { m_cpu->bind_calling_thread(threads); }
-
-  using nn::Backend::allocate;
-  nn::Buffer allocate(size_t count, nn::DType t) override { return m_cpu->allocate(count, t); }
-  nn::Buffer allocate_host(size_t count, nn::DType t) override { return m_cpu->allocate_host(count, t); }
+  // ---- the tallied calls: the CPU backend's work, counted as the CUDA backend would do it ----
   void copy_bytes_from_host(nn::Stream& s, void* dst, const void* src, size_t bytes) override {
     if (bytes) note(m_traffic, "copies", static_cast<double>(bytes));
-    m_cpu->copy_bytes_from_host(s, dst, src, bytes);
+    Cpu::copy_bytes_from_host(s, dst, src, bytes);
   }
   void copy_bytes_to_host(nn::Stream& s, void* dst, const void* src, size_t bytes) override {
     if (bytes) note(m_traffic, "copies", static_cast<double>(bytes));
-    m_cpu->copy_bytes_to_host(s, dst, src, bytes);
+    Cpu::copy_bytes_to_host(s, dst, src, bytes);
   }
   void copy_bytes(nn::Stream& s, void* dst, const void* src, size_t bytes) override {
     if (bytes && dst != src) note(m_traffic, "copies", 2.0 * static_cast<double>(bytes));
-    m_cpu->copy_bytes(s, dst, src, bytes);
+    Cpu::copy_bytes(s, dst, src, bytes);
   }
   void convert(nn::Stream& s, const void* src, nn::DType from, void* dst, nn::DType to, size_t n) override {
     if (n) note(m_traffic, from == to ? "copies" : "convert", static_cast<double>(n) * (detail::size_of(from) + detail::size_of(to)));
-    m_cpu->convert(s, src, from, dst, to, n);
+    Cpu::convert(s, src, from, dst, to, n);
   }
   void permute_layout(nn::Stream& s, nn::DType t, const void* src, nn::Layout from, void* dst, nn::Layout to,
                       int64_t n, int64_t c, int64_t h, int64_t w) override {
     if (n * c * h * w > 0) note(m_traffic, from == to ? "copies" : "permute", 2.0 * static_cast<double>(n * c * h * w) * detail::size_of(t));
-    m_cpu->permute_layout(s, t, src, from, dst, to, n, c, h, w);
+    Cpu::permute_layout(s, t, src, from, dst, to, n, c, h, w);
   }
   void permute_convert(nn::Stream& s, const void* src, nn::DType from, nn::Layout from_layout, void* dst,
                        nn::DType to, nn::Layout to_layout, int64_t n, int64_t c, int64_t h, int64_t w) override {
     if (n * c * h * w > 0) note(m_traffic, "convert and permute", static_cast<double>(n * c * h * w) * (detail::size_of(from) + detail::size_of(to)));
-    m_cpu->permute_convert(s, src, from, from_layout, dst, to, to_layout, n, c, h, w);
+    Cpu::permute_convert(s, src, from, from_layout, dst, to, to_layout, n, c, h, w);
   }
 
-  using nn::Backend::add;
-  using nn::Backend::argmax_channels;
-  using nn::Backend::bilinear_backward;
-  using nn::Backend::bilinear_forward;
-  using nn::Backend::copy_strided;
-  using nn::Backend::dropout_forward;
-  using nn::Backend::global_avg_pool_backward;
-  using nn::Backend::global_avg_pool_forward;
-  using nn::Backend::multiply;
-  using nn::Backend::relu_backward;
-  using nn::Backend::relu_forward;
-  using nn::Backend::softmax_cross_entropy;
   void fill(nn::Stream& s, float* x, size_t n, float value) override {
     note(m_traffic, "fill", 4.0 * static_cast<double>(n));
-    m_cpu->fill(s, x, n, value);
+    Cpu::fill(s, x, n, value);
   }
   void relu_forward(nn::Stream& s, nn::DType t, const void* x, void* y, size_t n) override {
     note(m_traffic, "relu", 2.0 * static_cast<double>(n) * detail::size_of(t));
-    m_cpu->relu_forward(s, t, x, y, n);
+    Cpu::relu_forward(s, t, x, y, n);
   }
   void relu_backward(nn::Stream& s, nn::DType t, const void* y, const void* dy, void* dx, size_t n) override {
     note(m_traffic, "relu", 3.0 * static_cast<double>(n) * detail::size_of(t));
-    m_cpu->relu_backward(s, t, y, dy, dx, n);
+    Cpu::relu_backward(s, t, y, dy, dx, n);
   }
   void add(nn::Stream& s, nn::DType t, const void* a, const void* b, void* y, size_t n) override {
     note(m_traffic, "add", 3.0 * static_cast<double>(n) * detail::size_of(t));
-    m_cpu->add(s, t, a, b, y, n);
+    Cpu::add(s, t, a, b, y, n);
   }
   void axpy(nn::Stream& s, float alpha, const float* x, float* y, size_t n) override {
     note(m_traffic, "axpy, scale, axpby", 12.0 * static_cast<double>(n));
-    m_cpu->axpy(s, alpha, x, y, n);
+    Cpu::axpy(s, alpha, x, y, n);
   }
   void scale(nn::Stream& s, float alpha, float* x, size_t n) override {
     note(m_traffic, "axpy, scale, axpby", 8.0 * static_cast<double>(n));
-    m_cpu->scale(s, alpha, x, n);
+    Cpu::scale(s, alpha, x, n);
   }
   void axpby(nn::Stream& s, float alpha, const float* x, float beta, float* y, size_t n) override {
     note(m_traffic, "axpy, scale, axpby", 12.0 * static_cast<double>(n));
-    m_cpu->axpby(s, alpha, x, beta, y, n);
+    Cpu::axpby(s, alpha, x, beta, y, n);
   }
   void dropout_forward(nn::Stream& s, nn::DType t, const void* x, void* y, void* mask, size_t n, float p,
                        uint64_t seed, uint64_t offset) override {
     note(m_traffic, "dropout, multiply", 3.0 * static_cast<double>(n) * detail::size_of(t));
-    m_cpu->dropout_forward(s, t, x, y, mask, n, p, seed, offset);
+    Cpu::dropout_forward(s, t, x, y, mask, n, p, seed, offset);
   }
   void multiply(nn::Stream& s, nn::DType t, const void* a, const void* b, void* y, size_t n) override {
     note(m_traffic, "dropout, multiply", 3.0 * static_cast<double>(n) * detail::size_of(t));
-    m_cpu->multiply(s, t, a, b, y, n);
+    Cpu::multiply(s, t, a, b, y, n);
   }
   void copy_strided(nn::Stream& s, nn::DType t, void* dst, int64_t dst_stride, int64_t dst_offset, const void* src,
                     int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) override {
     if (rows > 0 && count > 0) note(m_traffic, "copy_strided (concat)", 2.0 * static_cast<double>(rows * count) * detail::size_of(t));
-    m_cpu->copy_strided(s, t, dst, dst_stride, dst_offset, src, src_stride, src_offset, rows, count);
+    Cpu::copy_strided(s, t, dst, dst_stride, dst_offset, src, src_stride, src_offset, rows, count);
   }
   void global_avg_pool_forward(nn::Stream& s, nn::DType t, const void* x, void* y, int64_t nc, int64_t hw) override {
     note(m_traffic, "global average pool", static_cast<double>(nc * hw + nc) * detail::size_of(t));
-    m_cpu->global_avg_pool_forward(s, t, x, y, nc, hw);
+    Cpu::global_avg_pool_forward(s, t, x, y, nc, hw);
   }
   void global_avg_pool_backward(nn::Stream& s, nn::DType t, const void* dy, void* dx, int64_t nc,
                                 int64_t hw) override {
     note(m_traffic, "global average pool", static_cast<double>(nc * hw + nc) * detail::size_of(t));
-    m_cpu->global_avg_pool_backward(s, t, dy, dx, nc, hw);
+    Cpu::global_avg_pool_backward(s, t, dy, dx, nc, hw);
   }
   void bilinear_forward(nn::Stream& s, nn::DType t, const void* x, void* y, int64_t nc, int64_t h, int64_t w,
                         int64_t oh, int64_t ow) override {
     note(m_traffic, "bilinear", static_cast<double>(nc * (h * w + oh * ow)) * detail::size_of(t));
-    m_cpu->bilinear_forward(s, t, x, y, nc, h, w, oh, ow);
+    Cpu::bilinear_forward(s, t, x, y, nc, h, w, oh, ow);
   }
   void bilinear_backward(nn::Stream& s, nn::DType t, const void* dy, void* dx, int64_t nc, int64_t h, int64_t w,
                          int64_t oh, int64_t ow) override {
     note(m_traffic, "bilinear", static_cast<double>(nc * (h * w + oh * ow)) * detail::size_of(t));
-    m_cpu->bilinear_backward(s, t, dy, dx, nc, h, w, oh, ow);
+    Cpu::bilinear_backward(s, t, dy, dx, nc, h, w, oh, ow);
   }
   void softmax_cross_entropy(nn::Stream& s, nn::DType t, const void* logits, const int32_t* labels,
                              const float* class_weights, int64_t n, int64_t classes, int64_t hw, void* dlogits,
                              float* loss, const float* grad_scale) override {
     note(m_traffic, "loss (3 passes)", static_cast<double>(n * hw) * (2.0 * static_cast<double>(classes) * detail::size_of(t) + 4.0), 3);
-    m_cpu->softmax_cross_entropy(s, t, logits, labels, class_weights, n, classes, hw, dlogits, loss, grad_scale);
-  }
-  void argmax_channels(nn::Stream& s, nn::DType t, const void* x, int32_t* out, int64_t n, int64_t c,
-                       int64_t hw) override {
-    m_cpu->argmax_channels(s, t, x, out, n, c, hw);
-  }
-  void accumulate_confusion(nn::Stream& s, const int32_t* labels, const int32_t* pred, size_t n, int64_t classes,
-                            int32_t* confusion) override {
-    m_cpu->accumulate_confusion(s, labels, pred, n, classes, confusion);
+    Cpu::softmax_cross_entropy(s, t, logits, labels, class_weights, n, classes, hw, dlogits, loss, grad_scale);
   }
 
-  void sgd_step(nn::Stream& s, float* w, const float* g, float* velocity, size_t n, float lr, float momentum,
-                float weight_decay, bool nesterov) override {
-    m_cpu->sgd_step(s, w, g, velocity, n, lr, momentum, weight_decay, nesterov);
-  }
-  void adam_step(nn::Stream& s, float* w, const float* g, float* m, float* v, float* update, size_t n, float lr,
-                 float beta1, float beta2, float eps, float weight_decay, bool decoupled, int64_t step,
-                 bool apply) override {
-    m_cpu->adam_step(s, w, g, m, v, update, n, lr, beta1, beta2, eps, weight_decay, decoupled, step, apply);
-  }
   void sum_squares(nn::Stream& s, const float* x, size_t n, float* out) override {
     note(m_traffic, "sum of squares (2 passes)", 4.0 * static_cast<double>(n), 2);
-    m_cpu->sum_squares(s, x, n, out);
-  }
-  std::unique_ptr<nn::TensorSet> make_tensor_set(std::vector<nn::TensorRef> tensors) override {
-    return m_cpu->make_tensor_set(std::move(tensors));
+    Cpu::sum_squares(s, x, n, out);
   }
   void sgd_update(nn::Stream& s, nn::TensorSet& t, float* velocity, const nn::SgdArgs& a) override {
     note(m_traffic, "optimizer", 20.0 * static_cast<double>(t.total()) + mirror_bytes(t));
-    m_cpu->sgd_update(s, t, velocity, a);
+    Cpu::sgd_update(s, t, velocity, a);
   }
-  void adam_update(nn::Stream& s, nn::TensorSet& t, float* m, float* v, const nn::AdamArgs& a) override {
-    m_cpu->adam_update(s, t, m, v, a);
-  }
-  void larc_scale(nn::Stream& s, nn::TensorSet& t, const nn::LarcArgs& a) override { m_cpu->larc_scale(s, t, a); }
 
  private:
   // What the CUDA update writes besides the weights: each mirror in the activations' type.
@@ -371,7 +321,6 @@ class RecordingBackend final : public nn::Backend {
     return bytes;
   }
 
-  std::unique_ptr<nn::Backend> m_cpu;
   TrafficTable m_traffic;
   std::vector<nn::ConvDesc> m_convs;
   std::vector<nn::PoolDesc> m_pools;

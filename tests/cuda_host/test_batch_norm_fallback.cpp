@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "src/cpu/cpu_backend.hpp"
 #include "cuda/batch_norm_fallback.hpp"
 #include "cuda/check.cuh"
 #include "src/nn/backend.hpp"
@@ -77,7 +78,7 @@ struct Rig {
   Calls calls;
   std::vector<std::string> warnings;
   ExRefusalLog log{[this](const std::string& line) { warnings.push_back(line); }};
-  std::unique_ptr<nn::Backend> backend = nn::make_cpu_backend(1);
+  std::unique_ptr<nn::Backend> backend = std::make_unique<squall::cpu::CpuBackend>(1);
   std::unique_ptr<nn::Stream> stream = backend->create_stream();
   std::vector<float> x = std::vector<float>(960), dy = x, dx = x, y = x;
   std::vector<float> gamma = std::vector<float>(4), beta = gamma, mean = gamma, var = gamma, dgamma = gamma,

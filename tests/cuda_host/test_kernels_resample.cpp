@@ -96,7 +96,7 @@ TEST_CASE("bilinear backward from a tiny input: the block gather's sum", "[cuda-
       for (size_t k = 0; k < in_plane; ++k) {
         std::vector<float> onehot(in_plane, 0.0f), weight(out_plane);
         onehot[k] = 1.0f;
-        cpu().bilinear_forward(cpu_stream(), onehot.data(), weight.data(), 1, r.h, r.w, r.oh, r.ow);
+        squall::nn::bilinear_forward(cpu(), cpu_stream(), onehot.data(), weight.data(), 1, r.h, r.w, r.oh, r.ow);
         for (int64_t plane = 0; plane < nc; ++plane) {
           long double exact = 0.0L, magnitude = 0.0L;
           for (size_t o = 0; o < out_plane; ++o) {

@@ -5,19 +5,20 @@
 #include <cstdio>
 #include <string>
 
+#include "src/backends/backends.hpp"
 #include "src/nn/backend.hpp"
 #include "tests/support/catch_session.hpp"
 #include "tests/support/cpu_path.hpp"
 
 int main(int argc, char** argv) {
   std::string why;
-  if (squall::nn::cuda_device_count(&why) == 0) {
+  if (squall::backends::cuda_device_count(&why) == 0) {
     std::printf("SKIP: no CUDA device (%s)\n", why.c_str());
     return 77;
   }
   if (const int rc = squall::test::catch_parse(argc, argv); rc != 0) return rc;
   if (!squall::test::catch_lists()) {
-    std::printf("squall GPU tests on %d CUDA device(s), the CPU reference on %s\n", squall::nn::cuda_device_count(),
+    std::printf("squall GPU tests on %d CUDA device(s), the CPU reference on %s\n", squall::backends::cuda_device_count(),
                 squall::test::cpu_path().c_str());
     std::fflush(stdout);
   }

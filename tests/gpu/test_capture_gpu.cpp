@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "src/backends/backends.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "src/nn/backend.hpp"
 #include "tests/support/test_backend.hpp"
@@ -39,7 +40,7 @@ struct LossProblem {
     be.synchronize(*s);
   }
   void enqueue(nn::Backend& be, nn::Stream& s) {
-    be.softmax_cross_entropy(s, logits.data(), labels, nullptr, n, classes, 1, dlogits.data(), loss.data());
+    nn::softmax_cross_entropy(be, s, logits.data(), labels, nullptr, n, classes, 1, dlogits.data(), loss.data());
   }
   float read(nn::Backend& be, nn::Stream& s) {
     float v = 0;
@@ -52,7 +53,7 @@ struct LossProblem {
 }  // namespace
 
 TEST_CASE("polling an event of unfinished work leaves no error for the next launch", "[cuda]") {
-  auto be = nn::make_cuda_backend(0);
+  auto be = squall::backends::make_cuda_backend(0);
   auto s = be->create_stream();
   auto other = be->create_stream();
   auto event = be->create_event();
@@ -78,8 +79,8 @@ TEST_CASE("polling an event of unfinished work leaves no error for the next laun
 
 TEST_CASE("a capture refuses a workspace that would grow; the work then runs eagerly and captures later",
           "[cuda]") {
-  auto be = nn::make_cuda_backend(0);
-  REQUIRE(be->can_capture());
+  auto be = squall::backends::make_cuda_backend(0);
+  REQUIRE(be->capabilities().can_capture);
   LossProblem p(*be);
   auto s = be->create_stream();  // fresh: no workspace yet
   be->begin_capture(*s);
@@ -100,7 +101,7 @@ TEST_CASE("a capture refuses a workspace that would grow; the work then runs eag
 }
 
 TEST_CASE("a captured graph keeps its workspace when the stream's grows", "[cuda]") {
-  auto be = nn::make_cuda_backend(0);
+  auto be = squall::backends::make_cuda_backend(0);
   LossProblem p(*be);
   auto s = be->create_stream();
   p.enqueue(*be, *s);

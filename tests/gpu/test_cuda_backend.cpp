@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "src/backends/backends.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
 #include "src/parallel/learners.hpp"
@@ -47,19 +48,19 @@ std::vector<float> central(nn::Backend& be, parallel::LearnerGroup& g) {
 }  // namespace
 
 TEST_CASE("the CUDA backend names its device", "[cuda]") {
-  auto be = nn::make_cuda_backend(0);
-  const nn::DeviceInfo d = be->device();
+  auto be = squall::backends::make_cuda_backend(0);
+  const nn::DeviceInfo d = be->info();
   CHECK(d.backend == "cuda");
   CHECK(d.index == 0);
   CHECK(!d.name.empty());
   CHECK(d.memory_bytes > (size_t{1} << 30));
-  CHECK_FALSE(be->host_accessible());
-  CHECK_THROWS_WITH(nn::make_cuda_backend(nn::cuda_device_count()), Catch::Contains("no GPU"));
+  CHECK_FALSE(be->capabilities().host_accessible);
+  CHECK_THROWS_WITH(squall::backends::make_cuda_backend(squall::backends::cuda_device_count()), Catch::Contains("no GPU"));
 }
 
 TEST_CASE("LeNet-5 learners on CUDA streams take the CPU's steps (sgd, sma)", "[cuda]") {
-  auto cpu = nn::make_cpu_backend(0);
-  auto gpu = nn::make_cuda_backend(0);
+  auto cpu = std::make_unique<squall::cpu::CpuBackend>(0);
+  auto gpu = squall::backends::make_cuda_backend(0);
   nn::ModelSpec spec;
   spec.name = "lenet5";
   auto make = [spec] { return nn::make_model(spec, nn::Shape(1, 1, 28, 28)); };
@@ -100,7 +101,7 @@ TEST_CASE("LeNet-5 learners on CUDA streams take the CPU's steps (sgd, sma)", "[
 }
 
 TEST_CASE("after the first step the CUDA backend allocates no device memory", "[cuda]") {
-  auto gpu = nn::make_cuda_backend(0);
+  auto gpu = squall::backends::make_cuda_backend(0);
   nn::ModelSpec spec;
   spec.name = "resnet20";
   auto make = [spec] { return nn::make_model(spec, nn::Shape(1, 1, 28, 28)); };
@@ -142,8 +143,8 @@ std::vector<float> download_typed(nn::Backend& be, nn::Stream& s, const void* p,
 }  // namespace
 
 TEST_CASE("at bf16 and f16 the CUDA backend computes the CPU reference's results", "[cuda]") {
-  auto cpu = nn::make_cpu_backend(0);
-  auto gpu = nn::make_cuda_backend(0);
+  auto cpu = std::make_unique<squall::cpu::CpuBackend>(0);
+  auto gpu = squall::backends::make_cuda_backend(0);
   auto cs = cpu->create_stream();
   auto gs = gpu->create_stream();
   std::mt19937 rng(5);

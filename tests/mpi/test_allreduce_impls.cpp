@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "src/backends/backends.hpp"
 #include "mpi/comm.hpp"
 #include "mpi/device_allreduce.hpp"
 #include "mpi/make_allreduce.hpp"
@@ -262,7 +263,7 @@ TEST_CASE("every device allreduce equals MPI_Allreduce on the shapes it takes", 
   const int n = world.size();
   const auto physical = Topology::create(0);
   std::string why;
-  const int devices = nn::cuda_device_count(&why);
+  const int devices = squall::backends::cuda_device_count(&why);
   // Every rank decides together: one GPU per rank on its machine (NCCL refuses two ranks on
   // one GPU), and a job of several ranks (one rank gets the one-rank allreduce).
   const int here = mpi::device_allreduce_names().empty() ? 0 : devices >= physical.host_ranks() ? 1 : 0;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "src/cpu/cpu_backend.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/layer.hpp"
 #include "tests/support/peer.hpp"
@@ -95,7 +96,7 @@ void check_close(const std::string& what, const std::vector<float>& got, const s
 TEST_CASE("layers match PyTorch forward and backward", "[peer][layers]") {
   const auto cases = load_peer_cases(std::string(SQUALL_PEER_DIR) + "/layers");
   REQUIRE(cases.size() >= 20);
-  auto be = make_cpu_backend(2);
+  auto be = std::make_unique<squall::cpu::CpuBackend>(2);
   auto stream = be->create_stream();
   int compared = 0;
   for (const auto& c : cases) {
@@ -162,7 +163,7 @@ TEST_CASE("layers match PyTorch forward and backward", "[peer][layers]") {
 
 TEST_CASE("softmax cross-entropy matches PyTorch (class weights, ignored labels, per pixel)", "[peer][loss]") {
   const auto cases = load_peer_cases(std::string(SQUALL_PEER_DIR) + "/layers");
-  auto be = make_cpu_backend(2);
+  auto be = std::make_unique<squall::cpu::CpuBackend>(2);
   auto stream = be->create_stream();
   int compared = 0;
   for (const auto& c : cases) {
@@ -184,7 +185,7 @@ TEST_CASE("softmax cross-entropy matches PyTorch (class weights, ignored labels,
       w = weights.t.f32();
     }
     float loss = 0;
-    be->softmax_cross_entropy(*stream, logits.t.f32(), dev_labels, w, s.n(), s.c(), hw, dlogits.t.f32(), &loss);
+    squall::nn::softmax_cross_entropy(*be, *stream, logits.t.f32(), dev_labels, w, s.n(), s.c(), hw, dlogits.t.f32(), &loss);
     be->synchronize(*stream);
     CHECK(loss == Approx(c.at("loss").data[0]).epsilon(1e-4));
     check_close(c.name + " dlogits", download(*be, *stream, dlogits.t), c.at("dlogits").data);

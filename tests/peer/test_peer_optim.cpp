@@ -2,6 +2,7 @@
 // after 1 and 3 steps, on the inputs tests/peer/gen_optim.py wrote.
 #include <catch2/catch.hpp>
 
+#include "src/cpu/cpu_backend.hpp"
 #include "src/nn/backend.hpp"
 #include "src/optim/optimizer.hpp"
 #include "tests/support/peer.hpp"
@@ -33,7 +34,7 @@ TEST_CASE("optimizers match PyTorch after 1 and 3 steps", "[peer][optim]") {
       const auto lrs = pc.params.at("lr").get<std::vector<double>>();
       const int steps = pc.params.at("steps").get<int>();
 
-      auto be = squall::nn::make_cpu_backend(1);
+      auto be = std::make_unique<squall::cpu::CpuBackend>(1);
       auto stream = be->create_stream();
       size_t total = 0;
       for (int k = 0; k < tensors; ++k) total += pc.at("w0.t" + std::to_string(k)).data.size();

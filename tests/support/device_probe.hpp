@@ -13,21 +13,23 @@
 #include <vector>
 
 #include "src/core/error.hpp"
-#include "src/cpu/cpu_async_backend.hpp"
+#include "src/cpu/cpu_backend.hpp"
 #include "tests/support/test_backend.hpp"
 
 namespace squall::test {
 
-class DeviceProbe final : public cpu::AsyncCpuBackend {
+class DeviceProbe final : public cpu::CpuBackend {
  public:
   enum class Refusal { capture_error, other_error };
   explicit DeviceProbe(Refusal r = Refusal::capture_error)
-      : cpu::AsyncCpuBackend(std::make_unique<cpu::CpuBackend>(1), testing_async_cpu_streams(),
-                             jitter_from_environment()),
-        m_refusal(r) {}
+      : cpu::CpuBackend(cpu::CpuBackendOptions{1, testing_async_cpu_streams(), std::nullopt}), m_refusal(r) {}
 
-  bool host_accessible() const override { return false; }
-  bool can_capture() const override { return true; }
+  nn::Capabilities capabilities() const override {
+    nn::Capabilities c = cpu::CpuBackend::capabilities();
+    c.host_accessible = false;
+    c.can_capture = true;
+    return c;
+  }
   void begin_capture(nn::Stream& s) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     begun_after_eager.push_back(m_passed.count(&s) > 0);
@@ -49,9 +51,8 @@ class DeviceProbe final : public cpu::AsyncCpuBackend {
       std::lock_guard<std::mutex> lock(m_mutex);
       host_copies.push_back({src, &s});
     }
-    cpu::AsyncCpuBackend::copy_bytes_from_host(s, dst, src, bytes);
+    cpu::CpuBackend::copy_bytes_from_host(s, dst, src, bytes);
   }
-  using cpu::AsyncCpuBackend::softmax_cross_entropy;
   void softmax_cross_entropy(nn::Stream& s, nn::DType t, const void* logits, const int32_t* labels,
                              const float* class_weights, int64_t n, int64_t classes, int64_t hw, void* dlogits,
                              float* loss, const float* grad_scale) override {
@@ -64,7 +65,7 @@ class DeviceProbe final : public cpu::AsyncCpuBackend {
       m_passed.insert(&s);  // this stream has run a pass eagerly
       ++losses;
     }
-    cpu::AsyncCpuBackend::softmax_cross_entropy(s, t, logits, labels, class_weights, n, classes, hw, dlogits,
+    cpu::CpuBackend::softmax_cross_entropy(s, t, logits, labels, class_weights, n, classes, hw, dlogits,
                                                loss, grad_scale);
   }
 

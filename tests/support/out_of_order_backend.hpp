@@ -14,25 +14,24 @@
 #include <mutex>
 #include <vector>
 
-#include "src/cpu/cpu_async_backend.hpp"
+#include "src/cpu/cpu_backend.hpp"
 
 namespace squall::test {
 
-class OutOfOrderBackend final : public cpu::AsyncCpuBackend {
+class OutOfOrderBackend final : public cpu::CpuBackend {
  public:
   explicit OutOfOrderBackend(int threads, int held_polls = 200)
-      : cpu::AsyncCpuBackend(std::make_unique<cpu::CpuBackend>(threads), true, jitter_from_environment()),
-        m_held_polls(held_polls) {}
+      : cpu::CpuBackend(cpu::CpuBackendOptions{threads, true, std::nullopt}), m_held_polls(held_polls) {}
 
   std::unique_ptr<nn::Stream> create_stream() override {
-    auto s = cpu::AsyncCpuBackend::create_stream();
+    auto s = cpu::CpuBackend::create_stream();
     std::lock_guard lock(m_mutex);
     m_created.push_back(s.get());
     return s;
   }
 
   void record(nn::Event& e, nn::Stream& s) override {
-    cpu::AsyncCpuBackend::record(e, s);
+    cpu::CpuBackend::record(e, s);
     std::lock_guard lock(m_mutex);
     // e's place is its latest record: it leaves the list of wherever it was recorded before.
     if (auto it = m_stream_of.find(&e); it != m_stream_of.end()) {
@@ -49,7 +48,7 @@ class OutOfOrderBackend final : public cpu::AsyncCpuBackend {
     {
       std::lock_guard lock(m_mutex);
       const auto it = m_stream_of.find(&e);
-      if (it == m_stream_of.end()) return cpu::AsyncCpuBackend::ready(e);
+      if (it == m_stream_of.end()) return cpu::CpuBackend::ready(e);
       const auto& list = m_recorded[it->second];
       const auto at = std::find(list.begin(), list.end(), &e);
       const bool later_unreported =
@@ -60,7 +59,7 @@ class OutOfOrderBackend final : public cpu::AsyncCpuBackend {
       }
     }
     // Not under the lock: the host threads that record go on meanwhile.
-    cpu::AsyncCpuBackend::synchronize(e);
+    cpu::CpuBackend::synchronize(e);
     std::lock_guard lock(m_mutex);
     m_reported[&e] = true;
     return true;

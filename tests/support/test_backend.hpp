@@ -17,9 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "src/cpu/cpu_backend.hpp"
 #include "src/nn/backend.hpp"
-#ifndef SQUALL_TEST_GPU
-#include "src/cpu/cpu_async_backend.hpp"
+#ifdef SQUALL_TEST_GPU
+#include "src/backends/backends.hpp"
 #endif
 
 namespace squall::test {
@@ -42,11 +43,14 @@ inline std::string testing_cpu_streams() {
 inline bool testing_async_cpu_streams() { return testing_cpu_streams().rfind("async", 0) == 0; }
 
 #ifndef SQUALL_TEST_GPU
-class DeviceLikeCpuBackend final : public cpu::AsyncCpuBackend {
+class DeviceLikeCpuBackend final : public cpu::CpuBackend {
  public:
-  explicit DeviceLikeCpuBackend(int threads)
-      : cpu::AsyncCpuBackend(std::make_unique<cpu::CpuBackend>(threads), true, jitter_from_environment()) {}
-  bool host_accessible() const override { return false; }
+  explicit DeviceLikeCpuBackend(int threads) : cpu::CpuBackend(cpu::CpuBackendOptions{threads, true, std::nullopt}) {}
+  nn::Capabilities capabilities() const override {
+    nn::Capabilities c = cpu::CpuBackend::capabilities();
+    c.host_accessible = false;
+    return c;
+  }
 };
 #endif
 
@@ -54,10 +58,10 @@ class DeviceLikeCpuBackend final : public cpu::AsyncCpuBackend {
 inline std::unique_ptr<nn::Backend> make_test_backend(int threads = 0) {
 #ifdef SQUALL_TEST_GPU
   (void)threads;
-  return nn::make_cuda_backend(0);
+  return backends::make_cuda_backend(0);
 #else
   if (testing_cpu_streams() == "async-device") return std::make_unique<DeviceLikeCpuBackend>(threads);
-  return nn::make_cpu_backend(nn::CpuBackendOptions{threads, testing_async_cpu_streams()});
+  return std::make_unique<cpu::CpuBackend>(cpu::CpuBackendOptions{threads, testing_async_cpu_streams(), std::nullopt});
 #endif
 }
 
@@ -71,7 +75,7 @@ inline nn::Backend& test_backend() {
 inline double slack() { return k_testing_gpu ? 8.0 : 1.0; }
 
 // While it lives, the reduced-precision plans `b` makes are the reference emulation (f32
-// arithmetic rounded to the type: Backend::set_reference_precision, train.cpu_precision =
+// arithmetic rounded to the type: Kernels::set_reference_precision, train.cpu_precision =
 // reference) even where the CPU has bf16 arithmetic; a no-op on the CUDA backend. A test
 // whose checks are the reference's contract pins it, so that it checks the same thing on
 // every CPU (docs/design.md, "Precision" and "Where it runs, and how it is tested").

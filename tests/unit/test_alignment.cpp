@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "src/cpu/cpu_backend.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/graph.hpp"
 #include "src/nn/param_arena.hpp"
@@ -64,7 +65,7 @@ bool all_zero(const std::vector<float>& v) {
 }  // namespace
 
 TEST_CASE("activation views of every zoo model are 256-byte aligned", "[models][alignment]") {
-  auto backend = make_cpu_backend(1);
+  auto backend = std::make_unique<squall::cpu::CpuBackend>(1);
   for (const Case& c : k_cases)
     for (const DType t : {DType::f32, DType::bf16, DType::f16})
       for (const Layout l : {Layout::nchw, Layout::nhwc}) {
@@ -90,7 +91,7 @@ TEST_CASE("activation views of every zoo model are 256-byte aligned", "[models][
 }
 
 TEST_CASE("parameter, gradient and state tensors of every zoo model are 256-byte aligned", "[models][alignment]") {
-  auto backend = make_cpu_backend(1);
+  auto backend = std::make_unique<squall::cpu::CpuBackend>(1);
   auto stream = backend->create_stream();
   for (const Case& c : k_cases)
     for (const DType t : {DType::f32, DType::bf16, DType::f16})

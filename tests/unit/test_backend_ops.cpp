@@ -13,13 +13,20 @@
 #include <string>
 #include <vector>
 
+#include "src/cpu/cpu_backend.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
 #include "tests/support/test_backend.hpp"
 
 using namespace squall::nn;
+namespace nn = squall::nn;
+namespace cpu = squall::cpu;
 
 namespace {
+
+// The CPU backend's own single-range updates (the fused ones are built from them), on the
+// backend under test: the cases that call them are [cpu-only].
+cpu::CpuBackend& cpu_steps() { return dynamic_cast<cpu::CpuBackend&>(squall::test::test_backend()); }
 
 using Vec = std::vector<float>;
 using DVec = std::vector<double>;
@@ -78,7 +85,7 @@ const double kTol = 1e-4 * squall::test::slack();
 
 TEST_CASE("backend allocates memory and copies", "[cpu]") {
   CHECK(backend().name() == (squall::test::k_testing_gpu ? "cuda" : "cpu"));
-  CHECK(backend().device().backend == backend().name());
+  CHECK(backend().info().backend == backend().name());
   for (size_t n : {size_t{0}, size_t{1}, size_t{17}, size_t{1000}}) {
     Buffer b = backend().allocate(n);
     CHECK(b.count() == n);
@@ -113,20 +120,20 @@ TEST_CASE("backend: element-wise ops match the reference", "[cpu]") {
     for (auto& x : want) x = 2.5;
     CHECK(max_error(dy.host(), want) == 0.0);
 
-    backend().relu_forward(stream(), da.data(), dy.data(), n);
+    nn::relu_forward(backend(), stream(), da.data(), dy.data(), n);
     for (size_t i = 0; i < n; ++i) want[i] = std::max(0.0, double(a[i]));
     CHECK(max_error(dy.host(), want) == 0.0);
 
     DeviceVec dx(n);
-    backend().relu_backward(stream(), dy.data(), db.data(), dx.data(), n);
+    nn::relu_backward(backend(), stream(), dy.data(), db.data(), dx.data(), n);
     for (size_t i = 0; i < n; ++i) want[i] = a[i] > 0 ? b[i] : 0.0;
     CHECK(max_error(dx.host(), want) == 0.0);
 
-    backend().add(stream(), da.data(), db.data(), dy.data(), n);
+    nn::add(backend(), stream(), da.data(), db.data(), dy.data(), n);
     for (size_t i = 0; i < n; ++i) want[i] = double(a[i]) + b[i];
     CHECK(max_error(dy.host(), want) < 1e-6);
 
-    backend().multiply(stream(), da.data(), db.data(), dy.data(), n);
+    nn::multiply(backend(), stream(), da.data(), db.data(), dy.data(), n);
     for (size_t i = 0; i < n; ++i) want[i] = double(a[i]) * b[i];
     CHECK(max_error(dy.host(), want) < 1e-6);
 
@@ -152,7 +159,7 @@ TEST_CASE("backend: dropout draws a reproducible, counter-based mask", "[cpu]") 
   const float p = 0.3f;
   const Vec x = random_vec(n, 4);
   DeviceVec dx(x), y(n), mask(n), y2(n), mask2(n);
-  backend().dropout_forward(stream(), dx.data(), y.data(), mask.data(), n, p, 1234, 100);
+  nn::dropout_forward(backend(), stream(), dx.data(), y.data(), mask.data(), n, p, 1234, 100);
   const Vec m = mask.host(), yy = y.host();
   size_t dropped = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -163,18 +170,18 @@ TEST_CASE("backend: dropout draws a reproducible, counter-based mask", "[cpu]") 
   }
   CHECK(std::abs(double(dropped) / n - p) < 0.01);
   // Element i of offset 100 is element i - 10 of offset 110: the counter is offset + i.
-  backend().dropout_forward(stream(), dx.data(), y2.data(), mask2.data(), n, p, 1234, 110);
+  nn::dropout_forward(backend(), stream(), dx.data(), y2.data(), mask2.data(), n, p, 1234, 110);
   const Vec m2 = mask2.host();
   for (size_t i = 0; i + 10 < n; ++i)
     if (m2[i] != m[i + 10]) FAIL("mask not counter-based at " << i);
   // Another seed gives another mask.
-  backend().dropout_forward(stream(), dx.data(), y2.data(), mask2.data(), n, p, 1235, 100);
+  nn::dropout_forward(backend(), stream(), dx.data(), y2.data(), mask2.data(), n, p, 1235, 100);
   CHECK(mask2.host() != m);
   // p = 0 keeps everything unscaled.
-  backend().dropout_forward(stream(), dx.data(), y2.data(), mask2.data(), n, 0.0f, 1, 0);
+  nn::dropout_forward(backend(), stream(), dx.data(), y2.data(), mask2.data(), n, 0.0f, 1, 0);
   CHECK(y2.host() == x);
   // The error comes with the call, or (asynchronous CPU streams) with the next synchronize.
-  CHECK_THROWS_AS((backend().dropout_forward(stream(), dx.data(), y2.data(), mask2.data(), n, 1.5f, 1, 0),
+  CHECK_THROWS_AS((nn::dropout_forward(backend(), stream(), dx.data(), y2.data(), mask2.data(), n, 1.5f, 1, 0),
                    backend().synchronize(stream())),
                   squall::Error);
 }
@@ -184,7 +191,7 @@ TEST_CASE("backend: copy_strided and global average pooling", "[cpu]") {
   const Vec src = random_vec(rows * src_stride, 5);
   Vec dst0 = random_vec(rows * dst_stride, 6);
   DeviceVec ds(src), dd(dst0);
-  backend().copy_strided(stream(), dd.data(), dst_stride, 5, ds.data(), src_stride, 2, rows, count);
+  nn::copy_strided(backend(), stream(), dd.data(), dst_stride, 5, ds.data(), src_stride, 2, rows, count);
   DVec want = to_double(dst0);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < count; ++j) want[i * dst_stride + 5 + j] = src[i * src_stride + 2 + j];
@@ -193,7 +200,7 @@ TEST_CASE("backend: copy_strided and global average pooling", "[cpu]") {
   const int64_t nc = 6, hw = 35;
   const Vec x = random_vec(nc * hw, 7), dy = random_vec(nc, 8);
   DeviceVec dx_(x), y(nc), ddy(dy), dxg(nc * hw);
-  backend().global_avg_pool_forward(stream(), dx_.data(), y.data(), nc, hw);
+  nn::global_avg_pool_forward(backend(), stream(), dx_.data(), y.data(), nc, hw);
   DVec wy(nc, 0.0), wdx(nc * hw);
   for (int64_t i = 0; i < nc; ++i) {
     for (int64_t j = 0; j < hw; ++j) wy[i] += x[i * hw + j];
@@ -201,7 +208,7 @@ TEST_CASE("backend: copy_strided and global average pooling", "[cpu]") {
     for (int64_t j = 0; j < hw; ++j) wdx[i * hw + j] = dy[i] / double(hw);
   }
   CHECK(max_error(y.host(), wy) < kTol);
-  backend().global_avg_pool_backward(stream(), ddy.data(), dxg.data(), nc, hw);
+  nn::global_avg_pool_backward(backend(), stream(), ddy.data(), dxg.data(), nc, hw);
   CHECK(max_error(dxg.host(), wdx) < kTol);
 }
 
@@ -240,7 +247,7 @@ TEST_CASE("backend: bilinear resize matches PyTorch's align_corners=false, forwa
     const Vec x = random_vec(c.nc * c.h * c.w, 9);
     const Vec dy = random_vec(c.nc * c.oh * c.ow, 10);
     DeviceVec dx_(x), y(dy.size()), ddy(dy), dxg(x.size());
-    backend().bilinear_forward(stream(), dx_.data(), y.data(), c.nc, c.h, c.w, c.oh, c.ow);
+    nn::bilinear_forward(backend(), stream(), dx_.data(), y.data(), c.nc, c.h, c.w, c.oh, c.ow);
     CHECK(max_error(y.host(), bilinear_ref(to_double(x), c.nc, c.h, c.w, c.oh, c.ow)) < kTol);
     // The reference backward: the forward is linear, so dx_i = <dy, forward(e_i)>.
     DVec want(x.size());
@@ -250,7 +257,7 @@ TEST_CASE("backend: bilinear resize matches PyTorch's align_corners=false, forwa
       const DVec col = bilinear_ref(e, c.nc, c.h, c.w, c.oh, c.ow);
       for (size_t j = 0; j < col.size(); ++j) want[i] += col[j] * dy[j];
     }
-    backend().bilinear_backward(stream(), ddy.data(), dxg.data(), c.nc, c.h, c.w, c.oh, c.ow);
+    nn::bilinear_backward(backend(), stream(), ddy.data(), dxg.data(), c.nc, c.h, c.w, c.oh, c.ow);
     CHECK(max_error(dxg.host(), want) < kTol);
   }
 }
@@ -301,7 +308,7 @@ TEST_CASE("backend: softmax cross-entropy with class weights and ignored labels"
     int32_t* dl = backend().allocate_labels(labels.size(), lab_owner);
     backend().copy_labels_from_host(stream(), dl, labels.data(), labels.size());
     DeviceVec loss_d(1);
-    backend().softmax_cross_entropy(stream(), dx_.data(), dl, c.weighted ? dw.data() : nullptr, c.n, c.k, c.hw,
+    nn::softmax_cross_entropy(backend(), stream(), dx_.data(), dl, c.weighted ? dw.data() : nullptr, c.n, c.k, c.hw,
                                     grad.data(), loss_d.data());
     const float loss = loss_d.host()[0];  // the loss stays in backend memory until read
     DVec want_grad;
@@ -328,7 +335,7 @@ TEST_CASE("cpu softmax cross-entropy rejects labels out of range", "[cpu][cpu-on
   backend().copy_labels_from_host(stream(), dl, labels.data(), 2);
   DeviceVec loss(1);
   // Inline, the call throws; on asynchronous streams, the next synchronize.
-  CHECK_THROWS_WITH((backend().softmax_cross_entropy(stream(), x.data(), dl, nullptr, 2, 3, 1, grad.data(), loss.data()),
+  CHECK_THROWS_WITH((nn::softmax_cross_entropy(backend(), stream(), x.data(), dl, nullptr, 2, 3, 1, grad.data(), loss.data()),
                      backend().synchronize(stream())),
                     Catch::Contains("label 3"));
 }
@@ -339,7 +346,7 @@ TEST_CASE("backend: argmax over channels", "[cpu]") {
   DeviceVec dx_(x);
   Buffer owner;
   int32_t* out = backend().allocate_labels(n * hw, owner);
-  backend().argmax_channels(stream(), dx_.data(), out, n, c, hw);
+  nn::argmax_channels(backend(), stream(), dx_.data(), out, n, c, hw);
   std::vector<int32_t> got(n * hw);
   backend().copy_labels_to_host(stream(), got.data(), out, got.size());
   for (int64_t i = 0; i < n; ++i)
@@ -353,7 +360,7 @@ TEST_CASE("backend: argmax over channels", "[cpu]") {
 
 // ---- optimizers ---------------------------------------------------------------------------
 
-TEST_CASE("backend: sgd_step follows torch.optim.SGD", "[cpu]") {
+TEST_CASE("backend: the CPU's sgd_step follows torch.optim.SGD", "[cpu][cpu-only]") {
   struct Case { float momentum, wd; bool nesterov; };
   const size_t n = 101;
   for (const Case c : {Case{0.0f, 0.0f, false}, Case{0.9f, 0.0f, false}, Case{0.9f, 1e-2f, false},
@@ -366,7 +373,7 @@ TEST_CASE("backend: sgd_step follows torch.optim.SGD", "[cpu]") {
     for (int step = 0; step < 4; ++step) {
       const Vec g = random_vec(n, 100 + step);
       DeviceVec dg(g);
-      backend().sgd_step(stream(), w.data(), dg.data(), v.data(), n, lr, c.momentum, c.wd, c.nesterov);
+      cpu_steps().sgd_step(stream(), w.data(), dg.data(), v.data(), n, lr, c.momentum, c.wd, c.nesterov);
       for (size_t i = 0; i < n; ++i) {
         // torch.optim.SGD, dampening 0: the first step sets buf = d_p.
         double dp = g[i] + c.wd * rw[i];
@@ -408,7 +415,7 @@ struct AdamRef {
 
 }  // namespace
 
-TEST_CASE("backend: adam_step follows torch.optim.Adam, AdamW and the LAMB direction", "[cpu]") {
+TEST_CASE("backend: the CPU's adam_step follows torch.optim.Adam, AdamW and the LAMB direction", "[cpu][cpu-only]") {
   const size_t n = 77;
   const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
   struct Case { float wd; bool decoupled; bool apply; };
@@ -423,7 +430,7 @@ TEST_CASE("backend: adam_step follows torch.optim.Adam, AdamW and the LAMB direc
     for (int t = 1; t <= 5; ++t) {
       const Vec g = random_vec(n, 200 + t, -0.1f, 0.1f);
       DeviceVec dg(g);
-      backend().adam_step(stream(), w.data(), dg.data(), m.data(), v.data(), u.data(), n, lr, b1, b2, eps, c.wd,
+      cpu_steps().adam_step(stream(), w.data(), dg.data(), m.data(), v.data(), u.data(), n, lr, b1, b2, eps, c.wd,
                           c.decoupled, t, c.apply);
       want_u = ref.step(g, lr, b1, b2, eps, c.wd, c.decoupled, t, c.apply);
     }
@@ -695,7 +702,7 @@ TEST_CASE("backend: batch norm: training, running statistics, inference and back
 TEST_CASE("cpu backend with an explicit thread count computes the same", "[cpu][cpu-only]") {
   // The thread count is process state (OpenMP's); put it back for the tests that follow.
   const int before = omp_get_max_threads();
-  auto one = make_cpu_backend(1);
+  auto one = std::make_unique<squall::cpu::CpuBackend>(1);
   CHECK(omp_get_max_threads() == 1);
   auto s = one->create_stream();
   const size_t n = 40000;
@@ -707,8 +714,8 @@ TEST_CASE("cpu backend with an explicit thread count computes the same", "[cpu][
   float got = 0;
   one->sum_squares(*s, b.data(), n, &got);  // CPU backend memory is host memory
   CHECK(got == Approx(want).epsilon(1e-6));
-  CHECK_THROWS_AS(make_cpu_backend(-1), squall::Error);
-  make_cpu_backend(before);
+  CHECK_THROWS_AS(std::make_unique<squall::cpu::CpuBackend>(-1), squall::Error);
+  std::make_unique<squall::cpu::CpuBackend>(before);
   CHECK(omp_get_max_threads() == before);
 }
 
@@ -801,7 +808,7 @@ TEST_CASE("backend: the confusion matrix accumulates in backend memory", "[cpu]"
   CHECK(got == std::vector<int32_t>{2, 2, 0, 0, 2, 2, 0, 0, 4});
 }
 
-TEST_CASE("backend: fused updates equal the single-range forms tensor by tensor", "[cpu]") {
+TEST_CASE("backend: fused updates equal the CPU's single-range forms tensor by tensor", "[cpu][cpu-only]") {
   // Three tensors of awkward sizes (one spans several fused chunks), one without decay.
   const std::vector<size_t> sizes{7, 65536 * 2 + 3, 129};
   size_t total = 0;
@@ -848,7 +855,7 @@ TEST_CASE("backend: fused updates equal the single-range forms tensor by tensor"
         } else {
           size_t o = 0;
           for (const auto& r : refs) {
-            backend().sgd_step(stream(), r.w, r.g, s1.data() + o, r.n, a.lr, a.momentum, r.decay ? a.weight_decay : 0.0f,
+            cpu_steps().sgd_step(stream(), r.w, r.g, s1.data() + o, r.n, a.lr, a.momentum, r.decay ? a.weight_decay : 0.0f,
                                a.nesterov);
             o += r.n;
           }
@@ -864,10 +871,10 @@ TEST_CASE("backend: fused updates equal the single-range forms tensor by tensor"
           for (const auto& r : refs) {
             const float wd = r.decay ? a.weight_decay : 0.0f;
             if (which != 3) {
-              backend().adam_step(stream(), r.w, r.g, s1.data() + o, s2.data() + o, nullptr, r.n, a.lr, a.beta1, a.beta2,
+              cpu_steps().adam_step(stream(), r.w, r.g, s1.data() + o, s2.data() + o, nullptr, r.n, a.lr, a.beta1, a.beta2,
                                   a.eps, wd, which == 2, step, true);
             } else {
-              backend().adam_step(stream(), r.w, r.g, s1.data() + o, s2.data() + o, u.data(), r.n, a.lr, a.beta1,
+              cpu_steps().adam_step(stream(), r.w, r.g, s1.data() + o, s2.data() + o, u.data(), r.n, a.lr, a.beta1,
                                   a.beta2, a.eps, wd, true, step, false);
               backend().sum_squares(stream(), r.w, r.n, norm.data());
               const double wn = std::sqrt(norm.host()[0]);

@@ -7,14 +7,17 @@
 #include <string>
 #include <vector>
 
+#include "src/cpu/cpu_backend.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
 
 using namespace squall::nn;
+namespace nn = squall::nn;
+namespace cpu = squall::cpu;
 
 namespace {
 
-std::unique_ptr<Backend> async_backend() { return make_cpu_backend(CpuBackendOptions{1, true}); }
+std::unique_ptr<Backend> async_backend() { return std::make_unique<squall::cpu::CpuBackend>(cpu::CpuBackendOptions{1, true, std::nullopt}); }
 
 // Enough work on `s` (several hundred milliseconds) that nothing queued behind it can have run
 // by the time the host looks, ending with out[0] = n.
@@ -108,7 +111,7 @@ TEST_CASE("async cpu streams: an error thrown by queued work is rethrown by the 
   b->fill(*s, x.data(), 4, 1.0f);
   b->synchronize(*s);
   // Queued: the call returns, the error waits for the host.
-  CHECK_NOTHROW(b->softmax_cross_entropy(*s, logits.data(), labels, nullptr, 2, 3, 1, grad.data(), loss.data()));
+  CHECK_NOTHROW(nn::softmax_cross_entropy(*b, *s, logits.data(), labels, nullptr, 2, 3, 1, grad.data(), loss.data()));
   b->fill(*s, x.data(), 4, 9.0f);  // behind the failure: skipped, as inline it would never have run
   auto e = b->create_event();
   b->record(*e, *s);
@@ -119,7 +122,7 @@ TEST_CASE("async cpu streams: an error thrown by queued work is rethrown by the 
   // Another stream waiting behind the failure is not stuck: the marker was still signalled.
   auto other = b->create_stream();
   auto failed = b->create_event();
-  CHECK_NOTHROW(b->softmax_cross_entropy(*s, logits.data(), labels, nullptr, 2, 3, 1, grad.data(), loss.data()));
+  CHECK_NOTHROW(nn::softmax_cross_entropy(*b, *s, logits.data(), labels, nullptr, 2, 3, 1, grad.data(), loss.data()));
   b->record(*failed, *s);
   b->wait(*other, *failed);
   b->fill(*other, x.data(), 4, 2.0f);
@@ -145,7 +148,7 @@ TEST_CASE("async cpu streams: a stream dropped with work queued finishes it firs
 }
 
 TEST_CASE("inline cpu streams stay inline", "[cpu-streams][cpu-only]") {
-  auto b = make_cpu_backend(CpuBackendOptions{1, false});
+  auto b = std::make_unique<squall::cpu::CpuBackend>(cpu::CpuBackendOptions{1, false, std::nullopt});
   auto s = b->create_stream();
   auto e = b->create_event();
   Buffer x = b->allocate(4);
@@ -174,7 +177,7 @@ TEST_CASE("SQUALL_CPU_STREAM_JITTER is <max microseconds>[,seed], and a bad valu
     ::setenv("SQUALL_CPU_STREAM_JITTER", bad, 1);
     CHECK_THROWS_AS(async_backend(), squall::UsageError);
   }
-  CHECK_NOTHROW(make_cpu_backend(CpuBackendOptions{1, false}));  // inline ignores it
+  CHECK_NOTHROW(std::make_unique<squall::cpu::CpuBackend>(cpu::CpuBackendOptions{1, false, std::nullopt}));  // inline ignores it
   if (before != nullptr)
     ::setenv("SQUALL_CPU_STREAM_JITTER", saved.c_str(), 1);
   else

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "src/cpu/cpu_async_backend.hpp"
+#include "src/cpu/cpu_backend.hpp"
 #include "src/nn/gradient_aliases.hpp"
 #include "src/nn/graph.hpp"
 #include "tests/support/test_backend.hpp"
@@ -181,7 +181,7 @@ TEST_CASE("gradient aliases: the fallback to a copy gives the copying graph's gr
 // the gradients are the unfused graph's.
 TEST_CASE("gradient aliases: a convolution's fused ReLU mask does not reach a shortcut sharing its gradient",
           "[models][aliases][fusion]") {
-  if (!be().fuses(DType::f32)) return;  // the CUDA backend fuses nothing yet
+  if (!be().capabilities().fuses(DType::f32)) return;  // the CUDA backend fuses nothing yet
   auto s = be().create_stream();
   for (const bool relu_first : {true, false}) {
     INFO((relu_first ? "add(relu(conv1(x)), x)" : "add(x, relu(conv1(x)))"));
@@ -228,20 +228,19 @@ TEST_CASE("gradient aliases: a convolution's fused ReLU mask does not reach a sh
 namespace {
 
 // The CPU backend, counting the copies and adds it is asked for while `counting` is set.
-class CopyCounter final : public cpu::AsyncCpuBackend {
+class CopyCounter final : public cpu::CpuBackend {
  public:
-  CopyCounter() : cpu::AsyncCpuBackend(std::make_unique<cpu::CpuBackend>(2), false, {}) {}
-  using cpu::AsyncCpuBackend::add;
+  CopyCounter() : cpu::CpuBackend(2) {}
   void copy_bytes(nn::Stream& s, void* dst, const void* src, size_t bytes) override {
     if (counting) {
       ++copies;
       copied += bytes;
     }
-    cpu::AsyncCpuBackend::copy_bytes(s, dst, src, bytes);
+    cpu::CpuBackend::copy_bytes(s, dst, src, bytes);
   }
   void add(nn::Stream& s, DType t, const void* a, const void* b, void* y, size_t n) override {
     if (counting) ++adds;
-    cpu::AsyncCpuBackend::add(s, t, a, b, y, n);
+    cpu::CpuBackend::add(s, t, a, b, y, n);
   }
   bool counting = false;
   size_t copies = 0, copied = 0, adds = 0;

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <string>
 
-#include "src/cpu/cpu_async_backend.hpp"
+#include "src/cpu/cpu_backend.hpp"
 #include "src/parallel/learners.hpp"
 #include "tests/support/test_backend.hpp"
 #include "tests/support/tiny_model.hpp"
@@ -23,17 +23,17 @@ namespace {
 
 // The test backend, counting every time the host waits for a stream or an event: the
 // group's own count is checked against it.
-class CountingBackend final : public cpu::AsyncCpuBackend {
+class CountingBackend final : public cpu::CpuBackend {
  public:
   explicit CountingBackend(bool async = test::testing_async_cpu_streams())
-      : cpu::AsyncCpuBackend(std::make_unique<cpu::CpuBackend>(2), async, jitter_from_environment()) {}
+      : cpu::CpuBackend(cpu::CpuBackendOptions{2, async, std::nullopt}) {}
   void synchronize(nn::Stream& s) override {
     ++waits;
-    cpu::AsyncCpuBackend::synchronize(s);
+    cpu::CpuBackend::synchronize(s);
   }
   void synchronize(nn::Event& e) override {
     ++waits;
-    cpu::AsyncCpuBackend::synchronize(e);
+    cpu::CpuBackend::synchronize(e);
   }
   std::atomic<int64_t> waits{0};
 };

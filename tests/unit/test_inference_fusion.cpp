@@ -38,7 +38,7 @@ void randomise(nn::Graph& g, nn::Stream& s, uint32_t seed) {
 
 TEST_CASE("fusion: forward-only graphs with convolutions taking batch norm and ReLU compute the layer-by-layer logits",
           "[fusion][isa]") {
-  if (!be().fuses(nn::DType::f32)) SQUALL_SKIP("this backend fuses nothing");  // the CUDA backend, yet
+  if (!be().capabilities().fuses(nn::DType::f32)) SQUALL_SKIP("this backend fuses nothing");  // the CUDA backend, yet
   auto s = be().create_stream();
   const int64_t batch = 3;
   std::vector<test::ZooCase> cases = test::small_zoo();
@@ -72,7 +72,7 @@ TEST_CASE("fusion: forward-only graphs with convolutions taking batch norm and R
 TEST_CASE("fusion: training graphs fuse each ReLU into the batch norm or convolution before it and compute the "
           "layer-by-layer logits and gradients",
           "[fusion][isa]") {
-  if (!be().fuses(nn::DType::f32)) SQUALL_SKIP("this backend fuses nothing");
+  if (!be().capabilities().fuses(nn::DType::f32)) SQUALL_SKIP("this backend fuses nothing");
   auto s = be().create_stream();
   const int64_t batch = 3;
   std::vector<test::ZooCase> cases = test::small_zoo();
@@ -128,7 +128,7 @@ TEST_CASE("fusion: training graphs fuse each ReLU into the batch norm or convolu
 TEST_CASE("fusion: a training graph fuses only ReLUs, into batch norms and convolutions, and a plan refuses a folded "
           "batch norm with backward",
           "[fusion]") {
-  if (!be().fuses(nn::DType::f32)) SQUALL_SKIP("this backend fuses nothing");
+  if (!be().capabilities().fuses(nn::DType::f32)) SQUALL_SKIP("this backend fuses nothing");
   auto g = test::make_zoo_model(test::small_zoo()[1], nn::DType::f32, Layout::nchw);
   g->build(be(), 2, 1);
   CHECK(g->fused_nodes() > 0);
@@ -168,7 +168,7 @@ TEST_CASE("fusion: a training graph fuses only ReLUs, into batch norms and convo
 TEST_CASE("fusion: a forward-only CPU convolution computes in its activations' blocked layout, reordering none of them",
           "[fusion][layout]") {
   cpu::CpuBackend cpu(2);  // this backend's plans, whatever backend the other cases test
-  const Layout blocked = cpu.blocked_layout_for(nn::DType::f32);
+  const Layout blocked = cpu.capabilities().blocked_layout_for(nn::DType::f32);
   if (blocked == Layout::nchw) SQUALL_SKIP("oneDNN computes in no blocked layout on this CPU");
   const int64_t b = nn::channel_block(blocked);
   auto s = cpu.create_stream();

@@ -55,9 +55,9 @@ TEST_CASE("conv plans: forward_unchanged reuses the weights it prepared for one 
   auto s = be().create_stream();
   nn::ConvDesc d;
   d.n = 2, d.c = 16, d.h = 12, d.w = 10, d.k = 16, d.r = 3, d.s = 3, d.pad_h = 1, d.pad_w = 1;
-  d.layout = be().blocked_layout_for(nn::DType::f32);
+  d.layout = be().capabilities().blocked_layout_for(nn::DType::f32);
   d.backward = false;
-  const bool fold = be().fuses(nn::DType::f32);  // the CUDA backend folds nothing yet
+  const bool fold = be().capabilities().fuses(nn::DType::f32);  // the CUDA backend folds nothing yet
   d.fold_batch_norm = fold;
   d.relu = fold;
   auto plan = be().make_conv(d);
@@ -111,7 +111,7 @@ TEST_CASE("conv plans: forward_unchanged reuses the weights it prepared for one 
 }
 
 TEST_CASE("softmax cross-entropy: the loss alone is the loss computed with the gradient", "[inference][loss]") {
-  if (!be().loss_without_gradient()) SQUALL_SKIP("this backend computes the loss with its gradient only");
+  if (!be().capabilities().loss_without_gradient) SQUALL_SKIP("this backend computes the loss with its gradient only");
   auto s = be().create_stream();
   const int64_t n = 3, classes = 4, hw = 77;
   const auto count = static_cast<size_t>(n * classes * hw);

@@ -255,7 +255,7 @@ TEST_CASE("layout blocked: every zoo model built blocked computes the NCHW model
       // Every model has tensors of 16 or more channels somewhere; a resolution that left them
       // all NCHW would not be tested by the comparison below. Layout::blocked resolves to
       // NCHW only on a CPU where oneDNN wants no blocks.
-      if (l != Layout::blocked || be().blocked_layout_for(nn::DType::f32) != Layout::nchw) CHECK(blocked_nodes > 0);
+      if (l != Layout::blocked || be().capabilities().blocked_layout_for(nn::DType::f32) != Layout::nchw) CHECK(blocked_nodes > 0);
       CHECK(rel(logits[1], logits[0]) < 1e-4);
       CHECK(rel(grads[1], grads[0]) < 1e-4);
     }
@@ -265,9 +265,9 @@ TEST_CASE("layout blocked: every zoo model built blocked computes the NCHW model
 TEST_CASE("layout blocked: the backend names the block its convolutions compute in, and reduced precision stays NCHW",
           "[layout][blocked]") {
   if (!cpu_backend()) return;
-  const Layout l = be().blocked_layout_for(nn::DType::f32);
+  const Layout l = be().capabilities().blocked_layout_for(nn::DType::f32);
   CHECK((l == Layout::nchw8c || l == Layout::nchw16c || l == Layout::nchw));
-  CHECK(be().blocked_layout_for(nn::DType::bf16) == Layout::nchw);
+  CHECK(be().capabilities().blocked_layout_for(nn::DType::bf16) == Layout::nchw);
   // A bf16 graph asked for blocked activations keeps them NCHW, and still builds and runs.
   auto g = test::make_zoo_model(test::small_zoo()[2], nn::DType::bf16, Layout::blocked);
   g->build(be(), 2, 1);

@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "src/cpu/cpu_backend.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
 #include "src/parallel/loss_scaler.hpp"
@@ -12,7 +13,7 @@ using squall::parallel::LossScaler;
 using squall::parallel::LossScaling;
 
 TEST_CASE("the loss scale halves on a skipped step and doubles after growth_interval good ones", "[loss-scaler]") {
-  auto backend = squall::nn::make_cpu_backend(1);
+  auto backend = std::make_unique<squall::cpu::CpuBackend>(1);
   auto stream = backend->create_stream();
   LossScaling o;
   o.dynamic = true;
@@ -49,7 +50,7 @@ TEST_CASE("the loss scale halves on a skipped step and doubles after growth_inte
 }
 
 TEST_CASE("the loss scale stays finite and positive at its limits", "[loss-scaler]") {
-  auto backend = squall::nn::make_cpu_backend(1);
+  auto backend = std::make_unique<squall::cpu::CpuBackend>(1);
   auto stream = backend->create_stream();
   LossScaling o;
   o.dynamic = true;
@@ -67,7 +68,7 @@ TEST_CASE("the loss scale stays finite and positive at its limits", "[loss-scale
 }
 
 TEST_CASE("without dynamic scaling the scale is 1 and only skips are counted", "[loss-scaler]") {
-  auto backend = squall::nn::make_cpu_backend(1);
+  auto backend = std::make_unique<squall::cpu::CpuBackend>(1);
   auto stream = backend->create_stream();
   LossScaler s(*backend, *stream, LossScaling{});
   CHECK(s.device_scale() == nullptr);

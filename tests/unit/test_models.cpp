@@ -44,6 +44,11 @@ std::pair<float, float> fit_one_batch(Graph& g, Backend& be, int steps, float lr
   Buffer velocity = be.allocate(g.param_arena_floats());
   be.fill(*stream, velocity.data(), g.param_arena_floats(), 0.0f);
   Buffer loss_dev = be.allocate(1);
+  // The whole parameter arena as one tensor of a fused update.
+  const std::unique_ptr<TensorSet> params =
+      be.make_tensor_set({TensorRef{g.params(), g.grads(), static_cast<size_t>(g.param_arena_floats()), true}});
+  SgdArgs sgd;
+  sgd.lr = lr, sgd.momentum = 0.9f;
   float first = 0, last = 0;
   RunMode mode;
   for (int s = 0; s < steps; ++s) {
@@ -58,7 +63,7 @@ std::pair<float, float> fit_one_batch(Graph& g, Backend& be, int steps, float lr
     if (s == 0) first = loss;
     last = loss;
     g.backward(*stream);
-    be.sgd_step(*stream, g.params(), g.grads(), velocity.data(), g.param_arena_floats(), lr, 0.9f, 0.0f, false);
+    be.sgd_update(*stream, *params, velocity.data(), sgd);
   }
   be.synchronize(*stream);
   return {first, last};

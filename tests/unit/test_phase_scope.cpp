@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "src/cpu/cpu_backend.hpp"
 #include "src/nn/backend.hpp"
 #include "src/parallel/group_core.hpp"
 
@@ -24,7 +25,7 @@ struct Phase {
 
 TEST_CASE("a phase scope puts one span on the timeline and the same seconds in its counter",
           "[learners][timeline]") {
-  auto backend = nn::make_cpu_backend(1);
+  auto backend = std::make_unique<squall::cpu::CpuBackend>(1);
   const LearnerGroupOptions options;
   GroupCore core(*backend, options);
   std::vector<Phase> phases;
@@ -54,7 +55,7 @@ TEST_CASE("a phase scope puts one span on the timeline and the same seconds in i
 }
 
 TEST_CASE("a phase scope without a timeline still adds its seconds", "[learners][timeline]") {
-  auto backend = nn::make_cpu_backend(1);
+  auto backend = std::make_unique<squall::cpu::CpuBackend>(1);
   const LearnerGroupOptions options;
   GroupCore core(*backend, options);
   const double before = steady_seconds();

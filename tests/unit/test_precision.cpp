@@ -302,13 +302,13 @@ TEST_CASE("reduced precision: the CPU's bf16 convolutions run on oneDNN's bf16 p
           "[precision][cpu-only][needs-hardware]") {
   // The choice: f32 always native; bf16 native exactly where oneDNN finds bf16 arithmetic,
   // and never under train.cpu_precision = reference; f16 never (oneDNN 2.6 has none on CPUs).
-  CHECK(be().native_precision(DType::f32));
-  CHECK(be().native_precision(DType::bf16) == cpu::dnn_has_bf16());
+  CHECK(be().capabilities().native_precision(DType::f32));
+  CHECK(be().capabilities().native_precision(DType::bf16) == cpu::dnn_has_bf16());
   CHECK(cpu::dnn_bf16_path() == (cpu::dnn_has_bf16() ? "native" : "reference"));  // what squall info says
-  CHECK_FALSE(be().native_precision(DType::f16));
+  CHECK_FALSE(be().capabilities().native_precision(DType::f16));
   be().set_reference_precision(true);
-  CHECK_FALSE(be().native_precision(DType::bf16));
-  CHECK(be().native_precision(DType::f32));
+  CHECK_FALSE(be().capabilities().native_precision(DType::bf16));
+  CHECK(be().capabilities().native_precision(DType::f32));
   be().set_reference_precision(false);
   if (!cpu::dnn_has_bf16())
     SQUALL_SKIP("oneDNN runs " << cpu::dnn_isa() << " on " << cpu::cpu_model_name()
@@ -371,7 +371,7 @@ TEST_CASE("reduced precision: LeNet-5 at bf16 computes the f32 model's logits an
   const bool pinned = GENERATE(true, false);
   std::optional<test::ReferencePrecision> reference;
   if (pinned) reference.emplace(be());
-  INFO("bf16 path " << (be().native_precision(DType::bf16) ? "native" : "reference")
+  INFO("bf16 path " << (be().capabilities().native_precision(DType::bf16) ? "native" : "reference")
                     << (pinned ? " (pinned)" : " (the backend's own)"));
   auto s = be().create_stream();
   nn::ModelSpec spec;

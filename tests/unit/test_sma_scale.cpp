@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "src/cpu/cpu_backend.hpp"
 #include "src/nn/backend.hpp"
 #include "src/parallel/learners.hpp"
 #include "src/config/config.hpp"
@@ -117,7 +118,7 @@ TEST_CASE("settings unstable by construction are refused, naming the keys", "[sm
   CHECK_THAT(parallel::sma_instability(0.1, 0, 1.0), Catch::Contains("parallel.momentum"));
   CHECK_THAT(parallel::sma_instability(0.1, 3.8, 0.9),
              Catch::Contains("parallel.centre_rate") && Catch::Contains("parallel.momentum") && Catch::Contains("3.8"));
-  auto backend = nn::make_cpu_backend(1);
+  auto backend = std::make_unique<squall::cpu::CpuBackend>(1);
   mpi::OneRankAllreduce alone;
   LearnerGroupOptions o;
   o.algorithm = parallel::Algorithm::sma;
@@ -127,7 +128,7 @@ TEST_CASE("settings unstable by construction are refused, naming the keys", "[sm
 }
 
 TEST_CASE("64 learners of sma on one rank stay finite and learn", "[sma][learners]") {
-  auto backend = nn::make_cpu_backend(2);
+  auto backend = std::make_unique<squall::cpu::CpuBackend>(2);
   mpi::OneRankAllreduce alone;
   const int L = 64;
   const int64_t b = 4;

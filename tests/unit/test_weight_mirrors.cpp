@@ -185,8 +185,8 @@ void check_writes_through_params(nn::Backend& be) {
   // The copies the plans keep, by the backend's own account of its bf16 path: one per filter
   // on the reference path (its rounded weights); none on oneDNN's native bf16 path, which
   // reorders the f32 weights at every forward.
-  const size_t filters = be.native_precision(DType::bf16) ? 0 : 2;
-  INFO("bf16 " << (be.native_precision(DType::bf16) ? "native" : "reference") << ", " << filters << " mirrors");
+  const size_t filters = be.capabilities().native_precision(DType::bf16) ? 0 : 2;
+  INFO("bf16 " << (be.capabilities().native_precision(DType::bf16) ? "native" : "reference") << ", " << filters << " mirrors");
   std::vector<std::unique_ptr<nn::Graph>> graphs;
   std::vector<std::unique_ptr<optim::Optimizer>> optimizers;
   for (const bool mirrors : {true, false}) {
@@ -273,7 +273,7 @@ TEST_CASE("weight mirrors: oneDNN's native bf16 convolutions keep no copy, and a
           "them",
           "[models][mirrors][cpu-only][needs-hardware][isa]") {
   nn::Backend& be = test::test_backend();
-  if (!be.native_precision(DType::bf16))
+  if (!be.capabilities().native_precision(DType::bf16))
     SQUALL_SKIP("oneDNN runs " << cpu::dnn_isa() << " on " << cpu::cpu_model_name()
                                << ": no bf16 arithmetic, so no native bf16 path (the case above is the reference's)");
   check_writes_through_params(be);

@@ -203,7 +203,7 @@ TEST_CASE("winograd: forward-only plans in the AVX2 layout take squall's Winogra
           "[winograd][isa][avx2-layout]") {
   if (!cpu::winograd::cpu_supported()) SQUALL_SKIP("this CPU lacks AVX2 or FMA");
   cpu::CpuBackend cpu(2);
-  const Layout blocked = cpu.blocked_layout_for(nn::DType::f32);
+  const Layout blocked = cpu.capabilities().blocked_layout_for(nn::DType::f32);
   if (blocked != Layout::nchw8c)
     SQUALL_SKIP("oneDNN computes f32 in " << nn::layout_name(blocked)
                                           << " here (AVX-512: its own Winograd F(4x4, 3x3) serves it)");
