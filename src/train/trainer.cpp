@@ -11,7 +11,6 @@
 
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
-#include "src/cpu/cpu_async_backend.hpp"
 #include "io/pictures/prediction_picture.hpp"
 #include "io/records/progress.hpp"
 #include "src/train/stop_signal.hpp"
