@@ -31,11 +31,13 @@ import re
 import sys
 
 GUARDED = {  # third-party headers whose users the table names, by the include's first path part
-    'mpi.h': 'MPI', 'hdf5.h': 'HDF5', 'H5': 'HDF5', 'netcdf.h': 'netCDF', 'cuda': 'CUDA',
+    'mpi.h': 'MPI', 'mpi-ext.h': 'MPI', 'mpio.h': 'MPI', 'hdf5.h': 'HDF5', 'hdf5_hl.h': 'HDF5', 'H5': 'HDF5',
+    'netcdf.h': 'netCDF', 'netcdf_par.h': 'netCDF', 'netcdf_meta.h': 'netCDF', 'cuda': 'CUDA',
     'cublas': 'CUDA', 'cudnn': 'cuDNN', 'nccl.h': 'NCCL', 'dnnl': 'oneDNN', 'oneapi': 'oneDNN',
     'toml++': 'toml++', 'CLI': 'CLI11', 'onnx': 'ONNX', 'udunits2.h': 'UDUNITS-2',
 }
-EXACT = ('mpi.h', 'hdf5.h', 'nccl.h', 'netcdf.h', 'udunits2.h')  # whole names, not prefixes
+EXACT = ('mpi.h', 'mpi-ext.h', 'mpio.h', 'hdf5.h', 'hdf5_hl.h', 'nccl.h', 'netcdf.h', 'netcdf_par.h', 'netcdf_meta.h',
+         'udunits2.h')  # whole names, not prefixes
 LINKED = [  # a link item (a target, a library variable) and the third party it is
     (r'^MPI::', 'MPI'), (r'hdf5', 'HDF5'), (r'netcdf', 'netCDF'), (r'udunits', 'UDUNITS-2'),
     (r'^CUDA::', 'CUDA'), (r'cudnn', 'cuDNN'), (r'nccl', 'NCCL'), (r'dnnl|onednn', 'oneDNN'),
