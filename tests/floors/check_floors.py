@@ -132,6 +132,14 @@ def allowed_third_party(row, name, file_name):
 
 # ---- C++ text: comments, literals and preprocessor lines out, line numbers kept ----
 
+def skip_block_comment(text, i, out):
+    """The index after the /* comment at text[i]; its newlines go to `out`."""
+    end = text.find('*/', i + 2)
+    end = len(text) if end < 0 else end + 2
+    out.append('\n' * text.count('\n', i, end))
+    return end
+
+
 def strip_code(text):
     out = []
     i, n = 0, len(text)
@@ -145,10 +153,7 @@ def strip_code(text):
                     i += 2
                     continue
                 if text.startswith('/*', i):
-                    end = text.find('*/', i + 2)
-                    end = n if end < 0 else end + 2
-                    out.append('\n' * text.count('\n', i, end))
-                    i = end
+                    i = skip_block_comment(text, i, out)
                     continue
                 i += 1
             continue
@@ -167,10 +172,7 @@ def strip_code(text):
                 i += 1
             continue
         if text.startswith('/*', i):
-            end = text.find('*/', i + 2)
-            end = n if end < 0 else end + 2
-            out.append('\n' * text.count('\n', i, end))
-            i = end
+            i = skip_block_comment(text, i, out)
             continue
         if c == '"':
             if i > 0 and text[i - 1] == 'R':  # a raw string: R"delim( ... )delim"
