@@ -85,7 +85,4 @@ class HierAllreduce final : public Allreduce {
 // 20 us, 10 Gbit/s): halving-doubling for parts below 26316 bytes, ring above").
 std::string cross_rule(const AllreduceOptions& options, int nodes);
 
-// Plain MPI_Allreduce (in place, sum) on `comm`: the reference and the benchmark's baseline.
-void plain_allreduce_sum(const Communicator& comm, void* data, size_t count, DType type);
-
 }  // namespace squall::mpi

@@ -1,5 +1,4 @@
 #include "mpi/comm.hpp"
-#include "mpi/device_allreduce.hpp"
 
 #include <algorithm>
 #include <numeric>

@@ -50,4 +50,7 @@ class Communicator {
   std::unique_ptr<Impl> m_impl;
 };
 
+// Whether this MPI library accepts CUDA device pointers (Open MPI: MPIX_Query_cuda_support).
+bool mpi_is_cuda_aware();
+
 }  // namespace squall::mpi

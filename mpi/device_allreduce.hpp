@@ -84,7 +84,4 @@ inline std::vector<std::string> device_allreduce_names() {
 std::unique_ptr<DeviceAllreduce> make_device_allreduce(AllreduceKind kind, const Topology& topo, int device,
                                                        const AllreduceOptions& options);
 
-// Whether this MPI library accepts CUDA device pointers (Open MPI: MPIX_Query_cuda_support).
-bool mpi_is_cuda_aware();
-
 }  // namespace squall::mpi

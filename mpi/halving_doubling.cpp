@@ -3,7 +3,7 @@
 
 #include "mpi/check.hpp"
 #include "mpi/cross_algorithm.hpp"
-#include "mpi/wire.hpp"
+#include "mpi/wire_native.hpp"
 
 namespace squall::mpi::wire {
 

@@ -14,7 +14,7 @@
 #include "mpi/halving_doubling.hpp"
 #include "mpi/ring.hpp"
 #include "mpi/stall.hpp"
-#include "mpi/wire.hpp"
+#include "mpi/wire_native.hpp"
 
 namespace squall::mpi {
 namespace hier {

@@ -17,6 +17,7 @@
 #include "mpi/launch_env.hpp"
 #include "mpi/stall.hpp"
 #include "mpi/topology.hpp"
+#include "mpi/wire.hpp"
 #include "src/core/error.hpp"
 
 namespace squall::mpi {

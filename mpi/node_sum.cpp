@@ -8,7 +8,7 @@
 #include "mpi/comm_native.hpp"
 #include "mpi/sum_check.hpp"
 #include "mpi/topology.hpp"
-#include "mpi/wire.hpp"
+#include "mpi/wire_native.hpp"
 
 namespace squall::mpi {
 

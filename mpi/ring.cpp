@@ -2,7 +2,7 @@
 #include "mpi/ring.hpp"
 
 #include "mpi/check.hpp"
-#include "mpi/wire.hpp"
+#include "mpi/wire_native.hpp"
 
 namespace squall::mpi::wire {
 

@@ -12,7 +12,7 @@
 #include "mpi/check.hpp"
 #include "mpi/comm_native.hpp"
 #include "mpi/runtime.hpp"
-#include "mpi/wire.hpp"
+#include "mpi/wire_native.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
 

@@ -1,6 +1,6 @@
 // Element types on the wire: MPI datatypes, the bf16 sum operation, the plain MPI_Allreduce
 // (the reference and the benchmark's baseline), and the polite wait of every host sum.
-#include "mpi/wire.hpp"
+#include "mpi/wire_native.hpp"
 
 #include "src/core/numeric.hpp"
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "mpi/allreduce.hpp"
+#include "mpi/wire.hpp"
 #include "mpi/check.hpp"
 #include "mpi/comm_native.hpp"
 #include "src/core/error.hpp"

@@ -8,10 +8,23 @@
 #include <string>
 #include <vector>
 
+#include "src/core/enum_table.hpp"
 #include "src/data/data_source.hpp"
 #include "src/data/normalization_kind.hpp"
 
 namespace squall::formats {
+
+// What a dataset path holds (detect_format), with the names `squall data inspect` prints:
+// Fashion-MNIST's IDX files, squall's shards, DeepCAM's files, netCDF files (a *.nc file or a
+// folder of them; io/formats/netcdf_file.hpp), none of them (""), or, in inspect's report of
+// several paths, more than one of them ("mixed"; detect_format never answers it).
+enum class DatasetFormat { none, idx, shards, deepcam, netcdf, mixed };
+inline constexpr auto k_dataset_formats = enum_table<DatasetFormat>({{"", DatasetFormat::none},
+                                                                     {"idx", DatasetFormat::idx},
+                                                                     {"shards", DatasetFormat::shards},
+                                                                     {"deepcam", DatasetFormat::deepcam},
+                                                                     {"netcdf", DatasetFormat::netcdf},
+                                                                     {"mixed", DatasetFormat::mixed}});
 
 struct OpenOptions {
   bool normalize = true;
@@ -28,9 +41,8 @@ struct OpenOptions {
   std::optional<data::Normalization> fixed = std::nullopt;
 };
 
-// "idx", "shards", "deepcam", "netcdf" (a *.nc file or a folder of them; io/formats/netcdf_file.hpp),
-// or "" when the path holds none of them.
-std::string detect_format(const std::string& path);
+// What `path` holds, from file names only (nothing is opened); DatasetFormat::none when none of them.
+DatasetFormat detect_format(const std::string& path);
 
 // Fashion-MNIST from a folder of (optionally gzipped) IDX files, as Debian's
 // dataset-fashion-mnist installs them (io/formats/idx_source.cpp). split: "train" or "test". Pixels are

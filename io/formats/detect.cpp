@@ -22,29 +22,29 @@ bool is_deepcam_name(const std::string& name) {
 
 }  // namespace
 
-std::string detect_format(const std::string& path) {
+DatasetFormat detect_format(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) {
     const std::string name = fs::path(path).filename().string();
-    if (std::regex_match(name, shard_pattern())) return "shards";
-    if (is_deepcam_name(name)) return "deepcam";
-    if (name.find("-images-idx3-ubyte") != std::string::npos) return "idx";
-    if (fs::path(name).extension() == ".nc") return "netcdf";
-    return "";
+    if (std::regex_match(name, shard_pattern())) return DatasetFormat::shards;
+    if (is_deepcam_name(name)) return DatasetFormat::deepcam;
+    if (name.find("-images-idx3-ubyte") != std::string::npos) return DatasetFormat::idx;
+    if (fs::path(name).extension() == ".nc") return DatasetFormat::netcdf;
+    return DatasetFormat::none;
   }
-  if (!fs::is_directory(path, ec)) return "";
+  if (!fs::is_directory(path, ec)) return DatasetFormat::none;
   for (const char* stem : {"train-images-idx3-ubyte", "t10k-images-idx3-ubyte"})
     for (const char* ext : {"", ".gz"})
-      if (fs::is_regular_file(fs::path(path) / (std::string(stem) + ext), ec)) return "idx";
+      if (fs::is_regular_file(fs::path(path) / (std::string(stem) + ext), ec)) return DatasetFormat::idx;
   bool deepcam = false, netcdf = false;
   for (const auto& entry : fs::directory_iterator(path, ec)) {
     if (!entry.is_regular_file(ec)) continue;
     const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, shard_pattern())) return "shards";
+    if (std::regex_match(name, shard_pattern())) return DatasetFormat::shards;
     deepcam = deepcam || is_deepcam_name(name);
     netcdf = netcdf || fs::path(name).extension() == ".nc";
   }
-  return deepcam ? "deepcam" : netcdf ? "netcdf" : "";
+  return deepcam ? DatasetFormat::deepcam : netcdf ? DatasetFormat::netcdf : DatasetFormat::none;
 }
 
 std::vector<std::string> list_shards(const std::string& dir, const std::string& split) {

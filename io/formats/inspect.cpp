@@ -70,24 +70,24 @@ class Inspector {
   void add_path(const std::string& path) {
     std::error_code ec;
     if (!fs::exists(path, ec)) return error(path + ": does not exist");
-    const std::string format = detect_format(path);
-    if (format.empty())
+    const DatasetFormat format = detect_format(path);
+    if (format == DatasetFormat::none)
       return error(path + ": holds no Fashion-MNIST IDX files, no squall shards (*-NNNNN-of-MMMMM.h5), no "
                           "DeepCAM files (data-*.h5) and no netCDF files (*.nc)");
     note_format(format);
     const bool is_dir = fs::is_directory(path, ec);
-    if (format == "idx") return add_idx(is_dir ? path : fs::path(path).parent_path().string());
-    if (format == "shards") {
+    if (format == DatasetFormat::idx) return add_idx(is_dir ? path : fs::path(path).parent_path().string());
+    if (format == DatasetFormat::shards) {
       for (const std::string& f : is_dir ? list_shards(path, "") : std::vector<std::string>{path}) add_shard(f);
       return;
     }
     const std::string dir = is_dir ? path : fs::path(path).parent_path().string();
     add_deepcam_stats(find_deepcam_stats(dir));
     const std::vector<std::string> files = without_masks(
-        path, is_dir ? (format == "netcdf" ? list_netcdf_files(path) : list_deepcam_files(path))
+        path, is_dir ? (format == DatasetFormat::netcdf ? list_netcdf_files(path) : list_deepcam_files(path))
                      : std::vector<std::string>{path});
     for (const std::string& f : files) {
-      if (format == "netcdf") add_netcdf(f);
+      if (format == DatasetFormat::netcdf) add_netcdf(f);
       else add_deepcam(f);
     }
   }
@@ -113,9 +113,9 @@ class Inspector {
     return out;
   }
 
-  void note_format(const std::string& format) {
-    if (m_report.format.empty()) m_report.format = format;
-    else if (m_report.format != format) m_report.format = "mixed";
+  void note_format(DatasetFormat format) {
+    if (m_report.format == DatasetFormat::none) m_report.format = format;
+    else if (m_report.format != format) m_report.format = DatasetFormat::mixed;
   }
 
   // The first file fixes shape, dtype and classes; later files must agree.

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "io/formats/dataset.hpp"
 #include "io/formats/netcdf_file.hpp"
 
 // IDX folders are listed (files, format "idx") but not read: the IDX reader lives in
@@ -20,7 +21,7 @@ struct ChannelSummary {
 };
 
 struct InspectReport {
-  std::string format;                      // "shards", "deepcam", "netcdf", "idx", "mixed" or "" (nothing found)
+  DatasetFormat format = DatasetFormat::none;  // what the paths hold; mixed when they differ
   std::vector<std::string> files;          // every file looked at
   std::vector<std::string> skipped;        // files left out: masks squall predict wrote (mask.hpp's marker)
   int64_t samples = 0;                     // samples read (all splits)

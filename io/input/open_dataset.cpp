@@ -30,8 +30,8 @@ std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const st
   if (!std::filesystem::exists(path))
     throw Error("dataset '" + path + "' does not exist" +
                 (path == k_debian_fashion_mnist_dir ? " (install Debian's dataset-fashion-mnist package)" : ""));
-  const std::string format = formats::detect_format(path);
-  if (format == "idx") {
+  const formats::DatasetFormat format = formats::detect_format(path);
+  if (format == formats::DatasetFormat::idx) {
     auto source = formats::open_idx(path, split);
     // IDX pixels are always standardised with the fixed Fashion-MNIST constants.
     if (fixed != nullptr && !fixed->same_as(source->normalization()))
@@ -44,10 +44,10 @@ std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const st
   options.normalization = normalization;
   options.cache_bytes = cache_mb * (int64_t{1} << 20);
   if (fixed != nullptr) options.fixed = *fixed;
-  if (format == "shards") return formats::open_shards(path, split, options);
+  if (format == formats::DatasetFormat::shards) return formats::open_shards(path, split, options);
   const bool own_stats = normalize && fixed == nullptr;
-  if (format == "deepcam") return checked_against_stats(formats::open_deepcam(path, options), path, own_stats);
-  if (format == "netcdf") {
+  if (format == formats::DatasetFormat::deepcam) return checked_against_stats(formats::open_deepcam(path, options), path, own_stats);
+  if (format == formats::DatasetFormat::netcdf) {
     // A test set given the training set's statistics is read in the units they describe.
     formats::NetcdfOptions netcdf = formats::netcdf_options(netcdf_channels, netcdf_variables, netcdf_labels);
     if (fixed != nullptr && !fixed->units.empty() && netcdf.units.empty()) netcdf.units = fixed->units;

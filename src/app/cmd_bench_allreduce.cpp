@@ -34,6 +34,7 @@
 #include "mpi/cross_algorithm.hpp"
 #include "mpi/device_allreduce.hpp"
 #include "mpi/topology.hpp"
+#include "mpi/wire.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/clock.hpp"
 #include "src/core/error.hpp"

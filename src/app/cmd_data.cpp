@@ -217,7 +217,7 @@ formats::NetcdfOptions inspect_netcdf_options(const InspectArgs& args) {
 // IDX folders are opened here, where the IDX reader is linked (io/ only lists them).
 void add_idx_details(const std::vector<std::string>& paths, formats::InspectReport& report) {
   for (const std::string& path : paths) {
-    if (formats::detect_format(path) != "idx") continue;
+    if (formats::detect_format(path) != formats::DatasetFormat::idx) continue;
     const std::string dir = fs::is_directory(path) ? path : fs::path(path).parent_path().string();
     for (const char* split : {"train", "test"}) {
       try {
@@ -263,7 +263,7 @@ json netcdf_json(const std::vector<formats::NetcdfFileInfo>& files) {
 }
 
 json report_json(const formats::InspectReport& r) {
-  return json{{"format", r.format},
+  return json{{"format", formats::k_dataset_formats.name(r.format)},
               {"netcdf", netcdf_json(r.netcdf)},
               {"files", r.files},
               {"skipped", r.skipped},
@@ -330,7 +330,10 @@ std::string netcdf_text(const formats::NetcdfFileInfo& f) {
 }
 
 std::string report_text(const formats::InspectReport& r) {
-  std::string out = "format: " + (r.format.empty() ? std::string("(none found)") : r.format) + "\n";
+  std::string out = "format: " +
+                    std::string(r.format == formats::DatasetFormat::none ? "(none found)"
+                                                                          : formats::k_dataset_formats.name(r.format)) +
+                    "\n";
   out += "files: " + std::to_string(r.files.size()) + "\n";
   for (const std::string& f : r.files) out += "  " + f + "\n";
   if (!r.skipped.empty()) {
@@ -385,7 +388,7 @@ int run_inspect(const InspectArgs& args) {
   formats::InspectReport report = formats::inspect_paths(args.paths, inspect_netcdf_options(args));
   add_idx_details(args.paths, report);
   print_result(args.json, report_json(report), report_text(report));
-  return report.errors.empty() && !report.format.empty() ? 0 : 1;
+  return report.errors.empty() && report.format != formats::DatasetFormat::none ? 0 : 1;
 }
 
 // ---- stats -----------------------------------------------------------------------------
@@ -417,25 +420,25 @@ struct StatsInput {
 StatsInput open_stats_input(const std::string& in, const config::DataConfig& d) {
   std::error_code ec;
   if (!fs::exists(in, ec)) throw UsageError("--in " + in + ": no such file or folder");
-  const std::string format = formats::detect_format(in);
+  const formats::DatasetFormat format = formats::detect_format(in);
   formats::OpenOptions raw;
   raw.normalize = false;
   raw.labels_optional = true;
-  if (format == "netcdf") {
+  if (format == formats::DatasetFormat::netcdf) {
     // data.channels or data.netcdf_variables, as training reads them (netcdf_options names the
     // key at fault); labels "": never read, the reader then gives all-background labels.
     return {formats::open_netcdf(in, raw, formats::netcdf_options(d.channels, d.netcdf_variables, "")), true};
   }
-  if (format == "deepcam") {
+  if (format == formats::DatasetFormat::deepcam) {
     const std::vector<std::string> files =
         fs::is_directory(in, ec) ? formats::list_deepcam_files(in) : std::vector<std::string>{in};
     return {formats::open_deepcam_files(files, "", raw), false};
   }
-  if (format == "shards")
+  if (format == formats::DatasetFormat::shards)
     throw UsageError("--in " + in + " holds squall shards, which carry their statistics in their own attributes "
                      "(written by `squall data deepcam` and `squall data fashion-mnist`); `squall data stats` is for "
                      "folders of DeepCAM files (data-*.h5) and netCDF files (*.nc)");
-  if (format == "idx")
+  if (format == formats::DatasetFormat::idx)
     throw UsageError("--in " + in + " holds Fashion-MNIST IDX files, which are normalised with fixed constants; "
                      "`squall data stats` is for folders of DeepCAM files (data-*.h5) and netCDF files (*.nc)");
   throw UsageError("--in " + in + ": no DeepCAM files (data-*.h5) and no netCDF files (*.nc) (docs/data.md)");

@@ -11,7 +11,7 @@ TEST_CASE("DeepCAM files read as numpy expects", "[peer][io]") {
   const std::string dir = std::string(SQUALL_PEER_DIR) + "/deepcam";
   const auto cases = squall::test::load_peer_cases(dir);
   REQUIRE(cases.size() == 3);
-  CHECK(squall::formats::detect_format(dir) == "deepcam");
+  CHECK(squall::formats::detect_format(dir) == squall::formats::DatasetFormat::deepcam);
 
   for (const char* mode : {"raw", "zscore", "minmax"}) {
     const std::string m = mode;
@@ -42,7 +42,7 @@ TEST_CASE("DeepCAM files read as numpy expects", "[peer][io]") {
   }
 
   const auto report = squall::formats::inspect_paths({dir});
-  CHECK(report.format == "deepcam");
+  CHECK(report.format == squall::formats::DatasetFormat::deepcam);
   CHECK(report.samples == 3);
   CHECK(report.errors.empty());
   CHECK(report.stored.mean.size() == 16);

@@ -157,7 +157,7 @@ TEST_CASE("netCDF input in the classic, 64-bit offset and netCDF-4 formats reads
     spec.format = format;
     spec.labels = true;
     write_nc(path, spec);
-    CHECK(formats::detect_format(path) == "netcdf");
+    CHECK(formats::detect_format(path) == formats::DatasetFormat::netcdf);
 
     const formats::NetcdfFileInfo info = formats::describe_netcdf(path);
     CHECK(info.format == name);
@@ -209,7 +209,7 @@ TEST_CASE("netCDF input: several files, (lat, lon) without time, renamed variabl
   b.steps = 0;  // one sample, no time dimension
   b.format = NC_64BIT_OFFSET;
   write_nc(d.file("b.nc"), b);
-  CHECK(formats::detect_format(d.path.string()) == "netcdf");
+  CHECK(formats::detect_format(d.path.string()) == formats::DatasetFormat::netcdf);
   auto source = formats::open_netcdf(d.path.string(), k_raw);
   REQUIRE(source->size() == 3);
   CHECK(source->files() == std::vector<std::string>{d.file("a.nc"), d.file("b.nc")});

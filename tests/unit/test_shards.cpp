@@ -108,7 +108,7 @@ TEST_CASE("shard round trip: uint8 images, one label per sample, several files",
   write_shard(d.file(squall::formats::shard_name("train", 1, 2)), sample, SampleType::uint8, false, compression, 5, 3,
               images, labels);
   CHECK(squall::formats::shard_name("train", 3, 16) == "train-00003-of-00016.h5");
-  CHECK(squall::formats::detect_format(d.path.string()) == "shards");
+  CHECK(squall::formats::detect_format(d.path.string()) == squall::formats::DatasetFormat::shards);
   CHECK_FALSE(fs::exists(d.file("train-00000-of-00002.h5.tmp")));
 
   auto src = squall::formats::open_shards(d.path.string(), "train", k_raw);
@@ -192,7 +192,7 @@ TEST_CASE("shard writer: no file without close(), sample type checked", "[io]") 
     CHECK_THROWS_WITH(w.append(f, &l), Contains("float32 sample appended to a uint8 shard"));
   }
   CHECK(fs::is_empty(d.path));
-  CHECK(squall::formats::detect_format(d.path.string()).empty());
+  CHECK(squall::formats::detect_format(d.path.string()) == squall::formats::DatasetFormat::none);
 }
 
 TEST_CASE("broken shards: errors name the file and dataset", "[io]") {
@@ -305,7 +305,7 @@ TEST_CASE("broken shards of the wrong layout, written by h5py: errors name the f
     h5py(f, "with h5py.File(path, 'w') as f:\n  f.create_dataset('images', data=np.zeros((4,1,2,2), np.uint8))\n");
     CHECK_THAT(open_error(f), Contains(f) && Contains("/labels is missing"));
     const auto report = squall::formats::inspect_paths({d.path.string()});
-    CHECK(report.format == "shards");
+    CHECK(report.format == squall::formats::DatasetFormat::shards);
     REQUIRE(report.errors.size() == 1);
     CHECK_THAT(report.errors[0], Contains(f) && Contains("/labels"));
     CHECK(report.samples == 6);  // the good shard beside it was still read
@@ -314,12 +314,12 @@ TEST_CASE("broken shards of the wrong layout, written by h5py: errors name the f
 
 TEST_CASE("detect_format tells the dataset kinds apart", "[io]") {
   TempDir d;
-  CHECK(squall::formats::detect_format(d.path.string()).empty());
-  CHECK(squall::formats::detect_format(d.file("missing")).empty());
+  CHECK(squall::formats::detect_format(d.path.string()) == squall::formats::DatasetFormat::none);
+  CHECK(squall::formats::detect_format(d.file("missing")) == squall::formats::DatasetFormat::none);
   std::ofstream(d.file("data-2106-01-01-00-1.h5")) << "x";
-  CHECK(squall::formats::detect_format(d.path.string()) == "deepcam");
+  CHECK(squall::formats::detect_format(d.path.string()) == squall::formats::DatasetFormat::deepcam);
   std::ofstream(d.file("train-images-idx3-ubyte.gz")) << "x";
-  CHECK(squall::formats::detect_format(d.path.string()) == "idx");
+  CHECK(squall::formats::detect_format(d.path.string()) == squall::formats::DatasetFormat::idx);
 }
 
 TEST_CASE("shard reads from several threads at once agree with one thread", "[io]") {
