@@ -121,9 +121,12 @@ parallel::LearnerGroupOptions learner_group_options(const Config& cfg, const mpi
   lg.centre_rate = cfg.parallel.centre_rate;
   lg.momentum = cfg.parallel.momentum;
   lg.start_step = cfg.parallel.start_step;
-  const config::OuterConfig& outer = cfg.parallel.outer;
-  lg.outer = {outer.period, outer.lr,       outer.momentum, outer.nesterov, outer.start_at(place.total_steps),
-              outer.qsr,    outer.streaming};
+  // outer: its synchronous start and the learning rate's warm-up as steps of this run (QSR keeps
+  // its rounds at H during the warm-up). A resume moves both to where they are in the
+  // schedule's frame (LearnerGroup::set_outer_steps).
+  lg.outer = cfg.parallel.outer;
+  lg.outer.start_step = cfg.parallel.outer.start_at(place.total_steps);
+  lg.outer.warmup_steps = cfg.schedule.warmup_steps;
   lg.bucket_floats = std::max<size_t>(1, static_cast<size_t>(place.bucket_mb * double(1 << 20) / sizeof(float)));
   lg.seed = static_cast<uint64_t>(cfg.run.seed);
   lg.precision = place.format.dtype;

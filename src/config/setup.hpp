@@ -81,7 +81,8 @@ struct GroupPlace {
   bool can_capture = false;    // the backend can capture a pass (parallel.cuda_graphs)
   int64_t total_steps = 0;     // the run's steps (parallel.outer.start_fraction)
 };
-// parallel.*, train.nonfinite, train.loss_scale*, run.seed for the group on this rank.
+// parallel.*, train.nonfinite, train.loss_scale*, run.seed (and schedule.warmup_steps for outer)
+// for the group on this rank.
 parallel::LearnerGroupOptions learner_group_options(const Config& cfg, const mpi::Topology& topo,
                                                     const GroupPlace& place);
 

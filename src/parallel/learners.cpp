@@ -32,7 +32,7 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
                 (m_options.by_level() ? "parallel.periods' node level" : "parallel.algorithm = outer") +
                 " needs the node's sum (node_allreduce)");
   if (options.algorithm == Algorithm::outer) {
-    const OuterOptions& o = options.outer;
+    const optim::OuterOptions& o = options.outer;
     if (o.period < 1) throw Error("parallel.outer.period must be >= 1, got " + std::to_string(o.period));
     if (!(o.lr > 0)) throw Error("parallel.outer.lr must be > 0, got " + std::to_string(o.lr));
     if (!(o.momentum >= 0 && o.momentum < 1))

@@ -68,7 +68,7 @@ records::RunFacts TrainingRun::run_facts() const {
                      " step(s) among themselves, " + "the " + std::to_string(m_topo.nodes()) + " node(s) every " +
                      std::to_string(p.across);
   if (m_algorithm == parallel::Algorithm::outer) {
-    const config::OuterConfig& o = m_cfg.parallel.outer;
+    const optim::OuterOptions& o = m_cfg.parallel.outer;
     const int64_t start = g.options().outer.start_step;
     char qsr[160] = "";
     if (o.qsr > 0)
@@ -233,7 +233,7 @@ TrainResult TrainingRun::finish() {
   }
   if (m_algorithm == parallel::Algorithm::local_sgd) s.parallel["start_step"] = g.options().start_step;
   if (m_algorithm == parallel::Algorithm::outer) {
-    const config::OuterConfig& o = m_cfg.parallel.outer;
+    const optim::OuterOptions& o = m_cfg.parallel.outer;
     s.parallel["period"] = o.period;
     s.parallel.erase("periods");
     s.parallel["outer"] = {{"period", o.period},

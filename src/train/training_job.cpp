@@ -69,7 +69,7 @@ void check_synchronises(const config::Config& cfg, const std::string& origin, pa
                         int64_t total_steps) {
   if (algorithm == parallel::Algorithm::ssgd) return;
   if (algorithm == parallel::Algorithm::outer) {
-    const config::OuterConfig& o = cfg.parallel.outer;
+    const optim::OuterOptions& o = cfg.parallel.outer;
     if (o.start_at(total_steps) > 0 || o.period <= total_steps) return;
     throw UsageError(origin + ": parallel.outer.period = " + std::to_string(o.period) + " is longer than the run (" +
                      std::to_string(total_steps) +
@@ -158,9 +158,6 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
   t.bucket_mb = config::bucket_mb_for(cfg.parallel, !t.backend->host_accessible());
   parallel::LearnerGroupOptions lg = config::learner_group_options(
       cfg, topo, {data.plan.learners, t.bucket_mb, format, t.backend->can_capture(), data.plan.total_steps});
-  // outer's QSR keeps its rounds at H during the learning rate's warm-up. A resume moves this
-  // and the synchronous start to where they are in the schedule's frame (TrainingRun::restore).
-  lg.outer.warmup_steps = cfg.schedule.warmup_steps;
   // The node level's own sum (parallel.periods, outer's inner steps): over this node's ranks only.
   if (lg.node_level() && algorithm != parallel::Algorithm::ssgd && ranks > 1)
     t.node_allreduce = mpi::make_node_allreduce(topo, ar);
