@@ -180,6 +180,17 @@ TEST_CASE("values out of range are rejected by validation", "[config]") {
   REQUIRE_THROWS_WITH(load_config("", {"parallel.algorithm=easgd"}), Contains("parallel.algorithm must be one of"));
   REQUIRE_THROWS_WITH(load_config("", {"train.epochs=0"}), Contains("nothing to train"));
   CHECK_NOTHROW(load_config("", {"train.epochs=0", "train.max_steps=10"}));
+  // The learner group's options: the config's checks are the ones a user sees, naming the keys.
+  REQUIRE_THROWS_WITH(load_config("", {"parallel.replicas_per_device=0"}),
+                      Contains("parallel.replicas_per_device must be > 0"));
+  REQUIRE_THROWS_WITH(load_config("", {"parallel.algorithm=sma", "parallel.period=0"}),
+                      Contains("parallel.period must be > 0"));
+  REQUIRE_THROWS_WITH(load_config("", {"parallel.algorithm=outer", "parallel.outer.period=0"}),
+                      Contains("parallel.outer.period must be > 0"));
+  REQUIRE_THROWS_WITH(load_config("", {"parallel.algorithm=outer", "parallel.outer.start_step=-1"}),
+                      Contains("parallel.outer.start_step must be >= 0"));
+  REQUIRE_THROWS_WITH(load_config("", {"parallel.algorithm=sma", "parallel.alpha=0"}),
+                      Contains("parallel.alpha = 0") && Contains("initial model"));
   TempConfig f("[optimizer]\nmomentum = 1.5\n");
   REQUIRE_THROWS_WITH(load_config(f.path, {}), Contains(f.path) && Contains("optimizer.momentum must be in [0, 1)"));
 }
