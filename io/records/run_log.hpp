@@ -59,6 +59,8 @@ class RunClock {
   double m_earlier = 0, m_eval = 0, m_start = 0;
 };
 
+// The run.* keys and the config come from config::run_log_options; the rest is where the run
+// stands and what its data is.
 struct RunLogOptions {
   std::filesystem::path dir;      // run.dir
   std::string config_toml;        // the resolved config, written as config.toml

@@ -14,6 +14,7 @@
 #include "src/cpu/cpu_async_backend.hpp"
 #include "io/pictures/prediction_picture.hpp"
 #include "io/records/progress.hpp"
+#include "src/config/setup.hpp"
 #include "src/train/stop_signal.hpp"
 #include "src/train/training_run.hpp"
 
@@ -119,18 +120,13 @@ void TrainingRun::train() {
   m_world.barrier();
   m_timeline.set_origin(steady_seconds());
   if (m_timeline.enabled()) attach_timeline(m_timeline, *m_device.group, *m_device.allreduce);
-  records::RunLogOptions lo;
-  lo.dir = m_dir;
-  lo.config_toml = to_toml(m_cfg);
+  records::RunLogOptions lo = config::run_log_options(m_cfg);
   lo.root = m_root;
   lo.attempt = m_pos.attempt;
   lo.keep_metrics_lines = m_metrics_lines_at_resume;
-  lo.tensorboard = m_cfg.run.tensorboard;
-  lo.mllog = m_cfg.run.mllog;
   lo.earlier_s = m_pos.earlier_s;
   lo.earlier_eval_s = m_pos.earlier_eval_s;
   lo.live_progress = records::progress_redraws(m_ranks);
-  lo.log_every = m_cfg.train.log_every_steps;
   lo.per_pixel = m_data.train->info().per_pixel_labels;
   lo.class_names = m_data.train->info().class_names;
   m_log = std::make_unique<records::RunLog>(lo);
