@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "io/input/stage.hpp"
+#include "io/records/run_files.hpp"
 #include "src/core/durable.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
@@ -168,7 +169,7 @@ TrainResult TrainingRun::finish() {
     if (m_timeline.dropped() > 0)
       log::warn("timeline: " + std::to_string(m_timeline.dropped()) + " events past the limit were dropped");
     const auto parts = m_world.gather_strings(m_timeline.events_json(m_rank, m_topo.host(), m_topo.node()));
-    if (m_root) write_file_atomic(m_dir / "timeline.json", records::Timeline::document(parts));
+    if (m_root) write_file_atomic(m_dir / records::k_timeline_file.name, records::Timeline::document(parts));
   }
 
   r.steps = m_pos.step;
