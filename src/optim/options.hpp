@@ -28,9 +28,10 @@ enum class MilestoneUnit { steps, epochs };
 inline constexpr auto k_milestone_units =
     enum_table<MilestoneUnit>({{"steps", MilestoneUnit::steps}, {"epochs", MilestoneUnit::epochs}});
 
-struct OptimizerConfig {
+// What an optimizer's update uses besides the step's learning rate, which the schedule gives
+// each step (Optimizer::step): the optimizers and the learner group carry this, not the lr.
+struct OptimizerOptions {
   OptimizerKind name = OptimizerKind::sgd;  // sgd | adam | adamw | lamb
-  double lr = 0.05;                  // peak learning rate (before the linear scaling rule)
   double momentum = 0.9;             // sgd
   bool nesterov = false;             // sgd
   double weight_decay = 0.0;         // L2 (sgd, adam) or decoupled (adamw, lamb)
@@ -41,6 +42,13 @@ struct OptimizerConfig {
   double larc_eta = 0.001;           // LARC trust coefficient
   bool larc_clip = true;             // LARC "clip" mode: local lr never exceeds the global lr
   bool decay_bias_and_norm = true;   // false: no weight decay on biases and norm parameters
+  bool operator==(const OptimizerOptions&) const = default;
+};
+
+// The config's [optimizer]: the options and the learning rate, which only the schedule reads
+// (scaled_peak_lr, schedule.hpp).
+struct OptimizerConfig : OptimizerOptions {
+  double lr = 0.05;                  // peak learning rate (before the linear scaling rule)
   bool operator==(const OptimizerConfig&) const = default;
 };
 

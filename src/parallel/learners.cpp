@@ -10,7 +10,7 @@
 namespace squall::parallel {
 
 LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph,
-                           int64_t batch, int64_t label_count, const optim::OptimizerConfig& optimizer,
+                           int64_t batch, int64_t label_count, const optim::OptimizerOptions& optimizer,
                            std::vector<float> class_weights, LearnerGroupOptions options, mpi::Allreduce& allreduce,
                            mpi::Allreduce* node_allreduce)
     : m_options(options), m_batch(batch), m_core(std::make_unique<GroupCore>(backend, m_options)) {

@@ -95,7 +95,7 @@ TrainResult TrainingRun::run() {
   mpi::run_agreed(m_world, [&] { prepare_run_dir(); });
   load_checkpoint();  // and fit the batch to this job's shape (elastic.batch)
   read_init_weights();  // train.init_from, for a run that does not resume
-  m_device = build_training_device(m_cfg, m_origin, m_options, m_topo, m_data);
+  m_device = build_training_device(m_cfg, m_origin, m_options, m_topo, m_data, m_lr_factor);
   if (m_init) {
     mpi::run_agreed(m_world, [&] { start_from_init_weights(); });
     m_init.reset();
@@ -371,11 +371,10 @@ void TrainingRun::evaluate(int64_t epoch, bool final_model) {
 }
 
 // The learning rate of the step after `samples_done` samples: the schedule's segment it is in
-// (optim/schedule.hpp), times elastic.batch's factor.
+// (optim/schedule.hpp), whose peak holds elastic.batch's factor (make_schedule).
 double TrainingRun::lr_at_samples(int64_t samples_done) const {
   const StepPlan& p = m_data.plan;
-  return m_lr_factor *
-         m_device.schedule->lr_in_segment(schedule_step(p, samples_done), schedule_start(p), p.schedule_steps);
+  return m_device.schedule->lr_in_segment(schedule_step(p, samples_done), schedule_start(p), p.schedule_steps);
 }
 
 // train.nonfinite = stop: the step, the rank, the learner and the layer, then the job ends.

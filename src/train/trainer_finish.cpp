@@ -96,7 +96,7 @@ records::RunFacts TrainingRun::run_facts() const {
   f.optimizer = g.optimizer_name();
   f.precision = config::k_precisions.name(m_cfg.train.precision);
   f.run_dir = m_cfg.run.dir;
-  f.base_lr = m_lr_factor * m_device.schedule->peak_lr();
+  f.base_lr = m_device.schedule->peak_lr();
   f.warmup_steps = m_cfg.schedule.warmup_steps;
   f.weight_decay = m_cfg.optimizer.weight_decay;
   f.seed = m_cfg.run.seed;

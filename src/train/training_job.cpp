@@ -131,7 +131,8 @@ StepPlan plan_training(const config::Config& cfg, const std::string& origin, con
 }
 
 TrainingDevice build_training_device(const config::Config& cfg, const std::string& origin, const RunOptions& options,
-                                     const mpi::Topology& topo, const TrainingData& data) {
+                                     const mpi::Topology& topo, const TrainingData& data,
+                                     double lr_factor) {
   TrainingDevice t;
   const data::DatasetInfo& info = data.train->info();
   const int ranks = topo.world_size();
@@ -178,7 +179,7 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
   };
   t.group = std::make_unique<parallel::LearnerGroup>(*t.backend, make_graph, batch, batch * label_hw, cfg.optimizer,
                                            class_weights, lg, *t.allreduce, t.node_allreduce.get());
-  t.schedule = make_schedule(cfg, ranks, topo.nodes(), data.plan.schedule_steps_per_epoch);
+  t.schedule = make_schedule(cfg, ranks, topo.nodes(), data.plan.schedule_steps_per_epoch, lr_factor);
 
   t.labels = t.backend->allocate_labels(static_cast<size_t>(batch * label_hw), t.label_buf);
   t.predictions = t.backend->allocate_labels(static_cast<size_t>(batch * label_hw), t.pred_buf);
@@ -231,14 +232,15 @@ UpdateBatch update_batch_of(parallel::Algorithm algorithm) {
 }
 
 std::unique_ptr<optim::Schedule> make_schedule(const config::Config& cfg, int ranks, int nodes,
-                                               int64_t steps_per_epoch) {
+                                               int64_t steps_per_epoch, double lr_factor) {
   // The linear scaling rule scales by the batch one update averages over: the global batch
   // under ssgd, a node's under outer (its inner steps; the job's mean over its nodes, so that
   // every node, and the outer step, have one rate), a learner's own under sma and local-sgd.
   // The learners are the config's: the auto-tuner does not rescale the rate.
   const double batch = update_batch(update_batch_of(cfg.parallel.algorithm), cfg.train.batch_size,
                                     cfg.parallel.replicas_per_device, ranks, nodes);
-  return std::make_unique<optim::Schedule>(cfg.schedule, cfg.optimizer.lr, batch, steps_per_epoch);
+  return std::make_unique<optim::Schedule>(
+      cfg.schedule, optim::scaled_peak_lr(cfg.schedule, cfg.optimizer.lr, batch, lr_factor), steps_per_epoch);
 }
 
 }  // namespace squall::train
