@@ -21,11 +21,9 @@ std::unique_ptr<data::DataSource> checked_against_stats(std::unique_ptr<data::Da
 
 }  // namespace
 
-std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const std::string& split, bool normalize,
-                                         data::NormalizationKind normalization, int64_t cache_mb,
-                                         const data::Normalization* fixed, const std::string& netcdf_variables,
-                                         const std::string& netcdf_labels,
-                                         const std::vector<std::string>& netcdf_channels) {
+std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const std::string& split,
+                                               const DatasetOptions& o) {
+  const std::optional<data::Normalization>& fixed = o.fixed;
   if (path.empty()) throw Error("no dataset path given (data.train / data.test)");
   if (!std::filesystem::exists(path))
     throw Error("dataset '" + path + "' does not exist" +
@@ -34,27 +32,28 @@ std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const st
   if (format == formats::DatasetFormat::idx) {
     auto source = formats::open_idx(path, split);
     // IDX pixels are always standardised with the fixed Fashion-MNIST constants.
-    if (fixed != nullptr && !fixed->same_as(source->normalization()))
+    if (fixed && !fixed->same_as(source->normalization()))
       throw Error("dataset '" + path + "' (Fashion-MNIST IDX) is normalised with fixed constants, not with the given " +
                   fixed->kind + " statistics (" + fixed->source + ")");
     return source;
   }
   formats::OpenOptions options;
-  options.normalize = normalize;
-  options.normalization = normalization;
-  options.cache_bytes = cache_mb * (int64_t{1} << 20);
-  if (fixed != nullptr) options.fixed = *fixed;
+  options.normalize = o.normalize;
+  options.normalization = o.normalization;
+  options.cache_bytes = o.cache_mb * (int64_t{1} << 20);
+  options.fixed = fixed;
   if (format == formats::DatasetFormat::shards) return formats::open_shards(path, split, options);
-  const bool own_stats = normalize && fixed == nullptr;
-  if (format == formats::DatasetFormat::deepcam) return checked_against_stats(formats::open_deepcam(path, options), path, own_stats);
+  const bool own_stats = o.normalize && !fixed;
+  if (format == formats::DatasetFormat::deepcam)
+    return checked_against_stats(formats::open_deepcam(path, options), path, own_stats);
   if (format == formats::DatasetFormat::netcdf) {
     // A test set given the training set's statistics is read in the units they describe.
-    formats::NetcdfOptions netcdf = formats::netcdf_options(netcdf_channels, netcdf_variables, netcdf_labels);
-    if (fixed != nullptr && !fixed->units.empty() && netcdf.units.empty()) netcdf.units = fixed->units;
+    formats::NetcdfOptions netcdf = formats::netcdf_options(o.netcdf_channels, o.netcdf_variables, o.netcdf_labels);
+    if (fixed && !fixed->units.empty() && netcdf.units.empty()) netcdf.units = fixed->units;
     auto source = formats::open_netcdf(path, options, netcdf);
     // Training and evaluation need a label per pixel; new output without them is for predict.
     if (!source->has_labels())
-      throw Error(path + " holds netCDF files without the labels variable '" + netcdf_labels +
+      throw Error(path + " holds netCDF files without the labels variable '" + o.netcdf_labels +
                   "' (data.netcdf_labels): training and evaluation need labelled samples (`squall data label` "
                   "computes them; `squall predict` takes unlabelled files)");
     return checked_against_stats(std::move(source), path, own_stats);

@@ -4,6 +4,7 @@
 // is src/data/data_source.hpp.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,21 +13,29 @@
 
 namespace squall::input {
 
+// How a dataset is opened: the config's data.* keys (config::dataset_options fills it).
+struct DatasetOptions {
+  bool normalize = true;        // standardise the inputs (data.normalize)
+  data::NormalizationKind normalization = data::NormalizationKind::zscore;  // data.normalization
+  // Shards smaller than this are held in memory (formats::OpenOptions::cache_bytes); 0: always
+  // stream (data.cache_mb).
+  int64_t cache_mb = 1024;
+  // When set (and normalize is), the statistics to normalise with instead of the folder's
+  // own: the training set's, for a test set (docs/training.md, "Normalisation").
+  std::optional<data::Normalization> fixed;
+  // data.netcdf_variables, data.netcdf_labels and data.channels (formats::netcdf_options),
+  // used for netCDF input only.
+  std::string netcdf_variables;
+  std::string netcdf_labels = "labels";
+  std::vector<std::string> netcdf_channels;
+};
+
 // Any dataset squall reads, by what the folder holds: Fashion-MNIST IDX files, native
-// shards (`split` picks train-* or test-*), DeepCAM files or netCDF files. Errors name the path.
-// cache_mb: shards smaller than this are held in memory (formats::OpenOptions::cache_bytes).
-// fixed: when given (and normalize is set), the statistics to normalise with instead of the
-// folder's own: the training set's, for a test set (docs/training.md, "Normalisation").
-// A DeepCAM or netCDF folder normalised with its own stats.h5 is refused when the file names
-// other channels than the data's (formats::check_stats_channels).
-// netcdf_variables / netcdf_labels / netcdf_channels: data.netcdf_variables, data.netcdf_labels
-// and data.channels (formats::netcdf_options), used for netCDF input only.
-std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const std::string& split, bool normalize,
-                                         data::NormalizationKind normalization, int64_t cache_mb = 1024,
-                                         const data::Normalization* fixed = nullptr,
-                                         const std::string& netcdf_variables = "",
-                                         const std::string& netcdf_labels = "labels",
-                                         const std::vector<std::string>& netcdf_channels = {});
+// shards (`split` picks train-* or test-*), DeepCAM files or netCDF files, opened as `options`
+// say. Errors name the path. A DeepCAM or netCDF folder normalised with its own stats.h5 is
+// refused when the file names other channels than the data's (formats::check_stats_channels).
+std::unique_ptr<data::DataSource> open_dataset(const std::string& path, const std::string& split,
+                                               const DatasetOptions& options = {});
 
 inline constexpr const char* k_debian_fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "io/records/mllog.hpp"
+#include "io/records/run_files.hpp"
 #include "io/records/tensorboard.hpp"
 #include "src/core/durable.hpp"
 #include "src/core/error.hpp"
@@ -51,19 +52,19 @@ RunLog::RunLog(const RunLogOptions& options) : m_options(options) {
   m_clock.start(options.earlier_s, options.earlier_eval_s);
   m_progress = std::make_unique<Progress>(options.root && options.live_progress, options.log_every);
   if (!options.root) return;
-  write_file_atomic(options.dir / "config.toml", options.config_toml);
-  const fs::path metrics = options.dir / "metrics.jsonl";
+  write_file_atomic(options.dir / k_config_file.name, options.config_toml);
+  const fs::path metrics = options.dir / k_metrics_file.name;
   const bool resumed = options.keep_metrics_lines >= 0;
   // Resuming: the records written after the checkpoint are written again from here.
   if (resumed) keep_first_lines(metrics, options.keep_metrics_lines);
-  m_metrics = std::make_unique<LineFile>(metrics, resumed, "metrics.jsonl");
+  m_metrics = std::make_unique<LineFile>(metrics, resumed, std::string(k_metrics_file.name));
   m_metrics->set_lines(resumed ? options.keep_metrics_lines : 0);
   // One event file per attempt (TensorBoard reads every file of the folder), so no file is
   // ever rewritten; a resumed attempt's events continue the steps of the first.
   if (options.tensorboard)
     m_tensorboard = std::make_unique<TensorBoardWriter>(options.dir / "tensorboard",
                                                             "attempt-" + std::to_string(options.attempt));
-  if (options.mllog) m_mllog = std::make_unique<MlLog>(options.dir / "mlperf.log", resumed);
+  if (options.mllog) m_mllog = std::make_unique<MlLog>(options.dir / k_mllog_file.name, resumed);
 }
 
 RunLog::~RunLog() {
@@ -382,7 +383,7 @@ json RunLog::summary_json(const RunSummary& s) const {
 void RunLog::finished(const RunSummary& s) {
   m_progress->finish();
   if (!m_options.root) return;
-  const fs::path summary = m_options.dir / "summary.json";
+  const fs::path summary = m_options.dir / k_summary_file.name;
   write_file_atomic(summary, summary_json(s).dump(2) + "\n");
   const nn::ConfusionMatrix& cm = *s.cm;
   const int64_t attempt_steps = s.steps - s.first_step;

@@ -1,8 +1,9 @@
 #pragma once
 // The records a training run leaves (docs/metrics.md, "Run records"): config.toml,
 // metrics.jsonl, summary.json, the console, TensorBoard event files (run.tensorboard) and MLPerf log lines
-// (run.mllog). This is the only code that knows their field names: the loop hands it typed
-// facts, and it writes each fact to every record that carries it.
+// (run.mllog). This is the only code that writes their fields: the loop hands it typed facts,
+// and it writes each fact to every record that carries it. The files' names and summary.json's
+// fields are run_files.hpp's table, which the readers (run_records.hpp) share.
 //
 // Rank 0 keeps the records; on the other ranks every call does nothing. A file that cannot be
 // written is a squall::Error naming it (metrics.jsonl, the event file, the MLPerf log); every
@@ -59,6 +60,8 @@ class RunClock {
   double m_earlier = 0, m_eval = 0, m_start = 0;
 };
 
+// The run.* keys and the config come from config::run_log_options; the rest is where the run
+// stands and what its data is.
 struct RunLogOptions {
   std::filesystem::path dir;      // run.dir
   std::string config_toml;        // the resolved config, written as config.toml

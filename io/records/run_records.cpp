@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
 
 #include <nlohmann/json.hpp>
+
+#include "src/core/error.hpp"
 
 namespace squall::records {
 namespace {
@@ -40,7 +43,79 @@ std::vector<std::pair<double, double>> anchors(const RunRecords& r) {
   return out;
 }
 
+bool of_kind(const json& v, FieldKind kind) {
+  switch (kind) {
+    case FieldKind::integer: return v.is_number_integer();
+    case FieldKind::number: return v.is_number();
+    case FieldKind::text: return v.is_string();
+    case FieldKind::boolean: return v.is_boolean();
+    case FieldKind::object: return v.is_object();
+    case FieldKind::array: return v.is_array();
+    case FieldKind::any: break;
+  }
+  return true;
+}
+
+// `doc`'s fields that the table lists, each of its kind; throws naming `where` and the field.
+void check_fields(const json& doc, const RunFile& file, const std::string& where) {
+  for (const RunField& f : file.fields) {
+    const auto it = doc.find(std::string(f.name));
+    if (it == doc.end() || (f.nullable && it->is_null()) || of_kind(*it, f.kind)) continue;
+    throw Error(where + ": `" + std::string(f.name) + "` is " + it->dump() + ", not " +
+                std::string(field_kind_text(f.kind)));
+  }
+}
+
 }  // namespace
+
+std::string_view field_kind_text(FieldKind kind) {
+  switch (kind) {
+    case FieldKind::integer: return "an integer";
+    case FieldKind::number: return "a number";
+    case FieldKind::text: return "a string";
+    case FieldKind::boolean: return "true or false";
+    case FieldKind::object: return "a JSON object";
+    case FieldKind::array: return "a JSON array";
+    case FieldKind::any: break;
+  }
+  return "a JSON value";
+}
+
+RunDir read_run_dir(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw Error(path.string() + " does not exist");
+  const bool is_file = !fs::is_directory(path, ec);
+  RunDir r;
+  r.dir = is_file ? (path.has_parent_path() ? path.parent_path() : fs::path(".")) : path;
+  const fs::path summary = is_file ? path : r.path_of(k_summary_file);
+  const fs::path metrics = r.path_of(k_metrics_file);
+  r.has_summary = fs::is_regular_file(summary, ec);
+  r.has_metrics = fs::is_regular_file(metrics, ec);
+  r.has_config = fs::is_regular_file(r.path_of(k_config_file), ec);
+  if (!r.has_summary && !r.has_metrics)
+    throw Error(path.string() + " is not a run dir: it holds neither " + std::string(k_summary_file.name) + " nor " +
+                std::string(k_metrics_file.name) + " (written by `squall train`)");
+  if (r.has_metrics) {
+    std::ifstream in(metrics);
+    if (!in) throw Error("cannot read " + metrics.string());
+    r.records = parse_metrics(in);
+  }
+  if (r.has_summary) {
+    std::ifstream in(summary);
+    if (!in) throw Error("cannot read " + summary.string());
+    try {
+      r.summary = json::parse(in);
+    } catch (const json::exception& e) {
+      throw Error(summary.string() + " is not JSON: " + e.what());
+    }
+    if (!r.summary.is_object()) throw Error(summary.string() + " is not a JSON object");
+    check_fields(r.summary, k_summary_file, summary.string());
+  }
+  r.progress = run_progress(r.summary, r.records);
+  r.target = run_target(r.summary, r.records);
+  return r;
+}
 
 RunRecords parse_metrics(std::istream& in) {
   RunRecords r;

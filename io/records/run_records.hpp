@@ -1,7 +1,8 @@
 #pragma once
 // A run dir's records read back (docs/training.md, "Reports"), for `squall report` and
-// `squall model --calibrate`: metrics.jsonl on one clock across the run's attempts, and what
-// summary.json says about the attempts and the target.
+// `squall model --calibrate`: read_run_dir, with metrics.jsonl on one clock across the run's
+// attempts, and what summary.json says about the attempts and the target. The files' names and
+// fields are run_files.hpp's table, which the writer uses too.
 //
 // The run clock (`elapsed_s`) counts the seconds of the training loops of all attempts so far.
 // Records that carry `attempt` are on it as written. Records of run dirs written before that
@@ -9,12 +10,15 @@
 // have none): each attempt's times are offset by the last time before its resume record.
 // Train records without a time get one interpolated from the timed records around them.
 #include <cstdint>
+#include <filesystem>
 #include <istream>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
+
+#include "io/records/run_files.hpp"
 
 namespace squall::records {
 
@@ -90,5 +94,24 @@ struct TargetResult {
   double metric_value = 0;       // the metric there (NaN: unknown)
 };
 std::optional<TargetResult> run_target(const nlohmann::json& summary, const RunRecords& records);
+
+// What a run dir holds, as the readers need it.
+struct RunDir {
+  std::filesystem::path dir;
+  bool has_metrics = false, has_summary = false, has_config = false;
+  RunRecords records;                       // metrics.jsonl (none: empty)
+  nlohmann::json summary = nlohmann::json::object();  // summary.json (none: an empty object)
+  RunProgress progress;                     // run_progress(summary, records)
+  std::optional<TargetResult> target;       // run_target(summary, records)
+  std::filesystem::path path_of(const RunFile& file) const { return dir / file.name; }
+};
+
+// Reads the run dir at `path`, or the run dir of the file `path` (a summary.json, read as the
+// dir's summary whatever its name). Throws squall::Error naming the path when it does not
+// exist or holds neither summary.json nor metrics.jsonl ("is not a run dir"), and naming the
+// file when one cannot be read or is malformed: summary.json not a JSON object, or one of its
+// fields (run_files.hpp) of another kind. metrics.jsonl's lines that are not records are
+// skipped (parse_metrics: a crash may cut the last one).
+RunDir read_run_dir(const std::filesystem::path& path);
 
 }  // namespace squall::records

@@ -50,7 +50,7 @@ void evict_from_page_cache(const std::vector<std::string>& files) {
 
 int run_bench_loader(const BenchLoaderArgs& a) {
   // Streamed: the files are what is measured.
-  const auto source = input::open_dataset(a.data, a.split, true, data::NormalizationKind::zscore, 0);
+  const auto source = input::open_dataset(a.data, a.split, {.normalize = true, .cache_mb = 0});
   const input::Sampler sampler(input::Sampling::global, source->file_offsets(), {1}, 1);
   const int64_t batches = sampler.steps_per_epoch(a.batch);
   if (batches == 0)

@@ -98,32 +98,23 @@ Run read_run(const std::string& path) {
   const fs::path dir(path);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw CollectiveError(path + " is not a run dir: no such directory", k_exit_usage);
-  const bool has_summary = fs::is_regular_file(dir / "summary.json", ec);
-  const bool has_metrics = fs::is_regular_file(dir / "metrics.jsonl", ec);
-  if (!has_summary && !has_metrics)
-    throw CollectiveError(path + " is not a run dir: it holds neither summary.json nor metrics.jsonl (written by "
-                                 "`squall train`)",
-                          k_exit_usage);
-
-  if (has_metrics) {
-    std::ifstream in(dir / "metrics.jsonl");
-    run.records = records::parse_metrics(in);
-    if (run.records.per_pixel) run.metric_name = "test_miou";
+  records::RunDir rd;
+  try {
+    rd = records::read_run_dir(dir);
+  } catch (const Error& e) {
+    throw CollectiveError(e.what(), k_exit_usage);
   }
-  json s = json::object();
-  if (has_summary) {
-    std::ifstream in(dir / "summary.json");
-    s = json::parse(in, nullptr, false);
-    if (s.is_discarded() || !s.is_object()) s = json::object();
-  }
-  run.progress = records::run_progress(s, run.records);
-  run.target = records::run_target(s, run.records);
-  if (!has_summary) {
-    run.why_incomplete = "no summary.json";
+  run.records = std::move(rd.records);
+  if (run.records.per_pixel) run.metric_name = "test_miou";
+  const json& s = rd.summary;
+  run.progress = rd.progress;
+  run.target = rd.target;
+  if (!rd.has_summary) {
+    run.why_incomplete = "no " + std::string(records::k_summary_file.name);
     return run;
   }
   if (!s.contains("world_size") || !s.contains("samples_per_s")) {
-    run.why_incomplete = "summary.json unreadable";
+    run.why_incomplete = std::string(records::k_summary_file.name) + " unreadable";
     return run;
   }
   run.complete = true;

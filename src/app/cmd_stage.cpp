@@ -41,7 +41,7 @@ struct StageArgs {
 // This rank's share of the staging. Throws squall::Error naming the file that failed.
 json stage_my_files(const StageArgs& a, const mpi::Topology& topo, const std::vector<int>& node_sizes) {
   // The files listed, nothing read.
-  const auto source = input::open_dataset(a.from, a.split, true, data::NormalizationKind::zscore, 0);
+  const auto source = input::open_dataset(a.from, a.split, {.normalize = true, .cache_mb = 0});
   const input::Sampling mode = input::k_sampling_modes.parse(a.sampling, "--sampling", "");
   const input::Sampler sampler(mode, source->file_offsets(), node_sizes, 0);
   const std::vector<std::string> files = input::files_to_stage(*source, sampler, topo.node());

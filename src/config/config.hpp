@@ -104,25 +104,6 @@ struct TrainConfig {
   bool operator==(const TrainConfig&) const = default;
 };
 
-// parallel.algorithm = outer (docs/training.md, "The outer optimizer"): [parallel.outer].
-struct OuterConfig {
-  int64_t period = 8;      // H: inner steps between outer steps across nodes
-  // The defaults, H = 8, eta = 1, mu = 0 (each outer step the nodes' mean), are what
-  // bench/RESULTS.md, "The outer optimizer against tuned ssgd", found best over slow links.
-  double lr = 1.0;         // eta: the outer learning rate, > 0 (1 with momentum 0: the nodes' mean)
-  double momentum = 0.0;   // mu: the outer momentum, [0, 1) (DiLoCo's 0.9 with lr 0.7)
-  bool nesterov = true;    // Nesterov momentum (DiLoCo's); false: heavy ball (SlowMo's)
-  int64_t start_step = 0;  // an outer step after every step before this one (a synchronous start)
-  double start_fraction = 0;  // ... or before this fraction of the run's steps, [0, 1)
-  double qsr = 0;             // QSR's growing period: rounds of max(period, floor((qsr / lr)^2)) steps; 0: off
-  bool streaming = false;     // the outer sum under the next inner step, applied one step late
-  // The step before which every step ends with an outer step, in a run of total_steps.
-  int64_t start_at(int64_t total_steps) const {
-    return start_fraction > 0 ? static_cast<int64_t>(start_fraction * static_cast<double>(total_steps)) : start_step;
-  }
-  bool operator==(const OuterConfig&) const = default;
-};
-
 struct ParallelConfig {
   parallel::Algorithm algorithm = parallel::Algorithm::ssgd;  // ssgd | sma | local-sgd | outer
   int64_t replicas_per_device = 1;   // learners per device
@@ -136,7 +117,7 @@ struct ParallelConfig {
                                      // synchronisation; 0 = min(alpha x job learners, 1) (docs/training.md)
   double momentum = 0.9;             // sma: momentum of the central model, [0, 1)
   int64_t start_step = 0;            // local-sgd: ssgd before this step (post-local SGD)
-  OuterConfig outer;                 // outer: [parallel.outer]
+  optim::OuterOptions outer;         // outer: [parallel.outer] (its warmup_steps is not a key)
   bool autotune = false;             // add learners while throughput rises (Crossbow)
   double autotune_threshold = 0.05;  // relative throughput gain needed to keep a new learner
   int64_t max_replicas_per_device = 8;

@@ -410,7 +410,7 @@ void check_values(const Config& c, const std::string& origin) {
   k.fraction(p.momentum, "parallel.momentum", false);
   k.non_negative(p.centre_rate, "parallel.centre_rate");
   if (p.algorithm == parallel::Algorithm::sma) {
-    const std::string why = parallel::sma_instability(p.alpha, p.centre_rate, p.momentum);
+    const std::string why = parallel::sma_instability(p.alpha, p.centre_rate, p.momentum, "parallel.");
     k.require(why.empty(), why.substr(0, why.find(' ')), why.substr(why.find(' ') + 1));
   }
   k.non_negative(p.start_step, "parallel.start_step");

@@ -72,13 +72,21 @@ std::unique_ptr<nn::Graph> make_model_graph(const nn::ModelSpec& spec, const nn:
   return g;
 }
 
+input::DatasetOptions dataset_options(const DataConfig& d, const data::Normalization* fixed, bool raw) {
+  input::DatasetOptions o;
+  o.normalize = d.normalize && !raw;
+  o.normalization = d.normalization;
+  o.cache_mb = raw ? 0 : d.cache_mb;
+  if (fixed != nullptr && !raw) o.fixed = *fixed;
+  o.netcdf_variables = d.netcdf_variables;
+  o.netcdf_labels = d.netcdf_labels;
+  o.netcdf_channels = d.channels;
+  return o;
+}
+
 std::unique_ptr<data::DataSource> open_data(const DataConfig& d, const std::string& path, const std::string& split,
                                             const data::Normalization* fixed, bool raw) {
-  if (raw)
-    return input::open_dataset(path, split, false, d.normalization, 0, nullptr, d.netcdf_variables, d.netcdf_labels,
-                               d.channels);
-  return input::open_dataset(path, split, d.normalize, d.normalization, d.cache_mb, fixed, d.netcdf_variables,
-                             d.netcdf_labels, d.channels);
+  return input::open_dataset(path, split, dataset_options(d, fixed, raw));
 }
 
 input::GridFit grid_fit(const Config& cfg, const data::DatasetInfo& info, const std::string& what) {
@@ -122,9 +130,12 @@ parallel::LearnerGroupOptions learner_group_options(const Config& cfg, const mpi
   lg.centre_rate = cfg.parallel.centre_rate;
   lg.momentum = cfg.parallel.momentum;
   lg.start_step = cfg.parallel.start_step;
-  const config::OuterConfig& outer = cfg.parallel.outer;
-  lg.outer = {outer.period, outer.lr,       outer.momentum, outer.nesterov, outer.start_at(place.total_steps),
-              outer.qsr,    outer.streaming};
+  // outer: its synchronous start and the learning rate's warm-up as steps of this run (QSR keeps
+  // its rounds at H during the warm-up). A resume moves both to where they are in the
+  // schedule's frame (LearnerGroup::set_outer_steps).
+  lg.outer = cfg.parallel.outer;
+  lg.outer.start_step = cfg.parallel.outer.start_at(place.total_steps);
+  lg.outer.warmup_steps = cfg.schedule.warmup_steps;
   lg.bucket_floats = std::max<size_t>(1, static_cast<size_t>(place.bucket_mb * double(1 << 20) / sizeof(float)));
   lg.seed = static_cast<uint64_t>(cfg.run.seed);
   lg.precision = place.format.dtype;
@@ -136,6 +147,16 @@ parallel::LearnerGroupOptions learner_group_options(const Config& cfg, const mpi
   lg.loss_scaling.growth_interval = cfg.train.loss_scale_window;
   lg.graphs = cfg.parallel.cuda_graphs && place.can_capture;
   return lg;
+}
+
+records::RunLogOptions run_log_options(const Config& cfg) {
+  records::RunLogOptions lo;
+  lo.dir = cfg.run.dir;
+  lo.config_toml = to_toml(cfg);
+  lo.tensorboard = cfg.run.tensorboard;
+  lo.mllog = cfg.run.mllog;
+  lo.log_every = cfg.train.log_every_steps;
+  return lo;
 }
 
 input::LoaderOptions loader_options(const Config& cfg, int max_learners) {

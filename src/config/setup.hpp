@@ -9,7 +9,9 @@
 #include <string>
 
 #include "io/input/loader.hpp"
+#include "io/input/open_dataset.hpp"
 #include "io/input/pad_source.hpp"
+#include "io/records/run_log.hpp"
 #include "mpi/sum.hpp"
 #include "mpi/topology.hpp"
 #include "src/data/data_source.hpp"
@@ -50,10 +52,12 @@ GraphFormat graph_format(const Config& cfg, std::string_view backend_name);
 // The zoo's model `spec` for samples of `sample`'s shape ([1, c, h, w]) in `format`, not built.
 std::unique_ptr<nn::Graph> make_model_graph(const nn::ModelSpec& spec, const nn::Shape& sample, GraphFormat format);
 
-// data.*: the dataset at `path` (data.train or data.test, or another copy: `squall eval
-// --data`) as the config reads it. `fixed`: the training set's normalisation, for a test set;
-// `raw`: unnormalised and uncached, only to look at its shape and classes. Errors name the
-// path (and are data::BadSample for a bad sample).
+// data.*: how a dataset opens as the config reads it. `fixed`: the training set's
+// normalisation, for a test set; `raw`: unnormalised and uncached, only to look at its shape
+// and classes.
+input::DatasetOptions dataset_options(const DataConfig& d, const data::Normalization* fixed, bool raw);
+// The dataset at `path` (data.train or data.test, or another copy: `squall eval --data`) opened
+// with those options. Errors name the path (and are data::BadSample for a bad sample).
 std::unique_ptr<data::DataSource> open_data(const DataConfig& d, const std::string& path, const std::string& split,
                                             const data::Normalization* fixed, bool raw);
 
@@ -81,9 +85,16 @@ struct GroupPlace {
   bool can_capture = false;    // the backend can capture a pass (parallel.cuda_graphs)
   int64_t total_steps = 0;     // the run's steps (parallel.outer.start_fraction)
 };
-// parallel.*, train.nonfinite, train.loss_scale*, run.seed for the group on this rank.
+// parallel.*, train.nonfinite, train.loss_scale*, run.seed (and schedule.warmup_steps for outer)
+// for the group on this rank.
 parallel::LearnerGroupOptions learner_group_options(const Config& cfg, const mpi::Topology& topo,
                                                     const GroupPlace& place);
+
+// run.dir, run.tensorboard, run.mllog, train.log_every_steps and the config itself (written as
+// config.toml) for the run's records. Where the run stands (the rank that writes, the attempt,
+// the clock and metrics.jsonl's lines at a resume, the console) and what the data is (labels per
+// pixel, class names) are the caller's.
+records::RunLogOptions run_log_options(const Config& cfg);
 
 // data.workers, data.prefetch (at least `max_learners`: one batch a learner), data.skip_bad_samples,
 // and train.batch_size. The host allocator is the caller's (it knows the backend).

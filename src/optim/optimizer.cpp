@@ -49,7 +49,7 @@ class OptimizerBase : public Optimizer {
 
 class Sgd final : public OptimizerBase {
  public:
-  Sgd(const OptimizerConfig& c, nn::Backend& backend, std::vector<ParamGroup> groups)
+  Sgd(const OptimizerOptions& c, nn::Backend& backend, std::vector<ParamGroup> groups)
       : OptimizerBase(std::move(groups)), m_config(c), m_velocity(zeroed(backend, m_total)),
         m_set(backend.make_tensor_set(tensor_refs(m_groups))) {}
 
@@ -66,7 +66,7 @@ class Sgd final : public OptimizerBase {
   std::vector<OptimizerState> state() override { return {{"momentum", m_velocity.data(), m_total}}; }
 
  private:
-  OptimizerConfig m_config;
+  OptimizerOptions m_config;
   nn::Buffer m_velocity;
   std::unique_ptr<nn::TensorSet> m_set;
 };
@@ -75,7 +75,7 @@ class Sgd final : public OptimizerBase {
 // tensor by the trust ratio, computed on the device) share the moments.
 class AdamFamily final : public OptimizerBase {
  public:
-  AdamFamily(OptimizerKind kind, const OptimizerConfig& c, nn::Backend& backend, std::vector<ParamGroup> groups)
+  AdamFamily(OptimizerKind kind, const OptimizerOptions& c, nn::Backend& backend, std::vector<ParamGroup> groups)
       : OptimizerBase(std::move(groups)), m_kind(kind), m_config(c),
         m_m(zeroed(backend, m_total)), m_v(zeroed(backend, m_total)),
         m_set(backend.make_tensor_set(tensor_refs(m_groups))) {}
@@ -101,7 +101,7 @@ class AdamFamily final : public OptimizerBase {
 
  private:
   OptimizerKind m_kind;  // adam, adamw or lamb
-  OptimizerConfig m_config;
+  OptimizerOptions m_config;
   nn::Buffer m_m, m_v;
   std::unique_ptr<nn::TensorSet> m_set;
 };
@@ -111,7 +111,7 @@ class AdamFamily final : public OptimizerBase {
 // without weight decay.
 class Larc final : public Optimizer {
  public:
-  Larc(const OptimizerConfig& c, nn::Backend& backend, std::unique_ptr<Optimizer> inner)
+  Larc(const OptimizerOptions& c, nn::Backend& backend, std::unique_ptr<Optimizer> inner)
       : m_config(c), m_inner(std::move(inner)), m_set(backend.make_tensor_set(tensor_refs(m_inner->groups()))) {}
 
   void step(nn::Backend& backend, nn::Stream& stream, float lr) override {
@@ -130,7 +130,7 @@ class Larc final : public Optimizer {
   const std::vector<ParamGroup>& groups() const override { return m_inner->groups(); }
 
  private:
-  OptimizerConfig m_config;
+  OptimizerOptions m_config;
   std::unique_ptr<Optimizer> m_inner;
   std::unique_ptr<nn::TensorSet> m_set;
 };
@@ -167,9 +167,9 @@ double larc_factor(double w_norm, double g_norm, double weight_decay, double eta
   return clip ? std::min(local / lr, 1.0) : local;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, nn::Backend& backend,
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& config, nn::Backend& backend,
                                           std::vector<ParamGroup> groups, std::function<void()> mirrors_written) {
-  OptimizerConfig inner = config;
+  OptimizerOptions inner = config;
   if (config.larc) inner.weight_decay = 0.0;  // LARC applies it before scaling the gradient
   std::unique_ptr<Optimizer> opt;
   switch (config.name) {

@@ -58,7 +58,7 @@ class Optimizer {
 // config.larc. State buffers are allocated once, through backend.allocate, and zeroed.
 // mirrors_written, when given, is called after each step has enqueued its update: the
 // groups' mirrors then hold the new weights (nn::Graph::mark_mirrors_current).
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, nn::Backend& backend,
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& config, nn::Backend& backend,
                                           std::vector<ParamGroup> groups,
                                           std::function<void()> mirrors_written = {});
 

@@ -9,12 +9,14 @@
 
 namespace squall::optim {
 
-Schedule::Schedule(const ScheduleConfig& config, double base_lr, double update_batch, int64_t steps_per_epoch)
-    : m_config(config), m_peak(base_lr) {
-  if (config.scale_lr_with_batch) {
-    if (config.reference_batch <= 0) throw Error("schedule.reference_batch must be > 0");
-    m_peak = base_lr * update_batch / static_cast<double>(config.reference_batch);
-  }
+double scaled_peak_lr(const ScheduleConfig& config, double base_lr, double update_batch, double factor) {
+  if (!config.scale_lr_with_batch) return base_lr * factor;
+  if (config.reference_batch <= 0) throw Error("schedule.reference_batch must be > 0");
+  return base_lr * update_batch / static_cast<double>(config.reference_batch) * factor;
+}
+
+Schedule::Schedule(const ScheduleConfig& config, double peak_lr, int64_t steps_per_epoch)
+    : m_config(config), m_peak(peak_lr) {
   const bool epochs = config.milestone_unit == MilestoneUnit::epochs;
   if (epochs && steps_per_epoch <= 0)
     throw Error("schedule.milestone_unit = \"epochs\" needs a known number of steps per epoch");

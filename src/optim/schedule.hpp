@@ -1,8 +1,8 @@
 #pragma once
 // Learning-rate schedule: linear warm-up, then constant, multistep or cosine.
 //
-// With peak = optimizer.lr (x update_batch / reference_batch under the linear scaling rule,
-// Goyal et al. 2017), W = warmup_steps, T = total_steps and s the 0-based step about to run:
+// With peak = scaled_peak_lr (optimizer.lr, x update_batch / reference_batch under the linear
+// scaling rule, Goyal et al. 2017), W = warmup_steps, T = total_steps and s the 0-based step about to run:
 //   s < W:      lr = peak * (s + 1) / W   (never 0: the first step already moves, and step W-1
 //                                           runs at the peak)
 //   constant:   lr = peak
@@ -24,13 +24,19 @@
 
 namespace squall::optim {
 
+// The schedule's peak learning rate, the one place it is scaled: `base_lr` (optimizer.lr) x
+// update_batch / reference_batch under the linear scaling rule (schedule.scale_lr_with_batch;
+// update_batch: the samples one update averages over, the global batch under ssgd), x `factor`
+// (elastic.batch's since the first attempt, train/step_plan.hpp: 1 when the rule scales).
+// Neither scales min_lr.
+double scaled_peak_lr(const ScheduleConfig& config, double base_lr, double update_batch, double factor = 1);
+
 class Schedule {
  public:
-  // update_batch: the samples one update averages over (the linear scaling rule's batch: the
-  // global batch under ssgd). steps_per_epoch: only used when the milestones count epochs: the
-  // steps of an epoch in the frame `step` counts in (lr_at), which a change of the job's shape
-  // does not move.
-  Schedule(const ScheduleConfig& config, double base_lr, double update_batch, int64_t steps_per_epoch);
+  // peak_lr: scaled_peak_lr's. steps_per_epoch: only used when the milestones count epochs:
+  // the steps of an epoch in the frame `step` counts in (lr_at), which a change of the job's
+  // shape does not move.
+  Schedule(const ScheduleConfig& config, double peak_lr, int64_t steps_per_epoch);
 
   double peak_lr() const { return m_peak; }
   // Learning rate of 0-based step `step` in a run of total_steps steps. Pure: no state.

@@ -31,7 +31,7 @@ struct LearnerSetup {
   nn::Layout layout = nn::Layout::nchw;
   uint64_t seed = 1;  // parameter initialisation; with (rank, index) the dropout stream
   int rank = 0;
-  optim::OptimizerConfig optimizer;
+  optim::OptimizerOptions optimizer;
 };
 
 // How one pass runs: the weights of the classes (backend memory or null), the loss scale

@@ -10,46 +10,37 @@
 namespace squall::parallel {
 
 LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph,
-                           int64_t batch, int64_t label_count, const optim::OptimizerConfig& optimizer,
+                           int64_t batch, int64_t label_count, const optim::OptimizerOptions& optimizer,
                            std::vector<float> class_weights, LearnerGroupOptions options, mpi::Allreduce& allreduce,
                            mpi::Allreduce* node_allreduce)
     : m_options(options), m_batch(batch), m_core(std::make_unique<GroupCore>(backend, m_options)) {
-  if (options.learners < 1) throw Error("parallel.replicas_per_device must be >= 1, got " + std::to_string(options.learners));
-  if (options.period < 1) throw Error("parallel.period must be >= 1, got " + std::to_string(options.period));
+  // The config checks its keys and names them (src/config/config_checks.cpp); these guard the
+  // group's own invariants, for a group built without a config (tests), in its arguments' terms.
+  auto refuse = [](const std::string& what) { throw Error("learner group: " + what); };
+  if (options.learners < 1) refuse("learners = " + std::to_string(options.learners) + ", must be >= 1");
+  if (options.period < 1) refuse("period = " + std::to_string(options.period) + ", must be >= 1");
   if (m_options.inside_period == 0) m_options.inside_period = options.period;
   const int64_t inside = m_options.inside_period;
-  if (inside < 1 || options.period % inside != 0)
-    throw Error("parallel.periods = [" + std::to_string(inside) + ", " + std::to_string(options.period) +
-                "]: across must be a multiple of inside, both > 0");
-  if (inside != options.period && options.algorithm == Algorithm::ssgd)
-    throw Error("parallel.periods = [" + std::to_string(inside) + ", " + std::to_string(options.period) +
-                "] applies to sma and local-sgd, not ssgd");
+  const std::string periods = "inside_period = " + std::to_string(inside) + " and period = " +
+                              std::to_string(options.period);
+  if (inside < 1 || options.period % inside != 0) refuse(periods + ": period must be a multiple of inside_period > 0");
+  if (m_options.by_level() && options.algorithm != Algorithm::sma && options.algorithm != Algorithm::local_sgd)
+    refuse(periods + ": a node level between the job's synchronisations is sma's and local-sgd's, not " +
+           std::string(algorithm_name(options.algorithm)) + "'s");
   if (options.node_ranks < 1 || options.node_ranks > options.ranks)
-    throw Error("learner group: " + std::to_string(options.node_ranks) + " ranks on the node of a job of " +
-                std::to_string(options.ranks));
+    refuse(std::to_string(options.node_ranks) + " ranks on the node of a job of " + std::to_string(options.ranks));
   if (m_options.node_level() && options.node_ranks > 1 && node_allreduce == nullptr)
-    throw Error(std::string("learner group: ") +
-                (m_options.by_level() ? "parallel.periods' node level" : "parallel.algorithm = outer") +
-                " needs the node's sum (node_allreduce)");
-  if (options.algorithm == Algorithm::outer) {
-    const OuterOptions& o = options.outer;
-    if (o.period < 1) throw Error("parallel.outer.period must be >= 1, got " + std::to_string(o.period));
-    if (!(o.lr > 0)) throw Error("parallel.outer.lr must be > 0, got " + std::to_string(o.lr));
-    if (!(o.momentum >= 0 && o.momentum < 1))
-      throw Error("parallel.outer.momentum must be in [0, 1), got " + std::to_string(o.momentum));
-    if (o.start_step < 0) throw Error("parallel.outer.start_step must be >= 0, got " + std::to_string(o.start_step));
-    if (!(o.qsr >= 0)) throw Error("parallel.outer.qsr must be >= 0, got " + std::to_string(o.qsr));
-    if (m_options.by_level())
-      throw Error(
-          "parallel.periods applies to sma and local-sgd; parallel.algorithm = outer has parallel.outer.period");
-  }
+    refuse(std::string(m_options.by_level() ? "the node level (" + periods + ")" : "outer's inner steps") +
+           " need the node's sum (node_allreduce)");
+  if (options.algorithm == Algorithm::outer && options.outer.period < 1)
+    refuse("outer.period = " + std::to_string(options.outer.period) + ", must be >= 1");
   if (options.algorithm == Algorithm::sma)
     if (const std::string why = sma_instability(options.alpha, options.centre_rate, options.momentum); !why.empty())
-      throw UsageError(why);
-  if (options.ranks < 1) throw Error("learner group: the job needs at least one rank");
-  if (options.graphs && !backend.capabilities().can_capture)
-    throw Error("learner group: the " + backend.name() + " backend cannot capture a learner's pass");
-  if (m_options.threads <= 0) m_options.threads = backend.capabilities().threads;
+      refuse("sma's " + why);
+  if (options.ranks < 1) refuse("the job needs at least one rank");
+  const nn::Capabilities can = backend.capabilities();
+  if (options.graphs && !can.can_capture) refuse("the " + backend.name() + " backend cannot capture a learner's pass");
+  if (m_options.threads <= 0) m_options.threads = can.threads;
   GroupCore& c = *m_core;
   c.setup = {&backend, std::move(make_graph), batch, label_count, options.precision, options.layout,
              options.seed, options.rank, optimizer};

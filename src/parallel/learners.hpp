@@ -71,7 +71,7 @@ class LearnerGroup {
   // node_allreduce: the sum over this node's ranks, for a node level (inside_period < period)
   // in a job of several ranks; it must outlive the group.
   LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<nn::Graph>()> make_graph, int64_t batch,
-               int64_t label_count, const optim::OptimizerConfig& optimizer, std::vector<float> class_weights,
+               int64_t label_count, const optim::OptimizerOptions& optimizer, std::vector<float> class_weights,
                LearnerGroupOptions options, mpi::Allreduce& allreduce, mpi::Allreduce* node_allreduce = nullptr);
   ~LearnerGroup();
   LearnerGroup(const LearnerGroup&) = delete;

@@ -13,23 +13,24 @@ SmaCoefficients sma_coefficients(double alpha, double centre_rate, double moment
   return c;
 }
 
-std::string sma_instability(double alpha, double centre_rate, double momentum) {
+std::string sma_instability(double alpha, double centre_rate, double momentum, const std::string& prefix) {
   auto show = [](double v) {
     char b[32];
     std::snprintf(b, sizeof(b), "%g", v);
     return std::string(b);
   };
+  const std::string a = prefix + "alpha", mu = prefix + "momentum", beta = prefix + "centre_rate";
   if (!(alpha > 0 && alpha <= 1))
-    return "parallel.alpha = " + show(alpha) + " must be in (0, 1] with parallel.algorithm = \"sma\"" +
+    return a + " = " + show(alpha) + " must be in (0, 1] with " + prefix + "algorithm = \"sma\"" +
            (alpha == 0 ? ": 0 leaves the learners unpulled and the central model where it started, so the run "
                          "would evaluate the initial model"
                        : "");
   if (!(momentum >= 0 && momentum < 1))
-    return "parallel.momentum = " + show(momentum) + " must be in [0, 1): the central model's momentum";
+    return mu + " = " + show(momentum) + " must be in [0, 1): the central model's momentum";
   if (centre_rate < 0 || centre_rate >= 2 * (1 + momentum))
-    return "parallel.centre_rate = " + show(centre_rate) + " with parallel.momentum = " + show(momentum) +
+    return beta + " = " + show(centre_rate) + " with " + mu + " = " + show(momentum) +
            " is unstable by construction: the central model's update converges only for 0 < centre_rate < 2 (1 + "
-           "momentum) = " + show(2 * (1 + momentum)) + " (0 picks min(parallel.alpha x learners, 1))";
+           "momentum) = " + show(2 * (1 + momentum)) + " (0 picks min(" + a + " x learners, 1))";
   return "";
 }
 

@@ -15,9 +15,11 @@ struct SmaCoefficients {
 };
 SmaCoefficients sma_coefficients(double alpha, double centre_rate, double momentum, int64_t job_learners);
 
-// Why an SMA setting cannot be stable, naming the keys, or "" when it can: alpha must be in
-// (0, 1] (0 leaves the learners unpulled and the centre unmoved), mu in [0, 1), and the centre's
-// update z' = z + beta (m - z) + mu (z - z_prev) converges only for 0 < beta < 2 (1 + mu).
-std::string sma_instability(double alpha, double centre_rate, double momentum);
+// Why an SMA setting cannot be stable, or "" when it can: alpha must be in (0, 1] (0 leaves the
+// learners unpulled and the centre unmoved), mu in [0, 1), and the centre's update
+// z' = z + beta (m - z) + mu (z - z_prev) converges only for 0 < beta < 2 (1 + mu). The text
+// names them as the learner group's options do (alpha, centre_rate, momentum, algorithm), each
+// after `prefix`: the config passes its section ("parallel.") to name its keys.
+std::string sma_instability(double alpha, double centre_rate, double momentum, const std::string& prefix = "");
 
 }  // namespace squall::parallel

@@ -156,7 +156,7 @@ class Outer final : public SyncAlgorithm {
  private:
   // Whether step `step` (0-based, at inner rate lr) ends with an outer step; advances the clock.
   bool outer_step_after(int64_t step, float lr) {
-    const OuterOptions& o = m_core.options.outer;
+    const optim::OuterOptions& o = m_core.options.outer;
     const int64_t done = step + 1;
     if (m_last < 0)  // a fresh start, or a checkpoint without the clock (fixed rounds)
       m_last = done - 1 <= o.start_step ? done - 1 : o.start_step + (done - 1 - o.start_step) / o.period * o.period;
@@ -226,7 +226,7 @@ class Outer final : public SyncAlgorithm {
     m_pending = false;
     ++m_outer_steps;
     const float lr = m_pending_lr;
-    const OuterOptions& o = c.options.outer;
+    const optim::OuterOptions& o = c.options.outer;
     const auto span = c.phase_scope("update");
     nn::Backend& be = c.backend;
     nn::Stream& s = *c.stream;

@@ -3,7 +3,6 @@
 #include "src/perf/perf_run.hpp"
 
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -19,16 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError("--calibrate: cannot read '" + path.string() + "'");
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw UsageError("--calibrate: '" + path.string() + "' is not JSON: " + e.what());
-  }
-}
 
 // The input and classes summary.json records (runs written before it did have none).
 bool input_from_summary(const json& summary, const fs::path& path, data::DatasetInfo& info, std::string& from) {
@@ -84,11 +73,17 @@ CalibrationRun read_calibration_run(const std::string& path) {
   if (!fs::exists(path, ec))
     throw UsageError("--calibrate: '" + path + "' does not exist (give a run dir or its summary.json)");
   const bool is_dir = fs::is_directory(path, ec);
-  if (is_dir && !fs::exists(fs::path(path) / "summary.json", ec))
+  if (is_dir && !fs::exists(fs::path(path) / records::k_summary_file.name, ec))
     throw UsageError("--calibrate: run dir '" + path + "' has no summary.json (a run writes it when it ends)");
-  const fs::path summary_path = is_dir ? fs::path(path) / "summary.json" : fs::path(path);
-  const fs::path dir = is_dir ? fs::path(path) : summary_path.parent_path().empty() ? fs::path(".") : summary_path.parent_path();
-  const json summary = read_json(summary_path);
+  records::RunDir rd;
+  try {
+    rd = records::read_run_dir(path);
+  } catch (const Error& e) {
+    throw UsageError("--calibrate: " + std::string(e.what()));
+  }
+  const fs::path summary_path = is_dir ? rd.path_of(records::k_summary_file) : fs::path(path);
+  const fs::path& dir = rd.dir;
+  const json& summary = rd.summary;
   try {
     run.measurement = read_summary(summary);
   } catch (const UsageError&) {
@@ -98,16 +93,12 @@ CalibrationRun read_calibration_run(const std::string& path) {
   }
   // A run dir written before summary.json's `attempt`: a resumed run's figures are its last
   // attempt's, which began at its last resume record.
-  if (!summary.contains("attempt") && fs::is_regular_file(dir / "metrics.jsonl", ec)) {
-    std::ifstream in(dir / "metrics.jsonl");
-    const records::RunRecords records = records::parse_metrics(in);
-    if (!records.resumes.empty()) run.measurement.steps = records::run_progress(summary, records).attempt_steps;
-  }
+  if (!summary.contains("attempt") && !rd.records.resumes.empty()) run.measurement.steps = rd.progress.attempt_steps;
 
-  const fs::path config_path = dir / "config.toml";
+  const fs::path config_path = rd.path_of(records::k_config_file);
   data::DatasetInfo info;
   std::string why;
-  if (fs::is_regular_file(config_path, ec)) {
+  if (rd.has_config) {
     config::Config cfg;
     try {
       cfg = config::load_config(config_path.string());

@@ -8,13 +8,13 @@
 #include "src/core/durable.hpp"
 #include "src/core/error.hpp"
 #include "io/checkpoint/store.hpp"
+#include "io/records/run_files.hpp"
 
 namespace squall::train {
 namespace fs = std::filesystem;
 
 namespace {
 
-const char* const k_output_files[] = {"metrics.jsonl", "summary.json", "config.toml", "timeline.json", "mlperf.log"};
 const char* const k_output_dirs[] = {"checkpoints", "predictions", "tensorboard"};
 
 // "section.key" -> value text, from to_toml's form. The averaging periods are compared as the run
@@ -57,8 +57,8 @@ bool must_match(const std::string& key, const config::Config& now) {
 std::vector<std::string> run_outputs(const fs::path& dir) {
   std::vector<std::string> found;
   std::error_code ec;
-  for (const char* name : k_output_files)
-    if (fs::exists(dir / name, ec) && name != std::string("config.toml")) found.emplace_back(name);
+  for (const records::RunFile* file : records::k_run_files)
+    if (file != &records::k_config_file && fs::exists(dir / file->name, ec)) found.emplace_back(file->name);
   const std::vector<fs::path> checkpoints = checkpoint::CheckpointStore::list(dir);
   if (!checkpoints.empty())
     found.push_back(std::to_string(checkpoints.size()) + " checkpoint(s) up to " +
@@ -81,7 +81,7 @@ void ensure_writable_dir(const fs::path& dir) {
 
 void remove_run_outputs(const fs::path& dir) {
   std::error_code ec;
-  for (const char* name : k_output_files) fs::remove(dir / name, ec);
+  for (const records::RunFile* file : records::k_run_files) fs::remove(dir / file->name, ec);
   for (const char* name : k_output_dirs) {
     fs::remove_all(dir / name, ec);
     if (ec) throw Error(dir.string() + "/" + name + ": cannot remove it (--overwrite): " + ec.message());

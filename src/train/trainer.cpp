@@ -13,6 +13,7 @@
 #include "src/core/log.hpp"
 #include "io/pictures/prediction_picture.hpp"
 #include "io/records/progress.hpp"
+#include "src/config/setup.hpp"
 #include "src/train/stop_signal.hpp"
 #include "src/train/training_run.hpp"
 
@@ -93,7 +94,7 @@ TrainResult TrainingRun::run() {
   mpi::run_agreed(m_world, [&] { prepare_run_dir(); });
   load_checkpoint();  // and fit the batch to this job's shape (elastic.batch)
   read_init_weights();  // train.init_from, for a run that does not resume
-  m_device = build_training_device(m_cfg, m_origin, m_options, m_topo, m_data);
+  m_device = build_training_device(m_cfg, m_origin, m_options, m_topo, m_data, m_lr_factor);
   if (m_init) {
     mpi::run_agreed(m_world, [&] { start_from_init_weights(); });
     m_init.reset();
@@ -118,18 +119,13 @@ void TrainingRun::train() {
   m_world.barrier();
   m_timeline.set_origin(steady_seconds());
   if (m_timeline.enabled()) attach_timeline(m_timeline, *m_device.group, *m_device.allreduce);
-  records::RunLogOptions lo;
-  lo.dir = m_dir;
-  lo.config_toml = to_toml(m_cfg);
+  records::RunLogOptions lo = config::run_log_options(m_cfg);
   lo.root = m_root;
   lo.attempt = m_pos.attempt;
   lo.keep_metrics_lines = m_metrics_lines_at_resume;
-  lo.tensorboard = m_cfg.run.tensorboard;
-  lo.mllog = m_cfg.run.mllog;
   lo.earlier_s = m_pos.earlier_s;
   lo.earlier_eval_s = m_pos.earlier_eval_s;
   lo.live_progress = records::progress_redraws(m_ranks);
-  lo.log_every = m_cfg.train.log_every_steps;
   lo.per_pixel = m_data.train->info().per_pixel_labels;
   lo.class_names = m_data.train->info().class_names;
   m_log = std::make_unique<records::RunLog>(lo);
@@ -374,11 +370,10 @@ void TrainingRun::evaluate(int64_t epoch, bool final_model) {
 }
 
 // The learning rate of the step after `samples_done` samples: the schedule's segment it is in
-// (optim/schedule.hpp), times elastic.batch's factor.
+// (optim/schedule.hpp), whose peak holds elastic.batch's factor (make_schedule).
 double TrainingRun::lr_at_samples(int64_t samples_done) const {
   const StepPlan& p = m_data.plan;
-  return m_lr_factor *
-         m_device.schedule->lr_in_segment(schedule_step(p, samples_done), schedule_start(p), p.schedule_steps);
+  return m_device.schedule->lr_in_segment(schedule_step(p, samples_done), schedule_start(p), p.schedule_steps);
 }
 
 // train.nonfinite = stop: the step, the rank, the learner and the layer, then the job ends.

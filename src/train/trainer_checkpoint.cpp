@@ -228,7 +228,8 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
       m_data.plan.schedule_steps_per_epoch = s.schedule_steps_per_epoch;
     else if (m_data.sampler->mode() == input::Sampling::global)
       m_data.plan.schedule_steps_per_epoch = m_data.n_train / s.schedule_step_samples;
-    m_device.schedule = make_schedule(m_cfg, m_ranks, m_topo.nodes(), m_data.plan.schedule_steps_per_epoch);
+    m_device.schedule =
+        make_schedule(m_cfg, m_ranks, m_topo.nodes(), m_data.plan.schedule_steps_per_epoch, m_lr_factor);
   }
   if (s.learners != g.learners() || reshaped) {  // the auto-tuner had changed it, or the job's shape changed
     while (g.learners() < s.learners) g.add_learner();

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "io/input/stage.hpp"
+#include "io/records/run_files.hpp"
 #include "src/core/durable.hpp"
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
@@ -67,7 +68,7 @@ records::RunFacts TrainingRun::run_facts() const {
                      " step(s) among themselves, " + "the " + std::to_string(m_topo.nodes()) + " node(s) every " +
                      std::to_string(p.across);
   if (m_algorithm == parallel::Algorithm::outer) {
-    const config::OuterConfig& o = m_cfg.parallel.outer;
+    const optim::OuterOptions& o = m_cfg.parallel.outer;
     const int64_t start = g.options().outer.start_step;
     char qsr[160] = "";
     if (o.qsr > 0)
@@ -94,7 +95,7 @@ records::RunFacts TrainingRun::run_facts() const {
   f.optimizer = g.optimizer_name();
   f.precision = config::k_precisions.name(m_cfg.train.precision);
   f.run_dir = m_cfg.run.dir;
-  f.base_lr = m_lr_factor * m_device.schedule->peak_lr();
+  f.base_lr = m_device.schedule->peak_lr();
   f.warmup_steps = m_cfg.schedule.warmup_steps;
   f.weight_decay = m_cfg.optimizer.weight_decay;
   f.seed = m_cfg.run.seed;
@@ -167,7 +168,7 @@ TrainResult TrainingRun::finish() {
     if (m_timeline.dropped() > 0)
       log::warn("timeline: " + std::to_string(m_timeline.dropped()) + " events past the limit were dropped");
     const auto parts = m_world.gather_strings(m_timeline.events_json(m_rank, m_topo.host(), m_topo.node()));
-    if (m_root) write_file_atomic(m_dir / "timeline.json", records::Timeline::document(parts));
+    if (m_root) write_file_atomic(m_dir / records::k_timeline_file.name, records::Timeline::document(parts));
   }
 
   r.steps = m_pos.step;
@@ -231,7 +232,7 @@ TrainResult TrainingRun::finish() {
   }
   if (m_algorithm == parallel::Algorithm::local_sgd) s.parallel["start_step"] = g.options().start_step;
   if (m_algorithm == parallel::Algorithm::outer) {
-    const config::OuterConfig& o = m_cfg.parallel.outer;
+    const optim::OuterOptions& o = m_cfg.parallel.outer;
     s.parallel["period"] = o.period;
     s.parallel.erase("periods");
     s.parallel["outer"] = {{"period", o.period},

@@ -69,7 +69,7 @@ void check_synchronises(const config::Config& cfg, const std::string& origin, pa
                         int64_t total_steps) {
   if (algorithm == parallel::Algorithm::ssgd) return;
   if (algorithm == parallel::Algorithm::outer) {
-    const config::OuterConfig& o = cfg.parallel.outer;
+    const optim::OuterOptions& o = cfg.parallel.outer;
     if (o.start_at(total_steps) > 0 || o.period <= total_steps) return;
     throw UsageError(origin + ": parallel.outer.period = " + std::to_string(o.period) + " is longer than the run (" +
                      std::to_string(total_steps) +
@@ -131,7 +131,8 @@ StepPlan plan_training(const config::Config& cfg, const std::string& origin, con
 }
 
 TrainingDevice build_training_device(const config::Config& cfg, const std::string& origin, const RunOptions& options,
-                                     const mpi::Topology& topo, const TrainingData& data) {
+                                     const mpi::Topology& topo, const TrainingData& data,
+                                     double lr_factor) {
   TrainingDevice t;
   const data::DatasetInfo& info = data.train->info();
   const int ranks = topo.world_size();
@@ -159,9 +160,6 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
   t.bucket_mb = config::bucket_mb_for(cfg.parallel, !can.host_accessible);
   parallel::LearnerGroupOptions lg = config::learner_group_options(
       cfg, topo, {data.plan.learners, t.bucket_mb, format, can.can_capture, data.plan.total_steps});
-  // outer's QSR keeps its rounds at H during the learning rate's warm-up. A resume moves this
-  // and the synchronous start to where they are in the schedule's frame (TrainingRun::restore).
-  lg.outer.warmup_steps = cfg.schedule.warmup_steps;
   // The node level's own sum (parallel.periods, outer's inner steps): over this node's ranks only.
   if (lg.node_level() && algorithm != parallel::Algorithm::ssgd && ranks > 1)
     t.node_allreduce = mpi::make_node_allreduce(topo, ar);
@@ -182,7 +180,7 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
   };
   t.group = std::make_unique<parallel::LearnerGroup>(*t.backend, make_graph, batch, batch * label_hw, cfg.optimizer,
                                            class_weights, lg, *t.allreduce, t.node_allreduce.get());
-  t.schedule = make_schedule(cfg, ranks, topo.nodes(), data.plan.schedule_steps_per_epoch);
+  t.schedule = make_schedule(cfg, ranks, topo.nodes(), data.plan.schedule_steps_per_epoch, lr_factor);
 
   t.labels = t.backend->allocate_labels(static_cast<size_t>(batch * label_hw), t.label_buf);
   t.predictions = t.backend->allocate_labels(static_cast<size_t>(batch * label_hw), t.pred_buf);
@@ -235,14 +233,15 @@ UpdateBatch update_batch_of(parallel::Algorithm algorithm) {
 }
 
 std::unique_ptr<optim::Schedule> make_schedule(const config::Config& cfg, int ranks, int nodes,
-                                               int64_t steps_per_epoch) {
+                                               int64_t steps_per_epoch, double lr_factor) {
   // The linear scaling rule scales by the batch one update averages over: the global batch
   // under ssgd, a node's under outer (its inner steps; the job's mean over its nodes, so that
   // every node, and the outer step, have one rate), a learner's own under sma and local-sgd.
   // The learners are the config's: the auto-tuner does not rescale the rate.
   const double batch = update_batch(update_batch_of(cfg.parallel.algorithm), cfg.train.batch_size,
                                     cfg.parallel.replicas_per_device, ranks, nodes);
-  return std::make_unique<optim::Schedule>(cfg.schedule, cfg.optimizer.lr, batch, steps_per_epoch);
+  return std::make_unique<optim::Schedule>(
+      cfg.schedule, optim::scaled_peak_lr(cfg.schedule, cfg.optimizer.lr, batch, lr_factor), steps_per_epoch);
 }
 
 }  // namespace squall::train

@@ -76,17 +76,19 @@ struct TrainingDevice {
   bool lookahead = false;                   // the next step's batches copied during this step
 };
 
-// Builds the backend and everything on it. Usage errors (a device allreduce on the CPU, bf16
-// sums on an allreduce that takes f32 only) name the keys.
+// Builds the backend and everything on it, the schedule at `lr_factor` (make_schedule). Usage
+// errors (a device allreduce on the CPU, bf16 sums on an allreduce that takes f32 only) name the keys.
 TrainingDevice build_training_device(const config::Config& cfg, const std::string& origin, const RunOptions& options,
-                                     const mpi::Topology& topo, const TrainingData& data);
+                                     const mpi::Topology& topo, const TrainingData& data, double lr_factor);
 
 // The learning-rate schedule of a job of `ranks` ranks on `nodes` nodes at cfg.train.batch_size
 // (the linear scaling rule scales by the batch one update averages over: step_plan.hpp's
 // UpdateBatch), its multistep milestones in epochs of `steps_per_epoch` steps: the schedule's
 // frame (StepPlan::schedule_steps_per_epoch), which a resume on another shape keeps.
+// lr_factor: elastic.batch's factor since the first attempt (ElasticBatch::lr_factor); the
+// schedule's rates are then the step's, scaled nowhere else.
 std::unique_ptr<optim::Schedule> make_schedule(const config::Config& cfg, int ranks, int nodes,
-                                               int64_t steps_per_epoch);
+                                               int64_t steps_per_epoch, double lr_factor);
 // The batch an update averages over under cfg.parallel.algorithm.
 UpdateBatch update_batch_of(parallel::Algorithm algorithm);
 

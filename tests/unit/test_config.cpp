@@ -11,6 +11,7 @@
 
 #include "src/core/error.hpp"
 #include "src/config/config.hpp"
+#include "src/config/setup.hpp"
 
 using Catch::Contains;
 using squall::config::Config;
@@ -180,6 +181,17 @@ TEST_CASE("values out of range are rejected by validation", "[config]") {
   REQUIRE_THROWS_WITH(load_config("", {"parallel.algorithm=easgd"}), Contains("parallel.algorithm must be one of"));
   REQUIRE_THROWS_WITH(load_config("", {"train.epochs=0"}), Contains("nothing to train"));
   CHECK_NOTHROW(load_config("", {"train.epochs=0", "train.max_steps=10"}));
+  // The learner group's options: the config's checks are the ones a user sees, naming the keys.
+  REQUIRE_THROWS_WITH(load_config("", {"parallel.replicas_per_device=0"}),
+                      Contains("parallel.replicas_per_device must be > 0"));
+  REQUIRE_THROWS_WITH(load_config("", {"parallel.algorithm=sma", "parallel.period=0"}),
+                      Contains("parallel.period must be > 0"));
+  REQUIRE_THROWS_WITH(load_config("", {"parallel.algorithm=outer", "parallel.outer.period=0"}),
+                      Contains("parallel.outer.period must be > 0"));
+  REQUIRE_THROWS_WITH(load_config("", {"parallel.algorithm=outer", "parallel.outer.start_step=-1"}),
+                      Contains("parallel.outer.start_step must be >= 0"));
+  REQUIRE_THROWS_WITH(load_config("", {"parallel.algorithm=sma", "parallel.alpha=0"}),
+                      Contains("parallel.alpha = 0") && Contains("initial model"));
   TempConfig f("[optimizer]\nmomentum = 1.5\n");
   REQUIRE_THROWS_WITH(load_config(f.path, {}), Contains(f.path) && Contains("optimizer.momentum must be in [0, 1)"));
 }
@@ -355,4 +367,41 @@ TEST_CASE("parallel.bucket_mb: 0 takes the backend's default, a size is kept, a 
   CHECK(squall::config::bucket_mb_for(c.parallel, false) == 4.0);
   CHECK(squall::config::bucket_mb_for(c.parallel, true) == 4.0);
   REQUIRE_THROWS_WITH(load_config("", {"parallel.bucket_mb=-1"}), Contains("parallel.bucket_mb"));
+}
+
+TEST_CASE("the config fills the dataset's opening options and the run log's, one function each", "[config]") {
+  const Config c = load_config("", {"data.normalization=minmax", "data.cache_mb=7",
+                                    "data.netcdf_labels=masks", "data.channels=[\"PSL=msl\", \"U850=u@850\"]",
+                                    "run.dir=runs/x",
+                                    "run.tensorboard=false", "run.mllog=true", "train.log_every_steps=7"});
+  squall::data::Normalization train_stats;
+  train_stats.kind = "zscore";
+  train_stats.source = "the training set";
+  const squall::input::DatasetOptions d = squall::config::dataset_options(c.data, &train_stats, false);
+  CHECK(d.normalize);
+  CHECK(d.normalization == squall::data::NormalizationKind::minmax);
+  CHECK(d.cache_mb == 7);
+  REQUIRE(d.fixed.has_value());
+  CHECK(d.fixed->source == "the training set");
+  CHECK(d.netcdf_labels == "masks");
+  CHECK(d.netcdf_channels == std::vector<std::string>{"PSL=msl", "U850=u@850"});
+  // Raw: unnormalised and uncached, only to look at the data's shape; the netCDF keys still apply.
+  const Config plain = load_config("", {"data.netcdf_variables=PSL=slp", "data.netcdf_labels=masks"});
+  const squall::input::DatasetOptions raw = squall::config::dataset_options(plain.data, &train_stats, true);
+  CHECK(!raw.normalize);
+  CHECK(raw.cache_mb == 0);
+  CHECK(!raw.fixed.has_value());
+  CHECK(raw.netcdf_variables == "PSL=slp");
+  CHECK(raw.netcdf_labels == "masks");
+  const squall::input::DatasetOptions opened = squall::config::dataset_options(plain.data, nullptr, false);
+  CHECK(opened.normalize);
+  CHECK(opened.cache_mb == 1024);
+  CHECK(!opened.fixed.has_value());
+
+  const squall::records::RunLogOptions r = squall::config::run_log_options(c);
+  CHECK(r.dir == std::filesystem::path("runs/x"));
+  CHECK(r.config_toml == squall::config::to_toml(c));
+  CHECK(!r.tensorboard);
+  CHECK(r.mllog);
+  CHECK(r.log_every == 7);
 }

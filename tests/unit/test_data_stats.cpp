@@ -236,7 +236,7 @@ TEST_CASE("data stats of a DeepCAM folder, and DeepCAM's own stats.h5 without at
   const std::string dir = d.path.string();
   sd::write_deepcam_folder(dir, 5);
   const std::string missing = thrown_by([&] {
-    squall::input::open_dataset(dir, "train", true, squall::data::NormalizationKind::zscore, 0);
+    squall::input::open_dataset(dir, "train", {.normalize = true, .cache_mb = 0});
   });
   CHECK_THAT(missing, Catch::Contains("no stats.h5") && Catch::Contains("squall data stats --in " + dir) &&
                           Catch::Contains("data.normalize = false"));
@@ -246,7 +246,7 @@ TEST_CASE("data stats of a DeepCAM folder, and DeepCAM's own stats.h5 without at
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("wrote " + dir + "/stats.h5") && Catch::Contains("5 sample(s)"));
   check_against(dir + "/stats.h5", sd::reference(sd::sample_range(5)));
-  auto source = squall::input::open_dataset(dir, "train", true, squall::data::NormalizationKind::zscore, 0);
+  auto source = squall::input::open_dataset(dir, "train", {.normalize = true, .cache_mb = 0});
   CHECK(source->normalization().kind == "zscore");
 
   // A stats.h5 as DeepCAM's tools write it (no attributes): read as before, nothing to check.
@@ -263,7 +263,7 @@ TEST_CASE("data stats of a DeepCAM folder, and DeepCAM's own stats.h5 without at
   CHECK(p.channel_names.empty());
   CHECK(p.samples == 0);
   CHECK(formats::read_deepcam_stats(dir + "/stats.h5").std[3] == 2.0f);
-  CHECK_NOTHROW(squall::input::open_dataset(dir, "train", true, squall::data::NormalizationKind::zscore, 0));
+  CHECK_NOTHROW(squall::input::open_dataset(dir, "train", {.normalize = true, .cache_mb = 0}));
 }
 
 TEST_CASE("training refuses a stats.h5 that names other channels, naming both lists and the command", "[stats]") {
@@ -281,12 +281,12 @@ TEST_CASE("training refuses a stats.h5 that names other channels, naming both li
   formats::write_stats_file(dir + "/stats.h5", m, p);
 
   const std::string e = thrown_by([&] {
-    squall::input::open_dataset(dir, "train", true, squall::data::NormalizationKind::zscore, 0);
+    squall::input::open_dataset(dir, "train", {.normalize = true, .cache_mb = 0});
   });
   CHECK_THAT(e, Catch::Contains(dir + "/stats.h5") && Catch::Contains("[U850, TMQ, V850") &&
                     Catch::Contains("[TMQ, U850, V850") && Catch::Contains("squall data stats --in " + dir + " --overwrite"));
   // Raw values need no statistics, and a test set given the training set's is not checked here.
-  CHECK_NOTHROW(squall::input::open_dataset(dir, "train", false, squall::data::NormalizationKind::zscore, 0));
+  CHECK_NOTHROW(squall::input::open_dataset(dir, "train", {.normalize = false, .cache_mb = 0}));
 }
 
 TEST_CASE("data stats refuses what it cannot compute statistics of, exit 2", "[stats]") {

@@ -246,3 +246,36 @@ TEST_CASE("an added learner starts from the central model and keeps ssgd replica
   CHECK_THROWS_WITH(parallel::k_algorithms.parse("easgd", "parallel.algorithm", ""),
                     Catch::Contains("easgd") && Catch::Contains("ssgd | sma | local-sgd"));
 }
+
+TEST_CASE("a learner group built without a config refuses inconsistent options in their own terms", "[learners]") {
+  auto backend = test::make_test_backend(1);
+  mpi::OneRankAllreduce alone;
+  auto refused = [&](const LearnerGroupOptions& o) {
+    try {
+      LearnerGroup group(*backend, test::make_tiny_graph, 2, 2, test::plain_sgd(), {}, o, alone);
+    } catch (const squall::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("nothing thrown");
+  };
+  // The config names its keys (test_config.cpp, test_periods.cpp); the group names none.
+  const auto key = Catch::Contains("parallel.");
+  LearnerGroupOptions o;
+  o.learners = 0;
+  CHECK_THAT(refused(o), Catch::Contains("learner group: learners = 0, must be >= 1") && !key);
+  o = {};
+  o.algorithm = Algorithm::sma;
+  o.period = 0;
+  CHECK_THAT(refused(o), Catch::Contains("period = 0, must be >= 1") && !key);
+  o.period = 4;
+  o.inside_period = 3;
+  CHECK_THAT(refused(o), Catch::Contains("inside_period = 3 and period = 4") && Catch::Contains("multiple") && !key);
+  o = {};
+  o.period = 4;
+  o.inside_period = 2;  // ssgd has no node level
+  CHECK_THAT(refused(o), Catch::Contains("inside_period = 2 and period = 4") && Catch::Contains("not ssgd's") && !key);
+  o = {};
+  o.algorithm = Algorithm::outer;
+  o.outer.period = 0;
+  CHECK_THAT(refused(o), Catch::Contains("outer.period = 0, must be >= 1") && !key);
+}

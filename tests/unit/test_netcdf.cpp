@@ -20,6 +20,7 @@
 #include "io/formats/netcdf_mask.hpp"
 #include "src/core/error.hpp"
 #include "src/config/config.hpp"
+#include "src/config/setup.hpp"
 #include "io/input/open_dataset.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
@@ -258,15 +259,15 @@ TEST_CASE("netCDF input: several files, (lat, lon) without time, renamed variabl
   // squall train's way in: data.netcdf_variables through the config and open_dataset.
   const squall::config::Config cfg = squall::config::parse_config(
       "[data]\ntrain = \"" + e.path.string() + "\"\nnetcdf_variables = \"PSL=slp\"\n", "test.toml");
-  auto trained = squall::input::open_dataset(cfg.data.train, "train", false, squall::data::NormalizationKind::zscore, 0,
-                                             nullptr, cfg.data.netcdf_variables, cfg.data.netcdf_labels);
+  auto trained =
+      squall::input::open_dataset(cfg.data.train, "train", squall::config::dataset_options(cfg.data, nullptr, true));
   CHECK(trained->size() == 3);
   // Unlabelled files (new simulation output) are for predict: training and evaluation refuse
   // them, naming the folder and the labels variable.
   squall::test::TempDir u("squall-netcdf-unlabelled");
   write_nc(u.file("new.nc"), NcSpec{});
   CHECK_THROWS_WITH(
-      squall::input::open_dataset(u.path.string(), "train", false, squall::data::NormalizationKind::zscore, 0),
+      squall::input::open_dataset(u.path.string(), "train", {.normalize = false, .cache_mb = 0}),
       Catch::Contains(u.path.string()) && Catch::Contains("without the labels variable 'labels'"));
   CHECK_THROWS_WITH(squall::config::parse_config("[data]\nnetcdf_variables = \"FOO=bar\"\n", "test.toml"),
                     Catch::Contains("data.netcdf_variables") && Catch::Contains("FOO"));

@@ -21,6 +21,7 @@
 #include "io/formats/netcdf_mask.hpp"
 #include "io/input/open_dataset.hpp"
 #include "src/config/config.hpp"
+#include "src/config/setup.hpp"
 #include "src/core/error.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/skip.hpp"
@@ -409,9 +410,8 @@ TEST_CASE("netCDF channels: squall train's way in, data.channels through the con
   write_era5(d.file("era5.nc"), "hPa", true);
   const squall::config::Config cfg = squall::config::parse_config(
       "[data]\ntrain = \"" + d.path.string() + "\"\nchannels = [\"PSL=msl\", \"U850=u@850\"]\n", "test.toml");
-  auto source = squall::input::open_dataset(cfg.data.train, "train", false, squall::data::NormalizationKind::zscore, 0,
-                                            nullptr, cfg.data.netcdf_variables, cfg.data.netcdf_labels,
-                                            cfg.data.channels);
+  auto source =
+      squall::input::open_dataset(cfg.data.train, "train", squall::config::dataset_options(cfg.data, nullptr, true));
   REQUIRE(source->size() == 2);
   CHECK(source->info().channel_names == std::vector<std::string>{"PSL", "U850"});
   CHECK(source->info().channel_units == std::vector<std::string>{"Pa", "m s-1"});

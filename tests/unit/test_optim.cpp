@@ -16,6 +16,7 @@ using squall::optim::ParamGroup;
 using squall::optim::Schedule;
 using squall::optim::ScheduleConfig;
 using squall::optim::ScheduleKind;
+using squall::optim::scaled_peak_lr;
 
 namespace {
 
@@ -242,7 +243,7 @@ TEST_CASE("schedules at key steps", "[optim][schedule]") {
   ScheduleConfig c;
   SECTION("warm-up then constant") {
     c.warmup_steps = 10;
-    Schedule s(c, 0.1, 64, 0);
+    Schedule s(c, 0.1, 0);
     CHECK(s.lr_at(0, 100) == Approx(0.01));
     CHECK(s.lr_at(4, 100) == Approx(0.05));
     CHECK(s.lr_at(9, 100) == Approx(0.1));
@@ -253,7 +254,7 @@ TEST_CASE("schedules at key steps", "[optim][schedule]") {
     c.kind = ScheduleKind::multistep;
     c.milestones = {20, 30};
     c.gamma = 0.1;
-    Schedule s(c, 0.1, 64, 0);
+    Schedule s(c, 0.1, 0);
     CHECK(s.lr_at(0, 100) == Approx(0.1));
     CHECK(s.lr_at(19, 100) == Approx(0.1));
     CHECK(s.lr_at(20, 100) == Approx(0.01));
@@ -265,7 +266,7 @@ TEST_CASE("schedules at key steps", "[optim][schedule]") {
     c.milestones = {2};
     c.milestone_unit = MilestoneUnit::epochs;
     c.gamma = 0.5;
-    Schedule s(c, 0.2, 64, 5);
+    Schedule s(c, 0.2, 5);
     CHECK(s.milestone_steps() == std::vector<int64_t>{10});
     CHECK(s.lr_at(9, 100) == Approx(0.2));
     CHECK(s.lr_at(10, 100) == Approx(0.1));
@@ -274,7 +275,7 @@ TEST_CASE("schedules at key steps", "[optim][schedule]") {
     c.kind = ScheduleKind::cosine;
     c.warmup_steps = 10;
     c.min_lr = 0.001;
-    Schedule s(c, 0.1, 64, 0);
+    Schedule s(c, 0.1, 0);
     CHECK(s.lr_at(9, 110) == Approx(0.1));
     CHECK(s.lr_at(10, 110) == Approx(0.1));
     CHECK(s.lr_at(60, 110) == Approx((0.1 + 0.001) / 2));
@@ -284,8 +285,13 @@ TEST_CASE("schedules at key steps", "[optim][schedule]") {
   SECTION("linear scaling rule") {
     c.scale_lr_with_batch = true;
     c.warmup_steps = 4;
-    Schedule s(c, 0.1, 1024, 0);  // reference batch 256
+    Schedule s(c, scaled_peak_lr(c, 0.1, 1024), 0);  // reference batch 256
     CHECK(s.peak_lr() == Approx(0.4));
+    // elastic.batch's factor on top; without the rule the factor alone.
+    CHECK(scaled_peak_lr(c, 0.1, 1024, 0.5) == Approx(0.2));
+    c.scale_lr_with_batch = false;
+    CHECK(scaled_peak_lr(c, 0.1, 1024) == 0.1);
+    CHECK(scaled_peak_lr(c, 0.1, 1024, 1.5) == Approx(0.15));
     CHECK(s.lr_at(0, 100) == Approx(0.1));
     CHECK(s.lr_at(50, 100) == Approx(0.4));
   }

@@ -74,7 +74,7 @@ struct Job {
   int learners = 2;
   int64_t steps = 8;
   int64_t resume_at = -1;  // >= 0: checkpoint after this many steps, continue in new groups
-  parallel::OuterOptions outer;
+  optim::OuterOptions outer;
   bool decay = false;            // the learning rate k_lr / (1 + step) instead of k_lr (outer's QSR)
   int64_t warmup = 0;            // a linear warm-up of the learning rate over this many steps first
   bool complete_at_end = false;  // LearnerGroup::complete() after the last step, one more Snap
@@ -549,7 +549,8 @@ TEST_CASE("outer: ssgd inside each node, and every H steps an outer step across 
   job.algorithm = Algorithm::outer;
   job.steps = 9;
   job.node_of_rank = GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 0, 1});
-  job.outer = GENERATE(parallel::OuterOptions{3, 0.7, 0.5, true, 0}, parallel::OuterOptions{4, 1.3, 0.6, false, 2});
+  job.outer = GENERATE(optim::OuterOptions{.period = 3, .lr = 0.7, .momentum = 0.5, .nesterov = true, .start_step = 0},
+                       optim::OuterOptions{.period = 4, .lr = 1.3, .momentum = 0.6, .nesterov = false, .start_step = 2});
   const Trace t = run_job(job);
   Reference ref = start_reference(job, initial_params());
   const size_t ranks = t.size();
@@ -576,7 +577,7 @@ TEST_CASE("outer with H = 1, outer lr 1 and momentum 0 is ssgd: bit for bit on o
           "[learners][outer]") {
   Job outer;
   outer.algorithm = Algorithm::outer;
-  outer.outer = parallel::OuterOptions{1, 1.0, 0.0, true, 0};
+  outer.outer = optim::OuterOptions{.period = 1, .lr = 1.0, .momentum = 0.0, .nesterov = true, .start_step = 0};
   outer.steps = 6;
   Job ssgd = outer;
   ssgd.algorithm = Algorithm::ssgd;
@@ -605,7 +606,7 @@ TEST_CASE("outer with H = 1, outer lr 1 and momentum 0 is ssgd: bit for bit on o
 TEST_CASE("outer: a checkpoint in the middle of an outer period resumes bit for bit", "[learners][outer]") {
   Job job;
   job.algorithm = Algorithm::outer;
-  job.outer = parallel::OuterOptions{4, 0.8, 0.7, true, 0};
+  job.outer = optim::OuterOptions{.period = 4, .lr = 0.8, .momentum = 0.7, .nesterov = true, .start_step = 0};
   job.steps = 11;
   const Trace whole = run_job(job);
   job.resume_at = 6;  // two inner steps after the outer step of step 4
@@ -632,7 +633,7 @@ TEST_CASE("outer with QSR: the rounds grow as the learning rate decays, and a ch
   job.algorithm = Algorithm::outer;
   job.decay = true;
   job.steps = 13;
-  job.outer = parallel::OuterOptions{2, 0.8, 0.5, true, 0, 0.15, false};
+  job.outer = optim::OuterOptions{.period = 2, .lr = 0.8, .momentum = 0.5, .qsr = 0.15};
   const Trace t = run_job(job);
   Reference ref = start_reference(job, initial_params());
   const std::vector<int64_t> expected{2, 4, 10};
@@ -656,7 +657,7 @@ TEST_CASE("outer with QSR after a warm-up: rounds that start in the warm-up last
   // The warm-up's rates are small, and QSR's rounds long where the rate is: from the first
   // step's rate (0.3 / 5) a round would last floor((0.95 / 0.06)^2) = 250 steps and the run would
   // never synchronise. Gu et al. keep the base period during the warm-up.
-  parallel::OuterOptions o{2, 1.0, 0.0, true, 0, 0.95, false, 5};
+  optim::OuterOptions o{.period = 2, .lr = 1.0, .momentum = 0.0, .qsr = 0.95, .warmup_steps = 5};
   CHECK(o.round_length(0, 0.06) == 2);
   CHECK(o.round_length(4, 0.3) == 2);   // the warm-up's last step
   CHECK(o.round_length(5, 0.3) == 10);  // after it: floor((0.95 / 0.3)^2) = floor(10.03)
@@ -673,7 +674,7 @@ TEST_CASE("outer with QSR after a warm-up: rounds that start in the warm-up last
   job.algorithm = Algorithm::outer;
   job.warmup = 5;
   job.steps = 18;
-  job.outer = parallel::OuterOptions{2, 0.8, 0.5, true, 0, 0.95, false, 5};
+  job.outer = optim::OuterOptions{.period = 2, .lr = 0.8, .momentum = 0.5, .qsr = 0.95, .warmup_steps = 5};
   const Trace t = run_job(job);
   Reference ref = start_reference(job, initial_params());
   const std::vector<int64_t> expected{2, 4, 6, 16};
@@ -706,7 +707,7 @@ TEST_CASE("outer: the run ends with an outer step that joins the steps since the
   job.complete_at_end = true;
   job.node_of_rank = GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 0, 1});
   const bool streamed = GENERATE(false, true);
-  job.outer = parallel::OuterOptions{4, 0.8, 0.5, true, 0, 0, streamed};
+  job.outer = optim::OuterOptions{.period = 4, .lr = 0.8, .momentum = 0.5, .streaming = streamed};
   INFO((streamed ? "streamed" : "not streamed") << ", " << job.node_of_rank.size() << " ranks");
   const Trace t = run_job(job);
   const size_t before = static_cast<size_t>(job.steps) - 1, after = static_cast<size_t>(job.steps);
@@ -728,7 +729,7 @@ TEST_CASE("outer: a run that ends on an outer step ends with it: complete() chan
   job.algorithm = Algorithm::outer;
   job.steps = 8;
   job.complete_at_end = true;
-  job.outer = parallel::OuterOptions{4, 0.8, 0.5, true, 0};
+  job.outer = optim::OuterOptions{.period = 4, .lr = 0.8, .momentum = 0.5, .nesterov = true, .start_step = 0};
   const Trace t = run_job(job);
   for (size_t k = 0; k < t.size(); ++k) {
     CHECK(same_bits(t[k][8].central, t[k][7].central));
@@ -790,9 +791,10 @@ TEST_CASE("outer, streamed: the sum runs under the next inner step, which each n
   job.steps = 9;
   job.complete_at_end = true;
   job.node_of_rank = GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 0, 1});
-  job.outer = GENERATE(parallel::OuterOptions{3, 0.7, 0.5, true, 0, 0, true},
-                       parallel::OuterOptions{1, 1.0, 0.0, true, 0, 0, true},
-                       parallel::OuterOptions{2, 1.2, 0.6, false, 3, 0, true});
+  job.outer = GENERATE(optim::OuterOptions{.period = 3, .lr = 0.7, .momentum = 0.5, .streaming = true},
+                       optim::OuterOptions{.period = 1, .lr = 1.0, .momentum = 0.0, .streaming = true},
+                       optim::OuterOptions{
+                           .period = 2, .lr = 1.2, .momentum = 0.6, .nesterov = false, .start_step = 3, .streaming = true});
   const Trace t = run_job(job);
   Reference ref = start_reference(job, initial_params());
   const size_t ranks = t.size();
@@ -821,7 +823,7 @@ TEST_CASE("outer, streamed: the sum runs under the next inner step, which each n
 TEST_CASE("outer, streamed: a checkpoint with the sum in flight resumes bit for bit", "[learners][outer]") {
   Job job;
   job.algorithm = Algorithm::outer;
-  job.outer = parallel::OuterOptions{4, 0.8, 0.7, true, 0, 0, true};
+  job.outer = optim::OuterOptions{.period = 4, .lr = 0.8, .momentum = 0.7, .streaming = true};
   job.steps = 11;
   const Trace whole = run_job(job);
   // After step 8 the sum of the outer step after step 8 is in flight; after step 6 none is.
@@ -836,7 +838,7 @@ TEST_CASE("outer: a checkpoint with a streamed sum pending is refused by a run w
   auto backend = test::make_test_backend(1);
   mpi::OneRankAllreduce one;
   LearnerGroupOptions o = one_rank(Algorithm::outer);
-  o.outer = parallel::OuterOptions{2, 0.7, 0.5, true, 0, 0, true};
+  o.outer = optim::OuterOptions{.period = 2, .lr = 0.7, .momentum = 0.5, .streaming = true};
   auto make = [&] {
     return std::make_unique<LearnerGroup>(*backend, test::make_tiny_graph, k_batch, k_batch, test::plain_sgd(),
                                           std::vector<float>{}, o, one, nullptr);
@@ -879,7 +881,7 @@ TEST_CASE("parallel.outer: the config's checks name the keys", "[config][outer]"
   REQUIRE_THROWS_WITH(
       load({"parallel.algorithm=outer", "parallel.outer.start_fraction=0.1", "parallel.outer.start_step=5"}),
       Contains("parallel.outer.start_fraction") && Contains("parallel.outer.start_step = 5"));
-  const config::OuterConfig post_local =
+  const optim::OuterOptions post_local =
       load({"parallel.algorithm=outer", "parallel.outer.start_fraction=0.25"}).parallel.outer;
   CHECK(post_local.start_at(1000) == 250);
   CHECK(load({"parallel.algorithm=outer", "parallel.outer.start_step=7"}).parallel.outer.start_at(1000) == 7);

@@ -5,13 +5,17 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "io/records/run_log.hpp"
 #include "io/records/run_records.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace squall::records;
 using nlohmann::json;
@@ -194,4 +198,123 @@ TEST_CASE("run records: each train record's learning rate, NaN where the record 
   CHECK(r.train[0].lr == 0.0125);
   CHECK(r.train[1].lr == 0.025);
   CHECK(std::isnan(r.train[2].lr));
+}
+
+namespace {
+
+void write_text(const std::filesystem::path& path, const std::string& text) { std::ofstream(path) << text; }
+
+// A run dir as RunLog writes it: config.toml, metrics.jsonl and summary.json.
+void write_run(const std::filesystem::path& dir) {
+  RunLogOptions o;
+  o.dir = dir;
+  o.config_toml = "[run]\nseed = 1\n";
+  o.root = true;
+  o.tensorboard = false;
+  squall::nn::ConfusionMatrix cm(2);
+  {
+    RunLog log(o);
+    TrainWindow w;
+    w.step = 4;
+    w.loss = 0.5;
+    w.lr = 0.1;
+    log.train_window(w);
+    RunSummary s;
+    s.steps = 4;
+    s.ranks = 2;
+    s.samples_per_s = 100;
+    s.cm = &cm;
+    s.target_metric = "accuracy";
+    s.target_value = 0.9;
+    s.cpu_streams = "inline";
+    s.cpu_stream_jitter_us = 0;
+    log.finished(s);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("read_run_dir: what a run dir holds, the files named by the table the writer uses", "[run_records]") {
+  squall::test::TempDir tmp("squall-run-dir");
+  write_run(tmp.path);
+  const RunDir r = read_run_dir(tmp.path);
+  CHECK(r.dir == tmp.path);
+  CHECK(r.has_metrics);
+  CHECK(r.has_summary);
+  CHECK(r.has_config);
+  REQUIRE(r.records.train.size() == 1);
+  CHECK(r.records.train[0].step == 4);
+  CHECK(r.records.train[0].lr == 0.1);
+  CHECK(r.summary.at("world_size") == 2);
+  CHECK(r.progress.steps == 4);
+  REQUIRE(r.target.has_value());
+  CHECK_FALSE(r.target->reached);
+  CHECK(r.path_of(k_config_file) == tmp.path / "config.toml");
+  // The writer writes the table's fields and no other: every one it always writes, and those
+  // that apply (a target, the CPU's streams) when they do.
+  std::set<std::string> listed, always;
+  for (const RunField& f : k_summary_file.fields) {
+    listed.insert(std::string(f.name));
+    if (f.always) always.insert(std::string(f.name));
+  }
+  std::set<std::string> written;
+  for (const auto& [key, value] : r.summary.items()) written.insert(key);
+  CHECK(written == listed);
+  for (const std::string& key : always) CHECK(written.count(key) == 1);
+  const json record = json::parse(std::ifstream(tmp.path / "metrics.jsonl"));  // the one train record
+  for (const auto& [key, value] : record.items())
+    if (key == "kind" || key == "step" || key == "attempt" || key == "elapsed_s") written.insert("metrics." + key);
+  for (const RunField& f : k_metrics_file.fields) CHECK(written.count("metrics." + std::string(f.name)) == 1);
+  // A summary.json given as the file: its folder is the run dir.
+  const RunDir by_file = read_run_dir(tmp.path / "summary.json");
+  CHECK(by_file.dir == tmp.path);
+  CHECK(by_file.records.train.size() == 1);
+  CHECK(by_file.summary == r.summary);
+}
+
+TEST_CASE("read_run_dir: a missing file is absent from what it reads, a dir without records is refused",
+          "[run_records]") {
+  squall::test::TempDir tmp("squall-run-dir-missing");
+  write_run(tmp.path);
+  std::filesystem::remove(tmp.path / "summary.json");
+  std::filesystem::remove(tmp.path / "config.toml");
+  const RunDir unfinished = read_run_dir(tmp.path);
+  CHECK(unfinished.has_metrics);
+  CHECK_FALSE(unfinished.has_summary);
+  CHECK_FALSE(unfinished.has_config);
+  CHECK(unfinished.summary == json::object());
+  CHECK(unfinished.records.train.size() == 1);
+  CHECK_FALSE(unfinished.target.has_value());
+  std::filesystem::remove(tmp.path / "metrics.jsonl");
+  CHECK_THROWS_WITH(read_run_dir(tmp.path), Catch::Contains(tmp.path.string()) &&
+                                                Catch::Contains("is not a run dir") &&
+                                                Catch::Contains("summary.json") && Catch::Contains("metrics.jsonl"));
+  CHECK_THROWS_WITH(read_run_dir(tmp.path / "elsewhere"),
+                    Catch::Contains((tmp.path / "elsewhere").string()) && Catch::Contains("does not exist"));
+}
+
+TEST_CASE("read_run_dir: a malformed file is an error naming it", "[run_records]") {
+  squall::test::TempDir tmp("squall-run-dir-malformed");
+  write_run(tmp.path);
+  const std::filesystem::path summary = tmp.path / "summary.json";
+  const json good = json::parse(std::ifstream(summary));
+  write_text(summary, "{\"world_size\": 2,");  // cut short
+  CHECK_THROWS_WITH(read_run_dir(tmp.path), Catch::Contains(summary.string()) && Catch::Contains("is not JSON"));
+  write_text(summary, "[1, 2]");
+  CHECK_THROWS_WITH(read_run_dir(tmp.path),
+                    Catch::Contains(summary.string()) && Catch::Contains("is not a JSON object"));
+  json wrong = good;
+  wrong["world_size"] = "two";
+  write_text(summary, wrong.dump());
+  CHECK_THROWS_WITH(read_run_dir(tmp.path), Catch::Contains(summary.string()) && Catch::Contains("`world_size`") &&
+                                                Catch::Contains("\"two\"") && Catch::Contains("an integer"));
+  wrong = good;
+  wrong["steady_samples_per_s"] = nullptr;  // null where the table allows it: not measured
+  wrong["samples_per_s"] = nullptr;         // ... and where it does not
+  write_text(summary, wrong.dump());
+  CHECK_THROWS_WITH(read_run_dir(tmp.path), Catch::Contains("`samples_per_s` is null, not a number"));
+  // metrics.jsonl's cut last line (a crash) is skipped, not an error.
+  write_text(summary, good.dump());
+  std::ofstream(tmp.path / "metrics.jsonl", std::ios::app) << "{\"kind\": \"tra";
+  CHECK(read_run_dir(tmp.path).records.train.size() == 1);
 }

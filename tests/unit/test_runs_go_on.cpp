@@ -93,7 +93,7 @@ std::string refusal(const checkpoint::ModelCheckpoint& ck, const nn::ModelSpec& 
 }  // namespace
 
 TEST_CASE("a schedule segment runs the schedule over its own steps", "[schedule][runs-go-on]") {
-  const optim::Schedule s(cosine(4), 0.01, 1, 0);
+  const optim::Schedule s(cosine(4), 0.01, 0);
   // Steps 24..48 of a run extended from 24 steps: the schedule of 24 steps again.
   for (int64_t step = 24; step < 48; ++step) {
     INFO("step " << step);
@@ -110,13 +110,13 @@ TEST_CASE("a schedule segment runs the schedule over its own steps", "[schedule]
   m.kind = optim::ScheduleKind::multistep;
   m.milestones = {10};
   m.gamma = 0.5;
-  const optim::Schedule ms(m, 1.0, 1, 0);
+  const optim::Schedule ms(m, 1.0, 0);
   CHECK(ms.lr_in_segment(105, 100, 200) == 1.0);
   CHECK(ms.lr_in_segment(110, 100, 200) == 0.5);
 
   CHECK(s.describe(24) == "warm-up 4 step(s) to 0.01, then cosine to 0");
-  CHECK(optim::Schedule(cosine(0), 0.01, 1, 0).describe(24) == "cosine from 0.01 to 0");
-  CHECK(optim::Schedule({}, 0.1, 1, 0).describe(24) == "constant 0.1");
+  CHECK(optim::Schedule(cosine(0), 0.01, 0).describe(24) == "cosine from 0.01 to 0");
+  CHECK(optim::Schedule({}, 0.1, 0).describe(24) == "constant 0.1");
   CHECK(ms.describe(100) == "1, x 0.5 at step(s) 10");
 }
 
