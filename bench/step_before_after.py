@@ -2,9 +2,9 @@
 """A change to the training step, measured against the build before it, in one run.
 
 Two squall binaries (--before, --after) and PyTorch, alternating --runs times:
-  1. one rank on this machine: lenet5 (batch 64) and resnet20 (batch 32) as in
-     bench/cpu_training.py, each binary's samples/s against PyTorch's (same model, batch,
-     threads, samples, SGD with momentum);
+  1. one rank on this machine: lenet5 (batch 64), resnet20 (batch 32) and the climate U-Net
+     (batch 8) as in bench/cpu_training.py, each binary's samples/s against PyTorch's eager
+     NCHW run of this interpreter (same model, batch, threads, samples, SGD with momentum);
   2. 2 nodes x 1 rank of tests/cluster over --rate links (root): ssgd and sma, LeNet-5 on
      Fashion-MNIST with 2 learners per rank, after against before.
 Prints medians and the ratios (after / before, and each against PyTorch). Every rate is a
@@ -54,7 +54,8 @@ def main():
     ap.add_argument("--after", default=os.path.join(ROOT, "build", "bin", "squall"))
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--cases", default="lenet5:64:600,resnet20:32:60", help="model:batch:steps,...")
+    ap.add_argument("--cases", default="lenet5:64:600,resnet20:32:60,unet:8:40", help="model:batch:steps,...")
+    ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist", help="a Fashion-MNIST folder")
     ap.add_argument("--cluster-steps", type=int, default=300)
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--no-cluster", action="store_true")
@@ -68,17 +69,25 @@ def main():
         print("| model | batch | threads | runs | before samples/s | after samples/s | PyTorch samples/s "
               "| after / before | before / PyTorch | after / PyTorch |")
         print("|---|---|---|---|---|---|---|---|---|---|")
-        for case in a.cases.split(","):
-            model, batch, steps = case.split(":")
-            batch, steps = int(batch), int(steps)
+        # cpu_training's bench, once per binary (its data is made by the after binary, once).
+        bench_args = argparse.Namespace(squall=a.after, data=a.data, threads=a.threads, squall_set=[],
+                                        peer_timeout=900)
+        bench = cpu_training.Bench(bench_args, work)
+        for text in a.cases.split(","):
+            case = cpu_training.Case(text)
+            bench.data_for(case)
             b, f, t = [], [], []
             for _ in range(a.runs):  # alternate so all three see the same machine noise
-                b.append(cpu_training.squall_run(a.before, model, batch, steps, a.threads, work))
-                f.append(cpu_training.squall_run(a.after, model, batch, steps, a.threads, work))
-                t.append(cpu_training.torch_run(model, batch, steps, a.threads))
-            print(f"| {model} | {batch} | {a.threads} | {a.runs} | {med(b):.0f} | {med(f):.0f} | {med(t):.0f} | "
-                  f"{med([y / x for x, y in zip(b, f)]):.3f} | {med([x / z for x, z in zip(b, t)]):.2f} | "
-                  f"{med([y / z for y, z in zip(f, t)]):.2f} |", flush=True)
+                for binary, rates in ((a.before, b), (a.after, f)):
+                    bench.a.squall = binary
+                    rates.append(bench.squall_run(case)[0])
+                t.append(bench.peer_run(case, [])["samples_per_s"])
+            bench.a.squall = a.after
+            peer = [x for x in t if x]
+            ratio = (lambda xs, ys: f"{med([y / x for x, y in zip(xs, ys)]):.2f}") if len(peer) == len(t) else None
+            print(f"| {case.model} | {case.batch} | {a.threads} | {a.runs} | {med(b):.1f} | {med(f):.1f} | "
+                  f"{(f'{med(peer):.1f}') if peer else 'failed'} | {med([y / x for x, y in zip(b, f)]):.3f} | "
+                  f"{ratio(t, b) if ratio else '-'} | {ratio(t, f) if ratio else '-'} |", flush=True)
         if a.no_cluster:
             return 0
         tool = os.path.join(ROOT, "tests", "cluster", "cluster")

@@ -161,6 +161,13 @@ class CpuBackend : public Backend {
   uint64_t m_streams = 0;  // streams made (each its own jitter seed); guarded by m_mutex
 };
 
+// A plan description at f32: the inner plan of a reduced-precision one (cpu_precision.cpp).
+template <class Desc>
+Desc as_f32(Desc d) {
+  d.dtype = DType::f32;
+  return d;
+}
+
 // n elements converted as CpuBackend::convert converts them, on the calling thread alone
 // (cpu_elementwise.cpp): for the operations that convert blocks they gather first.
 void convert_elements(const void* src, DType from, void* dst, DType to, int64_t n);

@@ -220,9 +220,7 @@ std::unique_ptr<BatchNormPlan> CpuBackend::make_batch_norm(const BatchNormDesc& 
     return make_nhwc_batch_norm(*this, d, CpuBackend::make_batch_norm(nchw));  // not virtual: a subclass sees one plan asked for
   }
   if (d.dtype != DType::f32) {
-    BatchNormDesc f32 = d;
-    f32.dtype = DType::f32;
-    return make_reduced_batch_norm(*this, d, std::make_unique<CpuBatchNormPlan<1>>(f32));
+    return make_reduced_batch_norm(*this, d, std::make_unique<CpuBatchNormPlan<1>>(as_f32(d)));
   }
   switch (d.layout) {
     case Layout::nchw8c: return std::make_unique<CpuBatchNormPlan<8>>(d);

@@ -210,9 +210,7 @@ class PlanePoolPlan final : public PoolPlan {
 
 std::unique_ptr<PoolPlan> CpuBackend::make_pool(const PoolDesc& d) {
   if (d.dtype != DType::f32) {
-    PoolDesc f32 = d;
-    f32.dtype = DType::f32;
-    return make_reduced_pool(*this, d, CpuBackend::make_pool(f32));  // not virtual: a subclass sees one plan asked for
+    return make_reduced_pool(*this, d, CpuBackend::make_pool(as_f32(d)));  // not virtual: a subclass sees one plan asked for
   }
   if (d.layout == Layout::nchw) {
     return std::make_unique<PlanePoolPlan>(d);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
 #include "src/nn/tensor.hpp"
 
@@ -176,5 +177,19 @@ std::unique_ptr<Layer> dropout(float p);
 std::unique_ptr<Layer> add();                      // two inputs, same shape
 std::unique_ptr<Layer> concat();                   // channel concat of >= 2 inputs
 std::unique_ptr<Layer> flatten();                  // [n,c,h,w] -> [n,c*h*w]
+
+// A convolution's or a linear layer's Layer::build: its parameters and their gradients are
+// [weight] or, with a bias, [weight, bias]; `who` names the layer in the error.
+inline void bind_weights(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, bool bias,
+                         const std::string& who, Tensor& w, Tensor& dw, Tensor& b, Tensor& db) {
+  const size_t expected = bias ? 2 : 1;
+  SQUALL_CHECK(params.size() == expected && grads.size() == expected, who + ": parameter count");
+  w = params[0];
+  dw = grads[0];
+  if (bias) {
+    b = params[1];
+    db = grads[1];
+  }
+}
 
 }  // namespace squall::nn

@@ -13,14 +13,7 @@ class ConvBase : public Layer {
  public:
   void build(Backend& backend, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
              const std::vector<Tensor>& state) override {
-    const size_t expected = m_desc.bias ? 2 : 1;
-    SQUALL_CHECK(params.size() == expected && grads.size() == expected, type() + ": parameter count");
-    m_weight = params[0];
-    m_dweight = grads[0];
-    if (m_desc.bias) {
-      m_bias = params[1];
-      m_dbias = grads[1];
-    }
+    bind_weights(params, grads, m_desc.bias, type(), m_weight, m_dweight, m_bias, m_dbias);
     m_desc.dtype = m_dtype;
     m_desc.layout = input_layout(0);
     m_desc.out_layout.reset();

@@ -42,14 +42,7 @@ class Linear final : public Layer {
 
   void build(Backend& backend, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
              const std::vector<Tensor>&) override {
-    const size_t expected = m_desc.bias ? 2 : 1;
-    SQUALL_CHECK(params.size() == expected && grads.size() == expected, "linear: parameter count");
-    m_weight = params[0];
-    m_dweight = grads[0];
-    if (m_desc.bias) {
-      m_bias = params[1];
-      m_dbias = grads[1];
-    }
+    bind_weights(params, grads, m_desc.bias, "linear", m_weight, m_dweight, m_bias, m_dbias);
     m_desc.dtype = m_dtype;
     m_plan = backend.make_linear(m_desc);
   }
