@@ -248,8 +248,8 @@ class CudaTensorSet final : public TensorSet {
   }
   float* norms() {
     if (!m_norms)
-      m_norms = device_floats(m_pool, std::max<size_t>(kernels::norms_scratch_floats(m_chunks.chunks, m_chunks.tensor_count), 1),
-                              DType::f32);
+      m_norms = device_floats(
+          m_pool, std::max<size_t>(kernels::norms_scratch_floats(m_chunks.chunks, m_chunks.tensor_count), 1), DType::f32);
     return m_norms.data();
   }
 

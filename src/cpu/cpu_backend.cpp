@@ -1,8 +1,9 @@
 // CpuBackend's device: construction, capabilities, streams and events, memory and copies.
 // Memory is host memory, 256-byte aligned as Device::allocate promises on every backend (a
-// cudaMalloc'd block's alignment; more than a cache line or an AVX-512 load needs, so that views the graph aligns to 256
-// bytes are aligned in memory on the CPU too), recycled through a size-keyed pool so that a
-// plan rebuilt for the same shapes does not go back to the system allocator.
+// cudaMalloc'd block's alignment; more than a cache line or an AVX-512 load needs, so that
+// views the graph aligns to 256 bytes are aligned in memory on the CPU too), recycled through
+// the size-keyed pool (src/nn/size_pool.hpp) so that a plan rebuilt for the same shapes does
+// not go back to the system allocator.
 #include "src/cpu/cpu_backend.hpp"
 
 #include <omp.h>

@@ -217,7 +217,8 @@ std::unique_ptr<BatchNormPlan> CpuBackend::make_batch_norm(const BatchNormDesc& 
   if (d.layout == Layout::nhwc) {
     BatchNormDesc nchw = d;
     nchw.layout = Layout::nchw;
-    return make_nhwc_batch_norm(*this, d, CpuBackend::make_batch_norm(nchw));  // not virtual: a subclass sees one plan asked for
+    // Not virtual: a subclass (a test's recording backend) sees the one plan it was asked for.
+    return make_nhwc_batch_norm(*this, d, CpuBackend::make_batch_norm(nchw));
   }
   if (d.dtype != DType::f32) {
     return make_reduced_batch_norm(*this, d, std::make_unique<CpuBatchNormPlan<1>>(as_f32(d)));

@@ -499,8 +499,6 @@ Layout CpuBackend::blocked_layout() const {
 
 std::unique_ptr<ConvPlan> CpuBackend::make_conv(const ConvDesc& d) {
   if (!native_precision(d.dtype)) {  // the reference: an f32 plan between roundings
-    ConvDesc f32 = d;
-    f32.dtype = DType::f32;
     return make_reduced_conv(*this, d, std::make_unique<CpuConvPlan>(m_engine, as_f32(d)));
   }
   return std::make_unique<CpuConvPlan>(m_engine, d);

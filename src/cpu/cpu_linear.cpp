@@ -106,8 +106,6 @@ class CpuLinearPlan final : public LinearPlan {
 
 std::unique_ptr<LinearPlan> CpuBackend::make_linear(const LinearDesc& d) {
   if (d.dtype != DType::f32) {
-    LinearDesc f32 = d;
-    f32.dtype = DType::f32;
     return make_reduced_linear(*this, d, std::make_unique<CpuLinearPlan>(m_engine, as_f32(d)));
   }
   return std::make_unique<CpuLinearPlan>(m_engine, d);

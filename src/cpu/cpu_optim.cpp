@@ -93,7 +93,8 @@ void write_mirror(CpuBackend& b, Stream& s, const TensorRef& t) {
   if (m.data == nullptr || t.n == 0) return;
   const Layout order = m.nhwc ? Layout::nhwc : Layout::nchw;
   if (!m.widened || m.dtype == DType::f32) {
-    permute_convert_now(t.w, DType::f32, Layout::nchw, m.data, m.widened ? DType::f32 : m.dtype, order, m.k, m.c, m.rs, 1);
+    permute_convert_now(t.w, DType::f32, Layout::nchw, m.data, m.widened ? DType::f32 : m.dtype, order, m.k, m.c,
+                        m.rs, 1);
     return;
   }
   Buffer rounded = b.allocate(t.n, m.dtype);

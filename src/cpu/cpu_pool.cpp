@@ -210,7 +210,8 @@ class PlanePoolPlan final : public PoolPlan {
 
 std::unique_ptr<PoolPlan> CpuBackend::make_pool(const PoolDesc& d) {
   if (d.dtype != DType::f32) {
-    return make_reduced_pool(*this, d, CpuBackend::make_pool(as_f32(d)));  // not virtual: a subclass sees one plan asked for
+    // Not virtual: a subclass (a test's recording backend) sees the one plan it was asked for.
+    return make_reduced_pool(*this, d, CpuBackend::make_pool(as_f32(d)));
   }
   if (d.layout == Layout::nchw) {
     return std::make_unique<PlanePoolPlan>(d);

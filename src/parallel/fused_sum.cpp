@@ -6,6 +6,7 @@ namespace squall::parallel {
 FusedSum::FusedSum(nn::Backend& backend, nn::Stream& stream, mpi::Allreduce& reducer, size_t params, size_t state,
                    bool bf16_gradients, bool several_ranks, std::function<void()> host_wait)
     : m_backend(backend),
+      m_host_accessible(backend.capabilities().host_accessible),
       m_stream(stream),
       m_reducer(reducer),
       m_params(params),
@@ -14,7 +15,7 @@ FusedSum::FusedSum(nn::Backend& backend, nn::Stream& stream, mpi::Allreduce& red
   m_fused = backend.allocate(params + state + 1);
   // A device backend whose memory a plain MPI cannot read stages the sums through pinned host
   // memory (NCCL and the device hierarchy take device memory).
-  if (!backend.capabilities().host_accessible && several_ranks && reducer.memory() != mpi::Memory::device) {
+  if (!m_host_accessible && several_ranks && reducer.memory() != mpi::Memory::device) {
     m_fused_host = backend.allocate_host(params + state + 1, nn::DType::f32);
     m_host = m_fused_host.data();
   }
@@ -112,7 +113,7 @@ void FusedSum::reduce(size_t end, const std::string& what, bool gradients) {
 
 float FusedSum::read_check() {
   if (m_host) return m_host[check()];
-  if (m_backend.capabilities().host_accessible && m_reducer.ranks() > 1 && !m_reducer.orders_after_stream())
+  if (m_host_accessible && m_reducer.ranks() > 1 && !m_reducer.orders_after_stream())
     return m_fused.data()[check()];  // the host allreduce wrote it in place
   m_backend.copy_to_host(m_stream, m_check_host.data(), m_fused.data() + check(), 1);
   m_host_wait();

@@ -72,6 +72,7 @@ class FusedSum {
   void* stream_handle() const;
 
   nn::Backend& m_backend;
+  bool m_host_accessible;  // the backend's Capabilities::host_accessible, read once
   nn::Stream& m_stream;
   mpi::Allreduce& m_reducer;
   size_t m_params, m_state;
