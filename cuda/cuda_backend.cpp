@@ -450,6 +450,11 @@ class CudaBackend final : public Backend {
   std::unique_ptr<BatchNormPlan> make_batch_norm(const BatchNormDesc& d) override {
     check_type(d.dtype, "batch norm");
     check_layout(d.layout, "batch norm");
+    // Statistics over a split sample need cuDNN's per-rank sums, merged on the host between
+    // the two halves of its pass (docs/design.md, "One sample across ranks"): not built yet.
+    if (d.group != nullptr)
+      throw Error("cuda: batch norm over a sample split across ranks (parallel.spatial) runs on the CPU backend "
+                  "only so far");
     bind_calling_thread(0);
     return make_cudnn_batch_norm(d);
   }
@@ -482,6 +487,9 @@ class CudaBackend final : public Backend {
                     int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) override {
     kernels::copy_strided(raw(s), dtype_size(t), dst, dst_stride, dst_offset, src, src_stride, src_offset, rows,
                           count);
+  }
+  void copy_block(Stream& s, DType t, void* dst, const void* src, const BlockCopy& block, bool accumulate) override {
+    kernels::copy_block(raw(s), code(t), dst, src, block, accumulate);
   }
   void global_avg_pool_forward(Stream& s, DType t, const void* x, void* y, int64_t nc, int64_t hw) override {
     kernels::global_avg_pool_forward(raw(s), code(t), x, y, nc, hw);

@@ -47,6 +47,10 @@ void copy_strided(cudaStream_t s, size_t elem_bytes, void* dst, int64_t dst_stri
                           rows, count);
 }
 
+void copy_block(cudaStream_t s, int t, void* dst, const void* src, const nn::BlockCopy& block, bool accumulate) {
+  detail::copy_block_on(DeviceLaunch{s}, t, dst, src, block, accumulate);
+}
+
 void convert(cudaStream_t s, const void* src, int from, void* dst, int to, size_t n) {
   detail::convert_on(DeviceLaunch{s}, src, from, dst, to, n);
 }

@@ -16,6 +16,7 @@
 #include "cuda/grid.cuh"
 #include "cuda/vectorised.cuh"
 #include "src/core/error.hpp"
+#include "src/nn/kernels.hpp"
 
 namespace squall::cuda::kernels::detail {
 
@@ -185,6 +186,27 @@ struct CopyStridedOp {
   }
 };
 
+// A block [outer][rows][count] between two strided tensors (nn::BlockCopy): one thread per
+// element; copies move bits (E: an unsigned integer of the element's size), accumulations add
+// in f32 (E: the float type) and round back.
+template <class E, bool Accumulate, class I>
+struct CopyBlockOp {
+  E* dst;
+  const E* src;
+  I rows, count;
+  I src_offset, src_outer, src_row, dst_offset, dst_outer, dst_row;
+  __host__ __device__ void operator()(I k) const {
+    const I j = k % count, line = k / count;
+    const I r = line % rows, o = line / rows;
+    const E v = src[src_offset + o * src_outer + r * src_row + j];
+    E& d = dst[dst_offset + o * dst_outer + r * dst_row + j];
+    if constexpr (Accumulate)
+      d = from_float<E>(to_float(d) + to_float(v));
+    else
+      d = v;
+  }
+};
+
 // ---- the layout permutation [n, c, hw] <-> [n, hw, c] ----
 // In either direction the source is [n, A, B] and the destination [n, B, A]: (A, B) = (c, hw)
 // into NHWC, (hw, c) into NCHW.
@@ -339,6 +361,41 @@ void copy_strided_on(const L& l, size_t elem_bytes, void* dst, int64_t dst_strid
                        src_stride, src_offset, rows, count);
   else
     throw Error("copy_strided: elements of " + std::to_string(elem_bytes) + " bytes are not supported (2 or 4)");
+}
+
+template <class E, bool Accumulate, class L>
+void copy_block_typed(const L& l, void* dst, const void* src, const nn::BlockCopy& b) {
+  const size_t units = static_cast<size_t>(b.elements());
+  const int64_t reach = std::max(b.src_offset + (b.outer - 1) * b.src_outer + (b.rows - 1) * b.src_row,
+                                 b.dst_offset + (b.outer - 1) * b.dst_outer + (b.rows - 1) * b.dst_row) +
+                        b.count;
+  with_index(static_cast<size_t>(std::max<int64_t>(reach, static_cast<int64_t>(units))), [&](auto index) {
+    using I = decltype(index);
+    l.for_each(grid_for(units), kThreads,
+               CopyBlockOp<E, Accumulate, I>{static_cast<E*>(dst), static_cast<const E*>(src), static_cast<I>(b.rows),
+                                             static_cast<I>(b.count), static_cast<I>(b.src_offset),
+                                             static_cast<I>(b.src_outer), static_cast<I>(b.src_row),
+                                             static_cast<I>(b.dst_offset), static_cast<I>(b.dst_outer),
+                                             static_cast<I>(b.dst_row)},
+               static_cast<I>(units));
+  });
+}
+
+// t: 0 f32, 1 bf16, 2 f16 (nn::DType's order).
+template <class L>
+void copy_block_on(const L& l, int t, void* dst, const void* src, const nn::BlockCopy& b, bool accumulate) {
+  if (b.outer <= 0 || b.rows <= 0 || b.count <= 0) return;
+  if (!accumulate) {
+    if (t == 0)
+      copy_block_typed<uint32_t, false>(l, dst, src, b);
+    else
+      copy_block_typed<uint16_t, false>(l, dst, src, b);
+    return;
+  }
+  dispatch_float(t, "copy_block", [&](auto tag) {
+    using T = decltype(tag);
+    copy_block_typed<T, true>(l, dst, src, b);
+  });
 }
 
 template <class L>

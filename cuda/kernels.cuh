@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "src/nn/kernels.hpp"
+
 namespace squall::cuda::kernels {
 
 // Calls on activations take the element type as a dtype code `t`: 0 f32, 1 bf16, 2 f16
@@ -27,6 +29,9 @@ void dropout_forward(cudaStream_t s, int t, const void* x, void* y, void* mask, 
 // Moves elements of `elem_bytes` bytes (2 or 4): a copy, no arithmetic.
 void copy_strided(cudaStream_t s, size_t elem_bytes, void* dst, int64_t dst_stride, int64_t dst_offset,
                   const void* src, int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count);
+// A block of elements copied, or added in f32 (accumulate), between strided tensors of type t
+// (0 f32, 1 bf16, 2 f16): nn::Kernels::copy_block.
+void copy_block(cudaStream_t s, int t, void* dst, const void* src, const nn::BlockCopy& block, bool accumulate);
 // dtype: 0 f32, 1 bf16, 2 f16 (nn::DType's order); round to nearest even.
 void convert(cudaStream_t s, const void* src, int from, void* dst, int to, size_t n);
 // A 4-D tensor [n, c, h, w] converted from type `from` in one memory order (NHWC when

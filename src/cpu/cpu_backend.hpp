@@ -91,6 +91,7 @@ class CpuBackend : public Backend {
   void dropout_forward(Stream&, DType, const void* x, void* y, void* mask, size_t n, float p, uint64_t seed,
                        uint64_t offset) override;
   void multiply(Stream&, DType, const void* a, const void* b, void* y, size_t n) override;
+  void copy_block(Stream&, DType, void* dst, const void* src, const BlockCopy& block, bool accumulate) override;
   void copy_strided(Stream&, DType, void* dst, int64_t dst_stride, int64_t dst_offset, const void* src,
                     int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) override;
   void global_avg_pool_forward(Stream&, DType, const void* x, void* y, int64_t nc, int64_t hw) override;

@@ -169,7 +169,35 @@ class CpuConvPlan final : public ConvPlan {
       }
       m_bwd_weights.execute(st, m_bwd_weights_args);
       m_w_dw.stage_out(st);
+      // The bias it adds itself, its gradient too, summed in double: oneDNN's float sum over a
+      // large image rounds at 1e-5 of its value, and a sample split across ranks must get
+      // the gradient it gets whole (docs/design.md, "One sample across ranks").
+      if (m_own_bias && db != nullptr) {
+        const Shape out = m_desc.output();
+        bias_gradient(static_cast<const float*>(dy), m_desc.y_layout(), out.n(), out.c(), out.h() * out.w(), db);
+      }
     });
+  }
+
+  // db[c] = the sum of dy over the pixels of channel c, in dy's layout, accumulated in double.
+  static void bias_gradient(const float* dy, Layout l, int64_t n, int64_t k, int64_t hw, float* db) {
+    const int64_t block = l == Layout::nhwc ? k : std::max<int64_t>(channel_block(l), 1);  // 1: NCHW
+    const int64_t groups = l == Layout::nhwc ? 1 : k / block;
+#pragma omp parallel for schedule(static) if (n * k * hw >= 16384)
+    for (int64_t g = 0; g < groups; ++g) {
+      std::vector<double> sum(static_cast<size_t>(block), 0.0);
+      for (int64_t i = 0; i < n; ++i) {
+        if (l == Layout::nhwc) {
+          for (int64_t p = 0; p < hw; ++p)
+            for (int64_t c = 0; c < k; ++c) sum[static_cast<size_t>(c)] += dy[(i * hw + p) * k + c];
+        } else {
+          const float* run = dy + (i * groups + g) * hw * block;
+          for (int64_t p = 0; p < hw; ++p)
+            for (int64_t c = 0; c < block; ++c) sum[static_cast<size_t>(c)] += run[p * block + c];
+        }
+      }
+      for (int64_t c = 0; c < block; ++c) db[g * block + c] = static_cast<float>(sum[static_cast<size_t>(c)]);
+    }
   }
 
  private:

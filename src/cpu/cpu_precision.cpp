@@ -8,6 +8,7 @@
 // happens where it would happen there. Weights are rounded to the activation type before
 // use and weight gradients after, as a GPU's reduced-precision weight copy would be.
 #include <cstring>
+#include <vector>
 
 #include "src/core/error.hpp"
 #include "src/cpu/cpu_backend.hpp"
@@ -285,6 +286,44 @@ void CpuBackend::copy_strided(Stream& s, DType t, void* dst, int64_t dst_stride,
     for (int64_t i = 0; i < rows; ++i)
       std::memcpy(d + (i * dst_stride + dst_offset) * e, c + (i * src_stride + src_offset) * e,
                   static_cast<size_t>(count * e));
+  });
+}
+
+// A copy moves bits; an accumulation adds in f32 and rounds back to the type, row by row.
+void CpuBackend::copy_block(Stream& s, DType t, void* dst, const void* src, const BlockCopy& b, bool accumulate) {
+  run_on(s, [=, this] {
+    if (b.outer <= 0 || b.rows <= 0 || b.count <= 0) return;
+    if (accumulate) require_float(t, "copy_block");
+    const auto e = static_cast<int64_t>(dtype_size(t));
+    auto* d = static_cast<char*>(dst);
+    const auto* c = static_cast<const char*>(src);
+    const int64_t lines = b.outer * b.rows;
+#pragma omp parallel if (b.elements() >= k_parallel_min)
+    {
+      std::vector<float> wide_src, wide_dst;
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < lines; ++i) {
+        const int64_t o = i / b.rows, r = i % b.rows;
+        char* to = d + (b.dst_offset + o * b.dst_outer + r * b.dst_row) * e;
+        const char* from = c + (b.src_offset + o * b.src_outer + r * b.src_row) * e;
+        if (!accumulate) {
+          std::memcpy(to, from, static_cast<size_t>(b.count * e));
+        } else if (t == DType::f32) {
+          float* y = f32(to);
+          const float* x = f32(from);
+#pragma omp simd
+          for (int64_t j = 0; j < b.count; ++j) y[j] += x[j];
+        } else {
+          const auto n = static_cast<size_t>(b.count);
+          wide_src.resize(n);
+          wide_dst.resize(n);
+          convert_now(from, t, wide_src.data(), DType::f32, n);
+          convert_now(to, t, wide_dst.data(), DType::f32, n);
+          for (size_t j = 0; j < n; ++j) wide_dst[j] += wide_src[j];
+          convert_now(wide_dst.data(), DType::f32, to, t, n);
+        }
+      }
+    }
   });
 }
 

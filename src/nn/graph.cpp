@@ -130,7 +130,56 @@ int Graph::add(std::string name, std::unique_ptr<Layer> layer, std::vector<int> 
 void Graph::setup(int64_t batch) {
   if (batch <= 0) throw Error("graph: batch size must be positive");
   m_batch = batch;
-  m_nodes[0]->shape = m_input_sample.with_batch(batch);
+  setup_nodes(m_input_sample.with_batch(batch));
+  m_full_shapes.clear();
+  if (!m_place) return;
+  // A split sample: the whole sample's shapes first (they say where every tensor's tiles lie),
+  // then every layer again on this rank's tile, then each layer told its tiles.
+  for (const auto& n : m_nodes) m_full_shapes.push_back(n->shape);
+  const size_t params = m_param_count, state = m_state_count;
+  const SpatialPlace& place = *m_place;
+  const auto tile_of = [&](int i) {
+    const Shape& full = m_full_shapes[static_cast<size_t>(i)];
+    if (full.rank != 4)
+      throw Error("model node '" + m_nodes[static_cast<size_t>(i)]->name + "' gives " + full.str() +
+                  ", features of no pixels: a sample split across ranks (parallel.spatial " + place.split.str() +
+                  ") needs a model whose every tensor is an image (a segmentation model)");
+    TensorTile t;
+    t.height = full.h();
+    t.width = full.w();
+    t.row_spans = place.row_spans_at(full.h());
+    t.col_spans = place.col_spans_at(full.w());
+    t.row = place.row;
+    t.col = place.col;
+    return t;
+  };
+  const TensorTile input = tile_of(k_input);
+  setup_nodes(Shape(batch, m_input_sample.c(), input.rows().size(), input.cols().size()));
+  SQUALL_CHECK(params == m_param_count && state == m_state_count,
+               "graph: a layer's parameters changed with the tile's size");
+  for (int id = 1; id < size(); ++id) {
+    Node& n = *m_nodes[static_cast<size_t>(id)];
+    TileContext t;
+    t.place = m_place.get();
+    t.comm = m_comm;
+    t.node = id;
+    t.output = tile_of(id);
+    for (int i : n.inputs) t.inputs.push_back(tile_of(i));
+    const std::string where = "model node '" + n.name + "' (" + n.layer->type() + ")";
+    if (n.shape.h() != t.output.rows().size() || n.shape.w() != t.output.cols().size())
+      throw Error(where + " gives " + n.shape.str() + " on this rank's tile, not its share " +
+                  std::to_string(t.output.rows().size()) + "x" + std::to_string(t.output.cols().size()) +
+                  " of the whole sample's " + m_full_shapes[static_cast<size_t>(id)].str() +
+                  " under parallel.spatial " + place.split.str());
+    const std::string why = n.layer->set_tile(t);
+    if (!why.empty())
+      throw Error(where + " cannot run on a sample split across ranks (parallel.spatial " + place.split.str() +
+                  "): " + why);
+  }
+}
+
+void Graph::setup_nodes(const Shape& input) {
+  m_nodes[0]->shape = input;
   m_param_count = m_state_count = m_param_arena = m_state_arena = 0;
   m_param_info.clear();
   m_state_info.clear();
@@ -162,6 +211,21 @@ void Graph::setup(int64_t batch) {
       m_state_specs.push_back(s);
     }
   }
+}
+
+void Graph::set_tile(const SpatialPlace& place, TileComm* comm) {
+  if (built()) throw Error("graph: the tile must be set before build()");
+  SQUALL_CHECK(comm != nullptr || !place.split.split(), "graph: a split sample needs its group's communicator");
+  SQUALL_CHECK(place.height == m_input_sample.h() && place.width == m_input_sample.w(),
+               "graph: the tiles are of a " + std::to_string(place.height) + "x" + std::to_string(place.width) +
+                   " sample, the model's input is " + m_input_sample.str());
+  m_place = std::make_unique<SpatialPlace>(place);
+  m_comm = comm;
+}
+
+const Shape& Graph::node_full_shape(int i) const {
+  SQUALL_CHECK(i >= 0 && i < size(), "Graph::node_full_shape: no such node");
+  return m_full_shapes.empty() ? m_nodes[static_cast<size_t>(i)]->shape : m_full_shapes[static_cast<size_t>(i)];
 }
 
 double Graph::forward_flops() const {

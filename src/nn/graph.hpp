@@ -47,6 +47,18 @@ class Graph {
   void set_output(int node) { m_output = node; }
   int size() const { return static_cast<int>(m_nodes.size()); }
 
+  // One sample across ranks (src/nn/spatial.hpp; docs/design.md, "One sample across ranks"):
+  // this rank holds the tile `place` names of every sample. setup() and build() then make every
+  // activation that tile's (input(), output() and output_grad() too), and the layers exchange
+  // halos and sum statistics with the rest of the group through `comm`, which must outlive the
+  // graph. Throws squall::Error, naming the node and why, for a layer that cannot run on tiles
+  // or a tile too thin for a layer's halo. Set before setup() or build().
+  void set_tile(const SpatialPlace& place, TileComm* comm);
+  const SpatialPlace* tile() const { return m_place.get(); }
+  // After setup(): node i's shape for the whole sample (its node_shape() on a split graph is
+  // this rank's tile of it; the same otherwise).
+  const Shape& node_full_shape(int i) const;
+
   // Shapes only: runs every layer's setup for this batch size and counts the parameters,
   // allocating nothing (to check a model at a size this machine cannot hold).
   void setup(int64_t batch);
@@ -164,11 +176,15 @@ class Graph {
   struct Node;
   struct ActivationPlan;
   ActivationPlan plan_activations() const;  // where each value and gradient lives (build())
+  void setup_nodes(const Shape& input);       // every layer's setup from this input shape
   void resolve_layouts(const Backend& backend);  // each node's layout (build())
   std::vector<std::unique_ptr<Node>> m_nodes;
   Shape m_input_sample;
   int m_output = 0;
   std::vector<ParamSpec> m_param_specs, m_state_specs;  // in arena order
+  std::unique_ptr<SpatialPlace> m_place;  // a split sample: this rank's tile (set_tile)
+  TileComm* m_comm = nullptr;
+  std::vector<Shape> m_full_shapes;       // a split sample: each node's whole shape (setup)
   Backend* m_backend = nullptr;
   int64_t m_batch = 0;
   DType m_dtype = DType::f32;

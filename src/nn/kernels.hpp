@@ -23,6 +23,8 @@
 
 namespace squall::nn {
 
+class TileComm;  // src/nn/spatial.hpp
+
 // Precision (docs/design.md, "Precision"): parameters, gradients and optimizer state are
 // f32 everywhere. Activations and their gradients are of one DType per model, the `dtype`
 // of the plan descriptions and of the element-wise calls below: f32, or bf16/f16 for mixed
@@ -119,6 +121,16 @@ struct LinearDesc {
 
 using LinearPlan = WeightedPlan;
 
+// A block of elements [outer][rows][count], the last dimension contiguous, at strides (in
+// elements) of its own in source and destination: element (o, r, j) is
+// src[src_offset + o * src_outer + r * src_row + j], and the same in dst with dst_*.
+struct BlockCopy {
+  int64_t outer = 1, rows = 1, count = 0;
+  int64_t src_offset = 0, src_outer = 0, src_row = 0;
+  int64_t dst_offset = 0, dst_outer = 0, dst_row = 0;
+  int64_t elements() const { return outer * rows * count; }
+};
+
 enum class PoolKind { max, average };  // average excludes padding from the count
 
 struct PoolDesc {
@@ -147,6 +159,11 @@ struct BatchNormDesc {
   // y = max(normalised x, 0), and backward takes the ReLU's output gradient as dy, keeping only
   // where the normalised x was positive (recomputed from x, as forward computed it).
   bool relu = false;
+  // A sample split across ranks (src/nn/spatial.hpp): the tensor is this rank's tile, and the
+  // statistics are the whole group's: training's forward merges the ranks' per-channel counts,
+  // means and squared deviations (TileComm::merge_moments), backward sums the two per-channel
+  // sums its dx needs (TileComm::sum), each on the thread that runs the pass. Null: not split.
+  TileComm* group = nullptr;
 };
 
 class BatchNormPlan {
@@ -270,6 +287,10 @@ class Kernels {
   virtual void copy_strided(Stream&, DType, void* dst, int64_t dst_stride, int64_t dst_offset,
                             const void* src, int64_t src_stride, int64_t src_offset, int64_t rows,
                             int64_t count) = 0;
+  // A block of elements copied, or added (accumulate: dst += src, in f32 for bf16/f16), between
+  // two tensors of the type: the halos of a split sample (src/nn/layers/halo.hpp) packed,
+  // unpacked and their gradients returned.
+  virtual void copy_block(Stream&, DType, void* dst, const void* src, const BlockCopy& block, bool accumulate) = 0;
   // Global average pooling [n, c, h, w] -> [n, c], and its backward.
   virtual void global_avg_pool_forward(Stream&, DType, const void* x, void* y, int64_t nc, int64_t hw) = 0;
   virtual void global_avg_pool_backward(Stream&, DType, const void* dy, void* dx, int64_t nc, int64_t hw) = 0;

@@ -14,6 +14,7 @@
 
 #include "src/core/error.hpp"
 #include "src/nn/backend.hpp"
+#include "src/nn/spatial.hpp"
 #include "src/nn/tensor.hpp"
 
 namespace squall::nn {
@@ -107,6 +108,15 @@ class Layer {
   // other (convolutions, which oneDNN runs between any two; and the layers that compute on
   // NCHW copies or give a 2-D output).
   virtual bool mixes_layouts() const { return false; }
+
+  // One sample across ranks (src/nn/spatial.hpp; docs/design.md, "One sample across ranks"):
+  // after setup() on this rank's tile, the graph hands a layer of a split graph its tiles and
+  // the group's communicator, before build(). Returns "" when the layer runs on tiles, else
+  // why it cannot (the graph then refuses the split, naming the node). The default: it cannot.
+  virtual std::string set_tile(const TileContext& tile) {
+    (void)tile;
+    return "it has no form for a sample split across ranks";
+  }
 
   // Set by the graph before build(): the layer will only run forward (a forward-only graph:
   // evaluation, prediction), so its plans need nothing for backward.

@@ -18,6 +18,7 @@ class Relu final : public Layer {
  public:
   std::string type() const override { return "relu"; }
   Shape setup(const std::vector<Shape>& inputs) override { return single_input("relu", inputs); }
+  std::string set_tile(const TileContext&) override { return ""; }  // pixel by pixel
   double forward_flops(const std::vector<Shape>&, const Shape& output) const override {
     return static_cast<double>(output.numel());
   }
@@ -45,6 +46,9 @@ class Dropout final : public Layer {
     if (!(p >= 0.0f && p < 1.0f)) throw Error("dropout: p must be in [0, 1), got " + std::to_string(p));
   }
   std::string type() const override { return "dropout"; }
+  // Pixel by pixel; each tile draws its own mask (the random stream is per element of the
+  // tile, salted by the node), so a split run's masks differ from an unsplit run's.
+  std::string set_tile(const TileContext&) override { return ""; }
   LayerAttributes attributes() const override {
     LayerAttributes a;
     a.p = m_p;

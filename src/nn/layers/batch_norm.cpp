@@ -61,7 +61,16 @@ class BatchNorm final : public Layer {
     m_desc.dtype = m_dtype;
     m_desc.layout = m_layout;
     m_desc.relu = m_fuse_relu;
+    m_desc.group = m_group;
     m_plan = backend.make_batch_norm(m_desc);
+  }
+
+  // On a tile: the statistics are the whole sample's, summed over the group (BatchNormDesc::group).
+  std::string set_tile(const TileContext& t) override {
+    if (m_desc.h * m_desc.w <= 1 && t.output.height * t.output.width > 1)
+      return "it normalises features of no pixels";
+    m_group = t.comm;
+    return "";
   }
 
   // The ReLU after it: computed in the normalisation's pass, and its backward in the norm's
@@ -95,6 +104,7 @@ class BatchNorm final : public Layer {
   BatchNormDesc m_desc;
   std::unique_ptr<BatchNormPlan> m_plan;
   bool m_fuse_relu = false;
+  TileComm* m_group = nullptr;  // a split sample's group (set_tile)
   Backend* m_backend = nullptr;
   Buffer m_scratch_dx;
   Tensor m_gamma, m_beta, m_dgamma, m_dbeta, m_running_mean, m_running_var;

@@ -1,8 +1,10 @@
 // Convolution and transposed convolution: thin layers over the backend's ConvPlan.
 #include <memory>
+#include <optional>
 
 #include "src/core/error.hpp"
 #include "src/nn/layer.hpp"
+#include "src/nn/layers/halo.hpp"
 #include "src/nn/layers/image_input.hpp"
 
 namespace squall::nn {
@@ -24,18 +26,31 @@ class ConvBase : public Layer {
     m_plan = backend.make_conv(m_desc);
     m_backend = &backend;
     m_mirror = m_plan->weight_mirror();
+    m_halo.reset();
+    if (m_tile && ConvTile::needs_halos(m_desc, *m_tile)) m_halo = std::make_unique<ConvTile>(backend, m_desc, *m_tile);
+  }
+
+  // On a tile: a halo around the plan where the kernel reaches across a tile edge
+  // (src/nn/layers/halo.hpp); set after setup() on the tile, so that the description is the tile's.
+  std::string set_tile(const TileContext& t) override {
+    m_tile.reset();
+    const std::string why = ConvTile::check(m_desc, t);
+    if (why.empty()) m_tile = t;
+    return why;
   }
 
   // The plan's copy of the weights (reduced precision, NHWC) is used as it stands when the
   // graph says the optimizer has written it from the current weights.
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode& mode) override {
     const float* b = m_desc.bias ? m_bias.f32() : nullptr;
+    if (m_halo) m_halo->start_forward(stream, in[0].data);
     if (mode.weights_mirrored && m_mirror.data != nullptr)
       m_plan->forward_mirrored(stream, in[0].data, m_weight.f32(), b, out.data);
     else if (mode.weights_version != 0)
       m_plan->forward_unchanged(stream, in[0].data, m_weight.f32(), b, out.data, mode.weights_version);
     else
       m_plan->forward(stream, in[0].data, m_weight.f32(), b, out.data);
+    if (m_halo) m_halo->finish_forward(stream, in[0].data, m_weight.f32(), b, out.data);
   }
 
   bool mixes_layouts() const override { return true; }
@@ -45,6 +60,7 @@ class ConvBase : public Layer {
   // a ReLU right after it: the post-op forward, and backward masks the ReLU's output gradient
   // where the output is positive before the convolution's own backward reads it.
   bool fuse_next(const Layer& next, bool training) override {
+    if (m_tile) return false;  // the edge strips overwrite the plan's output: nothing fused into it
     if (next.type() == "batch_norm" && !training && !m_fuse_bn && !m_fuse_relu) {
       m_fuse_bn = true;
       m_desc.bn_eps = next.attributes().eps;
@@ -75,9 +91,13 @@ class ConvBase : public Layer {
     // (overwrites_output_gradient: the gradient aliases keep a copy for such a node instead).
     if (m_fuse_relu)
       m_backend->relu_backward(stream, m_dtype, out.data, dout.data, dout.data, static_cast<size_t>(out.shape.numel()));
+    // On a tile, the halos' gradients leave first and travel while the plan computes.
+    if (m_halo) m_halo->start_backward(stream, dout.data, m_weight.f32(), din[0].data != nullptr);
     m_plan->backward_weights(stream, in[0].data, dout.data, m_dweight.f32(),
                              m_desc.bias ? m_dbias.f32() : nullptr);
+    if (m_halo) m_halo->add_halo_weight_gradients(stream, m_dweight.f32());
     if (din[0].data != nullptr) m_plan->backward_data(stream, dout.data, m_weight.f32(), din[0].data);
+    if (m_halo && din[0].data != nullptr) m_halo->finish_backward(stream, din[0].data);
   }
 
   // Direct convolution: 2 * c * r * s per output element (padding included, as cuDNN computes
@@ -119,6 +139,8 @@ class ConvBase : public Layer {
   Backend* m_backend = nullptr;
   bool m_fuse_bn = false, m_fuse_relu = false;  // the following batch norm (forward-only), ReLU
   Tensor m_weight, m_bias, m_dweight, m_dbias;
+  std::optional<TileContext> m_tile;  // a split sample: this rank's tiles (set_tile)
+  std::unique_ptr<ConvTile> m_halo;   // its halos, where the kernel reaches across a tile edge
 };
 
 class Conv2d final : public ConvBase {
@@ -189,6 +211,15 @@ class ConvTranspose2d final : public ConvBase {
     m_desc.bias = m_options.bias;
     m_desc.transposed = true;
     return checked_output(x);
+  }
+
+  // Each input pixel writes its own stride x stride block when kernel = stride with no
+  // padding: no tile reaches another's. Overlapping kernels need a halo (not built yet).
+  std::string set_tile(const TileContext&) override {
+    if (m_options.kernel == m_options.stride && m_options.padding == 0 && m_options.output_padding == 0) return "";
+    return "a transposed convolution runs on tiles only with kernel = stride and no padding (got kernel " +
+           std::to_string(m_options.kernel) + ", stride " + std::to_string(m_options.stride) + ", padding " +
+           std::to_string(m_options.padding) + ")";
   }
 
   // Weights are [c_in, k_out, r, s]; PyTorch computes fan_in from dimension 1 of the weight,

@@ -43,6 +43,14 @@ class Pool final : public Layer {
     return m_desc.output();
   }
 
+  // Windows that tile the input (kernel = stride, no padding) never cross a tile edge on a
+  // multiple of the stride; overlapping ones would need a halo (not built yet).
+  std::string set_tile(const TileContext&) override {
+    if (m_desc.r == m_desc.stride_h && m_desc.s == m_desc.stride_w && m_desc.pad_h == 0 && m_desc.pad_w == 0) return "";
+    return type() + " runs on tiles only with kernel = stride and no padding (got kernel " + std::to_string(m_desc.r) +
+           ", stride " + std::to_string(m_desc.stride_h) + ", padding " + std::to_string(m_desc.pad_h) + ")";
+  }
+
   void build(Backend& backend, const std::vector<Tensor>&, const std::vector<Tensor>&,
              const std::vector<Tensor>&) override {
     m_desc.dtype = m_dtype;

@@ -29,6 +29,7 @@ std::string shapes_str(const std::vector<Shape>& shapes) {
 class Add final : public StatelessLayer {
  public:
   std::string type() const override { return "add"; }
+  std::string set_tile(const TileContext&) override { return ""; }  // pixel by pixel
   double forward_flops(const std::vector<Shape>&, const Shape& output) const override {
     return static_cast<double>(output.numel());
   }
@@ -55,6 +56,8 @@ class Add final : public StatelessLayer {
 class Concat final : public StatelessLayer {
  public:
   std::string type() const override { return "concat"; }
+  // Over channels: the inputs' tiles are the same pixels.
+  std::string set_tile(const TileContext&) override { return ""; }
   Shape setup(const std::vector<Shape>& inputs) override {
     if (inputs.size() < 2) throw Error("concat: expects at least 2 inputs, got " + shapes_str(inputs));
     const Shape& first = inputs[0];

@@ -1,0 +1,169 @@
+// Tiles of a split sample and the sums over a group (src/nn/spatial.hpp).
+#include "src/nn/spatial.hpp"
+
+#include <vector>
+
+#include "src/core/error.hpp"
+
+namespace squall::nn {
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+// The spans scaled from the input's `full` rows to a tensor's `size` rows (a power of two
+// apart either way); throws when an edge would fall between rows.
+std::vector<Span> scaled(const std::vector<Span>& spans, int64_t full, int64_t size, const char* what) {
+  std::vector<Span> out;
+  for (const Span& s : spans) {
+    if ((s.begin * size) % full != 0 || (s.end * size) % full != 0)
+      throw Error(std::string("spatial split: a tile edge at input ") + what + " " + str(s.begin) + " or " +
+                  str(s.end) + " falls between " + what + "s of a tensor of " + str(size) + " " + what +
+                  "s (input " + str(full) + "): the model's stride is finer than the tile edges");
+    out.push_back({s.begin * size / full, s.end * size / full});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string SpatialSplit::str() const {
+  std::string s = "[";
+  s += std::to_string(rows);
+  s += ", ";
+  s += std::to_string(cols);
+  s += "]";
+  return s;
+}
+
+std::vector<Span> tile_spans(int64_t extent, int64_t parts, int64_t multiple) {
+  if (parts < 1 || multiple < 1) throw Error("spatial split: parts and multiple must be positive");
+  if (extent % multiple != 0)
+    throw Error("spatial split: " + str(extent) + " is not a multiple of " + str(multiple) +
+                " (the model's total stride, on which tile edges fall)");
+  const int64_t blocks = extent / multiple;
+  if (blocks < parts)
+    throw Error("spatial split: " + str(extent) + " cannot be cut into " + str(parts) + " tiles on multiples of " +
+                str(multiple) + " (at most " + str(blocks) + ")");
+  std::vector<Span> spans;
+  int64_t at = 0;
+  for (int64_t p = 0; p < parts; ++p) {
+    const int64_t b = blocks / parts + (p < blocks % parts ? 1 : 0);
+    spans.push_back({at, at + b * multiple});
+    at += b * multiple;
+  }
+  return spans;
+}
+
+SpatialPlace SpatialPlace::make(SpatialSplit split, int64_t rank, int64_t height, int64_t width, int64_t multiple) {
+  if (split.rows < 1 || split.cols < 1) throw Error("spatial split: " + split.str() + " must be positive");
+  if (rank < 0 || rank >= split.ranks())
+    throw Error("spatial split: group rank " + str(rank) + " outside a split of " + str(split.ranks()));
+  SpatialPlace p;
+  p.split = split;
+  p.row = rank / split.cols;
+  p.col = rank % split.cols;
+  p.height = height;
+  p.width = width;
+  p.multiple = multiple;
+  p.row_spans = tile_spans(height, split.rows, multiple);
+  p.col_spans = tile_spans(width, split.cols, multiple);
+  return p;
+}
+
+std::vector<Span> SpatialPlace::row_spans_at(int64_t h) const { return scaled(row_spans, height, h, "row"); }
+std::vector<Span> SpatialPlace::col_spans_at(int64_t w) const { return scaled(col_spans, width, w, "column"); }
+
+int side_rows(Side s) {
+  switch (s) {
+    case Side::north: case Side::north_west: case Side::north_east: return -1;
+    case Side::south: case Side::south_west: case Side::south_east: return 1;
+    default: return 0;
+  }
+}
+
+int side_cols(Side s) {
+  switch (s) {
+    case Side::west: case Side::north_west: case Side::south_west: return -1;
+    case Side::east: case Side::north_east: case Side::south_east: return 1;
+    default: return 0;
+  }
+}
+
+Side opposite(Side s) {
+  switch (s) {
+    case Side::north: return Side::south;
+    case Side::south: return Side::north;
+    case Side::west: return Side::east;
+    case Side::east: return Side::west;
+    case Side::north_west: return Side::south_east;
+    case Side::north_east: return Side::south_west;
+    case Side::south_west: return Side::north_east;
+    case Side::south_east: return Side::north_west;
+  }
+  return s;
+}
+
+const char* side_name(Side s) {
+  static const char* names[] = {"north", "south", "west", "east", "north-west", "north-east", "south-west",
+                                "south-east"};
+  return names[static_cast<int>(s)];
+}
+
+bool TensorTile::has(Side s) const {
+  const int64_t r = row + side_rows(s), c = col + side_cols(s);
+  return r >= 0 && r < static_cast<int64_t>(row_spans.size()) && c >= 0 && c < static_cast<int64_t>(col_spans.size());
+}
+
+int64_t TensorTile::neighbour_rows(Side s) const {
+  return has(s) ? row_spans[static_cast<size_t>(row + side_rows(s))].size() : 0;
+}
+
+int64_t TensorTile::neighbour_cols(Side s) const {
+  return has(s) ? col_spans[static_cast<size_t>(col + side_cols(s))].size() : 0;
+}
+
+double label_weight_sum(const int32_t* labels, size_t n, const float* class_weights, int64_t classes) {
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t l = labels[i];
+    if (l < 0 || l >= classes) continue;
+    total += class_weights != nullptr ? static_cast<double>(class_weights[l]) : 1.0;
+  }
+  return total;
+}
+
+void TileComm::sum(double* values, size_t n) {
+  const auto size = static_cast<size_t>(group_size());
+  std::vector<double> all(n * size);
+  gather(values, n, all.data());
+  for (size_t i = 0; i < n; ++i) {
+    double s = 0.0;
+    for (size_t r = 0; r < size; ++r) s += all[r * n + i];
+    values[i] = s;
+  }
+}
+
+void TileComm::merge_moments(double* triples, size_t channels) {
+  const auto size = static_cast<size_t>(group_size());
+  const size_t n = 3 * channels;
+  std::vector<double> all(n * size);
+  gather(triples, n, all.data());
+  for (size_t c = 0; c < channels; ++c) {
+    double count = 0.0, mean = 0.0, m2 = 0.0;
+    for (size_t r = 0; r < size; ++r) {
+      const double* t = all.data() + r * n + 3 * c;
+      const double nb = t[0];
+      if (nb <= 0.0) continue;
+      const double total = count + nb;
+      const double delta = t[1] - mean;
+      mean += delta * nb / total;
+      m2 += t[2] + delta * delta * count * nb / total;
+      count = total;
+    }
+    triples[3 * c] = count;
+    triples[3 * c + 1] = mean;
+    triples[3 * c + 2] = m2;
+  }
+}
+
+}  // namespace squall::nn

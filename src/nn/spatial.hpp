@@ -1,0 +1,153 @@
+#pragma once
+// One sample across ranks (docs/design.md, "One sample across ranks"): a group of rows x cols
+// ranks holds each sample, one tile each. This header has what a graph needs to run on a
+// tile, below any communication library:
+//  - where the tiles lie (tile_spans, SpatialPlace): the sample's rows and columns are cut on
+//    multiples of the model's total stride, so that every pooling and strided layer stays
+//    aligned and each tensor of the model is cut at the same places, scaled to its size;
+//  - the communication a tile needs from its group (TileComm): a layer's halo exchange with
+//    its neighbours (point to point, started, then waited for), and the sums over the group of
+//    batch norm's statistics and the loss's weights (gathered, then added in group-rank order,
+//    so that every rank of the group has the same bits);
+//  - what the graph hands each layer before it is set up on its tile (TileContext).
+// The communicators themselves are above: MPI's in src/parallel, threads' in the tests.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace squall::nn {
+
+// parallel.spatial: the ranks that hold one sample, rows x cols of them.
+struct SpatialSplit {
+  int64_t rows = 1, cols = 1;
+  int64_t ranks() const { return rows * cols; }
+  bool split() const { return ranks() > 1; }
+  std::string str() const;  // "[2, 1]"
+  bool operator==(const SpatialSplit&) const = default;
+};
+
+// A half-open range [begin, end) of rows or columns.
+struct Span {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+  bool operator==(const Span&) const = default;
+};
+
+// `extent` rows cut into `parts` tiles whose edges fall on multiples of `multiple`: the
+// extent's blocks of `multiple` are dealt out evenly, the first tiles taking one block more
+// where they do not divide (768 rows in blocks of 8 over 5 ranks: 20, 19, 19, 19, 19 blocks).
+// Throws squall::Error when the extent is not a multiple of `multiple` or has fewer blocks than
+// parts (the message names both).
+std::vector<Span> tile_spans(int64_t extent, int64_t parts, int64_t multiple);
+
+// A rank's place in its group and where every tile of the group lies on the model's input.
+struct SpatialPlace {
+  SpatialSplit split;
+  int64_t row = 0, col = 0;      // this rank's tile; its group rank is row * split.cols + col
+  int64_t height = 0, width = 0; // the whole sample (the model's input)
+  int64_t multiple = 1;          // tile edges fall on multiples of this (the model's total stride)
+  std::vector<Span> row_spans, col_spans;  // of every tile row and column, at the input
+
+  // The place of group rank `rank` in a split of a height x width sample.
+  static SpatialPlace make(SpatialSplit split, int64_t rank, int64_t height, int64_t width, int64_t multiple);
+  int64_t group_rank() const { return row * split.cols + col; }
+  int64_t rank_at(int64_t r, int64_t c) const { return r * split.cols + c; }
+  Span rows() const { return row_spans[static_cast<size_t>(row)]; }
+  Span cols() const { return col_spans[static_cast<size_t>(col)]; }
+  // The tiles of a tensor of h x w (a layer's input or output: the input scaled by a power of
+  // two in each direction) as its own rows and columns; throws when an edge does not scale to
+  // a whole row (the model's stride is finer than `multiple`).
+  std::vector<Span> row_spans_at(int64_t h) const;
+  std::vector<Span> col_spans_at(int64_t w) const;
+};
+
+// Where a neighbour is, seen from this rank (rows grow southward, columns eastward).
+enum class Side : int { north, south, west, east, north_west, north_east, south_west, south_east };
+constexpr int k_sides = 8;
+// The row and column step towards a side (-1, 0 or 1).
+int side_rows(Side s);
+int side_cols(Side s);
+Side opposite(Side s);
+const char* side_name(Side s);
+
+// Time spent on halos, per rank, as the allreduce's: exposed (the rank waited for them) and
+// hidden (they travelled while the rank computed).
+struct HaloTimes {
+  double exposed = 0, hidden = 0;
+  int64_t exchanges = 0;
+  double bytes = 0;  // sent
+};
+
+// The communication of one rank with the rest of its group. Not thread-safe: the graph's
+// layers call it in graph order from the thread that runs their stream's work (the host, or
+// the stream's worker under run.cpu_streams = async), so that every rank of the group makes
+// the same calls in the same order; a caller of its own (the loss's sum) synchronizes the
+// stream first.
+class TileComm {
+ public:
+  virtual ~TileComm() = default;
+  virtual int64_t group_rank() const = 0;
+  virtual int64_t group_size() const = 0;
+
+  // One buffer of a halo exchange: sent to or received from group rank `peer`, matched by
+  // `tag` (a layer's node and pass, and the side it travels to).
+  struct Message {
+    int64_t peer = 0;
+    int64_t tag = 0;
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  class Exchange {
+   public:
+    virtual ~Exchange() = default;
+    // Returns when every receive buffer is written and every send buffer may be reused.
+    virtual void wait() = 0;
+  };
+  // Posts the sends and receives of one exchange and returns at once; the buffers belong to
+  // the exchange until its wait() returns (host memory).
+  virtual std::unique_ptr<Exchange> start(const std::vector<Message>& sends, const std::vector<Message>& receives) = 0;
+  // all[r * n + i] = rank r's mine[i], for every rank r of the group (blocks until all have
+  // called it).
+  virtual void gather(const double* mine, size_t n, double* all) = 0;
+  virtual HaloTimes halo_times() const = 0;
+
+  // values[i] summed over the group in group-rank order (the same bits on every rank).
+  void sum(double* values, size_t n);
+  // Per channel, (count, mean, m2) with m2 the sum of squared deviations from the mean: this
+  // rank's in, the whole group's out, merged pairwise in group-rank order (Chan, Golub and
+  // LeVeque), which stays exact where the ranks' means differ widely.
+  void merge_moments(double* triples, size_t channels);
+};
+
+// The weight of a tile's pixels in the weighted mean loss (Kernels::softmax_cross_entropy):
+// the sum of class_weights[label] over its labels >= 0 (1 each when class_weights is null),
+// read on the host. A split sample's loss is its tiles' losses weighted by these over their sum.
+double label_weight_sum(const int32_t* labels, size_t n, const float* class_weights, int64_t classes);
+
+// What the graph hands a layer before setting it up on its tile: its tensors' tiles (each
+// input's and the output's rows and columns on this rank, and the tile edges of every rank at
+// that size), the group's communication, and the node's id (which tags its messages).
+struct TensorTile {
+  int64_t height = 0, width = 0;          // the whole tensor
+  std::vector<Span> row_spans, col_spans;  // every tile's
+  int64_t row = 0, col = 0;               // this rank's tile
+  Span rows() const { return row_spans[static_cast<size_t>(row)]; }
+  Span cols() const { return col_spans[static_cast<size_t>(col)]; }
+  // Whether this tile has a neighbour at side s.
+  bool has(Side s) const;
+  // The rows (or columns) of the neighbour at that side's tile.
+  int64_t neighbour_rows(Side s) const;
+  int64_t neighbour_cols(Side s) const;
+};
+
+struct TileContext {
+  const SpatialPlace* place = nullptr;
+  TileComm* comm = nullptr;
+  int node = 0;
+  std::vector<TensorTile> inputs;
+  TensorTile output;
+};
+
+}  // namespace squall::nn
