@@ -5,14 +5,11 @@
 // files are opened on first use and kept open up to k_max_open at a time.
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <memory>
 #include <cmath>
 #include <deque>
 #include <filesystem>
 #include <limits>
-
-#include <unistd.h>
 
 #include "io/formats/dataset.hpp"
 #include "io/formats/netcdf_file.hpp"
@@ -55,34 +52,6 @@ int64_t raw_offset(hid_t dataset, hid_t type, size_t bytes) {
   return offset == HADDR_UNDEF ? -1 : static_cast<int64_t>(offset);
 }
 
-// HDF5's descriptor of `file` when it is a plain POSIX file (the sec2 driver) whose addresses
-// are file offsets (no user block); else -1.
-int raw_descriptor(hid_t file) {
-  H5Handle fapl(H5Fget_access_plist(file));
-  H5Handle fcpl(H5Fget_create_plist(file));
-  hsize_t user_block = 1;
-  if (!fapl || !fcpl || H5Pget_driver(fapl.get()) != H5FD_SEC2 || H5Pget_userblock(fcpl.get(), &user_block) < 0 ||
-      user_block != 0)
-    return -1;
-  void* handle = nullptr;
-  if (H5Fget_vfd_handle(file, fapl.get(), &handle) < 0 || handle == nullptr) return -1;
-  return *static_cast<int*>(handle);
-}
-
-// pread of exactly `bytes` at `offset`, retrying short reads; false on an error or end of file.
-bool read_exactly(int fd, void* dst, size_t bytes, int64_t offset) {
-  auto* p = static_cast<char*>(dst);
-  while (bytes > 0) {
-    const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    bytes -= static_cast<size_t>(n);
-    offset += n;
-  }
-  return true;
-}
-
 // Opens one DeepCAM file and checks its layout; `h`, `w`, `c` receive its sample shape.
 // labels_optional: a file without /climate/labels_0 opens with no labels handle.
 DeepcamFile open_deepcam_file(const std::string& path, int64_t& h, int64_t& w, int64_t& c, bool labels_optional) {
@@ -99,7 +68,7 @@ DeepcamFile open_deepcam_file(const std::string& path, int64_t& h, int64_t& w, i
   w = static_cast<int64_t>(d.dims[1]);
   c = static_cast<int64_t>(d.dims[2]);
   f.data_offset = raw_offset(f.data.get(), H5T_IEEE_F32LE, static_cast<size_t>(h * w * c) * 4);
-  if (f.data_offset >= 0) f.fd = raw_descriptor(f.file.get());
+  if (f.data_offset >= 0) f.fd = h5_raw_descriptor(f.file.get());
   if (!h5_exists(f.file.get(), "/climate/labels_0")) {
     if (labels_optional) return f;
     const std::string folder = std::filesystem::path(path).parent_path().string();
@@ -244,21 +213,21 @@ class DeepcamSource final : public data::DataSource {
         throw Error("DeepCAM: sample index " + std::to_string(index) + " outside [0, " + std::to_string(size()) + ")");
       const std::string& path = m_paths[static_cast<size_t>(index)];
       int32_t* out = labels != nullptr ? labels + k * static_cast<size_t>(plane) : nullptr;
-      enum { none, as_float, as_int } got = none;  // how the labels were read
+      LabelsRead got = LabelsRead::none;
       {
         auto lock = h5_lock();  // also keeps the file, and its descriptor, open while it is read
         const DeepcamFile& f = file(static_cast<size_t>(index));
         const auto data_bytes = static_cast<size_t>(plane * m_c) * sizeof(float);
         if (f.fd >= 0 && f.data_offset >= 0) {
-          if (!read_exactly(f.fd, hwc.get(), data_bytes, f.data_offset))
+          if (!pread_exactly(f.fd, hwc.get(), data_bytes, f.data_offset))
             throw data::BadSample(path + ": dataset /climate/data: unreadable (" + errno_text() + ")", path, index);
         } else if (H5Dread(f.data.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, hwc.get()) < 0) {
           throw data::BadSample(path + ": dataset /climate/data: unreadable (" + h5_error_text() + ")", path, index);
         }
         if (out != nullptr && f.labels) {
-          got = f.labels_int32 ? as_int : as_float;
+          got = f.labels_int32 ? LabelsRead::as_int : LabelsRead::as_float;
           if (f.fd >= 0 && f.labels_offset >= 0) {
-            if (!read_exactly(f.fd, out, static_cast<size_t>(plane) * sizeof(int32_t), f.labels_offset))
+            if (!pread_exactly(f.fd, out, static_cast<size_t>(plane) * sizeof(int32_t), f.labels_offset))
               throw data::BadSample(path + ": dataset /climate/labels_0: unreadable (" + errno_text() + ")", path,
                                     index);
           } else if (H5Dread(f.labels.get(), f.labels_int32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL,
@@ -270,41 +239,111 @@ class DeepcamSource final : public data::DataSource {
       }
       float* dst = images + k * static_cast<size_t>(plane * m_c);
       transpose_normalise(hwc.get(), dst, plane, path, index);
-      if (out == nullptr) continue;
-      if (got == none) {  // labels_optional: no class
-        std::fill(out, out + plane, -1);
-        continue;
-      }
-      bool bad = false;
-      if (got == as_int) {
-        for (int64_t p = 0; p < plane; ++p) bad |= static_cast<uint32_t>(out[p]) > 2u;
-      } else {
-        for (int64_t p = 0; p < plane; ++p) {
-          const float v = lab[static_cast<size_t>(p)];
-          bad |= !(v == 0.0f || v == 1.0f || v == 2.0f);
-          out[p] = static_cast<int32_t>(v);
+      if (out != nullptr) finish_labels(got, out, lab.get(), plane, path, index);
+    }
+  }
+
+  // The window `w` of each sample: only the window's rows (and, within them, its columns) are
+  // read from a file whose data lie raw in it (contiguous and unfiltered, as DeepCAM's files and
+  // squall's writers store them); any other layout is read as an HDF5 hyperslab of the window,
+  // which reads no more than the chunks the window touches. Normalised by the same code as
+  // read(): the same values, bit for bit, as the window of read()'s sample.
+  void read_window(std::span<const int64_t> indices, const data::Window& w, float* images,
+                   int32_t* labels) const override {
+    data::check_window(*this, w);
+    const int64_t plane = w.rows * w.cols;
+    const std::string place = " of the window " + data::window_text(w);
+    thread_local std::vector<float> hwc, lab;  // small (a window), so plain vectors
+    hwc.resize(static_cast<size_t>(plane * m_c));
+    if (labels != nullptr) lab.resize(static_cast<size_t>(plane));
+    // /climate/data [h, w, c] seen as [h, w * c]: a window row is one run of cols * c values.
+    const data::Window hwc_window{w.row0, w.rows, w.col0 * m_c, w.cols * m_c};
+    const auto u = [](int64_t v) { return static_cast<hsize_t>(v); };
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const int64_t index = indices[k];
+      if (index < 0 || index >= size())
+        throw Error("DeepCAM: sample index " + std::to_string(index) + " outside [0, " + std::to_string(size()) + ")");
+      const std::string& path = m_paths[static_cast<size_t>(index)];
+      int32_t* out = labels != nullptr ? labels + k * static_cast<size_t>(plane) : nullptr;
+      LabelsRead got = LabelsRead::none;
+      {
+        auto lock = h5_lock();  // also keeps the file, and its descriptor, open while it is read
+        const DeepcamFile& f = file(static_cast<size_t>(index));
+        if (f.fd >= 0 && f.data_offset >= 0) {
+          if (!pread_window(f.fd, f.data_offset, 1, m_h, m_w * m_c, sizeof(float), hwc_window, hwc.data()))
+            throw data::BadSample(path + ": dataset /climate/data: window " + data::window_text(w) + " unreadable (" +
+                                      errno_text() + ")",
+                                  path, index);
+        } else if (!h5_read_block(f.data.get(), {u(w.row0), u(w.col0), 0}, {u(w.rows), u(w.cols), u(m_c)},
+                                  H5T_NATIVE_FLOAT, hwc.data())) {
+          throw data::BadSample(path + ": dataset /climate/data: window " + data::window_text(w) + " unreadable (" +
+                                    h5_error_text() + ")",
+                                path, index);
+        }
+        if (out != nullptr && f.labels) {
+          got = f.labels_int32 ? LabelsRead::as_int : LabelsRead::as_float;
+          bool ok = false;
+          if (f.fd >= 0 && f.labels_offset >= 0)
+            ok = pread_window(f.fd, f.labels_offset, 1, m_h, m_w, sizeof(int32_t), w, out);
+          else
+            ok = h5_read_block(f.labels.get(), {u(w.row0), u(w.col0)}, {u(w.rows), u(w.cols)},
+                               f.labels_int32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT,
+                               f.labels_int32 ? static_cast<void*>(out) : static_cast<void*>(lab.data()));
+          if (!ok)
+            throw data::BadSample(path + ": dataset /climate/labels_0: window " + data::window_text(w) +
+                                      " unreadable (" + (f.labels_offset >= 0 ? errno_text() : h5_error_text()) + ")",
+                                  path, index);
         }
       }
-      if (bad)
-        for (int64_t p = 0; p < plane; ++p) {
-          // The value as the float it was read as before integer labels were read as integers.
-          const float v = got == as_int ? static_cast<float>(out[p]) : lab[static_cast<size_t>(p)];
-          if (!(v == 0.0f || v == 1.0f || v == 2.0f))
-            throw data::BadSample(path + ": dataset /climate/labels_0: value " + std::to_string(v) + " at pixel " +
-                                       std::to_string(p) + " is not 0, 1 or 2 (index " + std::to_string(index) + ")",
-                                   path, index);
-        }
+      transpose_normalise(hwc.data(), images + k * static_cast<size_t>(plane * m_c), plane, path, index, place);
+      if (out != nullptr) finish_labels(got, out, lab.data(), plane, path, index, place);
     }
   }
 
  private:
+  enum class LabelsRead { none, as_float, as_int };  // how a sample's labels were read
+
+  // The labels of one sample (or window) of `plane` pixels as read into `out` (as_int) or `lab`
+  // (as_float): checked to be 0, 1 or 2 and left as int32 in `out`; all -1 (no class) when the
+  // file has none (labels_optional). `place` follows a pixel's number in a message (" of the
+  // window ...", or nothing for a whole sample).
+  static void finish_labels(LabelsRead got, int32_t* out, const float* lab, int64_t plane, const std::string& path,
+                            int64_t index, const std::string& place = "") {
+    if (got == LabelsRead::none) {  // labels_optional: no class
+      std::fill(out, out + plane, -1);
+      return;
+    }
+    bool bad = false;
+    if (got == LabelsRead::as_int) {
+      for (int64_t p = 0; p < plane; ++p) bad |= static_cast<uint32_t>(out[p]) > 2u;
+    } else {
+      for (int64_t p = 0; p < plane; ++p) {
+        const float v = lab[p];
+        bad |= !(v == 0.0f || v == 1.0f || v == 2.0f);
+        out[p] = static_cast<int32_t>(v);
+      }
+    }
+    if (bad)
+      for (int64_t p = 0; p < plane; ++p) {
+        // The value as the float it was read as before integer labels were read as integers.
+        const float v = got == LabelsRead::as_int ? static_cast<float>(out[p]) : lab[p];
+        if (!(v == 0.0f || v == 1.0f || v == 2.0f))
+          throw data::BadSample(path + ": dataset /climate/labels_0: value " + std::to_string(v) + " at pixel " +
+                                    std::to_string(p) + place + " is not 0, 1 or 2 (index " + std::to_string(index) +
+                                    ")",
+                                path, index);
+      }
+  }
+
   // HWC -> CHW with (v - shift) * scale per channel. The common case (an x86 CPU with AVX2,
   // channels in multiples of 8) transposes 8 x 8 tiles in registers; otherwise blocks of pixels
   // keep the writes of each channel sequential. Either way each value is one subtraction and
   // one multiplication, rounded as written (no fused multiply-add): the same bits on every
   // path. NaN/inf is detected as it goes and located (by the scalar loop, pixel by pixel)
   // only when found.
-  void transpose_normalise(const float* hwc, float* chw, int64_t plane, const std::string& path, int64_t index) const {
+  // `place` follows a pixel's number in a message, as in finish_labels.
+  void transpose_normalise(const float* hwc, float* chw, int64_t plane, const std::string& path, int64_t index,
+                           const std::string& place = "") const {
     if (transpose_normalise_fast(hwc, chw, plane, m_c, m_shift.data(), m_scale.data())) return;
     constexpr int64_t block = 256;
     const int64_t c_count = m_c;
@@ -325,7 +364,7 @@ class DeepcamSource final : public data::DataSource {
           for (int64_t c = 0; c < c_count; ++c)
             if (const float v = hwc[p * c_count + c]; !std::isfinite(v))
               throw data::BadSample(path + ": dataset /climate/data: value " + std::to_string(v) + " at pixel " +
-                                         std::to_string(p) + ", channel " + std::to_string(c) + " (index " +
+                                         std::to_string(p) + place + ", channel " + std::to_string(c) + " (index " +
                                          std::to_string(index) + ")",
                                      path, index);
     }

@@ -1,5 +1,9 @@
 #include "io/formats/h5_util.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
+
 #include "src/core/error.hpp"
 
 namespace squall::formats {
@@ -262,6 +266,72 @@ std::vector<double> h5_read_doubles_if_present(hid_t file, const std::string& pa
   if (!out.empty() && H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
     throw Error(path + ": dataset " + name + ": unreadable (" + h5_error_text() + ")");
   return out;
+}
+
+bool h5_read_block(hid_t dataset, const std::vector<hsize_t>& start, const std::vector<hsize_t>& count, hid_t mem_type,
+                   void* out) {
+  H5Handle fspace(H5Dget_space(dataset));
+  if (!fspace || H5Sget_simple_extent_ndims(fspace.get()) != static_cast<int>(count.size()) ||
+      start.size() != count.size())
+    return false;
+  if (H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0) return false;
+  H5Handle mspace(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
+  return mspace && H5Dread(dataset, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, out) >= 0;
+}
+
+int h5_raw_descriptor(hid_t file) {
+  H5Handle fapl(H5Fget_access_plist(file));
+  H5Handle fcpl(H5Fget_create_plist(file));
+  hsize_t user_block = 1;
+  if (!fapl || !fcpl || H5Pget_driver(fapl.get()) != H5FD_SEC2 || H5Pget_userblock(fcpl.get(), &user_block) < 0 ||
+      user_block != 0)
+    return -1;
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file, fapl.get(), &handle) < 0 || handle == nullptr) return -1;
+  return *static_cast<int*>(handle);
+}
+
+haddr_t h5_raw_chunk_address(hid_t dataset, const hsize_t* offset, hsize_t bytes) {
+  unsigned filter_mask = 0;
+  haddr_t address = HADDR_UNDEF;
+  hsize_t size = 0;
+  if (H5Dget_chunk_info_by_coord(dataset, offset, &filter_mask, &address, &size) < 0 || size != bytes)
+    return HADDR_UNDEF;
+  H5Handle dcpl(H5Dget_create_plist(dataset));
+  if (!dcpl || H5Pget_nfilters(dcpl.get()) != 0) return HADDR_UNDEF;
+  return address;
+}
+
+bool pread_exactly(int fd, void* dst, size_t bytes, int64_t offset) {
+  auto* p = static_cast<char*>(dst);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    offset += n;
+  }
+  return true;
+}
+
+bool pread_window(int fd, int64_t base, int64_t planes, int64_t height, int64_t width, size_t element,
+                  const data::Window& w, void* out) {
+  auto* dst = static_cast<char*>(out);
+  const auto el = static_cast<int64_t>(element);
+  for (int64_t p = 0; p < planes; ++p) {
+    const int64_t plane_base = base + (p * height + w.row0) * width * el;
+    if (w.col0 == 0 && w.cols == width) {  // whole rows: the window is one run of the plane
+      const auto bytes = static_cast<size_t>(w.rows * width * el);
+      if (!pread_exactly(fd, dst, bytes, plane_base)) return false;
+      dst += bytes;
+      continue;
+    }
+    const auto bytes = static_cast<size_t>(w.cols * el);
+    for (int64_t y = 0; y < w.rows; ++y, dst += bytes)
+      if (!pread_exactly(fd, dst, bytes, plane_base + (y * width + w.col0) * el)) return false;
+  }
+  return true;
 }
 
 }  // namespace squall::formats

@@ -9,9 +9,12 @@
 // region that already holds it; do conversions, normalisation and NaN checks outside it.
 #include <hdf5.h>
 
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "src/data/data_source.hpp"
 
 namespace squall::formats {
 
@@ -91,5 +94,35 @@ std::vector<float> h5_read_floats(hid_t file, const std::string& file_path, cons
 // A 1-d dataset read as float64, or nothing when the file has none of that name; a
 // dataset of another rank is an Error naming the file.
 std::vector<double> h5_read_doubles_if_present(hid_t file, const std::string& path, const std::string& name);
+
+// The block of `dataset` from `start` of `count` elements per dimension (one entry each), as
+// `mem_type` into `out` (laid out as `count`, row-major). False when HDF5 fails (h5_error_text()
+// says why). Call with the lock held.
+bool h5_read_block(hid_t dataset, const std::vector<hsize_t>& start, const std::vector<hsize_t>& count, hid_t mem_type,
+                   void* out);
+
+// Raw reads: values that lie in the file as they are in memory (no filter, the host's byte
+// order) read with pread() from HDF5's own descriptor, without HDF5's per-call work; the
+// DeepCAM reader's whole samples and the window reads of both readers use them.
+
+// HDF5's descriptor of `file` when it is a plain POSIX file (the sec2 driver) whose addresses
+// are file offsets (no user block); else -1. Call with the lock held.
+int h5_raw_descriptor(hid_t file);
+
+// The file address of the chunk of `dataset` at `offset` (its first element's coordinates)
+// when it is stored unfiltered and holds exactly `bytes` bytes; HADDR_UNDEF otherwise (missing,
+// filtered, another size). Call with the lock held.
+haddr_t h5_raw_chunk_address(hid_t dataset, const hsize_t* offset, hsize_t bytes);
+
+// pread of exactly `bytes` at `offset`, retrying short reads; false on an error (errno says
+// which) or at the end of the file.
+bool pread_exactly(int fd, void* dst, size_t bytes, int64_t offset);
+
+// The window `w` of `planes` planes of `height` x `width` values of `element` bytes stored
+// raw, row-major, from file offset `base`, into `out` ([planes, w.rows, w.cols]): one pread per
+// plane when the window spans whole rows, else one per row of each plane, so that only the
+// window's bytes are read. False as pread_exactly.
+bool pread_window(int fd, int64_t base, int64_t planes, int64_t height, int64_t width, size_t element,
+                  const data::Window& w, void* out);
 
 }  // namespace squall::formats

@@ -441,17 +441,33 @@ FileLayout open_layout(const std::string& path, const std::vector<NetcdfChannel>
 
 // Reads step `step` of an open file into chw [c, h, w] (values unpacked, fill values NaN,
 // converted to the channels' units) and labels [h, w] (when the file has labels and `labels`
-// is not null).
+// is not null). With a `window` (in the sample's rows, south to north), only its rows and
+// columns: chw [c, rows, cols] and labels [rows, cols], read by nc_get_vara as one hyperslab
+// per variable (a classic file gives up only those values' bytes; a netCDF-4 file the chunks
+// that the window touches).
 void read_step(const FileLayout& f, const std::string& path, int64_t step, const std::vector<NetcdfChannel>& channels,
-               const NetcdfOptions& options, float* chw, int32_t* labels) {
-  const size_t plane = f.h * f.w;
+               const NetcdfOptions& options, float* chw, int32_t* labels, const data::Window* window = nullptr) {
+  const size_t rows = window ? static_cast<size_t>(window->rows) : f.h;
+  const size_t cols = window ? static_cast<size_t>(window->cols) : f.w;
+  const size_t plane = rows * cols;
+  // The window's first row as the file stores them (north to south when flipped).
+  const size_t row0 = !window ? 0 : f.flip ? f.h - static_cast<size_t>(window->row0) - rows
+                                           : static_cast<size_t>(window->row0);
+  const size_t col0 = window ? static_cast<size_t>(window->col0) : 0;
+  const std::string where = window ? ", window " + data::window_text(*window) : std::string();
   std::vector<size_t> start, count;
+  auto slab = [&](const VarLayout& v) {
+    v.slab(step, start, count);
+    const size_t d = start.size();
+    start[d - 2] = row0, count[d - 2] = rows;
+    start[d - 1] = col0, count[d - 1] = cols;
+  };
   for (size_t c = 0; c < f.vars.size(); ++c) {
     const VarLayout& v = f.vars[c];
     float* out = chw + c * plane;
-    v.slab(step, start, count);
+    slab(v);
     nc_check(nc_get_vara_float(f.ncid, v.varid, start.data(), count.data(), out), path,
-             "variable '" + v.name + "' (channel " + channels[c].name + "), time step " + std::to_string(step));
+             "variable '" + v.name + "' (channel " + channels[c].name + "), time step " + std::to_string(step) + where);
     if (v.has_fill) {
       const float fill = static_cast<float>(v.fill);
       for (size_t p = 0; p < plane; ++p)
@@ -460,13 +476,13 @@ void read_step(const FileLayout& f, const std::string& path, int64_t step, const
     if (v.scale != 1.0f || v.offset != 0.0f)
       for (size_t p = 0; p < plane; ++p) out[p] = out[p] * v.scale + v.offset;
     v.convert.apply(out, plane);
-    if (f.flip) reverse_rows(out, f.h, f.w);
+    if (f.flip) reverse_rows(out, rows, cols);
   }
   if (labels && f.labels.varid >= 0) {
-    f.labels.slab(step, start, count);
+    slab(f.labels);
     nc_check(nc_get_vara_int(f.ncid, f.labels.varid, start.data(), count.data(), labels), path,
-             "variable '" + options.labels + "', time step " + std::to_string(step));
-    if (f.flip) reverse_rows(labels, f.h, f.w);
+             "variable '" + options.labels + "', time step " + std::to_string(step) + where);
+    if (f.flip) reverse_rows(labels, rows, cols);
   }
 }
 
@@ -547,7 +563,22 @@ class NetcdfSourceImpl final : public NetcdfSource {
   }
 
   void read(std::span<const int64_t> indices, float* images, int32_t* labels) const override {
-    const int64_t plane = m_h * m_w;
+    read_samples(indices, nullptr, images, labels);
+  }
+
+  // Only the window's values of each variable are read (read_step).
+  void read_window(std::span<const int64_t> indices, const data::Window& w, float* images,
+                   int32_t* labels) const override {
+    data::check_window(*this, w);
+    read_samples(indices, &w, images, labels);
+  }
+
+ private:
+  // read() and read_window(): whole samples, or the window of each.
+  void read_samples(std::span<const int64_t> indices, const data::Window* window, float* images,
+                    int32_t* labels) const {
+    const int64_t plane = window ? window->rows * window->cols : m_h * m_w;
+    const std::string place = window ? " of the window " + data::window_text(*window) : std::string();
     for (size_t k = 0; k < indices.size(); ++k) {
       const int64_t index = indices[k];
       const auto [path, step] = sample_location(index);
@@ -561,7 +592,7 @@ class NetcdfSourceImpl final : public NetcdfSource {
         const FileLayout& f = open_file(file);
         file_labels = f.labels.varid >= 0;
         try {
-          read_step(f, path, step, m_channels, m_netcdf, dst, lab);
+          read_step(f, path, step, m_channels, m_netcdf, dst, lab, window);
         } catch (const Error& e) {
           throw data::BadSample(e.what(), path, index);
         }
@@ -580,19 +611,18 @@ class NetcdfSourceImpl final : public NetcdfSource {
             if (!std::isfinite(out[p]))
               throw data::BadSample(path + ": variable '" + m_channels[static_cast<size_t>(c)].variable +
                                         "' (channel " + m_channels[static_cast<size_t>(c)].name + "): missing or non-finite value at time step " + std::to_string(step) +
-                                        ", pixel " + std::to_string(p) + " (index " + std::to_string(index) + ")",
+                                        ", pixel " + std::to_string(p) + place + " (index " + std::to_string(index) + ")",
                                     path, index);
       }
       for (int64_t p = 0; p < plane; ++p)
         if (lab[p] < 0 || lab[p] > 2)
           throw data::BadSample(path + ": variable '" + m_netcdf.labels + "': value " + std::to_string(lab[p]) +
-                                    " at time step " + std::to_string(step) + ", pixel " + std::to_string(p) +
+                                    " at time step " + std::to_string(step) + ", pixel " + std::to_string(p) + place +
                                     " is not 0, 1 or 2 (index " + std::to_string(index) + ")",
                                 path, index);
     }
   }
 
- private:
   // Opens and checks every file (nc_lock() held): offsets, grids, the common shape.
   void open_all() {
     for (size_t i = 0; i < m_paths.size(); ++i) {

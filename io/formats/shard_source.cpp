@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <cmath>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include "io/formats/dataset.hpp"
 #include "io/formats/h5_util.hpp"
 #include "io/formats/shard.hpp"
+#include "src/core/durable.hpp"
 #include "src/core/error.hpp"
 
 namespace squall::formats {
@@ -24,6 +26,11 @@ struct ShardFile {
   // only to fetch the stored bytes; inflating, unshuffling and converting run in parallel.
   bool direct = false;
   int shuffle_filter = -1, deflate_filter = -1;  // position in the filter pipeline, -1: absent
+  // Window reads straight from the file (read_window): HDF5's descriptor when each sample's
+  // chunk of /images holds its values unfiltered, in the host's byte order (what ShardWriter
+  // writes without compression); -1: a window is cut from the whole sample that read() reads.
+  int raw_fd = -1;
+  bool raw_labels = false;  // the same for per-pixel /labels (chunks [1, h, w], int32)
   std::vector<int32_t> class_labels;             // classification labels, read once at open
   std::vector<unsigned char> cached_images;      // every sample's raw bytes, when cached
   std::vector<int32_t> cached_pixel_labels;      // per-pixel labels, when cached
@@ -49,6 +56,27 @@ void plan_direct_reads(ShardFile& f, const std::vector<hsize_t>& dims) {
     else return;  // another filter (or order): let HDF5 decode it
   }
   f.direct = true;
+}
+
+// Decides whether read_window can pread a window's rows from each sample's chunk: direct
+// reads (a chunk per sample) with no filter at all, values stored as the host holds them, and a
+// file whose addresses are offsets of a plain POSIX file. Compressed shards are not: a
+// compressed chunk has to be read and inflated whole, whatever part of it is wanted.
+void plan_window_reads(ShardFile& f, SampleType type, bool per_pixel_labels, const std::vector<hsize_t>& dims) {
+  if constexpr (std::endian::native != std::endian::little) return;
+  if (!f.direct || f.shuffle_filter >= 0 || f.deflate_filter >= 0) return;
+  auto stored_as = [](hid_t ds, hid_t type_id) {
+    H5Handle t(H5Dget_type(ds));
+    return t && H5Tequal(t.get(), type_id) > 0;
+  };
+  if (!stored_as(f.images.get(), type == SampleType::uint8 ? H5T_STD_U8LE : H5T_IEEE_F32LE)) return;
+  f.raw_fd = h5_raw_descriptor(f.file.get());
+  if (f.raw_fd < 0 || !per_pixel_labels) return;
+  H5Handle dcpl(H5Dget_create_plist(f.labels.get()));
+  hsize_t chunk[3] = {0, 0, 0};
+  f.raw_labels = H5Pget_layout(dcpl.get()) == H5D_CHUNKED && H5Pget_chunk(dcpl.get(), 3, chunk) == 3 &&
+                 chunk[0] == 1 && chunk[1] == dims[2] && chunk[2] == dims[3] && H5Pget_nfilters(dcpl.get()) == 0 &&
+                 stored_as(f.labels.get(), H5T_STD_I32LE);
 }
 
 // Opens and validates one shard; `info` receives what it holds.
@@ -88,6 +116,7 @@ ShardFile open_shard(const std::string& path, ShardFileInfo& info) {
     throw Error(path + ": dataset /labels holds " + std::to_string(lb.dims[0]) + " labels but /images holds " +
                 std::to_string(im.dims[0]) + " samples");
   plan_direct_reads(f, im.dims);
+  plan_window_reads(f, info.type, info.per_pixel_labels, im.dims);
   if (!info.per_pixel_labels) {
     f.class_labels.resize(static_cast<size_t>(f.count));
     if (f.count > 0 && H5Dread(f.labels.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, f.class_labels.data()) < 0)
@@ -268,33 +297,116 @@ class ShardSource final : public data::DataSource {
         if (!read_rows(f.labels.get(), m_first.per_pixel_labels ? 3 : 1, local, H5T_NATIVE_INT32, lab))
           throw data::BadSample(where("/labels") + ": unreadable chunk (" + h5_error_text() + ")", f.path, index);
       }
-      for (int64_t c = 0; c < m_first.sample.c(); ++c) {
-        const float shift = m_shift[static_cast<size_t>(c)], scale = m_scale[static_cast<size_t>(c)];
-        float* out = dst + c * plane;
-        if (is_u8) {
-          const uint8_t* in = raw_u8.data() + c * plane;
-          for (int64_t p = 0; p < plane; ++p) out[p] = (static_cast<float>(in[p]) - shift) * scale;
-        } else {
-          for (int64_t p = 0; p < plane; ++p) {
-            if (!std::isfinite(out[p]))
-              throw data::BadSample(where("/images") + ": value " + std::to_string(out[p]) + " at channel " +
-                                         std::to_string(c) + ", pixel " + std::to_string(p),
-                                     f.path, index);
-            out[p] = (out[p] - shift) * scale;
-          }
+      finish(dst, raw_u8.data(), plane, lab, label_count, where, f.path, index);
+    }
+  }
+
+  // The window `w` of each sample. Shards whose chunks are stored raw (ShardWriter without
+  // compression: what `squall data` and `squall data climate` write by default) are read a
+  // window row at a time from each sample's chunk, so the bytes read are the window's; a
+  // compressed shard's chunk has to be read and inflated whole, and its windows are cut from
+  // read()'s whole samples, as are those of shards held in memory (cache_bytes). Normalised and
+  // checked by the same code as read(): the same values, bit for bit, as the window of read()'s
+  // sample.
+  void read_window(std::span<const int64_t> indices, const data::Window& w, float* images,
+                   int32_t* labels) const override {
+    data::check_window(*this, w);
+    const int64_t c = m_first.sample.c(), h = m_first.sample.h(), width = m_first.sample.w();
+    const int64_t plane = w.rows * w.cols;
+    const int64_t label_count = m_first.per_pixel_labels ? plane : 1;
+    const bool is_u8 = m_first.type == SampleType::uint8;
+    const size_t element = is_u8 ? 1 : 4;
+    thread_local std::vector<uint8_t> raw_u8;
+    thread_local std::vector<float> whole;
+    thread_local std::vector<int32_t> whole_labels;
+    const auto u = [](int64_t v) { return static_cast<hsize_t>(v); };
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const int64_t index = indices[k];
+      if (index < 0 || index >= size())
+        throw Error("shards: sample index " + std::to_string(index) + " outside [0, " + std::to_string(size()) + ")");
+      const size_t fi = static_cast<size_t>(std::upper_bound(m_offsets.begin(), m_offsets.end(), index) - m_offsets.begin() - 1);
+      const ShardFile& f = m_files[fi];
+      const int64_t local = index - m_offsets[fi];
+      float* dst = images + k * static_cast<size_t>(c * plane);
+      int32_t* lab = labels + k * static_cast<size_t>(label_count);
+      if (f.raw_fd < 0 || !f.cached_images.empty()) {  // the whole sample, cropped
+        whole.resize(static_cast<size_t>(c * h * width));
+        whole_labels.resize(static_cast<size_t>(m_first.per_pixel_labels ? h * width : 1));
+        read(std::span<const int64_t>(&indices[k], 1), whole.data(), whole_labels.data());
+        data::crop_planes(whole.data(), dst, c, h, width, w);
+        if (m_first.per_pixel_labels) data::crop_planes(whole_labels.data(), lab, 1, h, width, w);
+        else lab[0] = whole_labels[0];
+        continue;
+      }
+      auto where = [&](const char* dataset) {
+        return f.path + ": dataset " + dataset + ": sample " + std::to_string(local) + " (index " +
+               std::to_string(index) + "), window " + data::window_text(w);
+      };
+      haddr_t image_chunk = HADDR_UNDEF, label_chunk = HADDR_UNDEF;
+      {
+        auto lock = h5_lock();
+        const hsize_t offset[4] = {u(local), 0, 0, 0};
+        image_chunk = h5_raw_chunk_address(f.images.get(), offset, u(c * h * width) * element);
+        if (image_chunk == HADDR_UNDEF)
+          throw data::BadSample(where("/images") + ": chunk missing or not stored raw (" + h5_error_text() + ")",
+                                f.path, index);
+        if (f.raw_labels) {
+          label_chunk = h5_raw_chunk_address(f.labels.get(), offset, u(h * width) * sizeof(int32_t));
+          if (label_chunk == HADDR_UNDEF)
+            throw data::BadSample(where("/labels") + ": chunk missing or not stored raw (" + h5_error_text() + ")",
+                                  f.path, index);
+        } else if (m_first.per_pixel_labels &&
+                   !h5_read_block(f.labels.get(), {u(local), u(w.row0), u(w.col0)}, {1, u(w.rows), u(w.cols)},
+                                  H5T_NATIVE_INT32, lab)) {
+          throw data::BadSample(where("/labels") + ": unreadable (" + h5_error_text() + ")", f.path, index);
         }
       }
-      if (m_info.classes > 0)
-        for (int64_t p = 0; p < label_count; ++p)
-          if (lab[p] < 0 || lab[p] >= m_info.classes)
-            throw data::BadSample(where("/labels") + ": label " + std::to_string(lab[p]) +
-                                       (label_count > 1 ? " at pixel " + std::to_string(p) : "") + " outside [0, " +
-                                       std::to_string(m_info.classes) + ")",
-                                   f.path, index);
+      // The file stays open as long as the source: the reads need no lock.
+      if (is_u8) raw_u8.resize(static_cast<size_t>(c * plane));
+      void* raw_out = is_u8 ? static_cast<void*>(raw_u8.data()) : static_cast<void*>(dst);
+      if (!pread_window(f.raw_fd, static_cast<int64_t>(image_chunk), c, h, width, element, w, raw_out))
+        throw data::BadSample(where("/images") + ": unreadable (" + errno_text() + ")", f.path, index);
+      if (f.raw_labels && !pread_window(f.raw_fd, static_cast<int64_t>(label_chunk), 1, h, width, sizeof(int32_t), w, lab))
+        throw data::BadSample(where("/labels") + ": unreadable (" + errno_text() + ")", f.path, index);
+      if (!m_first.per_pixel_labels) lab[0] = f.class_labels[static_cast<size_t>(local)];
+      finish(dst, raw_u8.data(), plane, lab, label_count, where, f.path, index);
     }
   }
 
  private:
+  // The end of a sample's (or window's) read: its `plane` pixels per channel normalised in `dst`
+  // (uint8 samples converted from `raw_u8`; float32 ones, already in `dst`, checked to be
+  // finite) and its `label_count` labels checked against the classes. `where(dataset)` names
+  // the file, dataset and sample in a message.
+  template <class Where>
+  void finish(float* dst, const uint8_t* raw_u8, int64_t plane, const int32_t* lab, int64_t label_count, Where&& where,
+              const std::string& path, int64_t index) const {
+    const bool is_u8 = m_first.type == SampleType::uint8;
+    for (int64_t c = 0; c < m_first.sample.c(); ++c) {
+      const float shift = m_shift[static_cast<size_t>(c)], scale = m_scale[static_cast<size_t>(c)];
+      float* out = dst + c * plane;
+      if (is_u8) {
+        const uint8_t* in = raw_u8 + c * plane;
+        for (int64_t p = 0; p < plane; ++p) out[p] = (static_cast<float>(in[p]) - shift) * scale;
+      } else {
+        for (int64_t p = 0; p < plane; ++p) {
+          if (!std::isfinite(out[p]))
+            throw data::BadSample(where("/images") + ": value " + std::to_string(out[p]) + " at channel " +
+                                      std::to_string(c) + ", pixel " + std::to_string(p),
+                                  path, index);
+          out[p] = (out[p] - shift) * scale;
+        }
+      }
+    }
+    if (m_info.classes > 0)
+      for (int64_t p = 0; p < label_count; ++p)
+        if (lab[p] < 0 || lab[p] >= m_info.classes)
+          throw data::BadSample(where("/labels") + ": label " + std::to_string(lab[p]) +
+                                    (label_count > 1 ? " at pixel " + std::to_string(p) : "") + " outside [0, " +
+                                    std::to_string(m_info.classes) + ")",
+                                path, index);
+  }
+
   // Small datasets (Fashion-MNIST: 47 MB) are read once, one bulk read per shard, and then
   // served from memory: per-sample HDF5 calls would otherwise take CPU time from training.
   // A shard whose bulk read fails is left to stream, so that its bad chunk is reported

@@ -37,8 +37,15 @@ Loader::Loader(const data::DataSource& source, LoaderOptions options)
     throw Error("loader: host_alloc and host_free must be given together");
 
   const data::DatasetInfo& info = m_source.info();
-  m_sample_floats = info.sample.per_sample();
-  m_sample_labels = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
+  // Every size below follows the sample's grid, or the window's when there is one.
+  int64_t rows = info.sample.h(), cols = info.sample.w();
+  if (m_options.window) {
+    data::check_window(m_source, *m_options.window);
+    rows = m_options.window->rows;
+    cols = m_options.window->cols;
+  }
+  m_sample_floats = info.sample.c() * rows * cols;
+  m_sample_labels = info.per_pixel_labels ? rows * cols : 1;
 
   const auto batch = static_cast<size_t>(m_options.batch_size);
   const size_t image_bytes = round_up(batch * static_cast<size_t>(m_sample_floats) * sizeof(float));
@@ -153,8 +160,7 @@ std::exception_ptr Loader::read_batch(Slot& slot) {
       const size_t n = std::min(per_read, batch - pos);
       const std::span<const int64_t> chunk(slot.batch.indices.data() + pos, n);
       try {
-        m_source.read(chunk, slot.batch.images + pos * static_cast<size_t>(m_sample_floats),
-                      slot.batch.labels + pos * static_cast<size_t>(m_sample_labels));
+        read_into(slot, pos, chunk);
       } catch (const data::BadSample& bad) {
         if (!m_options.skip_bad) throw;
         if (n == 1) {
@@ -173,10 +179,18 @@ std::exception_ptr Loader::read_batch(Slot& slot) {
   return nullptr;
 }
 
+void Loader::read_into(Slot& slot, size_t pos, std::span<const int64_t> indices) const {
+  float* images = slot.batch.images + pos * static_cast<size_t>(m_sample_floats);
+  int32_t* labels = slot.batch.labels + pos * static_cast<size_t>(m_sample_labels);
+  if (m_options.window)
+    m_source.read_window(indices, *m_options.window, images, labels);
+  else
+    m_source.read(indices, images, labels);
+}
+
 bool Loader::read_one(Slot& slot, size_t pos, int64_t index) {
   try {
-    m_source.read(std::span<const int64_t>(&index, 1), slot.batch.images + pos * static_cast<size_t>(m_sample_floats),
-                  slot.batch.labels + pos * static_cast<size_t>(m_sample_labels));
+    read_into(slot, pos, std::span<const int64_t>(&index, 1));
     return true;
   } catch (const data::BadSample& bad) {
     note_bad(bad, index);

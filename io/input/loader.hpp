@@ -2,7 +2,8 @@
 // Loader: reads a rank's samples ahead of the trainer. Worker threads call
 // DataSource::read (which decodes and normalises) to fill whole batches into a fixed pool of
 // host buffers; next() hands them out in batch order, so what a rank trains on does not
-// depend on thread timing.
+// depend on thread timing. With a window (a rank's tile under parallel.spatial) they call
+// DataSource::read_window instead, and every batch holds that window of its samples.
 //
 //   Loader loader(source, options);
 //   loader.start_epoch(sampler.indices(epoch, node, local_rank), sampler.steps_per_epoch(b));
@@ -26,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <thread>
@@ -41,6 +43,12 @@ struct LoaderOptions {
   int prefetch = 2;             // batches read ahead of the consumer (>= 1)
   bool skip_bad = false;        // see the header comment
   int64_t samples_per_read = 1; // samples per data::DataSource::read call (a bad one re-reads one by one)
+  // This rank's window of every sample (parallel.spatial): batches are [batch_size, c,
+  // window.rows, window.cols] (labels [batch_size, window.rows, window.cols] when per pixel),
+  // read with DataSource::read_window. Unset: whole samples. A window outside the source's
+  // samples is an Error at construction. Augmentation of whole samples (data.augment_roll,
+  // data.augment_flip) cannot run on a window: train::BatchFeed refuses the two together.
+  std::optional<data::Window> window;
   // Batch buffers: null = 64-byte aligned host memory. The trainer passes the backend's
   // allocate_host here when the backend cannot read host memory (pinned memory on CUDA) or
   // runs asynchronous CPU streams, so that a learner's copy of its batch is queued on its
@@ -54,6 +62,7 @@ struct Batch {
   int64_t size = 0;                   // samples (always batch_size)
   float* images = nullptr;            // [size, c, h, w], as data::DataSource::read writes them
   int32_t* labels = nullptr;          // [size] or [size, h, w]
+                                      // (h, w: the window's rows and columns when the loader has one)
   std::vector<int64_t> indices;       // the global index of each sample, in batch order
 };
 
@@ -79,8 +88,10 @@ class Loader {
   double io_wait_s() const;       // seconds next() spent waiting, since construction
   int64_t samples() const;        // samples delivered by next(), since construction
   int64_t bad_samples() const;    // distinct bad samples skipped, since construction
+  // One sample of a batch: floats of its image and labels (a window's, with a window).
   int64_t sample_floats() const { return m_sample_floats; }
   int64_t sample_labels() const { return m_sample_labels; }
+  const std::optional<data::Window>& window() const { return m_options.window; }
 
  private:
   struct Slot;
@@ -91,6 +102,8 @@ class Loader {
   std::exception_ptr read_batch(Slot& slot);
   // Reads one sample into position `pos` of `slot`; false (and reported) when it is bad.
   bool read_one(Slot& slot, size_t pos, int64_t index);
+  // The samples `indices` (or their window) into position `pos` of `slot` onwards.
+  void read_into(Slot& slot, size_t pos, std::span<const int64_t> indices) const;
   void note_bad(const data::BadSample& bad, int64_t index);
   void fill_bad_positions(Slot& slot);  // consumer thread, in batch order
   void reset_locked();                 // m_mutex held, no worker busy

@@ -162,6 +162,90 @@ void GridFitSource::read(std::span<const int64_t> indices, float* images, int32_
     for (int64_t s = 0; s < n; ++s) fit_labels(scratch_labels.data() + s * in_hw, labels + s * out_hw, m_fit);
 }
 
+void GridFitSource::read_window(std::span<const int64_t> indices, const data::Window& w, float* images,
+                                int32_t* labels) const {
+  data::check_window(*this, w);
+  if (m_fit.mode != data::PadMode::pad) {  // crop (or nothing): the same window, shifted
+    m_inner.read_window(indices, {w.row0 + m_fit.top, w.rows, w.col0 + m_fit.left, w.cols}, images, labels);
+    return;
+  }
+  const auto n = static_cast<int64_t>(indices.size());
+  const int64_t c = m_info.sample.c(), in_h = m_fit.in_h, in_w = m_fit.in_w;
+  const bool per_pixel = m_info.per_pixel_labels;
+  // The source's rows under the window: those of its rows inside the grid, and the edge row
+  // that padded rows repeat; contiguous.
+  const int64_t r_lo = source_index(w.row0, m_fit.top, in_h, false);
+  const int64_t rows = source_index(w.row0 + w.rows - 1, m_fit.top, in_h, false) - r_lo + 1;
+  // The source's columns under it, as one or two runs [col0, col0 + cols).
+  struct Run {
+    int64_t col0, cols;
+  };
+  std::vector<Run> runs;
+  if (!m_fit.periodic) {
+    const int64_t c_lo = source_index(w.col0, m_fit.left, in_w, false);
+    runs.push_back({c_lo, source_index(w.col0 + w.cols - 1, m_fit.left, in_w, false) - c_lo + 1});
+  } else if (w.cols >= in_w) {
+    runs.push_back({0, in_w});  // the window goes all the way round
+  } else {
+    const int64_t first = source_index(w.col0, m_fit.left, in_w, true);
+    if (first + w.cols <= in_w) {
+      runs.push_back({first, w.cols});
+    } else {  // over the edge: the east end of the grid, then its west end
+      runs.push_back({first, in_w - first});
+      runs.push_back({0, first + w.cols - in_w});
+    }
+  }
+  // Each run read into its own scratch (loader threads keep theirs, grown once).
+  thread_local std::vector<float> run_images[2];
+  thread_local std::vector<int32_t> run_labels[2];
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const int64_t run_plane = rows * runs[r].cols;
+    run_images[r].resize(static_cast<size_t>(n * c * run_plane));
+    int32_t* out_labels = nullptr;
+    if (labels != nullptr) {
+      // Class labels (one per sample) land in place from the first run.
+      run_labels[r].resize(static_cast<size_t>(per_pixel ? n * run_plane : n));
+      out_labels = per_pixel || r > 0 ? run_labels[r].data() : labels;
+    }
+    m_inner.read_window(indices, {r_lo, rows, runs[r].col0, runs[r].cols}, run_images[r].data(), out_labels);
+  }
+  // Where each column of the window comes from: its run and the column within it.
+  std::vector<size_t> col_run(static_cast<size_t>(w.cols));
+  std::vector<int64_t> col_at(static_cast<size_t>(w.cols));
+  for (int64_t x = 0; x < w.cols; ++x) {
+    const int64_t s = source_index(w.col0 + x, m_fit.left, in_w, m_fit.periodic);
+    const size_t r = runs.size() > 1 && s < runs[0].col0 ? 1 : 0;
+    col_run[static_cast<size_t>(x)] = r;
+    col_at[static_cast<size_t>(x)] = s - runs[r].col0;
+  }
+  const int64_t plane = w.rows * w.cols;
+  for (int64_t p = 0; p < n * c; ++p)
+    for (int64_t y = 0; y < w.rows; ++y) {
+      const int64_t sy = source_index(w.row0 + y, m_fit.top, in_h, false) - r_lo;
+      float* dst = images + p * plane + y * w.cols;
+      for (int64_t x = 0; x < w.cols; ++x) {
+        const size_t r = col_run[static_cast<size_t>(x)];
+        dst[x] = run_images[r][static_cast<size_t>((p * rows + sy) * runs[r].cols + col_at[static_cast<size_t>(x)])];
+      }
+    }
+  if (labels == nullptr || !per_pixel) return;
+  // As fit_labels: a padded pixel (outside the source's grid, periodic or not) has no class.
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t y = 0; y < w.rows; ++y) {
+      const int64_t gy = w.row0 + y - m_fit.top;
+      int32_t* dst = labels + s * plane + y * w.cols;
+      for (int64_t x = 0; x < w.cols; ++x) {
+        const int64_t gx = w.col0 + x - m_fit.left;
+        if (gy < 0 || gy >= in_h || gx < 0 || gx >= in_w) {
+          dst[x] = -1;
+          continue;
+        }
+        const size_t r = col_run[static_cast<size_t>(x)];
+        dst[x] = run_labels[r][static_cast<size_t>((s * rows + gy - r_lo) * runs[r].cols + col_at[static_cast<size_t>(x)])];
+      }
+    }
+}
+
 std::unique_ptr<data::DataSource> fit_grid(std::unique_ptr<data::DataSource> inner, const GridFit& fit) {
   if (!fit.changes()) return inner;
   const data::DataSource& ref = *inner;

@@ -81,6 +81,12 @@ class GridFitSource final : public data::DataSource {
   int64_t size() const override { return m_inner.size(); }
   const data::Normalization& normalization() const override { return m_inner.normalization(); }
   void read(std::span<const int64_t> indices, float* images, int32_t* labels) const override;
+  // A window of the model's grid, read as the source's window(s) under it and fitted as read()
+  // fits whole samples (the same values, and -1 labels on padded pixels): one window of the
+  // source, or two where a periodic pad's window runs over the grid's east or west edge (the
+  // columns there come from the far side). A source that reads windows cheaply stays cheap.
+  void read_window(std::span<const int64_t> indices, const data::Window& w, float* images,
+                   int32_t* labels) const override;
   std::vector<std::string> files() const override { return m_inner.files(); }
   std::vector<int64_t> file_offsets() const override { return m_inner.file_offsets(); }
   const GridFit& fit() const { return m_fit; }

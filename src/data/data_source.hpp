@@ -2,7 +2,8 @@
 // DataSource: where samples come from. Implemented by the IDX reader (Debian's
 // Fashion-MNIST files, io/formats/idx_source.cpp) and by the HDF5 shard and DeepCAM readers
 // in io/. Indices are global sample numbers in [0, size()); the sampler decides which a rank
-// reads. read() is called from loader threads: implementations must be thread-safe.
+// reads. read() and read_window() are called from loader threads: implementations must be
+// thread-safe.
 // The interface sits below both io/ and src/train (which opens datasets through io/), so
 // that neither includes the other's headers the wrong way round.
 #include <cstdint>
@@ -34,6 +35,16 @@ struct Normalization {
     return kind == o.kind && mean == o.mean && std == o.std && input_scale == o.input_scale;
   }
 };
+
+// A rectangle of a sample's grid (a rank's tile under parallel.spatial): rows [row0, row0 + rows),
+// columns [col0, col0 + cols), in the sample's coordinates as read() returns it.
+struct Window {
+  int64_t row0 = 0, rows = 0, col0 = 0, cols = 0;
+  bool operator==(const Window&) const = default;
+};
+
+// "rows [8, 16) x columns [0, 30)"
+std::string window_text(const Window& w);
 
 struct DatasetInfo {
   nn::Shape sample;                      // one sample, batch dimension 1: [1, c, h, w]
@@ -80,11 +91,34 @@ class DataSource {
   // Throws BadSample naming the file and index for a bad sample, squall::Error otherwise.
   virtual void read(std::span<const int64_t> indices, float* images, int32_t* labels) const = 0;
 
+  // The window `w` of each sample: images [indices.size(), c, w.rows, w.cols] (normalised as read()),
+  // labels [indices.size(), w.rows, w.cols] for per-pixel labels, [indices.size()] otherwise. The window
+  // must lie inside the sample (throws squall::Error naming the window and the sample's size otherwise).
+  // The default reads whole samples and crops them; sources whose files allow it read only the window.
+  // `labels` may be null where read() allows it (DeepCAM's reader): the labels are then not read.
+  virtual void read_window(std::span<const int64_t> indices, const Window& w, float* images, int32_t* labels) const;
+
   // The files behind the samples, in index order: samples [offsets[i], offsets[i+1]) live in
   // files[i]; offsets has files().size() + 1 entries, the last being size(). Node-local
   // sampling and staging use them. A source held in memory is one "file".
   virtual std::vector<std::string> files() const { return {info().description}; }
   virtual std::vector<int64_t> file_offsets() const { return {0, size()}; }
 };
+
+// Throws squall::Error, naming `source`'s description, the window and the sample's grid, unless `w`
+// is a non-empty rectangle inside `source`'s samples.
+void check_window(const DataSource& source, const Window& w);
+
+// The window `w` of one sample: `planes` planes of `h` x `w_full` values from `in` to `out`
+// ([planes, w.rows, w.cols]). T: float for images, int32_t for per-pixel labels.
+template <typename T>
+void crop_planes(const T* in, T* out, int64_t planes, int64_t h, int64_t w_full, const Window& w) {
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t y = 0; y < w.rows; ++y) {
+      const T* row = in + (p * h + w.row0 + y) * w_full + w.col0;
+      T* dst = out + (p * w.rows + y) * w.cols;
+      for (int64_t x = 0; x < w.cols; ++x) dst[x] = row[x];
+    }
+}
 
 }  // namespace squall::data

@@ -8,7 +8,18 @@ namespace squall::train {
 
 BatchFeed::BatchFeed(input::Loader& loader, const data::SphereAugment& augment, const nn::Shape& sample, uint64_t seed,
                      int rank, bool lookahead)
-    : m_loader(loader), m_augment(augment), m_sample(sample), m_seed(seed), m_rank(rank), m_lookahead(lookahead) {}
+    : m_loader(loader), m_augment(augment), m_sample(sample), m_seed(seed), m_rank(rank), m_lookahead(lookahead) {
+  // A roll in longitude moves columns in from the far side of the whole grid, and a flip swaps
+  // the rows of the north and south ends: neither can be done to one rank's window of a sample.
+  if (m_loader.window() && m_augment.any()) {
+    const std::string keys = m_augment.roll && m_augment.flip ? "data.augment_roll and data.augment_flip"
+                             : m_augment.roll                 ? "data.augment_roll"
+                                                              : "data.augment_flip";
+    throw Error(keys + " augment whole samples, but with parallel.spatial each rank reads only its window (" +
+                data::window_text(*m_loader.window()) + ") of each sample: turn " + keys +
+                " off, or train without parallel.spatial");
+  }
+}
 
 BatchFeed::~BatchFeed() { release_all(); }
 

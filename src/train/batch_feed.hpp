@@ -15,7 +15,9 @@ namespace squall::train {
 
 class BatchFeed {
  public:
-  // `sample`: one sample's shape; `seed` and `rank` key the augmentation's draws.
+  // `sample`: one sample's shape; `seed` and `rank` key the augmentation's draws. Throws
+  // squall::Error naming the augmentation's keys and parallel.spatial when `augment` is on and
+  // the loader reads a window of each sample.
   BatchFeed(input::Loader& loader, const data::SphereAugment& augment, const nn::Shape& sample, uint64_t seed, int rank,
             bool lookahead);
   BatchFeed(const BatchFeed&) = delete;

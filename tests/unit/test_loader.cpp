@@ -130,6 +130,36 @@ TEST_CASE("batches arrive in order with the samples of the index list", "[loader
       }
 }
 
+TEST_CASE("with a window, batches hold the window of each sample, bad ones replaced as without", "[loader]") {
+  FakeSource source(60, {5, 17});
+  const auto list = shuffled(60);
+  for (const int workers : {0, 3}) {
+    INFO("workers " << workers);
+    within_seconds(20, [&] {
+      LoaderOptions o = options(6, workers, 2, 2, true);
+      o.window = squall::data::Window{1, 1, 0, 2};  // the second row of each [2, 2] sample
+      Loader loader(source, o);
+      REQUIRE(loader.sample_floats() == 2);
+      REQUIRE(loader.sample_labels() == 1);
+      loader.start_epoch(list, 8);
+      for (int64_t k = 0; k < 8; ++k) {
+        const Batch* b = loader.next();
+        REQUIRE(b != nullptr);
+        for (size_t j = 0; j < 6; ++j) {
+          const int64_t i = b->indices[j];
+          REQUIRE(i != 5);
+          REQUIRE(i != 17);
+          REQUIRE(b->labels[j] == i);
+          REQUIRE(b->images[2 * j] == static_cast<float>(i));
+          REQUIRE(b->images[2 * j + 1] == static_cast<float>(i));
+        }
+        loader.release(b);
+      }
+      REQUIRE(loader.next() == nullptr);
+    });
+  }
+}
+
 TEST_CASE("workers read at most `prefetch` batches ahead", "[loader]") {
   within_seconds(20, [] {
     FakeSource source(50);
