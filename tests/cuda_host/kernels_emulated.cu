@@ -36,6 +36,9 @@ void copy_strided(size_t elem_bytes, void* dst, int64_t dst_stride, int64_t dst_
                   int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count) {
   d::copy_strided_on(HostLaunch{}, elem_bytes, dst, dst_stride, dst_offset, src, src_stride, src_offset, rows, count);
 }
+void copy_block(int t, void* dst, const void* src, const squall::nn::BlockCopy& block, bool accumulate) {
+  d::copy_block_on(HostLaunch{}, t, dst, src, block, accumulate);
+}
 void convert(const void* src, int from, void* dst, int to, size_t n) {
   d::convert_on(HostLaunch{}, src, from, dst, to, n);
 }

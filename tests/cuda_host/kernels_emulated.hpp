@@ -6,6 +6,8 @@
 // device. dtype codes: 0 f32, 1 bf16, 2 f16 (nn::DType's order).
 #include <cstddef>
 #include <cstdint>
+
+#include "src/nn/kernels.hpp"
 #include <memory>
 #include <vector>
 
@@ -26,6 +28,7 @@ void axpby(float alpha, const float* x, float beta, float* y, size_t n);
 void dropout_forward(int t, const void* x, void* y, void* mask, size_t n, float p, uint64_t seed, uint64_t offset);
 void copy_strided(size_t elem_bytes, void* dst, int64_t dst_stride, int64_t dst_offset, const void* src,
                   int64_t src_stride, int64_t src_offset, int64_t rows, int64_t count);
+void copy_block(int t, void* dst, const void* src, const squall::nn::BlockCopy& block, bool accumulate);
 void convert(const void* src, int from, void* dst, int to, size_t n);
 void permute_convert(const void* src, int from, bool from_nhwc, void* dst, int to, bool to_nhwc, int64_t n,
                      int64_t c, int64_t h, int64_t w);

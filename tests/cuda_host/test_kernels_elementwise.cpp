@@ -98,6 +98,34 @@ TEST_CASE("copy_strided moves the CPU's elements", "[cuda-host][kernels]") {
   }
 }
 
+TEST_CASE("copy_block packs, unpacks and adds halos as the CPU does", "[cuda-host][kernels]") {
+  // A halo's block of a blocked tensor [outer][h][w][inner]: 5 x 7 rows of 11 x 16 elements
+  // out of a 9 x 23 x 16 plane, into a dense buffer and back, copied and accumulated.
+  squall::nn::BlockCopy b;
+  b.outer = 5;
+  b.rows = 7;
+  b.count = 11 * 16;
+  b.src_offset = (2 * 23 + 3) * 16;
+  b.src_outer = 9 * 23 * 16;
+  b.src_row = 23 * 16;
+  b.dst_offset = 5;
+  b.dst_outer = 7 * 11 * 16 + 3;
+  b.dst_row = 11 * 16;
+  const int64_t src_n = b.outer * b.src_outer, dst_n = b.outer * b.dst_outer + b.dst_offset;
+  for (DType t : float_types())
+    for (bool accumulate : {false, true}) {
+      INFO("type " << type_name(t) << (accumulate ? ", accumulated" : ", copied"));
+      const size_t e = squall::nn::dtype_size(t);
+      const Bytes src = random_typed(t, static_cast<size_t>(src_n), 21);
+      const Bytes start = random_typed(t, static_cast<size_t>(dst_n), 22);
+      Bytes want = start, got = start;
+      cpu().copy_block(cpu_stream(), t, want.data(), src.data(), b, accumulate);
+      emu::copy_block(code(t), got.data(), src.data(), b, accumulate);
+      require_same_bits(got, want, e, "copy_block");
+      if (!accumulate) CHECK(want != start);  // it wrote something
+    }
+}
+
 TEST_CASE("convert rounds as the CPU does, special values included", "[cuda-host][kernels]") {
   std::vector<float> f = random_floats(kOdd, 9, -70000.0f, 70000.0f);
   const std::vector<float> small = random_floats(4096, 10, -1e-6f, 1e-6f);  // f16 subnormals
