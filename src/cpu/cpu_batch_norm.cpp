@@ -61,13 +61,33 @@ class CpuBatchNormPlan final : public BatchNormPlan {
       for (int64_t cb = 0; cb < blocks; ++cb) {
         float scale[B], shift[B];
         if (train) {
-          double shift0[B], sum[B], sumsq[B];
-          tile_sums(x, cb, shift0, sum, sumsq);
+          double sum[B] = {}, sumsq[B] = {};
+          for (int64_t i = 0; i < n; ++i) {
+            const float* p = x + (i * blocks + cb) * hw * B;
+            float s[B] = {}, q[B] = {};  // per row in float (vectorised), rows summed in double
+            if constexpr (B == 1) {
+#pragma omp simd reduction(+ : s[0], q[0])
+              for (int64_t j = 0; j < hw; ++j) {
+                s[0] += p[j];
+                q[0] += p[j] * p[j];
+              }
+            } else {
+              for (int64_t j = 0; j < hw; ++j)
+#pragma omp simd
+                for (int l = 0; l < B; ++l) {
+                  s[l] += p[j * B + l];
+                  q[l] += p[j * B + l] * p[j * B + l];
+                }
+            }
+            for (int l = 0; l < B; ++l) {
+              sum[l] += s[l];
+              sumsq[l] += q[l];
+            }
+          }
           for (int l = 0; l < B; ++l) {
             const int64_t ch = cb * B + l;
-            const double d = sum[l] / static_cast<double>(count);
-            const double m = shift0[l] + d;
-            const double var = std::max(sumsq[l] / static_cast<double>(count) - d * d, 0.0);
+            const double m = sum[l] / static_cast<double>(count);
+            const double var = std::max(sumsq[l] / static_cast<double>(count) - m * m, 0.0);
             const auto mean = static_cast<float>(m);
             const auto inv_std = static_cast<float>(1.0 / std::sqrt(var + m_desc.eps));
             const double unbiased = var * static_cast<double>(count) / static_cast<double>(count - 1);
@@ -144,8 +164,32 @@ class CpuBatchNormPlan final : public BatchNormPlan {
       }
       // With the ReLU fused, dy is the ReLU's output gradient: it reaches the norm where the
       // forward's output was positive, recomputed from x in the forward's arithmetic.
-      double sum_dy[B], sum_dy_xhat[B];
-      grad_sums<Relu>(x, dy, cb, mean, scale, shift, sum_dy, sum_dy_xhat);
+      double sum_dy[B] = {}, sum_dy_xhat[B] = {};
+      for (int64_t i = 0; i < n; ++i) {
+        const float* p = x + (i * blocks + cb) * hw * B;
+        const float* g = dy + (i * blocks + cb) * hw * B;
+        float s[B] = {}, t[B] = {};
+        if constexpr (B == 1) {
+#pragma omp simd reduction(+ : s[0], t[0])
+          for (int64_t j = 0; j < hw; ++j) {
+            const float gj = bn_dy<Relu>(p[j], scale[0], shift[0], g[j]);
+            s[0] += gj;
+            t[0] += gj * (p[j] - mean[0]);
+          }
+        } else {
+          for (int64_t j = 0; j < hw; ++j)
+#pragma omp simd
+            for (int l = 0; l < B; ++l) {
+              const float gj = bn_dy<Relu>(p[j * B + l], scale[l], shift[l], g[j * B + l]);
+              s[l] += gj;
+              t[l] += gj * (p[j * B + l] - mean[l]);
+            }
+        }
+        for (int l = 0; l < B; ++l) {
+          sum_dy[l] += s[l];
+          sum_dy_xhat[l] += t[l];
+        }
+      }
       // dx = gamma / std * (dy - mean(dy) - xhat * mean(dy * xhat))
       float k[B], mean_dy[B], mean_dy_xhat[B];
       for (int l = 0; l < B; ++l) {
@@ -170,11 +214,13 @@ class CpuBatchNormPlan final : public BatchNormPlan {
     }
   }
 
-  // The per-channel sums below are accumulated in double from values formed in double (a
-  // difference of two floats and the product of two such is exact there), so that they hardly
-  // depend on the order of the additions: a sample split across ranks gets the very float
-  // statistics that it gets whole (docs/design.md, "One sample across ranks"), and with them
-  // the same normalised values, ReLU masks and max-pool choices.
+  // On a tile of a split sample (BatchNormDesc::group; a group of one included, which is
+  // what a split run is compared with) the per-channel sums are accumulated in double from
+  // values formed in double (a difference of two floats and the product of two such is exact
+  // there), so that they hardly depend on the order of the additions: every split of a sample
+  // gets the very float statistics, and with them the same normalised values, ReLU masks and
+  // max-pool choices. The unsplit plan above sums in float rows, a third faster on ResNet-20
+  // (bench/RESULTS.md, "One sample across ranks").
   //
   // Per channel of block cb: the sums of the gradient reaching the norm and of it times
   // x - mean.

@@ -21,6 +21,7 @@
 #include "src/parallel/tile_comm.hpp"
 #include "tests/support/skip.hpp"
 #include "tests/support/test_backend.hpp"
+#include "tests/support/thread_tile_comm.hpp"
 
 namespace {
 
@@ -125,7 +126,7 @@ StepResult run_step(const nn::ModelSpec& spec, const Batch& whole, SpatialSplit 
   backend->bind_calling_thread(1);
   auto graph = nn::make_model(spec, Shape(1, whole.c, whole.h, whole.w));
   const SpatialPlace place = SpatialPlace::make(split, rank, whole.h, whole.w, int64_t{1} << spec.depth);
-  if (split.split()) graph->set_tile(place, comm);
+  graph->set_tile(place, comm);
   graph->build(*backend, whole.n, 7);
   auto stream = backend->create_stream();
   const Shape out = graph->output_shape();
@@ -223,7 +224,10 @@ TEST_CASE("the climate U-Net split over MPI ranks computes one step as it does u
   const nn::ModelSpec spec = climate_unet();
   const Batch batch = random_batch(2, 16, 96, 144, 3, 1);  // the same on every rank
   // The reference on every rank, from the same seed.
-  const StepResult whole = run_step(spec, batch, {1, 1}, 0, nullptr);
+  // The unsplit model as a group of one: its batch norms sum in double as a split's do.
+  squall::testing::ThreadTileHub solo(1);
+  squall::testing::ThreadTileComm solo_comm(solo, 0);
+  const StepResult whole = run_step(spec, batch, {1, 1}, 0, &solo_comm);
   for (const SpatialSplit split : splits) {
     INFO("split " << split.str() << " on " << world.size() << " ranks");
     const parallel::SpatialGroups groups = parallel::make_spatial_groups(world, split);
