@@ -110,17 +110,7 @@ class CpuBatchNormPlan final : public BatchNormPlan {
           m_scale[static_cast<size_t>(cb * B + l)] = scale[l];
           m_shift[static_cast<size_t>(cb * B + l)] = shift[l];
         }
-        const bool relu = m_desc.relu;
-        for (int64_t i = 0; i < n; ++i) {
-          const float* p = x + (i * blocks + cb) * hw * B;
-          float* q = y + (i * blocks + cb) * hw * B;
-          for (int64_t j = 0; j < hw; ++j)
-#pragma omp simd
-            for (int l = 0; l < B; ++l) {
-              const float v = p[j * B + l] * scale[l] + shift[l];
-              q[j * B + l] = !relu || v > 0.0f ? v : 0.0f;  // the ReLU layer's expression
-            }
-        }
+        apply(x, y, cb);
       }
       m_have_batch_stats = train;
     });
@@ -201,16 +191,7 @@ class CpuBatchNormPlan final : public BatchNormPlan {
         mean_dy[l] = static_cast<float>(sum_dy[l] / count);
         mean_dy_xhat[l] = static_cast<float>(sum_dy_xhat[l] / count);
       }
-      for (int64_t i = 0; i < n; ++i) {
-        const float* p = x + (i * blocks + cb) * hw * B;
-        const float* g = dy + (i * blocks + cb) * hw * B;
-        float* q = dx + (i * blocks + cb) * hw * B;
-        for (int64_t j = 0; j < hw; ++j)
-#pragma omp simd
-          for (int l = 0; l < B; ++l)
-            q[j * B + l] =
-                k[l] * (bn_dy<Relu>(p[j * B + l], scale[l], shift[l], g[j * B + l]) - mean_dy[l] - (p[j * B + l] - mean[l]) * inv_std[l] * mean_dy_xhat[l]);
-      }
+      write_dx<Relu>(x, dy, dx, cb, k, mean_dy, mean_dy_xhat, mean, inv_std, scale, shift);
     }
   }
 
@@ -295,6 +276,25 @@ class CpuBatchNormPlan final : public BatchNormPlan {
     }
   }
 
+  // dx = gamma / std * (dy - mean(dy) - xhat * mean(dy * xhat)) over one block of channels,
+  // k = gamma / std.
+  template <bool Relu>
+  void write_dx(const float* x, const float* dy, float* dx, int64_t cb, const float* k, const float* mean_dy,
+                const float* mean_dy_xhat, const float* mean, const float* inv_std, const float* scale,
+                const float* shift) const {
+    const int64_t n = m_desc.n, hw = m_desc.h * m_desc.w, blocks = m_desc.c / B;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* p = x + (i * blocks + cb) * hw * B;
+      const float* g = dy + (i * blocks + cb) * hw * B;
+      float* q = dx + (i * blocks + cb) * hw * B;
+      for (int64_t j = 0; j < hw; ++j)
+#pragma omp simd
+        for (int l = 0; l < B; ++l)
+          q[j * B + l] = k[l] * (bn_dy<Relu>(p[j * B + l], scale[l], shift[l], g[j * B + l]) - mean_dy[l] -
+                                 (p[j * B + l] - mean[l]) * inv_std[l] * mean_dy_xhat[l]);
+    }
+  }
+
   // y = x * scale + shift (and the ReLU) over one block of channels.
   void apply(const float* x, float* y, int64_t cb) const {
     const int64_t n = m_desc.n, hw = m_desc.h * m_desc.w, blocks = m_desc.c / B;
@@ -311,7 +311,7 @@ class CpuBatchNormPlan final : public BatchNormPlan {
 #pragma omp simd
         for (int l = 0; l < B; ++l) {
           const float v = p[j * B + l] * scale[l] + shift[l];
-          q[j * B + l] = !relu || v > 0.0f ? v : 0.0f;
+          q[j * B + l] = !relu || v > 0.0f ? v : 0.0f;  // the ReLU layer's expression
         }
     }
   }
@@ -323,7 +323,8 @@ class CpuBatchNormPlan final : public BatchNormPlan {
                      float* y) {
     const int64_t c = m_desc.c, hw = m_desc.h * m_desc.w, blocks = c / B;
     const auto count = static_cast<double>(m_desc.n * hw);
-    std::vector<double> moments(static_cast<size_t>(3 * c));
+    std::vector<double>& moments = m_moments;  // kept: no allocation per step
+    moments.assign(static_cast<size_t>(3 * c), 0.0);
 #pragma omp parallel for schedule(static) if (m_desc.n * c * hw > 16384)
     for (int64_t cb = 0; cb < blocks; ++cb) {
       double shift[B], sum[B], sumsq[B];
@@ -368,9 +369,10 @@ class CpuBatchNormPlan final : public BatchNormPlan {
     const auto* dy = static_cast<const float*>(dyv);
     auto* dx = static_cast<float*>(dxv);
     if (!m_have_batch_stats) throw Error("batch norm: backward needs a forward with train=true first");
-    const int64_t n = m_desc.n, c = m_desc.c, hw = m_desc.h * m_desc.w, blocks = c / B;
-    std::vector<double> sums(static_cast<size_t>(2 * c));  // [sum dy..., sum dy * (x - mean)...]
-#pragma omp parallel for schedule(static) if (n * c * hw > 16384)
+    const int64_t c = m_desc.c, blocks = c / B;
+    std::vector<double>& sums = m_sums;  // [sum dy..., sum dy * (x - mean)...], kept: no allocation per step
+    sums.assign(static_cast<size_t>(2 * c), 0.0);
+#pragma omp parallel for schedule(static) if (m_desc.n * m_desc.c * m_desc.h * m_desc.w > 16384)
     for (int64_t cb = 0; cb < blocks; ++cb) {
       float mean[B], scale[B], shift[B];
       for (int l = 0; l < B; ++l) {
@@ -388,10 +390,11 @@ class CpuBatchNormPlan final : public BatchNormPlan {
     }
     // dgamma and dbeta are this rank's share (the gradients' sum over the group adds the
     // shares, as it adds the convolutions'); dx needs the whole sample's sums.
-    const std::vector<double> local = sums;
+    std::vector<double>& local = m_local_sums;
+    local = sums;
     m_desc.group->sum(sums.data(), sums.size());
     const double count = m_group_count;
-#pragma omp parallel for schedule(static) if (n * c * hw > 16384)
+#pragma omp parallel for schedule(static) if (m_desc.n * m_desc.c * m_desc.h * m_desc.w > 16384)
     for (int64_t cb = 0; cb < blocks; ++cb) {
       float k[B], mean_dy[B], mean_dy_xhat[B], mean[B], inv_std[B], scale[B], shift[B];
       for (int l = 0; l < B; ++l) {
@@ -408,21 +411,13 @@ class CpuBatchNormPlan final : public BatchNormPlan {
         mean_dy[l] = static_cast<float>(sums[u] / count);
         mean_dy_xhat[l] = static_cast<float>(sum_dy_xhat / count);
       }
-      for (int64_t i = 0; i < n; ++i) {
-        const float* p = x + (i * blocks + cb) * hw * B;
-        const float* g = dy + (i * blocks + cb) * hw * B;
-        float* q = dx + (i * blocks + cb) * hw * B;
-        for (int64_t j = 0; j < hw; ++j)
-#pragma omp simd
-          for (int l = 0; l < B; ++l)
-            q[j * B + l] = k[l] * (bn_dy<Relu>(p[j * B + l], scale[l], shift[l], g[j * B + l]) - mean_dy[l] -
-                                   (p[j * B + l] - mean[l]) * inv_std[l] * mean_dy_xhat[l]);
-      }
+      write_dx<Relu>(x, dy, dx, cb, k, mean_dy, mean_dy_xhat, mean, inv_std, scale, shift);
     }
   }
 
   BatchNormDesc m_desc;
   double m_group_count = 0;  // values per channel over the whole split sample (forward_split)
+  std::vector<double> m_moments, m_sums, m_local_sums;  // forward_split's and backward_split's, reused
   std::vector<float> m_mean, m_inv_std;  // batch statistics of the last training forward
   std::vector<float> m_scale, m_shift;   // y = x * scale + shift per channel, as the last forward computed it
   bool m_have_batch_stats = false;

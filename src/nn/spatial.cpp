@@ -134,7 +134,8 @@ double label_weight_sum(const int32_t* labels, size_t n, const float* class_weig
 
 void TileComm::sum(double* values, size_t n) {
   const auto size = static_cast<size_t>(group_size());
-  std::vector<double> all(n * size);
+  std::vector<double>& all = m_gathered;
+  all.resize(n * size);
   gather(values, n, all.data());
   for (size_t i = 0; i < n; ++i) {
     double s = 0.0;
@@ -146,7 +147,8 @@ void TileComm::sum(double* values, size_t n) {
 void TileComm::merge_moments(double* triples, size_t channels) {
   const auto size = static_cast<size_t>(group_size());
   const size_t n = 3 * channels;
-  std::vector<double> all(n * size);
+  std::vector<double>& all = m_gathered;
+  all.resize(n * size);
   gather(triples, n, all.data());
   for (size_t c = 0; c < channels; ++c) {
     double count = 0.0, mean = 0.0, m2 = 0.0;

@@ -119,6 +119,9 @@ class TileComm {
   // rank's in, the whole group's out, merged pairwise in group-rank order (Chan, Golub and
   // LeVeque), which stays exact where the ranks' means differ widely.
   void merge_moments(double* triples, size_t channels);
+
+ private:
+  std::vector<double> m_gathered;  // sum's and merge_moments' gather, kept: no allocation per call
 };
 
 // The weight of a tile's pixels in the weighted mean loss (Kernels::softmax_cross_entropy):

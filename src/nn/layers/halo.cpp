@@ -103,15 +103,12 @@ ConvTile::ConvTile(Backend& backend, const ConvDesc& d, const TileContext& t)
   m_cols = halo_axis(d.w, y.w(), d.s, d.stride_w, d.pad_w, d.dil_w, x.has(Side::west), x.has(Side::east));
   SQUALL_CHECK(m_comm != nullptr, "conv tile: no group communicator");
   m_host = backend.capabilities().host_accessible;
-  int64_t inner_out = 1;
   outer_inner(d.layout, d.n, d.c, m_outer_in, m_inner);
-  outer_inner(d.y_layout(), d.n, d.k, m_outer_out, inner_out);
-  (void)inner_out;
+  outer_inner(d.y_layout(), d.n, d.k, m_outer_out, m_inner_out);
 
   const size_t esize = dtype_size(d.dtype);
-  const auto zeroed = [&](int64_t elements) {
-    Buffer b = backend.allocate(static_cast<size_t>(std::max<int64_t>(elements, 1)), d.dtype);
-    return b;
+  const auto buffer = [&](int64_t elements) {
+    return backend.allocate(static_cast<size_t>(std::max<int64_t>(elements, 1)), d.dtype);
   };
   // Halo widths whether or not this tile has a neighbour there (the neighbours' halos).
   const HaloAxis wide_rows = halo_axis(d.h, y.h(), d.r, d.stride_h, d.pad_h, d.dil_h, true, true);
@@ -137,10 +134,10 @@ ConvTile::ConvTile(Backend& backend, const ConvDesc& d, const TileContext& t)
     h.recv_count = h.recv.empty() ? 0 : m_outer_in * h.recv.rows() * h.recv.cols() * m_inner;
     h.send_count = h.send.empty() ? 0 : m_outer_in * h.send.rows() * h.send.cols() * m_inner;
     const int64_t recv_n = h.recv_count, send_n = h.send_count;
-    h.recv_buf = zeroed(recv_n);
-    h.send_buf = zeroed(send_n);
-    h.grad_buf = zeroed(recv_n);
-    h.grad_back = zeroed(send_n);
+    h.recv_buf = buffer(recv_n);
+    h.send_buf = buffer(send_n);
+    h.grad_buf = buffer(recv_n);
+    h.grad_back = buffer(send_n);
     if (!m_host) {
       h.host_recv = backend.allocate_host(static_cast<size_t>(recv_n), d.dtype);
       h.host_send = backend.allocate_host(static_cast<size_t>(send_n), d.dtype);
@@ -187,17 +184,17 @@ ConvTile::ConvTile(Backend& backend, const ConvDesc& d, const TileContext& t)
     st.plan = backend.make_conv(sd);
     const int64_t win = m_outer_in * st.in.rows() * st.in.cols() * m_inner;
     const int64_t yo = so.numel();
-    st.window = zeroed(win);
-    st.masked = zeroed(win);
-    st.dwindow = zeroed(win);
-    st.y = zeroed(yo);
-    st.dy = zeroed(yo);
+    st.window = buffer(win);
+    st.masked = buffer(win);
+    st.dwindow = buffer(win);
+    st.y = buffer(yo);
+    st.dy = buffer(yo);
     largest = std::max(largest, static_cast<size_t>(win));
     m_strips.push_back(std::move(st));
   }
   for (const Halo& h : m_halos) largest = std::max(largest, static_cast<size_t>(h.recv_count));
   largest = std::max<size_t>(largest, 1);
-  m_zeros = zeroed(static_cast<int64_t>(largest));
+  m_zeros = buffer(static_cast<int64_t>(largest));
   m_dw = backend.allocate(static_cast<size_t>(d.weight().numel()));
   m_db = backend.allocate(static_cast<size_t>(std::max<int64_t>(d.k, 1)));
   // Every buffer starts at zero: the window cells beyond the sample are never written again.
@@ -326,44 +323,39 @@ void ConvTile::start_forward(Stream& s, const void* x) {
 
 void ConvTile::finish_forward(Stream& s, const void* x, const float* w, const float* b, void* y) {
   wait(s, false);
-  const Shape full = m_desc.output();
   for (Strip& st : m_strips) {
     gather(s, st.in, st.window.raw(), x, true);
     st.plan->forward(s, st.window.raw(), w, b, st.y.raw());
-    // The strip's output over the plan's edge: [outer_out][rows][cols][inner], same layout.
-    BlockCopy c;
-    const int64_t inner = m_outer_out == 0 ? 1 : (full.numel() / (m_outer_out * full.h() * full.w()));
-    c.outer = m_outer_out;
-    c.rows = st.out.rows();
-    c.count = st.out.cols() * inner;
-    c.src_offset = 0;
-    c.src_outer = st.out.rows() * st.out.cols() * inner;
-    c.src_row = st.out.cols() * inner;
-    c.dst_offset = (st.out.y0 * full.w() + st.out.x0) * inner;
-    c.dst_outer = full.h() * full.w() * inner;
-    c.dst_row = full.w() * inner;
-    m_backend.copy_block(s, m_desc.dtype, y, st.y.raw(), c, false);
+    m_backend.copy_block(s, m_desc.dtype, y, st.y.raw(), output_block(st.out, false), false);
   }
 }
 
-void ConvTile::start_backward(Stream& s, const void* dy, const float* w, bool want_dx) {
+// The rectangle r of the layer's output (or its gradient) and a dense strip of r's size, in
+// the output's layout: into the strip (`to_strip`) or from it.
+BlockCopy ConvTile::output_block(const Rect& r, bool to_strip) const {
   const Shape full = m_desc.output();
-  const int64_t inner = full.numel() / (m_outer_out * full.h() * full.w());
+  BlockCopy c;
+  c.outer = m_outer_out;
+  c.rows = r.rows();
+  c.count = r.cols() * m_inner_out;
+  const int64_t tensor_offset = (r.y0 * full.w() + r.x0) * m_inner_out;
+  const int64_t tensor_outer = full.h() * full.w() * m_inner_out, tensor_row = full.w() * m_inner_out;
+  const int64_t strip_outer = r.rows() * r.cols() * m_inner_out, strip_row = r.cols() * m_inner_out;
+  c.src_offset = to_strip ? tensor_offset : 0;
+  c.src_outer = to_strip ? tensor_outer : strip_outer;
+  c.src_row = to_strip ? tensor_row : strip_row;
+  c.dst_offset = to_strip ? 0 : tensor_offset;
+  c.dst_outer = to_strip ? strip_outer : tensor_outer;
+  c.dst_row = to_strip ? strip_row : tensor_row;
+  return c;
+}
+
+void ConvTile::start_backward(Stream& s, const void* dy, const float* w, bool want_dx) {
   m_send_grads = want_dx;
   for (Halo& h : m_halos)
     if (h.recv_count > 0) zero(s, h.grad_buf);
   for (Strip& st : m_strips) {
-    BlockCopy c;
-    c.outer = m_outer_out;
-    c.rows = st.out.rows();
-    c.count = st.out.cols() * inner;
-    c.src_offset = (st.out.y0 * full.w() + st.out.x0) * inner;
-    c.src_outer = full.h() * full.w() * inner;
-    c.src_row = full.w() * inner;
-    c.dst_offset = 0;
-    c.dst_outer = st.out.rows() * st.out.cols() * inner;
-    c.dst_row = st.out.cols() * inner;
-    m_backend.copy_block(s, m_desc.dtype, st.dy.raw(), dy, c, false);
+    m_backend.copy_block(s, m_desc.dtype, st.dy.raw(), dy, output_block(st.out, true), false);
     if (!want_dx) continue;
     st.plan->backward_data(s, st.dy.raw(), w, st.dwindow.raw());
     // The window's gradient in each halo goes to that halo's owner.

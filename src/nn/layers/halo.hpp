@@ -99,13 +99,15 @@ class ConvTile {
   Rect own_rect() const { return {0, m_rows.in, 0, m_cols.in}; }
   Rect halo_rect(Side side) const;
   void zero(Stream& s, const Buffer& b);
+  BlockCopy output_block(const Rect& r, bool to_strip) const;
 
   Backend& m_backend;
   ConvDesc m_desc;
   TileComm* m_comm;
   int m_node;
   HaloAxis m_rows, m_cols;
-  int64_t m_inner = 1, m_outer_in = 1, m_outer_out = 1;  // the layout's [outer][h][w][inner] for input and output
+  // The input's and the output's layouts as [outer][h][w][inner].
+  int64_t m_outer_in = 1, m_inner = 1, m_outer_out = 1, m_inner_out = 1;
   bool m_host = true;  // the host reads backend memory (no staging)
   std::vector<Strip> m_strips;
   std::vector<Halo> m_halos;
