@@ -133,7 +133,7 @@ void RunLog::opened(const RunFacts& f) {
       " per learner (global " + std::to_string(f.global_batch) + "), " + std::to_string(f.total_steps) + " steps (" +
       std::to_string(f.steps_per_epoch) + " per epoch), optimizer " + f.optimizer + ", " + f.precision + ", run dir " +
       f.run_dir};
-  for (const std::string* l : {&f.sma_line, &f.cross_line, &f.periods_line})
+  for (const std::string* l : {&f.spatial_line, &f.memory_line, &f.sma_line, &f.cross_line, &f.periods_line})
     if (!l->empty()) lines.push_back(*l);
   for (const std::string& l : lines) log::info(l);
   if (m_tensorboard) {

@@ -105,6 +105,8 @@ struct RunFacts {
   std::string sma_line;           // sma's coefficients in words ("" for other algorithms)
   std::string cross_line;         // the allreduce's cross-node rule in words ("" without a pipelined cross-node stage)
   std::string periods_line;       // parallel.periods' node level in words ("" without one)
+  std::string spatial_line;       // parallel.spatial's split in words ("" without one)
+  std::string memory_line;        // what a rank needs in memory ("" when not stated)
   int64_t batch = 0, global_batch = 0;
   int64_t total_steps = 0, steps_per_epoch = 0, epochs = 0;
   int64_t train_samples = 0, test_samples = 0;

@@ -54,6 +54,8 @@ struct Run {
   std::vector<std::pair<std::string, std::string>> study;
   std::string algorithm, periods;  // "sma", "[1, 4]" (summary.json's parallel.periods; "" before it existed)
   std::string outer;               // "outer H 8, lr 0.7, momentum 0.9" (parallel.outer), "" for another algorithm
+  std::string spatial;             // "[2, 1]" (summary.json's parallel.spatial), "" for whole samples
+  double halo_exposed = k_nan, halo_hidden = k_nan;  // rank 0's halo seconds under a split
   records::RunRecords records;   // on the run clock: one curve across attempts
   records::RunProgress progress;
   std::optional<records::TargetResult> target;
@@ -156,7 +158,18 @@ Run read_run(const std::string& path) {
       if (const auto st = o->find("streaming"); st != o->end() && st->is_boolean() && st->get<bool>())
         run.outer += ", streamed";
     }
+  // A split sample: its groups are the job's learners, and another split is another study.
+  if (const auto p = s.find("parallel"); p != s.end() && p->is_object())
+    if (const auto sp = p->find("spatial"); sp != p->end() && sp->is_object()) {
+      run.spatial = "[" + text_of(*sp, "rows") + ", " + text_of(*sp, "cols") + "]";
+      run.learners = sp->value("groups", 1) * s.value("replicas_per_device", 1);
+      if (const auto h = sp->find("halo"); h != sp->end() && h->is_object()) {
+        run.halo_exposed = number(*h, "exposed_s");
+        run.halo_hidden = number(*h, "hidden_s");
+      }
+    }
   run.study.emplace_back("periods", run.periods.empty() ? "" : "periods " + run.periods);
+  run.study.emplace_back("spatial", run.spatial.empty() ? "" : "spatial " + run.spatial);
   run.study.emplace_back("outer", run.outer);
   return run;
 }
@@ -220,6 +233,11 @@ std::string markdown(const std::vector<Run>& runs, const Reference& ref, bool cu
       << (std::isfinite(r.metric) ? r.metric_name + " " + fixed(r.metric, 4) : std::string("-")) << " | "
       << run_time_cell(r) << " |" << (targets ? " " + target_cell(r) + " |" : "") << "\n";
   }
+  for (const Run& r : runs)
+    if (r.complete && !r.spatial.empty())
+      o << "\n" << r.name << ": parallel.spatial = " << r.spatial << ", each sample split over a group of ranks "
+        << "(learners counts the groups); halo exchanges " << fixed(r.halo_exposed, 2) << " s exposed, " << fixed(r.halo_hidden, 2)
+        << " s hidden under compute (rank 0)\n";
   const std::string unit = cuda ? "GPU" : "rank";
   if (ref.usable() && !ref.several_sizes) {
     o << "\nEfficiency: blank (-): every run measured on " << ref.count << " " << unit << (ref.count == 1 ? "" : "s")
@@ -288,6 +306,8 @@ json table_json(const std::vector<Run>& runs) {
     j["learners"] = r.learners;
     j["algorithm"] = r.algorithm;
     j["periods"] = r.periods.empty() ? json(nullptr) : json::parse(r.periods);
+    j["spatial"] = r.spatial.empty() ? json(nullptr) : json::parse(r.spatial);
+    if (!r.spatial.empty()) j["halo_s"] = {{"exposed", or_null(r.halo_exposed)}, {"hidden", or_null(r.halo_hidden)}};
     j["global_batch"] = r.global_batch;
     j["samples_per_s"] = or_null(r.samples_per_s);
     j["efficiency"] = or_null(r.efficiency);

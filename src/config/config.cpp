@@ -189,6 +189,11 @@ SyncPeriods sync_periods(const ParallelConfig& parallel) {
   return {parallel.period, parallel.period};
 }
 
+nn::SpatialSplit spatial_split(const ParallelConfig& parallel) {
+  if (parallel.spatial.size() != 2) return {};
+  return {parallel.spatial[0], parallel.spatial[1]};
+}
+
 std::string periods_text(const SyncPeriods& periods) {
   return "[" + std::to_string(periods.inside) + ", " + std::to_string(periods.across) + "]";
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "src/config/config_enums.hpp"
+#include "src/nn/spatial.hpp"
 
 namespace squall::config {
 
@@ -131,6 +132,9 @@ struct ParallelConfig {
   CommPrecision comm_precision = CommPrecision::fp32;  // fp32 | bf16: gradient sums across ranks (ssgd,
                                                        // local-sgd's warm-up)
   bool check_sums = false;           // compare every sum's start across ranks (SQUALL_CHECK_SUMS=1 too)
+  // [rows, cols]: each sample split over a group of rows x cols consecutive ranks
+  // (docs/training.md, "One sample across ranks"); empty = [1, 1], no split.
+  std::vector<int64_t> spatial;
   bool operator==(const ParallelConfig&) const = default;
 };
 
@@ -218,6 +222,8 @@ struct SyncPeriods {
   bool operator==(const SyncPeriods&) const = default;
 };
 SyncPeriods sync_periods(const ParallelConfig& parallel);
+// parallel.spatial as a split ([1, 1] when empty).
+nn::SpatialSplit spatial_split(const ParallelConfig& parallel);
 // "[1, 4]"
 std::string periods_text(const SyncPeriods& periods);
 

@@ -322,6 +322,38 @@ void check_periods(const Checker& k, const ParallelConfig& p) {
             "step and steps across nodes every parallel.outer.period steps (remove it, and set that)");
 }
 
+// parallel.spatial = [rows, cols] (docs/training.md, "One sample across ranks"): what a split
+// run cannot do yet, refused naming both keys. The world size, the layers and the tiles' sizes
+// are checked when the job and the model are known (train/spatial_job.cpp).
+void check_spatial(const Checker& k, const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  if (p.spatial.empty()) return;
+  std::string shown = "[";
+  for (size_t i = 0; i < p.spatial.size(); ++i) shown += (i ? ", " : "") + std::to_string(p.spatial[i]);
+  shown += "]";
+  const std::string key = "parallel.spatial";
+  k.require(p.spatial.size() == 2, key, "must be [rows, cols], the ranks that split each sample (got " + shown + ")");
+  k.require(p.spatial[0] >= 1 && p.spatial[1] >= 1, key, "= " + shown + ": rows and cols must be >= 1");
+  if (p.spatial[0] * p.spatial[1] == 1) return;
+  const std::string split = key + " = " + shown + " splits each sample over " +
+                            std::to_string(p.spatial[0] * p.spatial[1]) + " ranks";
+  auto refuse = [&](bool bad, const std::string& other, const std::string& why) {
+    if (bad) throw UsageError(k.origin + ": " + split + ", and " + other + ": " + why);
+  };
+  refuse(p.replicas_per_device > 1, "parallel.replicas_per_device = " + std::to_string(p.replicas_per_device),
+         "several learners per device cannot share one rank's tiles yet; set parallel.replicas_per_device = 1");
+  refuse(p.autotune, "parallel.autotune = true", "the auto-tuner adds learners to a rank; set parallel.autotune = false");
+  refuse(c.data.augment_roll || c.data.augment_flip,
+         std::string(c.data.augment_roll ? "data.augment_roll" : "data.augment_flip") + " = true",
+         "augmentation moves whole samples, and each rank reads only its tile; turn it off");
+  refuse(c.train.precision == Precision::fp16, "train.precision = fp16",
+         "fp16's dynamic loss scale is not built for a split yet; use fp32 or bf16");
+  refuse(c.run.backend == nn::BackendKind::cuda, "run.backend = cuda",
+         "the CUDA backend has no batch norm over a group of ranks yet; use run.backend = cpu");
+  refuse(p.cuda_graphs, "parallel.cuda_graphs = true", "a split pass exchanges halos between ranks, which a "
+         "captured graph cannot; set parallel.cuda_graphs = false");
+}
+
 }  // namespace
 
 // ---- checking a config ----------------------------------------------------------------------
@@ -406,6 +438,7 @@ void check_values(const Config& c, const std::string& origin) {
   k.positive(p.replicas_per_device, "parallel.replicas_per_device");
   k.positive(p.period, "parallel.period");
   check_periods(k, p);
+  check_spatial(k, c);
   k.fraction(p.alpha, "parallel.alpha", true);
   k.fraction(p.momentum, "parallel.momentum", false);
   k.non_negative(p.centre_rate, "parallel.centre_rate");

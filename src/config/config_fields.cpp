@@ -108,6 +108,7 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "device_allreduce", enum_field(&c.parallel.device_allreduce, mpi::k_allreduce_kinds)},
       {"parallel", "cross_node", enum_field(&c.parallel.cross_node, mpi::k_cross_algorithms)},
       {"parallel", "check_sums", &c.parallel.check_sums},
+      {"parallel", "spatial", &c.parallel.spatial},
       {"parallel.outer", "period", &c.parallel.outer.period},
       {"parallel.outer", "lr", &c.parallel.outer.lr},
       {"parallel.outer", "momentum", &c.parallel.outer.momentum},

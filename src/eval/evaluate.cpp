@@ -10,11 +10,13 @@ namespace squall::eval {
 
 EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const data::DataSource& test, int64_t begin,
                         int64_t end, int32_t* dev_labels, int32_t* dev_pred, const float* class_weights,
-                        std::vector<pictures::PredictionSample>* pictures) {
+                        std::vector<pictures::PredictionSample>* pictures, const EvalTile& tile) {
   const int64_t batch = g.batch();
   const auto& info = test.info();
-  const int64_t per_sample = info.sample.per_sample();
-  const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
+  const data::Window* window = tile.comm != nullptr ? tile.window : nullptr;
+  const int64_t h = window ? window->rows : info.sample.h(), w = window ? window->cols : info.sample.w();
+  const int64_t per_sample = info.sample.c() * h * w;
+  const int64_t label_hw = info.per_pixel_labels ? h * w : 1;
   EvalPart part{nn::ConfusionMatrix(info.classes)};
   // The loss sum and the confusion matrix accumulate in backend memory and are read once at
   // the end: no host round trip per batch.
@@ -43,7 +45,8 @@ EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const
   const auto read_batch = [&](HostBatch& h, int64_t start) {
     const int64_t valid = std::min(batch, end - start);
     for (int64_t i = 0; i < batch; ++i) h.idx[static_cast<size_t>(i)] = start + std::min(i, valid - 1);
-    test.read(h.idx, h.images.data(), h.labels.data());
+    if (window) test.read_window(h.idx, *window, h.images.data(), h.labels.data());
+    else test.read(h.idx, h.images.data(), h.labels.data());
     std::fill(h.labels.begin() + valid * label_hw, h.labels.end(), -1);  // padding: ignored
   };
   ReadAhead next;  // declared after `host`, which the read in flight uses: waited for first
@@ -62,13 +65,26 @@ EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const
     const std::vector<int32_t>& labels = cur.labels;
     // Pageable host memory: these copies have read it when they return, so the read after
     // the next may overwrite it.
+    // A tile's share of its samples' label weights, summed over the group by this thread,
+    // which is the graph's: the stream has finished the batch before, whose layers exchange
+    // halos over the same communicator.
+    double share = 1;
+    if (window) {
+      be.synchronize(stream);
+      const double mine = nn::label_weight_sum(
+          labels.data(), labels.size(), tile.class_weights.empty() ? nullptr : tile.class_weights.data(),
+          tile.class_weights.empty() ? info.classes : static_cast<int64_t>(tile.class_weights.size()));
+      double total = mine;
+      tile.comm->sum(&total, 1);
+      share = total > 0 ? mine / total : 0.0;
+    }
     be.copy_from_host(stream, g.input().f32(), images.data(), images.size());
     be.copy_labels_from_host(stream, dev_labels, labels.data(), labels.size());
     g.forward(stream, mode);
     const auto out = g.output_shape();
     be.softmax_cross_entropy(stream, g.dtype(), g.output().data, dev_labels, class_weights, out.n(), out.c(),
                              out.h() * out.w(), dlogits ? dlogits.raw() : nullptr, loss.data(), nullptr);
-    be.axpy(stream, static_cast<float>(valid), loss.data(), loss.data() + 1, 1);
+    be.axpy(stream, static_cast<float>(static_cast<double>(valid) * share), loss.data(), loss.data() + 1, 1);
     be.argmax_channels(stream, g.dtype(), g.output().data, dev_pred, out.n(), out.c(), out.h() * out.w());
     be.accumulate_confusion(stream, dev_labels, dev_pred, static_cast<size_t>(valid * label_hw), info.classes,
                             confusion.as<int32_t>());
@@ -87,7 +103,7 @@ EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const
         p.pred.assign(pred.begin() + first * label_hw, pred.begin() + (first + 1) * label_hw);
       }
     }
-    part.samples += static_cast<double>(valid);
+    if (!window || tile.comm->group_rank() == 0) part.samples += static_cast<double>(valid);
   }
   float host_loss[2] = {0, 0};
   std::vector<int32_t> counts(classes * classes);

@@ -153,10 +153,21 @@ void Graph::setup(int64_t batch) {
     t.col = place.col;
     return t;
   };
+  for (int id = 0; id < size(); ++id) (void)tile_of(id);  // every tensor an image, or refused
   const TensorTile input = tile_of(k_input);
-  setup_nodes(Shape(batch, m_input_sample.c(), input.rows().size(), input.cols().size()));
-  SQUALL_CHECK(params == m_param_count && state == m_state_count,
-               "graph: a layer's parameters changed with the tile's size");
+  const std::string on_tile = "this rank's tile (rows [" + std::to_string(input.rows().begin) + ", " +
+                              std::to_string(input.rows().end) + ") x columns [" + std::to_string(input.cols().begin) +
+                              ", " + std::to_string(input.cols().end) + ") under parallel.spatial " +
+                              place.split.str() + ")";
+  try {
+    setup_nodes(Shape(batch, m_input_sample.c(), input.rows().size(), input.cols().size()));
+  } catch (const Error& e) {
+    throw Error("the model cannot be set up on " + on_tile + ": " + e.what() +
+                " (a layer whose output size is fixed by the whole sample cannot be split)");
+  }
+  if (params != m_param_count || state != m_state_count)
+    throw Error("the model's parameters change size on " + on_tile +
+                ": a layer's weights depend on the sample's size, which a split cannot keep");
   for (int id = 1; id < size(); ++id) {
     Node& n = *m_nodes[static_cast<size_t>(id)];
     TileContext t;

@@ -60,7 +60,13 @@ struct GroupCore {
   int max_buckets_in_flight = 0;
   int64_t host_waits = 0;
 
+  // The job's learners, counting each rank of a spatial group (whose models are one): what a
+  // sum of models or of whole-sample gradients over the job is divided by.
   int job_learners() const { return options.ranks * replicas->size(); }
+  // The job's distinct learners: a spatial group counts once (parallel.spatial). What a sum of
+  // the tiles' gradient shares over the job (ssgd under a split) is divided by, and the L of
+  // sma's coefficients.
+  int distinct_learners() const { return options.ranks / options.spatial_ranks * replicas->size(); }
   int node_learners() const { return options.node_ranks * replicas->size(); }
   // Which average ends the `done`-th step (1, 2, ...) of an algorithm's synchronising phase:
   // the job's every period steps, the node's every inside_period steps in between.

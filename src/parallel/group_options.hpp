@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "src/nn/spatial.hpp"
 #include "src/nn/tensor.hpp"
 #include "src/optim/options.hpp"
 #include "src/parallel/algorithm.hpp"
@@ -40,6 +41,11 @@ struct LearnerGroupOptions {
   bool skip_nonfinite = false;  // train.nonfinite = skip: a step with non-finite gradients is not
                                 // applied (counted in skipped_steps); false: step() throws
                                 // NonFiniteStep naming the rank, learner and layer
+  // parallel.spatial: the group of ranks that splits each sample, this rank's tile of it
+  // (null: no split; it must outlive the group). Its ranks are consecutive ranks of the job:
+  // `ranks` counts every rank, spatial_ranks those of one group.
+  nn::TileComm* tile = nullptr;
+  int spatial_ranks = 1;
   bool graphs = false;          // capture each learner's pass once (after its first, eager, pass) and replay
                                 // it (a CUDA graph); steps with a timeline or per-layer buckets run
                                 // eagerly. Needs a backend that can capture

@@ -5,10 +5,12 @@
 #include "src/core/clock.hpp"
 #include "src/core/numeric.hpp"
 
+#include <limits>
 #include <string>
 
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
+#include "src/nn/spatial.hpp"
 
 namespace squall::parallel {
 namespace {
@@ -51,6 +53,12 @@ Learner::Learner(const LearnerSetup& s, int idx) : backend(*s.backend), setup(s)
   }
   nn::Graph* g = graph.get();
   optimizer = optim::make_optimizer(s.optimizer, backend, std::move(groups), [g] { g->mark_mirrors_current(); });
+  if (s.tile != nullptr) {
+    if (!backend.capabilities().host_accessible)
+      throw Error("parallel.spatial: the " + backend.name() + " backend cannot split a sample yet (its memory is not the host's)");
+    share_dev = backend.allocate(1);
+    share_host = backend.allocate_host(1, nn::DType::f32);
+  }
   mode.train = true;
   mode.seed = splitmix64(s.seed ^ splitmix64((static_cast<uint64_t>(s.rank) << 20) | static_cast<uint64_t>(idx)));
 }
@@ -66,6 +74,7 @@ void Learner::pass(const LearnerBatch& in, int64_t step, nn::Event& after, const
     if (next != nullptr) stage_input(*next, step + 1);
   }
   mode.step = static_cast<uint64_t>(step);
+  if (setup.tile != nullptr) weigh_tile(in);
   // parallel.cuda_graphs: a plain pass (no timeline, no per-layer marks) is captured at the
   // learner's second pass (its first, eager, has grown every workspace, made every handle and
   // chosen every algorithm) and replayed from then on. It starts at the graph's input, which
@@ -99,6 +108,7 @@ void Learner::pass(const LearnerBatch& in, int64_t step, nn::Event& after, const
     }
     ++eager_passes;
   }
+  if (setup.tile != nullptr && setup.sum_over_tile) sum_tile_gradients();
   // The finite check's input, read by the host with the loss (train.nonfinite, loss scaling).
   backend.sum_squares(*stream, g.grads(), g.param_arena_floats(), norm_dev.data());
   backend.copy_to_host(*stream, norm_host.data(), norm_dev.data(), 1);
@@ -148,10 +158,39 @@ void Learner::enqueue_forward(const LearnerBatch& in, const PassOptions& options
   }
   g.forward(*stream, mode);
   const auto out = g.output_shape();
+  // A split sample's tile: its mean loss's gradient scaled by the tile's share of the sample's
+  // label weights (the config refuses fp16's loss scale with a split).
+  const float* grad_scale = setup.tile != nullptr ? share_dev.data() : options.loss_scale;
   backend.softmax_cross_entropy(*stream, g.dtype(), g.output().data, labels, options.class_weights, out.n(),
-                                out.c(), out.h() * out.w(), g.output_grad().data, loss_dev.data(),
-                                options.loss_scale);
+                                out.c(), out.h() * out.w(), g.output_grad().data, loss_dev.data(), grad_scale);
   backend.copy_to_host(*stream, loss_host.data(), loss_dev.data(), 1);
+}
+
+// The tile's label weights over the group's: the host reads its labels (host memory), and the
+// group sums them on this thread, which is the graph's (its stream has finished the pass
+// before, whose layers call the same communicator).
+void Learner::weigh_tile(const LearnerBatch& in) {
+  backend.synchronize(*stream);
+  const double mine = nn::label_weight_sum(in.labels, static_cast<size_t>(setup.label_count),
+                                           setup.class_weights.empty() ? nullptr : setup.class_weights.data(),
+                                           setup.class_weights.empty() ? std::numeric_limits<int32_t>::max()
+                                                                       : static_cast<int64_t>(setup.class_weights.size()));
+  double total = mine;
+  setup.tile->sum(&total, 1);
+  m_share = total > 0 ? mine / total : 0.0;
+  share_host.data()[0] = static_cast<float>(m_share);
+  backend.copy_from_host(*stream, share_dev.data(), share_host.data(), 1);
+}
+
+// The group's gradient of the whole sample on every rank of the group: each tile's share
+// summed in double in group-rank order, so that every rank gets the same bits.
+void Learner::sum_tile_gradients() {
+  backend.synchronize(*stream);
+  const size_t n = graph->param_arena_floats();
+  float* g = graph->grads();
+  m_tile_sum.assign(g, g + n);
+  setup.tile->sum(m_tile_sum.data(), n);
+  for (size_t i = 0; i < n; ++i) g[i] = static_cast<float>(m_tile_sum[i]);
 }
 
 // The learner's pass recorded as one graph. A call the backend refuses inside the capture

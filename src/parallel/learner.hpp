@@ -32,6 +32,16 @@ struct LearnerSetup {
   uint64_t seed = 1;  // parameter initialisation; with (rank, index) the dropout stream
   int rank = 0;
   optim::OptimizerOptions optimizer;
+  // parallel.spatial: the group that splits each sample (null: none; docs/design.md, "One
+  // sample across ranks"). The graph make_graph builds is set on this rank's tile; each pass
+  // weights its tile's loss by the tile's share of the sample's label weights (summed over the
+  // group from class_weights, host copies), and, where sum_over_tile says so, sums its
+  // gradients over the group after backward, so that every rank of the group holds the whole
+  // sample's gradient (every algorithm but ssgd, whose one allreduce over the job sums the
+  // tiles' shares with the groups').
+  nn::TileComm* tile = nullptr;
+  std::vector<float> class_weights;
+  bool sum_over_tile = false;
 };
 
 // How one pass runs: the weights of the classes (backend memory or null), the loss scale
@@ -60,6 +70,9 @@ class Learner {
   // After `done` has completed: the pass's loss and the sum of squares of its gradients.
   float loss() const { return loss_host.data()[0]; }
   float grad_norm2() const { return norm_host.data()[0]; }
+  // parallel.spatial: this tile's share of its sample's label weights in the last pass (1
+  // without a split); the sample's loss is the group's sum of loss() x share().
+  double share() const { return m_share; }
 
   // Its batch on the way into backend memory on the copy stream (device backends).
   void stage_input(const LearnerBatch& in, int64_t step);
@@ -95,6 +108,15 @@ class Learner {
   void take_input(const LearnerBatch& in, int64_t step);
   void enqueue_forward(const LearnerBatch& in, const PassOptions& options);
   std::unique_ptr<nn::Captured> capture_pass(const LearnerBatch& in, const PassOptions& options);
+  // parallel.spatial: the tile's share of the sample's label weights, summed over the group,
+  // on its way to share_dev (the loss's gradient scale); and, after backward, the gradients
+  // summed over the group.
+  void weigh_tile(const LearnerBatch& in);
+  void sum_tile_gradients();
+
+  double m_share = 1;
+  nn::Buffer share_dev, share_host;
+  std::vector<double> m_tile_sum;  // sum_tile_gradients' buffer
 
   // Device backends: the batch staged in backend memory ahead of its pass, on a copy stream
   // of the learner's own; the pass copies it into the graph's input on its own stream.

@@ -38,12 +38,31 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
     if (const std::string why = sma_instability(options.alpha, options.centre_rate, options.momentum); !why.empty())
       refuse("sma's " + why);
   if (options.ranks < 1) refuse("the job needs at least one rank");
+  if (options.spatial_ranks < 1 || options.ranks % options.spatial_ranks != 0)
+    refuse("spatial groups of " + std::to_string(options.spatial_ranks) + " ranks in a job of " +
+           std::to_string(options.ranks));
+  if (options.tile != nullptr && options.learners > 1)
+    refuse(std::to_string(options.learners) + " learners on a rank that holds a tile of each sample (one only)");
+  if (options.tile != nullptr && options.by_level())
+    refuse(periods + ": a node level with a split sample is not built");
   const nn::Capabilities can = backend.capabilities();
   if (options.graphs && !can.can_capture) refuse("the " + backend.name() + " backend cannot capture a learner's pass");
   if (m_options.threads <= 0) m_options.threads = can.threads;
   GroupCore& c = *m_core;
-  c.setup = {&backend, std::move(make_graph), batch, label_count, options.precision, options.layout,
-             options.seed, options.rank, optimizer};
+  c.setup.backend = &backend;
+  c.setup.make_graph = std::move(make_graph);
+  c.setup.batch = batch;
+  c.setup.label_count = label_count;
+  c.setup.precision = options.precision;
+  c.setup.layout = options.layout;
+  c.setup.seed = options.seed;
+  c.setup.rank = options.rank;
+  c.setup.optimizer = optimizer;
+  c.setup.tile = options.tile;
+  c.setup.class_weights = class_weights;
+  // ssgd sums the tiles' gradient shares in its one allreduce over the job; the others update
+  // each learner from its own gradient, which must be the whole sample's first.
+  c.setup.sum_over_tile = options.tile != nullptr && options.algorithm != Algorithm::ssgd;
   c.scaler = std::make_unique<LossScaler>(backend, *c.stream, options.loss_scaling);
   if (!class_weights.empty()) {
     c.class_weights = backend.allocate(class_weights.size());
@@ -97,7 +116,7 @@ bool LearnerGroup::replicas_differ() const { return !m_algorithm->central_is_rep
 
 SmaCoefficients LearnerGroup::sma() const {
   return sma_coefficients(m_options.alpha, m_options.centre_rate, m_options.momentum,
-                          static_cast<int64_t>(m_options.ranks) * learners());
+                          static_cast<int64_t>(m_options.ranks / m_options.spatial_ranks) * learners());
 }
 
 int LearnerGroup::captured_learners() const {
@@ -125,6 +144,13 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
   m_eval_current = false;
   std::vector<float> losses;
   for (const auto& l : *c.replicas) losses.push_back(l->loss());
+  if (m_options.tile != nullptr) {
+    // A split sample's loss: its tiles' means weighted by their shares of the label weights.
+    std::vector<double> whole;
+    for (const auto& l : *c.replicas) whole.push_back(static_cast<double>(l->loss()) * l->share());
+    m_options.tile->sum(whole.data(), whole.size());
+    for (size_t j = 0; j < losses.size(); ++j) losses[j] = static_cast<float>(whole[j]);
+  }
   m_compute_s += step_time.seconds() - (c.reduce_s - reduce_before);
   return losses;
 }

@@ -97,7 +97,9 @@ class Sma final : public SyncAlgorithm {
     const bool folded = job && m_node;
     CentralModel& centre = m_node && sync ? *m_node : m_central;
     const int learners = job ? c.job_learners() : c.node_learners();
-    const SmaCoefficients k = sma_coefficients(c.options.alpha, c.options.centre_rate, c.options.momentum, learners);
+    // L of the coefficients counts a spatial group once; the sums hold each of its ranks.
+    const SmaCoefficients k = sma_coefficients(c.options.alpha, c.options.centre_rate, c.options.momentum,
+                                               job ? c.distinct_learners() : learners);
     if (sync && ranks > 1 && c.replicas->threaded()) {
       // The state sum, then the passes (which write the state) with the model sum under them.
       const double t0 = steady_seconds();
@@ -161,7 +163,8 @@ class Sma final : public SyncAlgorithm {
     GroupCore& c = m_core;
     FusedSum& sum = *c.sum;
     const int learners = c.job_learners();
-    const SmaCoefficients k = sma_coefficients(c.options.alpha, c.options.centre_rate, c.options.momentum, learners);
+    const SmaCoefficients k =
+        sma_coefficients(c.options.alpha, c.options.centre_rate, c.options.momentum, c.distinct_learners());
     {
       const auto span = c.phase_scope("device_sum");
       c.after_learners();

@@ -12,6 +12,11 @@
 // squares of its gradients, summed over the job with them, so every rank takes the same
 // decision, read with the losses at the step's one host wait.
 //
+// Under parallel.spatial the ranks of a group each hold a tile of one learner's samples: the
+// job's sum adds their shares of its gradient with the other groups' in the same allreduce,
+// and L counts the groups (GroupCore::distinct_learners); the state, the same on every rank
+// of a group, is averaged over every rank.
+//
 // The same over one node (outer's inner steps, sync_outer.cpp): L is then the node's learners,
 // the sum runs over the node's ranks (no buckets), and the replicas of a node are one model.
 #include <cmath>
@@ -77,11 +82,16 @@ class Ssgd final : public SyncAlgorithm {
                               " is not finite at step " + std::to_string(step + 1),
                           culprit, !m_node);
     }
-    const float inv = 1.0f / static_cast<float>(m_node ? c.node_learners() : c.job_learners());
+    // Each rank's state is summed once, and so are the gradients of whole samples; the tiles'
+    // shares of a split sample's gradient (parallel.spatial, not summed over the group in the
+    // pass) make one learner's gradient per group.
+    const bool shares = !m_node && c.options.tile != nullptr && !c.setup.sum_over_tile;
+    const float inv_state = 1.0f / static_cast<float>(m_node ? c.node_learners() : c.job_learners());
+    const float inv = shares ? 1.0f / static_cast<float>(c.distinct_learners()) : inv_state;
     if (fused) {
       // The gradients' mean, unscaled by the loss scale; the state's mean, into every replica.
       float* state = sum.data() + c.params;
-      c.backend.scale(*c.stream, inv, state, c.state);
+      c.backend.scale(*c.stream, inv_state, state, c.state);
       if (finite) {
         c.backend.scale(*c.stream, inv / c.scaler->scale(), g, c.params);
         c.backend.copy(*c.stream, first.graph->grads(), g, c.params);

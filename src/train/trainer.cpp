@@ -87,14 +87,17 @@ TrainingRun::TrainingRun(const config::Config& cfg, const std::string& origin, c
 // that may fail locally runs under run_agreed, which leaves nobody waiting in a collective.
 TrainResult TrainingRun::run() {
   m_node_of_rank = m_world.allgather(m_topo.node());
+  m_spatial = make_spatial_job(m_cfg, m_origin, m_topo, m_node_of_rank);
   mpi::run_agreed(m_world, [&] {
     m_fault = FaultInjection::from_env();
-    m_data = open_training_data(m_cfg, m_origin, m_node_of_rank);
+    // The sampler, the plan and the schedule see one rank per spatial group.
+    m_data = open_training_data(m_cfg, m_origin, m_spatial.node_of_rank);
+    place_tiles(m_spatial, m_cfg, m_origin, m_data.spec, m_data.train->info());
   });
   mpi::run_agreed(m_world, [&] { prepare_run_dir(); });
   load_checkpoint();  // and fit the batch to this job's shape (elastic.batch)
   read_init_weights();  // train.init_from, for a run that does not resume
-  m_device = build_training_device(m_cfg, m_origin, m_options, m_topo, m_data, m_lr_factor);
+  m_device = build_training_device(m_cfg, m_origin, m_options, m_topo, m_spatial, m_data, m_lr_factor);
   if (m_init) {
     mpi::run_agreed(m_world, [&] { start_from_init_weights(); });
     m_init.reset();
@@ -105,7 +108,7 @@ TrainResult TrainingRun::run() {
     m_checkpoint.reset();
   }
   if (m_pos.step >= m_data.plan.total_steps || m_target) return already_complete();
-  m_feed = std::make_unique<BatchFeed>(*m_device.loader, m_device.augment, m_data.train->info().sample,
+  m_feed = std::make_unique<BatchFeed>(*m_device.loader, m_device.augment, m_spatial.tile_sample(m_data.train->info().sample),
                                        static_cast<uint64_t>(m_cfg.run.seed), m_rank, m_device.lookahead);
   train();
   if (m_stop_flags != 0) return stopped();
@@ -141,8 +144,8 @@ void TrainingRun::train() {
     const bool first = epoch == m_pos.start.epoch;
     int64_t used = first ? m_pos.start.used : 0;
     if (epoch_has_step(plan, used)) {
-      std::vector<int64_t> indices = m_data.sampler->indices(m_cfg.data.shuffle ? epoch : 0, m_topo.node(),
-                                                             m_topo.local_rank(), first ? m_pos.start_position : 0);
+      std::vector<int64_t> indices = m_data.sampler->indices(m_cfg.data.shuffle ? epoch : 0, m_spatial.node,
+                                                             m_spatial.local_rank, first ? m_pos.start_position : 0);
       const int64_t skip =
           std::min<int64_t>((used - (first ? m_pos.start_batches : 0)) * m_cfg.train.batch_size, std::ssize(indices));
       indices.erase(indices.begin(), indices.begin() + skip);
@@ -186,7 +189,8 @@ void TrainingRun::watch_classes(const std::vector<parallel::LearnerBatch>& input
     return;
   }
   const data::DatasetInfo& info = m_data.train->info();
-  const int64_t labels = m_cfg.train.batch_size * (info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1);
+  const nn::Shape sample = m_spatial.tile_sample(info.sample);
+  const int64_t labels = m_cfg.train.batch_size * (info.per_pixel_labels ? sample.h() * sample.w() : 1);
   m_class_counts.resize(static_cast<size_t>(std::max<int64_t>(info.classes, 1)), 0);
   for (const parallel::LearnerBatch& b : inputs) {
     if (b.labels == nullptr || m_class_batches == k_class_batches) continue;
@@ -340,15 +344,24 @@ void TrainingRun::evaluate(int64_t epoch, bool final_model) {
   const Stopwatch t;
   if (!final_model) m_log->eval_started(epoch);
   const data::DataSource& test = *m_data.test;
-  const int64_t n = m_data.n_test, begin = n * m_rank / m_ranks, end = n * (m_rank + 1) / m_ranks;
+  // Each spatial group evaluates its share of the samples, each of its ranks its tile of them.
+  const int64_t groups = m_spatial.ranks, group = m_spatial.rank;
+  const int64_t n = m_data.n_test, begin = n * group / groups, end = n * (group + 1) / groups;
   // Rank 0 evaluates the first test samples: it draws a few of them.
   std::vector<pictures::PredictionSample> pictures(m_root && test.info().per_pixel_labels ? eval::k_picture_samples
                                                                                           : 0);
+  eval::EvalTile tile;
+  if (m_spatial.split_sample()) {
+    tile.window = &*m_spatial.window;
+    tile.comm = m_spatial.tile_comm();
+    tile.class_weights.assign(m_cfg.data.class_weights.begin(), m_cfg.data.class_weights.end());
+  }
   m_last_eval = eval::evaluate_range(m_device.group->eval_graph(), *m_device.backend, *m_device.stream, test, begin,
                                      end, m_device.labels, m_device.predictions, m_device.class_weights,
-                                     pictures.empty() ? nullptr : &pictures);
+                                     pictures.empty() ? nullptr : &pictures, tile);
   if (!pictures.empty()) {
-    const std::string why = pictures::write_prediction_picture(m_dir, epoch, pictures, test.info().sample);
+    const std::string why =
+        pictures::write_prediction_picture(m_dir, epoch, pictures, m_spatial.tile_sample(test.info().sample));
     if (!why.empty()) m_log->warn(why);
   }
   eval::sum_over_ranks(m_last_eval, m_world);
@@ -404,7 +417,7 @@ std::string TrainingRun::divergence_hint() const {
                 "; sma with %d learner(s) in the job pulls each learner by parallel.alpha = %g and moves the central "
                 "model by beta = %g (parallel.centre_rate%s) with parallel.momentum = %g: a smaller parallel.momentum "
                 "or parallel.centre_rate damps the central model",
-                m_device.group->learners() * m_ranks, c.alpha, c.beta,
+                m_device.group->learners() * m_spatial.ranks, c.alpha, c.beta,
                 m_cfg.parallel.centre_rate > 0 ? "" : " = 0: min(alpha x learners, 1)", c.mu);
   return hint + text;
 }

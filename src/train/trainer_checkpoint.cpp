@@ -110,15 +110,16 @@ void TrainingRun::fit_shape(const checkpoint::TrainerState& s) {
   const int64_t then_batch = trained_batch(s);
   // A checkpoint that does not record its nodes had this job's (its node-level state, which
   // outer needs, would not carry over: check_resumable).
-  const int64_t then_nodes = s.nodes > 0 ? s.nodes : m_topo.nodes();
+  // A split run resumes on its own shape only (check_resumable): its groups' nodes are this job's.
+  const int64_t then_nodes = m_spatial.split_sample() ? m_spatial.nodes : s.nodes > 0 ? s.nodes : m_topo.nodes();
   const ElasticBatch e =
       elastic_batch(m_cfg.elastic.batch == config::ElasticBatch::global,
-                    {then_batch, s.learners, s.world_size, s.lr_factor, then_nodes}, m_requested_batch, m_ranks,
-                    m_topo.nodes(), update_batch_of(m_algorithm), m_cfg.schedule.scale_lr_with_batch);
+                    {then_batch, s.learners, s.world_size / m_spatial.split.ranks(), s.lr_factor, then_nodes}, m_requested_batch,
+                    m_spatial.ranks, m_spatial.nodes, update_batch_of(m_algorithm), m_cfg.schedule.scale_lr_with_batch);
   m_lr_factor = e.lr_factor;
   if (e.learner_batch == m_cfg.train.batch_size) return;
   m_cfg.train.batch_size = e.learner_batch;
-  m_data.plan = plan_training(m_cfg, m_origin, m_data, m_ranks);
+  m_data.plan = plan_training(m_cfg, m_origin, m_data, m_spatial.ranks);
 }
 
 // A checkpoint of another job is refused, naming what differs; keys that may change between
@@ -137,6 +138,16 @@ void TrainingRun::check_resumable(const checkpoint::LoadedCheckpoint& ck,
   if (!refused.empty())
     throw UsageError(where + " is a checkpoint of another run: " + refused +
                      " (resume with the checkpoint's values, or train into a new run.dir)");
+  const nn::SpatialSplit then_split = config::spatial_split(then.parallel), now_split = m_spatial.split;
+  if (then_split != now_split)
+    throw UsageError(where + " was trained with parallel.spatial = " + then_split.str() + " and this run has " +
+                     now_split.str() + ": a split run resumes on its own split (set parallel.spatial = " +
+                     then_split.str() + ")");
+  if (now_split.split() && then_state.world_size != m_ranks)
+    throw UsageError(where + " was written by a job of " + std::to_string(then_state.world_size) +
+                     " rank(s) with parallel.spatial = " + now_split.str() + ", and this job has " +
+                     std::to_string(m_ranks) + ": a split run resumes on its own job size (another number of "
+                     "groups is not built yet)");
   if (then_state.train_samples != m_data.n_train)
     throw UsageError(where + " was trained on " + std::to_string(then_state.train_samples) +
                      " training samples; data.train (" + m_cfg.data.train + ") has " + std::to_string(m_data.n_train));
@@ -229,7 +240,7 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
     else if (m_data.sampler->mode() == input::Sampling::global)
       m_data.plan.schedule_steps_per_epoch = m_data.n_train / s.schedule_step_samples;
     m_device.schedule =
-        make_schedule(m_cfg, m_ranks, m_topo.nodes(), m_data.plan.schedule_steps_per_epoch, m_lr_factor);
+        make_schedule(m_cfg, m_spatial.ranks, m_spatial.nodes, m_data.plan.schedule_steps_per_epoch, m_lr_factor);
   }
   if (s.learners != g.learners() || reshaped) {  // the auto-tuner had changed it, or the job's shape changed
     while (g.learners() < s.learners) g.add_learner();
@@ -384,7 +395,7 @@ checkpoint::TrainerState TrainingRun::trainer_state() const {
   s.epoch_start_batches = start_epoch ? m_pos.start_batches : 0;
   s.epoch_position = m_data.sampler->mode() == input::Sampling::global
                          ? s.epoch_start_position +
-                               (m_pos.at.used - s.epoch_start_batches) * m_cfg.train.batch_size * m_ranks
+                               (m_pos.at.used - s.epoch_start_batches) * m_cfg.train.batch_size * m_spatial.ranks
                          : -1;
   s.samples_done = m_pos.samples_done;
   s.learners = g.learners();

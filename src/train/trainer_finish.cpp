@@ -57,10 +57,11 @@ records::RunFacts TrainingRun::run_facts() const {
     std::snprintf(line, sizeof(line),
                   "sma: %d learner(s) in the job, each pulled by alpha %g towards the central model, which moves by "
                   "beta %g%s towards their mean with momentum %g",
-                  g.learners() * m_ranks, c.alpha, c.beta,
+                  g.learners() * m_spatial.ranks, c.alpha, c.beta,
                   m_cfg.parallel.centre_rate > 0 ? "" : " (min(alpha x learners, 1))", c.mu);
     f.sma_line = line;
   }
+  if (m_spatial.split_sample()) f.spatial_line = m_spatial.text();
   if (!m_device.cross_rule.empty()) f.cross_line = "allreduce: cross-node stage " + m_device.cross_rule;
   if (const config::SyncPeriods p = config::sync_periods(m_cfg.parallel); p.by_level())
     f.periods_line = parallel::algorithm_name(m_algorithm) + std::string(" by level, parallel.periods = ") +
@@ -253,6 +254,17 @@ TrainResult TrainingRun::finish() {
     s.parallel["max_buckets_in_flight"] = g.max_buckets_in_flight();
   }
   if (g.options().graphs) s.parallel["captured_learners"] = g.captured_learners();
+  if (m_spatial.split_sample()) {
+    // The split, and this rank's halo exchanges: the seconds the graph waited for them
+    // (exposed) and those they travelled under its compute (hidden).
+    const nn::HaloTimes h = m_spatial.comm->halo_times();
+    s.parallel["spatial"] = {{"rows", m_spatial.split.rows},
+                             {"cols", m_spatial.split.cols},
+                             {"groups", m_spatial.ranks},
+                             {"tile", {m_spatial.window->rows, m_spatial.window->cols}},
+                             {"halo", {{"exposed_s", h.exposed}, {"hidden_s", h.hidden},
+                                       {"exchanges", h.exchanges}, {"bytes", h.bytes}}}};
+  }
   if (m_device.allreduce->memory() == mpi::Memory::device) s.parallel["device_allreduce"] = m_device.allreduce->mode();
   // The algorithms the cross-node stage ran (docs/allreduce.md, "The cross-node stage").
   if (const std::string cross = m_device.allreduce->cross_node(); !cross.empty()) s.parallel["cross_node"] = cross;

@@ -131,8 +131,8 @@ StepPlan plan_training(const config::Config& cfg, const std::string& origin, con
 }
 
 TrainingDevice build_training_device(const config::Config& cfg, const std::string& origin, const RunOptions& options,
-                                     const mpi::Topology& topo, const TrainingData& data,
-                                     double lr_factor) {
+                                     const mpi::Topology& topo, const SpatialJob& spatial,
+                                     const TrainingData& data, double lr_factor) {
   TrainingDevice t;
   const data::DatasetInfo& info = data.train->info();
   const int ranks = topo.world_size();
@@ -160,6 +160,10 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
   t.bucket_mb = config::bucket_mb_for(cfg.parallel, !can.host_accessible);
   parallel::LearnerGroupOptions lg = config::learner_group_options(
       cfg, topo, {data.plan.learners, t.bucket_mb, format, can.can_capture, data.plan.total_steps});
+  // parallel.spatial: each rank holds its tile of its group's samples (docs/design.md, "One
+  // sample across ranks"); the job's allreduce still runs over every rank.
+  lg.tile = spatial.tile_comm();
+  lg.spatial_ranks = static_cast<int>(spatial.split.ranks());
   // The node level's own sum (parallel.periods, outer's inner steps): over this node's ranks only.
   if (lg.node_level() && algorithm != parallel::Algorithm::ssgd && ranks > 1)
     t.node_allreduce = mpi::make_node_allreduce(topo, ar);
@@ -174,13 +178,17 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
 
   const int64_t batch = cfg.train.batch_size;
   const std::vector<float> class_weights(cfg.data.class_weights.begin(), cfg.data.class_weights.end());
-  const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
-  auto make_graph = [spec = data.spec, sample = info.sample, format] {
-    return config::make_model_graph(spec, sample, format);
+  const nn::Shape tile = spatial.tile_sample(info.sample);
+  const int64_t label_hw = info.per_pixel_labels ? tile.h() * tile.w() : 1;
+  auto make_graph = [spec = data.spec, sample = info.sample, format, place = spatial.place,
+                     comm = spatial.tile_comm()] {
+    std::unique_ptr<nn::Graph> g = config::make_model_graph(spec, sample, format);
+    if (place) g->set_tile(*place, comm);
+    return g;
   };
   t.group = std::make_unique<parallel::LearnerGroup>(*t.backend, make_graph, batch, batch * label_hw, cfg.optimizer,
                                            class_weights, lg, *t.allreduce, t.node_allreduce.get());
-  t.schedule = make_schedule(cfg, ranks, topo.nodes(), data.plan.schedule_steps_per_epoch, lr_factor);
+  t.schedule = make_schedule(cfg, spatial.ranks, spatial.nodes, data.plan.schedule_steps_per_epoch, lr_factor);
 
   t.labels = t.backend->allocate_labels(static_cast<size_t>(batch * label_hw), t.label_buf);
   t.predictions = t.backend->allocate_labels(static_cast<size_t>(batch * label_hw), t.pred_buf);
@@ -191,6 +199,7 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
   }
 
   input::LoaderOptions lo = config::loader_options(cfg, data.max_learners);
+  lo.window = spatial.window;
   // A device backend, or asynchronous CPU streams, copy the batches from pinned host memory:
   // the copy then runs on the learner's stream, ordered like any other work, and the host does
   // not wait for it (a copy from pageable memory makes the host wait).

@@ -20,6 +20,7 @@
 #include "src/config/config.hpp"
 #include "io/input/open_dataset.hpp"
 #include "src/optim/schedule.hpp"
+#include "src/train/spatial_job.hpp"
 #include "src/train/step_plan.hpp"
 #include "src/train/trainer.hpp"
 
@@ -78,8 +79,11 @@ struct TrainingDevice {
 
 // Builds the backend and everything on it, the schedule at `lr_factor` (make_schedule). Usage
 // errors (a device allreduce on the CPU, bf16 sums on an allreduce that takes f32 only) name the keys.
+// `spatial`: parallel.spatial's groups (their tiles placed: place_tiles); the schedule counts
+// its data-parallel ranks and nodes, the learners' graphs run on its tile and the loader reads it.
 TrainingDevice build_training_device(const config::Config& cfg, const std::string& origin, const RunOptions& options,
-                                     const mpi::Topology& topo, const TrainingData& data, double lr_factor);
+                                     const mpi::Topology& topo, const SpatialJob& spatial, const TrainingData& data,
+                                     double lr_factor);
 
 // The learning-rate schedule of a job of `ranks` ranks on `nodes` nodes at cfg.train.batch_size
 // (the linear scaling rule scales by the batch one update averages over: step_plan.hpp's

@@ -21,6 +21,7 @@
 #include "io/records/timeline.hpp"
 #include "src/train/trainer.hpp"
 #include "io/checkpoint/trainer_state.hpp"
+#include "src/train/spatial_job.hpp"
 #include "src/train/training_job.hpp"
 
 namespace squall::train {
@@ -66,7 +67,7 @@ class TrainingRun {
   void check_classes();
   double lr_at_samples(int64_t samples_done) const;
   int64_t step_samples() const {  // samples one step trains on over the job, at today's learner count
-    return m_cfg.train.batch_size * m_data.plan.learners * m_ranks;
+    return m_cfg.train.batch_size * m_data.plan.learners * m_spatial.ranks;
   }
   records::RunFacts run_facts() const;
   TrainResult finish();
@@ -112,7 +113,8 @@ class TrainingRun {
   const bool m_root;
   const parallel::Algorithm m_algorithm;
   FaultInjection m_fault;            // SQUALL_FAIL_AT, read with the data (any rank may refuse it)
-  std::vector<int> m_node_of_rank;  // every rank's node, for the sampler
+  std::vector<int> m_node_of_rank;  // every rank's node
+  SpatialJob m_spatial;              // parallel.spatial: the groups, and the job's data-parallel shape
   std::filesystem::path m_dir;
   bool m_clear_earlier = false;      // rank 0: remove the earlier run's outputs (clear_earlier_run)
 

@@ -1,0 +1,187 @@
+// parallel.spatial under a real mpiexec (docs/training.md, "One sample across ranks"): the
+// climate U-Net with each sample split over a group of ranks trains as the unsplit job does
+// (ssgd, sma, local-sgd and outer across groups), resumes bit for bit on its own split, and
+// refuses what it cannot do before training, naming the keys.
+//
+// Tolerance: a split sums the same terms in another order (each tile's share of the weight
+// gradients, batch norm's statistics merged over the tiles, the loss's weights), so losses
+// agree to float rounding, not bit for bit; 1e-5 relative is 100 times that rounding over these
+// few steps and 1000 times smaller than one step's change of the loss. The same split run twice
+// (a resume) is bit for bit.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/support/json_files.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+using nlohmann::json;
+using squall::test::mpiexec;
+using squall::test::output_tail;
+using squall::test::read_json;
+using squall::test::read_records;
+using squall::test::run_command;
+using squall::test::squall_bin;
+using squall::test::TempDir;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string k_configs = std::string(SQUALL_SOURCE_DIR) + "/configs/";
+
+// 8 generated climate samples of 96 x 144, TECA-style labels: made once per test process.
+const std::string& climate_data() {
+  static TempDir dir("squall-spatial-data");
+  static const std::string labelled = [] {
+    const std::string raw = dir.file("raw"), out = dir.file("labelled");
+    const auto gen = run_command(squall_bin() + " data climate --out " + raw +
+                                 " --samples 8 --height 96 --width 144 --seed 3");
+    REQUIRE(gen.exit_code == 0);
+    const auto label = run_command(squall_bin() + " data label --in " + raw + " --out " + out);
+    REQUIRE(label.exit_code == 0);
+    return out;
+  }();
+  return labelled;
+}
+
+// The U-Net (width 8, depth 3: 96 rows cut on multiples of 8) on `ranks` ranks, one thread each.
+std::string unet_job(int ranks, const std::string& dir, const std::string& extra) {
+  const std::string data = climate_data();
+  return mpiexec(ranks) + " " + squall_bin() + " train --config " + k_configs +
+         "fashion-mnist-lenet5.toml --set model.name=unet --set model.width=8 --set model.depth=3"
+         " --set train.batch_size=2 --set train.max_steps=6 --set schedule.warmup_steps=0"
+         " --set train.log_every_steps=1 --set run.threads=1 --set data.train=" + data + " --set data.test=" + data +
+         " --set data.test_samples=4 --set run.dir=" + dir + " " + extra;
+}
+
+std::vector<double> train_losses(const std::string& dir) {
+  std::vector<double> out;
+  for (const json& j : read_records(fs::path(dir) / "metrics.jsonl", "train")) out.push_back(j.at("loss").get<double>());
+  return out;
+}
+
+std::vector<double> eval_losses(const std::string& dir) {
+  std::vector<double> out;
+  for (const json& j : read_records(fs::path(dir) / "metrics.jsonl", "eval")) out.push_back(j.at("test_loss").get<double>());
+  return out;
+}
+
+void check_close(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  REQUIRE_FALSE(a.empty());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("record " << i << ": " << a[i] << " vs " << b[i]);
+    CHECK(std::abs(a[i] - b[i]) <= 1e-5 * std::max(1.0, std::abs(b[i])));
+  }
+}
+
+void run_ok(const std::string& command) {
+  const auto r = run_command(command);
+  INFO(output_tail(r));
+  REQUIRE(r.exit_code == 0);
+}
+
+}  // namespace
+
+TEST_CASE("one sample split over 2 and 4 ranks trains as one rank does", "[launch][spatial]") {
+  TempDir t("squall-spatial");
+  const std::string whole = t.file("whole"), rows = t.file("rows"), both = t.file("both");
+  run_ok(unet_job(1, whole, ""));
+  const auto r = run_command(unet_job(2, rows, "--set parallel.spatial=[2,1]"));
+  INFO(output_tail(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("parallel.spatial = [2, 1]: 1 group(s) of 2 ranks") &&
+                        Contains("rows [0, 48) x columns [0, 144)"));
+  run_ok(unet_job(4, both, "--set parallel.spatial=[2,2]"));
+  for (const std::string& split : {rows, both}) {
+    INFO(split);
+    check_close(train_losses(split), train_losses(whole));
+    check_close(eval_losses(split), eval_losses(whole));
+  }
+  // The split and its halos in summary.json: exchanges made, bytes sent, time hidden.
+  const json s = read_json(fs::path(rows) / "summary.json");
+  const json& sp = s.at("parallel").at("spatial");
+  CHECK(sp.at("rows") == 2);
+  CHECK(sp.at("cols") == 1);
+  CHECK(sp.at("tile") == json::array({48, 144}));
+  CHECK(sp.at("halo").at("exchanges").get<int64_t>() > 0);
+  CHECK(sp.at("halo").at("bytes").get<double>() > 0);
+  CHECK(sp.at("halo").at("hidden_s").get<double>() >= 0);
+  CHECK_FALSE(read_json(fs::path(whole) / "summary.json").at("parallel").contains("spatial"));
+}
+
+TEST_CASE("groups of a split sample are data parallel under ssgd, sma, local-sgd and outer", "[launch][spatial]") {
+  for (const std::string algorithm : {"ssgd", "sma", "local-sgd", "outer"}) {
+    INFO(algorithm);
+    TempDir t("squall-spatial-groups");
+    const std::string plain = t.file("plain"), split = t.file("split");
+    std::string extra = "--set parallel.algorithm=" + algorithm;
+    if (algorithm == "sma" || algorithm == "local-sgd") extra += " --set parallel.period=2";
+    if (algorithm == "outer") extra += " --set parallel.outer.period=2";
+    // 2 unsplit ranks against 2 groups of 2 ranks: the same samples, the same learners.
+    run_ok(unet_job(2, plain, extra));
+    run_ok(unet_job(4, split, extra + " --set parallel.spatial=[2,1]"));
+    check_close(train_losses(split), train_losses(plain));
+    check_close(eval_losses(split), eval_losses(plain));
+    CHECK(read_json(fs::path(split) / "summary.json").at("parallel").at("spatial").at("groups") == 2);
+  }
+}
+
+TEST_CASE("a split run resumes on its split bit for bit and refuses another split", "[launch][spatial][checkpoint]") {
+  for (const std::string algorithm : {"ssgd", "sma"}) {
+    INFO(algorithm);
+    TempDir t("squall-spatial-resume");
+    const std::string whole = t.file("whole"), crashed = t.file("crashed");
+    const std::string extra = "--set parallel.spatial=[2,1] --set checkpoint.every_steps=2 --set parallel.algorithm=" +
+                              algorithm + (algorithm == "sma" ? " --set parallel.period=2" : "");
+    run_ok(unet_job(4, whole, extra));
+    const auto crash = run_command("SQUALL_FAIL_AT=1:4 " + unet_job(4, crashed, extra));
+    REQUIRE(crash.exit_code != 0);
+    const auto resumed = run_command(unet_job(4, crashed, extra + " --resume auto"));
+    INFO(output_tail(resumed));
+    REQUIRE(resumed.exit_code == 0);
+    CHECK_THAT(resumed.out, Contains("resuming from") && Contains("step-00000002"));
+    CHECK(train_losses(crashed) == train_losses(whole));
+    CHECK(read_json(fs::path(crashed) / "summary.json").at("model_checksum") ==
+          read_json(fs::path(whole) / "summary.json").at("model_checksum"));
+    if (algorithm != "ssgd") continue;
+    const auto other = run_command(unet_job(2, crashed, "--set parallel.spatial=[1,2] --resume auto"));
+    CHECK(other.exit_code == 2);
+    CHECK_THAT(other.err, Contains("was trained with parallel.spatial = [2, 1]") && Contains("[1, 2]"));
+  }
+}
+
+TEST_CASE("a split the job or the model cannot take is refused before training, naming the key",
+          "[launch][spatial][bad-input]") {
+  TempDir t("squall-spatial-bad");
+  // A world size the groups do not divide.
+  const auto odd = run_command(unet_job(3, t.file("odd"), "--set parallel.spatial=[2,1]"));
+  CHECK(odd.exit_code != 0);
+  CHECK_THAT(odd.err, Contains("parallel.spatial = [2, 1]") && Contains("3 ranks, not a multiple of 2"));
+  CHECK_FALSE(fs::exists(fs::path(t.file("odd")) / "metrics.jsonl"));
+  // Several learners per rank: both keys named.
+  const auto learners = run_command(unet_job(2, t.file("learners"), "--set parallel.spatial=[2,1] "
+                                                                  "--set parallel.replicas_per_device=2"));
+  CHECK(learners.exit_code == 2);
+  CHECK_THAT(learners.err, Contains("parallel.spatial") && Contains("parallel.replicas_per_device = 2"));
+  // A model with a global pooling branch: the layer, and no split that works.
+  const auto deeplab = run_command(unet_job(2, t.file("deeplab"), "--set model.name=deeplabv3plus "
+                                                                 "--set model.width=0 --set model.depth=0 "
+                                                                 "--set parallel.spatial=[2,1]"));
+  CHECK(deeplab.exit_code != 0);
+  CHECK_THAT(deeplab.err, Contains("parallel.spatial = [2, 1] cannot split") && Contains("aspp") &&
+                              Contains("no split within it works"));
+  // A classifier's data: one label per sample.
+  const auto lenet = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + k_configs +
+                                 "fashion-mnist-lenet5.toml --set train.max_steps=2 --set schedule.warmup_steps=0"
+                                 " --set parallel.spatial=[2,1] --set run.dir=" + t.file("lenet"));
+  CHECK(lenet.exit_code != 0);
+  CHECK_THAT(lenet.err, Contains("one label per sample"));
+}
