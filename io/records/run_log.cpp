@@ -205,6 +205,8 @@ void RunLog::train_window(const TrainWindow& w) {
          {"samples_per_s", w.samples_per_s}, {"steady_samples_per_s", or_null(w.steady_samples_per_s)}};
   if (w.loss_scale) j["loss_scale"] = *w.loss_scale;
   if (w.skipped_steps) j["skipped_steps"] = *w.skipped_steps;
+  if (w.halo_exposed_s) j["halo_exposed_s"] = *w.halo_exposed_s;
+  if (w.halo_hidden_s) j["halo_hidden_s"] = *w.halo_hidden_s;
   record(j);
   scalar("train/loss", w.step, w.loss);
   scalar("train/lr", w.step, w.lr);
@@ -217,6 +219,8 @@ void RunLog::train_window(const TrainWindow& w) {
   scalar("time/run_s", w.step, m_clock.run_s());
   if (w.loss_scale) scalar("train/loss_scale", w.step, *w.loss_scale);
   if (w.skipped_steps) scalar("train/skipped_steps", w.step, static_cast<double>(*w.skipped_steps));
+  if (w.halo_exposed_s) scalar("time/halo_exposed_s", w.step, *w.halo_exposed_s);
+  if (w.halo_hidden_s) scalar("time/halo_hidden_s", w.step, *w.halo_hidden_s);
   if (m_tensorboard) m_tensorboard->flush();
 }
 

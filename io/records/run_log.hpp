@@ -132,6 +132,9 @@ struct TrainWindow {
   double compute_s = 0, allreduce_s = 0, io_wait_s = 0;  // this attempt's, so far
   std::optional<double> loss_scale;     // fp16's dynamic loss scale
   std::optional<int64_t> skipped_steps; // non-finite steps skipped
+  // parallel.spatial: rank 0's halo seconds so far, exposed (its graph waited) and hidden
+  // (under compute); nullopt without a split.
+  std::optional<double> halo_exposed_s, halo_hidden_s;
 };
 
 struct EvalFacts {

@@ -1,5 +1,5 @@
 // `squall model --model NAME [--width N] [--depth N] [--aspp-rates LIST] [--params N --flops F]
-// [--input C,H,W] [--classes K] [--batch B] [--learners L]
+// [--input C,H,W] [--classes K] [--batch B] [--learners L] [--spatial R,C]
 // [--machine summit|perlmutter|frontier|cori-gpu|horovod-p100|local] [--nodes LIST]
 // [--algorithm ssgd|sma] [--allreduce hier|flat] [--cross-node auto|ring|halving-doubling]
 // [--precision fp32|fp16|bf16] [--comm fp32|bf16|fp16] [--overlap F] [--jitter F]
@@ -43,6 +43,7 @@ struct ModelArgs {
   std::string aspp_rates;
   bool width_given = false, depth_given = false, aspp_rates_given = false;
   int learners = 1;
+  std::string spatial;  // --spatial R,C ("" : whole samples)
   double overlap = 0.8, efficiency = 0;
   bool json = false;
 };
@@ -88,6 +89,8 @@ json row_json(const perf::Row& r) {
               {"allreduce_flat_ms", r.allreduce_flat_ms},
               {"allreduce_hier_ms", r.allreduce_hier_ms},
               {"exposed_ms", r.exposed_ms},
+              {"halo_ms", r.halo_ms},
+              {"halo_exposed_ms", r.halo_exposed_ms},
               {"straggler_ms", r.straggler_ms},
               {"cross_node", mpi::k_cross_algorithms.name(r.cross)},
               {"io_ms", r.io_ms},
@@ -309,6 +312,16 @@ int run_model(const ModelArgs& a) {
   s.sample_bytes = 4.0 * static_cast<double>(cost.c * cost.h * cost.w);
   if (run && a.batch == 0) s.batch = run->global_batch / (static_cast<int64_t>(run->world_size) * run->learners);
   if (run && a.learners == 1) s.learners = run->learners;
+  nn::SpatialSplit tiles;
+  if (!a.spatial.empty()) {
+    if (given) throw UsageError("--spatial needs a zoo model (its layers give the halos), not --params and --flops");
+    const std::vector<std::string> parts = split(a.spatial);
+    if (parts.size() != 2) throw UsageError("--spatial: give ROWS,COLS, got '" + a.spatial + "'");
+    tiles = {parse_int("--spatial", parts[0]), parse_int("--spatial", parts[1])};
+    if (tiles.rows < 1 || tiles.cols < 1) throw UsageError("--spatial: ROWS and COLS must be >= 1, got " + a.spatial);
+    s.spatial = static_cast<int>(tiles.ranks());
+    s.halo_bytes = perf::halo_bytes_per_sample(cost, tiles, precision == config::Precision::fp32 ? 4 : 2);
+  }
 
   std::vector<int> nodes;
   if (a.nodes.empty()) {
@@ -369,6 +382,8 @@ int run_model(const ModelArgs& a) {
            {"gradient_bytes", static_cast<double>(cost.parameters) * s.grad_bytes},
            {"batch_per_learner", s.batch},
            {"learners_per_gpu", s.learners},
+           {"spatial", {tiles.rows, tiles.cols}},
+           {"halo_bytes_per_sample", s.halo_bytes},
            {"overlap", s.overlap},
            {"jitter", s.jitter},
            {"cross_node", a.cross_node},
@@ -404,16 +419,27 @@ int run_model(const ModelArgs& a) {
                 parallel::algorithm_name(s.algorithm), s.allreduce.c_str(), cost.parameters * s.grad_bytes / 1e6,
                 a.comm.c_str(), a.cross_node.c_str(), s.overlap, s.jitter, static_cast<long long>(s.batch), s.learners);
   out << line;
+  if (tiles.split()) {
+    std::snprintf(line, sizeof line,
+                  "parallel.spatial %s: each sample over a group of %lld GPUs (one learner), halos %.1f MB per sample "
+                  "(forward and backward), hidden under the tile's compute by the overlap\n",
+                  tiles.str().c_str(), static_cast<long long>(tiles.ranks()), s.halo_bytes / 1e6);
+    out << line;
+  }
   // cross: the algorithm the hierarchical allreduce's cross-node stage takes (hd: halving-doubling).
   out << "   nodes    GPUs  learners  global_batch  compute_ms  straggler_ms  flat_ms  hier_ms  cross  exposed_ms"
-         "    io_ms   step_ms     samples/s  efficiency\n";
+      << (tiles.split() ? "  halo_ms  halo_exposed_ms" : "") << "    io_ms   step_ms     samples/s  efficiency\n";
   for (const auto& r : rows) {
     const char* cross_text = r.nodes <= 1 ? "-" : r.cross == mpi::CrossAlgorithm::halving_doubling ? "hd" : "ring";
-    std::snprintf(line, sizeof line,
-                  "%8d %7d %9d %13lld %11.2f %13.2f %8.2f %8.2f %6s %11.2f %8.2f %9.2f %13.1f %11.3f\n", r.nodes,
-                  r.gpus, r.learners, static_cast<long long>(r.global_batch), r.compute_ms, r.straggler_ms,
-                  r.allreduce_flat_ms, r.allreduce_hier_ms, cross_text, r.exposed_ms, r.io_ms, r.step_ms,
-                  r.samples_per_s, r.efficiency);
+    std::snprintf(line, sizeof line, "%8d %7d %9d %13lld %11.2f %13.2f %8.2f %8.2f %6s %11.2f", r.nodes, r.gpus,
+                  r.learners, static_cast<long long>(r.global_batch), r.compute_ms, r.straggler_ms,
+                  r.allreduce_flat_ms, r.allreduce_hier_ms, cross_text, r.exposed_ms);
+    out << line;
+    if (tiles.split()) {
+      std::snprintf(line, sizeof line, " %8.2f %16.2f", r.halo_ms, r.halo_exposed_ms);
+      out << line;
+    }
+    std::snprintf(line, sizeof line, " %8.2f %9.2f %13.1f %11.3f\n", r.io_ms, r.step_ms, r.samples_per_s, r.efficiency);
     out << line;
   }
   if (run) {
@@ -469,6 +495,9 @@ void add_model_command(CLI::App& root, Context&, Actions& actions) {
   sub->add_option("--classes", args->classes, "Classes (default: the run's; else 10, or 3 for the segmentation models)");
   sub->add_option("--batch", args->batch, "Batch per learner (default: 32, or 2 for inputs over 100k values)");
   sub->add_option("--learners", args->learners, "Learners (model replicas) per GPU (default 1)");
+  sub->add_option("--spatial", args->spatial,
+                  "ROWS,COLS: each sample split over a group of ROWS x COLS GPUs of a node (parallel.spatial)")
+      ->type_name("R,C");
   std::string machines;
   for (const std::string& name : perf::machine_names()) machines += (machines.empty() ? "" : " | ") + name;
   sub->add_option("--machine", args->machine, machines + " (default summit; local with --calibrate)");

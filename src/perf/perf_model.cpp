@@ -9,6 +9,7 @@
 
 #include "src/core/error.hpp"
 #include "src/config/setup.hpp"
+#include "src/nn/models/split_check.hpp"
 
 namespace squall::perf {
 
@@ -230,14 +231,56 @@ double expected_max_normal(int n) {
 }
 
 // ---- the forecast -------------------------------------------------------------------------
+double halo_bytes_per_sample(const ModelCost& model, nn::SpatialSplit split, int value_bytes) {
+  if (!split.split()) return 0.0;
+  const nn::Shape sample(1, model.c, model.h, model.w);
+  if (const std::string why = nn::split_refusal(model.spec, sample, split); !why.empty()) {
+    const std::optional<nn::SpatialSplit> works = nn::largest_working_split(model.spec, sample, split);
+    throw UsageError("--spatial " + std::to_string(split.rows) + "," + std::to_string(split.cols) + ": " + why +
+                     (works ? "; the largest split within it that works is " + std::to_string(works->rows) + "," +
+                                  std::to_string(works->cols)
+                            : std::string("; no split within it works")));
+  }
+  std::unique_ptr<nn::Graph> graph;
+  try {
+    graph = config::make_model_graph(model.spec, nn::Shape(1, model.c, model.h, model.w), config::GraphFormat{});
+    graph->setup(1);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--spatial: ") + e.what());
+  }
+  double values = 0;
+  for (int i = 1; i < graph->size(); ++i) {
+    const nn::Layer* layer = graph->node_layer(i);
+    if (layer == nullptr || layer->type() != "conv2d") continue;
+    const nn::LayerAttributes a = layer->attributes();
+    const int64_t reach = a.dilation * (a.kernel - 1) / 2;
+    if (reach <= 0) continue;
+    const int input = graph->node_inputs(i).front();
+    const nn::Shape& in = graph->node_shape(input);
+    if (in.rank != 4) throw UsageError("--spatial: model node '" + graph->node_name(i) + "' reads no image");
+    // Each edge both ways, and at each crossing of edges the four corner blocks diagonally.
+    const double edges = 2.0 * static_cast<double>(reach * ((split.rows - 1) * in.w() + (split.cols - 1) * in.h()));
+    const double corners = 4.0 * static_cast<double>(reach * reach * (split.rows - 1) * (split.cols - 1));
+    // Backward sends the halos' gradients back, except to the model's input, which has none.
+    const double passes = input == 0 ? 1.0 : 2.0;
+    values += passes * static_cast<double>(in.c()) * (edges + corners);
+  }
+  return values * value_bytes;
+}
+
 Row forecast_one(const ModelCost& model, const Machine& m, const Scenario& s, int nodes) {
   Row r;
   r.nodes = nodes;
   r.gpus = nodes * m.gpus_per_node;
-  r.learners = r.gpus * s.learners;
+  // A split sample's group of GPUs is one learner; each GPU computes its tile's share.
+  const int split = std::max(1, s.spatial);
+  r.learners = r.gpus / split * s.learners;
   r.global_batch = static_cast<int64_t>(r.learners) * s.batch;
   const double samples_per_gpu = static_cast<double>(s.batch) * s.learners;
-  const double compute_s = model.train_flops() * samples_per_gpu / m.sustained_flops();
+  const double compute_s = model.train_flops() * samples_per_gpu / split / m.sustained_flops();
+  // Each GPU sends its share of the halos over the node's links, one message per edge and pass.
+  const double halo = split > 1 ? samples_per_gpu * s.halo_bytes / split / m.intra_bw + 4.0 * m.intra_latency : 0.0;
+  const double halo_exposed = halo - s.overlap * std::min(halo, compute_s);
   // Each GPU's compute is the mean plus noise of relative deviation `jitter`; the step waits for
   // the slowest of the r.gpus, beyond what the machine's overhead already holds (local: the
   // calibrated run's own ranks).
@@ -256,7 +299,9 @@ Row forecast_one(const ModelCost& model, const Machine& m, const Scenario& s, in
     io = s.sample_bytes * samples_per_gpu * m.gpus_per_node / m.nvme_bw;
   // Reading is prefetched: it limits the step only when it takes longer than the step.
   // The allreduce starts when the slowest GPU's gradients are ready: the wait adds to the step.
-  const double step = std::max(compute_s + straggler + exposed + m.step_overhead, io);
+  const double step = std::max(compute_s + straggler + exposed + halo_exposed + m.step_overhead, io);
+  r.halo_ms = halo * 1e3;
+  r.halo_exposed_ms = halo_exposed * 1e3;
   r.compute_ms = compute_s * 1e3;
   r.straggler_ms = straggler * 1e3;
   r.cross = hier_cross_algorithm(bytes, nodes, m, s.cross);
@@ -279,6 +324,9 @@ std::vector<Row> forecast(const ModelCost& model, const Machine& m, const Scenar
   }
   if (s.batch < 1) throw UsageError("--batch must be positive, got " + std::to_string(s.batch));
   if (s.learners < 1) throw UsageError("--learners must be positive, got " + std::to_string(s.learners));
+  if (s.spatial < 1 || m.gpus_per_node % s.spatial != 0)
+    throw UsageError("--spatial: groups of " + std::to_string(s.spatial) + " GPUs do not divide " + m.name + "'s " +
+                     std::to_string(m.gpus_per_node) + " GPUs per node (a group lies inside a node here)");
   if (!(s.jitter >= 0 && s.jitter < 1)) throw UsageError("--jitter must be in [0, 1), got " + std::to_string(s.jitter));
   std::sort(nodes.begin(), nodes.end());
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());

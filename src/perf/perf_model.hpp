@@ -14,6 +14,7 @@
 
 #include "mpi/cross_algorithm.hpp"
 #include "src/nn/graph.hpp"
+#include "src/nn/spatial.hpp"
 #include "src/config/config_enums.hpp"
 
 namespace squall::perf {
@@ -27,6 +28,16 @@ struct ModelCost {
   double forward_flops = 0;  // per sample; a multiply-add counts 2
   double train_flops() const { return 3.0 * forward_flops; }  // forward + backward (2x forward)
 };
+
+// parallel.spatial: the bytes one sample's halos move between the tiles of `split`, forward and
+// backward together, at `value_bytes` per activation value: every convolution whose kernel
+// reaches across a tile edge sends each neighbour reach = dilation x (kernel - 1) / 2 rows (or
+// columns) of its input, the whole sample's width (height) summed over the edge's tiles, each
+// way, and each diagonal neighbour a reach x reach corner; backward sends as many gradients
+// back (none to the model's input). What the split sends, exactly (tests/unit/test_spatial.cpp).
+// 0 for [1, 1]. Throws UsageError naming --spatial where the
+// model cannot run on the split's tiles (a pooling branch, a classifier).
+double halo_bytes_per_sample(const ModelCost& model, nn::SpatialSplit split, int value_bytes);
 // The input a model is usually trained on here: 1x28x28 and 10 classes for lenet5 and
 // resnet20 (Fashion-MNIST), 16x768x1152 and 3 classes for the segmentation models (DeepCAM).
 void default_input(const std::string& model, int64_t& c, int64_t& h, int64_t& w, int64_t& classes);
@@ -117,6 +128,12 @@ struct Scenario {
   // docs/model.md): a synchronous step waits for the slowest of the GPUs.
   double jitter = 0.02;
   mpi::CrossAlgorithm cross = mpi::CrossAlgorithm::automatic;  // the hierarchical cross-node stage
+  // parallel.spatial: each sample split over `spatial` consecutive GPUs of a node (a group,
+  // which counts as one learner), each computing its tile's share of the FLOPs and sending
+  // halo_bytes per sample (halo_bytes_per_sample / the group's GPUs) over the node's links,
+  // hidden under the tile's interior by `overlap` as the allreduce is.
+  int spatial = 1;
+  double halo_bytes = 0;
 };
 
 struct Row {
@@ -124,6 +141,7 @@ struct Row {
   int64_t global_batch = 0;
   double compute_ms = 0, allreduce_flat_ms = 0, allreduce_hier_ms = 0, exposed_ms = 0, io_ms = 0;
   double straggler_ms = 0;  // the wait for the slowest GPU beyond the mean compute
+  double halo_ms = 0, halo_exposed_ms = 0;  // parallel.spatial: the halo exchanges, and their part not hidden
   double step_ms = 0, samples_per_s = 0, efficiency = 0;
   mpi::CrossAlgorithm cross = mpi::CrossAlgorithm::ring;  // what the hierarchical cross-node stage took
 };

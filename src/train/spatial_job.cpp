@@ -5,27 +5,9 @@
 
 #include "src/core/error.hpp"
 #include "src/nn/models/input_multiple.hpp"
+#include "src/nn/models/split_check.hpp"
 
 namespace squall::train {
-namespace {
-
-// A group's communicator for planning: set_tile and setup() only ask where the rank is.
-class PlanningComm final : public nn::TileComm {
- public:
-  PlanningComm(int64_t rank, int64_t size) : m_rank(rank), m_size(size) {}
-  int64_t group_rank() const override { return m_rank; }
-  int64_t group_size() const override { return m_size; }
-  std::unique_ptr<Exchange> start(const std::vector<Message>&, const std::vector<Message>&) override {
-    throw Error("a planning graph does not exchange halos");
-  }
-  void gather(const double*, size_t, double*) override { throw Error("a planning graph does not sum"); }
-  nn::HaloTimes halo_times() const override { return {}; }
-
- private:
-  int64_t m_rank, m_size;
-};
-
-}  // namespace
 
 nn::Shape SpatialJob::tile_sample(const nn::Shape& sample) const {
   if (!place) return sample;
@@ -92,34 +74,6 @@ SpatialJob make_spatial_job(const config::Config& cfg, const std::string& origin
   return job;
 }
 
-std::string split_refusal(const nn::ModelSpec& spec, const nn::Shape& sample, nn::SpatialSplit split) {
-  const int64_t multiple = nn::input_multiple(spec);
-  for (int64_t r = 0; r < split.ranks(); ++r) {
-    try {
-      const nn::SpatialPlace place = nn::SpatialPlace::make(split, r, sample.h(), sample.w(), multiple);
-      PlanningComm comm(r, split.ranks());
-      auto graph = nn::make_model(spec, nn::Shape(1, sample.c(), sample.h(), sample.w()));
-      graph->set_tile(place, &comm);
-      graph->setup(1);
-    } catch (const Error& e) {
-      return e.what();
-    }
-  }
-  return "";
-}
-
-std::optional<nn::SpatialSplit> largest_working_split(const nn::ModelSpec& spec, const nn::Shape& sample,
-                                                      nn::SpatialSplit limit) {
-  std::optional<nn::SpatialSplit> best;
-  for (int64_t rows = 1; rows <= limit.rows; ++rows)
-    for (int64_t cols = 1; cols <= limit.cols; ++cols) {
-      const nn::SpatialSplit s{rows, cols};
-      if (!s.split() || (best && best->ranks() >= s.ranks())) continue;
-      if (split_refusal(spec, sample, s).empty()) best = s;
-    }
-  return best;
-}
-
 void place_tiles(SpatialJob& job, const config::Config& cfg, const std::string& origin, const nn::ModelSpec& spec,
                  const data::DatasetInfo& info) {
   if (!job.split_sample()) return;
@@ -128,8 +82,8 @@ void place_tiles(SpatialJob& job, const config::Config& cfg, const std::string& 
     throw UsageError(origin + ": parallel.spatial = " + job.split.str() + " splits samples with a label per pixel, "
                      "and data.train = " + cfg.data.train + " (" + info.description + ") has one label per sample: " +
                      "a classifier needs the whole sample on a rank; set parallel.spatial = [1, 1]");
-  if (const std::string why = split_refusal(spec, sample, job.split); !why.empty()) {
-    const std::optional<nn::SpatialSplit> works = largest_working_split(spec, sample, job.split);
+  if (const std::string why = nn::split_refusal(spec, sample, job.split); !why.empty()) {
+    const std::optional<nn::SpatialSplit> works = nn::largest_working_split(spec, sample, job.split);
     throw UsageError(origin + ": parallel.spatial = " + job.split.str() + " cannot split this model's " +
                      std::to_string(sample.h()) + "x" + std::to_string(sample.w()) + " samples: " + why + "; " +
                      (works ? "the largest split within it that works is parallel.spatial = " + works->str()

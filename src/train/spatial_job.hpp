@@ -55,12 +55,4 @@ SpatialJob make_spatial_job(const config::Config& cfg, const std::string& origin
 void place_tiles(SpatialJob& job, const config::Config& cfg, const std::string& origin, const nn::ModelSpec& spec,
                  const data::DatasetInfo& info);
 
-// The largest split (most ranks) of at most `limit`'s rows and columns whose every tile the
-// model runs on, or nothing.
-std::optional<nn::SpatialSplit> largest_working_split(const nn::ModelSpec& spec, const nn::Shape& sample,
-                                                      nn::SpatialSplit limit);
-// Why the model cannot run on `split` of `sample` ("" when it can): the first refusal met
-// over the split's tiles.
-std::string split_refusal(const nn::ModelSpec& spec, const nn::Shape& sample, nn::SpatialSplit split);
-
 }  // namespace squall::train

@@ -293,6 +293,11 @@ void TrainingRun::log_step(int64_t epoch, double lr, const std::vector<float>& l
     w.io_wait_s = m_device.loader->io_wait_s();
     if (g.options().loss_scaling.dynamic) w.loss_scale = g.loss_scale();
     if (g.options().loss_scaling.dynamic || g.options().skip_nonfinite) w.skipped_steps = g.skipped_steps();
+    if (m_spatial.split_sample()) {
+      const nn::HaloTimes h = m_spatial.comm->halo_times();
+      w.halo_exposed_s = h.exposed;
+      w.halo_hidden_s = h.hidden;
+    }
     m_log->train_window(w);
     m_window_loss.reset();
   }

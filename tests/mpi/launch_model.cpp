@@ -433,3 +433,33 @@ TEST_CASE("model: bad --jitter, --cross-node, --params and --flops exit 2 naming
     CHECK(r.out.empty());
   }
 }
+
+TEST_CASE("squall model --spatial forecasts a split sample: fewer learners, a tile's compute, the halos",
+          "[launch][model][spatial]") {
+  const std::string unet = "--model unet --width 16 --depth 4 --input 16,768,1152 --classes 3 --batch 1 "
+                           "--machine summit --nodes 1,16";
+  const json whole = model_json(unet);
+  const json split = model_json(unet + " --spatial 2,1");
+  CHECK(split.at("spatial") == json::array({2, 1}));
+  CHECK(split.at("halo_bytes_per_sample").get<double>() > 0);
+  CHECK(whole.at("halo_bytes_per_sample").get<double>() == 0);
+  for (size_t i = 0; i < 2; ++i) {
+    const json& w = whole.at("rows").at(i);
+    const json& s = split.at("rows").at(i);
+    CHECK(s.at("learners").get<int>() * 2 == w.at("learners").get<int>());
+    CHECK(s.at("compute_ms").get<double>() == Approx(w.at("compute_ms").get<double>() / 2));
+    CHECK(s.at("halo_ms").get<double>() > 0);
+    CHECK(s.at("halo_exposed_ms").get<double>() <= s.at("halo_ms").get<double>());
+    CHECK(w.at("halo_ms").get<double>() == 0);
+  }
+  const auto text = run_command(squall_bin() + " model " + unet + " --spatial 2,1");
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out, Catch::Contains("parallel.spatial [2, 1]") && Catch::Contains("halo_ms"));
+  // Groups of 4 GPUs do not divide Summit's 6 per node; DeepLabv3+'s pooling branch cannot split.
+  const auto four = run_command(squall_bin() + " model " + unet + " --spatial 4,1");
+  CHECK(four.exit_code == 2);
+  CHECK_THAT(four.err, Catch::Contains("--spatial") && Catch::Contains("6 GPUs per node"));
+  const auto deeplab = run_command(squall_bin() + " model --model deeplabv3plus --machine summit --spatial 2,1");
+  CHECK(deeplab.exit_code == 2);
+  CHECK_THAT(deeplab.err, Catch::Contains("--spatial"));
+}

@@ -22,6 +22,7 @@ class ThreadTileHub {
  public:
   explicit ThreadTileHub(int64_t size) : m_size(size), m_slots(static_cast<size_t>(size)) {}
   int64_t size() const { return m_size; }
+  size_t posted_bytes = 0;  // every halo message's bytes so far (under the hub's lock)
 
   void post(int64_t from, int64_t to, int64_t tag, const void* data, size_t bytes) {
     std::lock_guard<std::mutex> lock(m_mutex);
@@ -31,6 +32,7 @@ class ThreadTileHub {
     const auto* p = static_cast<const char*>(data);
     box.assign(p, p + bytes);
     if (bytes == 0) box.push_back(0);  // present, if empty
+    posted_bytes += bytes;
     m_cv.notify_all();
   }
 

@@ -17,6 +17,7 @@
 #include "src/nn/graph.hpp"
 #include "src/nn/models/builder.hpp"
 #include "src/nn/spatial.hpp"
+#include "src/perf/perf_model.hpp"
 #include "tests/support/spatial_batch.hpp"
 #include "tests/support/test_backend.hpp"
 #include "tests/support/thread_tile_comm.hpp"
@@ -52,6 +53,7 @@ struct RankRun {
   std::vector<float> grads, state, params;
   std::vector<std::string> collectives;
   std::vector<nn::ParamInfo> param_info;
+  size_t halo_bytes = 0;  // sent by every rank of the group together
 };
 
 
@@ -154,6 +156,7 @@ RankRun run_split(const nn::ModelSpec& spec, const std::vector<Batch>& batches, 
     REQUIRE(r.collectives == runs[0].collectives);
     REQUIRE(r.losses == runs[0].losses);  // the same sums on every rank
   }
+  runs[0].halo_bytes = hub.posted_bytes;
   return runs[0];
 }
 
@@ -529,6 +532,11 @@ TEST_CASE("the climate U-Net split over rows and columns computes what it comput
         state_tensors = g->state_info();
       }
       require_close_per_tensor(got.state, whole.state, state_tensors, 1e-5, "running statistic");
+      // `squall model --spatial`'s halo bytes are what the split sent, forward and backward.
+      const double predicted =
+          perf::halo_bytes_per_sample(perf::model_cost(spec, 16, 96, 144), split, 4) * static_cast<double>(2);
+      INFO("halo bytes sent " << got.halo_bytes << ", predicted " << predicted);
+      CHECK(static_cast<double>(got.halo_bytes) == predicted);
     }
   }
 }
