@@ -61,15 +61,21 @@ SpatialJob make_spatial_job(const config::Config& cfg, const std::string& origin
   }
   job.nodes = static_cast<int>(dense.size());
   // outer sums the inner steps over each node's ranks: a group across two nodes would get two
-  // nodes' models on its ranks.
-  if (cfg.parallel.algorithm == parallel::Algorithm::outer)
+  // nodes' models on its ranks. Node-local sampling reads the files staged on the group's node
+  // (its first rank's: squall stage copies a node's share by its ranks, which is its groups'
+  // share when no group crosses a node), which a rank on another node does not have.
+  const bool outer = cfg.parallel.algorithm == parallel::Algorithm::outer;
+  const bool local = cfg.data.sampling == input::Sampling::local;
+  if (outer || local)
     for (int g = 0; g < job.ranks; ++g)
       for (int r = g * s + 1; r < (g + 1) * s; ++r)
         if (node_of_rank[static_cast<size_t>(r)] != node_of_rank[static_cast<size_t>(g * s)])
           throw UsageError(origin + ": parallel.spatial = " + job.split.str() + " puts group " + std::to_string(g) +
                            " (ranks " + std::to_string(g * s) + " to " + std::to_string((g + 1) * s - 1) +
-                           ") across two nodes, and parallel.algorithm = outer averages inside each node: "
-                           "give each node a multiple of " + std::to_string(s) + " ranks");
+                           ") across two nodes, and " +
+                           (outer ? std::string("parallel.algorithm = outer averages inside each node")
+                                  : std::string("data.sampling = local reads each node's staged files")) +
+                           ": give each node a multiple of " + std::to_string(s) + " ranks");
   job.comm = std::make_unique<parallel::MpiTileComm>(job.groups->group);
   return job;
 }

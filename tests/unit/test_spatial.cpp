@@ -541,6 +541,33 @@ TEST_CASE("the climate U-Net split over rows and columns computes what it comput
   }
 }
 
+TEST_CASE("the U-Net on DeepCAM's 768 x 1152 x 16 split evenly and unevenly computes what it computes unsplit",
+          "[spatial]") {
+  // One sample of DeepCAM's size: 48 blocks of 16 rows, 72 of 16 columns (depth 4). [5, 1]
+  // cuts 160, 160, 160, 144, 144 rows.
+  // Tolerance 5e-4 of each tensor's largest value, not the 1e-5 of 96 x 144: the unsplit
+  // reference sums each weight and bias gradient over 884,736 pixels in float (oneDNN's
+  // reductions), an error of order sqrt(N) x eps = 6e-5 of the terms, and the transposed
+  // convolutions' bias gradients cancel to a tenth of their terms' size, which magnifies it
+  // relative to the result (measured worst: 1.8e-4, up0.upconv.bias under [2, 2]; the loss
+  // agrees to 1e-7). The split sums each tile's share in double, so the difference is the
+  // reference's rounding, not the split's.
+  const nn::ModelSpec spec = climate_unet();
+  const std::vector<Batch> batches{random_batch(1, 16, 768, 1152, 3, 5)};
+  const RankRun whole = run_split(spec, batches, {1, 1}, 1, 0.0f);
+  for (const SpatialSplit split : {SpatialSplit{2, 1}, SpatialSplit{5, 1}, SpatialSplit{2, 2}}) {
+    DYNAMIC_SECTION("split " << split.str()) {
+      const RankRun got = run_split(spec, batches, split, 1, 0.0f);
+      INFO("loss unsplit " << whole.losses[0] << ", split " << got.losses[0]);
+      CHECK(std::fabs(got.losses[0] - whole.losses[0]) <= 1e-5 * std::fabs(whole.losses[0]));
+      require_close_per_tensor(got.grads, whole.grads, whole.param_info, 5e-4, "gradient");
+      auto g = nn::make_model(spec, Shape(1, 16, 768, 1152));
+      g->setup(1);
+      require_close_per_tensor(got.state, whole.state, g->state_info(), 1e-5, "running statistic");
+    }
+  }
+}
+
 TEST_CASE("a split run repeats bit for bit, and trains as the unsplit model over 50 steps", "[spatial]") {
   const nn::ModelSpec spec = climate_unet();
   std::vector<Batch> batches;
