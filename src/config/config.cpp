@@ -1,6 +1,9 @@
 #include "src/config/config.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -182,6 +185,53 @@ std::vector<std::string> config_keys() {
   std::vector<std::string> out;
   for (const auto& f : fields(dummy)) out.push_back(f.full());
   return out;
+}
+
+int64_t parse_byte_size(const std::string& text, const std::string& key) {
+  const auto trim = [](const std::string& t) {
+    const auto b = t.find_first_not_of(" \t");
+    return b == std::string::npos ? std::string() : t.substr(b, t.find_last_not_of(" \t") - b + 1);
+  };
+  const auto refuse = [&](const std::string& why) {
+    throw Error(key + " must be a size: a number of bytes, or a number and a unit (B, kB, MB, GB, TB, KiB, MiB, " +
+                "GiB, TiB) such as \"12GiB\" or \"800MB\"; " + why + " (got \"" + text + "\")");
+  };
+  const std::string s = trim(text);
+  size_t end = 0;
+  bool point = false;
+  while (end < s.size() && (std::isdigit(static_cast<unsigned char>(s[end])) || (s[end] == '.' && !point))) {
+    point = point || s[end] == '.';
+    ++end;
+  }
+  if (!s.empty() && s[0] == '-') refuse("a size is not negative");
+  if (end == 0 || (end == 1 && point)) refuse("it does not start with a number");
+  std::string unit = trim(s.substr(end));
+  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  static const std::vector<std::pair<std::string, int64_t>> units{
+      {"", 1},
+      {"b", 1},
+      {"kb", 1000},
+      {"mb", 1000 * 1000},
+      {"gb", int64_t{1000} * 1000 * 1000},
+      {"tb", int64_t{1000} * 1000 * 1000 * 1000},
+      {"kib", int64_t{1} << 10},
+      {"mib", int64_t{1} << 20},
+      {"gib", int64_t{1} << 30},
+      {"tib", int64_t{1} << 40}};
+  const auto it = std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first == unit; });
+  if (it == units.end()) refuse("\"" + trim(s.substr(end)) + "\" is not a unit");
+  const std::string number = s.substr(0, end);
+  constexpr double k_most = 9223372036854775807.0;  // 2^63 - 1, as a double rounds it: 2^63
+  if (!point) {  // whole: exact in integers
+    int64_t v = 0, bytes = 0;
+    const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), v);
+    if (ec != std::errc() || ptr != number.data() + number.size() || __builtin_mul_overflow(v, it->second, &bytes))
+      refuse("more than 2^63 bytes");
+    return bytes;
+  }
+  const double v = std::strtod(number.c_str(), nullptr) * static_cast<double>(it->second);
+  if (!(v < k_most)) refuse("more than 2^63 bytes");
+  return static_cast<int64_t>(v);  // a fraction of a byte is dropped
 }
 
 SyncPeriods sync_periods(const ParallelConfig& parallel) {

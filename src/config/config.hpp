@@ -16,6 +16,19 @@
 
 namespace squall::config {
 
+// A key that is a number of bytes: an integer (bytes), or text with a unit ("12GiB",
+// "800 MB", "1.5TiB"; parse_byte_size).
+struct ByteSize {
+  int64_t bytes = 0;
+  bool operator==(const ByteSize&) const = default;
+};
+
+// The bytes `text` says: a number (decimals allowed), optionally followed by a unit, with or
+// without a space: B, kB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (of 1024), in any
+// letter case; a plain number is bytes. Throws squall::Error naming `key`, what it read and the
+// units it takes, for anything else, a negative size or one beyond 2^63 bytes.
+int64_t parse_byte_size(const std::string& text, const std::string& key);
+
 struct RunConfig {
   std::string dir = "runs/default";  // run directory: metrics.jsonl, summary.json, checkpoints/
   int64_t seed = 1;                  // model init, shuffling, dropout
@@ -25,6 +38,9 @@ struct RunConfig {
   nn::CpuStreams cpu_streams = nn::CpuStreams::inline_;
   bool tensorboard = true;           // TensorBoard event files under <run.dir>/tensorboard/
   bool mllog = false;                // MLPerf-style :::MLLOG lines in <run.dir>/mlperf.log
+  // The memory each rank may use on the CPU backend (docs/training.md, "A rank's memory"): a run whose
+  // rank needs more is refused before it trains, with the split that would fit; 0 = no limit.
+  ByteSize memory_limit;
   bool operator==(const RunConfig&) const = default;
 };
 

@@ -364,6 +364,7 @@ void check_values(const Config& c, const std::string& origin) {
   // Enum keys need no check: their tables admit only their values.
   k.require(!c.run.dir.empty(), "run.dir", "must not be empty");
   k.non_negative(c.run.threads, "run.threads");
+  k.non_negative(c.run.memory_limit.bytes, "run.memory_limit");
 
   k.non_negative(c.data.workers, "data.workers");
   k.positive(c.data.prefetch, "data.prefetch");

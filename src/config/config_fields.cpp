@@ -23,6 +23,7 @@ std::vector<Field> fields(Config& c) {
       {"run", "cpu_streams", enum_field(&c.run.cpu_streams, nn::k_cpu_stream_modes)},
       {"run", "tensorboard", &c.run.tensorboard},
       {"run", "mllog", &c.run.mllog},
+      {"run", "memory_limit", &c.run.memory_limit},
 
       {"data", "train", &c.data.train},
       {"data", "test", &c.data.test},
@@ -226,6 +227,10 @@ void assign_plain(T* p, const toml::node& n, const std::string& raw, const Fail&
       fail("an array of strings");
     }
     *p = std::move(out);
+  } else if constexpr (std::is_same_v<T, ByteSize>) {
+    // An integer is bytes (text, with a unit, is read by assign).
+    if (!n.is_integer()) fail("an integer (bytes) or a size with a unit such as \"12GiB\"");
+    p->bytes = *n.value<int64_t>();
   } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
     const auto* arr = n.as_array();
     if (!arr) fail("an array of integers");
@@ -255,6 +260,14 @@ void assign(const Field& f, const toml::node& n, const std::string& origin, cons
     throw Error(origin + ": " + f.full() + " must be " + want + " (got " + describe(n) + ")" +
                 (raw.empty() ? line_of(n) : ""));
   };
+  if (std::holds_alternative<ByteSize*>(f.ref) && n.is_string()) {  // parse_byte_size names the key
+    try {
+      std::get<ByteSize*>(f.ref)->bytes = parse_byte_size(*n.value<std::string>(), f.full());
+    } catch (const Error& e) {
+      throw Error(origin + ": " + e.what() + (raw.empty() ? line_of(n) : ""));
+    }
+    return;
+  }
   if (const auto* e = std::get_if<EnumField>(&f.ref)) {
     if (n.is_string()) e->parse(*n.value<std::string>(), f.full(), origin, raw.empty() ? line_of(n) : "");
     else if (!raw.empty()) e->parse(raw, f.full(), origin, "");
@@ -307,6 +320,8 @@ std::string format_plain(const T* p) {
     return format_double(*p);
   } else if constexpr (std::is_same_v<T, std::string>) {
     return quote(*p);
+  } else if constexpr (std::is_same_v<T, ByteSize>) {
+    return std::to_string(p->bytes);
   } else {
     std::string out = "[";
     for (size_t i = 0; i < p->size(); ++i) {

@@ -37,7 +37,7 @@ EnumField enum_field(E* p, const EnumTable<E, N>& table) {
 }
 
 using FieldRef = std::variant<bool*, int64_t*, double*, std::string*, std::vector<int64_t>*,
-                              std::vector<double>*, std::vector<std::string>*, EnumField>;
+                              std::vector<double>*, std::vector<std::string>*, ByteSize*, EnumField>;
 
 struct Field {
   const char* section;

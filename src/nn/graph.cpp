@@ -79,8 +79,8 @@ std::string Graph::layout_text() const {
 // nothing changes, a layer that needs one layout (everything but mixes_layouts()) and sees
 // both gets NCHW for all of its 4-D tensors. A change only ever turns blocked into NCHW, so
 // this ends.
-void Graph::resolve_layouts(const Backend& backend) {
-  const Layout want = m_layout == Layout::blocked ? backend.capabilities().blocked_layout_for(m_dtype) : m_layout;
+void Graph::resolve_layouts(const Capabilities& caps) {
+  const Layout want = m_layout == Layout::blocked ? caps.blocked_layout_for(m_dtype) : m_layout;
   const int64_t block = channel_block(want);
   for (auto& n : m_nodes) {
     const bool image = n->shape.rank == 4;
@@ -130,6 +130,7 @@ int Graph::add(std::string name, std::unique_ptr<Layer> layer, std::vector<int> 
 void Graph::setup(int64_t batch) {
   if (batch <= 0) throw Error("graph: batch size must be positive");
   m_batch = batch;
+  m_fused_into.clear();  // fusion and layouts are chosen afterwards (build(), plan_layouts())
   setup_nodes(m_input_sample.with_batch(batch));
   m_full_shapes.clear();
   if (!m_place) return;
@@ -373,12 +374,20 @@ Graph::ActivationPlan Graph::plan_activations() const {
 
 size_t Graph::activation_bytes() const { return plan_activations().bytes; }
 
+void Graph::plan_layouts(const Capabilities& caps) {
+  SQUALL_CHECK(m_batch > 0, "graph: plan_layouts() after setup()");
+  if (built()) throw Error("graph: plan_layouts() is for a graph that is not built");
+  resolve_layouts(caps);
+  plan_fusion(caps);
+}
+
 void Graph::build(Backend& backend, int64_t batch, uint64_t seed) {
   setup(batch);
   m_backend = &backend;
   m_mirrors_current.store(false);
-  resolve_layouts(backend);
-  plan_fusion(backend);
+  const Capabilities caps = backend.capabilities();
+  resolve_layouts(caps);
+  plan_fusion(caps);
   const ActivationPlan plan = plan_activations();
   const size_t bytes_per = dtype_size(m_dtype);
 
@@ -555,10 +564,10 @@ int Graph::fused_nodes() const {
 // only reader: the head's layer is offered each in turn and stops the chain by refusing one.
 // The output node may end a chain (its value is the head's output, which forward() leaves
 // there).
-void Graph::plan_fusion(const Backend& backend) {
+void Graph::plan_fusion(const Capabilities& caps) {
   m_fused_into.assign(static_cast<size_t>(size()), -1);
   for (int id = 1; id < size(); ++id) m_nodes[static_cast<size_t>(id)]->layer->reset_fusion();
-  if (!m_fuse || !backend.capabilities().fuses(m_dtype)) return;
+  if (!m_fuse || !caps.fuses(m_dtype)) return;
   std::vector<int> readers(static_cast<size_t>(size()), 0);
   for (const auto& n : m_nodes)
     for (int i : n->inputs) ++readers[static_cast<size_t>(i)];

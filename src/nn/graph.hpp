@@ -117,7 +117,14 @@ class Graph {
   bool memory_reuse() const { return m_reuse_memory; }
   // The bytes of the activation arena (values and gradients) as planned for the batch of the
   // last setup() or build() and the settings above: what build() allocates, or would.
+  // After setup() alone, every node has memory of its own value: plan_layouts() first makes
+  // it the figure of a backend that fuses.
   size_t activation_bytes() const;
+  // After setup(), without a backend and without allocating: the layouts and the fusion that
+  // build() would choose on a backend with these capabilities (node_layout(), fused_nodes()
+  // and activation_bytes() then say what build() will allocate there). For planning memory at
+  // a size this machine cannot hold; build() chooses again on its own backend.
+  void plan_layouts(const Capabilities& caps);
   // Materialise; `seed` initialises the parameters (PyTorch-style per layer type).
   void build(Backend& backend, int64_t batch, uint64_t seed);
   bool built() const { return m_backend != nullptr; }
@@ -177,7 +184,7 @@ class Graph {
   struct ActivationPlan;
   ActivationPlan plan_activations() const;  // where each value and gradient lives (build())
   void setup_nodes(const Shape& input);       // every layer's setup from this input shape
-  void resolve_layouts(const Backend& backend);  // each node's layout (build())
+  void resolve_layouts(const Capabilities& caps);  // each node's layout (build(), plan_layouts())
   std::vector<std::unique_ptr<Node>> m_nodes;
   Shape m_input_sample;
   int m_output = 0;
@@ -194,7 +201,7 @@ class Graph {
   bool m_reuse_memory = true;
   bool m_fuse = true;
   std::vector<int> m_fused_into;  // per node: the node whose layer computes it, or -1 (build())
-  void plan_fusion(const Backend& backend);
+  void plan_fusion(const Capabilities& caps);
   bool m_mirrors_enabled = true;
   // Written by whoever calls params() or updates the weights, read by forward, on any thread.
   mutable std::atomic<bool> m_mirrors_current{false};

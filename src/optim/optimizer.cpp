@@ -157,6 +157,16 @@ class MirrorsWritten final : public Optimizer {
 
 }  // namespace
 
+int64_t state_floats_per_parameter(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::sgd: return 1;
+    case OptimizerKind::adam:
+    case OptimizerKind::adamw:
+    case OptimizerKind::lamb: return 2;
+  }
+  throw Error(std::string("optimizer.name: no optimizer for value ") + k_optimizer_kinds.name(kind));
+}
+
 double lamb_trust_ratio(double w_norm, double u_norm) {
   return (w_norm > 0 && u_norm > 0) ? w_norm / u_norm : 1.0;
 }

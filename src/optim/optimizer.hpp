@@ -62,6 +62,12 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& config, nn::Ba
                                           std::vector<ParamGroup> groups,
                                           std::function<void()> mirrors_written = {});
 
+// The floats of state make_optimizer's optimizer of this kind keeps per parameter (its
+// state() buffers over the parameter count): SGD's velocity (momentum 0 included), the two
+// moments of Adam, AdamW and LAMB. LARC adds none. For planning memory before the optimizer
+// exists (src/train/memory_need.hpp).
+int64_t state_floats_per_parameter(OptimizerKind kind);
+
 // Trust ratio ||w|| / ||u|| used by LAMB; 1 when either norm is 0.
 double lamb_trust_ratio(double w_norm, double u_norm);
 // LARC's factor on the gradient (the inner optimizer then runs at lr):

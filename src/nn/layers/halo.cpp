@@ -95,12 +95,95 @@ std::string ConvTile::check(const ConvDesc& d, const TileContext& t) {
   return why;
 }
 
-ConvTile::ConvTile(Backend& backend, const ConvDesc& d, const TileContext& t)
-    : m_backend(backend), m_desc(d), m_comm(t.comm), m_node(t.node) {
+ConvTile::Geometry ConvTile::geometry(const ConvDesc& d, const TileContext& t) {
   const TensorTile& x = t.inputs.at(0);
   const Shape y = d.output();
-  m_rows = halo_axis(d.h, y.h(), d.r, d.stride_h, d.pad_h, d.dil_h, x.has(Side::north), x.has(Side::south));
-  m_cols = halo_axis(d.w, y.w(), d.s, d.stride_w, d.pad_w, d.dil_w, x.has(Side::west), x.has(Side::east));
+  Geometry g;
+  g.rows = halo_axis(d.h, y.h(), d.r, d.stride_h, d.pad_h, d.dil_h, x.has(Side::north), x.has(Side::south));
+  g.cols = halo_axis(d.w, y.w(), d.s, d.stride_w, d.pad_w, d.dil_w, x.has(Side::west), x.has(Side::east));
+  // Halo widths whether or not this tile has a neighbour there (the neighbours' halos).
+  const HaloAxis wide_rows = halo_axis(d.h, y.h(), d.r, d.stride_h, d.pad_h, d.dil_h, true, true);
+  const HaloAxis wide_cols = halo_axis(d.w, y.w(), d.s, d.stride_w, d.pad_w, d.dil_w, true, true);
+  const int64_t lo_rows = wide_rows.lo, hi_rows = wide_rows.hi, lo_cols = wide_cols.lo, hi_cols = wide_cols.hi;
+  // The sides with a neighbour whose cells this convolution reads, and what goes each way.
+  for (int k = 0; k < k_sides; ++k) {
+    const auto side = static_cast<Side>(k);
+    if (!x.has(side)) continue;
+    Neighbour n;
+    n.side = side;
+    n.recv = halo_rect(g.rows, g.cols, side);
+    // What the neighbour at `side` reads of this tile: its halo on the opposite side, as wide
+    // on every rank (tiles start on multiples of the stride): `lo_width` rows from this tile's
+    // bottom for the neighbour below, `hi_width` from its top for the one above.
+    const int dr = side_rows(side), dc = side_cols(side);
+    n.send.y0 = dr > 0 ? g.rows.in - lo_rows : 0;
+    n.send.y1 = dr < 0 ? hi_rows : g.rows.in;
+    n.send.x0 = dc > 0 ? g.cols.in - lo_cols : 0;
+    n.send.x1 = dc < 0 ? hi_cols : g.cols.in;
+    if (n.recv.empty() && n.send.empty()) continue;
+    g.sides.push_back(n);
+  }
+
+  // The edge strips: north and south across the whole width, then west and east between them.
+  // A tile whose two edges meet (as thin as its halos) is one strip across.
+  const int64_t oh = y.h(), ow = y.w();
+  std::vector<Rect> outs;
+  int64_t mid0 = g.rows.edge_lo, mid1 = oh - g.rows.edge_hi;
+  if (mid0 >= mid1) {
+    outs.push_back({0, oh, 0, ow});
+    mid0 = mid1 = oh;
+  } else {
+    if (g.rows.edge_lo > 0) outs.push_back({0, g.rows.edge_lo, 0, ow});
+    if (g.rows.edge_hi > 0) outs.push_back({oh - g.rows.edge_hi, oh, 0, ow});
+  }
+  if (mid1 > mid0) {
+    if (g.cols.edge_lo + g.cols.edge_hi >= ow) {
+      if (g.cols.edge_lo + g.cols.edge_hi > 0) outs.push_back({mid0, mid1, 0, ow});
+    } else {
+      if (g.cols.edge_lo > 0) outs.push_back({mid0, mid1, 0, g.cols.edge_lo});
+      if (g.cols.edge_hi > 0) outs.push_back({mid0, mid1, ow - g.cols.edge_hi, ow});
+    }
+  }
+  for (const Rect& o : outs)
+    g.strips.push_back(
+        {o, Rect{g.rows.first_read(o.y0), g.rows.end_read(o.y1), g.cols.first_read(o.x0), g.cols.end_read(o.x1)}});
+  return g;
+}
+
+size_t ConvTile::strips(const ConvDesc& d, const TileContext& t) {
+  return needs_halos(d, t) ? geometry(d, t).strips.size() : 0;
+}
+
+size_t ConvTile::buffer_bytes(const ConvDesc& d, const TileContext& t) {
+  if (!needs_halos(d, t)) return 0;
+  int64_t outer_in = 1, inner = 1;
+  outer_inner(d.layout, d.n, d.c, outer_in, inner);
+  const Geometry g = geometry(d, t);
+  // As the constructor allocates: at least one element each.
+  const auto n = [](int64_t elements) { return static_cast<size_t>(std::max<int64_t>(elements, 1)); };
+  size_t elements = 0, largest = 1;
+  for (const Neighbour& s : g.sides) {
+    const int64_t recv = s.recv.empty() ? 0 : outer_in * s.recv.rows() * s.recv.cols() * inner;
+    const int64_t send = s.send.empty() ? 0 : outer_in * s.send.rows() * s.send.cols() * inner;
+    elements += 2 * n(recv) + 2 * n(send);
+    largest = std::max(largest, static_cast<size_t>(recv));
+  }
+  for (const auto& [out, in] : g.strips) {
+    const int64_t win = outer_in * in.rows() * in.cols() * inner;
+    const int64_t yo = d.n * d.k * out.rows() * out.cols();
+    elements += 3 * n(win) + 2 * n(yo);
+    largest = std::max(largest, static_cast<size_t>(win));
+  }
+  elements += largest;  // the zeros
+  const size_t f32 = (static_cast<size_t>(d.weight().numel()) + n(d.k)) * sizeof(float);  // dw, db
+  return elements * dtype_size(d.dtype) + f32;
+}
+
+ConvTile::ConvTile(Backend& backend, const ConvDesc& d, const TileContext& t)
+    : m_backend(backend), m_desc(d), m_comm(t.comm), m_node(t.node) {
+  const Geometry g = geometry(d, t);
+  m_rows = g.rows;
+  m_cols = g.cols;
   SQUALL_CHECK(m_comm != nullptr, "conv tile: no group communicator");
   m_host = backend.capabilities().host_accessible;
   outer_inner(d.layout, d.n, d.c, m_outer_in, m_inner);
@@ -110,27 +193,13 @@ ConvTile::ConvTile(Backend& backend, const ConvDesc& d, const TileContext& t)
   const auto buffer = [&](int64_t elements) {
     return backend.allocate(static_cast<size_t>(std::max<int64_t>(elements, 1)), d.dtype);
   };
-  // Halo widths whether or not this tile has a neighbour there (the neighbours' halos).
-  const HaloAxis wide_rows = halo_axis(d.h, y.h(), d.r, d.stride_h, d.pad_h, d.dil_h, true, true);
-  const HaloAxis wide_cols = halo_axis(d.w, y.w(), d.s, d.stride_w, d.pad_w, d.dil_w, true, true);
-  const int64_t lo_rows = wide_rows.lo, hi_rows = wide_rows.hi, lo_cols = wide_cols.lo, hi_cols = wide_cols.hi;
-  // The sides with a neighbour whose cells this convolution reads, and what goes each way.
-  for (int k = 0; k < k_sides; ++k) {
-    const auto side = static_cast<Side>(k);
-    if (!x.has(side)) continue;
+  const TensorTile& x = t.inputs.at(0);
+  for (const Neighbour& n : g.sides) {
     Halo h;
-    h.side = side;
-    h.peer = t.place->rank_at(x.row + side_rows(side), x.col + side_cols(side));
-    h.recv = halo_rect(side);
-    // What the neighbour at `side` reads of this tile: its halo on the opposite side, as wide
-    // on every rank (tiles start on multiples of the stride): `lo_width` rows from this tile's
-    // bottom for the neighbour below, `hi_width` from its top for the one above.
-    const int dr = side_rows(side), dc = side_cols(side);
-    h.send.y0 = dr > 0 ? m_rows.in - lo_rows : 0;
-    h.send.y1 = dr < 0 ? hi_rows : m_rows.in;
-    h.send.x0 = dc > 0 ? m_cols.in - lo_cols : 0;
-    h.send.x1 = dc < 0 ? hi_cols : m_cols.in;
-    if (h.recv.empty() && h.send.empty()) continue;
+    h.side = n.side;
+    h.peer = t.place->rank_at(x.row + side_rows(n.side), x.col + side_cols(n.side));
+    h.recv = n.recv;
+    h.send = n.send;
     h.recv_count = h.recv.empty() ? 0 : m_outer_in * h.recv.rows() * h.recv.cols() * m_inner;
     h.send_count = h.send.empty() ? 0 : m_outer_in * h.send.rows() * h.send.cols() * m_inner;
     const int64_t recv_n = h.recv_count, send_n = h.send_count;
@@ -147,31 +216,12 @@ ConvTile::ConvTile(Backend& backend, const ConvDesc& d, const TileContext& t)
     m_halos.push_back(std::move(h));
   }
 
-  // The edge strips: north and south across the whole width, then west and east between them.
-  // A tile whose two edges meet (as thin as its halos) is one strip across.
-  const int64_t oh = y.h(), ow = y.w();
-  std::vector<Rect> outs;
-  int64_t mid0 = m_rows.edge_lo, mid1 = oh - m_rows.edge_hi;
-  if (mid0 >= mid1) {
-    outs.push_back({0, oh, 0, ow});
-    mid0 = mid1 = oh;
-  } else {
-    if (m_rows.edge_lo > 0) outs.push_back({0, m_rows.edge_lo, 0, ow});
-    if (m_rows.edge_hi > 0) outs.push_back({oh - m_rows.edge_hi, oh, 0, ow});
-  }
-  if (mid1 > mid0) {
-    if (m_cols.edge_lo + m_cols.edge_hi >= ow) {
-      if (m_cols.edge_lo + m_cols.edge_hi > 0) outs.push_back({mid0, mid1, 0, ow});
-    } else {
-      if (m_cols.edge_lo > 0) outs.push_back({mid0, mid1, 0, m_cols.edge_lo});
-      if (m_cols.edge_hi > 0) outs.push_back({mid0, mid1, ow - m_cols.edge_hi, ow});
-    }
-  }
   size_t largest = 0;
-  for (const Rect& o : outs) {
+  for (const auto& [out, in] : g.strips) {
+    const Rect& o = out;
     Strip st;
-    st.out = o;
-    st.in = {m_rows.first_read(o.y0), m_rows.end_read(o.y1), m_cols.first_read(o.x0), m_cols.end_read(o.x1)};
+    st.out = out;
+    st.in = in;
     ConvDesc sd = d;
     sd.h = st.in.rows();
     sd.w = st.in.cols();
@@ -222,13 +272,13 @@ ConvTile::~ConvTile() {
   }
 }
 
-ConvTile::Rect ConvTile::halo_rect(Side side) const {
+ConvTile::Rect ConvTile::halo_rect(const HaloAxis& rows, const HaloAxis& cols, Side side) {
   const int dr = side_rows(side), dc = side_cols(side);
   Rect r;
-  r.y0 = dr < 0 ? -m_rows.lo : dr > 0 ? m_rows.in : 0;
-  r.y1 = dr < 0 ? 0 : dr > 0 ? m_rows.in + m_rows.hi : m_rows.in;
-  r.x0 = dc < 0 ? -m_cols.lo : dc > 0 ? m_cols.in : 0;
-  r.x1 = dc < 0 ? 0 : dc > 0 ? m_cols.in + m_cols.hi : m_cols.in;
+  r.y0 = dr < 0 ? -rows.lo : dr > 0 ? rows.in : 0;
+  r.y1 = dr < 0 ? 0 : dr > 0 ? rows.in + rows.hi : rows.in;
+  r.x0 = dc < 0 ? -cols.lo : dc > 0 ? cols.in : 0;
+  r.x1 = dc < 0 ? 0 : dc > 0 ? cols.in + cols.hi : cols.in;
   return r;
 }
 

@@ -19,6 +19,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "src/nn/backend.hpp"
@@ -53,6 +54,14 @@ class ConvTile {
   ConvTile(Backend& backend, const ConvDesc& local, const TileContext& t);
   ~ConvTile();
 
+  // For planning memory, allocating nothing: the bytes of backend memory the constructor
+  // allocates for `local` on the tiles of `t` (0 where it needs no halos): the halos' buffers
+  // each way, the edge strips' windows and outputs, and the copy of the weight gradients; not
+  // the host copies of the halos a device backend stages through, nor the strips' plans' own
+  // workspaces. strips(): how many edge strips (each a plan of its own) it makes.
+  static size_t buffer_bytes(const ConvDesc& local, const TileContext& t);
+  static size_t strips(const ConvDesc& local, const TileContext& t);
+
   // Around the layer's plan: start_forward before its forward (packs and sends this tile's
   // rows), finish_forward after (waits for the halos, convolves the edge strips over y).
   void start_forward(Stream& s, const void* x);
@@ -86,6 +95,20 @@ class ConvTile {
     Buffer host_recv, host_send, host_grad, host_grad_back;  // staging where the host cannot read
   };
 
+  // Where the halos and edge strips lie (the constructor's and buffer_bytes' one source): the
+  // axes on this tile, the sides with a neighbour and what travels each way (in this tile's
+  // input coordinates), and each edge strip's output and the input window it reads.
+  struct Neighbour {
+    Side side{};
+    Rect recv, send;
+  };
+  struct Geometry {
+    HaloAxis rows, cols;
+    std::vector<Neighbour> sides;
+    std::vector<std::pair<Rect, Rect>> strips;  // (output, input window)
+  };
+  static Geometry geometry(const ConvDesc& d, const TileContext& t);
+
   // A copy between two rectangles of the same size in tensors of the given sizes (in this
   // layout and channel count).
   void copy_rect(Stream& s, void* dst, int64_t dst_h, int64_t dst_w, int64_t dst_y, int64_t dst_x, const void* src,
@@ -97,7 +120,7 @@ class ConvTile {
   void exchange(Stream& s, bool backward);
   void wait(Stream& s, bool backward);
   Rect own_rect() const { return {0, m_rows.in, 0, m_cols.in}; }
-  Rect halo_rect(Side side) const;
+  static Rect halo_rect(const HaloAxis& rows, const HaloAxis& cols, Side side);
   void zero(Stream& s, const Buffer& b);
   BlockCopy output_block(const Rect& r, bool to_strip) const;
 
