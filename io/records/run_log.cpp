@@ -323,6 +323,7 @@ json RunLog::summary_json(const RunSummary& s) const {
            {"replicas_per_device", s.learners},
            {"algorithm", s.algorithm},
            {"parallel", s.parallel},
+           {"memory", s.memory},
            {"backend", s.backend},
            {"device", s.device},
            {"threads", s.threads},

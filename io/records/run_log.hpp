@@ -175,6 +175,7 @@ struct RunSummary {
   int64_t input_c = 0, input_h = 0, input_w = 0, classes = 0;  // one sample's shape, the classes
   int64_t skipped_steps = 0, skipped_samples = 0;
   nlohmann::json parallel;                     // the algorithm's coefficients and the sums' shape
+  nlohmann::json memory;                       // what a rank needs and what the ranks used (null: not stated)
   nlohmann::json normalization;
   // The result.
   double train_loss = 0, test_loss = 0;

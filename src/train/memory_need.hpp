@@ -36,6 +36,8 @@ struct MemoryQuery {
   int learners = 1;                      // parallel.replicas_per_device
   int64_t eval_batch = 0;                // the central model's forward-only graph, built at the first
                                          // evaluation and kept; 0: none counted
+  int64_t loader_batches = 0;            // batches of the tile the loader holds (data.prefetch + 1); 0:
+                                         // not counted
   nn::Capabilities caps;                 // the backend's: fusion, blocked layout, host access
   bool gpu = false;                      // the CUDA backend (its workspace is counted as cuDNN's cap)
 };
@@ -56,6 +58,7 @@ struct MemoryNeed {
   size_t evaluation = 0;   // the central model's forward-only graph (its arenas and halos)
   size_t workspace = 0;    // the backend's plans, the evaluation graph's too: an estimate
                            // (memory_need.cpp); everything else is exact
+  size_t input = 0;        // host batches of the tile: the loader's, and the evaluation's two
 
   size_t total() const;
   // Every part by name ("activations", ...), in the order above, zeros included: for
@@ -85,6 +88,13 @@ std::optional<MemoryNeed> fitting_split(const MemoryQuery& q, size_t limit, int6
 std::string memory_refusal(const MemoryNeed& need, size_t limit, const std::optional<MemoryNeed>& fits,
                            const std::string& limit_name = "run.memory_limit",
                            const std::string& split_key = "parallel.spatial", int64_t max_ranks = 64);
+
+// This process's resident memory now and at its peak (VmRSS and VmHWM of /proc/self/status), in
+// bytes; zeros where the system does not say.
+struct ProcessMemory {
+  size_t resident = 0, peak = 0;
+};
+ProcessMemory process_memory();
 
 // Bytes as a message says them: "12.0 GiB", "800.0 MiB", "512 bytes".
 std::string bytes_text(size_t bytes);

@@ -11,6 +11,8 @@
 #include "src/train/stop_signal.hpp"
 #include "src/train/training_run.hpp"
 
+#include <span>
+
 namespace squall::train {
 namespace {
 
@@ -62,6 +64,10 @@ records::RunFacts TrainingRun::run_facts() const {
     f.sma_line = line;
   }
   if (m_spatial.split_sample()) f.spatial_line = m_spatial.text();
+  f.memory_line = "memory: " + m_device.memory.text() +
+                  (m_device.memory_limit > 0
+                       ? "; limit " + bytes_text(m_device.memory_limit) + " (" + m_device.memory_limit_from + ")"
+                       : std::string());
   if (!m_device.cross_rule.empty()) f.cross_line = "allreduce: cross-node stage " + m_device.cross_rule;
   if (const config::SyncPeriods p = config::sync_periods(m_cfg.parallel); p.by_level())
     f.periods_line = parallel::algorithm_name(m_algorithm) + std::string(" by level, parallel.periods = ") +
@@ -254,6 +260,30 @@ TrainResult TrainingRun::finish() {
     s.parallel["max_buckets_in_flight"] = g.max_buckets_in_flight();
   }
   if (g.options().graphs) s.parallel["captured_learners"] = g.captured_learners();
+  {
+    // What rank 0 was stated to need, and what every rank held at most: its peak resident
+    // memory, and its growth over what it held before the learner group was built (the
+    // libraries, MPI's buffers and the data set's cache are in the first, not the second).
+    const ProcessMemory now = process_memory();
+    std::vector<double> mine(2 * static_cast<size_t>(m_ranks), 0.0);  // every rank's [peak, growth], summed
+    mine[2 * static_cast<size_t>(m_rank)] = static_cast<double>(now.peak);
+    mine[2 * static_cast<size_t>(m_rank) + 1] = static_cast<double>(now.peak - std::min(now.peak, m_device.rss_before_group));
+    m_world.allreduce_sum(std::span<double>(mine));
+    std::vector<int64_t> peaks, growth;
+    for (int r = 0; r < m_ranks; ++r) {
+      peaks.push_back(static_cast<int64_t>(mine[2 * static_cast<size_t>(r)]));
+      growth.push_back(static_cast<int64_t>(mine[2 * static_cast<size_t>(r) + 1]));
+    }
+    json parts = json::object();
+    for (const auto& [name, bytes] : m_device.memory.parts()) parts[name] = bytes;
+    s.memory = {{"need_bytes", m_device.memory.total()},
+                {"need", parts},
+                {"tile", {m_device.memory.tile_h, m_device.memory.tile_w}},
+                {"limit_bytes", m_device.memory_limit},
+                {"limit_from", m_device.memory_limit_from},
+                {"peak_rss_bytes", peaks},
+                {"peak_growth_bytes", growth}};
+  }
   if (m_spatial.split_sample()) {
     // The split, and this rank's halo exchanges: the seconds the graph waited for them
     // (exposed) and those they travelled under its compute (hidden).

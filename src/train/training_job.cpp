@@ -20,8 +20,12 @@ std::unique_ptr<data::DataSource> open_source(const config::Config& cfg, const s
   const config::DataConfig& d = cfg.data;
   const std::string& path = split == "train" ? d.train : d.test;
   std::unique_ptr<data::DataSource> source;
+  // A rank of a split sample reads only its window of each sample: the whole files a cache
+  // would hold (data.cache_mb) are what the split must not read.
+  config::DataConfig windowed = d;
+  if (config::spatial_split(cfg.parallel).split()) windowed.cache_mb = 0;
   try {
-    source = config::open_data(d, path, split, fixed, raw);
+    source = config::open_data(windowed, path, split, fixed, raw);
   } catch (const data::BadSample&) {
     throw;
   } catch (const Error& e) {
@@ -177,6 +181,37 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
     log::warn("parallel.cuda_graphs has no effect on the " + backend + " backend (nothing to capture)");
 
   const int64_t batch = cfg.train.batch_size;
+  // What a rank needs, stated before anything of the model is allocated; a rank that cannot hold
+  // it is refused with the split that would fit. The decision is the rank that needs most, the
+  // same on every rank, so that every rank refuses alike.
+  MemoryQuery q;
+  q.model = data.spec;
+  q.sample = nn::Shape(1, info.sample.c(), info.sample.h(), info.sample.w());
+  q.batch = batch;
+  q.split = spatial.split;
+  q.precision = format.dtype;
+  q.layout = format.layout;
+  q.optimizer = cfg.optimizer.name;
+  q.learners = data.plan.learners;
+  q.eval_batch = batch;
+  q.loader_batches = std::max<int64_t>(cfg.data.prefetch, data.max_learners) + 1;  // config::loader_options' slots
+  q.caps = can;
+  q.gpu = backend == "cuda";
+  const MemoryNeed worst = memory_need(q);
+  q.group_rank = spatial.group_rank;
+  t.memory = spatial.split_sample() ? memory_need(q) : worst;
+  if (backend == "cuda" && t.backend->info().memory_bytes > 0) {
+    t.memory_limit = t.backend->info().memory_bytes;
+    t.memory_limit_from = "the device's memory (" + t.backend->info().name + ")";
+  } else if (cfg.run.memory_limit.bytes > 0) {
+    t.memory_limit = static_cast<size_t>(cfg.run.memory_limit.bytes);
+    t.memory_limit_from = "run.memory_limit";
+  }
+  if (t.memory_limit > 0 && worst.total() > t.memory_limit) {
+    const std::optional<MemoryNeed> fits = fitting_split(q, t.memory_limit);
+    throw UsageError(origin + ": " + memory_refusal(worst, t.memory_limit, fits, t.memory_limit_from));
+  }
+  t.rss_before_group = process_memory().resident;
   const std::vector<float> class_weights(cfg.data.class_weights.begin(), cfg.data.class_weights.end());
   const nn::Shape tile = spatial.tile_sample(info.sample);
   const int64_t label_hw = info.per_pixel_labels ? tile.h() * tile.w() : 1;

@@ -20,6 +20,7 @@
 #include "src/config/config.hpp"
 #include "io/input/open_dataset.hpp"
 #include "src/optim/schedule.hpp"
+#include "src/train/memory_need.hpp"
 #include "src/train/spatial_job.hpp"
 #include "src/train/step_plan.hpp"
 #include "src/train/trainer.hpp"
@@ -75,6 +76,12 @@ struct TrainingDevice {
   data::SphereAugment augment;                    // data.augment_roll / augment_flip (off: nothing)
   std::unique_ptr<parallel::AutoTuner> tuner;
   bool lookahead = false;                   // the next step's batches copied during this step
+  // What this rank needs in memory at its tile (memory_need.hpp), stated before the group is
+  // built, and the limit it was checked against (run.memory_limit, the device's memory; 0: none).
+  MemoryNeed memory;
+  size_t memory_limit = 0;
+  std::string memory_limit_from;            // "run.memory_limit", "the device's memory", or ""
+  size_t rss_before_group = 0;              // this process's resident bytes before the group was built
 };
 
 // Builds the backend and everything on it, the schedule at `lr_factor` (make_schedule). Usage

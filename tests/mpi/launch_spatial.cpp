@@ -185,3 +185,69 @@ TEST_CASE("a split the job or the model cannot take is refused before training, 
   CHECK(lenet.exit_code != 0);
   CHECK_THAT(lenet.err, Contains("one label per sample"));
 }
+
+namespace {
+
+// The bytes of "a rank needs 5.0 GiB to train" in a memory refusal.
+double stated_need(const std::string& err) {
+  const std::string key = "a rank needs ";
+  const size_t at = err.find(key);
+  REQUIRE(at != std::string::npos);
+  size_t end = 0;
+  const double value = std::stod(err.substr(at + key.size()), &end);
+  const std::string unit = err.substr(at + key.size() + end + 1, 3);
+  const double scale = unit == "GiB" ? 1024.0 * 1024 * 1024 : unit == "MiB" ? 1024.0 * 1024 : unit == "KiB" ? 1024.0 : 1.0;
+  return value * scale;
+}
+
+}  // namespace
+
+TEST_CASE("a 1440 x 2880 x 16 field no rank can hold under a limit trains on 4 ranks under it",
+          "[launch][spatial][memory]") {
+  TempDir t("squall-spatial-memory");
+  const std::string raw = t.file("raw"), data = t.file("data");
+  run_ok(squall_bin() + " data climate --out " + raw + " --samples 1 --height 1440 --width 2880 --seed 5");
+  run_ok(squall_bin() + " data label --in " + raw + " --out " + data);
+  // The U-Net of configs/climate-tiny.toml (width 16, depth 4), one sample a step, one step.
+  auto job = [&](int ranks, const std::string& dir, const std::string& extra) {
+    return mpiexec(ranks) + " " + squall_bin() + " train --config " + k_configs +
+           "climate-tiny.toml --set train.batch_size=1 --set train.max_steps=1 --set schedule.warmup_steps=0"
+           " --set data.test_samples=1 --set data.workers=1 --set run.threads=1 --set data.train=" + data +
+           " --set data.test=" + data + " --set run.dir=" + dir + " " + extra;
+  };
+  // What one rank, and each of 4, would need: stated by the refusals under a limit of 1 byte.
+  const auto one_tiny = run_command(job(1, t.file("probe1"), "--set run.memory_limit=1"));
+  REQUIRE(one_tiny.exit_code == 2);
+  const double whole = stated_need(one_tiny.err);
+  const auto four_tiny = run_command(job(4, t.file("probe4"), "--set run.memory_limit=1 --set parallel.spatial=[4,1]"));
+  REQUIRE(four_tiny.exit_code == 2);
+  const double quarter = stated_need(four_tiny.err);
+  INFO("stated need: whole sample " << whole << " bytes, a rank of [4, 1] " << quarter);
+  REQUIRE(quarter < whole / 2);
+  const auto limit = static_cast<int64_t>((whole + quarter) / 2);
+  // Refused on one rank, naming the key, the figure and a split that fits.
+  const auto one = run_command(job(1, t.file("one"), "--set run.memory_limit=" + std::to_string(limit)));
+  CHECK(one.exit_code == 2);
+  CHECK_THAT(one.err, Contains("run.memory_limit") && Contains("1440 x 2880") && Contains("parallel.spatial = [") &&
+                          Contains("would fit"));
+  CHECK_FALSE(fs::exists(fs::path(t.file("one")) / "metrics.jsonl"));
+  // Trains on 4 ranks under the same limit; each rank's measured peak (its growth once the
+  // group was built) within 1.15 x a quarter of the whole sample's need plus its halos.
+  const std::string four = t.file("four");
+  const auto r = run_command(job(4, four, "--set parallel.spatial=[4,1] --set run.memory_limit=" + std::to_string(limit)));
+  INFO(output_tail(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("memory: per rank:"));
+  const json m = read_json(fs::path(four) / "summary.json").at("memory");
+  CHECK(m.at("limit_bytes").get<int64_t>() == limit);
+  // Rank 0's halos (summary.json's need is rank 0's: one neighbour); the middle ranks have two.
+  const double halos = 2 * m.at("need").at("halos").get<double>();
+  CHECK(halos > 0);
+  const json& growth = m.at("peak_growth_bytes");
+  REQUIRE(growth.size() == 4);
+  for (const json& g : growth) {
+    INFO("rank peak growth " << g.get<double>() << ", a quarter of the whole need plus halos " << whole / 4 + halos);
+    CHECK(g.get<double>() <= 1.15 * (whole / 4 + halos));
+    CHECK(g.get<double>() <= static_cast<double>(limit));
+  }
+}
