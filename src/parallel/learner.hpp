@@ -37,8 +37,8 @@ struct LearnerSetup {
   // weights its tile's loss by the tile's share of the sample's label weights (summed over the
   // group from class_weights, host copies), and, where sum_over_tile says so, sums its
   // gradients over the group after backward, so that every rank of the group holds the whole
-  // sample's gradient (every algorithm but ssgd, whose one allreduce over the job sums the
-  // tiles' shares with the groups').
+  // sample's gradient (every algorithm but ssgd across groups, whose one allreduce over the job
+  // sums the tiles' shares with the groups').
   nn::TileComm* tile = nullptr;
   std::vector<float> class_weights;
   bool sum_over_tile = false;

@@ -62,7 +62,9 @@ LearnerGroup::LearnerGroup(nn::Backend& backend, std::function<std::unique_ptr<n
   c.setup.class_weights = class_weights;
   // ssgd sums the tiles' gradient shares in its one allreduce over the job; the others update
   // each learner from its own gradient, which must be the whole sample's first.
-  c.setup.sum_over_tile = options.tile != nullptr && options.algorithm != Algorithm::ssgd;
+  // (A job of one group, whose group the caller gives as a job of one rank, sums in the pass too.)
+  c.setup.sum_over_tile =
+      options.tile != nullptr && (options.algorithm != Algorithm::ssgd || options.ranks == options.spatial_ranks);
   c.scaler = std::make_unique<LossScaler>(backend, *c.stream, options.loss_scaling);
   if (!class_weights.empty()) {
     c.class_weights = backend.allocate(class_weights.size());

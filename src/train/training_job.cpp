@@ -168,6 +168,15 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
   // sample across ranks"); the job's allreduce still runs over every rank.
   lg.tile = spatial.tile_comm();
   lg.spatial_ranks = static_cast<int>(spatial.split.ranks());
+  // One group: the job is one learner whose gradient the group's own sum completes in the pass
+  // (Learner::sum_tile_gradients); a sum over the job would add copies of it, so there is none
+  // (and no thread polling it beside the learner's on the rank's cores).
+  if (spatial.split_sample() && spatial.ranks == 1) {
+    lg.ranks = lg.node_ranks = lg.spatial_ranks = 1;
+    lg.rank = 0;
+    t.allreduce = std::make_unique<mpi::OneRankAllreduce>();
+    t.cross_rule.clear();
+  }
   // The node level's own sum (parallel.periods, outer's inner steps): over this node's ranks only.
   if (lg.node_level() && algorithm != parallel::Algorithm::ssgd && ranks > 1)
     t.node_allreduce = mpi::make_node_allreduce(topo, ar);

@@ -92,7 +92,7 @@ void run_ok(const std::string& command) {
 
 TEST_CASE("one sample split over 2 and 4 ranks trains as one rank does", "[launch][spatial]") {
   TempDir t("squall-spatial");
-  const std::string whole = t.file("whole"), rows = t.file("rows"), both = t.file("both");
+  const std::string whole = t.file("whole"), rows = t.file("rows"), both = t.file("both"), async = t.file("async");
   run_ok(unet_job(1, whole, ""));
   const auto r = run_command(unet_job(2, rows, "--set parallel.spatial=[2,1]"));
   INFO(output_tail(r));
@@ -100,7 +100,10 @@ TEST_CASE("one sample split over 2 and 4 ranks trains as one rank does", "[launc
   CHECK_THAT(r.out, Contains("parallel.spatial = [2, 1]: 1 group(s) of 2 ranks") &&
                         Contains("rows [0, 48) x columns [0, 144)"));
   run_ok(unet_job(4, both, "--set parallel.spatial=[2,2]"));
-  for (const std::string& split : {rows, both}) {
+  // Asynchronous CPU streams: the layers' halos and sums run on each stream's worker thread,
+  // the loss's and the evaluation's on the host's, which must wait for the stream first.
+  run_ok(unet_job(2, async, "--set parallel.spatial=[2,1] --set run.cpu_streams=async"));
+  for (const std::string& split : {rows, both, async}) {
     INFO(split);
     check_close(train_losses(split), train_losses(whole));
     check_close(eval_losses(split), eval_losses(whole));
