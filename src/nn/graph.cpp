@@ -145,14 +145,7 @@ void Graph::setup(int64_t batch) {
       throw Error("model node '" + m_nodes[static_cast<size_t>(i)]->name + "' gives " + full.str() +
                   ", features of no pixels: a sample split across ranks (parallel.spatial " + place.split.str() +
                   ") needs a model whose every tensor is an image (a segmentation model)");
-    TensorTile t;
-    t.height = full.h();
-    t.width = full.w();
-    t.row_spans = place.row_spans_at(full.h());
-    t.col_spans = place.col_spans_at(full.w());
-    t.row = place.row;
-    t.col = place.col;
-    return t;
+    return tensor_tile(place, full.h(), full.w());
   };
   for (int id = 0; id < size(); ++id) (void)tile_of(id);  // every tensor an image, or refused
   const TensorTile input = tile_of(k_input);

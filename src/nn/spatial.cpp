@@ -168,4 +168,15 @@ void TileComm::merge_moments(double* triples, size_t channels) {
   }
 }
 
+TensorTile tensor_tile(const SpatialPlace& place, int64_t height, int64_t width) {
+  TensorTile t;
+  t.height = height;
+  t.width = width;
+  t.row_spans = place.row_spans_at(height);
+  t.col_spans = place.col_spans_at(width);
+  t.row = place.row;
+  t.col = place.col;
+  return t;
+}
+
 }  // namespace squall::nn

@@ -145,6 +145,10 @@ struct TensorTile {
   int64_t neighbour_cols(Side s) const;
 };
 
+// A tensor of the whole sample's height x width on the tiles of `place` (its spans scaled to
+// the tensor: SpatialPlace::row_spans_at), as the graph hands it to its layers.
+TensorTile tensor_tile(const SpatialPlace& place, int64_t height, int64_t width);
+
 struct TileContext {
   const SpatialPlace* place = nullptr;
   TileComm* comm = nullptr;

@@ -10,6 +10,7 @@
 #include "src/core/error.hpp"
 #include "src/nn/layers/halo.hpp"
 #include "src/nn/models/input_multiple.hpp"
+#include "src/nn/models/split_check.hpp"
 #include "src/optim/optimizer.hpp"
 
 namespace squall::train {
@@ -17,30 +18,11 @@ namespace {
 
 constexpr double k_mib = 1024.0 * 1024.0, k_gib = k_mib * 1024.0;
 
-// What set_tile() needs of a split graph's group while it is only set up: setup() hands the
-// pointer to the layers and nothing communicates before build().
-class PlanningComm final : public nn::TileComm {
- public:
-  PlanningComm(int64_t rank, int64_t size) : m_rank(rank), m_size(size) {}
-  int64_t group_rank() const override { return m_rank; }
-  int64_t group_size() const override { return m_size; }
-  std::unique_ptr<Exchange> start(const std::vector<Message>&, const std::vector<Message>&) override {
-    throw Error("memory need: a graph set up for planning exchanged halos");
-  }
-  void gather(const double*, size_t, double*) override {
-    throw Error("memory need: a graph set up for planning summed over its group");
-  }
-  nn::HaloTimes halo_times() const override { return {}; }
-
- private:
-  int64_t m_rank, m_size;
-};
-
 // q's model on group rank `rank`'s tile, set up for `batch` and planned as q's backend would
 // build it (layouts, fusion).
 struct Planned {
   nn::SpatialPlace place;
-  std::unique_ptr<PlanningComm> comm;  // before the graph, which keeps a pointer to it
+  std::unique_ptr<nn::PlanningComm> comm;  // before the graph, which keeps a pointer to it
   std::unique_ptr<nn::Graph> graph;
 };
 
@@ -52,7 +34,7 @@ Planned plan_graph(const MemoryQuery& q, int64_t rank, int64_t batch, bool forwa
   p.graph->set_layout(q.layout);
   p.graph->set_forward_only(forward_only);
   if (q.split.split()) {
-    p.comm = std::make_unique<PlanningComm>(rank, q.split.ranks());
+    p.comm = std::make_unique<nn::PlanningComm>(rank, q.split.ranks());
     p.graph->set_tile(p.place, p.comm.get());
   }
   p.graph->setup(batch);
@@ -65,14 +47,7 @@ size_t numel(const nn::Shape& s) { return static_cast<size_t>(s.numel()); }
 // A tensor of the whole sample's size `full` on the tiles of `place`, as the graph hands it to
 // its layers (nn::Graph::setup).
 nn::TensorTile tile_of(const nn::SpatialPlace& place, const nn::Shape& full) {
-  nn::TensorTile t;
-  t.height = full.h();
-  t.width = full.w();
-  t.row_spans = place.row_spans_at(full.h());
-  t.col_spans = place.col_spans_at(full.w());
-  t.row = place.row;
-  t.col = place.col;
-  return t;
+  return nn::tensor_tile(place, full.h(), full.w());
 }
 
 // What a graph allocates besides its arenas for the activations (nn::Graph::build): the

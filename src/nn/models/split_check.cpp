@@ -7,25 +7,13 @@
 #include "src/nn/models/input_multiple.hpp"
 
 namespace squall::nn {
-namespace {
+std::unique_ptr<TileComm::Exchange> PlanningComm::start(const std::vector<Message>&, const std::vector<Message>&) {
+  throw Error("a graph set up for planning exchanged halos");
+}
 
-// A group's communicator for planning: set_tile and setup() only ask where the rank is.
-class PlanningComm final : public TileComm {
- public:
-  PlanningComm(int64_t rank, int64_t size) : m_rank(rank), m_size(size) {}
-  int64_t group_rank() const override { return m_rank; }
-  int64_t group_size() const override { return m_size; }
-  std::unique_ptr<Exchange> start(const std::vector<Message>&, const std::vector<Message>&) override {
-    throw Error("a planning graph does not exchange halos");
-  }
-  void gather(const double*, size_t, double*) override { throw Error("a planning graph does not sum"); }
-  HaloTimes halo_times() const override { return {}; }
-
- private:
-  int64_t m_rank, m_size;
-};
-
-}  // namespace
+void PlanningComm::gather(const double*, size_t, double*) {
+  throw Error("a graph set up for planning summed over its group");
+}
 
 std::string split_refusal(const ModelSpec& spec, const Shape& sample, SpatialSplit split) {
   const int64_t multiple = input_multiple(spec);
