@@ -38,6 +38,7 @@ inline constexpr RunField summary[] = {
     // The job.
     {"world_size", K::integer}, {"nodes", K::integer}, {"devices_per_rank", K::integer},
     {"replicas_per_device", K::integer}, {"algorithm", K::text}, {"parallel", K::any, true},
+    {"memory", K::any, true},
     {"backend", K::text}, {"device", K::text}, {"threads", K::integer},
     {"cpu_streams", K::text, false, false}, {"cpu_stream_jitter_us", K::integer, false, false},
     // The model and the data.
