@@ -299,12 +299,17 @@ void check_model_name(const Config& config, const KeysSet& set, const std::strin
 
 namespace {
 
+// A list key's value as the config writes it: "[1, 4]".
+std::string list_text(const std::vector<int64_t>& values) {
+  std::string shown = "[";
+  for (size_t i = 0; i < values.size(); ++i) shown += (i ? ", " : "") + std::to_string(values[i]);
+  return shown + "]";
+}
+
 // parallel.periods = [inside, across] (docs/training.md, "Averaging by level").
 void check_periods(const Checker& k, const ParallelConfig& p) {
   if (p.periods.empty()) return;
-  std::string shown = "[";
-  for (size_t i = 0; i < p.periods.size(); ++i) shown += (i ? ", " : "") + std::to_string(p.periods[i]);
-  shown += "]";
+  const std::string shown = list_text(p.periods);
   const std::string key = "parallel.periods";
   k.require(p.periods.size() == 2, key, "must be [inside, across], two numbers of steps (got " + shown + ")");
   k.require(p.periods[0] > 0 && p.periods[1] > 0, key, "= " + shown + ": both periods must be > 0");
@@ -328,9 +333,7 @@ void check_periods(const Checker& k, const ParallelConfig& p) {
 void check_spatial(const Checker& k, const Config& c) {
   const ParallelConfig& p = c.parallel;
   if (p.spatial.empty()) return;
-  std::string shown = "[";
-  for (size_t i = 0; i < p.spatial.size(); ++i) shown += (i ? ", " : "") + std::to_string(p.spatial[i]);
-  shown += "]";
+  const std::string shown = list_text(p.spatial);
   const std::string key = "parallel.spatial";
   k.require(p.spatial.size() == 2, key, "must be [rows, cols], the ranks that split each sample (got " + shown + ")");
   k.require(p.spatial[0] >= 1 && p.spatial[1] >= 1, key, "= " + shown + ": rows and cols must be >= 1");
@@ -350,6 +353,9 @@ void check_spatial(const Checker& k, const Config& c) {
          "fp16's dynamic loss scale is not built for a split yet; use fp32 or bf16");
   refuse(c.run.backend == nn::BackendKind::cuda, "run.backend = cuda",
          "the CUDA backend has no batch norm over a group of ranks yet; use run.backend = cpu");
+  refuse(p.periods.size() == 2 && p.periods[0] != p.periods[1], "parallel.periods = " + list_text(p.periods),
+         "a node level between the job's averages is not built for a split yet; set parallel.periods = [] (or "
+         "[p, p])");
   refuse(p.cuda_graphs, "parallel.cuda_graphs = true", "a split pass exchanges halos between ranks, which a "
          "captured graph cannot; set parallel.cuda_graphs = false");
 }

@@ -63,8 +63,6 @@ EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const
     if (start + batch < end) next.start([&, k, start] { read_batch(host[(k + 1) % 2], start + batch); });
     const std::vector<float>& images = cur.images;
     const std::vector<int32_t>& labels = cur.labels;
-    // Pageable host memory: these copies have read it when they return, so the read after
-    // the next may overwrite it.
     // A tile's share of its samples' label weights, summed over the group by this thread,
     // which is the graph's: the stream has finished the batch before, whose layers exchange
     // halos over the same communicator.
@@ -78,6 +76,8 @@ EvalPart evaluate_range(nn::Graph& g, nn::Backend& be, nn::Stream& stream, const
       tile.comm->sum(&total, 1);
       share = total > 0 ? mine / total : 0.0;
     }
+    // Pageable host memory: these copies have read it when they return, so the read after
+    // the next may overwrite it.
     be.copy_from_host(stream, g.input().f32(), images.data(), images.size());
     be.copy_labels_from_host(stream, dev_labels, labels.data(), labels.size());
     g.forward(stream, mode);

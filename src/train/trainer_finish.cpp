@@ -263,7 +263,8 @@ TrainResult TrainingRun::finish() {
   {
     // What rank 0 was stated to need, and what every rank held at most: its peak resident
     // memory, and its growth over what it held before the learner group was built (the
-    // libraries, MPI's buffers and the data set's cache are in the first, not the second).
+    // libraries and MPI's buffers are in the first only; a data cache that fills as the run
+    // reads, in both).
     const ProcessMemory now = process_memory();
     std::vector<double> mine(2 * static_cast<size_t>(m_ranks), 0.0);  // every rank's [peak, growth], summed
     mine[2 * static_cast<size_t>(m_rank)] = static_cast<double>(now.peak);

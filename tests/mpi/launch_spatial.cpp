@@ -174,6 +174,11 @@ TEST_CASE("a split the job or the model cannot take is refused before training, 
                                                                   "--set parallel.replicas_per_device=2"));
   CHECK(learners.exit_code == 2);
   CHECK_THAT(learners.err, Contains("parallel.spatial") && Contains("parallel.replicas_per_device = 2"));
+  // A node level of sma's averages: both keys.
+  const auto periods = run_command(unet_job(2, t.file("periods"), "--set parallel.spatial=[2,1] "
+                                                                 "--set parallel.algorithm=sma --set parallel.periods=[1,2]"));
+  CHECK(periods.exit_code == 2);
+  CHECK_THAT(periods.err, Contains("parallel.spatial = [2, 1]") && Contains("parallel.periods = [1, 2]"));
   // A model with a global pooling branch: the layer, and no split that works.
   const auto deeplab = run_command(unet_job(2, t.file("deeplab"), "--set model.name=deeplabv3plus "
                                                                  "--set model.width=0 --set model.depth=0 "
