@@ -87,6 +87,9 @@ struct ModelConfig {
   // backend at bf16/fp16 (tensor cores read NHWC directly), blocked on the CPU at fp32
   // (oneDNN's channel blocks), nchw otherwise.
   LayoutChoice layout = LayoutChoice::auto_;  // auto | nchw | nhwc | blocked
+  // What the layers read beyond the west and east edges (docs/training.md, "Global fields:
+  // longitude without a seam"): zeros, or periodic_longitude (the other edge's columns).
+  nn::ModelPadding padding = nn::ModelPadding::zeros;
   bool operator==(const ModelConfig&) const = default;
 };
 

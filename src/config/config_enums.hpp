@@ -17,6 +17,7 @@
 #include "src/data/normalization_kind.hpp"
 #include "src/data/pad_mode.hpp"
 #include "src/nn/backend_kind.hpp"
+#include "src/nn/model_padding.hpp"
 #include "src/optim/options.hpp"
 #include "src/parallel/algorithm.hpp"
 

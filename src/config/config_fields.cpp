@@ -53,6 +53,7 @@ std::vector<Field> fields(Config& c) {
       {"model", "aspp_rates", &c.model.aspp_rates},
       {"model", "dropout", &c.model.dropout},
       {"model", "layout", enum_field(&c.model.layout, k_layout_choices)},
+      {"model", "padding", enum_field(&c.model.padding, nn::k_model_paddings)},
 
       {"train", "epochs", &c.train.epochs},
       {"train", "max_steps", &c.train.max_steps},

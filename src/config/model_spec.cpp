@@ -10,6 +10,7 @@ nn::ModelSpec model_spec(const Config& cfg, const data::DatasetInfo& data) {
   spec.depth = cfg.model.depth;
   spec.aspp_rates = cfg.model.aspp_rates;
   spec.dropout = static_cast<float>(cfg.model.dropout);
+  spec.padding = cfg.model.padding;
   return spec;
 }
 

@@ -131,28 +131,42 @@ void Graph::setup(int64_t batch) {
   if (batch <= 0) throw Error("graph: batch size must be positive");
   m_batch = batch;
   m_fused_into.clear();  // fusion and layouts are chosen afterwards (build(), plan_layouts())
+  for (int id = 1; id < size(); ++id) m_nodes[static_cast<size_t>(id)]->layer->set_tile_output(nullptr);
   setup_nodes(m_input_sample.with_batch(batch));
   m_full_shapes.clear();
+  if (!m_place && m_wrap_columns) {
+    // Wrapped columns on one rank: the one tile of a [1, 1] split, whose halos are its own.
+    m_solo = std::make_unique<SoloTileComm>();
+    m_comm = m_solo.get();
+    m_place = std::make_unique<SpatialPlace>(SpatialPlace::make(SpatialSplit{}, 0, m_input_sample.h(),
+                                                                m_input_sample.w(), 1, true));
+  }
   if (!m_place) return;
   // A split sample: the whole sample's shapes first (they say where every tensor's tiles lie),
   // then every layer again on this rank's tile, then each layer told its tiles.
   for (const auto& n : m_nodes) m_full_shapes.push_back(n->shape);
   const size_t params = m_param_count, state = m_state_count;
   const SpatialPlace& place = *m_place;
+  // A tensor of no pixels is whole on every rank (TensorTile::image).
   const auto tile_of = [&](int i) {
     const Shape& full = m_full_shapes[static_cast<size_t>(i)];
-    if (full.rank != 4)
-      throw Error("model node '" + m_nodes[static_cast<size_t>(i)]->name + "' gives " + full.str() +
-                  ", features of no pixels: a sample split across ranks (parallel.spatial " + place.split.str() +
-                  ") needs a model whose every tensor is an image (a segmentation model)");
-    return tensor_tile(place, full.h(), full.w());
+    return full.rank == 4 ? tensor_tile(place, full.h(), full.w()) : whole_tensor();
   };
-  for (int id = 0; id < size(); ++id) (void)tile_of(id);  // every tensor an image, or refused
+  const std::string what = place.split.split() ? "a sample split across ranks (parallel.spatial " + place.split.str() + ")"
+                                               : std::string("wrapped columns (model.padding = \"periodic_longitude\")");
+  if (m_full_shapes[static_cast<size_t>(m_output)].rank != 4)
+    throw Error("the model's output, node '" + m_nodes[static_cast<size_t>(m_output)]->name + "', gives " +
+                m_full_shapes[static_cast<size_t>(m_output)].str() + ", features of no pixels: " + what +
+                " needs a model that gives a value per pixel (a segmentation model)");
   const TensorTile input = tile_of(k_input);
   const std::string on_tile = "this rank's tile (rows [" + std::to_string(input.rows().begin) + ", " +
                               std::to_string(input.rows().end) + ") x columns [" + std::to_string(input.cols().begin) +
                               ", " + std::to_string(input.cols().end) + ") under parallel.spatial " +
                               place.split.str() + ")";
+  std::vector<TensorTile> outputs;
+  for (int id = 0; id < size(); ++id) outputs.push_back(tile_of(id));
+  for (int id = 1; id < size(); ++id)
+    m_nodes[static_cast<size_t>(id)]->layer->set_tile_output(&outputs[static_cast<size_t>(id)]);
   try {
     setup_nodes(Shape(batch, m_input_sample.c(), input.rows().size(), input.cols().size()));
   } catch (const Error& e) {
@@ -171,15 +185,13 @@ void Graph::setup(int64_t batch) {
     t.output = tile_of(id);
     for (int i : n.inputs) t.inputs.push_back(tile_of(i));
     const std::string where = "model node '" + n.name + "' (" + n.layer->type() + ")";
-    if (n.shape.h() != t.output.rows().size() || n.shape.w() != t.output.cols().size())
+    if (t.output.image && (n.shape.h() != t.output.rows().size() || n.shape.w() != t.output.cols().size()))
       throw Error(where + " gives " + n.shape.str() + " on this rank's tile, not its share " +
                   std::to_string(t.output.rows().size()) + "x" + std::to_string(t.output.cols().size()) +
                   " of the whole sample's " + m_full_shapes[static_cast<size_t>(id)].str() +
                   " under parallel.spatial " + place.split.str());
     const std::string why = n.layer->set_tile(t);
-    if (!why.empty())
-      throw Error(where + " cannot run on a sample split across ranks (parallel.spatial " + place.split.str() +
-                  "): " + why);
+    if (!why.empty()) throw Error(where + " cannot run on " + what + ": " + why);
   }
 }
 
@@ -225,7 +237,15 @@ void Graph::set_tile(const SpatialPlace& place, TileComm* comm) {
                "graph: the tiles are of a " + std::to_string(place.height) + "x" + std::to_string(place.width) +
                    " sample, the model's input is " + m_input_sample.str());
   m_place = std::make_unique<SpatialPlace>(place);
+  m_place->wrap_columns = m_wrap_columns;
   m_comm = comm;
+  m_solo.reset();
+}
+
+void Graph::set_wrap_columns(bool on) {
+  if (built()) throw Error("graph: wrapped columns must be set before build()");
+  m_wrap_columns = on;
+  if (m_place) m_place->wrap_columns = on;
 }
 
 const Shape& Graph::node_full_shape(int i) const {

@@ -24,6 +24,7 @@
 
 #include "src/nn/backend.hpp"
 #include "src/nn/layer.hpp"
+#include "src/nn/model_padding.hpp"
 #include "src/nn/param_arena.hpp"
 
 namespace squall::nn {
@@ -55,6 +56,12 @@ class Graph {
   // or a tile too thin for a layer's halo. Set before setup() or build().
   void set_tile(const SpatialPlace& place, TileComm* comm);
   const SpatialPlace* tile() const { return m_place.get(); }
+  // model.padding = "periodic_longitude": the sample's columns wrap (a global field), so every
+  // layer that reads across the west or east edge reads the other edge's columns instead of
+  // zeros. An unsplit graph then runs as the one tile of a [1, 1] split (its halos its own
+  // columns); a split one's westernmost and easternmost tiles are neighbours. Set before setup().
+  void set_wrap_columns(bool on);
+  bool wrap_columns() const { return m_wrap_columns; }
   // After setup(): node i's shape for the whole sample (its node_shape() on a split graph is
   // this rank's tile of it; the same otherwise).
   const Shape& node_full_shape(int i) const;
@@ -191,6 +198,8 @@ class Graph {
   std::vector<ParamSpec> m_param_specs, m_state_specs;  // in arena order
   std::unique_ptr<SpatialPlace> m_place;  // a split sample: this rank's tile (set_tile)
   TileComm* m_comm = nullptr;
+  bool m_wrap_columns = false;
+  std::unique_ptr<TileComm> m_solo;       // wrapped columns on one rank: its group of one
   std::vector<Shape> m_full_shapes;       // a split sample: each node's whole shape (setup)
   Backend* m_backend = nullptr;
   int64_t m_batch = 0;
@@ -223,6 +232,7 @@ struct ModelSpec {
   int64_t depth = 0;               // unet levels / deeplab encoder stages (0: default)
   std::vector<int64_t> aspp_rates; // deeplabv3plus (empty: 6, 12, 18)
   float dropout = 0.0f;
+  ModelPadding padding = ModelPadding::zeros;
 };
 
 // Builds the graph for an input sample shape [1, c, h, w]. Throws squall::Error naming the

@@ -117,6 +117,10 @@ class Layer {
     (void)tile;
     return "it has no form for a sample split across ranks";
   }
+  // Before each setup(): the tile of the layer's output on this rank (null for the whole
+  // sample's setup), for a layer whose output size is fixed rather than read from its input
+  // (an upsampling to a given size), which then gives its tile's size.
+  virtual void set_tile_output(const TensorTile* output) { (void)output; }
 
   // Set by the graph before build(): the layer will only run forward (a forward-only graph:
   // evaluation, prediction), so its plans need nothing for backward.

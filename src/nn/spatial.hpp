@@ -49,9 +49,14 @@ struct SpatialPlace {
   int64_t height = 0, width = 0; // the whole sample (the model's input)
   int64_t multiple = 1;          // tile edges fall on multiples of this (the model's total stride)
   std::vector<Span> row_spans, col_spans;  // of every tile row and column, at the input
+  // model.padding = "periodic_longitude": the columns wrap (a global field's west edge
+  // continues its east edge), so the westernmost tile's western halo is the easternmost
+  // tile's east (its own, unsplit), as for every other pair of neighbours.
+  bool wrap_columns = false;
 
   // The place of group rank `rank` in a split of a height x width sample.
-  static SpatialPlace make(SpatialSplit split, int64_t rank, int64_t height, int64_t width, int64_t multiple);
+  static SpatialPlace make(SpatialSplit split, int64_t rank, int64_t height, int64_t width, int64_t multiple,
+                           bool wrap_columns = false);
   int64_t group_rank() const { return row * split.cols + col; }
   int64_t rank_at(int64_t r, int64_t c) const { return r * split.cols + c; }
   Span rows() const { return row_spans[static_cast<size_t>(row)]; }
@@ -124,6 +129,18 @@ class TileComm {
   std::vector<double> m_gathered;  // sum's and merge_moments' gather, kept: no allocation per call
 };
 
+// The group of one rank: an unsplit graph whose columns wrap (model.padding =
+// "periodic_longitude") runs as the one tile of a [1, 1] split, its halos its own columns,
+// copied without messages. Nothing reaches start(); gather() copies.
+class SoloTileComm final : public TileComm {
+ public:
+  int64_t group_rank() const override { return 0; }
+  int64_t group_size() const override { return 1; }
+  std::unique_ptr<Exchange> start(const std::vector<Message>& sends, const std::vector<Message>& receives) override;
+  void gather(const double* mine, size_t n, double* all) override;
+  HaloTimes halo_times() const override { return {}; }
+};
+
 // The weight of a tile's pixels in the weighted mean loss (Kernels::softmax_cross_entropy):
 // the sum of class_weights[label] over its labels >= 0 (1 each when class_weights is null),
 // read on the host. A split sample's loss is its tiles' losses weighted by these over their sum.
@@ -132,13 +149,22 @@ double label_weight_sum(const int32_t* labels, size_t n, const float* class_weig
 // What the graph hands a layer before setting it up on its tile: its tensors' tiles (each
 // input's and the output's rows and columns on this rank, and the tile edges of every rank at
 // that size), the group's communication, and the node's id (which tags its messages).
+// A tensor of no pixels ([n, f]: DeepLab's pooled image features) is no image: every rank of
+// the group holds all of it, computed alike (`image` false, no spans). Its gradient on a rank
+// is that rank's tiles' share, so the layer that made it from an image (the global average
+// pool) sums its gradient over the group, and weights that read it get the tile's share of
+// their gradient, as every weight of a split model does.
 struct TensorTile {
+  bool image = true;
   int64_t height = 0, width = 0;          // the whole tensor
   std::vector<Span> row_spans, col_spans;  // every tile's
   int64_t row = 0, col = 0;               // this rank's tile
+  bool wrap_columns = false;              // SpatialPlace::wrap_columns
   Span rows() const { return row_spans[static_cast<size_t>(row)]; }
   Span cols() const { return col_spans[static_cast<size_t>(col)]; }
-  // Whether this tile has a neighbour at side s.
+  int64_t tile_rows() const { return static_cast<int64_t>(row_spans.size()); }
+  int64_t tile_cols() const { return static_cast<int64_t>(col_spans.size()); }
+  // Whether this tile has a neighbour at side s (across the wrapped edge too).
   bool has(Side s) const;
   // The rows (or columns) of the neighbour at that side's tile.
   int64_t neighbour_rows(Side s) const;
@@ -148,6 +174,9 @@ struct TensorTile {
 // A tensor of the whole sample's height x width on the tiles of `place` (its spans scaled to
 // the tensor: SpatialPlace::row_spans_at), as the graph hands it to its layers.
 TensorTile tensor_tile(const SpatialPlace& place, int64_t height, int64_t width);
+
+// A tensor of the whole sample's that is no image (TensorTile::image false).
+TensorTile whole_tensor();
 
 struct TileContext {
   const SpatialPlace* place = nullptr;

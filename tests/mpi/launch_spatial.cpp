@@ -73,12 +73,12 @@ std::vector<double> eval_losses(const std::string& dir) {
   return out;
 }
 
-void check_close(const std::vector<double>& a, const std::vector<double>& b) {
+void check_close(const std::vector<double>& a, const std::vector<double>& b, double tol = 1e-5) {
   REQUIRE(a.size() == b.size());
   REQUIRE_FALSE(a.empty());
   for (size_t i = 0; i < a.size(); ++i) {
     INFO("record " << i << ": " << a[i] << " vs " << b[i]);
-    CHECK(std::abs(a[i] - b[i]) <= 1e-5 * std::max(1.0, std::abs(b[i])));
+    CHECK(std::abs(a[i] - b[i]) <= tol * std::max(1.0, std::abs(b[i])));
   }
 }
 
@@ -118,6 +118,32 @@ TEST_CASE("one sample split over 2 and 4 ranks trains as one rank does", "[launc
   CHECK(sp.at("halo").at("bytes").get<double>() > 0);
   CHECK(sp.at("halo").at("hidden_s").get<double>() >= 0);
   CHECK_FALSE(read_json(fs::path(whole) / "summary.json").at("parallel").contains("spatial"));
+}
+
+TEST_CASE("DeepLabv3+ on a wrapped globe split over 4 ranks trains as one rank does", "[launch][spatial]") {
+  // Output stride 8: 12 x 18 features for the ASPP. [4, 1] gives tiles of 3 rows, so the
+  // dilation-18 branch takes its halos from the tiles beyond the next; [2, 2] splits the
+  // wrapped columns, so the western tile's western halo is the eastern one's east.
+  // The first step's loss (before any update) within 1e-5; later losses within 1e-2: the
+  // edges' own plans (no padding) round differently from the unsplit plan's, a ReLU mask
+  // flips where a value lies within that rounding of zero, and the updates carry the
+  // difference on (measured: 1.3e-3 after 6 steps, the same under both splits, whose unpadded
+  // plans round alike; tests/unit/test_spatial.cpp holds each layer to 1e-5).
+  TempDir t("squall-spatial-deeplab");
+  const std::string deeplab = "--set model.name=deeplabv3plus --set model.width=8 --set model.depth=0 "
+                              "--set model.padding=periodic_longitude";
+  const std::string whole = t.file("whole"), rows = t.file("rows"), both = t.file("both");
+  run_ok(unet_job(1, whole, deeplab));
+  run_ok(unet_job(4, rows, deeplab + " --set parallel.spatial=[4,1]"));
+  run_ok(unet_job(4, both, deeplab + " --set parallel.spatial=[2,2]"));
+  for (const std::string& split : {rows, both}) {
+    INFO(split);
+    const std::vector<double> got = train_losses(split), want = train_losses(whole);
+    REQUIRE(got.size() == 6);
+    check_close({got[0]}, {want[0]}, 1e-5);
+    check_close(got, want, 1e-2);
+    check_close(eval_losses(split), eval_losses(whole), 1e-2);
+  }
 }
 
 TEST_CASE("groups of a split sample are data parallel under ssgd, sma, local-sgd and outer", "[launch][spatial]") {
@@ -179,13 +205,13 @@ TEST_CASE("a split the job or the model cannot take is refused before training, 
                                                                  "--set parallel.algorithm=sma --set parallel.periods=[1,2]"));
   CHECK(periods.exit_code == 2);
   CHECK_THAT(periods.err, Contains("parallel.spatial = [2, 1]") && Contains("parallel.periods = [1, 2]"));
-  // A model with a global pooling branch: the layer, and no split that works.
-  const auto deeplab = run_command(unet_job(2, t.file("deeplab"), "--set model.name=deeplabv3plus "
-                                                                 "--set model.width=0 --set model.depth=0 "
-                                                                 "--set parallel.spatial=[2,1]"));
-  CHECK(deeplab.exit_code != 0);
-  CHECK_THAT(deeplab.err, Contains("parallel.spatial = [2, 1] cannot split") && Contains("aspp") &&
-                              Contains("no split within it works"));
+  // A model with a padded max pooling (no tile form yet): the layer, and no split that works.
+  const auto resnet = run_command(unet_job(2, t.file("resnet"), "--set model.name=deeplabv3plus-resnet50 "
+                                                                "--set model.width=0 --set model.depth=0 "
+                                                                "--set parallel.spatial=[2,1]"));
+  CHECK(resnet.exit_code != 0);
+  CHECK_THAT(resnet.err, Contains("parallel.spatial = [2, 1] cannot split") && Contains("stem.pool") &&
+                             Contains("no split within it works"));
   // A classifier's data: one label per sample.
   const auto lenet = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + k_configs +
                                  "fashion-mnist-lenet5.toml --set train.max_steps=2 --set schedule.warmup_steps=0"

@@ -16,6 +16,7 @@
 #include "src/core/error.hpp"
 #include "src/nn/graph.hpp"
 #include "src/nn/models/builder.hpp"
+#include "src/nn/models/input_multiple.hpp"
 #include "src/nn/spatial.hpp"
 #include "src/perf/perf_model.hpp"
 #include "tests/support/spatial_batch.hpp"
@@ -65,7 +66,7 @@ RankRun run_rank(const nn::ModelSpec& spec, const std::vector<Batch>& batches, S
   auto backend = make_test_backend(1);
   backend->bind_calling_thread(1);
   auto graph = nn::make_model(spec, Shape(1, first.c, first.h, first.w));
-  const SpatialPlace place = SpatialPlace::make(split, rank, first.h, first.w, int64_t{1} << spec.depth);
+  const SpatialPlace place = SpatialPlace::make(split, rank, first.h, first.w, nn::input_multiple(spec));
   graph->set_tile(place, comm);
   graph->build(*backend, first.n, 7);
   auto stream = backend->create_stream();
@@ -596,12 +597,256 @@ TEST_CASE("a split the model cannot run is refused naming the node and why", "[s
   ThreadTileHub hub(2);
   ThreadTileComm comm(hub, 0);
   g->set_tile(SpatialPlace::make({2, 1}, 0, 32, 32, 4), &comm);
-  REQUIRE_THROWS_WITH(g->setup(1), Catch::Contains("parallel.spatial") && Catch::Contains("pool"));
-  // A dilated convolution whose halo is wider than the neighbour's tile.
-  nn::Graph wide(Shape(1, 4, 16, 16));
+  REQUIRE_THROWS_WITH(g->setup(1), Catch::Contains("parallel.spatial") && Catch::Contains("'fc'") &&
+                                       Catch::Contains("value per pixel"));
+  // A flatten would need every pixel of the sample on each rank.
+  nn::Graph flat(Shape(1, 4, 16, 16));
+  flat.add("relu", nn::relu(), flat.add("flatten", nn::flatten(), nn::Graph::k_input));
+  flat.add("up", nn::upsample_bilinear(16, 16), flat.size() - 1);
+  flat.set_tile(SpatialPlace::make({2, 1}, 0, 16, 16, 1), &comm);
+  REQUIRE_THROWS_WITH(flat.setup(1), Catch::Contains("'flatten'"));
+  // A reach across the wrapped edge wider than the whole sample.
+  nn::Graph wide(Shape(1, 4, 16, 4));
   wide.add("dilated", nn::conv2d({4, 3, 1, 6, 6, true, nn::Init::uniform_fan_in}), nn::Graph::k_input);
-  wide.set_tile(SpatialPlace::make({4, 1}, 1, 16, 16, 1), &comm);
-  REQUIRE_THROWS_WITH(wide.setup(1), Catch::Contains("'dilated'") && Catch::Contains("halo of 6 rows") &&
-                                         Catch::Contains("wider than a neighbouring tile"));
+  wide.set_wrap_columns(true);
+  REQUIRE_THROWS_WITH(wide.setup(1), Catch::Contains("'dilated'") && Catch::Contains("wider than the sample") &&
+                                         Catch::Contains("periodic_longitude"));
 }
 
+TEST_CASE("each layer DeepLabv3+ adds runs on tiles as it runs unsplit", "[spatial]") {
+  const auto conv = [](int64_t k, int64_t kernel, int64_t stride, int64_t pad, int64_t dil, bool bias = true) {
+    return nn::conv2d({k, kernel, stride, pad, dil, bias, nn::Init::uniform_fan_in});
+  };
+  for (const SpatialSplit split : {SpatialSplit{2, 1}, SpatialSplit{1, 2}, SpatialSplit{2, 2}, SpatialSplit{4, 1},
+                                   SpatialSplit{2, 3}}) {
+    DYNAMIC_SECTION("a dilation wider than a neighbour's tile (halos from the tiles beyond), split " << split.str()) {
+      // 4-row tiles at [4, 1]: the dilation of 6 reaches 6 rows, across the next tile into
+      // the one beyond.
+      compare_layers([&](nn::Graph& g) { g.add("b", conv(4, 3, 1, 6, 6), g.add("a", conv(4, 3, 1, 1, 1), 0)); }, 2, 3,
+                     16, 18, split, 1);
+    }
+    DYNAMIC_SECTION("image pooling: a sum over the group, whole features, a broadcast back, split " << split.str()) {
+      compare_layers(
+          [&](nn::Graph& g) {
+            const int a = g.add("a", conv(16, 3, 1, 1, 1), 0);
+            int p = g.add("pool", nn::global_avg_pool(), a);
+            p = g.add("fc", nn::linear(8), p);
+            p = g.add("relu", nn::relu(), p);
+            p = g.add("up", nn::upsample_bilinear(24, 18), p);
+            const int x = g.add("cat", nn::concat(), {a, p});
+            g.add("out", conv(3, 1, 1, 0, 1), x);
+          },
+          2, 3, 24, 18, split, 1);
+    }
+    DYNAMIC_SECTION("wrapped columns: convolutions and upsampling read across the date line, split " << split.str()) {
+      compare_layers(
+          [&](nn::Graph& g) {
+            g.set_wrap_columns(true);
+            int x = g.add("a", conv(16, 3, 2, 1, 1), 0);
+            x = g.add("b", conv(16, 3, 1, 4, 4), x);
+            x = g.add("up2", nn::upsample_bilinear(24, 36), x);
+            g.add("c", conv(3, 3, 1, 1, 1), x);
+          },
+          2, 3, 24, 36, split, 2);
+    }
+    DYNAMIC_SECTION("bilinear upsampling by 2 and 4 (halos of one row and column), split " << split.str()) {
+      compare_layers(
+          [&](nn::Graph& g) {
+            int x = g.add("a", conv(16, 3, 2, 1, 1), 0);
+            x = g.add("b", conv(16, 3, 2, 1, 1), x);
+            const int half = g.add("up2", nn::upsample_bilinear(12, 18), x);
+            x = g.add("c", conv(3, 3, 1, 1, 1), half);
+            g.add("up4", nn::upsample_bilinear(48, 72), x);
+          },
+          2, 3, 48, 72, split, 4);
+    }
+  }
+}
+
+TEST_CASE("DeepLabv3+ on DeepCAM's 768 x 1152 x 16 split up to 8 ways computes what it computes unsplit",
+          "[spatial][deeplab]") {
+  // The model at output stride 8 has 96 x 144 features for its ASPP, whose dilation-18 branch
+  // reaches 18 rows: at [8, 1] a tile has 12, so its halos come from the next two tiles.
+  // The loss and the running statistics agree within 1e-5. The gradients agree within 1e-2
+  // of each tensor's largest value, not 1e-5: the split recomputes each tile's edges with
+  // plans of their own, whose float rounding differs from the unsplit plan's, and where a
+  // batch norm's output lies within that rounding of zero its ReLU's mask flips, which moves
+  // the gradients by that pixel's whole share (the derivative is discontinuous there; the
+  // forward values are not). Which pixels flip depends on the data and the CPU's kernels
+  // (measured worst: 7e-3, enc3.block1.b.conv.weight at [4, 1]; with other data none flip and
+  // every tensor agrees within 1e-5). Each layer's tile form is held to 1e-5 on small tiles
+  // above ("each layer DeepLabv3+ adds"), where no mask flips.
+  // aspp.pool.fc.bias is left out: its gradient is zero but for rounding (the bias adds the
+  // same value to every pixel of every sample of a channel of aspp.project, whose batch norm
+  // removes it).
+  nn::ModelSpec spec;
+  spec.name = "deeplabv3plus";
+  spec.classes = 3;
+  const std::vector<Batch> batches{random_batch(2, 16, 768, 1152, 3, 9)};
+  const RankRun whole = run_split(spec, batches, {1, 1}, 1, 0.0f);
+  auto g = nn::make_model(spec, Shape(1, 16, 768, 1152));
+  g->setup(2);
+  for (const SpatialSplit split : {SpatialSplit{2, 1}, SpatialSplit{4, 1}, SpatialSplit{8, 1}, SpatialSplit{2, 2}}) {
+    DYNAMIC_SECTION("split " << split.str()) {
+      const RankRun got = run_split(spec, batches, split, 1, 0.0f);
+      INFO("loss unsplit " << whole.losses[0] << ", split " << got.losses[0]);
+      CHECK(std::fabs(got.losses[0] - whole.losses[0]) <= 1e-5 * std::fabs(whole.losses[0]));
+      std::vector<nn::ParamInfo> tensors;
+      for (const nn::ParamInfo& p : whole.param_info)
+        if (p.name != "aspp.pool.fc.bias") tensors.push_back(p);
+      require_close_per_tensor(got.grads, whole.grads, tensors, 1e-2, "gradient");
+      require_close_per_tensor(got.state, whole.state, g->state_info(), 1e-5, "running statistic");
+    }
+  }
+}
+
+TEST_CASE("DeepLabv3+ split 8 ways trains as the unsplit model over 20 steps", "[spatial][deeplab]") {
+  // 192 x 288: the ASPP's 24 rows over 8 ranks are 3 rows a tile, so the dilation-18 branch
+  // takes its halos from six tiles each way.
+  nn::ModelSpec spec;
+  spec.name = "deeplabv3plus";
+  spec.classes = 3;
+  spec.width = 8;
+  std::vector<Batch> batches;
+  for (uint64_t s = 0; s < 3; ++s) batches.push_back(random_batch(1, 16, 192, 288, 3, 40 + s));
+  const RankRun whole = run_split(spec, batches, {1, 1}, 20, 0.02f);
+  const RankRun split = run_split(spec, batches, {8, 1}, 20, 0.02f);
+  REQUIRE(whole.losses.size() == 20);
+  CHECK(whole.losses.back() < whole.losses.front());  // it learned something
+  for (size_t i = 0; i < whole.losses.size(); ++i) {
+    INFO("step " << i << ": unsplit " << whole.losses[i] << ", split " << split.losses[i]);
+    CHECK(std::fabs(split.losses[i] - whole.losses[i]) <= 1e-4 * std::fabs(whole.losses[i]));
+  }
+}
+
+
+namespace {
+
+// The whole output of `spec` (forward, batch statistics) for the samples of `b` as one rank
+// or the ranks of `split` (threads), its tiles put together.
+Batch forward_whole(const nn::ModelSpec& spec, const Batch& b, SpatialSplit split) {
+  const int64_t multiple = nn::input_multiple(spec);
+  std::vector<Batch> tiles(static_cast<size_t>(split.ranks()));
+  ThreadTileHub hub(split.ranks());
+  std::vector<std::string> errors(tiles.size());
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < split.ranks(); ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto backend = make_test_backend(1);
+        backend->bind_calling_thread(1);
+        auto g = nn::make_model(spec, Shape(1, b.c, b.h, b.w));
+        ThreadTileComm comm(hub, r);
+        const SpatialPlace place = SpatialPlace::make(split, r, b.h, b.w, multiple);
+        if (split.split()) g->set_tile(place, &comm);
+        g->build(*backend, b.n, 7);
+        auto s = backend->create_stream();
+        const Batch in = split.split() ? crop(b, place.rows(), place.cols()) : b;
+        backend->copy_from_host(*s, g->input().f32(), in.images.data(), in.images.size());
+        nn::RunMode mode;
+        g->forward(*s, mode);
+        const Shape o = g->output_shape();
+        Batch& t = tiles[static_cast<size_t>(r)];
+        t = Batch{o.n(), o.c(), o.h(), o.w(), std::vector<float>(static_cast<size_t>(o.numel())), {}};
+        backend->copy_to_host(*s, t.images.data(), g->output().f32(), t.images.size());
+        backend->synchronize(*s);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const std::string& e : errors) REQUIRE(e.empty());
+  const Batch& t0 = tiles[0];
+  Batch whole{b.n, t0.c, b.h, b.w, std::vector<float>(static_cast<size_t>(b.n * t0.c * b.h * b.w)), {}};
+  for (int64_t r = 0; r < split.ranks(); ++r) {
+    const SpatialPlace p = SpatialPlace::make(split, r, b.h, b.w, multiple);
+    const Batch& t = tiles[static_cast<size_t>(r)];
+    size_t k = 0;
+    for (int64_t i = 0; i < b.n; ++i)
+      for (int64_t ch = 0; ch < t.c; ++ch)
+        for (int64_t y = p.rows().begin; y < p.rows().end; ++y)
+          for (int64_t x = p.cols().begin; x < p.cols().end; ++x)
+            whole.images[static_cast<size_t>(((i * t.c + ch) * b.h + y) * b.w + x)] = t.images[k++];
+  }
+  return whole;
+}
+
+// b with every row rolled east by `by` columns (labels too).
+Batch roll_columns(const Batch& b, int64_t by) {
+  Batch r = b;
+  for (int64_t i = 0; i < b.n * b.c; ++i)
+    for (int64_t y = 0; y < b.h; ++y)
+      for (int64_t x = 0; x < b.w; ++x)
+        r.images[static_cast<size_t>((i * b.h + y) * b.w + (x + by) % b.w)] =
+            b.images[static_cast<size_t>((i * b.h + y) * b.w + x)];
+  return r;
+}
+
+struct Difference {
+  double worst = 0, largest = 0;
+  int64_t mask_changes = 0;  // pixels whose class (argmax) differs where one class leads by 1e-3
+};
+Difference difference(const Batch& a, const Batch& b) {
+  Difference d;
+  for (size_t i = 0; i < a.images.size(); ++i) {
+    d.largest = std::max(d.largest, static_cast<double>(std::fabs(b.images[i])));
+    d.worst = std::max(d.worst, static_cast<double>(std::fabs(a.images[i] - b.images[i])));
+  }
+  const int64_t hw = a.h * a.w;
+  for (int64_t i = 0; i < a.n; ++i)
+    for (int64_t p = 0; p < hw; ++p) {
+      const auto at = [&](const Batch& x, int64_t ch) { return x.images[static_cast<size_t>((i * x.c + ch) * hw + p)]; };
+      int64_t ca = 0, cb = 0;
+      for (int64_t ch = 1; ch < a.c; ++ch) {
+        if (at(a, ch) > at(a, ca)) ca = ch;
+        if (at(b, ch) > at(b, cb)) cb = ch;
+      }
+      float margin = 1e30f;
+      for (int64_t ch = 0; ch < b.c; ++ch)
+        if (ch != cb) margin = std::min(margin, at(b, cb) - at(b, ch));
+      if (ca != cb && margin > 1e-3f) ++d.mask_changes;
+    }
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("with periodic longitude a field rolled by half its width gives masks rolled with it; with zeros a seam",
+          "[spatial][periodic]") {
+  // A field whose features cross the date line: the model sees the same globe from another
+  // longitude. Every layer's stride divides half the width (80 columns: 5 blocks of the
+  // U-Net's 16, 10 of DeepLab's 8), so with the columns wrapped the
+  // model commutes with the roll (up to the order of float sums).
+  for (const std::string model : {"unet", "deeplabv3plus"}) {
+    nn::ModelSpec spec = model == "unet" ? climate_unet() : nn::ModelSpec{};
+    if (model == "deeplabv3plus") {
+      spec.name = model;
+      spec.classes = 3;
+      spec.width = 8;
+    }
+    const Batch field = random_batch(1, 16, 96, 160, 3, 31);
+    const Batch rolled = roll_columns(field, 80);
+    DYNAMIC_SECTION(model << ", zeros: the seam shows") {
+      spec.padding = nn::ModelPadding::zeros;
+      const Difference d = difference(forward_whole(spec, rolled, {1, 1}), roll_columns(forward_whole(spec, field, {1, 1}), 80));
+      INFO("worst " << d.worst << " of " << d.largest << ", " << d.mask_changes << " pixels change class");
+      CHECK(d.worst > 1e-2 * d.largest);
+      CHECK(d.mask_changes > 0);
+    }
+    for (const SpatialSplit split : {SpatialSplit{1, 1}, SpatialSplit{1, 2}, SpatialSplit{2, 2}, SpatialSplit{1, 3}}) {
+      DYNAMIC_SECTION(model << ", periodic_longitude, split " << split.str()) {
+        spec.padding = nn::ModelPadding::periodic_longitude;
+        const Batch a = forward_whole(spec, field, split);
+        const Difference d = difference(forward_whole(spec, rolled, split), roll_columns(a, 80));
+        INFO("rolled: worst " << d.worst << " of " << d.largest << ", " << d.mask_changes << " pixels change class");
+        CHECK(d.worst <= 1e-4 * d.largest);
+        CHECK(d.mask_changes == 0);
+        if (split.split()) {  // and the split computes what one rank computes
+          const Difference s = difference(a, forward_whole(spec, field, {1, 1}));
+          INFO("split against one rank: worst " << s.worst << " of " << s.largest);
+          CHECK(s.worst <= 1e-5 * s.largest);
+        }
+      }
+    }
+  }
+}

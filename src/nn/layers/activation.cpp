@@ -48,7 +48,11 @@ class Dropout final : public Layer {
   std::string type() const override { return "dropout"; }
   // Pixel by pixel; each tile draws its own mask (the random stream is per element of the
   // tile, salted by the node), so a split run's masks differ from an unsplit run's.
-  std::string set_tile(const TileContext&) override { return ""; }
+  // Features of no pixels are whole on every rank of the group, and each rank's mask would
+  // differ.
+  std::string set_tile(const TileContext& t) override {
+    return t.output.image ? "" : "each rank of the group would drop other features of the one sample";
+  }
   LayerAttributes attributes() const override {
     LayerAttributes a;
     a.p = m_p;

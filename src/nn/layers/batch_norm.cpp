@@ -67,7 +67,7 @@ class BatchNorm final : public Layer {
 
   // On a tile: the statistics are the whole sample's, summed over the group (BatchNormDesc::group).
   std::string set_tile(const TileContext& t) override {
-    if (m_desc.h * m_desc.w <= 1 && t.output.height * t.output.width > 1)
+    if (!t.output.image || (m_desc.h * m_desc.w <= 1 && t.output.height * t.output.width > 1))
       return "it normalises features of no pixels";
     m_group = t.comm;
     return "";

@@ -60,7 +60,8 @@ class ConvBase : public Layer {
   // a ReLU right after it: the post-op forward, and backward masks the ReLU's output gradient
   // where the output is positive before the convolution's own backward reads it.
   bool fuse_next(const Layer& next, bool training) override {
-    if (m_tile) return false;  // the edge strips overwrite the plan's output: nothing fused into it
+    // The edge strips overwrite the plan's output: nothing fused into it.
+    if (m_tile && ConvTile::needs_halos(m_desc, *m_tile)) return false;
     if (next.type() == "batch_norm" && !training && !m_fuse_bn && !m_fuse_relu) {
       m_fuse_bn = true;
       m_desc.bn_eps = next.attributes().eps;

@@ -1,4 +1,5 @@
-// A convolution on a tile of a split sample: its halos and edge strips (src/nn/layers/halo.hpp).
+// Layers on a tile of a split sample: the halos, and a convolution's edge strips
+// (src/nn/layers/halo.hpp).
 #include "src/nn/layers/halo.hpp"
 
 #include <algorithm>
@@ -11,7 +12,18 @@ namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
 
-// A 4-D tensor of layout l as [outer][h][w][inner].
+// The tag of a message: the node, the pass, and the shift of the sender's tile in the
+// receiver's coordinates (a pair of tiles exchanges at most one block per shift).
+int64_t tag_of(int node, bool backward, int shift) {
+  return (static_cast<int64_t>(node) * 2 + (backward ? 1 : 0)) * 3 + (shift + 1);
+}
+
+}  // namespace
+
+CellRect CellRect::operator&(const CellRect& o) const {
+  return {std::max(y0, o.y0), std::min(y1, o.y1), std::max(x0, o.x0), std::min(x1, o.x1)};
+}
+
 void outer_inner(Layout l, int64_t n, int64_t c, int64_t& outer, int64_t& inner) {
   const int64_t block = channel_block(l);
   if (l == Layout::nhwc) {
@@ -26,12 +38,255 @@ void outer_inner(Layout l, int64_t n, int64_t c, int64_t& outer, int64_t& inner)
   }
 }
 
-// The tag of a message: the node, the pass, and the side it travels to, seen from its sender.
-int64_t tag_of(int node, bool backward, Side towards) {
-  return (static_cast<int64_t>(node) * 2 + (backward ? 1 : 0)) * k_sides + static_cast<int64_t>(towards);
+// ---- TileHalos ----
+
+TileHalos::Plan TileHalos::plan(const TensorTile& t, const NeededCells& needed) {
+  const int64_t rows = t.tile_rows(), cols = t.tile_cols(), width = t.width;
+  const auto own_of = [&](int64_t r, int64_t c) {
+    const Span& y = t.row_spans[static_cast<size_t>(r)];
+    const Span& x = t.col_spans[static_cast<size_t>(c)];
+    return CellRect{y.begin, y.end, x.begin, x.end};
+  };
+  const CellRect mine = own_of(t.row, t.col);
+  const int64_t me = t.row * cols + t.col;
+  Plan p;
+  p.own = mine.moved(-mine.y0, -mine.x0);
+  const CellRect my_need = needed(t.row, t.col);
+  SQUALL_CHECK(t.wrap_columns || (my_need.x0 >= 0 && my_need.x1 <= width),
+               "tile halos: a reach beyond the sample's columns where they do not wrap");
+  if (my_need.x0 < -width || my_need.x1 > 2 * width)
+    throw Error("its reach of " + str(std::max(-my_need.x0, my_need.x1 - width)) +
+                " columns beyond the sample's edge is wider than the sample (" + str(width) +
+                " columns), which wrapped columns cannot give");
+  p.need = my_need.moved(-mine.y0, -mine.x0);
+  const std::vector<int> shifts = t.wrap_columns ? std::vector<int>{-1, 0, 1} : std::vector<int>{0};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t peer = r * cols + c;
+      const CellRect theirs = own_of(r, c);
+      const CellRect their_need = needed(r, c);
+      for (int k : shifts) {
+        if (peer == me && k == 0) continue;
+        // What this tile reads of theirs (moved k widths), and what they read of this one.
+        const CellRect in = my_need & theirs.moved(0, k * width);
+        if (!in.empty()) p.receives.push_back({peer, k, in.moved(-mine.y0, -mine.x0)});
+        const CellRect out = their_need & mine.moved(0, k * width);
+        if (!out.empty()) p.sends.push_back({peer, k, out.moved(-mine.y0, -mine.x0 - k * width)});
+      }
+    }
+  return p;
 }
 
-}  // namespace
+int64_t TileHalos::buffer_elements(const Plan& p, int64_t outer, int64_t inner) {
+  int64_t elements = 0, largest = 1;
+  for (const Block& b : p.receives) {
+    elements += 2 * std::max<int64_t>(outer * b.cells.rows() * b.cells.cols() * inner, 1);
+    largest = std::max(largest, outer * b.cells.rows() * b.cells.cols() * inner);
+  }
+  for (const Block& b : p.sends) elements += 2 * std::max<int64_t>(outer * b.cells.rows() * b.cells.cols() * inner, 1);
+  return elements + largest;  // and the zeros
+}
+
+TileHalos::TileHalos(Backend& backend, const TensorTile& t, const NeededCells& needed, TileComm* comm, int node,
+                     int64_t outer, int64_t inner, DType dtype)
+    : m_backend(backend), m_comm(comm), m_node(node), m_outer(outer), m_inner(inner), m_dtype(dtype) {
+  SQUALL_CHECK(m_comm != nullptr, "tile halos: no group communicator");
+  m_plan = plan(t, needed);
+  m_me = t.row * t.tile_cols() + t.col;
+  m_host = backend.capabilities().host_accessible;
+  const auto make = [&](const Block& b) {
+    const auto n = static_cast<size_t>(std::max<int64_t>(count(b), 1));
+    Buffers x;
+    x.data = backend.allocate(n, dtype);
+    x.grad = backend.allocate(n, dtype);
+    if (!m_host && b.peer != m_me) {
+      x.host_data = backend.allocate_host(n, dtype);
+      x.host_grad = backend.allocate_host(n, dtype);
+    }
+    return x;
+  };
+  for (const Block& b : m_plan.receives) m_received.push_back(make(b));
+  for (const Block& b : m_plan.sends) m_sent.push_back(make(b));
+  int64_t largest = 1;
+  for (const Block& b : m_plan.receives) largest = std::max(largest, count(b));
+  m_zeros = backend.allocate(static_cast<size_t>(largest), dtype);
+  auto stream = backend.create_stream();
+  clear(backend, *stream, m_zeros);
+  backend.synchronize(*stream);
+}
+
+void TileHalos::clear(Backend& backend, Stream& s, const Buffer& b) {
+  if (!b) return;
+  const std::vector<char> zeros(b.bytes(), 0);
+  backend.copy_bytes_from_host(s, b.raw(), zeros.data(), b.bytes());
+  backend.synchronize(s);  // the host's zeros go when this returns
+}
+
+TileHalos::~TileHalos() {
+  // An exchange still in flight (an exception between start and finish) completes before its
+  // buffers go.
+  if (m_exchange) {
+    try {
+      m_exchange->wait();
+    } catch (...) {
+    }
+  }
+}
+
+const TileHalos::Buffers& TileHalos::self_receive(int shift) const {
+  for (size_t i = 0; i < m_plan.receives.size(); ++i)
+    if (m_plan.receives[i].peer == m_me && m_plan.receives[i].shift == shift) return m_received[i];
+  throw Error("tile halos: a wrapped block sent to this tile has no place to land");
+}
+
+void TileHalos::copy_rect(Stream& s, void* dst, int64_t dst_h, int64_t dst_w, int64_t dst_y, int64_t dst_x,
+                          const void* src, int64_t src_h, int64_t src_w, int64_t src_y, int64_t src_x, int64_t rows,
+                          int64_t cols, bool accumulate) {
+  if (rows <= 0 || cols <= 0) return;
+  BlockCopy b;
+  b.outer = m_outer;
+  b.rows = rows;
+  b.count = cols * m_inner;
+  b.src_offset = (src_y * src_w + src_x) * m_inner;
+  b.src_outer = src_h * src_w * m_inner;
+  b.src_row = src_w * m_inner;
+  b.dst_offset = (dst_y * dst_w + dst_x) * m_inner;
+  b.dst_outer = dst_h * dst_w * m_inner;
+  b.dst_row = dst_w * m_inner;
+  m_backend.copy_block(s, m_dtype, dst, src, b, accumulate);
+}
+
+void TileHalos::start_forward(Stream& s, const void* x) {
+  const CellRect& own = m_plan.own;
+  for (size_t i = 0; i < m_plan.sends.size(); ++i) {
+    const Block& b = m_plan.sends[i];
+    // This tile's own wrap lands straight in its received block.
+    void* dst = b.peer == m_me ? self_receive(b.shift).data.raw() : m_sent[i].data.raw();
+    copy_rect(s, dst, b.cells.rows(), b.cells.cols(), 0, 0, x, own.rows(), own.cols(), b.cells.y0, b.cells.x0,
+              b.cells.rows(), b.cells.cols(), false);
+  }
+  exchange(s, false);
+}
+
+void TileHalos::finish_forward(Stream& s) { wait(s, false); }
+
+void TileHalos::gather(Stream& s, const CellRect& r, void* dst, const void* x, bool own) {
+  const auto put = [&](const CellRect& region, const void* src) {
+    const CellRect c = r & region;
+    if (c.empty()) return;
+    copy_rect(s, dst, r.rows(), r.cols(), c.y0 - r.y0, c.x0 - r.x0, src, region.rows(), region.cols(),
+              c.y0 - region.y0, c.x0 - region.x0, c.rows(), c.cols(), false);
+  };
+  if (own) put(m_plan.own, x);
+  for (size_t i = 0; i < m_plan.receives.size(); ++i) put(m_plan.receives[i].cells, m_received[i].data.raw());
+}
+
+void TileHalos::scatter_own(Stream& s, const CellRect& r, const void* src, void* x) {
+  const CellRect& own = m_plan.own;
+  const CellRect c = r & own;
+  if (c.empty()) return;
+  copy_rect(s, x, own.rows(), own.cols(), c.y0, c.x0, src, r.rows(), r.cols(), c.y0 - r.y0, c.x0 - r.x0, c.rows(),
+            c.cols(), false);
+}
+
+void TileHalos::zero_gradients(Stream& s) {
+  for (size_t i = 0; i < m_plan.receives.size(); ++i)
+    m_backend.copy_bytes(s, m_received[i].grad.raw(), m_zeros.raw(), static_cast<size_t>(count(m_plan.receives[i])) *
+                                                                          dtype_size(m_dtype));
+}
+
+void TileHalos::add_gradient(Stream& s, const CellRect& r, const void* dwindow) {
+  for (size_t i = 0; i < m_plan.receives.size(); ++i) {
+    const CellRect& h = m_plan.receives[i].cells;
+    const CellRect c = r & h;
+    if (c.empty()) continue;
+    copy_rect(s, m_received[i].grad.raw(), h.rows(), h.cols(), c.y0 - h.y0, c.x0 - h.x0, dwindow, r.rows(), r.cols(),
+              c.y0 - r.y0, c.x0 - r.x0, c.rows(), c.cols(), true);
+  }
+}
+
+void TileHalos::start_backward(Stream& s) {
+  m_send_grads = true;
+  exchange(s, true);
+}
+
+void TileHalos::finish_backward(Stream& s, void* dx) {
+  if (!m_send_grads) return;
+  m_send_grads = false;
+  wait(s, true);
+  const CellRect& own = m_plan.own;
+  for (size_t i = 0; i < m_plan.sends.size(); ++i) {
+    const Block& b = m_plan.sends[i];
+    const void* src = b.peer == m_me ? self_receive(b.shift).grad.raw() : m_sent[i].grad.raw();
+    copy_rect(s, dx, own.rows(), own.cols(), b.cells.y0, b.cells.x0, src, b.cells.rows(), b.cells.cols(), 0, 0,
+              b.cells.rows(), b.cells.cols(), true);
+  }
+}
+
+// Forward: this tile's cells out and the halos in; backward: the halos' gradients out to their
+// owners and theirs of this tile's cells in. A tile's own wrap needs no message.
+void TileHalos::exchange(Stream& s, bool backward) {
+  const size_t esize = dtype_size(m_dtype);
+  if (!m_host) {
+    const std::vector<Block>& out = backward ? m_plan.receives : m_plan.sends;
+    const std::vector<Buffers>& bufs = backward ? m_received : m_sent;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i].peer == m_me) continue;
+      const Buffers& b = bufs[i];
+      const auto bytes = static_cast<size_t>(count(out[i])) * esize;
+      if (backward)
+        m_backend.copy_bytes_to_host(s, b.host_grad.raw(), b.grad.raw(), bytes);
+      else
+        m_backend.copy_bytes_to_host(s, b.host_data.raw(), b.data.raw(), bytes);
+    }
+  }
+  // The packed buffers must be complete before another thread reads them.
+  m_backend.synchronize(s);
+  std::vector<TileComm::Message> sends, receives;
+  for (size_t i = 0; i < m_plan.sends.size(); ++i) {
+    const Block& b = m_plan.sends[i];
+    if (b.peer == m_me) continue;
+    const Buffers& x = m_sent[i];
+    const auto bytes = static_cast<size_t>(count(b)) * esize;
+    if (backward)
+      receives.push_back({b.peer, tag_of(m_node, true, b.shift), (m_host ? x.grad : x.host_grad).raw(), bytes});
+    else
+      sends.push_back({b.peer, tag_of(m_node, false, b.shift), (m_host ? x.data : x.host_data).raw(), bytes});
+  }
+  for (size_t i = 0; i < m_plan.receives.size(); ++i) {
+    const Block& b = m_plan.receives[i];
+    if (b.peer == m_me) continue;
+    const Buffers& x = m_received[i];
+    const auto bytes = static_cast<size_t>(count(b)) * esize;
+    if (backward)
+      sends.push_back({b.peer, tag_of(m_node, true, b.shift), (m_host ? x.grad : x.host_grad).raw(), bytes});
+    else
+      receives.push_back({b.peer, tag_of(m_node, false, b.shift), (m_host ? x.data : x.host_data).raw(), bytes});
+  }
+  if (sends.empty() && receives.empty()) return;
+  m_exchange = m_comm->start(sends, receives);
+}
+
+void TileHalos::wait(Stream& s, bool backward) {
+  if (!m_exchange) return;
+  m_exchange->wait();
+  m_exchange.reset();
+  if (m_host) return;
+  const size_t esize = dtype_size(m_dtype);
+  const std::vector<Block>& in = backward ? m_plan.sends : m_plan.receives;
+  const std::vector<Buffers>& bufs = backward ? m_sent : m_received;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].peer == m_me) continue;
+    const Buffers& b = bufs[i];
+    const auto bytes = static_cast<size_t>(count(in[i])) * esize;
+    if (backward)
+      m_backend.copy_bytes_from_host(s, b.grad.raw(), b.host_grad.raw(), bytes);
+    else
+      m_backend.copy_bytes_from_host(s, b.data.raw(), b.host_data.raw(), bytes);
+  }
+}
+
+// ---- ConvTile ----
 
 HaloAxis halo_axis(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation,
                    bool before, bool after) {
@@ -57,77 +312,39 @@ HaloAxis halo_axis(int64_t in, int64_t out, int64_t kernel, int64_t stride, int6
   return a;
 }
 
-// Whether this tile exchanges anything: its own halos, or the rows its neighbours' halos take
-// from it (a tile with a neighbour below and a kernel that reaches only upward still sends).
-bool ConvTile::needs_halos(const ConvDesc& d, const TileContext& t) {
-  const TensorTile& x = t.inputs.at(0);
-  const Shape y = d.output();
-  const HaloAxis rows = halo_axis(d.h, y.h(), d.r, d.stride_h, d.pad_h, d.dil_h, true, true);
-  const HaloAxis cols = halo_axis(d.w, y.w(), d.s, d.stride_w, d.pad_w, d.dil_w, true, true);
-  const bool across_rows = x.has(Side::north) || x.has(Side::south);
-  const bool across_cols = x.has(Side::west) || x.has(Side::east);
-  return (across_rows && rows.lo + rows.hi > 0) || (across_cols && cols.lo + cols.hi > 0);
-}
-
-std::string ConvTile::check(const ConvDesc& d, const TileContext& t) {
-  if (d.transposed) return "a transposed convolution runs on tiles only with kernel = stride and no padding";
-  const TensorTile& x = t.inputs.at(0);
-  const Shape y = d.output();
-  if (y.h() != t.output.rows().size() || y.w() != t.output.cols().size())
-    return "its output on this tile, " + str(y.h()) + "x" + str(y.w()) + ", is not the tile of its output, " +
-           str(t.output.rows().size()) + "x" + str(t.output.cols().size()) +
-           " (a stride or padding that does not keep tile edges)";
-  const HaloAxis rows = halo_axis(d.h, y.h(), d.r, d.stride_h, d.pad_h, d.dil_h, x.has(Side::north), x.has(Side::south));
-  const HaloAxis cols = halo_axis(d.w, y.w(), d.s, d.stride_w, d.pad_w, d.dil_w, x.has(Side::west), x.has(Side::east));
-  const auto thin = [&](const HaloAxis& a, const char* what, Side before, Side after, bool by_rows) -> std::string {
-    const int64_t n_before = by_rows ? x.neighbour_rows(before) : x.neighbour_cols(before);
-    const int64_t n_after = by_rows ? x.neighbour_rows(after) : x.neighbour_cols(after);
-    if (a.lo > 0 && (a.lo > n_before || a.lo > a.in))
-      return std::string("its halo of ") + str(a.lo) + " " + what + "s is wider than a neighbouring tile (" +
-             str(std::min(n_before, a.in)) + " " + what + "s)";
-    if (a.hi > 0 && (a.hi > n_after || a.hi > a.in))
-      return std::string("its halo of ") + str(a.hi) + " " + what + "s is wider than a neighbouring tile (" +
-             str(std::min(n_after, a.in)) + " " + what + "s)";
-    return "";
-  };
-  std::string why = thin(rows, "row", Side::north, Side::south, true);
-  if (why.empty()) why = thin(cols, "column", Side::west, Side::east, false);
-  return why;
-}
-
 ConvTile::Geometry ConvTile::geometry(const ConvDesc& d, const TileContext& t) {
   const TensorTile& x = t.inputs.at(0);
-  const Shape y = d.output();
+  const TensorTile& yt = t.output;
+  const int64_t height = x.height, width = x.width;
+  const bool wrap = x.wrap_columns;
   Geometry g;
-  g.rows = halo_axis(d.h, y.h(), d.r, d.stride_h, d.pad_h, d.dil_h, x.has(Side::north), x.has(Side::south));
-  g.cols = halo_axis(d.w, y.w(), d.s, d.stride_w, d.pad_w, d.dil_w, x.has(Side::west), x.has(Side::east));
-  // Halo widths whether or not this tile has a neighbour there (the neighbours' halos).
-  const HaloAxis wide_rows = halo_axis(d.h, y.h(), d.r, d.stride_h, d.pad_h, d.dil_h, true, true);
-  const HaloAxis wide_cols = halo_axis(d.w, y.w(), d.s, d.stride_w, d.pad_w, d.dil_w, true, true);
-  const int64_t lo_rows = wide_rows.lo, hi_rows = wide_rows.hi, lo_cols = wide_cols.lo, hi_cols = wide_cols.hi;
-  // The sides with a neighbour whose cells this convolution reads, and what goes each way.
-  for (int k = 0; k < k_sides; ++k) {
-    const auto side = static_cast<Side>(k);
-    if (!x.has(side)) continue;
-    Neighbour n;
-    n.side = side;
-    n.recv = halo_rect(g.rows, g.cols, side);
-    // What the neighbour at `side` reads of this tile: its halo on the opposite side, as wide
-    // on every rank (tiles start on multiples of the stride): `lo_width` rows from this tile's
-    // bottom for the neighbour below, `hi_width` from its top for the one above.
-    const int dr = side_rows(side), dc = side_cols(side);
-    n.send.y0 = dr > 0 ? g.rows.in - lo_rows : 0;
-    n.send.y1 = dr < 0 ? hi_rows : g.rows.in;
-    n.send.x0 = dc > 0 ? g.cols.in - lo_cols : 0;
-    n.send.x1 = dc < 0 ? hi_cols : g.cols.in;
-    if (n.recv.empty() && n.send.empty()) continue;
-    g.sides.push_back(n);
-  }
+  // What tile (r, c) reads: its output's windows, within the sample's rows (zero padding at
+  // the poles) and, unless they wrap, its columns.
+  g.needed = [=](int64_t r, int64_t c) {
+    const Span oy = yt.row_spans[static_cast<size_t>(r)], ox = yt.col_spans[static_cast<size_t>(c)];
+    CellRect n;
+    n.y0 = std::max<int64_t>(oy.begin * d.stride_h - d.pad_h, 0);
+    n.y1 = std::min<int64_t>((oy.end - 1) * d.stride_h - d.pad_h + d.dil_h * (d.r - 1) + 1, height);
+    n.x0 = ox.begin * d.stride_w - d.pad_w;
+    n.x1 = (ox.end - 1) * d.stride_w - d.pad_w + d.dil_w * (d.s - 1) + 1;
+    if (!wrap) {
+      n.x0 = std::max<int64_t>(n.x0, 0);
+      n.x1 = std::min(n.x1, width);
+    }
+    return n;
+  };
+  g.halos = TileHalos::plan(x, g.needed);
+  const CellRect& own = g.halos.own;
+  const CellRect& need = g.halos.need;
+  const Shape y = d.output();
+  g.rows = halo_axis(d.h, y.h(), d.r, d.stride_h, d.pad_h, d.dil_h, need.y0 < own.y0, need.y1 > own.y1);
+  g.cols = halo_axis(d.w, y.w(), d.s, d.stride_w, d.pad_w, d.dil_w, need.x0 < own.x0, need.x1 > own.x1);
+  if (g.halos.receives.empty()) return g;  // the plan's own padding is exact: no edges
 
   // The edge strips: north and south across the whole width, then west and east between them.
   // A tile whose two edges meet (as thin as its halos) is one strip across.
   const int64_t oh = y.h(), ow = y.w();
-  std::vector<Rect> outs;
+  std::vector<CellRect> outs;
   int64_t mid0 = g.rows.edge_lo, mid1 = oh - g.rows.edge_hi;
   if (mid0 >= mid1) {
     outs.push_back({0, oh, 0, ow});
@@ -144,81 +361,65 @@ ConvTile::Geometry ConvTile::geometry(const ConvDesc& d, const TileContext& t) {
       if (g.cols.edge_hi > 0) outs.push_back({mid0, mid1, ow - g.cols.edge_hi, ow});
     }
   }
-  for (const Rect& o : outs)
-    g.strips.push_back(
-        {o, Rect{g.rows.first_read(o.y0), g.rows.end_read(o.y1), g.cols.first_read(o.x0), g.cols.end_read(o.x1)}});
+  for (const CellRect& o : outs)
+    g.strips.push_back({o, CellRect{g.rows.first_read(o.y0), g.rows.end_read(o.y1), g.cols.first_read(o.x0),
+                                    g.cols.end_read(o.x1)}});
   return g;
 }
 
+bool ConvTile::needs_halos(const ConvDesc& d, const TileContext& t) {
+  const Geometry g = geometry(d, t);
+  return !g.halos.receives.empty() || !g.halos.sends.empty();
+}
+
+std::string ConvTile::check(const ConvDesc& d, const TileContext& t) {
+  if (d.transposed) return "a transposed convolution runs on tiles only with kernel = stride and no padding";
+  const Shape y = d.output();
+  if (y.h() != t.output.rows().size() || y.w() != t.output.cols().size())
+    return "its output on this tile, " + str(y.h()) + "x" + str(y.w()) + ", is not the tile of its output, " +
+           str(t.output.rows().size()) + "x" + str(t.output.cols().size()) +
+           " (a stride or padding that does not keep tile edges)";
+  try {
+    (void)geometry(d, t);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 size_t ConvTile::strips(const ConvDesc& d, const TileContext& t) {
-  return needs_halos(d, t) ? geometry(d, t).strips.size() : 0;
+  const Geometry g = geometry(d, t);
+  return g.halos.receives.empty() && g.halos.sends.empty() ? 0 : g.strips.size();
 }
 
 size_t ConvTile::buffer_bytes(const ConvDesc& d, const TileContext& t) {
-  if (!needs_halos(d, t)) return 0;
+  const Geometry g = geometry(d, t);
+  if (g.halos.receives.empty() && g.halos.sends.empty()) return 0;
   int64_t outer_in = 1, inner = 1;
   outer_inner(d.layout, d.n, d.c, outer_in, inner);
-  const Geometry g = geometry(d, t);
   // As the constructor allocates: at least one element each.
   const auto n = [](int64_t elements) { return static_cast<size_t>(std::max<int64_t>(elements, 1)); };
-  size_t elements = 0, largest = 1;
-  for (const Neighbour& s : g.sides) {
-    const int64_t recv = s.recv.empty() ? 0 : outer_in * s.recv.rows() * s.recv.cols() * inner;
-    const int64_t send = s.send.empty() ? 0 : outer_in * s.send.rows() * s.send.cols() * inner;
-    elements += 2 * n(recv) + 2 * n(send);
-    largest = std::max(largest, static_cast<size_t>(recv));
-  }
+  size_t elements = static_cast<size_t>(TileHalos::buffer_elements(g.halos, outer_in, inner));
   for (const auto& [out, in] : g.strips) {
     const int64_t win = outer_in * in.rows() * in.cols() * inner;
     const int64_t yo = d.n * d.k * out.rows() * out.cols();
     elements += 3 * n(win) + 2 * n(yo);
-    largest = std::max(largest, static_cast<size_t>(win));
   }
-  elements += largest;  // the zeros
   const size_t f32 = (static_cast<size_t>(d.weight().numel()) + n(d.k)) * sizeof(float);  // dw, db
   return elements * dtype_size(d.dtype) + f32;
 }
 
-ConvTile::ConvTile(Backend& backend, const ConvDesc& d, const TileContext& t)
-    : m_backend(backend), m_desc(d), m_comm(t.comm), m_node(t.node) {
+ConvTile::ConvTile(Backend& backend, const ConvDesc& d, const TileContext& t) : m_backend(backend), m_desc(d) {
   const Geometry g = geometry(d, t);
-  m_rows = g.rows;
-  m_cols = g.cols;
-  SQUALL_CHECK(m_comm != nullptr, "conv tile: no group communicator");
-  m_host = backend.capabilities().host_accessible;
-  outer_inner(d.layout, d.n, d.c, m_outer_in, m_inner);
+  int64_t outer_in = 1, inner = 1;
+  outer_inner(d.layout, d.n, d.c, outer_in, inner);
   outer_inner(d.y_layout(), d.n, d.k, m_outer_out, m_inner_out);
+  m_halos = std::make_unique<TileHalos>(backend, t.inputs.at(0), g.needed, t.comm, t.node, outer_in, inner, d.dtype);
 
-  const size_t esize = dtype_size(d.dtype);
   const auto buffer = [&](int64_t elements) {
     return backend.allocate(static_cast<size_t>(std::max<int64_t>(elements, 1)), d.dtype);
   };
-  const TensorTile& x = t.inputs.at(0);
-  for (const Neighbour& n : g.sides) {
-    Halo h;
-    h.side = n.side;
-    h.peer = t.place->rank_at(x.row + side_rows(n.side), x.col + side_cols(n.side));
-    h.recv = n.recv;
-    h.send = n.send;
-    h.recv_count = h.recv.empty() ? 0 : m_outer_in * h.recv.rows() * h.recv.cols() * m_inner;
-    h.send_count = h.send.empty() ? 0 : m_outer_in * h.send.rows() * h.send.cols() * m_inner;
-    const int64_t recv_n = h.recv_count, send_n = h.send_count;
-    h.recv_buf = buffer(recv_n);
-    h.send_buf = buffer(send_n);
-    h.grad_buf = buffer(recv_n);
-    h.grad_back = buffer(send_n);
-    if (!m_host) {
-      h.host_recv = backend.allocate_host(static_cast<size_t>(recv_n), d.dtype);
-      h.host_send = backend.allocate_host(static_cast<size_t>(send_n), d.dtype);
-      h.host_grad = backend.allocate_host(static_cast<size_t>(recv_n), d.dtype);
-      h.host_grad_back = backend.allocate_host(static_cast<size_t>(send_n), d.dtype);
-    }
-    m_halos.push_back(std::move(h));
-  }
-
-  size_t largest = 0;
   for (const auto& [out, in] : g.strips) {
-    const Rect& o = out;
     Strip st;
     st.out = out;
     st.in = in;
@@ -229,152 +430,36 @@ ConvTile::ConvTile(Backend& backend, const ConvDesc& d, const TileContext& t)
     sd.relu = false;
     sd.fold_batch_norm = false;
     const Shape so = sd.output();
-    SQUALL_CHECK(so.h() == o.rows() && so.w() == o.cols(), "conv tile: an edge strip's plan gives " + so.str() +
-                                                                  " for " + str(o.rows()) + "x" + str(o.cols()));
+    SQUALL_CHECK(so.h() == out.rows() && so.w() == out.cols(), "conv tile: an edge strip's plan gives " + so.str() +
+                                                                   " for " + str(out.rows()) + "x" + str(out.cols()));
     st.plan = backend.make_conv(sd);
-    const int64_t win = m_outer_in * st.in.rows() * st.in.cols() * m_inner;
-    const int64_t yo = so.numel();
+    const int64_t win = outer_in * st.in.rows() * st.in.cols() * inner;
     st.window = buffer(win);
     st.masked = buffer(win);
     st.dwindow = buffer(win);
-    st.y = buffer(yo);
-    st.dy = buffer(yo);
-    largest = std::max(largest, static_cast<size_t>(win));
+    st.y = buffer(so.numel());
+    st.dy = buffer(so.numel());
     m_strips.push_back(std::move(st));
   }
-  for (const Halo& h : m_halos) largest = std::max(largest, static_cast<size_t>(h.recv_count));
-  largest = std::max<size_t>(largest, 1);
-  m_zeros = buffer(static_cast<int64_t>(largest));
   m_dw = backend.allocate(static_cast<size_t>(d.weight().numel()));
   m_db = backend.allocate(static_cast<size_t>(std::max<int64_t>(d.k, 1)));
-  // Every buffer starts at zero: the window cells beyond the sample are never written again.
+  // Every window starts at zero: the cells beyond the sample (its zero padding) are never
+  // written again.
   auto stream = backend.create_stream();
-  std::vector<char> zeros(largest * esize, 0);
-  const auto clear = [&](const Buffer& b) {
-    if (b) backend.copy_bytes_from_host(*stream, b.raw(), zeros.data(), b.bytes());
-  };
-  clear(m_zeros);
   for (Strip& st : m_strips) {
-    clear(st.window);
-    clear(st.masked);
-  }
-  backend.synchronize(*stream);
-}
-
-ConvTile::~ConvTile() {
-  // An exchange still in flight (an exception between start and finish) completes before its
-  // buffers go.
-  if (m_exchange) {
-    try {
-      m_exchange->wait();
-    } catch (...) {
-    }
+    TileHalos::clear(backend, *stream, st.window);
+    TileHalos::clear(backend, *stream, st.masked);
   }
 }
 
-ConvTile::Rect ConvTile::halo_rect(const HaloAxis& rows, const HaloAxis& cols, Side side) {
-  const int dr = side_rows(side), dc = side_cols(side);
-  Rect r;
-  r.y0 = dr < 0 ? -rows.lo : dr > 0 ? rows.in : 0;
-  r.y1 = dr < 0 ? 0 : dr > 0 ? rows.in + rows.hi : rows.in;
-  r.x0 = dc < 0 ? -cols.lo : dc > 0 ? cols.in : 0;
-  r.x1 = dc < 0 ? 0 : dc > 0 ? cols.in + cols.hi : cols.in;
-  return r;
-}
+ConvTile::~ConvTile() = default;
 
-void ConvTile::copy_rect(Stream& s, void* dst, int64_t dst_h, int64_t dst_w, int64_t dst_y, int64_t dst_x,
-                         const void* src, int64_t src_h, int64_t src_w, int64_t src_y, int64_t src_x, int64_t rows,
-                         int64_t cols, bool accumulate) {
-  if (rows <= 0 || cols <= 0) return;
-  BlockCopy b;
-  b.outer = m_outer_in;
-  b.rows = rows;
-  b.count = cols * m_inner;
-  b.src_offset = (src_y * src_w + src_x) * m_inner;
-  b.src_outer = src_h * src_w * m_inner;
-  b.src_row = src_w * m_inner;
-  b.dst_offset = (dst_y * dst_w + dst_x) * m_inner;
-  b.dst_outer = dst_h * dst_w * m_inner;
-  b.dst_row = dst_w * m_inner;
-  m_backend.copy_block(s, m_desc.dtype, dst, src, b, accumulate);
-}
-
-void ConvTile::gather(Stream& s, const Rect& r, void* dst, const void* x, bool own) {
-  const auto put = [&](const Rect& region, const void* src) {
-    const Rect c{std::max(r.y0, region.y0), std::min(r.y1, region.y1), std::max(r.x0, region.x0),
-                 std::min(r.x1, region.x1)};
-    if (c.empty()) return;
-    copy_rect(s, dst, r.rows(), r.cols(), c.y0 - r.y0, c.x0 - r.x0, src, region.rows(), region.cols(),
-              c.y0 - region.y0, c.x0 - region.x0, c.rows(), c.cols(), false);
-  };
-  if (own) put(own_rect(), x);
-  for (const Halo& h : m_halos)
-    if (!h.recv.empty()) put(h.recv, h.recv_buf.raw());
-}
-
-void ConvTile::zero(Stream& s, const Buffer& b) {
-  m_backend.copy_bytes(s, b.raw(), m_zeros.raw(), b.bytes());
-}
-
-// The messages of one exchange: forward, this tile's rows out and the halos in; backward, the
-// halos' gradients out to their owners and theirs of this tile's rows in.
-void ConvTile::exchange(Stream& s, bool backward) {
-  if (!m_host) {
-    for (Halo& h : m_halos) {
-      if (backward)
-        m_backend.copy_bytes_to_host(s, h.host_grad.raw(), h.grad_buf.raw(), h.grad_buf.bytes());
-      else
-        m_backend.copy_bytes_to_host(s, h.host_send.raw(), h.send_buf.raw(), h.send_buf.bytes());
-    }
-  }
-  // The packed buffers must be complete before another thread reads them.
-  m_backend.synchronize(s);
-  std::vector<TileComm::Message> sends, receives;
-  for (Halo& h : m_halos) {
-    const Side towards = h.side, from = opposite(h.side);
-    const size_t esize = dtype_size(m_desc.dtype);
-    const auto recv_bytes = static_cast<size_t>(h.recv_count) * esize;
-    const auto send_bytes = static_cast<size_t>(h.send_count) * esize;
-    if (backward) {  // the halo's gradient back to its owner; this tile's rows' from theirs
-      if (recv_bytes > 0)
-        sends.push_back({h.peer, tag_of(m_node, true, towards), (m_host ? h.grad_buf : h.host_grad).raw(), recv_bytes});
-      if (send_bytes > 0)
-        receives.push_back(
-            {h.peer, tag_of(m_node, true, from), (m_host ? h.grad_back : h.host_grad_back).raw(), send_bytes});
-    } else {
-      if (send_bytes > 0)
-        sends.push_back({h.peer, tag_of(m_node, false, towards), (m_host ? h.send_buf : h.host_send).raw(), send_bytes});
-      if (recv_bytes > 0)
-        receives.push_back({h.peer, tag_of(m_node, false, from), (m_host ? h.recv_buf : h.host_recv).raw(), recv_bytes});
-    }
-  }
-  m_exchange = m_comm->start(sends, receives);
-}
-
-void ConvTile::wait(Stream& s, bool backward) {
-  if (!m_exchange) return;
-  m_exchange->wait();
-  m_exchange.reset();
-  if (m_host) return;
-  for (Halo& h : m_halos) {
-    if (backward)
-      m_backend.copy_bytes_from_host(s, h.grad_back.raw(), h.host_grad_back.raw(), h.grad_back.bytes());
-    else
-      m_backend.copy_bytes_from_host(s, h.recv_buf.raw(), h.host_recv.raw(), h.recv_buf.bytes());
-  }
-}
-
-void ConvTile::start_forward(Stream& s, const void* x) {
-  for (Halo& h : m_halos)
-    copy_rect(s, h.send_buf.raw(), h.send.rows(), h.send.cols(), 0, 0, x, m_rows.in, m_cols.in, h.send.y0, h.send.x0,
-              h.send.rows(), h.send.cols(), false);
-  exchange(s, false);
-}
+void ConvTile::start_forward(Stream& s, const void* x) { m_halos->start_forward(s, x); }
 
 void ConvTile::finish_forward(Stream& s, const void* x, const float* w, const float* b, void* y) {
-  wait(s, false);
+  m_halos->finish_forward(s);
   for (Strip& st : m_strips) {
-    gather(s, st.in, st.window.raw(), x, true);
+    m_halos->gather(s, st.in, st.window.raw(), x, true);
     st.plan->forward(s, st.window.raw(), w, b, st.y.raw());
     m_backend.copy_block(s, m_desc.dtype, y, st.y.raw(), output_block(st.out, false), false);
   }
@@ -382,7 +467,7 @@ void ConvTile::finish_forward(Stream& s, const void* x, const float* w, const fl
 
 // The rectangle r of the layer's output (or its gradient) and a dense strip of r's size, in
 // the output's layout: into the strip (`to_strip`) or from it.
-BlockCopy ConvTile::output_block(const Rect& r, bool to_strip) const {
+BlockCopy ConvTile::output_block(const CellRect& r, bool to_strip) const {
   const Shape full = m_desc.output();
   BlockCopy c;
   c.outer = m_outer_out;
@@ -401,25 +486,15 @@ BlockCopy ConvTile::output_block(const Rect& r, bool to_strip) const {
 }
 
 void ConvTile::start_backward(Stream& s, const void* dy, const float* w, bool want_dx) {
-  m_send_grads = want_dx;
-  for (Halo& h : m_halos)
-    if (h.recv_count > 0) zero(s, h.grad_buf);
+  m_want_dx = want_dx;
+  if (want_dx) m_halos->zero_gradients(s);
   for (Strip& st : m_strips) {
     m_backend.copy_block(s, m_desc.dtype, st.dy.raw(), dy, output_block(st.out, true), false);
     if (!want_dx) continue;
     st.plan->backward_data(s, st.dy.raw(), w, st.dwindow.raw());
-    // The window's gradient in each halo goes to that halo's owner.
-    for (Halo& h : m_halos) {
-      if (h.recv.empty()) continue;
-      const Rect c2{std::max(st.in.y0, h.recv.y0), std::min(st.in.y1, h.recv.y1), std::max(st.in.x0, h.recv.x0),
-                    std::min(st.in.x1, h.recv.x1)};
-      if (c2.empty()) continue;
-      copy_rect(s, h.grad_buf.raw(), h.recv.rows(), h.recv.cols(), c2.y0 - h.recv.y0, c2.x0 - h.recv.x0,
-                st.dwindow.raw(), st.in.rows(), st.in.cols(), c2.y0 - st.in.y0, c2.x0 - st.in.x0, c2.rows(),
-                c2.cols(), true);
-    }
+    m_halos->add_gradient(s, st.in, st.dwindow.raw());  // the window's gradient in each halo goes to its owner
   }
-  if (want_dx) exchange(s, true);
+  if (want_dx) m_halos->start_backward(s);
 }
 
 void ConvTile::add_halo_weight_gradients(Stream& s, float* dw) {
@@ -427,18 +502,14 @@ void ConvTile::add_halo_weight_gradients(Stream& s, float* dw) {
   for (Strip& st : m_strips) {
     // The halos' share: the strip's window with this tile's own cells zero (they were counted
     // by the plan's backward over the whole tile).
-    gather(s, st.in, st.masked.raw(), nullptr, false);
+    m_halos->gather(s, st.in, st.masked.raw(), nullptr, false);
     st.plan->backward_weights(s, st.masked.raw(), st.dy.raw(), m_dw.data(), m_desc.bias ? m_db.data() : nullptr);
     m_backend.axpy(s, 1.0f, m_dw.data(), dw, count);
   }
 }
 
 void ConvTile::finish_backward(Stream& s, void* dx) {
-  if (!m_send_grads) return;
-  wait(s, true);
-  for (Halo& h : m_halos)
-    copy_rect(s, dx, m_rows.in, m_cols.in, h.send.y0, h.send.x0, h.grad_back.raw(), h.send.rows(), h.send.cols(), 0,
-              0, h.send.rows(), h.send.cols(), true);
+  if (m_want_dx) m_halos->finish_backward(s, dx);
 }
 
 }  // namespace squall::nn

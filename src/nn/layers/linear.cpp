@@ -29,6 +29,14 @@ class Linear final : public Layer {
     return Shape(m_desc.n, m_desc.out);
   }
 
+  // On a split sample, features of no pixels are whole on every rank of the group (the
+  // pooled image features of DeepLab's ASPP): computed alike on each, its weights' gradient on
+  // each the share of that rank's tile, summed with the model's others. An image input would
+  // need every pixel of the sample.
+  std::string set_tile(const TileContext& t) override {
+    return t.inputs.at(0).image ? "it reads every pixel of the sample" : "";
+  }
+
   double forward_flops(const std::vector<Shape>&, const Shape&) const override {
     const double outputs = static_cast<double>(m_desc.n) * static_cast<double>(m_desc.out);
     return outputs * (2.0 * static_cast<double>(m_desc.in) + (m_desc.bias ? 1.0 : 0.0));

@@ -86,10 +86,30 @@ class GlobalAvgPool final : public Layer {
     m_hw = m_x.h() * m_x.w();
     return Shape(m_x.n(), m_x.c());
   }
+  // On a split sample: the mean over every tile of the group. Each rank's mean over its tile
+  // is weighted by the tile's share of the sample's pixels and summed over the group in
+  // group-rank order (the same bits on every rank: the pooled features are whole on each).
+  // Their gradient on a rank is its tile's share, which backward sums over the group before
+  // spreading the whole gradient over the tile.
+  std::string set_tile(const TileContext& t) override {
+    const TensorTile& x = t.inputs.at(0);
+    m_group = nullptr;
+    if (t.comm == nullptr || t.comm->group_size() < 2) return "";
+    m_group = t.comm;
+    m_share = static_cast<double>(x.rows().size() * x.cols().size()) / static_cast<double>(x.height * x.width);
+    return "";
+  }
+
   void build(Backend& backend, const std::vector<Tensor>&, const std::vector<Tensor>&,
              const std::vector<Tensor>&) override {
     m_backend = &backend;
     m_nchw = input_layout(0) == Layout::nchw ? Buffer{} : backend.allocate(static_cast<size_t>(m_x.numel()), m_dtype);
+    m_sum_f32 = m_sum_host = m_dfull = Buffer{};
+    if (m_group != nullptr) {
+      m_sum_f32 = backend.allocate(static_cast<size_t>(m_nc));
+      m_sum_host = backend.allocate_host(static_cast<size_t>(m_nc), DType::f32);
+      m_dfull = backend.allocate(static_cast<size_t>(m_nc), m_dtype);
+    }
   }
   bool mixes_layouts() const override { return true; }  // the output is 2-D
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
@@ -100,12 +120,19 @@ class GlobalAvgPool final : public Layer {
       x = m_nchw.raw();
     }
     m_backend->global_avg_pool_forward(stream, m_dtype, x, out.data, m_nc, m_hw);
+    if (m_group != nullptr) group_sum(stream, out.data, out.data, m_share);
   }
   void backward(Stream& stream, const std::vector<Tensor>&, const Tensor&, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
     if (din[0].data == nullptr) return;
-    if (!m_nchw) return m_backend->global_avg_pool_backward(stream, m_dtype, dout.data, din[0].data, m_nc, m_hw);
-    m_backend->global_avg_pool_backward(stream, m_dtype, dout.data, m_nchw.raw(), m_nc, m_hw);
+    const void* dy = dout.data;
+    if (m_group != nullptr) {
+      // The whole gradient, scaled so that the kernel's 1 / (tile pixels) gives 1 / (sample pixels).
+      group_sum(stream, dy, m_dfull.raw(), m_share);
+      dy = m_dfull.raw();
+    }
+    if (!m_nchw) return m_backend->global_avg_pool_backward(stream, m_dtype, dy, din[0].data, m_nc, m_hw);
+    m_backend->global_avg_pool_backward(stream, m_dtype, dy, m_nchw.raw(), m_nc, m_hw);
     m_backend->permute_layout(stream, m_dtype, m_nchw.raw(), Layout::nchw, din[0].data, input_layout(0), m_x.n(),
                               m_x.c(), m_x.h(), m_x.w());
   }
@@ -115,6 +142,34 @@ class GlobalAvgPool final : public Layer {
   Shape m_x;
   int64_t m_nc = 0, m_hw = 0;
   Buffer m_nchw;  // NHWC or blocked: the input (or its gradient) in NCHW
+  TileComm* m_group = nullptr;  // a split sample's group (set_tile)
+  double m_share = 1.0;         // this tile's pixels over the sample's
+  Buffer m_sum_f32, m_sum_host, m_dfull;
+
+  // dst = the group's sum of src * scale, per feature (src and dst of m_nc values in the
+  // activations' type; they may be the same).
+  void group_sum(Stream& stream, const void* src, void* dst, double scale) {
+    const auto n = static_cast<size_t>(m_nc);
+    float* f = m_sum_f32.data();
+    if (m_dtype == DType::f32)
+      m_backend->copy_bytes(stream, f, src, n * sizeof(float));
+    else
+      m_backend->convert(stream, src, m_dtype, f, DType::f32, n);
+    m_backend->copy_bytes_to_host(stream, m_sum_host.raw(), f, n * sizeof(float));
+    m_backend->synchronize(stream);
+    float* host = m_sum_host.data();
+    m_values.assign(host, host + n);
+    for (double& v : m_values) v *= scale;
+    m_group->sum(m_values.data(), n);
+    for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(m_values[i]);
+    m_backend->copy_bytes_from_host(stream, f, host, n * sizeof(float));
+    if (m_dtype == DType::f32)
+      m_backend->copy_bytes(stream, dst, f, n * sizeof(float));
+    else
+      m_backend->convert(stream, f, DType::f32, dst, m_dtype, n);
+    m_backend->synchronize(stream);  // the host buffer is read again at the next call
+  }
+  std::vector<double> m_values;
 };
 
 }  // namespace

@@ -1,9 +1,12 @@
 // Layers that combine or reshape tensors without parameters: add, channel concat, flatten,
 // bilinear resize.
+#include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "src/core/error.hpp"
 #include "src/nn/layer.hpp"
+#include "src/nn/layers/halo.hpp"
 
 namespace squall::nn {
 namespace {
@@ -149,6 +152,14 @@ class Flatten final : public StatelessLayer {
   Shape m_x;
 };
 
+// Bilinear resize, as PyTorch's with align_corners = false. On a tile (a split sample, or
+// wrapped columns): the output's tile reads the input's tile and one row or column beyond each
+// edge where the output is larger, which come from the neighbours (TileHalos). The window of
+// input cells it reads is resized whole, as if it were the image: with an integer scale the
+// window's output cells fall where the sample's do, and those of the tile are copied out.
+// Backward resizes the tile's gradient back over the window (zero elsewhere) and sends the
+// halo's share to its owners. An input of no pixels (whole on every rank: DeepLab's pooled
+// features) is broadcast over the tile, and its gradient is the tile's share.
 class UpsampleBilinear final : public StatelessLayer {
  public:
   UpsampleBilinear(int64_t out_h, int64_t out_w) : m_oh(out_h), m_ow(out_w) {
@@ -167,6 +178,11 @@ class UpsampleBilinear final : public StatelessLayer {
   double forward_flops(const std::vector<Shape>&, const Shape& output) const override {
     return 7.0 * static_cast<double>(output.numel());
   }
+  void set_tile_output(const TensorTile* output) override {
+    m_tile_h = output != nullptr && output->image ? output->rows().size() : 0;
+    m_tile_w = output != nullptr && output->image ? output->cols().size() : 0;
+    if (output == nullptr) m_tile.reset();
+  }
   Shape setup(const std::vector<Shape>& inputs) override {
     // A rank-2 input [n, c] is an image of 1x1 pixels (a pooled feature, as in DeepLab's
     // image-pooling branch): its upsampling broadcasts each value over the output.
@@ -178,49 +194,157 @@ class UpsampleBilinear final : public StatelessLayer {
     m_nc = x.n() * x.c();
     m_h = x.h();
     m_w = x.w();
-    return Shape(x.n(), x.c(), m_oh, m_ow);
+    return Shape(x.n(), x.c(), m_tile_h > 0 ? m_tile_h : m_oh, m_tile_w > 0 ? m_tile_w : m_ow);
+  }
+  std::string set_tile(const TileContext& t) override {
+    m_tile.reset();
+    const TensorTile& x = t.inputs.at(0);
+    if (!x.image) return "";  // a broadcast over the tile
+    const TensorTile& y = t.output;
+    if (y.height % x.height != 0 || y.width % x.width != 0)
+      return "on tiles it resizes only by whole factors, not " + std::to_string(x.height) + "x" +
+             std::to_string(x.width) + " to " + std::to_string(y.height) + "x" + std::to_string(y.width);
+    const int64_t fy = y.height / x.height, fx = y.width / x.width;
+    for (size_t i = 0; i < x.row_spans.size(); ++i)
+      if (y.row_spans[i].begin != fy * x.row_spans[i].begin || y.row_spans[i].end != fy * x.row_spans[i].end)
+        return "its output's tiles are not its input's scaled by " + std::to_string(fy);
+    for (size_t i = 0; i < x.col_spans.size(); ++i)
+      if (y.col_spans[i].begin != fx * x.col_spans[i].begin || y.col_spans[i].end != fx * x.col_spans[i].end)
+        return "its output's tiles are not its input's scaled by " + std::to_string(fx);
+    m_fy = fy;
+    m_fx = fx;
+    m_tile = t;
+    return "";
   }
   // NHWC or blocked: the resize runs on NCHW copies (an input of 1x1 pixels needs none),
   // permuted in from the input's layout and out to the output's.
   void build(Backend& backend, const std::vector<Tensor>& p, const std::vector<Tensor>& g,
              const std::vector<Tensor>& st) override {
     StatelessLayer::build(backend, p, g, st);
-    m_in_nchw = m_out_nchw = Buffer{};
+    m_in_nchw = m_out_nchw = m_window = m_window_nchw = m_big = m_big_grad = Buffer{};
+    m_halos.reset();
+    const int64_t oh = m_tile_h > 0 ? m_tile_h : m_oh, ow = m_tile_w > 0 ? m_tile_w : m_ow;
+    if (m_layout != Layout::nchw) m_out_nchw = backend.allocate(static_cast<size_t>(m_nc * oh * ow), m_dtype);
+    if (m_tile) {
+      int64_t outer = 1, inner = 1;
+      outer_inner(input_layout(0), m_n, m_c, outer, inner);
+      const TensorTile x = m_tile->inputs.at(0);
+      const int64_t fy = m_fy, fx = m_fx, height = x.height, width = x.width;
+      const bool wrap = x.wrap_columns;
+      // Output rows [f b, f e) read input rows b - 1 to e (within the sample) where f > 1.
+      const NeededCells needed = [=](int64_t r, int64_t c) {
+        const Span y = x.row_spans[static_cast<size_t>(r)], xs = x.col_spans[static_cast<size_t>(c)];
+        const int64_t ry = fy > 1 ? 1 : 0, rx = fx > 1 ? 1 : 0;
+        CellRect n{std::max<int64_t>(y.begin - ry, 0), std::min(y.end + ry, height), xs.begin - rx, xs.end + rx};
+        if (!wrap) {
+          n.x0 = std::max<int64_t>(n.x0, 0);
+          n.x1 = std::min(n.x1, width);
+        }
+        return n;
+      };
+      m_halos = std::make_unique<TileHalos>(backend, x, needed, m_tile->comm, m_tile->node, outer, inner, m_dtype);
+      m_need = m_halos->plan().need;
+      const int64_t wh = m_need.rows(), ww = m_need.cols();
+      m_window = backend.allocate(static_cast<size_t>(m_nc * wh * ww), m_dtype);
+      if (input_layout(0) != Layout::nchw) m_window_nchw = backend.allocate(static_cast<size_t>(m_nc * wh * ww), m_dtype);
+      m_big = backend.allocate(static_cast<size_t>(m_nc * wh * fy * ww * fx), m_dtype);
+      m_big_grad = backend.allocate(static_cast<size_t>(m_nc * wh * fy * ww * fx), m_dtype);
+      auto stream = backend.create_stream();
+      TileHalos::clear(backend, *stream, m_big_grad);  // the cells beyond the tile stay zero
+      return;
+    }
     if (input_layout(0) != Layout::nchw && m_h * m_w > 1)
       m_in_nchw = backend.allocate(static_cast<size_t>(m_nc * m_h * m_w), m_dtype);
-    if (m_layout != Layout::nchw) m_out_nchw = backend.allocate(static_cast<size_t>(m_nc * m_oh * m_ow), m_dtype);
   }
   bool mixes_layouts() const override { return true; }
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode&) override {
-    const void* x = in[0].data;
-    if (m_in_nchw) {
-      m_backend->permute_layout(stream, m_dtype, x, input_layout(0), m_in_nchw.raw(), Layout::nchw, m_n, m_c, m_h,
-                                m_w);
-      x = m_in_nchw.raw();
-    }
+    const int64_t oh = out.shape.h(), ow = out.shape.w();
     void* y = m_out_nchw ? m_out_nchw.raw() : out.data;
-    m_backend->bilinear_forward(stream, m_dtype, x, y, m_nc, m_h, m_w, m_oh, m_ow);
+    if (m_halos) {
+      m_halos->start_forward(stream, in[0].data);
+      m_halos->finish_forward(stream);
+      m_halos->gather(stream, m_need, m_window.raw(), in[0].data, true);
+      const void* w = m_window.raw();
+      if (m_window_nchw) {
+        m_backend->permute_layout(stream, m_dtype, w, input_layout(0), m_window_nchw.raw(), Layout::nchw, m_n, m_c,
+                                  m_need.rows(), m_need.cols());
+        w = m_window_nchw.raw();
+      }
+      const int64_t bh = m_need.rows() * m_fy, bw = m_need.cols() * m_fx;
+      m_backend->bilinear_forward(stream, m_dtype, w, m_big.raw(), m_nc, m_need.rows(), m_need.cols(), bh, bw);
+      m_backend->copy_block(stream, m_dtype, y, m_big.raw(), tile_block(oh, ow, false), false);
+    } else {
+      const void* x = in[0].data;
+      if (m_in_nchw) {
+        m_backend->permute_layout(stream, m_dtype, x, input_layout(0), m_in_nchw.raw(), Layout::nchw, m_n, m_c, m_h,
+                                  m_w);
+        x = m_in_nchw.raw();
+      }
+      m_backend->bilinear_forward(stream, m_dtype, x, y, m_nc, m_h, m_w, oh, ow);
+    }
     if (m_out_nchw)
-      m_backend->permute_layout(stream, m_dtype, y, Layout::nchw, out.data, m_layout, m_n, m_c, m_oh, m_ow);
+      m_backend->permute_layout(stream, m_dtype, y, Layout::nchw, out.data, m_layout, m_n, m_c, oh, ow);
   }
-  void backward(Stream& stream, const std::vector<Tensor>&, const Tensor&, const Tensor& dout,
+  void backward(Stream& stream, const std::vector<Tensor>&, const Tensor& out, const Tensor& dout,
                 const std::vector<Tensor>& din) override {
     if (din[0].data == nullptr) return;
+    const int64_t oh = out.shape.h(), ow = out.shape.w();
     const void* dy = dout.data;
     if (m_out_nchw) {
-      m_backend->permute_layout(stream, m_dtype, dy, m_layout, m_out_nchw.raw(), Layout::nchw, m_n, m_c, m_oh, m_ow);
+      m_backend->permute_layout(stream, m_dtype, dy, m_layout, m_out_nchw.raw(), Layout::nchw, m_n, m_c, oh, ow);
       dy = m_out_nchw.raw();
     }
+    if (m_halos) {
+      m_backend->copy_block(stream, m_dtype, m_big_grad.raw(), dy, tile_block(oh, ow, true), false);
+      const int64_t bh = m_need.rows() * m_fy, bw = m_need.cols() * m_fx;
+      void* dw = m_window_nchw ? m_window_nchw.raw() : m_window.raw();
+      m_backend->bilinear_backward(stream, m_dtype, m_big_grad.raw(), dw, m_nc, m_need.rows(), m_need.cols(), bh, bw);
+      if (m_window_nchw)
+        m_backend->permute_layout(stream, m_dtype, dw, Layout::nchw, m_window.raw(), input_layout(0), m_n, m_c,
+                                  m_need.rows(), m_need.cols());
+      m_halos->scatter_own(stream, m_need, m_window.raw(), din[0].data);
+      m_halos->zero_gradients(stream);
+      m_halos->add_gradient(stream, m_need, m_window.raw());
+      m_halos->start_backward(stream);
+      m_halos->finish_backward(stream, din[0].data);
+      return;
+    }
     void* dx = m_in_nchw ? m_in_nchw.raw() : din[0].data;
-    m_backend->bilinear_backward(stream, m_dtype, dy, dx, m_nc, m_h, m_w, m_oh, m_ow);
+    m_backend->bilinear_backward(stream, m_dtype, dy, dx, m_nc, m_h, m_w, oh, ow);
     if (m_in_nchw)
       m_backend->permute_layout(stream, m_dtype, dx, Layout::nchw, din[0].data, input_layout(0), m_n, m_c, m_h, m_w);
   }
 
  private:
+  // The tile's oh x ow output (NCHW) and its place in the window's resize (`into_big`: into
+  // it, else out of it).
+  BlockCopy tile_block(int64_t oh, int64_t ow, bool into_big) const {
+    const int64_t bh = m_need.rows() * m_fy, bw = m_need.cols() * m_fx;
+    const int64_t y0 = -m_need.y0 * m_fy, x0 = -m_need.x0 * m_fx;  // the tile's first cell in the resize
+    BlockCopy c;
+    c.outer = m_nc;
+    c.rows = oh;
+    c.count = ow;
+    const int64_t big_offset = y0 * bw + x0, big_outer = bh * bw, big_row = bw;
+    c.src_offset = into_big ? 0 : big_offset;
+    c.src_outer = into_big ? oh * ow : big_outer;
+    c.src_row = into_big ? ow : big_row;
+    c.dst_offset = into_big ? big_offset : 0;
+    c.dst_outer = into_big ? big_outer : oh * ow;
+    c.dst_row = into_big ? big_row : ow;
+    return c;
+  }
+
   int64_t m_oh, m_ow;
+  int64_t m_tile_h = 0, m_tile_w = 0;  // on a tile: its output's size (set_tile_output)
   int64_t m_n = 0, m_c = 0, m_nc = 0, m_h = 0, m_w = 0;
   Buffer m_in_nchw, m_out_nchw;  // NHWC or blocked: NCHW copies of the input and the output (or their gradients)
+  std::optional<TileContext> m_tile;  // an image input on a tile (set_tile)
+  int64_t m_fy = 1, m_fx = 1;
+  std::unique_ptr<TileHalos> m_halos;
+  CellRect m_need;                    // the input window the tile reads, in its coordinates
+  Buffer m_window, m_window_nchw;     // that window (its gradient in backward), in the input's layout and NCHW
+  Buffer m_big, m_big_grad;           // the window resized, and the tile's gradient placed in it
 };
 
 }  // namespace

@@ -218,7 +218,21 @@ bool per_pixel_model(const std::string& name) {
   return name == "unet" || name == "deeplabv3plus" || name == "deeplabv3plus-resnet50";
 }
 
+namespace {
+std::unique_ptr<Graph> make_zoo_model(const ModelSpec& spec, Shape in);
+}
+
 std::unique_ptr<Graph> make_model(const ModelSpec& spec, Shape in) {
+  auto g = make_zoo_model(spec, in);
+  if (spec.padding == ModelPadding::periodic_longitude && !per_pixel_model(spec.name))
+    throw Error("model.padding = \"periodic_longitude\" is for segmentation models of global fields (unet, "
+                "deeplabv3plus), not the classifier " + spec.name);
+  g->set_wrap_columns(spec.padding == ModelPadding::periodic_longitude);
+  return g;
+}
+
+namespace {
+std::unique_ptr<Graph> make_zoo_model(const ModelSpec& spec, Shape in) {
   if (spec.classes < 2) throw Error("model " + spec.name + ": classes must be >= 2");
   if (spec.name == "lenet5") {
     if (in.h() != 28 || in.w() != 28)
@@ -231,6 +245,7 @@ std::unique_ptr<Graph> make_model(const ModelSpec& spec, Shape in) {
   if (spec.name == "deeplabv3plus-resnet50") return deeplabv3plus_resnet50(spec, in);
   throw Error("unknown model '" + spec.name + "' (known: " + known_models() + ")");
 }
+}  // namespace
 
 int64_t input_multiple(const ModelSpec& spec) {
   if (spec.name == "unet") return int64_t{1} << (spec.depth > 0 ? spec.depth : k_unet_depth);
