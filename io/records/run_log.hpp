@@ -84,6 +84,10 @@ struct ShapeChange {
   int64_t step = 0;
   int64_t from_ranks = 0, from_nodes = 0;  // from_nodes 0: the checkpoint did not record it
   int64_t ranks = 0, nodes = 0;
+  // parallel.spatial before and after, [rows, cols] ([1, 1]: whole samples): the groups, not
+  // the ranks, are the data-parallel shape the batches below count.
+  int64_t from_spatial_rows = 1, from_spatial_cols = 1;
+  int64_t spatial_rows = 1, spatial_cols = 1;
   int64_t epoch = 0, epoch_position = 0;    // the sample of the epoch's order it went on at
   // elastic.batch: which batch it kept ("global", "learner"), the batches before and after,
   // and the factor this resume scaled the learning rate by.

@@ -2,6 +2,7 @@
 // "Checkpoints and restart").
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "src/core/error.hpp"
 #include "src/core/log.hpp"
@@ -36,6 +37,41 @@ std::string shape_batch_text(const records::ShapeChange& c) {
   char rate[64];
   std::snprintf(rate, sizeof(rate), ", learning rate x %.4g (the linear scaling rule)", c.lr_scale);
   return text + (c.lr_scale == 1.0 ? std::string(", learning rate kept") : std::string(rate));
+}
+
+// The checkpoint's job seen through its groups (docs/training.md, "One sample across ranks"):
+// its parallel.spatial ([1, 1] for an unsplit run, or a version before the split) and its
+// groups, the data-parallel shape that its sampler, its plan of steps and its batches counted.
+struct ThenGroups {
+  nn::SpatialSplit split;
+  int64_t groups = 1;
+  std::vector<int> node_of_group;  // each group's node (its first rank's); empty: not recorded
+
+  int64_t nodes() const {
+    return static_cast<int64_t>(std::set<int>(node_of_group.begin(), node_of_group.end()).size());
+  }
+};
+
+ThenGroups then_groups(const checkpoint::TrainerState& s, const config::Config& then) {
+  ThenGroups t;
+  t.split = config::spatial_split(then.parallel);
+  t.groups = s.world_size / t.split.ranks();
+  const std::vector<int> rank_nodes = checkpoint::rank_nodes_of(s);
+  if (static_cast<int64_t>(rank_nodes.size()) != s.world_size) return t;
+  for (int64_t g = 0; g < t.groups; ++g)
+    t.node_of_group.push_back(rank_nodes[static_cast<size_t>(g * t.split.ranks())]);
+  return t;
+}
+
+ThenGroups then_groups(const checkpoint::TrainerState& s) {
+  return then_groups(s, config::parse_config(s.config, "the checkpoint's config"));
+}
+
+// " with parallel.spatial = [2, 1] (2 group(s))" for a split job; for one of whole samples ""
+// unless `either` (the other job of a resume is split), " with parallel.spatial = [1, 1]".
+std::string split_text(const nn::SpatialSplit& split, int64_t groups, bool either) {
+  if (!split.split()) return either ? " with parallel.spatial = " + split.str() : std::string();
+  return " with parallel.spatial = " + split.str() + " (" + std::to_string(groups) + " group(s))";
 }
 
 }  // namespace
@@ -108,13 +144,16 @@ int64_t TrainingRun::trained_batch(const checkpoint::TrainerState& s) const {
 // checkpoint's own shape it gives the checkpoint's batch and factor back.
 void TrainingRun::fit_shape(const checkpoint::TrainerState& s) {
   const int64_t then_batch = trained_batch(s);
-  // A checkpoint that does not record its nodes had this job's (its node-level state, which
-  // outer needs, would not carry over: check_resumable).
-  // A split run resumes on its own shape only (check_resumable): its groups' nodes are this job's.
-  const int64_t then_nodes = m_spatial.split_sample() ? m_spatial.nodes : s.nodes > 0 ? s.nodes : m_topo.nodes();
+  // The checkpoint's groups (its ranks, unsplit) and their nodes; a checkpoint that does not
+  // record its nodes had this job's (its node-level state, which outer needs, would not carry
+  // over: check_resumable).
+  const ThenGroups then = then_groups(s);
+  const int64_t then_nodes = then.nodes() > 0                      ? then.nodes()
+                             : s.nodes > 0 && !then.split.split() ? s.nodes
+                                                                  : m_spatial.nodes;
   const ElasticBatch e =
       elastic_batch(m_cfg.elastic.batch == config::ElasticBatch::global,
-                    {then_batch, s.learners, s.world_size / m_spatial.split.ranks(), s.lr_factor, then_nodes}, m_requested_batch,
+                    {then_batch, s.learners, then.groups, s.lr_factor, then_nodes}, m_requested_batch,
                     m_spatial.ranks, m_spatial.nodes, update_batch_of(m_algorithm), m_cfg.schedule.scale_lr_with_batch);
   m_lr_factor = e.lr_factor;
   if (e.learner_batch == m_cfg.train.batch_size) return;
@@ -138,46 +177,60 @@ void TrainingRun::check_resumable(const checkpoint::LoadedCheckpoint& ck,
   if (!refused.empty())
     throw UsageError(where + " is a checkpoint of another run: " + refused +
                      " (resume with the checkpoint's values, or train into a new run.dir)");
-  const nn::SpatialSplit then_split = config::spatial_split(then.parallel), now_split = m_spatial.split;
-  if (then_split != now_split)
-    throw UsageError(where + " was trained with parallel.spatial = " + then_split.str() + " and this run has " +
-                     now_split.str() + ": a split run resumes on its own split (set parallel.spatial = " +
-                     then_split.str() + ")");
-  if (now_split.split() && then_state.world_size != m_ranks)
-    throw UsageError(where + " was written by a job of " + std::to_string(then_state.world_size) +
-                     " rank(s) with parallel.spatial = " + now_split.str() + ", and this job has " +
-                     std::to_string(m_ranks) + ": a split run resumes on its own job size (another number of "
-                     "groups is not built yet)");
+  // Another split resumes as another number of ranks does: every rank of a group holds the
+  // whole model, and the groups are the job's data-parallel ranks, which the checks below count.
+  const ThenGroups then_split = then_groups(then_state, then);
+  const nn::SpatialSplit& now_split = m_spatial.split;
+  const bool split = then_split.split.split() || now_split.split();
+  // A part per rank (the replicas of sma, local-sgd and outer) is found by its global rank and
+  // holds the learner group's rank, which a job of one group counts otherwise (it is one
+  // learner): on another split or number of groups a rank would find another group's replica
+  // in its place, or a part of another rank number.
+  if (then_state.per_rank_parts && split &&
+      (then_split.split != now_split || then_split.groups != m_spatial.ranks))
+    throw UsageError(where + " was written by a job of " + std::to_string(then_state.world_size) + " rank(s)" +
+                     split_text(then_split.split, then_split.groups, true) + ", and this job has " +
+                     std::to_string(m_ranks) + " rank(s)" + split_text(now_split, m_spatial.ranks, true) +
+                     ": its replicas (parallel.algorithm = " + then_state.algorithm + ") are saved per rank, and "
+                     "carry over to the same split and number of groups only; resume with " +
+                     std::to_string(then_state.world_size) + " rank(s) and parallel.spatial = " +
+                     then_split.split.str() + ", or start a new run from its model (train.init_from)");
   if (then_state.train_samples != m_data.n_train)
     throw UsageError(where + " was trained on " + std::to_string(then_state.train_samples) +
                      " training samples; data.train (" + m_cfg.data.train + ") has " + std::to_string(m_data.n_train));
-  if (then_state.world_size != m_ranks) {
+  // The data-parallel shape: ranks, or a split job's groups (the sampler's "ranks").
+  const std::string unit = split ? " group(s)" : " rank(s)";
+  if (then_split.groups != m_spatial.ranks) {
     // Another shape (docs/training.md, "Elastic resume"): the epoch goes on at the sample of
     // its order where the checkpoint's job stood, which global sampling alone defines.
-    const std::string was = "a job of " + std::to_string(then_state.world_size) + " rank(s)";
+    const std::string was = "a job of " + std::to_string(then_state.world_size) + " rank(s)" +
+                            split_text(then_split.split, then_split.groups, split);
+    const std::string now = std::to_string(m_ranks) + " rank(s)" + split_text(now_split, m_spatial.ranks, split);
     if (m_data.sampler->mode() != input::Sampling::global || then.data.sampling != input::Sampling::global)
-      throw UsageError(where + " was written by " + was + " and this job has " + std::to_string(m_ranks) +
+      throw UsageError(where + " was written by " + was + " and this job has " + now +
                        ": with data.sampling = local each node reads the shard staged on it, which another "
-                       "number of ranks would cut differently; resume with " + std::to_string(then_state.world_size) +
-                       " rank(s), or train with data.sampling = global");
+                       "number of" + unit + " would cut differently; resume with " + std::to_string(then_split.groups) +
+                       unit + ", or train with data.sampling = global");
     if (then_state.epoch_position < 0)
       throw UsageError(where + " was written by " + was + " before squall recorded where an epoch's reading "
-                       "stands: resume it with " + std::to_string(then_state.world_size) + " rank(s)");
+                       "stands: resume it with " + std::to_string(then_split.groups) + unit);
   }
   // With node-local sampling each node reads the samples of its own range of the data, which the
-  // nodes' layout cuts (io/input/sampler.hpp): the same ranks on other nodes would read the rest
-  // of the epoch from other ranges, some samples twice and others not at all.
-  if (then_state.world_size == m_ranks &&
+  // nodes' layout of the ranks (a split job's groups) cuts (io/input/sampler.hpp): the same ranks
+  // on other nodes would read the rest of the epoch from other ranges, some samples twice and
+  // others not at all.
+  if (then_split.groups == m_spatial.ranks &&
       (m_data.sampler->mode() == input::Sampling::local || then.data.sampling == input::Sampling::local)) {
-    const std::vector<int> then_nodes = checkpoint::rank_nodes_of(then_state);
-    if (!then_nodes.empty() && input::node_sizes_from(then_nodes) != input::node_sizes_from(m_node_of_rank)) {
-      const auto layout = [](const std::vector<int>& nodes) {
+    const std::vector<int>& then_nodes = then_split.node_of_group;
+    if (!then_nodes.empty() && input::node_sizes_from(then_nodes) != input::node_sizes_from(m_spatial.node_of_rank)) {
+      const auto layout = [&](const std::vector<int>& nodes) {
         std::string text;
         for (const int n : input::node_sizes_from(nodes)) text += (text.empty() ? "" : ", ") + std::to_string(n);
-        return std::to_string(input::node_sizes_from(nodes).size()) + " node(s) of " + text + " rank(s)";
+        return std::to_string(input::node_sizes_from(nodes).size()) + " node(s) of " + text + unit;
       };
-      throw UsageError(where + " was written by a job of " + std::to_string(then_state.world_size) + " rank(s) on " +
-                       layout(then_nodes) + "; this job's ranks are on " + layout(m_node_of_rank) +
+      throw UsageError(where + " was written by a job of " + std::to_string(then_state.world_size) + " rank(s)" +
+                       split_text(then_split.split, then_split.groups, split) + " on " + layout(then_nodes) +
+                       "; this job's" + (split ? " groups" : " ranks") + " are on " + layout(m_spatial.node_of_rank) +
                        ": with data.sampling = local each node reads its own range of the training samples, which "
                        "another node layout cuts differently (epoch " + std::to_string(then_state.epoch) +
                        " would read some samples twice and others not at all); resume on the checkpoint's layout "
@@ -213,15 +266,21 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
   });
   m_pos.step = m_pos.first_step = s.step;
   const int64_t then_batch = trained_batch(s);
-  // Another number of ranks, or another batch per learner (elastic.batch, fit_shape).
-  const bool reshaped = s.world_size != m_ranks || then_batch != m_cfg.train.batch_size;
-  if (!reshaped) {  // the same lists, at the same batch: bit for bit
+  const ThenGroups then = then_groups(s);
+  // Another number of data-parallel ranks (a split job's groups), or another batch per learner
+  // (elastic.batch, fit_shape): the epoch's lists are cut again. Another split of as many
+  // groups reads the same lists; it and another number of ranks are a change of shape all the
+  // same, said and recorded.
+  const bool relisted = then.groups != m_spatial.ranks || then_batch != m_cfg.train.batch_size;
+  const bool reshaped = relisted || s.world_size != m_ranks || then.split != m_spatial.split;
+  const bool split = then.split.split() || m_spatial.split_sample();
+  if (!relisted) {  // the same lists, at the same batch: bit for bit
     m_pos.at = m_pos.start = {s.epoch, s.epoch_batches};
     m_pos.start_position = s.epoch_start_position;
     m_pos.start_batches = s.epoch_start_batches;
   } else {
-    // Another number of ranks: this job's lists of the epoch begin at the checkpoint's position
-    // of its order, and the batches they leave count as the epoch's last ones.
+    // Another number of ranks (groups): this job's lists of the epoch begin at the checkpoint's
+    // position of its order, and the batches they leave count as the epoch's last ones.
     const int64_t batch = m_cfg.train.batch_size;
     const int64_t left = m_data.sampler->steps_per_epoch(batch, s.epoch_position);
     const int64_t used = std::max<int64_t>(0, m_data.plan.batches_per_epoch - left);
@@ -256,20 +315,29 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
     c.from_nodes = s.nodes;
     c.ranks = m_ranks;
     c.nodes = m_topo.nodes();
+    c.from_spatial_rows = then.split.rows;
+    c.from_spatial_cols = then.split.cols;
+    c.spatial_rows = m_spatial.split.rows;
+    c.spatial_cols = m_spatial.split.cols;
     c.epoch = s.epoch;
     c.epoch_position = s.epoch_position;
     c.keep = config::k_elastic_batches.name(m_cfg.elastic.batch);
     c.from_learner_batch = then_batch;
     c.learner_batch = m_cfg.train.batch_size;
-    c.from_global_batch = then_batch * s.learners * s.world_size;
+    c.from_global_batch = then_batch * s.learners * then.groups;
     c.global_batch = step_samples();
     c.lr_scale = m_lr_factor / s.lr_factor;
     if (m_root) {
       log::info("resuming step " + std::to_string(s.step) + " of a job of " + std::to_string(s.world_size) +
-                " rank(s)" + (s.nodes > 0 ? " on " + std::to_string(s.nodes) + " node(s)" : std::string()) + " on " +
-                std::to_string(m_ranks) + " rank(s) on " + std::to_string(m_topo.nodes()) + " node(s): epoch " +
-                std::to_string(s.epoch) + " goes on at sample " + std::to_string(s.epoch_position) + " of its " +
-                std::to_string(m_data.n_train) + ", " + std::to_string(m_data.plan.total_steps - s.step) +
+                " rank(s)" + (s.nodes > 0 ? " on " + std::to_string(s.nodes) + " node(s)" : std::string()) +
+                split_text(then.split, then.groups, split) + " on " + std::to_string(m_ranks) + " rank(s) on " +
+                std::to_string(m_topo.nodes()) + " node(s)" + split_text(m_spatial.split, m_spatial.ranks, split) +
+                ": epoch " + std::to_string(s.epoch) +
+                // Node-local sampling records no position: as many groups read the same lists.
+                (s.epoch_position >= 0 ? " goes on at sample " + std::to_string(s.epoch_position) + " of its " +
+                                             std::to_string(m_data.n_train)
+                                       : std::string(" goes on with the same lists")) +
+                ", " + std::to_string(m_data.plan.total_steps - s.step) +
                 " step(s) of " + std::to_string(step_samples()) + " samples to go");
       log::info(shape_batch_text(c));
     }

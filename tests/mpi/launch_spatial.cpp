@@ -1,7 +1,8 @@
 // parallel.spatial under a real mpiexec (docs/training.md, "One sample across ranks"): the
 // climate U-Net with each sample split over a group of ranks trains as the unsplit job does
-// (ssgd, sma, local-sgd and outer across groups), resumes bit for bit on its own split, and
-// refuses what it cannot do before training, naming the keys.
+// (ssgd, sma, local-sgd and outer across groups), resumes bit for bit on its own split and
+// elastically on another split or number of groups (the epoch goes on where it stood, the
+// change recorded), and refuses what it cannot do before training, naming the keys.
 //
 // Tolerance: a split sums the same terms in another order (each tile's share of the weight
 // gradients, batch norm's statistics merged over the tiles, the loss's weights), so losses
@@ -13,6 +14,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -163,7 +165,8 @@ TEST_CASE("groups of a split sample are data parallel under ssgd, sma, local-sgd
   }
 }
 
-TEST_CASE("a split run resumes on its split bit for bit and refuses another split", "[launch][spatial][checkpoint]") {
+TEST_CASE("a split run resumes on its split bit for bit; replicas saved per rank refuse another shape",
+          "[launch][spatial][checkpoint]") {
   for (const std::string algorithm : {"ssgd", "sma"}) {
     INFO(algorithm);
     TempDir t("squall-spatial-resume");
@@ -173,6 +176,8 @@ TEST_CASE("a split run resumes on its split bit for bit and refuses another spli
     run_ok(unet_job(4, whole, extra));
     const auto crash = run_command("SQUALL_FAIL_AT=1:4 " + unet_job(4, crashed, extra));
     REQUIRE(crash.exit_code != 0);
+    const std::string fewer = t.file("fewer");
+    fs::copy(crashed, fewer, fs::copy_options::recursive);
     const auto resumed = run_command(unet_job(4, crashed, extra + " --resume auto"));
     INFO(output_tail(resumed));
     REQUIRE(resumed.exit_code == 0);
@@ -180,10 +185,116 @@ TEST_CASE("a split run resumes on its split bit for bit and refuses another spli
     CHECK(train_losses(crashed) == train_losses(whole));
     CHECK(read_json(fs::path(crashed) / "summary.json").at("model_checksum") ==
           read_json(fs::path(whole) / "summary.json").at("model_checksum"));
-    if (algorithm != "ssgd") continue;
-    const auto other = run_command(unet_job(2, crashed, "--set parallel.spatial=[1,2] --resume auto"));
+    if (algorithm != "sma") continue;
+    // sma's replicas differ from group to group and are saved per rank: another number of
+    // groups, or another split, would find another group's in a rank's place. Refused, naming
+    // both shapes (ssgd's resume on another split is the next case).
+    const auto one_group = run_command(unet_job(2, fewer, extra + " --resume auto"));
+    CHECK(one_group.exit_code == 2);
+    CHECK_THAT(one_group.err, Contains("was written by a job of 4 rank(s) with parallel.spatial = [2, 1] (2 group(s)), "
+                                       "and this job has 2 rank(s) with parallel.spatial = [2, 1] (1 group(s))") &&
+                                  Contains("resume with 4 rank(s) and parallel.spatial = [2, 1]"));
+    const auto other = run_command(unet_job(4, crashed, "--set parallel.algorithm=sma --set parallel.period=2 "
+                                                        "--set parallel.spatial=[1,2] --resume auto"));
     CHECK(other.exit_code == 2);
-    CHECK_THAT(other.err, Contains("was trained with parallel.spatial = [2, 1]") && Contains("[1, 2]"));
+    CHECK_THAT(other.err, Contains("with parallel.spatial = [2, 1] (2 group(s)), and this job has 4 rank(s) with "
+                                   "parallel.spatial = [1, 2] (2 group(s))"));
+  }
+}
+
+namespace {
+
+// The resume record of a run dir's metrics.jsonl (null when there is none).
+json resume_record(const std::string& dir) {
+  const std::vector<json> r = read_records(fs::path(dir) / "metrics.jsonl", "resume");
+  return r.empty() ? json() : r.back();
+}
+
+}  // namespace
+
+TEST_CASE("a split run resumes on another split and another number of groups, and an unsplit one on a split",
+          "[launch][spatial][checkpoint][elastic]") {
+  TempDir t("squall-spatial-resplit");
+  // 8 steps, a checkpoint every 3, the job killed as it starts step 5: the runs resume step 3's.
+  const std::string steps = "--set train.max_steps=8 --set checkpoint.every_steps=3 ";
+  struct Case {
+    std::string name;
+    int from_ranks;
+    std::string from_split;            // parallel.spatial of the checkpoint's job
+    int ranks;
+    std::string split;                 // ... and of the resumed one
+    std::vector<int64_t> from_spatial, spatial;
+    int64_t from_batch, batch;         // per learner (elastic.batch = global keeps the global batch)
+    int64_t epoch, position;           // where step 3 left the run: its epoch (from 1), and its sample
+  };
+  // 8 samples: one group, 2 samples a step, has read 6 of epoch 1 in 3 steps; two groups, 4
+  // samples a step, have read epoch 1 and 4 of epoch 2.
+  const Case cases[] = {
+      {"[2,1] on [1,1]", 2, "[2,1]", 1, "[1,1]", {2, 1}, {1, 1}, 2, 2, 1, 6},
+      {"[2,1] on [4,1]", 2, "[2,1]", 4, "[4,1]", {2, 1}, {4, 1}, 2, 2, 1, 6},
+      {"[2,1] on [2,2]", 2, "[2,1]", 4, "[2,2]", {2, 1}, {2, 2}, 2, 2, 1, 6},
+      {"2 groups of [2,1] on 1 of [4,1]", 4, "[2,1]", 4, "[4,1]", {2, 1}, {4, 1}, 2, 4, 2, 4},
+      {"[1,1] on [2,1]", 1, "[1,1]", 2, "[2,1]", {1, 1}, {2, 1}, 2, 2, 1, 6},
+  };
+  std::map<std::pair<int, std::string>, std::string> crashed;  // the checkpoint's job: its run dir
+  std::map<std::pair<int, std::string>, std::string> whole;    // ... and the same job run through
+  for (const Case& c : cases) {
+    INFO(c.name);
+    const auto key = std::make_pair(c.from_ranks, c.from_split);
+    const std::string from = "--set parallel.spatial=" + c.from_split + " ";
+    if (!crashed.count(key)) {
+      const std::string tag = std::to_string(c.from_ranks) + "-" + std::to_string(crashed.size());
+      whole[key] = t.file("whole-" + tag);
+      crashed[key] = t.file("crashed-" + tag);
+      run_ok(unet_job(c.from_ranks, whole[key], steps + from));
+      const auto crash = run_command("SQUALL_FAIL_AT=0:5 " + unet_job(c.from_ranks, crashed[key], steps + from));
+      REQUIRE(crash.exit_code != 0);
+      REQUIRE(fs::exists(fs::path(crashed[key]) / "checkpoints/step-00000003/model.h5"));
+    }
+    const std::vector<std::pair<int64_t, double>> before = squall::test::train_losses(crashed[key]);
+    REQUIRE(before.size() >= 3);
+    REQUIRE(before[2].first == 3);
+    const double loss_at_3 = before[2].second;
+
+    const std::string dir = t.file("resumed-" + std::to_string(&c - cases));
+    fs::copy(crashed[key], dir, fs::copy_options::recursive);
+    const auto r = run_command(unet_job(c.ranks, dir, steps + "--set parallel.spatial=" + c.split + " --resume auto"));
+    INFO(output_tail(r));
+    REQUIRE(r.exit_code == 0);
+    // The log says both shapes, each split with its groups.
+    const auto split_words = [](const std::vector<int64_t>& s) {
+      return "with parallel.spatial = [" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + "]";
+    };
+    CHECK_THAT(r.out, Contains("resuming step 3 of a job of " + std::to_string(c.from_ranks) + " rank(s)") &&
+                          Contains(split_words(c.from_spatial)) && Contains(split_words(c.spatial)) &&
+                          Contains("epoch " + std::to_string(c.epoch) + " goes on at sample " +
+                                   std::to_string(c.position) + " of its 8"));
+    // Training went on from step 3, not from 0: the resumed records are steps 4 to 8.
+    const std::vector<std::pair<int64_t, double>> after = squall::test::train_losses(dir);
+    REQUIRE(after.size() == 8);
+    for (size_t i = 0; i < after.size(); ++i) CHECK(after[i].first == static_cast<int64_t>(i) + 1);
+    CHECK(std::isfinite(after[3].second));
+    CHECK(std::abs(after[3].second - loss_at_3) < 0.25 * loss_at_3);
+    // As many groups at the same batch read the same lists: the run is the one it would have
+    // been on its first split, to a split's float rounding.
+    if (c.from_batch == c.batch) check_close(train_losses(dir), train_losses(whole[key]));
+    // summary.json and the resume record carry the change of split, and where the epoch stood.
+    const json s = read_json(fs::path(dir) / "summary.json");
+    CHECK(s.at("steps") == 8);
+    CHECK(s.at("run").at("samples") == 8 * 2 * c.from_ranks / (c.from_spatial[0] * c.from_spatial[1]));
+    const json& change = s.at("attempt").at("shape_change");
+    REQUIRE(change.is_object());
+    CHECK(change.at("step") == 3);
+    CHECK(change.at("from").at("ranks") == c.from_ranks);
+    CHECK(change.at("to").at("ranks") == c.ranks);
+    CHECK(change.at("from").at("spatial") == json(c.from_spatial));
+    CHECK(change.at("to").at("spatial") == json(c.spatial));
+    CHECK(change.at("from").at("learner_batch") == c.from_batch);
+    CHECK(change.at("to").at("learner_batch") == c.batch);
+    CHECK(change.at("from").at("global_batch") == change.at("to").at("global_batch"));
+    CHECK(change.at("epoch") == c.epoch);
+    CHECK(change.at("epoch_position") == c.position);
+    CHECK(resume_record(dir).value("shape_change", json()) == change);
   }
 }
 

@@ -11,6 +11,8 @@
 #   - SIGUSR1 and then a step status other than 75: requeued
 #   - SIGTERM (scancel): passed to the step as SIGUSR1; never requeued
 #   - the requeue bound (SQUALL_MAX_REQUEUES) of both scripts
+#   - parallel.spatial: a launch takes whole groups, a lost node drops its groups, and a node
+#     left over waits (train.sbatch)
 #   test_decisions.sh REPO_ROOT
 set -euo pipefail
 root=$1
@@ -23,12 +25,16 @@ chmod +x "$work/squall"
 sbatch_script=$root/jobscripts/slurm/train.sbatch
 lsf_script=$root/jobscripts/lsf/summit.lsf
 
-# sb VAR=VALUE...: train.sbatch's dry run as job 77 on nodes n1, n2 and n3 (one rank each);
-# sets $out (what it printed), $rc, and $trains (the launches of squall train, one a line).
+# sb VAR=VALUE...: train.sbatch's dry run as job 77 on nodes n1, n2 and n3 (one rank each), of
+# the config $sb_config (c.toml) with squall train's arguments sb_args (none); sets $out (what it
+# printed), $rc, and $trains (the launches of squall train, one a line).
+sb_config=c.toml
+sb_args=()
 sb() {
   rc=0
   out=$(cd "$work" && env SLURM_JOB_ID=77 SLURM_JOB_NODELIST=n1,n2,n3 SLURM_JOB_NUM_NODES=3 SLURM_NTASKS=3 \
-        SQUALL_DRY_RUN=1 SQUALL_BIN="$work/squall" "$@" timeout 60 "$sbatch_script" c.toml 2>&1) || rc=$?
+        SQUALL_DRY_RUN=1 SQUALL_BIN="$work/squall" "$@" timeout 60 "$sbatch_script" "$sb_config" "${sb_args[@]}" 2>&1) ||
+    rc=$?
   trains=$(grep '^srun .* train ' <<<"$out" || true)
 }
 launched() { [[ -z $trains ]] && echo 0 || wc -l <<<"$trains"; }
@@ -128,6 +134,40 @@ sb SLURM_RESTART_COUNT=3 SQUALL_MAX_REQUEUES=3 SQUALL_MIN_NODES=1 SQUALL_DRY_RUN
 sb SLURM_RESTART_COUNT=2 SQUALL_MAX_REQUEUES=3 SQUALL_DRY_RUN_STATUS=75 SQUALL_DRY_RUN_SIGNAL=USR1@step:1
 requeued || fail "below the requeue bound (rc $rc): $out"
 echo "ok: train.sbatch requeues at most SQUALL_MAX_REQUEUES times (SLURM_RESTART_COUNT)"
+
+# parallel.spatial = [2, 1] in the config's [parallel] table, 4 nodes of one rank: n2 lost, 3
+# nodes left, of which 2 hold whole groups of 2 ranks: relaunched on n1 and n3, n4 waits.
+printf '[parallel]\n# spatial = [4, 1]\nspatial = [2, 1]  # two ranks a sample\n' >"$work/s.toml"
+four=("SLURM_JOB_NODELIST=n1,n2,n3,n4" SLURM_JOB_NUM_NODES=4 SLURM_NTASKS=4)
+sb_config=s.toml
+sb "${four[@]}" SQUALL_MIN_NODES=1 SQUALL_DRY_RUN_STATUS="137 0" SQUALL_DRY_RUN_LOST=n2
+[[ $rc -eq 0 && $(launched) -eq 2 && $(head -n 1 <<<"$trains") == "srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores $work/squall train --config s.toml "* ]] ||
+  fail "parallel.spatial, a node lost (rc $rc): $out"
+[[ $(tail -n 1 <<<"$trains") == "srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores --overlap -N 2 -n 2 --ntasks-per-node=1 --nodelist=n1,n3 "* ]] &&
+  has "relaunching on 2 node(s) (n1,n3), 1 rank(s) each" &&
+  has "(parallel.spatial = [2,1]: whole groups of 2 ranks; node n4 waits)" || fail "not relaunched on whole groups: $out"
+# ... with SQUALL_MIN_NODES=3: the 2 nodes of whole groups are too few: requeued.
+sb "${four[@]}" SQUALL_MIN_NODES=3 SQUALL_DRY_RUN_STATUS="137 0" SQUALL_DRY_RUN_LOST=n2
+[[ $(launched) -eq 1 ]] && requeued &&
+  has "node n2 is gone; 3 node(s) left, 2 of them whole groups of 2 ranks (parallel.spatial = [2,1]), fewer than 3 (SQUALL_MIN_NODES)" ||
+  fail "parallel.spatial below the minimum (rc $rc): $out"
+# The arguments' split outranks the config's: [1, 1] takes every node.
+sb_args=(--set 'parallel.spatial=[1, 1]')
+sb
+[[ $(launched) -eq 1 && $trains == "srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores $work/squall train "* ]] &&
+  ! has "waits" || fail "parallel.spatial=[1, 1] in the arguments (rc $rc): $out"
+# A node range that gave the job 3 nodes: the first launch takes 2 (n3 waits); n1 lost, the
+# relaunch takes n2 and n3.
+sb_config=c.toml
+sb_args=(--set 'parallel.spatial=[2,1]')
+sb SQUALL_MIN_NODES=1 SQUALL_DRY_RUN_STATUS="137 0" SQUALL_DRY_RUN_LOST=n1
+[[ $rc -eq 0 && $(launched) -eq 2 && $(head -n 1 <<<"$trains") == *" -N 2 -n 2 --ntasks-per-node=1 --nodelist=n1,n2 $work/squall train "* ]] &&
+  has "launching on 2 of the 3 node(s) (n1,n2), 1 rank(s) each (parallel.spatial = [2,1]: whole groups of 2 ranks; node n3 waits)" ||
+  fail "parallel.spatial on 3 nodes: not launched on 2 (rc $rc): $out"
+[[ $(tail -n 1 <<<"$trains") == *"--overlap -N 2 -n 2 --ntasks-per-node=1 --nodelist=n2,n3 "* ]] ||
+  fail "parallel.spatial: the waiting node not taken on the relaunch: $out"
+sb_args=()
+echo "ok: train.sbatch launches whole groups of parallel.spatial (the config's or the arguments'), a lost node drops its groups"
 
 # summit.lsf: the same decisions on LSF's commands. lsf VAR=VALUE...: its dry run as job 77 on
 # hosts h1 and h2, in $work (its requeue count, squall-77.requeues, is removed first).

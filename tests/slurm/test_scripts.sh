@@ -64,6 +64,27 @@ lsf SQUALL_MIN_NODES=1 SQUALL_MAX_RELAUNCHES=0 SQUALL_DRY_RUN_STATUS="137" SQUAL
   fail "the relaunch bound (rc $rc): $out"
 echo "ok: summit.lsf requeues below SQUALL_MIN_NODES and relaunches neither a failure with every host up, a usage error, nor past SQUALL_MAX_RELAUNCHES"
 
+# parallel.spatial = [2, 2] in the config: groups of 4 ranks, hosts of 6. 3 hosts take 2 (12
+# ranks); 4 hosts, h4 lost, relaunch on 2 of the 3 left; SQUALL_ARGS' split outranks the config's.
+printf '[parallel]\nspatial = [2, 2]\n' >"$work/s.toml"
+printf 'batch1\nh1\nh2\nh3\nh4\n' >"$work/hosts4"
+s_cmd="/opt/squall train --config s.toml --resume auto --set run.dir=runs/squall-77 --set checkpoint.every_minutes=30"
+lsf SQUALL_CONFIG=s.toml LSB_DJOB_HOSTFILE="$work/hosts3"
+[[ $rc -eq 0 && $(grep '^jsrun' <<<"$out") == "jsrun -n 12 -r 6 -a 1 -c 7 -g 1 --bind packed:7 --smpiargs=-gpu $s_cmd" ]] &&
+  grep -q "launching on 2 of the 3 host(s), 6 rank(s) each (parallel.spatial = \[2,2\]: whole groups of 4 ranks)" <<<"$out" ||
+  fail "parallel.spatial on 3 hosts (rc $rc): $out"
+lsf SQUALL_CONFIG=s.toml LSB_DJOB_HOSTFILE="$work/hosts4" SQUALL_MIN_NODES=1 SQUALL_DRY_RUN_STATUS="137 0" SQUALL_DRY_RUN_LOST=h4
+[[ $rc -eq 0 && $(grep '^jsrun' <<<"$out" | head -n 1) == "jsrun -n 24 "* && $(grep '^jsrun' <<<"$out" | tail -n 1) == "jsrun -n 12 "* ]] &&
+  grep -q "relaunching on 2 of the 3 host(s) (h1 h2 h3), 6 rank(s) each, .*(parallel.spatial = \[2,2\]: whole groups of 4 ranks; 1 host(s) wait)" <<<"$out" ||
+  fail "parallel.spatial, a host lost (rc $rc): $out"
+lsf SQUALL_CONFIG=s.toml LSB_DJOB_HOSTFILE="$work/hosts4" SQUALL_MIN_NODES=3 SQUALL_DRY_RUN_STATUS="137 0" SQUALL_DRY_RUN_LOST=h4
+[[ $rc -eq 0 && $(tail -n 1 <<<"$out") == "brequeue 77" ]] &&
+  grep -q "3 host(s) left, 2 of them whole groups of 4 ranks (parallel.spatial = \[2,2\]), fewer than 3 (SQUALL_MIN_NODES)" <<<"$out" ||
+  fail "parallel.spatial below the minimum (rc $rc): $out"
+lsf SQUALL_CONFIG=s.toml SQUALL_ARGS="--set parallel.spatial=[1,1]" LSB_DJOB_HOSTFILE="$work/hosts3"
+[[ $rc -eq 0 && $(grep '^jsrun' <<<"$out") == "jsrun -n 18 "* ]] || fail "SQUALL_ARGS' parallel.spatial (rc $rc): $out"
+echo "ok: summit.lsf launches whole groups of parallel.spatial, a lost host drops its groups"
+
 # The scaling study: weak keeps each learner's batch, strong divides the global batch.
 cd "$work" && cp "$root/configs/fashion-mnist-sma.toml" c.toml
 weak=$("$root/jobscripts/scaling-study" --config c.toml --nodes 1,2,4 --mode weak --study w --gpus-per-node 4 --submit print)
