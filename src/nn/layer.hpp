@@ -121,6 +121,10 @@ class Layer {
   // sample's setup), for a layer whose output size is fixed rather than read from its input
   // (an upsampling to a given size), which then gives its tile's size.
   virtual void set_tile_output(const TensorTile* output) { (void)output; }
+  // After set_tile: the values of its input this rank receives from the rest of its group per
+  // forward pass (its halos; as many go back in backward where the input has a gradient), for
+  // the performance model's count of a split's traffic. 0 for a layer that exchanges nothing.
+  virtual int64_t halo_values() const { return 0; }
 
   // Set by the graph before build(): the layer will only run forward (a forward-only graph:
   // evaluation, prediction), so its plans need nothing for backward.

@@ -9,6 +9,7 @@
 
 #include "src/core/error.hpp"
 #include "src/config/setup.hpp"
+#include "src/nn/models/input_multiple.hpp"
 #include "src/nn/models/split_check.hpp"
 
 namespace squall::perf {
@@ -241,29 +242,27 @@ double halo_bytes_per_sample(const ModelCost& model, nn::SpatialSplit split, int
                                   std::to_string(works->cols)
                             : std::string("; no split within it works")));
   }
-  std::unique_ptr<nn::Graph> graph;
-  try {
-    graph = config::make_model_graph(model.spec, nn::Shape(1, model.c, model.h, model.w), config::GraphFormat{});
-    graph->setup(1);
-  } catch (const Error& e) {
-    throw UsageError(std::string("--spatial: ") + e.what());
-  }
+  // What each rank of the group receives, from its layers' own halo plans (the cells its
+  // reach takes from other tiles, near or beyond the next); backward sends the halos'
+  // gradients back, except to the model's input, which has none.
+  const int64_t multiple = nn::input_multiple(model.spec);
   double values = 0;
-  for (int i = 1; i < graph->size(); ++i) {
-    const nn::Layer* layer = graph->node_layer(i);
-    if (layer == nullptr || layer->type() != "conv2d") continue;
-    const nn::LayerAttributes a = layer->attributes();
-    const int64_t reach = a.dilation * (a.kernel - 1) / 2;
-    if (reach <= 0) continue;
-    const int input = graph->node_inputs(i).front();
-    const nn::Shape& in = graph->node_shape(input);
-    if (in.rank != 4) throw UsageError("--spatial: model node '" + graph->node_name(i) + "' reads no image");
-    // Each edge both ways, and at each crossing of edges the four corner blocks diagonally.
-    const double edges = 2.0 * static_cast<double>(reach * ((split.rows - 1) * in.w() + (split.cols - 1) * in.h()));
-    const double corners = 4.0 * static_cast<double>(reach * reach * (split.rows - 1) * (split.cols - 1));
-    // Backward sends the halos' gradients back, except to the model's input, which has none.
-    const double passes = input == 0 ? 1.0 : 2.0;
-    values += passes * static_cast<double>(in.c()) * (edges + corners);
+  for (int64_t r = 0; r < split.ranks(); ++r) {
+    std::unique_ptr<nn::Graph> graph;
+    nn::PlanningComm comm(r, split.ranks());
+    try {
+      graph = config::make_model_graph(model.spec, sample, config::GraphFormat{});
+      graph->set_tile(nn::SpatialPlace::make(split, r, model.h, model.w, multiple), &comm);
+      graph->setup(1);
+    } catch (const Error& e) {
+      throw UsageError(std::string("--spatial: ") + e.what());
+    }
+    for (int i = 1; i < graph->size(); ++i) {
+      const nn::Layer* layer = graph->node_layer(i);
+      if (layer == nullptr) continue;
+      const double passes = graph->node_inputs(i).front() == 0 ? 1.0 : 2.0;
+      values += passes * static_cast<double>(layer->halo_values());
+    }
   }
   return values * value_bytes;
 }

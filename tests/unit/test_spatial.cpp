@@ -696,6 +696,12 @@ TEST_CASE("DeepLabv3+ on DeepCAM's 768 x 1152 x 16 split up to 8 ways computes w
         if (p.name != "aspp.pool.fc.bias") tensors.push_back(p);
       require_close_per_tensor(got.grads, whole.grads, tensors, 1e-2, "gradient");
       require_close_per_tensor(got.state, whole.state, g->state_info(), 1e-5, "running statistic");
+      // `squall model --spatial`'s halo bytes are what the split sent (2 samples, both passes),
+      // multi-hop and the upsamplings' halos included.
+      const double predicted =
+          perf::halo_bytes_per_sample(perf::model_cost(spec, 16, 768, 1152), split, 4) * static_cast<double>(2);
+      INFO("halo bytes sent " << got.halo_bytes << ", predicted " << predicted);
+      CHECK(static_cast<double>(got.halo_bytes) == predicted);
     }
   }
 }

@@ -39,6 +39,8 @@ class ConvBase : public Layer {
     return why;
   }
 
+  int64_t halo_values() const override { return m_tile ? ConvTile::received_values(m_desc, *m_tile) : 0; }
+
   // The plan's copy of the weights (reduced precision, NHWC) is used as it stands when the
   // graph says the optimizer has written it from the current weights.
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode& mode) override {

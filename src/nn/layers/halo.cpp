@@ -87,6 +87,13 @@ int64_t TileHalos::buffer_elements(const Plan& p, int64_t outer, int64_t inner) 
   return elements + largest;  // and the zeros
 }
 
+int64_t TileHalos::received_cells(const Plan& p, int64_t me) {
+  int64_t cells = 0;
+  for (const Block& b : p.receives)
+    if (b.peer != me) cells += b.cells.rows() * b.cells.cols();
+  return cells;
+}
+
 TileHalos::TileHalos(Backend& backend, const TensorTile& t, const NeededCells& needed, TileComm* comm, int node,
                      int64_t outer, int64_t inner, DType dtype)
     : m_backend(backend), m_comm(comm), m_node(node), m_outer(outer), m_inner(inner), m_dtype(dtype) {
@@ -390,6 +397,11 @@ std::string ConvTile::check(const ConvDesc& d, const TileContext& t) {
 size_t ConvTile::strips(const ConvDesc& d, const TileContext& t) {
   const Geometry g = geometry(d, t);
   return g.halos.receives.empty() && g.halos.sends.empty() ? 0 : g.strips.size();
+}
+
+int64_t ConvTile::received_values(const ConvDesc& d, const TileContext& t) {
+  const TensorTile& x = t.inputs.at(0);
+  return d.n * d.c * TileHalos::received_cells(geometry(d, t).halos, x.row * x.tile_cols() + x.col);
 }
 
 size_t ConvTile::buffer_bytes(const ConvDesc& d, const TileContext& t) {

@@ -75,6 +75,8 @@ class TileHalos {
   // The elements of the buffers the constructor allocates (each block's, each way and for
   // its gradient), for planning memory.
   static int64_t buffer_elements(const Plan& p, int64_t outer, int64_t inner);
+  // The cells this tile receives from other ranks (its own wrap is copied, not received).
+  static int64_t received_cells(const Plan& p, int64_t me);
 
   // outer and inner: the tensor's layout as [outer][h][w][inner] (outer_inner).
   TileHalos(Backend& backend, const TensorTile& t, const NeededCells& needed, TileComm* comm, int node,
@@ -173,6 +175,8 @@ class ConvTile {
   // workspaces. strips(): how many edge strips (each a plan of its own) it makes.
   static size_t buffer_bytes(const ConvDesc& local, const TileContext& t);
   static size_t strips(const ConvDesc& local, const TileContext& t);
+  // The values of its input this tile receives from other ranks per forward pass.
+  static int64_t received_values(const ConvDesc& local, const TileContext& t);
 
   // Around the layer's plan: start_forward before its forward (packs and sends this tile's
   // cells), finish_forward after (waits for the halos, convolves the edge strips over y).

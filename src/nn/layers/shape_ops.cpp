@@ -216,6 +216,27 @@ class UpsampleBilinear final : public StatelessLayer {
     m_tile = t;
     return "";
   }
+  int64_t halo_values() const override {
+    if (!m_tile) return 0;
+    const TensorTile& x = m_tile->inputs.at(0);
+    return m_nc * TileHalos::received_cells(TileHalos::plan(x, needed()), x.row * x.tile_cols() + x.col);
+  }
+  // Output rows [f b, f e) read input rows b - 1 to e (within the sample) where f > 1.
+  NeededCells needed() const {
+    const TensorTile x = m_tile->inputs.at(0);
+    const int64_t fy = m_fy, fx = m_fx, height = x.height, width = x.width;
+    const bool wrap = x.wrap_columns;
+    return [=](int64_t r, int64_t c) {
+      const Span y = x.row_spans[static_cast<size_t>(r)], xs = x.col_spans[static_cast<size_t>(c)];
+      const int64_t ry = fy > 1 ? 1 : 0, rx = fx > 1 ? 1 : 0;
+      CellRect n{std::max<int64_t>(y.begin - ry, 0), std::min(y.end + ry, height), xs.begin - rx, xs.end + rx};
+      if (!wrap) {
+        n.x0 = std::max<int64_t>(n.x0, 0);
+        n.x1 = std::min(n.x1, width);
+      }
+      return n;
+    };
+  }
   // NHWC or blocked: the resize runs on NCHW copies (an input of 1x1 pixels needs none),
   // permuted in from the input's layout and out to the output's.
   void build(Backend& backend, const std::vector<Tensor>& p, const std::vector<Tensor>& g,
@@ -228,27 +249,14 @@ class UpsampleBilinear final : public StatelessLayer {
     if (m_tile) {
       int64_t outer = 1, inner = 1;
       outer_inner(input_layout(0), m_n, m_c, outer, inner);
-      const TensorTile x = m_tile->inputs.at(0);
-      const int64_t fy = m_fy, fx = m_fx, height = x.height, width = x.width;
-      const bool wrap = x.wrap_columns;
-      // Output rows [f b, f e) read input rows b - 1 to e (within the sample) where f > 1.
-      const NeededCells needed = [=](int64_t r, int64_t c) {
-        const Span y = x.row_spans[static_cast<size_t>(r)], xs = x.col_spans[static_cast<size_t>(c)];
-        const int64_t ry = fy > 1 ? 1 : 0, rx = fx > 1 ? 1 : 0;
-        CellRect n{std::max<int64_t>(y.begin - ry, 0), std::min(y.end + ry, height), xs.begin - rx, xs.end + rx};
-        if (!wrap) {
-          n.x0 = std::max<int64_t>(n.x0, 0);
-          n.x1 = std::min(n.x1, width);
-        }
-        return n;
-      };
-      m_halos = std::make_unique<TileHalos>(backend, x, needed, m_tile->comm, m_tile->node, outer, inner, m_dtype);
+      const TensorTile& x = m_tile->inputs.at(0);
+      m_halos = std::make_unique<TileHalos>(backend, x, needed(), m_tile->comm, m_tile->node, outer, inner, m_dtype);
       m_need = m_halos->plan().need;
       const int64_t wh = m_need.rows(), ww = m_need.cols();
       m_window = backend.allocate(static_cast<size_t>(m_nc * wh * ww), m_dtype);
       if (input_layout(0) != Layout::nchw) m_window_nchw = backend.allocate(static_cast<size_t>(m_nc * wh * ww), m_dtype);
-      m_big = backend.allocate(static_cast<size_t>(m_nc * wh * fy * ww * fx), m_dtype);
-      m_big_grad = backend.allocate(static_cast<size_t>(m_nc * wh * fy * ww * fx), m_dtype);
+      m_big = backend.allocate(static_cast<size_t>(m_nc * wh * m_fy * ww * m_fx), m_dtype);
+      m_big_grad = backend.allocate(static_cast<size_t>(m_nc * wh * m_fy * ww * m_fx), m_dtype);
       auto stream = backend.create_stream();
       TileHalos::clear(backend, *stream, m_big_grad);  // the cells beyond the tile stay zero
       return;
