@@ -450,12 +450,10 @@ class CudaBackend final : public Backend {
   std::unique_ptr<BatchNormPlan> make_batch_norm(const BatchNormDesc& d) override {
     check_type(d.dtype, "batch norm");
     check_layout(d.layout, "batch norm");
-    // Statistics over a split sample need cuDNN's per-rank sums, merged on the host between
-    // the two halves of its pass (docs/design.md, "One sample across ranks"): not built yet.
-    if (d.group != nullptr)
-      throw Error("cuda: batch norm over a sample split across ranks (parallel.spatial) runs on the CPU backend "
-                  "only so far");
     bind_calling_thread(0);
+    // Statistics over a split sample's group: the plan's own sums, merged on the host between
+    // the two halves of its pass (docs/design.md, "One sample across ranks").
+    if (d.group != nullptr) return make_group_batch_norm(d);
     return make_cudnn_batch_norm(d);
   }
 

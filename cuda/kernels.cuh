@@ -57,6 +57,21 @@ size_t bias_grad_scratch_floats(int64_t n, int64_t c, int64_t hw);
 void bias_grad(cudaStream_t s, int t, bool nhwc, const void* dy, float* db, int64_t n, int64_t c, int64_t hw,
                bool round_to_type, float* scratch);
 
+// ---- batch norm over a split sample's group (batch_norm_group.cu) ----
+// x, y, dy, dx [n, c, hw] (NCHW, or [n, hw, c] when nhwc) of type t. moments: per channel
+// count, mean and squared deviations of this tile (3 doubles as 6 floats); apply: y = x *
+// p[ch] + p[c + ch] (and the ReLU); grad_sums: per channel sum dy and sum dy (x - mean) (2
+// doubles as 4 floats), p = mean, inv_std, scale, shift; dx: p = those, k, mean_dy,
+// mean_dy_xhat.
+void bn_group_moments(cudaStream_t s, int t, bool nhwc, const void* x, float* moments, int64_t n, int64_t c,
+                      int64_t hw);
+void bn_group_apply(cudaStream_t s, int t, bool nhwc, bool relu, const void* x, void* y, const float* p, int64_t n,
+                    int64_t c, int64_t hw);
+void bn_group_grad_sums(cudaStream_t s, int t, bool nhwc, bool relu, const void* x, const void* dy, const float* p,
+                        float* sums, int64_t n, int64_t c, int64_t hw);
+void bn_group_dx(cudaStream_t s, int t, bool nhwc, bool relu, const void* x, const void* dy, void* dx,
+                 const float* p, int64_t n, int64_t c, int64_t hw);
+
 // ---- resampling and pooling (resample.cu) ----
 void global_avg_pool_forward(cudaStream_t s, int t, const void* x, void* y, int64_t nc, int64_t hw);
 void global_avg_pool_backward(cudaStream_t s, int t, const void* dy, void* dx, int64_t nc, int64_t hw);

@@ -14,6 +14,9 @@ namespace squall::cuda {
 std::unique_ptr<nn::ConvPlan> make_cudnn_conv(const nn::ConvDesc& d);
 std::unique_ptr<nn::PoolPlan> make_cudnn_pool(const nn::PoolDesc& d);
 std::unique_ptr<nn::BatchNormPlan> make_cudnn_batch_norm(const nn::BatchNormDesc& d);
+// Batch norm over a split sample's group (d.group): statistics merged on the host between the
+// pass's halves (cuda/batch_norm_group.cpp).
+std::unique_ptr<nn::BatchNormPlan> make_group_batch_norm(const nn::BatchNormDesc& d);
 std::unique_ptr<nn::LinearPlan> make_cublas_linear(const nn::LinearDesc& d);
 
 }  // namespace squall::cuda

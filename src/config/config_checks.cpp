@@ -351,8 +351,6 @@ void check_spatial(const Checker& k, const Config& c) {
          "augmentation moves whole samples, and each rank reads only its tile; turn it off");
   refuse(c.train.precision == Precision::fp16, "train.precision = fp16",
          "fp16's dynamic loss scale is not built for a split yet; use fp32 or bf16");
-  refuse(c.run.backend == nn::BackendKind::cuda, "run.backend = cuda",
-         "the CUDA backend has no batch norm over a group of ranks yet; use run.backend = cpu");
   refuse(p.periods.size() == 2 && p.periods[0] != p.periods[1], "parallel.periods = " + list_text(p.periods),
          "a node level between the job's averages is not built for a split yet; set parallel.periods = [] (or "
          "[p, p])");

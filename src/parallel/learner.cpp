@@ -183,14 +183,26 @@ void Learner::weigh_tile(const LearnerBatch& in) {
 }
 
 // The group's gradient of the whole sample on every rank of the group: each tile's share
-// summed in double in group-rank order, so that every rank gets the same bits.
+// summed in double in group-rank order, so that every rank gets the same bits. On a device
+// the gradients go through a host copy each way.
 void Learner::sum_tile_gradients() {
-  backend.synchronize(*stream);
   const size_t n = graph->param_arena_floats();
   float* g = graph->grads();
-  m_tile_sum.assign(g, g + n);
+  const bool host = backend.capabilities().host_accessible;
+  if (!host) {
+    m_tile_host.resize(n);
+    backend.copy_to_host(*stream, m_tile_host.data(), g, n);
+  }
+  backend.synchronize(*stream);
+  const float* from = host ? g : m_tile_host.data();
+  m_tile_sum.assign(from, from + n);
   setup.tile->sum(m_tile_sum.data(), n);
-  for (size_t i = 0; i < n; ++i) g[i] = static_cast<float>(m_tile_sum[i]);
+  float* to = host ? g : m_tile_host.data();
+  for (size_t i = 0; i < n; ++i) to[i] = static_cast<float>(m_tile_sum[i]);
+  if (!host) {
+    backend.copy_from_host(*stream, g, m_tile_host.data(), n);
+    backend.synchronize(*stream);
+  }
 }
 
 // The learner's pass recorded as one graph. A call the backend refuses inside the capture

@@ -117,6 +117,7 @@ class Learner {
   double m_share = 1;
   nn::Buffer share_dev, share_host;
   std::vector<double> m_tile_sum;  // sum_tile_gradients' buffer
+  std::vector<float> m_tile_host;  // its host copy of a device's gradients
 
   // Device backends: the batch staged in backend memory ahead of its pass, on a copy stream
   // of the learner's own; the pass copies it into the graph's input on its own stream.

@@ -10,7 +10,8 @@ add_executable(squall_cuda_host_kernel_tests
   ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_vector.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_reductions.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_resample.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_optim.cpp)
+  ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_optim.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_batch_norm_group.cpp)
 target_link_libraries(squall_cuda_host_kernel_tests PRIVATE squall_test_support squall_cpu squall_nn squall_base)
 target_include_directories(squall_cuda_host_kernel_tests PRIVATE ${PROJECT_SOURCE_DIR})
 # The library's kernel flags (cuda/CMakeLists.txt), and for the host side of the .cu no

@@ -1,6 +1,8 @@
 // The kernels of cuda/ through the host grid emulator: each call is the library's own launch
 // sequence (cuda/*_ops.cuh) with HostLaunch in place of DeviceLaunch. Pure host code: no
 // CUDA runtime call, so it runs on a machine without a GPU or a driver.
+#include "cuda/batch_norm_group_host.hpp"
+#include "cuda/batch_norm_group_ops.cuh"
 #include "cuda/bias_ops.cuh"
 #include "cuda/elementwise_ops.cuh"
 #include "cuda/host_grid.cuh"
@@ -16,6 +18,30 @@ namespace d = squall::cuda::kernels::detail;
 using d::HostLaunch;
 
 double block_sum(const std::vector<double>& per_thread) { return d::host_block_sum(per_thread); }
+
+void bn_group_forward(int t, bool nhwc, bool relu, const void* x, void* y, const float* gamma, const float* beta,
+                      float eps, float momentum, float* running_mean, float* running_var, float* params, double* count,
+                      int64_t n, int64_t c, int64_t hw) {
+  const auto cs = static_cast<size_t>(c);
+  std::vector<float> raw(6 * cs);
+  d::bn_group_moments_on(HostLaunch{}, t, nhwc, x, raw.data(), n, c, hw);
+  std::vector<double> moments(3 * cs);
+  d::bn_group_read_doubles(raw.data(), 3 * cs, 2, 0, moments.data());
+  *count = d::bn_group_forward_params(moments.data(), cs, gamma, beta, eps, momentum, running_mean, running_var, params);
+  d::bn_group_apply_on(HostLaunch{}, t, nhwc, relu, x, y, params + 2 * cs, n, c, hw);
+}
+
+void bn_group_backward(int t, bool nhwc, bool relu, const void* x, const void* dy, void* dx, const float* gamma,
+                       float* params, double count, float* dgamma, float* dbeta, int64_t n, int64_t c, int64_t hw) {
+  const auto cs = static_cast<size_t>(c);
+  std::vector<float> raw(4 * cs);
+  d::bn_group_grad_sums_on(HostLaunch{}, t, nhwc, relu, x, dy, params, raw.data(), n, c, hw);
+  std::vector<double> local(2 * cs);
+  d::bn_group_read_doubles(raw.data(), cs, 4, 0, local.data());
+  d::bn_group_read_doubles(raw.data(), cs, 4, 2, local.data() + cs);
+  d::bn_group_backward_params(local.data(), local.data(), count, cs, gamma, params, dgamma, dbeta);
+  d::bn_group_dx_on(HostLaunch{}, t, nhwc, relu, x, dy, dx, params, n, c, hw);
+}
 
 void fill(float* x, size_t n, float value) { d::fill_on(HostLaunch{}, x, n, value); }
 void relu_forward(int t, const void* x, void* y, size_t n) { d::relu_forward_on(HostLaunch{}, t, x, y, n); }

@@ -17,6 +17,15 @@ namespace squall::test::emulated {
 // reductions' thread 0 gets on the device.
 double block_sum(const std::vector<double>& per_thread);
 
+// Batch norm over a split sample's group as the CUDA plan computes it (its kernels and its
+// host halves, cuda/batch_norm_group_host.hpp), for a group of one: params holds the plan's
+// 7 c floats, count the values per channel that forward found.
+void bn_group_forward(int t, bool nhwc, bool relu, const void* x, void* y, const float* gamma, const float* beta,
+                      float eps, float momentum, float* running_mean, float* running_var, float* params, double* count,
+                      int64_t n, int64_t c, int64_t hw);
+void bn_group_backward(int t, bool nhwc, bool relu, const void* x, const void* dy, void* dx, const float* gamma,
+                       float* params, double count, float* dgamma, float* dbeta, int64_t n, int64_t c, int64_t hw);
+
 void fill(float* x, size_t n, float value);
 void relu_forward(int t, const void* x, void* y, size_t n);
 void relu_backward(int t, const void* y, const void* dy, void* dx, size_t n);

@@ -75,6 +75,7 @@ case $1 in
   info) echo "squall (fake): ${FAKE_RANKS:-1} rank(s)"; echo "  cuda backend: CUDA 13.0, cuDNN 9 (fake)"
         echo "NCCL_DEBUG=${NCCL_DEBUG:-unset}"; exit 0 ;;
   bench) echo "  67108864  nccl   20.0  3355.4  0.000"; exit 0 ;;
+  data) while [ $# -gt 0 ]; do case $1 in --out) mkdir -p "$2"; shift 2 ;; *) shift ;; esac; done; exit 0 ;;
   train) ;;
   *) echo "fake squall: $1?"; exit 2 ;;
 esac
@@ -89,8 +90,9 @@ while [ $# -gt 0 ]; do
   case $1 in --set) case $2 in run.dir=*) dir=${2#run.dir=} ;; esac; shift 2 ;; *) shift ;; esac
 done
 mkdir -p "$dir"
-printf '{"backend": "cuda", "world_size": %s, "steps": 40, "samples_per_s": 1000.0, "parallel": {"captured_learners": %s}, "final": {"train_loss": %s, "test_accuracy": 0.9}}\n' \
+printf '{"backend": "cuda", "world_size": %s, "steps": 40, "samples_per_s": 1000.0, "parallel": {"captured_learners": %s, "spatial": {"halo": {"exposed_s": 0.01, "hidden_s": 0.2}}}, "final": {"train_loss": %s, "test_accuracy": 0.9}}\n' \
   "$world" "$captured" "${FAKE_LOSS:-0.5}" >"$dir/summary.json"
+for step in 1 2 3 4 5 6; do printf '{"kind": "train", "step": %s, "loss": %s}\n' "$step" "${FAKE_LOSS:-0.5}"; done >"$dir/metrics.jsonl"
 echo "done (fake)"
 EOF
 # mpirun: drops its options and runs the program once, telling it the rank count. FAKE_MPI=broken:
@@ -285,6 +287,7 @@ grep -q 'of a 240 s budget (auto: no part 1 on this machine' "$work/p2fixed/summ
 want p2 setup ok
 want p2 lenet5:accuracy ok "test accuracy 0.9000 after 40 steps"
 want p2 nccl:shared-gpu ok
+want p2 train:spatial ok "[2, 1] on one GPU: losses within 0.0e+00 of unsplit; halos 0.010 s exposed, 0.200 s hidden"
 want p2 bench:mixed-precision ok "fake 1250 samples/s" 1.25
 want p2 sanitizer:memcheck ok "ERROR SUMMARY: 0 errors"
 want p2 sanitizer:racecheck 'SKIP (compute-sanitizer cannot use this device here ("Device not supported"))'
@@ -293,6 +296,7 @@ want p2 mpi ok
 tarball_has p2 2 runs/lenet5.log
 tarball_has p2 2 runs/lenet5-summary.json
 tarball_has p2 2 runs/nccl-shared-gpu.log
+tarball_has p2 2 runs/spatial-2-summary.json
 tarball_has p2 2 runs/bench-mixed-precision/01-fake.log
 grep -q 'train-images-idx3-ubyte$' <(tar -xzf "$work/p2/gpu-check-part2.tar.gz" -O gpu-check-part2/logs/setup.log) ||
   fail "part 2's setup did not decompress the training images"
