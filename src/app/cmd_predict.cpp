@@ -1,6 +1,7 @@
 // `squall predict --checkpoint PATH | --run DIR --data PATH... --out DIR [--format nc|h5]
-// [--probabilities] [--png] [--any-grid] [--set section.key=value ...]`: a trained model applied to new files, one mask file
-// per input (docs/inference.md). Under mpirun the files are split over the ranks.
+// [--probabilities] [--png] [--any-grid] [--spatial ROWS,COLS] [--set section.key=value ...]`: a trained model applied to new files, one mask file
+// per input (docs/inference.md). Under mpirun the files are split over the ranks, or over groups of
+// ranks that split each sample ([--spatial ROWS,COLS], else the run's parallel.spatial).
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -20,6 +21,7 @@ namespace {
 struct PredictArgs {
   CheckpointArgs from;
   eval::PredictOptions options;
+  std::string spatial;  // --spatial as given
 };
 
 // "data-000640.h5 -> masks/data-000640-mask.h5: 1 time step; background 97.1%,
@@ -42,7 +44,9 @@ std::string file_line(const eval::PredictedFile& f) {
 int run_predict(Context& ctx, const PredictArgs& args) {
   const mpi::Topology topo = mpi::Topology::create(mpi::resolve_ranks_per_node(ctx.global.ranks_per_node));
   const checkpoint::CheckpointModel ck = args.from.read(topo.world());
-  const eval::Predictions mine = eval::predict_files(ck, args.options, topo);
+  eval::PredictOptions options = args.options;
+  options.spatial = spatial_option(args.spatial);
+  const eval::Predictions mine = eval::predict_files(ck, options, topo);
   std::string text;
   int64_t files = 0;
   for (const auto& f : mine.files) {
@@ -94,6 +98,7 @@ void add_predict_command(CLI::App& root, Context& ctx, Actions& actions) {
   sub->add_flag("--any-grid", args->options.any_grid,
                 "Predict on files whose grid spacing differs from the training grid's (by more than 5%), with a "
                 "warning each, instead of refusing them");
+  add_spatial_option(*sub, args->spatial);
   sub->add_option("--set", args->options.overrides,
                   "Override a key of the run's config: --set section.key=value (repeatable; e.g. "
                   "data.netcdf_variables, run.backend)")
@@ -101,7 +106,7 @@ void add_predict_command(CLI::App& root, Context& ctx, Actions& actions) {
       ->allow_extra_args(false);
   sub->footer("Exit status: 0 done; 1 a failure at run time (an unreadable file); 2 a usage error (a flag, a missing "
               "checkpoint or input, a classifier's checkpoint, files that do not fit the model, a grid of another spacing than "
-              "training's without --any-grid).");
+              "training's without --any-grid, a split the number of ranks is not a multiple of).");
   actions[sub] = [&ctx, args] { return run_predict(ctx, *args); };
 }
 

@@ -14,6 +14,8 @@
 #include "src/config/config.hpp"
 #include "src/config/model_spec.hpp"
 #include "src/config/setup.hpp"
+#include "src/nn/models/input_multiple.hpp"
+#include "src/nn/models/split_check.hpp"
 
 namespace squall::eval {
 namespace {
@@ -148,14 +150,63 @@ nn::ModelSpec fit_checkpoint_model(const checkpoint::CheckpointModel& ck, const 
   return spec;
 }
 
+TileGroups inference_split(const config::Config& cfg, const std::optional<nn::SpatialSplit>& flag,
+                           const mpi::Communicator& world) {
+  const int world_size = world.size();
+  TileGroups t;
+  t.split = flag ? *flag : config::spatial_split(cfg.parallel);
+  t.origin = flag ? "--spatial " + std::to_string(t.split.rows) + "," + std::to_string(t.split.cols)
+                  : "the run's parallel.spatial = " + t.split.str();
+  t.count = world_size;
+  if (!t.split_sample()) return t;
+  const int64_t s = t.split.ranks();
+  if (world_size % s != 0)
+    throw UsageError(t.origin + " splits each sample over a group of " + std::to_string(s) + " ranks, and this job has " +
+                     std::to_string(world_size) + " rank" + (world_size == 1 ? "" : "s") + ", not a multiple of " +
+                     std::to_string(s) + ": run under mpirun with a multiple of " + std::to_string(s) +
+                     " ranks, or pass --spatial 1,1 for whole samples on every rank");
+  t.group_rank = world.rank() % s;  // as parallel::make_spatial_groups numbers them
+  return t;
+}
+
+void make_tile_groups(TileGroups& t, const mpi::Communicator& world) {
+  if (!t.split_sample()) {
+    t.index = world.rank();
+    return;
+  }
+  t.groups = std::make_unique<parallel::SpatialGroups>(parallel::make_spatial_groups(world, t.split));
+  t.count = t.groups->groups;
+  t.index = t.groups->group_index;
+  t.comm = std::make_unique<parallel::MpiTileComm>(t.groups->group);
+}
+
+void place_tile(TileGroups& t, const nn::ModelSpec& spec, const data::DatasetInfo& info, const std::string& what) {
+  if (!t.split_sample()) return;
+  const nn::Shape& sample = info.sample;
+  if (!info.per_pixel_labels)
+    throw UsageError(t.origin + " splits samples with a label per pixel, and " + what + " (" + info.description +
+                     ") has one label per sample: a classifier needs the whole sample on a rank; pass --spatial 1,1");
+  if (const std::string why = nn::split_refusal(spec, sample, t.split); !why.empty()) {
+    const std::optional<nn::SpatialSplit> works = nn::largest_working_split(spec, sample, t.split);
+    throw UsageError(t.origin + " cannot split the " + std::to_string(sample.h()) + "x" + std::to_string(sample.w()) +
+                     " samples of " + what + ": " + why + "; " +
+                     (works ? "the largest split within it that works is --spatial " + std::to_string(works->rows) +
+                                  "," + std::to_string(works->cols)
+                            : std::string("no split within it works: pass --spatial 1,1")));
+  }
+  t.place = nn::SpatialPlace::make(t.split, t.group_rank, sample.h(), sample.w(), nn::input_multiple(spec));
+  t.window = data::Window{t.place->rows().begin, t.place->rows().size(), t.place->cols().begin, t.place->cols().size()};
+}
+
 InferenceModel build_inference_model(const checkpoint::CheckpointModel& ck, const config::Config& cfg,
                                      const nn::ModelSpec& spec, const data::DatasetInfo& info, int64_t batch,
-                                     const mpi::Topology& topo) {
+                                     const mpi::Topology& topo, const TileGroups* tiles) {
   InferenceModel m;
   m.backend = config::make_rank_backend(cfg, topo);
   m.stream = m.backend->create_stream();
   m.backend->bind_calling_thread(m.backend->capabilities().threads);
   m.graph = config::make_model_graph(spec, info.sample, config::graph_format(cfg, m.backend->name()));
+  if (tiles != nullptr && tiles->place) m.graph->set_tile(*tiles->place, tiles->comm.get());
   m.graph->set_forward_only(true);
   m.graph->build(*m.backend, batch, static_cast<uint64_t>(cfg.run.seed));
   checkpoint::load_into_graph(ck.model, *m.graph, *m.backend, *m.stream);
@@ -173,8 +224,10 @@ EvalResult evaluate_checkpoint(const checkpoint::CheckpointModel& ck, const Eval
   std::unique_ptr<data::DataSource> test;
   nn::ModelSpec spec;
   int64_t batch = 0, n_test = 0;
+  TileGroups tiles;  // before the model: its communicator outlives the graph
   mpi::run_agreed(world, [&] {
     cfg = eval_config(ck, options);
+    tiles = inference_split(cfg, options.spatial, world);
     // Training evaluates in batches of train.batch_size; the same batches give the same sums.
     batch = config::eval_batch(cfg);
     // Its shape against the model first, then the samples normalised as in training: with the
@@ -184,9 +237,13 @@ EvalResult evaluate_checkpoint(const checkpoint::CheckpointModel& ck, const Eval
     spec = fit_checkpoint_model(ck, cfg, data_key(options), cfg.data.test, *test, batch);
     test = open_test(cfg, options, &ck.model.normalization);
     n_test = cfg.data.test_samples > 0 ? std::min(cfg.data.test_samples, test->size()) : test->size();
+    place_tile(tiles, spec, test->info(), data_key(options) + " = " + cfg.data.test);
   });
+  make_tile_groups(tiles, world);
   const data::DatasetInfo& info = test->info();
-  const int64_t label_hw = info.per_pixel_labels ? info.sample.h() * info.sample.w() : 1;
+  const int64_t label_hw =
+      info.per_pixel_labels ? (tiles.window ? tiles.window->rows * tiles.window->cols : info.sample.h() * info.sample.w())
+                            : 1;
 
   // The model on the run's backend and precision, holding the checkpoint's central model.
   // Declared in this order so that the buffers go before the backend that owns their memory.
@@ -196,7 +253,7 @@ EvalResult evaluate_checkpoint(const checkpoint::CheckpointModel& ck, const Eval
   int32_t* dev_pred = nullptr;
   const float* dev_weights = nullptr;
   mpi::run_agreed(world, [&] {
-    m = build_inference_model(ck, cfg, spec, info, batch, topo);
+    m = build_inference_model(ck, cfg, spec, info, batch, topo, &tiles);
     dev_labels = m.backend->allocate_labels(static_cast<size_t>(batch * label_hw), label_buf);
     dev_pred = m.backend->allocate_labels(static_cast<size_t>(batch * label_hw), pred_buf);
     if (!cfg.data.class_weights.empty()) {
@@ -216,11 +273,24 @@ EvalResult evaluate_checkpoint(const checkpoint::CheckpointModel& ck, const Eval
   r.per_pixel_labels = info.per_pixel_labels;
   r.class_names = info.class_names;
   r.world_size = world.size();
-  // Rank r takes samples [n r / R, n (r + 1) / R), as training's evaluation does.
-  const int64_t begin = n_test * world.rank() / world.size(), end = n_test * (world.rank() + 1) / world.size();
+  r.spatial = tiles.split;
+  // Group g (rank r without a split) takes samples [n g / G, n (g + 1) / G), as training's
+  // evaluation does; each of its ranks evaluates its tile of them, and the sums over the world
+  // count every pixel once and every sample once (evaluate_range).
+  const int64_t begin = n_test * tiles.index / tiles.count, end = n_test * (tiles.index + 1) / tiles.count;
+  EvalTile tile;
+  if (tiles.split_sample()) {
+    tile.window = &*tiles.window;
+    tile.comm = tiles.comm.get();
+    tile.class_weights.assign(cfg.data.class_weights.begin(), cfg.data.class_weights.end());
+  }
   const Stopwatch timer;
+  // A group's ranks read the same samples (each its window) and exchange halos at every batch:
+  // as in training's evaluation, a read that fails on some of them alone would leave the
+  // others waiting in an exchange.
   mpi::run_agreed(world, [&] {
-    r.part = evaluate_range(*m.graph, *m.backend, *m.stream, *test, begin, end, dev_labels, dev_pred, dev_weights);
+    r.part = evaluate_range(*m.graph, *m.backend, *m.stream, *test, begin, end, dev_labels, dev_pred, dev_weights,
+                            nullptr, tile);
   });
   sum_over_ranks(r.part, world);
   r.eval_s = timer.seconds();

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <exception>
 #include <filesystem>
 #include <limits>
 #include <deque>
@@ -301,13 +303,50 @@ struct HostBatch {
   std::vector<Slot> slots;
 };
 
+// A split predict's group runs the same files in the same batches and exchanges halos at every
+// one, so a failure that only some of its ranks meet (a window that cannot be read, a mask the
+// first rank cannot write) must stop all of them at the same batch, not leave the others
+// waiting in an exchange. Collective over the group (a no-op without a split): every rank says
+// whether its work since the last call failed; when one did, every rank throws, the failing
+// ones their own error, the others the error of the group's lowest rank that failed.
+void agree_in_group(const TileGroups& t, std::exception_ptr failed, int world_rank) {
+  if (!t.split_sample()) {
+    if (failed) std::rethrow_exception(failed);
+    return;
+  }
+  const mpi::Communicator& group = t.groups->group;
+  if (group.allreduce_max(static_cast<int64_t>(failed != nullptr)) == 0) return;
+  std::string mine;  // "u" or "e" (a usage error or another), then the message; "" when fine
+  if (failed) {
+    try {
+      std::rethrow_exception(failed);
+    } catch (const UsageError& e) {
+      mine = "u" + std::string(e.what());
+    } catch (const std::exception& e) {
+      mine = "e" + std::string(e.what());
+    } catch (...) {
+      mine = "eunknown error";
+    }
+    mine.insert(1, "rank " + std::to_string(world_rank) + " (tile " + std::to_string(t.group_rank) + " of group " +
+                       std::to_string(t.index) + "): ");
+  }
+  std::string lowest;
+  for (const std::string& m : group.gather_strings(mine))
+    if (lowest.empty()) lowest = m;
+  lowest = group.broadcast_string(lowest);
+  if (failed) std::rethrow_exception(failed);
+  const std::string why = "another rank of this rank's group failed: " + lowest.substr(1);
+  if (lowest[0] == 'u') throw UsageError(why);
+  throw Error(why);
+}
+
 class Predictor {
  public:
   Predictor(const checkpoint::CheckpointModel& ck, const config::Config& cfg, data::PadMode trained_pad,
             const PredictOptions& options, const std::vector<std::string>& inputs, int64_t first, int64_t last,
-            const mpi::Topology& topo)
+            const mpi::Topology& topo, TileGroups& tiles)
       : m_ck(ck), m_cfg(cfg), m_trained_pad(trained_pad), m_options(options), m_inputs(inputs), m_next(first),
-        m_last(last), m_topo(topo) {
+        m_last(last), m_topo(topo), m_tiles(tiles) {
     const data::Normalization& norm = ck.model.normalization;
     m_open.normalize = norm.kind != "none";
     m_open.fixed = norm;  // its kind, not open.normalization, says how
@@ -324,26 +363,30 @@ class Predictor {
   Predictions run() {
     Predictions result;
     if (m_next >= m_last) return result;
-    open_next();  // the first file, here: the model is built for its samples
-    FileJob& first = *m_jobs.front();
-    const data::DatasetInfo& info = first.source->info();
-    const nn::ModelSpec spec = fit_checkpoint_model(m_ck, m_cfg, "--data", first.input, *first.source, m_batch);
-    m_model = build_inference_model(m_ck, m_cfg, spec, info, m_batch, m_topo);
-    m_weights_version = nn::new_weights_version();
-    m_built = info.sample;
-    m_classes = static_cast<int64_t>(info.class_names.size());
-    const int64_t hw = m_built.h() * m_built.w();
-    m_dev_pred = m_model.backend->allocate_labels(static_cast<size_t>(m_batch * hw), m_pred_buf);
-    for (HostBatch& h : m_host) {
-      h.images.assign(static_cast<size_t>(m_batch * m_built.per_sample()), 0.0f);
-      h.labels.assign(static_cast<size_t>(m_batch * hw), -1);
+    const int rank = m_topo.rank();
+    std::exception_ptr failed;
+    try {
+      start();
+    } catch (...) {
+      failed = std::current_exception();
     }
+    agree_in_group(m_tiles, failed, rank);
     ReadAhead next;  // the reader thread: it uses the jobs and the host batches
     const Stopwatch timer;
-    fill(m_host[0]);
+    try {
+      fill(m_host[0]);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    agree_in_group(m_tiles, failed, rank);
     std::vector<FileJob*> finished;  // predicted, not yet written
     for (int k = 0;; ++k) {
-      next.wait();  // this batch's read (and the last writes); rethrows their error
+      try {
+        next.wait();  // this batch's read (and the last writes); rethrows their error
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      agree_in_group(m_tiles, failed, rank);
       HostBatch& cur = m_host[k % 2];
       if (cur.slots.empty()) break;
       HostBatch& other = m_host[(k + 1) % 2];
@@ -352,7 +395,7 @@ class Predictor {
         fill(other);
       });
       finished = compute(cur);
-      result.samples += static_cast<int64_t>(cur.slots.size());
+      if (m_tiles.first()) result.samples += static_cast<int64_t>(cur.slots.size());
     }
     for (FileJob* f : finished) finish(*f);
     // In input order (a file of no time steps was written when it was opened).
@@ -366,6 +409,27 @@ class Predictor {
   }
 
  private:
+  // The first file opened and the model built for its samples, on this rank's tile of them
+  // under a split.
+  void start() {
+    open_next();
+    FileJob& first = *m_jobs.front();
+    const data::DatasetInfo& info = first.source->info();
+    const nn::ModelSpec spec = fit_checkpoint_model(m_ck, m_cfg, "--data", first.input, *first.source, m_batch);
+    place_tile(m_tiles, spec, info, "--data " + first.input);
+    m_model = build_inference_model(m_ck, m_cfg, spec, info, m_batch, m_topo, &m_tiles);
+    m_weights_version = nn::new_weights_version();
+    m_built = info.sample;
+    m_tile = m_tiles.window ? nn::Shape(1, m_built.c(), m_tiles.window->rows, m_tiles.window->cols) : m_built;
+    m_classes = static_cast<int64_t>(info.class_names.size());
+    const int64_t hw = m_tile.h() * m_tile.w();
+    m_dev_pred = m_model.backend->allocate_labels(static_cast<size_t>(m_batch * hw), m_pred_buf);
+    for (HostBatch& h : m_host) {
+      h.images.assign(static_cast<size_t>(m_batch * m_tile.per_sample()), 0.0f);
+      h.labels.assign(static_cast<size_t>(m_batch * hw), -1);
+    }
+  }
+
   // Opens inputs[m_next] as a job at the back of m_jobs: its source, its grid, room for its masks.
   void open_next() {
     auto job = std::make_unique<FileJob>();
@@ -426,8 +490,9 @@ class Predictor {
     out.h = own.sample.h();
     out.w = own.sample.w();
     out.class_names = info.class_names;
-    out.mask.resize(static_cast<size_t>(out.times * hw));
-    if (m_options.probabilities)
+    // Under a split only the group's first rank holds and writes the masks.
+    if (m_tiles.first()) out.mask.resize(static_cast<size_t>(out.times * hw));
+    if (m_options.probabilities && m_tiles.first())
       out.probabilities.resize(static_cast<size_t>(out.times * static_cast<int64_t>(info.class_names.size()) * hw));
     if (nc) {
       for (int64_t t = 0; t < out.times; ++t) {
@@ -452,10 +517,11 @@ class Predictor {
     m_jobs.push_back(std::move(job));
   }
 
-  // The next batch's samples, from the job being read and the files after it (reader thread).
+  // The next batch's samples, from the job being read and the files after it (reader thread):
+  // under a split, this rank's window of each.
   void fill(HostBatch& b) {
     b.slots.clear();
-    const int64_t per = m_built.per_sample(), hw = m_built.h() * m_built.w();
+    const int64_t per = m_tile.per_sample(), hw = m_tile.h() * m_tile.w();
     while (static_cast<int64_t>(b.slots.size()) < m_batch) {
       FileJob* j = m_jobs.empty() ? nullptr : m_jobs.back().get();
       if (j == nullptr || j->read == j->out.times) {
@@ -472,18 +538,25 @@ class Predictor {
       std::vector<int64_t> idx(static_cast<size_t>(take));
       std::iota(idx.begin(), idx.end(), j->read);
       // Predict needs no labels: the DeepCAM reader skips them (netCDF's reads them with the fields).
-      j->source->read(idx, b.images.data() + at * per, j->h5_source ? nullptr : b.labels.data() + at * hw);
+      int32_t* labels = j->h5_source ? nullptr : b.labels.data() + at * hw;
+      if (m_tiles.window) j->source->read_window(idx, *m_tiles.window, b.images.data() + at * per, labels);
+      else j->source->read(idx, b.images.data() + at * per, labels);
       const float* images = b.images.data() + at * per;
       // The statistics check: sums over the values just read, while they are in the cache.
       j->sums.add(images, take, m_built.c(), hw);
       for (int64_t t = j->read; t < j->read + take; ++t) b.slots.push_back({j, t});
       j->read += take;
-      if (j->read == j->out.times)
-        for (std::string& w : input_statistics_warnings(j->sums, m_ck.model.normalization, channel_names(*j),
-                                                        m_ck.model.channel_units, j->input)) {
-          log::warn(w);
-          j->warnings.push_back(std::move(w));
-        }
+      // A split rank has its tile's sums: the group's are summed once the file is predicted (compute).
+      if (j->read == j->out.times && !m_tiles.split_sample()) statistics_warnings(*j);
+    }
+  }
+
+  // The statistics check of a file whose sums are complete.
+  void statistics_warnings(FileJob& j) {
+    for (std::string& w : input_statistics_warnings(j.sums, m_ck.model.normalization, channel_names(j),
+                                                    m_ck.model.channel_units, j.input)) {
+      log::warn(w);
+      j.warnings.push_back(std::move(w));
     }
   }
 
@@ -511,7 +584,7 @@ class Predictor {
       throw UsageError(both + "; regrid the file to the training spacing (within 5% in each direction), or pass "
                               "--any-grid to predict on it anyway, with a warning");
     j.warnings.push_back(both + "; predicting on it all the same, as --any-grid asks: check its masks");
-    log::warn(j.warnings.back());
+    if (m_tiles.first()) log::warn(j.warnings.back());  // once per group
   }
 
   // The model on one batch; its classes (and softmax) into the jobs' masks. Returns the jobs
@@ -521,13 +594,14 @@ class Predictor {
     nn::Backend& be = *m_model.backend;
     nn::Stream& s = *m_model.stream;
     const int64_t hw = m_built.h() * m_built.w(), classes = m_classes;
+    const int64_t tile_hw = m_tile.h() * m_tile.w();
     be.copy_from_host(s, g.input().f32(), b.images.data(), b.images.size());
     nn::RunMode mode;
     mode.train = false;
     mode.weights_version = m_weights_version;  // the checkpoint's weights, loaded once
     g.forward(s, mode);
-    const auto shape = g.output_shape();
-    m_pred.resize(static_cast<size_t>(m_batch * hw));
+    const auto shape = g.output_shape();  // this rank's tile under a split
+    m_pred.resize(static_cast<size_t>(m_batch * tile_hw));
     be.argmax_channels(s, g.dtype(), g.output().data, m_dev_pred, shape.n(), shape.c(), shape.h() * shape.w());
     be.copy_labels_to_host(s, m_pred.data(), m_dev_pred, m_pred.size());
     if (m_options.probabilities) {
@@ -543,6 +617,16 @@ class Predictor {
     }
     be.synchronize(s);
     std::vector<FileJob*> finished;
+    if (m_tiles.split_sample()) {
+      gather_tiles();
+      for (const HostBatch::Slot& slot : b.slots)
+        if (slot.t == slot.file->out.times - 1) sum_statistics(*slot.file);
+      if (!m_tiles.first()) {  // the first rank writes the masks: here only what is done
+        for (const HostBatch::Slot& slot : b.slots)
+          if (++slot.file->done == slot.file->out.times) finished.push_back(slot.file);
+        return finished;
+      }
+    }
     std::vector<double> e(static_cast<size_t>(classes));  // one pixel's exp(z - max)
     for (size_t k = 0; k < b.slots.size(); ++k) {
       FileJob& j = *b.slots[k].file;
@@ -576,8 +660,76 @@ class Predictor {
     return finished;
   }
 
-  // A predicted job's counts and files; the job is then let go (reader thread).
+  // The tiles of this batch's classes (and logits), gathered onto the group's first rank and put
+  // together there into whole samples in m_pred (and m_logits), as an unsplit model leaves them.
+  // Gathered rather than written collectively: a mask file is written whole by one rank,
+  // through the same writer (write-then-rename) as an unsplit predict's, so it has the same
+  // layout and metadata and is never seen half written (a collective netCDF-4 write would need
+  // parallel HDF5, and each rank would hold its own copy of the file's metadata to keep in step);
+  // and the masks of a file of many time steps are held by one rank only, as an unsplit
+  // predict holds them (model thread; the group has finished the batch's halos).
+  void gather_tiles() {
+    const nn::SpatialPlace& place = *m_tiles.place;
+    const int64_t tile_hw = m_tile.h() * m_tile.w(), classes = m_classes;
+    const bool logits = m_options.probabilities;
+    // This rank's tile: its classes as bytes (fewer than 256 classes: the masks are bytes), then its logits.
+    std::string mine(static_cast<size_t>(m_batch * tile_hw), '\0');
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<char>(static_cast<uint8_t>(m_pred[i]));
+    if (logits) mine.append(reinterpret_cast<const char*>(m_logits.data()), m_logits.size() * sizeof(float));
+    const std::vector<std::string> tiles = m_tiles.groups->group.gather_strings(mine);
+    if (!m_tiles.first()) return;
+    const int64_t h = m_built.h(), w = m_built.w(), hw = h * w;
+    m_pred.assign(static_cast<size_t>(m_batch * hw), 0);
+    if (logits) m_logits.assign(static_cast<size_t>(m_batch * classes * hw), 0.0f);
+    for (size_t r = 0; r < tiles.size(); ++r) {
+      const nn::Span rows = place.row_spans[r / static_cast<size_t>(place.split.cols)];
+      const nn::Span cols = place.col_spans[r % static_cast<size_t>(place.split.cols)];
+      const int64_t th = rows.size(), tw = cols.size();
+      const std::string& t = tiles[r];
+      const size_t want = static_cast<size_t>(m_batch * th * tw) * (1 + (logits ? classes * sizeof(float) : 0));
+      SQUALL_CHECK(t.size() == want, "predict: group rank " + std::to_string(r) + " sent " + std::to_string(t.size()) +
+                                         " bytes of its tile, not " + std::to_string(want));
+      const auto* classes_of = reinterpret_cast<const uint8_t*>(t.data());
+      for (int64_t n = 0; n < m_batch; ++n)
+        for (int64_t y = 0; y < th; ++y) {
+          int32_t* dst = m_pred.data() + n * hw + (rows.begin + y) * w + cols.begin;
+          const uint8_t* src = classes_of + (n * th + y) * tw;
+          for (int64_t x = 0; x < tw; ++x) dst[x] = src[x];
+        }
+      if (!logits) continue;
+      const char* z = t.data() + m_batch * th * tw;
+      for (int64_t p = 0; p < m_batch * classes; ++p)  // (sample, class) planes
+        for (int64_t y = 0; y < th; ++y)
+          std::memcpy(m_logits.data() + p * hw + (rows.begin + y) * w + cols.begin,
+                      z + static_cast<size_t>((p * th + y) * tw) * sizeof(float), static_cast<size_t>(tw) * sizeof(float));
+    }
+  }
+
+  // A split file's input statistics: its tiles' sums added over the group, then checked on the
+  // group's first rank, which reports the file (model thread, in the same order on every rank
+  // of the group: its files finish at the same batches).
+  void sum_statistics(FileJob& j) {
+    ChannelSums& c = j.sums;
+    std::vector<double> all(c.sum);
+    all.insert(all.end(), c.sum_sq.begin(), c.sum_sq.end());
+    all.push_back(static_cast<double>(c.count));
+    m_tiles.groups->group.allreduce_sum(std::span<double>(all));
+    const size_t n = c.sum.size();
+    std::copy(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n), c.sum.begin());
+    std::copy(all.begin() + static_cast<std::ptrdiff_t>(n), all.begin() + static_cast<std::ptrdiff_t>(2 * n),
+              c.sum_sq.begin());
+    c.count = static_cast<int64_t>(all.back());
+    if (m_tiles.first()) statistics_warnings(j);
+  }
+
+  // A predicted job's counts and files; the job is then let go (reader thread). Under a split,
+  // the group's first rank writes; the others only let it go.
   void finish(FileJob& j) {
+    if (!m_tiles.first()) {
+      const auto it = std::find_if(m_jobs.begin(), m_jobs.end(), [&](const auto& p) { return p.get() == &j; });
+      if (it != m_jobs.end()) m_jobs.erase(it);
+      return;
+    }
     formats::MaskOutput& out = j.out;
     const int64_t h = out.h, w = out.w, hw = h * w;
     const auto classes = static_cast<int64_t>(out.class_names.size());
@@ -643,12 +795,14 @@ class Predictor {
   const std::vector<std::string>& m_inputs;
   int64_t m_next, m_last;  // this rank's files not yet opened: [m_next, m_last)
   const mpi::Topology& m_topo;
+  TileGroups& m_tiles;  // parallel.spatial: this rank's group and tile (none: whole samples)
   formats::OpenOptions m_open;
   formats::NetcdfOptions m_netcdf;
   int64_t m_batch = 0;
   InferenceModel m_model;
   uint64_t m_weights_version = 0;  // RunMode::weights_version of every forward
   nn::Shape m_built;  // the sample shape the model was built for
+  nn::Shape m_tile;   // this rank's tile of it (m_built without a split): what the reads and the graph hold
   int64_t m_classes = 0;
   nn::Buffer m_pred_buf, m_wide;
   int32_t* m_dev_pred = nullptr;
@@ -672,8 +826,10 @@ Predictions predict_files(const checkpoint::CheckpointModel& ck, const PredictOp
   config::Config cfg;
   data::PadMode trained_pad = data::PadMode::none;
   std::vector<std::string> inputs;
+  TileGroups tiles;  // before the Predictor: its communicator outlives the graph
   mpi::run_agreed(world, [&] {
     cfg = checkpoint_config(ck, options.overrides);
+    tiles = inference_split(cfg, options.spatial, world);
     trained_pad = checkpoint_config(ck, {}).data.pad;  // what made the grid the checkpoint records
     // A classifier's answer is one class per sample: there is no mask to write.
     if (!nn::per_pixel_model(cfg.model.name)) {
@@ -688,11 +844,14 @@ Predictions predict_files(const checkpoint::CheckpointModel& ck, const PredictOp
     inputs = predict_inputs(options.data);
     if (world.rank() == 0) fs::create_directories(options.out);
   });
-  // Rank r takes files [n r / R, n (r + 1) / R).
+  make_tile_groups(tiles, world);
+  // Group g (rank g without a split) takes files [n g / G, n (g + 1) / G); every rank of a group
+  // runs the same files, each its tile of them.
   const auto n = static_cast<int64_t>(inputs.size());
-  const int64_t first = n * world.rank() / world.size(), last = n * (world.rank() + 1) / world.size();
+  const int64_t first = n * tiles.index / tiles.count, last = n * (tiles.index + 1) / tiles.count;
   Predictions done;
-  mpi::run_agreed(world, [&] { done = Predictor(ck, cfg, trained_pad, options, inputs, first, last, topo).run(); });
+  mpi::run_agreed(world,
+                  [&] { done = Predictor(ck, cfg, trained_pad, options, inputs, first, last, topo, tiles).run(); });
   return done;
 }
 

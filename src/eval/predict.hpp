@@ -5,6 +5,7 @@
 // checkpoint it came from. Inputs are normalised with the statistics the checkpoint holds (the
 // training set's), so a labelled file gets exactly the classes `squall eval` scores on it.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "src/data/data_source.hpp"
 #include "src/data/pad_mode.hpp"
 #include "io/checkpoint/named_weights.hpp"
+#include "src/nn/spatial.hpp"
 
 namespace squall::eval {
 
@@ -23,6 +25,7 @@ struct PredictOptions {
   bool png = false;                    // a picture per input: its first channel and the mask
   std::vector<std::string> overrides;  // --set: keys of the checkpoint's config
   bool any_grid = false;               // --any-grid: predict on a grid of another spacing than training's, warned
+  std::optional<nn::SpatialSplit> spatial;  // --spatial: the split instead of the run's parallel.spatial
 };
 
 // A grid's size and spacing, as the grid rule of predict compares them (docs/inference.md,
@@ -101,7 +104,10 @@ struct Predictions {
 };
 
 // Collective over topo.world(): the files are split over the ranks in contiguous blocks; each
-// rank writes its own files and returns what it wrote. Batches run across file boundaries
+// rank writes its own files and returns what it wrote. With a split (options.spatial, else the
+// run's parallel.spatial), over the groups instead: each rank of a group reads and runs its tile
+// of the group's files, and the group's first rank gathers the tiles and writes each mask whole,
+// as an unsplit predict writes it (the others return no files). Batches run across file boundaries
 // (DeepCAM files hold one time step each), and a reader thread opens and reads the next batch,
 // and writes the finished files, while the model runs. Every failure ends every rank with the
 // same CollectiveError naming the file.
