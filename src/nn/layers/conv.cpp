@@ -45,6 +45,7 @@ class ConvBase : public Layer {
   // graph says the optimizer has written it from the current weights.
   void forward(Stream& stream, const std::vector<Tensor>& in, const Tensor& out, const RunMode& mode) override {
     const float* b = m_desc.bias ? m_bias.f32() : nullptr;
+    if (m_halo && m_halo->whole()) return m_halo->forward_whole(stream, in[0].data, m_weight.f32(), b, out.data);
     if (m_halo) m_halo->start_forward(stream, in[0].data);
     if (mode.weights_mirrored && m_mirror.data != nullptr)
       m_plan->forward_mirrored(stream, in[0].data, m_weight.f32(), b, out.data);
@@ -94,6 +95,9 @@ class ConvBase : public Layer {
     // (overwrites_output_gradient: the gradient aliases keep a copy for such a node instead).
     if (m_fuse_relu)
       m_backend->relu_backward(stream, m_dtype, out.data, dout.data, dout.data, static_cast<size_t>(out.shape.numel()));
+    if (m_halo && m_halo->whole())
+      return m_halo->backward_whole(stream, dout.data, m_weight.f32(), m_dweight.f32(),
+                                    m_desc.bias ? m_dbias.f32() : nullptr, din[0].data);
     // On a tile, the halos' gradients leave first and travel while the plan computes.
     if (m_halo) m_halo->start_backward(stream, dout.data, m_weight.f32(), din[0].data != nullptr);
     m_plan->backward_weights(stream, in[0].data, dout.data, m_dweight.f32(),

@@ -453,6 +453,9 @@ ConvTile::ConvTile(Backend& backend, const ConvDesc& d, const TileContext& t) : 
     st.dy = buffer(so.numel());
     m_strips.push_back(std::move(st));
   }
+  const Shape out = d.output();
+  m_whole = m_strips.size() == 1 && m_strips[0].out.y0 == 0 && m_strips[0].out.x0 == 0 &&
+            m_strips[0].out.y1 == out.h() && m_strips[0].out.x1 == out.w();
   m_dw = backend.allocate(static_cast<size_t>(d.weight().numel()));
   m_db = backend.allocate(static_cast<size_t>(std::max<int64_t>(d.k, 1)));
   // Every window starts at zero: the cells beyond the sample (its zero padding) are never
@@ -522,6 +525,30 @@ void ConvTile::add_halo_weight_gradients(Stream& s, float* dw) {
 
 void ConvTile::finish_backward(Stream& s, void* dx) {
   if (m_want_dx) m_halos->finish_backward(s, dx);
+}
+
+void ConvTile::forward_whole(Stream& s, const void* x, const float* w, const float* b, void* y) {
+  Strip& st = m_strips.front();
+  m_halos->start_forward(s, x);
+  m_halos->finish_forward(s);
+  m_halos->gather(s, st.in, st.window.raw(), x, true);
+  st.plan->forward(s, st.window.raw(), w, b, y);  // the strip's output is the whole output
+}
+
+// The window still holds what forward gathered: nothing writes it between the two passes.
+void ConvTile::backward_whole(Stream& s, const void* dy, const float* w, float* dw, float* db, void* dx) {
+  Strip& st = m_strips.front();
+  m_want_dx = dx != nullptr;
+  if (m_want_dx) {
+    m_halos->zero_gradients(s);
+    st.plan->backward_data(s, dy, w, st.dwindow.raw());
+    m_halos->add_gradient(s, st.in, st.dwindow.raw());
+    m_halos->start_backward(s);  // travels while the weight gradients are computed
+  }
+  st.plan->backward_weights(s, st.window.raw(), dy, dw, db);
+  if (!m_want_dx) return;
+  m_halos->scatter_own(s, st.in, st.dwindow.raw(), dx);
+  m_halos->finish_backward(s, dx);
 }
 
 }  // namespace squall::nn

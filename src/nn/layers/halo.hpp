@@ -190,6 +190,15 @@ class ConvTile {
   void add_halo_weight_gradients(Stream& s, float* dw);
   void finish_backward(Stream& s, void* dx);
 
+  // A tile whose edges meet (as thin as its halos: a dilated convolution on thin tiles) is one
+  // strip across, which computes the whole output: the layer's plan is then not run at all.
+  // forward_whole and backward_whole replace the plan and the calls above: the window of own
+  // and halo cells is convolved into y; backward takes the weight gradients (dw, db
+  // overwritten) from the whole window and this tile's input gradient from its own cells.
+  bool whole() const { return m_whole; }
+  void forward_whole(Stream& s, const void* x, const float* w, const float* b, void* y);
+  void backward_whole(Stream& s, const void* dy, const float* w, float* dw, float* db, void* dx);
+
  private:
   struct Strip {
     CellRect out, in;  // its output cells, and the input window they read
@@ -215,6 +224,7 @@ class ConvTile {
   std::vector<Strip> m_strips;
   Buffer m_dw, m_db;
   bool m_want_dx = false;
+  bool m_whole = false;  // one strip covers the whole output
 };
 
 }  // namespace squall::nn
