@@ -92,6 +92,13 @@ class Writer {
     const int out = m_g.output_node();
     if (out == Graph::k_input) throw Error("onnx export: the model has no layers");
     if (m_g.node_shape(Graph::k_input).rank == 0) throw Error("onnx export: the graph has not been set up");
+    // ONNX's Conv and Resize pad and clamp every edge alike; the model's wrapped west and east
+    // edges would be exported as zeros and give its seam back, silently.
+    if (m_g.wrap_columns())
+      throw Error("onnx export: the model reads across its west and east edges (model.padding = "
+                  "\"periodic_longitude\"), which ONNX's Conv and Resize at opset " + std::to_string(k_onnx_opset) +
+                  " cannot express; predict with squall (squall predict), or train with model.padding = \"zeros\" "
+                  "to export");
     if (m_params.size() != m_g.param_arena_floats() || m_state.size() != m_g.state_arena_floats())
       throw Error("onnx export: arenas of " + std::to_string(m_params.size()) + " parameter and " +
                   std::to_string(m_state.size()) + " state floats given, the model's are " +

@@ -146,6 +146,14 @@ TEST_CASE("DeepLabv3+ on a wrapped globe split over 4 ranks trains as one rank d
     check_close(got, want, 1e-2);
     check_close(eval_losses(split), eval_losses(whole), 1e-2);
   }
+  // ONNX cannot express the wrapped edges: export refuses rather than write a model with a seam.
+  const auto exported = run_command(squall_bin() + " export --run " + whole + " --format onnx --out " +
+                                    t.file("wrapped.onnx"));
+  if (exported.err.find("without ONNX export") == std::string::npos) {
+    CHECK(exported.exit_code != 0);
+    CHECK_THAT(exported.err, Contains("periodic_longitude") && Contains("ONNX"));
+    CHECK_FALSE(fs::exists(t.file("wrapped.onnx")));
+  }
 }
 
 TEST_CASE("groups of a split sample are data parallel under ssgd, sma, local-sgd and outer", "[launch][spatial]") {
