@@ -25,6 +25,8 @@
 #include "src/nn/graph.hpp"
 #include "src/perf/perf_model.hpp"
 #include "src/perf/perf_run.hpp"
+#include "src/config/setup.hpp"
+#include "src/train/memory_need.hpp"
 
 namespace squall::app {
 namespace {
@@ -91,6 +93,7 @@ json row_json(const perf::Row& r) {
               {"exposed_ms", r.exposed_ms},
               {"halo_ms", r.halo_ms},
               {"halo_exposed_ms", r.halo_exposed_ms},
+              {"group_sum_ms", r.group_sum_ms},
               {"straggler_ms", r.straggler_ms},
               {"cross_node", mpi::k_cross_algorithms.name(r.cross)},
               {"io_ms", r.io_ms},
@@ -288,12 +291,10 @@ int run_model(const ModelArgs& a) {
         throw UsageError(std::string("--calibrate-allreduce: ") + e.what());
       }
     }
-    m = perf::calibrate_local(*run_cost, *run, 0.0, *algorithm);
-    if (fit) {  // the benchmark's alpha and beta replace the run's single-size estimate
-      m.intra_latency = m.inter_latency = fit->alpha;
-      m.intra_bw = fit->beta;
-      m.inter_bw = fit->beta * m.gpus_per_node;
-    }
+    // A split run's halos, counted on its own model and split (its activations in f32).
+    const double run_halo = run->split.split() ? perf::halo_bytes_per_sample(*run_cost, run->split, 4) : 0.0;
+    // The benchmark's alpha and beta, when given, replace the run's single-size estimate.
+    m = perf::calibrate_local(*run_cost, *run, fit ? fit->alpha : 0.0, *algorithm, run_halo, fit ? fit->beta : 0.0);
   } else {
     m = perf::machine_preset(machine_name, precision);
   }
@@ -310,9 +311,15 @@ int run_model(const ModelArgs& a) {
   if (a.batch < 0) throw UsageError("--batch must be positive (0: the default), got " + std::to_string(a.batch));
   s.batch = a.batch > 0 ? a.batch : (cost.c * cost.h * cost.w > 100000 ? 2 : 32);
   s.sample_bytes = 4.0 * static_cast<double>(cost.c * cost.h * cost.w);
-  if (run && a.batch == 0) s.batch = run->global_batch / (static_cast<int64_t>(run->world_size) * run->learners);
+  if (run && a.batch == 0) s.batch = run->batch_per_learner();
   if (run && a.learners == 1) s.learners = run->learners;
   nn::SpatialSplit tiles;
+  // A split run's split is the forecast's unless --spatial says otherwise (1,1: whole samples).
+  if (run && a.spatial.empty() && run->split.split() && !given) {
+    tiles = run->split;
+    s.spatial = static_cast<int>(tiles.ranks());
+    s.halo_bytes = perf::halo_bytes_per_sample(cost, tiles, precision == config::Precision::fp32 ? 4 : 2);
+  }
   if (!a.spatial.empty()) {
     if (given) throw UsageError("--spatial needs a zoo model (its layers give the halos), not --params and --flops");
     const std::vector<std::string> parts = split(a.spatial);
@@ -339,8 +346,10 @@ int run_model(const ModelArgs& a) {
   json measured;
   if (run) {
     perf::Scenario shape = s;
-    shape.batch = run->global_batch / (static_cast<int64_t>(run->world_size) * run->learners);
+    shape.batch = run->batch_per_learner();
     shape.learners = run->learners;
+    shape.spatial = static_cast<int>(run->split.ranks());
+    shape.halo_bytes = run->split.split() ? perf::halo_bytes_per_sample(*run_cost, run->split, 4) : 0.0;
     // The run's own model on its own shape: the prediction reproduces the measurement.
     const perf::Row pred = perf::forecast_one(*run_cost, m, shape, 1);
     measured = json{{"run", a.calibrate},
@@ -354,6 +363,11 @@ int run_model(const ModelArgs& a) {
                     {"steps", run->steps},
                     {"world_size", run->world_size},
                     {"global_batch", run->global_batch},
+                    {"spatial", {run->split.rows, run->split.cols}},
+                    {"batch_per_learner", run->batch_per_learner()},
+                    {"measured_halo_exposed_ms", run->steps > 0 ? run->halo_exposed_s / run->steps * 1e3 : 0.0},
+                    {"predicted_halo_exposed_ms", pred.halo_exposed_ms},
+                    {"halo_overlap", m.halo_overlap},
                     {"measured_samples_per_s", run->samples_per_s},
                     {"predicted_samples_per_s", pred.samples_per_s},
                     {"measured_step_ms", run->step_s() * 1e3},
@@ -366,6 +380,37 @@ int run_model(const ModelArgs& a) {
       measured["allreduce_fit"] = json{{"algo", fit->algo}, {"ranks", fit->ranks}, {"points", fit->points},
                                        {"alpha_us", fit->alpha * 1e6}, {"beta_GBps", fit->beta / 1e9},
                                        {"rms_relative_error", fit->rms_rel_error}};
+  }
+
+  // What a GPU of the forecast holds: its learners on its tile (train::memory_need, from the
+  // graphs as training would plan them, no backend). A model given by its counts has no graph.
+  json memory;
+  std::string memory_text;
+  if (!given) {
+    train::MemoryQuery q;
+    q.model = cost.spec;
+    q.sample = nn::Shape(1, cost.c, cost.h, cost.w);
+    q.batch = s.batch;
+    q.split = tiles;
+    q.precision = config::precision_dtype(precision);
+    q.learners = s.learners;
+    // A GPU machine: cuDNN's workspace cap and the batch staged in device memory; `local`: the
+    // CPU backend's plain-layout plans (the blocked layouts depend on the CPU's ISA).
+    q.gpu = machine_name != "local";
+    q.caps.host_accessible = !q.gpu;
+    try {
+      const train::MemoryNeed need = train::memory_need(q);
+      json parts = json::object();
+      for (const auto& [part, bytes] : need.parts()) parts[part] = bytes;
+      memory = json{{"bytes", need.total()}, {"parts", parts}, {"tile", {need.tile_h, need.tile_w}},
+                    {"group_rank", need.group_rank}};
+      memory_text = "memory " + need.text() + " (one GPU): its tile " + std::to_string(need.tile_h) + " x " +
+                    std::to_string(need.tile_w) + ", batch " + std::to_string(s.batch) + " x " +
+                    std::to_string(s.learners) + " learner(s), SGD's momentum; no evaluation graph or loader batches\n";
+    } catch (const Error& e) {
+      memory = json{{"error", e.what()}};
+      memory_text = std::string("memory per GPU: not planned (") + e.what() + ")\n";
+    }
   }
 
   if (process_rank() > 0) return 0;  // under mpiexec every rank computes the same; rank 0 prints
@@ -391,6 +436,7 @@ int run_model(const ModelArgs& a) {
            {"rows", json::array()}};
   for (const auto& r : rows) doc["rows"].push_back(row_json(r));
   if (run) doc["calibration"] = measured;
+  if (!memory.is_null()) doc["memory_per_gpu"] = memory;
   std::ostringstream out;
   char line[512];
   if (given)
@@ -422,13 +468,15 @@ int run_model(const ModelArgs& a) {
   if (tiles.split()) {
     std::snprintf(line, sizeof line,
                   "parallel.spatial %s: each sample over a group of %lld GPUs (one learner), halos %.1f MB per sample "
-                  "(forward and backward), hidden under the tile's compute by the overlap\n",
+                  "(forward and backward), hidden under the tile's compute by the overlap; a job of one group has no "
+                  "allreduce, its gradient summed over the group in the pass (group_sum_ms)\n",
                   tiles.str().c_str(), static_cast<long long>(tiles.ranks()), s.halo_bytes / 1e6);
     out << line;
   }
+  out << memory_text;
   // cross: the algorithm the hierarchical allreduce's cross-node stage takes (hd: halving-doubling).
   out << "   nodes    GPUs  learners  global_batch  compute_ms  straggler_ms  flat_ms  hier_ms  cross  exposed_ms"
-      << (tiles.split() ? "  halo_ms  halo_exposed_ms" : "") << "    io_ms   step_ms     samples/s  efficiency\n";
+      << (tiles.split() ? "  halo_ms  halo_exposed_ms  group_sum_ms" : "") << "    io_ms   step_ms     samples/s  efficiency\n";
   for (const auto& r : rows) {
     const char* cross_text = r.nodes <= 1 ? "-" : r.cross == mpi::CrossAlgorithm::halving_doubling ? "hd" : "ring";
     std::snprintf(line, sizeof line, "%8d %7d %9d %13lld %11.2f %13.2f %8.2f %8.2f %6s %11.2f", r.nodes, r.gpus,
@@ -436,7 +484,7 @@ int run_model(const ModelArgs& a) {
                   r.allreduce_flat_ms, r.allreduce_hier_ms, cross_text, r.exposed_ms);
     out << line;
     if (tiles.split()) {
-      std::snprintf(line, sizeof line, " %8.2f %16.2f", r.halo_ms, r.halo_exposed_ms);
+      std::snprintf(line, sizeof line, " %8.2f %16.2f %13.2f", r.halo_ms, r.halo_exposed_ms, r.group_sum_ms);
       out << line;
     }
     std::snprintf(line, sizeof line, " %8.2f %9.2f %13.1f %11.3f\n", r.io_ms, r.step_ms, r.samples_per_s, r.efficiency);
@@ -448,9 +496,11 @@ int run_model(const ModelArgs& a) {
         << " parameters (model from " << cal->model_from << ", input from "
         << (cal->has_input ? cal->input_from : std::string("--input")) << ")\n";
     std::snprintf(line, sizeof line,
-                  "calibration: %s on %d rank(s): measured %.1f samples/s (%.2f ms/step), predicted %.1f "
+                  "calibration: %s on %d rank(s)%s: measured %.1f samples/s (%.2f ms/step), predicted %.1f "
                   "(%.2f ms); %.4g GFLOP/s per rank, allreduce %.4g GB/s, %.3g us, overlap %.2f\n",
-                  a.calibrate.c_str(), run->world_size, measured["measured_samples_per_s"].get<double>(),
+                  a.calibrate.c_str(), run->world_size,
+                  run->split.split() ? (", parallel.spatial " + run->split.str()).c_str() : "",
+                  measured["measured_samples_per_s"].get<double>(),
                   measured["measured_step_ms"].get<double>(), measured["predicted_samples_per_s"].get<double>(),
                   measured["predicted_step_ms"].get<double>(), m.sustained_flops() / 1e9, m.intra_bw / 1e9,
                   m.intra_latency * 1e6, m.overlap);

@@ -279,16 +279,24 @@ Row forecast_one(const ModelCost& model, const Machine& m, const Scenario& s, in
   const double compute_s = model.train_flops() * samples_per_gpu / split / m.sustained_flops();
   // Each GPU sends its share of the halos over the node's links, one message per edge and pass.
   const double halo = split > 1 ? samples_per_gpu * s.halo_bytes / split / m.intra_bw + 4.0 * m.intra_latency : 0.0;
-  const double halo_exposed = halo - s.overlap * std::min(halo, compute_s);
+  const double halo_overlap = m.halo_overlap >= 0 ? m.halo_overlap : s.overlap;
+  const double halo_exposed = halo - halo_overlap * std::min(halo, compute_s);
   // Each GPU's compute is the mean plus noise of relative deviation `jitter`; the step waits for
   // the slowest of the r.gpus, beyond what the machine's overhead already holds (local: the
   // calibrated run's own ranks).
   const double z = std::max(0.0, expected_max_normal(r.gpus) - expected_max_normal(std::max(1, m.jitter_base_ranks)));
   const double straggler = compute_s * s.jitter * z;
   const double bytes = static_cast<double>(model.parameters) * s.grad_bytes;
-  const double flat = flat_allreduce_s(bytes, nodes, m);
-  const double hier = hier_allreduce_s(bytes, nodes, m, s.cross);
+  // A split job of one group is one learner: it has no allreduce over the job; its ranks sum
+  // their tiles' gradient shares in the pass, a gather over the group of every rank's share in
+  // double (parallel::Learner::sum_tile_gradients), not hidden. With several groups, ssgd sums
+  // tiles and groups in the one allreduce over every GPU, as whole samples do.
+  const bool one_group = split > 1 && r.gpus == split;
+  const double flat = one_group ? 0.0 : flat_allreduce_s(bytes, nodes, m);
+  const double hier = one_group ? 0.0 : hier_allreduce_s(bytes, nodes, m, s.cross);
   const double reduce = s.allreduce == "flat" ? flat : hier;
+  const double group_sum =
+      one_group ? (split - 1) * (8.0 * static_cast<double>(model.parameters) / m.intra_bw + m.intra_latency) : 0.0;
   // ssgd: buckets reduce while backward (2/3 of compute) runs; sma: the model sum runs beside
   // the whole next forward and backward.
   const double window = s.algorithm == parallel::Algorithm::sma ? compute_s : compute_s * 2.0 / 3.0;
@@ -298,7 +306,8 @@ Row forecast_one(const ModelCost& model, const Machine& m, const Scenario& s, in
     io = s.sample_bytes * samples_per_gpu * m.gpus_per_node / m.nvme_bw;
   // Reading is prefetched: it limits the step only when it takes longer than the step.
   // The allreduce starts when the slowest GPU's gradients are ready: the wait adds to the step.
-  const double step = std::max(compute_s + straggler + exposed + halo_exposed + m.step_overhead, io);
+  const double step = std::max(compute_s + straggler + exposed + halo_exposed + group_sum + m.step_overhead, io);
+  r.group_sum_ms = group_sum * 1e3;
   r.halo_ms = halo * 1e3;
   r.halo_exposed_ms = halo_exposed * 1e3;
   r.compute_ms = compute_s * 1e3;
@@ -353,16 +362,32 @@ RunMeasurement read_summary(const json& doc) {
     if (doc.contains("attempt") && doc.at("attempt").is_object() && doc.at("attempt").contains("steps"))
       r.steps = doc.at("attempt").at("steps").get<int64_t>();
     r.learners = doc.value("replicas_per_device", 1);
+    if (doc.contains("parallel") && doc.at("parallel").contains("spatial")) {
+      const json& sp = doc.at("parallel").at("spatial");
+      r.split = {sp.at("rows").get<int64_t>(), sp.at("cols").get<int64_t>()};
+      const json& halo = sp.at("halo");
+      r.halo_exposed_s = halo.value("exposed_s", 0.0);
+      r.halo_hidden_s = halo.value("hidden_s", 0.0);
+      r.halo_bytes = halo.value("bytes", 0.0);
+    }
   } catch (const json::exception& e) {
     throw Error(std::string("summary.json: ") + e.what());
   }
   if (r.world_size < 1 || r.global_batch < 1 || r.samples_per_s <= 0 || r.compute_s <= 0)
     throw Error("summary.json: needs world_size, global_batch, samples_per_s and time_breakdown_s.compute > 0");
+  // A split run's groups must be whole, and so must their batches (a split the summary cannot
+  // have come from: a hand-edited file).
+  if (r.split.rows < 1 || r.split.cols < 1 ||
+      (r.split.split() && (r.world_size % r.split.ranks() != 0 ||
+                           r.global_batch % (static_cast<int64_t>(r.groups()) * r.learners) != 0)))
+    throw Error("summary.json: parallel.spatial " + r.split.str() + " does not divide its " +
+                std::to_string(r.world_size) + " rank(s) and global batch " + std::to_string(r.global_batch) +
+                " into whole groups");
   return r;
 }
 
 Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, double alpha,
-                        parallel::Algorithm algorithm) {
+                        parallel::Algorithm algorithm, double halo_bytes, double beta) {
   const double step = run.step_s();
   // Per-step times: from the step count when the summary has it, else the shares of the
   // compute and allreduce totals in a step of global_batch / samples_per_s.
@@ -383,14 +408,12 @@ Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, doubl
   m.gpus_per_node = run.world_size;
   m.max_nodes = 1 << 20;
   m.efficiency = 1.0;
-  const double samples_per_rank = static_cast<double>(run.global_batch) / run.world_size;
-  m.peak_flops = model.train_flops() * samples_per_rank / compute;
   const double bytes = 4.0 * static_cast<double>(run.parameters);
   const int p = run.world_size;
   const double whole = reduce + hidden;  // the allreduce's duration, hidden or not
-  const double window = algorithm == parallel::Algorithm::sma ? compute : compute * 2.0 / 3.0;
-  m.overlap = hidden > 0 ? std::min(1.0, hidden / std::min(whole, window)) : 0.0;
-  if (p > 1 && whole > 2.0 * (p - 1) * alpha) {
+  if (beta > 0) {
+    m.intra_bw = beta;  // a benchmark's (--calibrate-allreduce)
+  } else if (p > 1 && whole > 2.0 * (p - 1) * alpha) {
     m.intra_bw = 2.0 * (p - 1) / p * bytes / (whole - 2.0 * (p - 1) * alpha);
   } else {
     m.intra_bw = 1e12;  // one rank (or no measurable time): no allreduce to fit
@@ -398,9 +421,43 @@ Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, doubl
   m.intra_latency = alpha;
   m.inter_bw = m.intra_bw * m.gpus_per_node;  // unknown: taken as one more ring step's worth
   m.inter_latency = alpha;
-  m.step_overhead = std::max(0.0, step - compute - reduce);
+
+  // A split run's compute holds the waits for its halos and, in a job of one group, the group's
+  // sum of the gradient in the pass (forecast_one's group_sum): the tile's own compute is the
+  // rest. (Rank 0's waits; evaluation's exchanges are in them too, a small part of a training
+  // run's; hence the bound: at most half the compute is taken for them.)
+  double halo_waited = 0, group_sum = 0;
+  const int split = static_cast<int>(run.split.ranks());
+  if (run.split.split()) {
+    const double steps_done = run.steps > 0 ? static_cast<double>(run.steps) : run.compute_s / compute;
+    halo_waited = run.halo_exposed_s / steps_done;
+    if (run.groups() == 1)
+      group_sum = (split - 1) * (8.0 * static_cast<double>(run.parameters) / m.intra_bw + m.intra_latency);
+    const double taken = std::min(0.5 * compute, halo_waited + group_sum);
+    group_sum = taken * group_sum / std::max(halo_waited + group_sum, 1e-30);
+    halo_waited = taken - group_sum;
+  }
+  compute -= halo_waited + group_sum;
+  // A rank's share of the samples: the whole global batch over all ranks; in a split run each
+  // rank computes its tile of its group's samples, the same share.
+  const double samples_per_rank = static_cast<double>(run.global_batch) / run.world_size;
+  m.peak_flops = model.train_flops() * samples_per_rank / compute;
+  const double window = algorithm == parallel::Algorithm::sma ? compute : compute * 2.0 / 3.0;
+  m.overlap = hidden > 0 ? std::min(1.0, hidden / std::min(whole, window)) : 0.0;
+  double halo_exposed = 0;
+  if (run.split.split()) {
+    // The model's halo time on this run's shape (forecast_one's), and the overlap that leaves
+    // the measured wait exposed; what the model's halo time cannot explain stays in the overhead.
+    const double per_gpu = static_cast<double>(run.batch_per_learner()) * run.learners;
+    const double halo = per_gpu * halo_bytes / split / m.intra_bw + 4.0 * m.intra_latency;
+    const double reach = std::min(halo, compute);
+    m.halo_overlap = reach > 0 ? std::clamp((halo - halo_waited) / reach, 0.0, 1.0) : 0.0;
+    halo_exposed = halo - m.halo_overlap * reach;
+  }
+  m.step_overhead = std::max(0.0, step - compute - halo_exposed - group_sum - reduce);
   m.jitter_base_ranks = run.world_size;  // the run's wait for its slowest rank is in the overhead
-  m.notes = "calibrated from a run of " + run.model + " on " + std::to_string(run.world_size) + " rank(s)";
+  m.notes = "calibrated from a run of " + run.model + " on " + std::to_string(run.world_size) + " rank(s)" +
+            (run.split.split() ? ", parallel.spatial " + run.split.str() : std::string());
   return m;
 }
 

@@ -69,6 +69,9 @@ struct Machine {
   double nvme_bw = 0;            // bytes/s per node (read); 0: no node-local NVMe modelled
   double step_overhead = 0;      // s per step outside compute and allreduce (calibrated only)
   double overlap = -1;           // calibrated only: the run's hidden share (Scenario::overlap); -1 none
+  // parallel.spatial's halos: the share of them hidden under the tile's compute, calibrated from
+  // a split run's exposed halo seconds; -1: the allreduce's (overlap, else Scenario::overlap).
+  double halo_overlap = -1;
   // The ranks whose wait for the slowest is already in step_overhead: 1 for the presets (no
   // wait), the run's world size for `local` (its measured step holds its own stragglers).
   int jitter_base_ranks = 1;
@@ -142,6 +145,9 @@ struct Row {
   double compute_ms = 0, allreduce_flat_ms = 0, allreduce_hier_ms = 0, exposed_ms = 0, io_ms = 0;
   double straggler_ms = 0;  // the wait for the slowest GPU beyond the mean compute
   double halo_ms = 0, halo_exposed_ms = 0;  // parallel.spatial: the halo exchanges, and their part not hidden
+  // parallel.spatial, a job of one group: the group's sum of its tiles' gradients in the pass
+  // (there is no allreduce over the job then).
+  double group_sum_ms = 0;
   double step_ms = 0, samples_per_s = 0, efficiency = 0;
   mpi::CrossAlgorithm cross = mpi::CrossAlgorithm::ring;  // what the hierarchical cross-node stage took
 };
@@ -165,7 +171,15 @@ struct RunMeasurement {
   double allreduce_s = 0;             // what the step waited for (time_breakdown_s.allreduce)
   double allreduce_overlapped_s = 0;  // hidden behind the passes (time_breakdown_s.allreduce_overlapped)
   int learners = 1;
+  // parallel.spatial of a split run ([1, 1] otherwise): each group of split.ranks() ranks is one
+  // learner; rank 0's halo seconds the graph waited for (exposed) and that travelled under its
+  // compute (hidden), and its bytes sent, over the whole run (summary's parallel.spatial.halo).
+  nn::SpatialSplit split;
+  double halo_exposed_s = 0, halo_hidden_s = 0, halo_bytes = 0;
   double step_s() const { return static_cast<double>(global_batch) / samples_per_s; }
+  int groups() const { return world_size / static_cast<int>(split.ranks()); }
+  // Samples per learner per step: a group of a split run is one learner.
+  int64_t batch_per_learner() const { return global_batch / (static_cast<int64_t>(groups()) * learners); }
 };
 // Throws Error naming a missing field. samples_per_s and time_breakdown_s are the last
 // attempt's: a resumed run's step count is that attempt's (`attempt.steps`; before that field,
@@ -177,8 +191,16 @@ RunMeasurement read_summary(const nlohmann::json& summary);
 // allreduce time per step (exposed + overlapped; alpha as given), the overlap from the hidden
 // share, and the rest of the step as a fixed overhead (which holds the run's own stragglers:
 // jitter_base_ranks is its world size). `algorithm` decides the overlap window.
+// A split run (run.split): the FLOP rate is of a rank's tile, its learner's batch over the
+// group's ranks, from its compute less the halo seconds it waited for and, a job of one group,
+// the model's time of the group's gradient sum (the graph's compute holds both); `halo_bytes`
+// (halo_bytes_per_sample of the run's model and split) over the bandwidth is the model's halo
+// time, and halo_overlap the share of it that leaves the run's exposed seconds exposed.
+// `beta` > 0: the bandwidth of a benchmark (--calibrate-allreduce) instead of the run's
+// allreduce, with `alpha` its latency.
 Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, double alpha = 0.0,
-                        parallel::Algorithm algorithm = parallel::Algorithm::ssgd);
+                        parallel::Algorithm algorithm = parallel::Algorithm::ssgd, double halo_bytes = 0.0,
+                        double beta = 0.0);
 
 // From `squall bench allreduce --json`: least squares of time = a + b * x over the sizes of
 // one algorithm, with x = 2(p-1)/p * bytes; alpha = a / (2(p-1)), beta = 1 / b.

@@ -1,7 +1,7 @@
 // `squall model` (the performance model, docs/model.md) as a user runs it: a forecast for
 // Summit in JSON, every zoo model with its knobs, calibration from real tiny runs of each zoo
-// model (their model, knobs and input read from the run dir), and bad input that exits 2
-// naming the value or the flag.
+// model (their model, knobs and input read from the run dir) and from a split run
+// (parallel.spatial), and bad input that exits 2 naming the value or the flag.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -20,6 +20,7 @@
 #include "tests/support/temp_dir.hpp"
 
 using nlohmann::json;
+using squall::test::mpiexec;
 using squall::test::must_run;
 using squall::test::run_command;
 using squall::test::squall_bin;
@@ -465,4 +466,61 @@ TEST_CASE("squall model --spatial forecasts a split sample: fewer learners, a ti
   CHECK_THAT(resnet.err, Catch::Contains("--spatial") && Catch::Contains("stem.pool"));
   const json deeplab = model_json("--model deeplabv3plus --machine summit --nodes 1 --spatial 2,1");
   CHECK(deeplab.at("halo_bytes_per_sample").get<double>() > 0);
+}
+
+TEST_CASE("squall model --calibrate of a split run: a group is one learner, a rank computes its tile's share",
+          "[launch][model][spatial]") {
+  TempDir tmp("squall-launch-model-split");
+  const std::string train = climate_data(tmp, "train", 8, 32, 48, 5);
+  const std::string run = tmp.file("run");
+  // 2 ranks, one group of [2, 1]: a learner of batch 2 whose samples each rank computes half of.
+  must_run(mpiexec(2) + " " + squall_bin() + " train --config " + k_configs + "climate-tiny.toml --set data.train=" +
+           train + " --set data.test=" + train + " --set run.dir=" + run +
+           " --set train.max_steps=4 --set train.batch_size=2 --set model.width=8 --set model.depth=2" +
+           " --set schedule.warmup_steps=0 --set run.threads=1 --set parallel.spatial=[2,1]");
+  const json summary = read_json(run + "/summary.json");
+  REQUIRE(summary.at("parallel").at("spatial").at("rows") == 2);
+  const json doc = check_calibration(run, "unet", json{{"width", 8}, {"depth", 2}});
+  INFO(doc.dump(1));
+  const json& cal = doc.at("calibration");
+  CHECK(cal.at("spatial") == json::array({2, 1}));
+  CHECK(cal.at("batch_per_learner") == 2);  // the group's batch, not global batch / ranks
+  // The forecast keeps the run's split and shape: one learner of 2 samples on 2 ranks.
+  CHECK(doc.at("spatial") == json::array({2, 1}));
+  CHECK(doc.at("batch_per_learner") == 2);
+  const json& row = doc.at("rows").at(0);
+  CHECK(row.at("learners") == 1);
+  CHECK(row.at("global_batch") == summary.at("global_batch"));
+  CHECK(doc.at("halo_bytes_per_sample").get<double>() > 0);
+  // The rate of a rank: its tile's share (2 samples / 2 ranks) over the compute it did not wait
+  // for halos. (Less the group's gradient sum too, which the model times at the run's allreduce
+  // bandwidth: a job of one group has no allreduce to measure one, so next to nothing; 1e-4.)
+  const double steps = summary.at("steps").get<double>();
+  const double tile_s = (summary.at("time_breakdown_s").at("compute").get<double>() -
+                         summary.at("parallel").at("spatial").at("halo").at("exposed_s").get<double>()) / steps;
+  CHECK(cal.at("sustained_gflops_per_rank").get<double>() ==
+        Approx(doc.at("train_gflop_per_sample").get<double>() * 2 / 2 / tile_s).epsilon(1e-4));
+  CHECK(row.at("compute_ms").get<double>() == Approx(tile_s * 1e3).epsilon(1e-4));
+  // Its halo wait: what the run measured, and the step reproduced with it.
+  CHECK(cal.at("predicted_halo_exposed_ms").get<double>() <= cal.at("measured_halo_exposed_ms").get<double>() + 1e-9);
+  // Whole samples on the same machine: 2 learners, each rank a whole sample's compute.
+  const json whole = model_json("--calibrate " + run + " --spatial 1,1 --nodes 1");
+  CHECK(whole.at("rows").at(0).at("learners") == 2);
+  CHECK(whole.at("rows").at(0).at("compute_ms").get<double>() == Approx(2 * tile_s * 1e3).epsilon(1e-4));
+  CHECK(whole.at("rows").at(0).at("halo_ms").get<double>() == 0);
+  // The memory of a rank of the split: its tile's rows, activations less than a whole sample's,
+  // halo buffers besides. (At 32 x 48 the total is not less: each convolution plan and edge
+  // strip costs its fixed workspace, which a field this small does not outweigh.)
+  const json& mine = doc.at("memory_per_gpu");
+  const json& full = whole.at("memory_per_gpu");
+  CHECK(mine.at("tile") == json::array({16, 48}));
+  CHECK(full.at("tile") == json::array({32, 48}));
+  CHECK(mine.at("parts").at("activations").get<double>() < full.at("parts").at("activations").get<double>());
+  CHECK(mine.at("parts").at("halos").get<double>() > 0);
+  CHECK(full.at("parts").at("halos").get<double>() == 0);
+  // The text says the run's split.
+  const auto text = run_command(squall_bin() + " model --calibrate " + run + " --nodes 1");
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out, Catch::Contains("on 2 rank(s), parallel.spatial [2, 1]: measured") &&
+                           Catch::Contains("memory per rank"));
 }

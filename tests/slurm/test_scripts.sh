@@ -2,7 +2,7 @@
 # The job scripts without a batch system: shellcheck on every one (skipped, visibly, where it
 # is not installed), the LSF script rendered for a fake 2-node allocation (LSF cannot run here)
 # and, elastic, after a lost host, and the scaling-study's submissions for a weak and a strong
-# sweep.
+# sweep, with and without splits (--spatial).
 #   test_scripts.sh REPO_ROOT
 set -euo pipefail
 root=$1
@@ -101,6 +101,45 @@ if "$root/jobscripts/scaling-study" --config c.toml --nodes 3 --mode strong --gl
 fi
 grep -q "does not divide" "$work/err" || fail "message: $(cat "$work/err")"
 echo "ok: scaling-study prints weak and strong sweeps and refuses a batch that does not divide"
+
+# Splits beside the node counts: a run dir per (node count, split), a group of R x C ranks one
+# learner (strong: the batch is global / groups), study.tsv's fourth column the split.
+weak=$("$root/jobscripts/scaling-study" --config c.toml --nodes 1,4 --mode weak --study ws --gpus-per-node 4 \
+       --spatial 1,1:4,1 --submit print)
+[[ $(grep -c '^sbatch' <<<"$weak") == 4 ]] || fail "weak with splits: $weak"
+grep -q -- "-N 4 -n 16 --job-name scaling-n4-s4x1 .*run.dir=$work/ws/n4-s4x1 .*parallel.spatial=\[4,1\]" <<<"$weak" ||
+  fail "weak, 4 nodes split [4, 1]: $weak"
+grep -q -- "run.dir=$work/ws/n1-s1x1 .*parallel.spatial=\[1,1\]" <<<"$weak" || fail "weak, 1 node unsplit: $weak"
+grep -q "batch_size" <<<"$weak" && fail "weak scaling with splits changed the batch: $weak"
+[[ $(cut -f3,4 ws/study.tsv | tr '\t\n' ' ') == "$work/ws/n1-s1x1 1x1 $work/ws/n1-s4x1 4x1 $work/ws/n4-s1x1 1x1 $work/ws/n4-s4x1 4x1 " ]] ||
+  fail "study.tsv with splits: $(cat ws/study.tsv)"
+strong=$("$root/jobscripts/scaling-study" --config c.toml --nodes 1,2 --mode strong --global-batch 64 --study ss \
+         --gpus-per-node 4 --spatial 2,1:2,2 --submit print)
+# 1 node: [2, 1] is 2 groups (32 each), [2, 2] one group (64); 2 nodes: 4 groups (16), 2 (32).
+for want in "n1-s2x1 .*train.batch_size=32" "n1-s2x2 .*train.batch_size=64" "n2-s2x1 .*train.batch_size=16" \
+            "n2-s2x2 .*train.batch_size=32"; do
+  grep -q -- "run.dir=$work/ss/$want" <<<"$strong" || fail "strong with splits, $want: $strong"
+done
+# 1 node x 6 GPUs in groups of 4: refused before any job (2 nodes, checked first, would fit),
+# naming both numbers; a split that is not ROWS,COLS; a global batch that does not divide over
+# the groups.
+if "$root/jobscripts/scaling-study" --config c.toml --nodes 2,1 --mode weak --study xs --gpus-per-node 6 --spatial 2,1:4,1 \
+   --submit print >"$work/out" 2>"$work/err"; then
+  fail "groups of 4 on 6 ranks were accepted"
+fi
+grep -q -- "--spatial 4,1: 6 rank(s) (1 node(s) x 6 GPU(s)) are not a whole number of groups of 4" "$work/err" ||
+  fail "message: $(cat "$work/err")"
+[[ ! -s $work/out ]] || fail "a refused study printed submissions: $(cat "$work/out")"
+if "$root/jobscripts/scaling-study" --config c.toml --nodes 1 --mode weak --study xs --spatial 2x1 --submit print 2>"$work/err"; then
+  fail "--spatial 2x1 was accepted"
+fi
+grep -q -- "--spatial: '2x1' is not ROWS,COLS" "$work/err" || fail "message: $(cat "$work/err")"
+if "$root/jobscripts/scaling-study" --config c.toml --nodes 1 --mode strong --global-batch 9 --study xs --gpus-per-node 4 \
+   --spatial 2,1 --submit print 2>"$work/err"; then
+  fail "a global batch of 9 over 4 ranks in groups of 2 was accepted"
+fi
+grep -q "does not divide over 2 group(s) x 1 learner(s)" "$work/err" || fail "message: $(cat "$work/err")"
+echo "ok: scaling-study sweeps splits beside node counts and refuses ranks that are not whole groups"
 
 if ! command -v shellcheck >/dev/null; then
   echo "SKIP: shellcheck is not installed (scripts/install-deps installs it); the scripts rendered fine"

@@ -242,6 +242,57 @@ TEST_CASE("perf model: calibration from a summary.json reproduces its samples/s"
   CHECK(forecast_one(r20, calibrate_local(r20, read_summary(resumed)), s, 1).samples_per_s == Approx(640.0));
 }
 
+TEST_CASE("perf model: calibration from a split run's summary.json: groups are learners, a rank a tile",
+          "[perf_model][spatial]") {
+  const ModelCost r20 = model_cost("resnet20", 1, 28, 28, 10);
+  // 4 ranks in 2 groups of [2, 1], batch 2 per group: a 0.8 s step of 0.5 s compute (0.1 s of
+  // it waiting for halos), 0.1 s of allreduce.
+  const json summary{{"model", "resnet20"}, {"world_size", 4}, {"global_batch", 4},
+                     {"parameters", r20.parameters}, {"samples_per_s", 5.0}, {"steps", 10},
+                     {"time_breakdown_s", {{"compute", 5.0}, {"allreduce", 1.0}, {"io_wait", 0.0}}},
+                     {"parallel", {{"spatial", {{"rows", 2}, {"cols", 1}, {"groups", 2},
+                                                {"halo", {{"exposed_s", 1.0}, {"hidden_s", 2.0}, {"bytes", 1e6}}}}}}}};
+  const RunMeasurement run = read_summary(summary);
+  CHECK(run.split == squall::nn::SpatialSplit{2, 1});
+  CHECK(run.groups() == 2);
+  CHECK(run.batch_per_learner() == 2);
+  // Halo bytes per sample whose model time on this shape is 0.2 s: 2 samples per GPU, over the
+  // group's 2 GPUs, at the allreduce's bandwidth (a ring of 4: 3/2 x bytes / 0.1 s).
+  const double beta = 1.5 * 4.0 * r20.parameters / 0.1;
+  const double halo_bytes = 0.2 * beta;
+  const Machine local = calibrate_local(r20, run, 0.0, squall::parallel::Algorithm::ssgd, halo_bytes);
+  CHECK(local.intra_bw == Approx(beta));
+  // A rank computed half of each of its group's 2 samples in the 0.4 s it did not wait.
+  CHECK(local.sustained_flops() == Approx(r20.train_flops() * 1 / 0.4));
+  // 0.2 s of halo time, 0.1 s exposed: half of it hidden; the rest of the step is overhead.
+  CHECK(local.halo_overlap == Approx(0.5));
+  CHECK(local.step_overhead == Approx(0.8 - 0.4 - 0.1 - 0.1));
+  Scenario s;
+  s.batch = run.batch_per_learner();
+  s.spatial = 2;
+  s.halo_bytes = halo_bytes;
+  s.overlap = local.overlap;
+  const Row row = forecast_one(r20, local, s, 1);
+  CHECK(row.learners == 2);
+  CHECK(row.compute_ms == Approx(400.0));
+  CHECK(row.halo_exposed_ms == Approx(100.0));
+  CHECK(row.samples_per_s == Approx(5.0));
+  // Whole samples on the same ranks: 4 learners of 2 samples, each rank twice the tile's compute.
+  s.spatial = 1;
+  s.halo_bytes = 0;
+  const Row whole = forecast_one(r20, local, s, 1);
+  CHECK(whole.learners == 4);
+  CHECK(whole.compute_ms == Approx(800.0));
+  CHECK(whole.group_sum_ms == 0);
+  // A split that does not divide the run's ranks, or its global batch, is refused.
+  json bad = summary;
+  bad["parallel"]["spatial"]["rows"] = 3;
+  CHECK_THROWS_WITH(read_summary(bad), Catch::Contains("[3, 1]") && Catch::Contains("4 rank(s)"));
+  bad = summary;
+  bad["global_batch"] = 3;
+  CHECK_THROWS_WITH(read_summary(bad), Catch::Contains("global batch 3"));
+}
+
 TEST_CASE("perf model: alpha and beta fitted from an allreduce benchmark", "[perf_model]") {
   // Synthetic: 4 ranks, alpha 20 us, beta 2 GB/s, exact.
   json bench{{"results", json::array()}};
