@@ -422,10 +422,10 @@ Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, doubl
   m.inter_bw = m.intra_bw * m.gpus_per_node;  // unknown: taken as one more ring step's worth
   m.inter_latency = alpha;
 
-  // A split run's compute holds the waits for its halos and, in a job of one group, the group's
-  // sum of the gradient in the pass (forecast_one's group_sum): the tile's own compute is the
-  // rest. (Rank 0's waits; evaluation's exchanges are in them too, a small part of a training
-  // run's; hence the bound: at most half the compute is taken for them.)
+  // A split run's compute holds the waits for its halos (rank 0's, in the training passes:
+  // summary.json leaves the evaluations' out) and, in a job of one group, the group's sum of
+  // the gradient in the pass (forecast_one's group_sum): the tile's own compute is the rest.
+  // At most 90% of the compute is taken for them, against records that contradict each other.
   double halo_waited = 0, group_sum = 0;
   const int split = static_cast<int>(run.split.ranks());
   if (run.split.split()) {
@@ -433,7 +433,7 @@ Machine calibrate_local(const ModelCost& model, const RunMeasurement& run, doubl
     halo_waited = run.halo_exposed_s / steps_done;
     if (run.groups() == 1)
       group_sum = (split - 1) * (8.0 * static_cast<double>(run.parameters) / m.intra_bw + m.intra_latency);
-    const double taken = std::min(0.5 * compute, halo_waited + group_sum);
+    const double taken = std::min(0.9 * compute, halo_waited + group_sum);
     group_sum = taken * group_sum / std::max(halo_waited + group_sum, 1e-30);
     halo_waited = taken - group_sum;
   }

@@ -294,7 +294,7 @@ void TrainingRun::log_step(int64_t epoch, double lr, const std::vector<float>& l
     if (g.options().loss_scaling.dynamic) w.loss_scale = g.loss_scale();
     if (g.options().loss_scaling.dynamic || g.options().skip_nonfinite) w.skipped_steps = g.skipped_steps();
     if (m_spatial.split_sample()) {
-      const nn::HaloTimes h = m_spatial.comm->halo_times();
+      const nn::HaloTimes h = train_halo_times();
       w.halo_exposed_s = h.exposed;
       w.halo_hidden_s = h.hidden;
     }
@@ -361,9 +361,17 @@ void TrainingRun::evaluate(int64_t epoch, bool final_model) {
     tile.comm = m_spatial.tile_comm();
     tile.class_weights.assign(m_cfg.data.class_weights.begin(), m_cfg.data.class_weights.end());
   }
+  const nn::HaloTimes halo_before = tile.comm != nullptr ? tile.comm->halo_times() : nn::HaloTimes{};
   m_last_eval = eval::evaluate_range(m_device.group->eval_graph(), *m_device.backend, *m_device.stream, test, begin,
                                      end, m_device.labels, m_device.predictions, m_device.class_weights,
                                      pictures.empty() ? nullptr : &pictures, tile);
+  if (tile.comm != nullptr) {
+    const nn::HaloTimes after = tile.comm->halo_times();
+    m_eval_halo.exposed += after.exposed - halo_before.exposed;
+    m_eval_halo.hidden += after.hidden - halo_before.hidden;
+    m_eval_halo.exchanges += after.exchanges - halo_before.exchanges;
+    m_eval_halo.bytes += after.bytes - halo_before.bytes;
+  }
   if (!pictures.empty()) {
     const std::string why =
         pictures::write_prediction_picture(m_dir, epoch, pictures, m_spatial.tile_sample(test.info().sample));
@@ -429,6 +437,15 @@ std::string TrainingRun::divergence_hint() const {
 
 TrainResult run_training(const config::Config& cfg, const std::string& origin, const RunOptions& options) {
   return TrainingRun(cfg, origin, options).run();
+}
+
+nn::HaloTimes TrainingRun::train_halo_times() const {
+  nn::HaloTimes h = m_spatial.comm->halo_times();
+  h.exposed -= m_eval_halo.exposed;
+  h.hidden -= m_eval_halo.hidden;
+  h.exchanges -= m_eval_halo.exchanges;
+  h.bytes -= m_eval_halo.bytes;
+  return h;
 }
 
 }  // namespace squall::train

@@ -286,9 +286,10 @@ TrainResult TrainingRun::finish() {
                 {"peak_growth_bytes", growth}};
   }
   if (m_spatial.split_sample()) {
-    // The split, and this rank's halo exchanges: the seconds the graph waited for them
-    // (exposed) and those they travelled under its compute (hidden).
-    const nn::HaloTimes h = m_spatial.comm->halo_times();
+    // The split, and this rank's halo exchanges in the training passes (not the evaluations'):
+    // the seconds the graph waited for them (exposed) and those they travelled under its
+    // compute (hidden).
+    const nn::HaloTimes h = train_halo_times();
     s.parallel["spatial"] = {{"rows", m_spatial.split.rows},
                              {"cols", m_spatial.split.cols},
                              {"groups", m_spatial.ranks},

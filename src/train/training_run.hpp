@@ -66,6 +66,7 @@ class TrainingRun {
   void watch_classes(const std::vector<parallel::LearnerBatch>& inputs);
   void check_classes();
   double lr_at_samples(int64_t samples_done) const;
+  nn::HaloTimes train_halo_times() const;  // a split's halo seconds in training passes (m_eval_halo)
   int64_t step_samples() const {  // samples one step trains on over the job, at today's learner count
     return m_cfg.train.batch_size * m_data.plan.learners * m_spatial.ranks;
   }
@@ -154,6 +155,9 @@ class TrainingRun {
   double m_last_train_loss = 0, m_last_eval_loss = 0, m_loop_s = 0;
   int64_t m_last_eval_step = -1;  // the step after which the central model was last evaluated
   eval::EvalPart m_last_eval{nn::ConfusionMatrix(1)};
+  // A split's halo seconds spent in evaluations: the records and summary.json count the training
+  // passes' only, as their compute seconds do (train_halo_times).
+  nn::HaloTimes m_eval_halo;
   std::optional<records::TargetFacts> m_target;  // train.target, once reached
 };
 
