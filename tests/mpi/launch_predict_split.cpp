@@ -252,7 +252,7 @@ TEST_CASE("eval by tile gives the unsplit confusion matrix, count for count, on 
 }
 
 TEST_CASE("a split run predicts on its own split, whole samples with --spatial 1,1, and is refused on a world its "
-          "split does not divide; export writes its model",
+          "split does not divide, and export writes its model",
           "[launch][predict][spatial][bad-input]") {
   const Runs& r = runs();
   TempDir tmp("squall-launch-predict-split-run");

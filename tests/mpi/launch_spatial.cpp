@@ -173,7 +173,7 @@ TEST_CASE("groups of a split sample are data parallel under ssgd, sma, local-sgd
   }
 }
 
-TEST_CASE("a split run resumes on its split bit for bit; replicas saved per rank refuse another shape",
+TEST_CASE("a split run resumes on its split bit for bit, and replicas saved per rank refuse another shape",
           "[launch][spatial][checkpoint]") {
   for (const std::string algorithm : {"ssgd", "sma"}) {
     INFO(algorithm);
