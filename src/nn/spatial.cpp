@@ -76,57 +76,6 @@ SpatialPlace SpatialPlace::make(SpatialSplit split, int64_t rank, int64_t height
 std::vector<Span> SpatialPlace::row_spans_at(int64_t h) const { return scaled(row_spans, height, h, "row"); }
 std::vector<Span> SpatialPlace::col_spans_at(int64_t w) const { return scaled(col_spans, width, w, "column"); }
 
-int side_rows(Side s) {
-  switch (s) {
-    case Side::north: case Side::north_west: case Side::north_east: return -1;
-    case Side::south: case Side::south_west: case Side::south_east: return 1;
-    default: return 0;
-  }
-}
-
-int side_cols(Side s) {
-  switch (s) {
-    case Side::west: case Side::north_west: case Side::south_west: return -1;
-    case Side::east: case Side::north_east: case Side::south_east: return 1;
-    default: return 0;
-  }
-}
-
-Side opposite(Side s) {
-  switch (s) {
-    case Side::north: return Side::south;
-    case Side::south: return Side::north;
-    case Side::west: return Side::east;
-    case Side::east: return Side::west;
-    case Side::north_west: return Side::south_east;
-    case Side::north_east: return Side::south_west;
-    case Side::south_west: return Side::north_east;
-    case Side::south_east: return Side::north_west;
-  }
-  return s;
-}
-
-const char* side_name(Side s) {
-  static const char* names[] = {"north", "south", "west", "east", "north-west", "north-east", "south-west",
-                                "south-east"};
-  return names[static_cast<int>(s)];
-}
-
-bool TensorTile::has(Side s) const {
-  const int64_t r = row + side_rows(s), c = col + side_cols(s);
-  return r >= 0 && r < tile_rows() && ((c >= 0 && c < tile_cols()) || (wrap_columns && side_cols(s) != 0));
-}
-
-int64_t TensorTile::neighbour_rows(Side s) const {
-  return has(s) ? row_spans[static_cast<size_t>(row + side_rows(s))].size() : 0;
-}
-
-int64_t TensorTile::neighbour_cols(Side s) const {
-  if (!has(s)) return 0;
-  const int64_t c = (col + side_cols(s) + tile_cols()) % tile_cols();
-  return col_spans[static_cast<size_t>(c)].size();
-}
-
 std::unique_ptr<TileComm::Exchange> SoloTileComm::start(const std::vector<Message>& sends,
                                                         const std::vector<Message>& receives) {
   SQUALL_CHECK(sends.empty() && receives.empty(), "a group of one rank was asked to send a halo");

@@ -68,15 +68,6 @@ struct SpatialPlace {
   std::vector<Span> col_spans_at(int64_t w) const;
 };
 
-// Where a neighbour is, seen from this rank (rows grow southward, columns eastward).
-enum class Side : int { north, south, west, east, north_west, north_east, south_west, south_east };
-constexpr int k_sides = 8;
-// The row and column step towards a side (-1, 0 or 1).
-int side_rows(Side s);
-int side_cols(Side s);
-Side opposite(Side s);
-const char* side_name(Side s);
-
 // Time spent on halos, per rank, as the allreduce's: exposed (the rank waited for them) and
 // hidden (they travelled while the rank computed).
 struct HaloTimes {
@@ -97,7 +88,7 @@ class TileComm {
   virtual int64_t group_size() const = 0;
 
   // One buffer of a halo exchange: sent to or received from group rank `peer`, matched by
-  // `tag` (a layer's node and pass, and the side it travels to).
+  // `tag` (a layer's node and pass, and the shift of the sender's tile across the wrapped edge).
   struct Message {
     int64_t peer = 0;
     int64_t tag = 0;
@@ -164,11 +155,6 @@ struct TensorTile {
   Span cols() const { return col_spans[static_cast<size_t>(col)]; }
   int64_t tile_rows() const { return static_cast<int64_t>(row_spans.size()); }
   int64_t tile_cols() const { return static_cast<int64_t>(col_spans.size()); }
-  // Whether this tile has a neighbour at side s (across the wrapped edge too).
-  bool has(Side s) const;
-  // The rows (or columns) of the neighbour at that side's tile.
-  int64_t neighbour_rows(Side s) const;
-  int64_t neighbour_cols(Side s) const;
 };
 
 // A tensor of the whole sample's height x width on the tiles of `place` (its spans scaled to

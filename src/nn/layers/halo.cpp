@@ -24,6 +24,16 @@ CellRect CellRect::operator&(const CellRect& o) const {
   return {std::max(y0, o.y0), std::min(y1, o.y1), std::max(x0, o.x0), std::min(x1, o.x1)};
 }
 
+CellRect within_tensor(CellRect n, int64_t height, int64_t width, bool wrap_columns) {
+  n.y0 = std::max<int64_t>(n.y0, 0);
+  n.y1 = std::min(n.y1, height);
+  if (!wrap_columns) {
+    n.x0 = std::max<int64_t>(n.x0, 0);
+    n.x1 = std::min(n.x1, width);
+  }
+  return n;
+}
+
 void outer_inner(Layout l, int64_t n, int64_t c, int64_t& outer, int64_t& inner) {
   const int64_t block = channel_block(l);
   if (l == Layout::nhwc) {
@@ -329,16 +339,9 @@ ConvTile::Geometry ConvTile::geometry(const ConvDesc& d, const TileContext& t) {
   // the poles) and, unless they wrap, its columns.
   g.needed = [=](int64_t r, int64_t c) {
     const Span oy = yt.row_spans[static_cast<size_t>(r)], ox = yt.col_spans[static_cast<size_t>(c)];
-    CellRect n;
-    n.y0 = std::max<int64_t>(oy.begin * d.stride_h - d.pad_h, 0);
-    n.y1 = std::min<int64_t>((oy.end - 1) * d.stride_h - d.pad_h + d.dil_h * (d.r - 1) + 1, height);
-    n.x0 = ox.begin * d.stride_w - d.pad_w;
-    n.x1 = (ox.end - 1) * d.stride_w - d.pad_w + d.dil_w * (d.s - 1) + 1;
-    if (!wrap) {
-      n.x0 = std::max<int64_t>(n.x0, 0);
-      n.x1 = std::min(n.x1, width);
-    }
-    return n;
+    return within_tensor({oy.begin * d.stride_h - d.pad_h, (oy.end - 1) * d.stride_h - d.pad_h + d.dil_h * (d.r - 1) + 1,
+                          ox.begin * d.stride_w - d.pad_w, (ox.end - 1) * d.stride_w - d.pad_w + d.dil_w * (d.s - 1) + 1},
+                         height, width, wrap);
   };
   g.halos = TileHalos::plan(x, g.needed);
   const CellRect& own = g.halos.own;

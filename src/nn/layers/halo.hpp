@@ -49,6 +49,8 @@ struct CellRect {
 // and, unless its columns wrap, its columns (columns beyond them, at most one width away,
 // are the wrapped ones).
 using NeededCells = std::function<CellRect(int64_t row, int64_t col)>;
+// Cells a reach may read: within the tensor's rows and, unless its columns wrap, its columns.
+CellRect within_tensor(CellRect cells, int64_t height, int64_t width, bool wrap_columns);
 
 // A tensor of layout l as [outer][h][w][inner].
 void outer_inner(Layout l, int64_t n, int64_t c, int64_t& outer, int64_t& inner);

@@ -229,12 +229,7 @@ class UpsampleBilinear final : public StatelessLayer {
     return [=](int64_t r, int64_t c) {
       const Span y = x.row_spans[static_cast<size_t>(r)], xs = x.col_spans[static_cast<size_t>(c)];
       const int64_t ry = fy > 1 ? 1 : 0, rx = fx > 1 ? 1 : 0;
-      CellRect n{std::max<int64_t>(y.begin - ry, 0), std::min(y.end + ry, height), xs.begin - rx, xs.end + rx};
-      if (!wrap) {
-        n.x0 = std::max<int64_t>(n.x0, 0);
-        n.x1 = std::min(n.x1, width);
-      }
-      return n;
+      return within_tensor({y.begin - ry, y.end + ry, xs.begin - rx, xs.end + rx}, height, width, wrap);
     };
   }
   // NHWC or blocked: the resize runs on NCHW copies (an input of 1x1 pixels needs none),
