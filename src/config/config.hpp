@@ -154,6 +154,8 @@ struct ParallelConfig {
   // [rows, cols]: each sample split over a group of rows x cols consecutive ranks
   // (docs/training.md, "One sample across ranks"); empty = [1, 1], no split.
   std::vector<int64_t> spatial;
+  // A split's halos: auto (nccl on GPUs of one rank each, else host) | host | nccl
+  mpi::HaloKind halo_exchange = mpi::HaloKind::auto_;
   bool operator==(const ParallelConfig&) const = default;
 };
 

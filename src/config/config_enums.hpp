@@ -13,6 +13,7 @@
 #include "io/input/sampler.hpp"
 #include "mpi/allreduce_kind.hpp"
 #include "mpi/cross_algorithm.hpp"
+#include "mpi/halo_kind.hpp"
 #include "src/core/enum_table.hpp"
 #include "src/data/normalization_kind.hpp"
 #include "src/data/pad_mode.hpp"

@@ -111,6 +111,7 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "cross_node", enum_field(&c.parallel.cross_node, mpi::k_cross_algorithms)},
       {"parallel", "check_sums", &c.parallel.check_sums},
       {"parallel", "spatial", &c.parallel.spatial},
+      {"parallel", "halo_exchange", enum_field(&c.parallel.halo_exchange, mpi::k_halo_kinds)},
       {"parallel.outer", "period", &c.parallel.outer.period},
       {"parallel.outer", "lr", &c.parallel.outer.lr},
       {"parallel.outer", "momentum", &c.parallel.outer.momentum},

@@ -103,6 +103,22 @@ double label_weight_sum(const int32_t* labels, size_t n, const float* class_weig
   return total;
 }
 
+std::unique_ptr<TileComm::Exchange> TileComm::start_on(Stream&, const std::vector<Message>&,
+                                                      const std::vector<Message>&) {
+  throw Error("spatial split: this group's communication exchanges host memory only (start_on was called)");
+}
+
+std::vector<size_t> TileComm::pair_order(const std::vector<Message>& messages) {
+  std::vector<size_t> order(messages.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const Message& x = messages[a];
+    const Message& y = messages[b];
+    return x.peer != y.peer ? x.peer < y.peer : x.tag < y.tag;
+  });
+  return order;
+}
+
 void TileComm::sum(double* values, size_t n) {
   const auto size = static_cast<size_t>(group_size());
   std::vector<double>& all = m_gathered;

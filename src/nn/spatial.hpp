@@ -19,6 +19,8 @@
 
 namespace squall::nn {
 
+class Stream;  // src/nn/device.hpp
+
 // parallel.spatial: the ranks that hold one sample, rows x cols of them.
 struct SpatialSplit {
   int64_t rows = 1, cols = 1;
@@ -100,10 +102,35 @@ class TileComm {
     virtual ~Exchange() = default;
     // Returns when every receive buffer is written and every send buffer may be reused.
     virtual void wait() = 0;
+    // The later work of stream `s` comes after the exchange: the receive buffers written, the
+    // send buffers free. An exchange of device memory orders the stream by an event, without
+    // the host waiting; one of host memory waits (wait()).
+    virtual void order(Stream& s) {
+      (void)s;
+      wait();
+    }
   };
   // Posts the sends and receives of one exchange and returns at once; the buffers belong to
   // the exchange until its wait() returns (host memory).
   virtual std::unique_ptr<Exchange> start(const std::vector<Message>& sends, const std::vector<Message>& receives) = 0;
+
+  // Whether the exchanges take the backend's device memory (start_on): NCCL's send and receive
+  // on a GPU's buffers, where halos need no copy through the host. False: host memory only
+  // (start), which a device backend stages through pinned buffers.
+  virtual bool device_memory() const { return false; }
+  // device_memory() only: posts one exchange of device buffers after the work of stream
+  // `after` so far and returns at once, neither the host nor `after` waiting; the exchange's
+  // order(s) then puts it before s's later work. The buffers belong to the exchange until then.
+  // Messages between a pair of ranks are matched by the order both post them in (pair_order),
+  // not by their tags.
+  virtual std::unique_ptr<Exchange> start_on(Stream& after, const std::vector<Message>& sends,
+                                             const std::vector<Message>& receives);
+  // The order in which a transport that matches a pair's messages by their order, not by tags
+  // (NCCL), posts an exchange's messages: by peer, then tag, then position. A sender's
+  // messages to a peer and the peer's receives from it then pair up one by one where their
+  // tags do, since an exchange has at most one message per peer, tag and direction. The
+  // indices of `messages` in that order.
+  static std::vector<size_t> pair_order(const std::vector<Message>& messages);
   // all[r * n + i] = rank r's mine[i], for every rank r of the group (blocks until all have
   // called it).
   virtual void gather(const double* mine, size_t n, double* all) = 0;

@@ -30,6 +30,17 @@ std::vector<mpi::HaloMessage> to_halo(const std::vector<nn::TileComm::Message>& 
   return out;
 }
 
+class DeviceExchange final : public nn::TileComm::Exchange {
+ public:
+  DeviceExchange(mpi::DeviceHaloExchanger& device, int64_t id) : m_device(device), m_id(id) {}
+  void wait() override { m_device.wait(m_id); }
+  void order(nn::Stream& s) override { m_device.order(m_id, s.native_handle()); }
+
+ private:
+  mpi::DeviceHaloExchanger& m_device;
+  int64_t m_id;
+};
+
 }  // namespace
 
 SpatialGroups make_spatial_groups(const mpi::Communicator& world, nn::SpatialSplit split) {
@@ -62,16 +73,57 @@ std::unique_ptr<nn::TileComm::Exchange> MpiTileComm::start(const std::vector<Mes
       m_exchanger.start(to_halo(sends, group_size()), to_halo(receives, group_size())));
 }
 
+void MpiTileComm::use_device_memory(std::unique_ptr<mpi::DeviceHaloExchanger> device) { m_device = std::move(device); }
+
+std::unique_ptr<nn::TileComm::Exchange> MpiTileComm::start_on(nn::Stream& after, const std::vector<Message>& sends,
+                                                              const std::vector<Message>& receives) {
+  if (!m_device) return nn::TileComm::start_on(after, sends, receives);
+  // NCCL matches a pair's messages by order: both ranks post them in pair order.
+  const auto ordered = [&](const std::vector<Message>& messages) {
+    std::vector<mpi::HaloMessage> out;
+    out.reserve(messages.size());
+    for (const size_t i : pair_order(messages)) {
+      const Message& m = messages[i];
+      out.push_back({static_cast<int>(m.peer), m.tag, m.data, m.bytes});
+    }
+    return out;
+  };
+  const int64_t id = m_device->start(ordered(sends), ordered(receives), after.native_handle());
+  return std::make_unique<DeviceExchange>(*m_device, id);
+}
+
 void MpiTileComm::gather(const double* mine, size_t n, double* all) { m_exchanger.gather(mine, n, all); }
 
 nn::HaloTimes MpiTileComm::halo_times() const {
-  const mpi::HaloTotals t = m_exchanger.totals();
+  const mpi::HaloTotals t = m_device ? m_device->totals() : m_exchanger.totals();
   nn::HaloTimes out;
   out.exposed = t.exposed_s;
   out.hidden = t.hidden_s;
   out.exchanges = t.exchanges;
   out.bytes = t.bytes_sent;
   return out;
+}
+
+HaloChoice choose_halo_exchange(mpi::HaloKind wanted, const mpi::Communicator& group, const std::string& backend,
+                                int device) {
+  HaloChoice c;
+  if (wanted == mpi::HaloKind::host) return c;
+  if (backend != "cuda") {
+    if (wanted == mpi::HaloKind::nccl)
+      throw Error("parallel.halo_exchange = nccl exchanges GPU memory, but this job trains on the " + backend +
+                  " backend (set run.backend = cuda, or parallel.halo_exchange = auto or host)");
+    return c;
+  }
+  const std::string why = mpi::device_halo_refusal(group, device);
+  if (why.empty()) {
+    c.used = mpi::HaloKind::nccl;
+    return c;
+  }
+  if (wanted == mpi::HaloKind::nccl)
+    throw Error("parallel.halo_exchange = nccl: " + why +
+                " (run as many ranks per node as it has GPUs, or set parallel.halo_exchange = auto or host)");
+  c.why_host = why;
+  return c;
 }
 
 }  // namespace squall::parallel

@@ -11,9 +11,12 @@
 // group's own sums (batch norm's statistics, the loss's weights) run on the group's.
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "mpi/comm.hpp"
+#include "mpi/device_halo.hpp"
 #include "mpi/halo.hpp"
+#include "mpi/halo_kind.hpp"
 #include "src/nn/spatial.hpp"
 
 namespace squall::parallel {
@@ -46,10 +49,31 @@ class MpiTileComm final : public nn::TileComm {
   // exposed and hidden in seconds over every exchange waited for so far, bytes sent.
   nn::HaloTimes halo_times() const override;
 
+  // From now on the halos are exchanged in GPU memory by `device` (NCCL over the same group,
+  // parallel.halo_exchange): start_on takes the learner's buffers and stream. The gathers stay
+  // on MPI. Call before any layer is set on its tile, on every rank of the group alike.
+  void use_device_memory(std::unique_ptr<mpi::DeviceHaloExchanger> device);
+  bool device_memory() const override { return m_device != nullptr; }
+  std::unique_ptr<Exchange> start_on(nn::Stream& after, const std::vector<Message>& sends,
+                                     const std::vector<Message>& receives) override;
+
   const mpi::HaloExchanger& exchanger() const { return m_exchanger; }
 
  private:
   mpi::HaloExchanger m_exchanger;
+  std::unique_ptr<mpi::DeviceHaloExchanger> m_device;
 };
+
+// parallel.halo_exchange (mpi/halo_kind.hpp): the transport of the group's halos. Collective
+// over the group (every rank decides alike). backend: the rank's backend's name ("cpu",
+// "cuda"); device: its GPU. Returns the transport used and, where auto falls back to host on
+// a GPU, why (empty otherwise). Throws squall::Error for nccl where NCCL cannot exchange this
+// group's halos, saying why.
+struct HaloChoice {
+  mpi::HaloKind used = mpi::HaloKind::host;
+  std::string why_host;
+};
+HaloChoice choose_halo_exchange(mpi::HaloKind wanted, const mpi::Communicator& group, const std::string& backend,
+                                int device);
 
 }  // namespace squall::parallel

@@ -63,7 +63,13 @@ records::RunFacts TrainingRun::run_facts() const {
                   m_cfg.parallel.centre_rate > 0 ? "" : " (min(alpha x learners, 1))", c.mu);
     f.sma_line = line;
   }
-  if (m_spatial.split_sample()) f.spatial_line = m_spatial.text();
+  if (m_spatial.split_sample())
+    f.spatial_line = m_spatial.text() + "; halos " +
+                     (m_device.halo_exchange == "nccl" ? std::string("in GPU memory over NCCL")
+                                                       : "through host memory over MPI" +
+                                                             (m_device.halo_why_host.empty()
+                                                                  ? std::string()
+                                                                  : " (" + m_device.halo_why_host + ")"));
   f.memory_line = "memory: " + m_device.memory.text() +
                   (m_device.memory_limit > 0
                        ? "; limit " + bytes_text(m_device.memory_limit) + " (" + m_device.memory_limit_from + ")"
@@ -294,7 +300,8 @@ TrainResult TrainingRun::finish() {
                              {"cols", m_spatial.split.cols},
                              {"groups", m_spatial.ranks},
                              {"tile", {m_spatial.window->rows, m_spatial.window->cols}},
-                             {"halo", {{"exposed_s", h.exposed}, {"hidden_s", h.hidden},
+                             {"halo", {{"exchange", m_device.halo_exchange},
+                                       {"exposed_s", h.exposed}, {"hidden_s", h.hidden},
                                        {"exchanges", h.exchanges}, {"bytes", h.bytes}}}};
   }
   if (m_device.allreduce->memory() == mpi::Memory::device) s.parallel["device_allreduce"] = m_device.allreduce->mode();

@@ -159,6 +159,23 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
                      t.allreduce->mode() + " allreduce sums f32 only)");
   if (t.allreduce->mode() == "pipeline" && topo.nodes() > 1) t.cross_rule = mpi::cross_rule(ar, topo.nodes());
 
+  // parallel.halo_exchange: a split's halos in GPU memory over NCCL where every rank of the
+  // group has a GPU of its own (decided by the group together), else through host memory.
+  if (spatial.split_sample()) {
+    parallel::HaloChoice halo;
+    try {
+      halo = parallel::choose_halo_exchange(cfg.parallel.halo_exchange, spatial.groups->group, backend,
+                                            t.backend->info().index);
+    } catch (const Error& e) {
+      throw UsageError(origin + ": " + e.what());
+    }
+    if (halo.used == mpi::HaloKind::nccl)
+      spatial.comm->use_device_memory(
+          mpi::make_device_halo_exchanger(spatial.groups->group, t.backend->info().index, options.stall_abort_s));
+    t.halo_exchange = mpi::k_halo_kinds.name(halo.used);
+    t.halo_why_host = halo.why_host;
+  }
+
   const config::GraphFormat format = config::graph_format(cfg, backend);
   const nn::Capabilities can = t.backend->capabilities();
   t.bucket_mb = config::bucket_mb_for(cfg.parallel, !can.host_accessible);

@@ -58,6 +58,9 @@ struct TrainingDevice {
   // What parallel.cross_node makes of this job's nodes (mpi::cross_rule), for the log; "" when
   // the allreduce has no pipelined cross-node stage. summary.json says what ran.
   std::string cross_rule;
+  // parallel.halo_exchange as used ("host" or "nccl"; "" without a split) and, where auto chose
+  // host on a GPU, why.
+  std::string halo_exchange, halo_why_host;
   std::unique_ptr<mpi::Allreduce> node_allreduce;  // parallel.periods' node level: this node's ranks (or null)
   double bucket_mb = 0;                     // parallel.bucket_mb as used (config::bucket_mb_for)
   std::unique_ptr<parallel::LearnerGroup> group;

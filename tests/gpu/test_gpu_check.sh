@@ -84,13 +84,17 @@ case "$*" in *parallel.device_allreduce=nccl*)
 esac
 captured=null world=1
 case "$*" in *parallel.cuda_graphs=true*) captured=${FAKE_CAPTURED:-2} ;; esac
+# A split on the one GPU: parallel.halo_exchange = auto takes host memory and says why.
+case "$*" in *parallel.spatial=*)
+  echo "parallel.spatial = [2, 1]: 1 group(s) of 2 ranks; halos through host memory over MPI (NCCL needs one GPU per rank, but ranks 0 and 1 share GPU 0000:01:00.0 on host fake)" ;;
+esac
 [ -n "${FAKE_RANKS:-}" ] && world=$FAKE_RANKS
 dir=""
 while [ $# -gt 0 ]; do
   case $1 in --set) case $2 in run.dir=*) dir=${2#run.dir=} ;; esac; shift 2 ;; *) shift ;; esac
 done
 mkdir -p "$dir"
-printf '{"backend": "cuda", "world_size": %s, "steps": 40, "samples_per_s": 1000.0, "parallel": {"captured_learners": %s, "spatial": {"halo": {"exposed_s": 0.01, "hidden_s": 0.2}}}, "final": {"train_loss": %s, "test_accuracy": 0.9}}\n' \
+printf '{"backend": "cuda", "world_size": %s, "steps": 40, "samples_per_s": 1000.0, "parallel": {"captured_learners": %s, "spatial": {"halo": {"exchange": "host", "exposed_s": 0.01, "hidden_s": 0.2}}}, "final": {"train_loss": %s, "test_accuracy": 0.9}}\n' \
   "$world" "$captured" "${FAKE_LOSS:-0.5}" >"$dir/summary.json"
 for step in 1 2 3 4 5 6; do printf '{"kind": "train", "step": %s, "loss": %s}\n' "$step" "${FAKE_LOSS:-0.5}"; done >"$dir/metrics.jsonl"
 echo "done (fake)"
@@ -287,7 +291,7 @@ grep -q 'of a 240 s budget (auto: no part 1 on this machine' "$work/p2fixed/summ
 want p2 setup ok
 want p2 lenet5:accuracy ok "test accuracy 0.9000 after 40 steps"
 want p2 nccl:shared-gpu ok
-want p2 train:spatial ok "[2, 1] on one GPU: losses within 0.0e+00 of unsplit; halos 0.010 s exposed, 0.200 s hidden"
+want p2 train:spatial ok "[2, 1]: losses within 0.0e+00 of unsplit; halos by host, 0.010 s exposed, 0.200 s hidden"
 want p2 bench:mixed-precision ok "fake 1250 samples/s" 1.25
 want p2 sanitizer:memcheck ok "ERROR SUMMARY: 0 errors"
 want p2 sanitizer:racecheck 'SKIP (compute-sanitizer cannot use this device here ("Device not supported"))'

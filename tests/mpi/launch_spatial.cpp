@@ -119,6 +119,7 @@ TEST_CASE("one sample split over 2 and 4 ranks trains as one rank does", "[launc
   CHECK(sp.at("halo").at("exchanges").get<int64_t>() > 0);
   CHECK(sp.at("halo").at("bytes").get<double>() > 0);
   CHECK(sp.at("halo").at("hidden_s").get<double>() >= 0);
+  CHECK(sp.at("halo").at("exchange") == "host");  // a CPU job: auto is host memory
   CHECK_FALSE(read_json(fs::path(whole) / "summary.json").at("parallel").contains("spatial"));
 }
 
@@ -331,6 +332,12 @@ TEST_CASE("a split the job or the model cannot take is refused before training, 
   CHECK(resnet.exit_code != 0);
   CHECK_THAT(resnet.err, Contains("parallel.spatial = [2, 1] cannot split") && Contains("stem.pool") &&
                              Contains("no split within it works"));
+  // Halos in GPU memory asked of a CPU job: the key, the backend and the ways out.
+  const auto nccl = run_command(unet_job(2, t.file("nccl"), "--set parallel.spatial=[2,1] "
+                                                            "--set parallel.halo_exchange=nccl"));
+  CHECK(nccl.exit_code == 2);
+  CHECK_THAT(nccl.err, Contains("parallel.halo_exchange = nccl exchanges GPU memory") && Contains("cpu backend") &&
+                           Contains("parallel.halo_exchange = auto or host"));
   // A classifier's data: one label per sample.
   const auto lenet = run_command(mpiexec(2) + " " + squall_bin() + " train --config " + k_configs +
                                  "fashion-mnist-lenet5.toml --set train.max_steps=2 --set schedule.warmup_steps=0"

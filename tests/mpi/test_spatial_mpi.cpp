@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mpi/comm.hpp"
+#include "mpi/device_halo.hpp"
 #include "src/core/error.hpp"
 #include "src/nn/graph.hpp"
 #include "src/nn/spatial.hpp"
@@ -23,6 +24,9 @@
 #include "tests/support/spatial_batch.hpp"
 #include "tests/support/test_backend.hpp"
 #include "tests/support/thread_tile_comm.hpp"
+#ifdef SQUALL_TEST_GPU
+#include "cuda/cuda_factory.hpp"
+#endif
 
 namespace {
 
@@ -51,6 +55,11 @@ class LoggedTileComm final : public nn::TileComm {
   std::unique_ptr<Exchange> start(const std::vector<Message>& sends, const std::vector<Message>& receives) override {
     return m_inner.start(sends, receives);
   }
+  bool device_memory() const override { return m_inner.device_memory(); }
+  std::unique_ptr<Exchange> start_on(nn::Stream& after, const std::vector<Message>& sends,
+                                     const std::vector<Message>& receives) override {
+    return m_inner.start_on(after, sends, receives);
+  }
   void gather(const double* mine, size_t n, double* all) override {
     log += "gather " + std::to_string(n) + "\n";
     m_inner.gather(mine, n, all);
@@ -78,8 +87,8 @@ struct StepResult {
 // Two forward and backward passes of `spec` on `whole` as group rank `rank` of `split` (the
 // whole sample, with a null comm, unsplit), with no update between them.
 StepResult run_step(const nn::ModelSpec& spec, const Batch& whole, SpatialSplit split, int64_t rank,
-                    nn::TileComm* comm) {
-  auto backend = make_test_backend(1);
+                    nn::TileComm* comm, int device = 0) {
+  auto backend = make_test_backend(1, device);
   backend->bind_calling_thread(1);
   auto graph = nn::make_model(spec, Shape(1, whole.c, whole.h, whole.w));
   const SpatialPlace place = SpatialPlace::make(split, rank, whole.h, whole.w, int64_t{1} << spec.depth);
@@ -249,4 +258,59 @@ TEST_CASE("a world whose size is not a multiple of the split's ranks is refused 
                     Catch::Contains("parallel.spatial") && Catch::Contains(split.str()) &&
                         Catch::Contains(std::to_string(world.size()) + " ranks"));
   CHECK_THROWS_WITH(parallel::make_spatial_groups(world, {0, 2}), Catch::Contains("parallel.spatial"));
+}
+
+// parallel.halo_exchange = nccl: the halos in GPU memory, NCCL's send and receive on the
+// learner's buffers, ordered on its stream by events, against the same split through host
+// memory and against the model unsplit. Needs one GPU per rank (2 ranks, 2 GPUs); skipped,
+// saying why, elsewhere. The CTest entry gpu:spatial-nccl:np2 runs it on the CUDA backend.
+TEST_CASE("the U-Net split over 2 GPUs exchanges its halos in GPU memory over NCCL as through host memory",
+          "[mpi][.spatial-nccl]") {
+  const mpi::Communicator world = mpi::Communicator::world();
+  if (world.size() != 2) SQUALL_SKIP("the NCCL halo case runs on 2 ranks, not " << world.size());
+#ifndef SQUALL_TEST_GPU
+  SQUALL_SKIP("halos in GPU memory need the CUDA backend (this is the CPU tests' build of the case)");
+#else
+  std::string why_none;
+  const int devices = cuda::device_count(&why_none);
+  if (world.allreduce_min(devices) == 0) SQUALL_SKIP("no GPU on some rank: " << why_none);
+  const int device = world.rank() % devices;
+  if (const std::string why = mpi::device_halo_refusal(world, device); !why.empty()) SQUALL_SKIP(why);
+  const nn::ModelSpec spec = climate_unet();
+  const Batch batch = random_batch(2, 16, 96, 144, 3, 1);
+  squall::testing::ThreadTileHub solo(1);
+  squall::testing::ThreadTileComm solo_comm(solo, 0);
+  const StepResult whole = run_step(spec, batch, {1, 1}, 0, &solo_comm, device);
+  const SpatialSplit split{2, 1};
+  const parallel::SpatialGroups groups = parallel::make_spatial_groups(world, split);
+  parallel::MpiTileComm host(groups.group);
+  StepResult staged = run_step(spec, batch, split, groups.group.rank(), &host, device);
+  parallel::MpiTileComm nccl(groups.group);
+  nccl.use_device_memory(mpi::make_device_halo_exchanger(groups.group, device, 120));
+  CHECK(nccl.device_memory());
+  LoggedTileComm logged(nccl);
+  StepResult got = run_step(spec, batch, split, groups.group.rank(), &logged, device);
+
+  INFO("loss unsplit " << whole.loss << ", through host memory " << staged.loss << ", over NCCL " << got.loss);
+  CHECK(std::fabs(got.loss - whole.loss) <= 1e-5 * std::fabs(whole.loss));
+  // cuDNN may choose other algorithms for another graph of the same shapes: a tolerance, not
+  // bits, against the staged run too.
+  CHECK(std::fabs(got.loss - staged.loss) <= 1e-6 * std::fabs(staged.loss));
+  groups.group.allreduce_sum(std::span<double>(got.grads));
+  check_close_per_tensor(got.grads, whole.grads, whole.param_info, 1e-5, "gradient");
+  check_close_per_tensor(got.state, whole.state, whole.state_info, 1e-5, "running statistic");
+  // The same messages as through host memory, timed on the device.
+  const nn::HaloTimes t = nccl.halo_times(), h = host.halo_times();
+  INFO("NCCL: exposed " << t.exposed << " s, hidden " << t.hidden << " s, " << t.exchanges << " exchanges, " << t.bytes
+                        << " bytes; host: " << h.exchanges << " exchanges, " << h.bytes << " bytes");
+  CHECK(t.exchanges == h.exchanges);
+  CHECK(t.bytes == h.bytes);
+  CHECK(t.exposed >= 0);
+  CHECK(t.hidden >= 0);
+  CHECK(t.exposed + t.hidden > 0);
+  if (world.rank() == 0)
+    std::printf("spatial [2, 1] over NCCL: a step takes %.4f s (through host memory %.4f s); its halos %.5f s exposed, "
+                "%.5f s hidden\n",
+                got.seconds, staged.seconds, got.second_step_halos.exposed, got.second_step_halos.hidden);
+#endif
 }

@@ -54,12 +54,14 @@ class DeviceLikeCpuBackend final : public cpu::CpuBackend {
 };
 #endif
 
-// A fresh backend of the kind under test (threads: the CPU backend's team size).
-inline std::unique_ptr<nn::Backend> make_test_backend(int threads = 0) {
+// A fresh backend of the kind under test (threads: the CPU backend's team size; device: the
+// GPU under SQUALL_TEST_GPU, ignored on the CPU).
+inline std::unique_ptr<nn::Backend> make_test_backend(int threads = 0, int device = 0) {
 #ifdef SQUALL_TEST_GPU
   (void)threads;
-  return backends::make_cuda_backend(0);
+  return backends::make_cuda_backend(device);
 #else
+  (void)device;
   if (testing_cpu_streams() == "async-device") return std::make_unique<DeviceLikeCpuBackend>(threads);
   return std::make_unique<cpu::CpuBackend>(cpu::CpuBackendOptions{threads, testing_async_cpu_streams(), std::nullopt});
 #endif

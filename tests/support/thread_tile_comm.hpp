@@ -6,11 +6,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "src/core/error.hpp"
@@ -52,6 +54,32 @@ class ThreadTileHub {
     m_mail.erase(key);
   }
 
+  // Messages matched by their order between a pair of ranks, not by tags (NCCL's send and
+  // receive): a queue per sender and receiver.
+  void post_in_order(int64_t from, int64_t to, const void* data, size_t bytes) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    const auto* p = static_cast<const char*>(data);
+    m_queues[{from, to}].emplace_back(p, p + bytes);
+    posted_bytes += bytes;
+    m_cv.notify_all();
+  }
+  // Waits (at most a minute) for the next message from `from` to `to`; its size must be the
+  // receive's (NCCL's would hang or fail on a mismatch).
+  void take_in_order(int64_t from, int64_t to, void* data, size_t bytes) {
+    std::unique_lock<std::mutex> lock(m_mutex);
+    auto& queue = m_queues[{from, to}];
+    if (!m_cv.wait_for(lock, std::chrono::minutes(1), [&] { return !queue.empty(); }))
+      throw Error("thread tile hub: rank " + std::to_string(to) + " waited a minute for the next message from rank " +
+                  std::to_string(from));
+    const std::vector<char>& m = queue.front();
+    if (m.size() != bytes)
+      throw Error("thread tile hub: the next message from rank " + std::to_string(from) + " to rank " +
+                  std::to_string(to) + " carries " + std::to_string(m.size()) + " bytes, the receive expects " +
+                  std::to_string(bytes) + " (the ranks posted their messages in different orders)");
+    if (bytes > 0) std::memcpy(data, m.data(), bytes);
+    queue.pop_front();
+  }
+
   void gather(int64_t rank, const double* mine, size_t n, double* all) {
     std::unique_lock<std::mutex> lock(m_mutex);
     const uint64_t generation = m_generation;
@@ -76,6 +104,7 @@ class ThreadTileHub {
   std::mutex m_mutex;
   std::condition_variable m_cv;
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<char>> m_mail;
+  std::map<std::pair<int64_t, int64_t>, std::deque<std::vector<char>>> m_queues;
   std::vector<std::vector<double>> m_slots;
   std::vector<double> m_result;
   int64_t m_arrived = 0;
@@ -84,7 +113,10 @@ class ThreadTileHub {
 
 class ThreadTileComm final : public nn::TileComm {
  public:
-  ThreadTileComm(ThreadTileHub& hub, int64_t rank) : m_hub(hub), m_rank(rank) {}
+  // in_order: the group takes "device memory" (start_on) and matches a pair's messages by the
+  // order they are posted in, as NCCL does, not by tags (on the CPU, where a test can run it).
+  ThreadTileComm(ThreadTileHub& hub, int64_t rank, bool in_order = false)
+      : m_hub(hub), m_rank(rank), m_in_order(in_order) {}
   int64_t group_rank() const override { return m_rank; }
   int64_t group_size() const override { return m_hub.size(); }
 
@@ -101,7 +133,7 @@ class ThreadTileComm final : public nn::TileComm {
     std::vector<Message> m_receives;
   };
 
-  std::unique_ptr<Exchange> start(const std::vector<Message>& sends, const std::vector<Message>& receives) override {
+  std::unique_ptr<Exchange> start_tagged(const std::vector<Message>& sends, const std::vector<Message>& receives) {
     for (const Message& m : sends) {
       m_hub.post(m_rank, m.peer, m.tag, m.data, m.bytes);
       log.push_back("send " + std::to_string(m.tag) + " to " + std::to_string(m.peer) + ": " + std::to_string(m.bytes));
@@ -110,6 +142,41 @@ class ThreadTileComm final : public nn::TileComm {
     ++m_times.exchanges;
     return std::make_unique<ThreadExchange>(*this, receives);
   }
+  bool device_memory() const override { return m_in_order; }
+
+  class OrderedExchange final : public Exchange {
+   public:
+    OrderedExchange(ThreadTileComm& comm, std::vector<Message> receives) : m_comm(comm), m_receives(std::move(receives)) {}
+    void wait() override {
+      for (const size_t i : pair_order(m_receives))
+        m_comm.m_hub.take_in_order(m_receives[i].peer, m_comm.m_rank, m_receives[i].data, m_receives[i].bytes);
+      m_receives.clear();
+    }
+
+   private:
+    ThreadTileComm& m_comm;
+    std::vector<Message> m_receives;
+  };
+
+  // The CPU's streams run a layer's work before its exchange starts (inline, or on the worker
+  // that calls this), so `after` has nothing left to wait for.
+  std::unique_ptr<Exchange> start_on(nn::Stream&, const std::vector<Message>& sends,
+                                     const std::vector<Message>& receives) override {
+    if (!m_in_order) throw Error("thread tile comm: start_on on a group of host memory");
+    for (const size_t i : pair_order(sends)) {
+      const Message& m = sends[i];
+      m_hub.post_in_order(m_rank, m.peer, m.data, m.bytes);
+      log.push_back("send " + std::to_string(m.tag) + " to " + std::to_string(m.peer) + ": " + std::to_string(m.bytes));
+      m_times.bytes += static_cast<double>(m.bytes);
+    }
+    ++m_times.exchanges;
+    return std::make_unique<OrderedExchange>(*this, receives);
+  }
+  std::unique_ptr<Exchange> start(const std::vector<Message>& sends, const std::vector<Message>& receives) override {
+    if (m_in_order) throw Error("thread tile comm: start (host memory) on a group that takes device memory");
+    return start_tagged(sends, receives);
+  }
+
   void gather(const double* mine, size_t n, double* all) override {
     collectives.push_back("gather " + std::to_string(n));
     m_hub.gather(m_rank, mine, n, all);
@@ -122,6 +189,7 @@ class ThreadTileComm final : public nn::TileComm {
  private:
   ThreadTileHub& m_hub;
   int64_t m_rank;
+  bool m_in_order = false;
   nn::HaloTimes m_times;
 };
 

@@ -15,6 +15,7 @@
 
 #include "src/core/error.hpp"
 #include "src/nn/graph.hpp"
+#include "src/nn/layers/halo.hpp"
 #include "src/nn/models/builder.hpp"
 #include "src/nn/models/input_multiple.hpp"
 #include "src/nn/spatial.hpp"
@@ -57,6 +58,26 @@ struct RankRun {
   size_t halo_bytes = 0;  // sent by every rank of the group together
 };
 
+
+// Runs body(r) for every rank r of a group of `ranks`, each on a thread of its own, and
+// returns what the ranks threw, a line each ("" when none did).
+std::string on_every_rank(int64_t ranks, const std::function<void(int64_t)>& body) {
+  std::vector<std::string> errors(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  std::string all;
+  for (size_t r = 0; r < errors.size(); ++r)
+    if (!errors[r].empty()) all += "rank " + std::to_string(r) + ": " + errors[r] + "\n";
+  return all;
+}
 
 // Trains `spec` on `batches` (cycled) for `steps` steps of plain SGD as rank `rank` of a split
 // (or unsplit, with a null comm), the group's gradients summed on the host in double.
@@ -137,20 +158,9 @@ RankRun run_split(const nn::ModelSpec& spec, const std::vector<Batch>& batches, 
   std::vector<std::unique_ptr<ThreadTileComm>> comms;
   for (int64_t r = 0; r < split.ranks(); ++r) comms.push_back(std::make_unique<ThreadTileComm>(hub, r));
   std::vector<RankRun> runs(static_cast<size_t>(split.ranks()));
-  std::vector<std::string> errors(static_cast<size_t>(split.ranks()));
-  std::vector<std::thread> threads;
-  for (int64_t r = 0; r < split.ranks(); ++r)
-    threads.emplace_back([&, r] {
-      try {
-        runs[static_cast<size_t>(r)] = run_rank(spec, batches, split, r, comms[static_cast<size_t>(r)].get(), steps, lr);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  std::string all_errors;
-  for (size_t r = 0; r < errors.size(); ++r)
-    if (!errors[r].empty()) all_errors += "rank " + std::to_string(r) + ": " + errors[r] + "\n";
+  const std::string all_errors = on_every_rank(split.ranks(), [&](int64_t r) {
+    runs[static_cast<size_t>(r)] = run_rank(spec, batches, split, r, comms[static_cast<size_t>(r)].get(), steps, lr);
+  });
   INFO(all_errors);
   REQUIRE(all_errors.empty());
   for (const auto& r : runs) {
@@ -393,25 +403,33 @@ void compare_graphs(const std::function<std::unique_ptr<nn::Graph>()>& make, int
   ThreadTileHub solo(1);
   ThreadTileComm solo_comm(solo, 0);
   const Out whole = run({1, 1}, 0, &solo_comm);
-  ThreadTileHub hub(split.ranks());
-  std::vector<Out> parts(static_cast<size_t>(split.ranks()));
-  std::vector<std::string> errors(parts.size());
-  std::vector<std::thread> threads;
-  for (int64_t r = 0; r < split.ranks(); ++r)
-    threads.emplace_back([&, r] {
-      try {
-        ThreadTileComm comm(hub, r);
-        parts[static_cast<size_t>(r)] = run(split, r, &comm);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
+  // Every rank on a thread of its own; in_order: the halos matched by the order a pair posts
+  // them in, as NCCL matches device buffers (TileComm::start_on), not by tags.
+  const auto run_parts = [&](bool in_order, size_t& bytes) {
+    ThreadTileHub hub(split.ranks());
+    std::vector<Out> parts(static_cast<size_t>(split.ranks()));
+    const std::string all_errors = on_every_rank(split.ranks(), [&](int64_t r) {
+      ThreadTileComm comm(hub, r, in_order);
+      parts[static_cast<size_t>(r)] = run(split, r, &comm);
     });
-  for (auto& t : threads) t.join();
-  std::string all_errors;
-  for (size_t r = 0; r < errors.size(); ++r)
-    if (!errors[r].empty()) all_errors += "rank " + std::to_string(r) + ": " + errors[r] + "\n";
-  INFO(all_errors);
-  REQUIRE(all_errors.empty());
+    INFO((in_order ? "halos matched by order: " : "halos matched by tag: ") << all_errors);
+    REQUIRE(all_errors.empty());
+    bytes = hub.posted_bytes;
+    return parts;
+  };
+  size_t tagged_bytes = 0, ordered_bytes = 0;
+  const std::vector<Out> parts = run_parts(false, tagged_bytes);
+  {
+    // The same kernels on the same cells: the transport cannot change a bit.
+    const std::vector<Out> ordered = run_parts(true, ordered_bytes);
+    CHECK(ordered_bytes == tagged_bytes);
+    for (size_t r = 0; r < parts.size(); ++r) {
+      INFO("rank " << r << " with its halos matched by order");
+      CHECK(ordered[r].y == parts[r].y);
+      CHECK(ordered[r].grads == parts[r].grads);
+      CHECK(ordered[r].state == parts[r].state);
+    }
+  }
   std::vector<float> grads(whole.grads.size(), 0.0f);
   for (const Out& p : parts)
     for (size_t i = 0; i < grads.size(); ++i) grads[i] += p.grads[i];
@@ -613,6 +631,77 @@ TEST_CASE("a split the model cannot run is refused naming the node and why", "[s
                                          Catch::Contains("periodic_longitude"));
 }
 
+TEST_CASE("halos matched by order, as NCCL matches them, pair up whatever order a rank builds its lists in",
+          "[spatial]") {
+  // Every tile's halo plan for a 3x3 convolution of dilation `dil` on an h x w tensor; each
+  // rank's sends and receives as TileHalos makes them (peer, tag from the block's shift, the
+  // block's size), shuffled, then put in pair order: a sender's k-th message to a peer must be
+  // the peer's k-th receive from it, tag and size.
+  struct Case {
+    SpatialSplit split;
+    int64_t h, w, dil;
+    bool wrap;
+  };
+  const std::vector<Case> cases = {{{1, 2}, 16, 16, 1, true},   // two blocks a pair: east and across the date line
+                                   {{1, 3}, 12, 24, 2, true},   // and a tile's own wrap
+                                   {{4, 1}, 16, 8, 6, false},   // multi-hop: the reach passes the next tile
+                                   {{2, 2}, 16, 16, 3, true}};  // corners, and both wraps
+  bool order_mattered = false;
+  std::mt19937 rng(11);
+  for (const Case& k : cases) {
+    INFO("split " << k.split.str() << ", " << k.h << " x " << k.w << ", dilation " << k.dil
+                  << (k.wrap ? ", wrapped" : ""));
+    using Message = nn::TileComm::Message;
+    std::vector<std::vector<Message>> sends, receives;
+    for (int64_t r = 0; r < k.split.ranks(); ++r) {
+      const SpatialPlace place = SpatialPlace::make(k.split, r, k.h, k.w, 1, k.wrap);
+      const nn::TensorTile t = nn::tensor_tile(place, k.h, k.w);
+      const nn::NeededCells needed = [&](int64_t row, int64_t col) {
+        const Span ys = t.row_spans[static_cast<size_t>(row)], xs = t.col_spans[static_cast<size_t>(col)];
+        return nn::within_tensor({ys.begin - k.dil, ys.end + k.dil, xs.begin - k.dil, xs.end + k.dil}, k.h, k.w,
+                                 k.wrap);
+      };
+      const nn::TileHalos::Plan plan = nn::TileHalos::plan(t, needed);
+      std::vector<Message> out, in;
+      for (const auto& b : plan.sends)
+        if (b.peer != r) out.push_back({b.peer, b.shift + 1, nullptr, static_cast<size_t>(b.cells.rows() * b.cells.cols())});
+      for (const auto& b : plan.receives)
+        if (b.peer != r) in.push_back({b.peer, b.shift + 1, nullptr, static_cast<size_t>(b.cells.rows() * b.cells.cols())});
+      std::shuffle(out.begin(), out.end(), rng);
+      std::shuffle(in.begin(), in.end(), rng);
+      sends.push_back(out);
+      receives.push_back(in);
+    }
+    const auto between = [](const std::vector<Message>& list, int64_t peer, bool ordered) {
+      std::vector<std::pair<int64_t, size_t>> seq;
+      const std::vector<size_t> order = ordered ? nn::TileComm::pair_order(list) : [&] {
+        std::vector<size_t> i(list.size());
+        for (size_t j = 0; j < i.size(); ++j) i[j] = j;
+        return i;
+      }();
+      for (const size_t i : order)
+        if (list[i].peer == peer) seq.emplace_back(list[i].tag, list[i].bytes);
+      return seq;
+    };
+    for (int64_t a = 0; a < k.split.ranks(); ++a)
+      for (int64_t b = 0; b < k.split.ranks(); ++b) {
+        if (a == b) continue;
+        INFO("messages from group rank " << a << " to " << b);
+        CHECK(between(sends[static_cast<size_t>(a)], b, true) == between(receives[static_cast<size_t>(b)], a, true));
+        if (between(sends[static_cast<size_t>(a)], b, false) != between(receives[static_cast<size_t>(b)], a, false))
+          order_mattered = true;
+      }
+    // Sorted by peer, then tag.
+    for (const auto& list : sends) {
+      const std::vector<size_t> o = nn::TileComm::pair_order(list);
+      for (size_t i = 1; i < o.size(); ++i)
+        CHECK(std::make_pair(list[o[i - 1]].peer, list[o[i - 1]].tag) < std::make_pair(list[o[i]].peer, list[o[i]].tag));
+    }
+  }
+  // The shuffled lists did not pair up by themselves somewhere: the test can fail.
+  CHECK(order_mattered);
+}
+
 TEST_CASE("each layer DeepLabv3+ adds runs on tiles as it runs unsplit", "[spatial]") {
   const auto conv = [](int64_t k, int64_t kernel, int64_t stride, int64_t pad, int64_t dil, bool bias = true) {
     return nn::conv2d({k, kernel, stride, pad, dil, bias, nn::Init::uniform_fan_in});
@@ -736,34 +825,27 @@ Batch forward_whole(const nn::ModelSpec& spec, const Batch& b, SpatialSplit spli
   const int64_t multiple = nn::input_multiple(spec);
   std::vector<Batch> tiles(static_cast<size_t>(split.ranks()));
   ThreadTileHub hub(split.ranks());
-  std::vector<std::string> errors(tiles.size());
-  std::vector<std::thread> threads;
-  for (int64_t r = 0; r < split.ranks(); ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto backend = make_test_backend(1);
-        backend->bind_calling_thread(1);
-        auto g = nn::make_model(spec, Shape(1, b.c, b.h, b.w));
-        ThreadTileComm comm(hub, r);
-        const SpatialPlace place = SpatialPlace::make(split, r, b.h, b.w, multiple);
-        if (split.split()) g->set_tile(place, &comm);
-        g->build(*backend, b.n, 7);
-        auto s = backend->create_stream();
-        const Batch in = split.split() ? crop(b, place.rows(), place.cols()) : b;
-        backend->copy_from_host(*s, g->input().f32(), in.images.data(), in.images.size());
-        nn::RunMode mode;
-        g->forward(*s, mode);
-        const Shape o = g->output_shape();
-        Batch& t = tiles[static_cast<size_t>(r)];
-        t = Batch{o.n(), o.c(), o.h(), o.w(), std::vector<float>(static_cast<size_t>(o.numel())), {}};
-        backend->copy_to_host(*s, t.images.data(), g->output().f32(), t.images.size());
-        backend->synchronize(*s);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (const std::string& e : errors) REQUIRE(e.empty());
+  const std::string errors = on_every_rank(split.ranks(), [&](int64_t r) {
+    auto backend = make_test_backend(1);
+    backend->bind_calling_thread(1);
+    auto g = nn::make_model(spec, Shape(1, b.c, b.h, b.w));
+    ThreadTileComm comm(hub, r);
+    const SpatialPlace place = SpatialPlace::make(split, r, b.h, b.w, multiple);
+    if (split.split()) g->set_tile(place, &comm);
+    g->build(*backend, b.n, 7);
+    auto s = backend->create_stream();
+    const Batch in = split.split() ? crop(b, place.rows(), place.cols()) : b;
+    backend->copy_from_host(*s, g->input().f32(), in.images.data(), in.images.size());
+    nn::RunMode mode;
+    g->forward(*s, mode);
+    const Shape o = g->output_shape();
+    Batch& t = tiles[static_cast<size_t>(r)];
+    t = Batch{o.n(), o.c(), o.h(), o.w(), std::vector<float>(static_cast<size_t>(o.numel())), {}};
+    backend->copy_to_host(*s, t.images.data(), g->output().f32(), t.images.size());
+    backend->synchronize(*s);
+  });
+  INFO(errors);
+  REQUIRE(errors.empty());
   const Batch& t0 = tiles[0];
   Batch whole{b.n, t0.c, b.h, b.w, std::vector<float>(static_cast<size_t>(b.n * t0.c * b.h * b.w)), {}};
   for (int64_t r = 0; r < split.ranks(); ++r) {

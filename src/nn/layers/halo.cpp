@@ -111,12 +111,13 @@ TileHalos::TileHalos(Backend& backend, const TensorTile& t, const NeededCells& n
   m_plan = plan(t, needed);
   m_me = t.row * t.tile_cols() + t.col;
   m_host = backend.capabilities().host_accessible;
+  m_on_device = m_comm->device_memory();
   const auto make = [&](const Block& b) {
     const auto n = static_cast<size_t>(std::max<int64_t>(count(b), 1));
     Buffers x;
     x.data = backend.allocate(n, dtype);
     x.grad = backend.allocate(n, dtype);
-    if (!m_host && b.peer != m_me) {
+    if (stages() && b.peer != m_me) {
       x.host_data = backend.allocate_host(n, dtype);
       x.host_grad = backend.allocate_host(n, dtype);
     }
@@ -244,7 +245,7 @@ void TileHalos::finish_backward(Stream& s, void* dx) {
 // owners and theirs of this tile's cells in. A tile's own wrap needs no message.
 void TileHalos::exchange(Stream& s, bool backward) {
   const size_t esize = dtype_size(m_dtype);
-  if (!m_host) {
+  if (stages()) {
     const std::vector<Block>& out = backward ? m_plan.receives : m_plan.sends;
     const std::vector<Buffers>& bufs = backward ? m_received : m_sent;
     for (size_t i = 0; i < out.size(); ++i) {
@@ -257,8 +258,12 @@ void TileHalos::exchange(Stream& s, bool backward) {
         m_backend.copy_bytes_to_host(s, b.host_data.raw(), b.data.raw(), bytes);
     }
   }
-  // The packed buffers must be complete before another thread reads them.
-  m_backend.synchronize(s);
+  // The packed buffers must be complete before another thread reads them; an exchange of
+  // device memory is ordered after them on the device instead.
+  if (!m_on_device) m_backend.synchronize(s);
+  // Host memory: the buffers themselves (a CPU) or their pinned copies (a device that
+  // stages); device memory: the buffers.
+  const bool direct = !stages();
   std::vector<TileComm::Message> sends, receives;
   for (size_t i = 0; i < m_plan.sends.size(); ++i) {
     const Block& b = m_plan.sends[i];
@@ -266,9 +271,9 @@ void TileHalos::exchange(Stream& s, bool backward) {
     const Buffers& x = m_sent[i];
     const auto bytes = static_cast<size_t>(count(b)) * esize;
     if (backward)
-      receives.push_back({b.peer, tag_of(m_node, true, b.shift), (m_host ? x.grad : x.host_grad).raw(), bytes});
+      receives.push_back({b.peer, tag_of(m_node, true, b.shift), (direct ? x.grad : x.host_grad).raw(), bytes});
     else
-      sends.push_back({b.peer, tag_of(m_node, false, b.shift), (m_host ? x.data : x.host_data).raw(), bytes});
+      sends.push_back({b.peer, tag_of(m_node, false, b.shift), (direct ? x.data : x.host_data).raw(), bytes});
   }
   for (size_t i = 0; i < m_plan.receives.size(); ++i) {
     const Block& b = m_plan.receives[i];
@@ -276,19 +281,24 @@ void TileHalos::exchange(Stream& s, bool backward) {
     const Buffers& x = m_received[i];
     const auto bytes = static_cast<size_t>(count(b)) * esize;
     if (backward)
-      sends.push_back({b.peer, tag_of(m_node, true, b.shift), (m_host ? x.grad : x.host_grad).raw(), bytes});
+      sends.push_back({b.peer, tag_of(m_node, true, b.shift), (direct ? x.grad : x.host_grad).raw(), bytes});
     else
-      receives.push_back({b.peer, tag_of(m_node, false, b.shift), (m_host ? x.data : x.host_data).raw(), bytes});
+      receives.push_back({b.peer, tag_of(m_node, false, b.shift), (direct ? x.data : x.host_data).raw(), bytes});
   }
   if (sends.empty() && receives.empty()) return;
-  m_exchange = m_comm->start(sends, receives);
+  m_exchange = m_on_device ? m_comm->start_on(s, sends, receives) : m_comm->start(sends, receives);
 }
 
 void TileHalos::wait(Stream& s, bool backward) {
   if (!m_exchange) return;
+  if (m_on_device) {  // the stream's later work (the unpacking) waits on the device
+    m_exchange->order(s);
+    m_exchange.reset();
+    return;
+  }
   m_exchange->wait();
   m_exchange.reset();
-  if (m_host) return;
+  if (!stages()) return;
   const size_t esize = dtype_size(m_dtype);
   const std::vector<Block>& in = backward ? m_plan.sends : m_plan.receives;
   const std::vector<Buffers>& bufs = backward ? m_sent : m_received;

@@ -126,6 +126,9 @@ class TileHalos {
   void exchange(Stream& s, bool backward);
   void wait(Stream& s, bool backward);
   int64_t count(const Block& b) const { return m_outer * b.cells.rows() * b.cells.cols() * m_inner; }
+  // Whether the halos go through pinned host copies: device memory the host cannot read, and
+  // a communicator that takes host memory only.
+  bool stages() const { return !m_host && !m_on_device; }
   const Buffers& self_receive(int shift) const;  // the received block of this tile's own wrap
 
   Backend& m_backend;
@@ -134,7 +137,8 @@ class TileHalos {
   int64_t m_me = 0;
   int64_t m_outer = 1, m_inner = 1;
   DType m_dtype;
-  bool m_host = true;
+  bool m_host = true;       // the host reads the backend's memory (the CPU)
+  bool m_on_device = false;  // the communicator exchanges the device's memory (NCCL)
   Plan m_plan;
   std::vector<Buffers> m_received, m_sent;  // per m_plan.receives, .sends
   Buffer m_zeros;                           // as large as the largest received block
