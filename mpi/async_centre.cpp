@@ -24,7 +24,7 @@ namespace {
 constexpr int k_request = 1;  // client -> shard: a push, a finish
 constexpr int k_reply = 2;    // shard -> client: the newest values of the shard
 
-enum Kind : int64_t { push = 0, finish_push = 1, finish_only = 2 };
+enum Kind : int64_t { push = 0, finish_push = 1, finish_only = 2, settle_push = 3 };
 
 // Every message starts with this; a request's floats are the delta's slice, a reply's the
 // shard's values.
@@ -55,7 +55,16 @@ struct AsyncCentre::Impl {
   size_t lo = 0, hi = 0;
   std::vector<float> x, b, acc;
   int64_t steps = 0, arrivals = 0, finals = 0;
-  std::vector<int64_t> pushes, base_steps;
+  std::vector<int64_t> pushes;
+  int64_t total = 0;                // pushes applied, every node's
+  std::vector<int64_t> base_pushes;  // per node: `total` when it last took the centre
+  // The staleness of a delta after `since` other pushes were applied: the rounds beyond the
+  // one it shares with the other nodes' (up to N - 1 pushes come before it in a synchronous
+  // round without making it stale), rounded up.
+  int64_t staleness(int64_t since) const {
+    const int64_t beyond = since - (nodes - 1);
+    return beyond > 0 ? (beyond + nodes - 1) / nodes : 0;
+  }
   struct Pending {
     int node;
     int64_t need;  // the pushes every node must have made (-1: none)
@@ -108,13 +117,13 @@ void AsyncCentre::Impl::handle(int source, std::vector<char>& message) {
   const int k = static_cast<int>(h.node);
   if (k != source || k < 0 || k >= nodes) throw Error("a request of node " + std::to_string(h.node) + " from rank " + std::to_string(source));
   int64_t tau = 0;
-  if (h.kind == push || h.kind == finish_push) {
+  if (h.kind == push || h.kind == finish_push || h.kind == settle_push) {
     const size_t count = hi - lo;
     if (message.size() != sizeof(h) + count * sizeof(float))
       throw Error("a push of node " + std::to_string(k) + " carries " + std::to_string(message.size() - sizeof(h)) +
                   " bytes, the shard holds " + std::to_string(count) + " floats");
     const float* d = reinterpret_cast<const float*>(message.data() + sizeof(h));
-    tau = steps - base_steps[static_cast<size_t>(k)];
+    tau = staleness(total - base_pushes[static_cast<size_t>(k)]);
     const double w = 1.0 / (1.0 + static_cast<double>(tau));
     const auto step = static_cast<float>(options.lr * w * shares[static_cast<size_t>(k)]);
     const auto into = static_cast<float>(h.lr > 0 ? w * shares[static_cast<size_t>(k)] / h.lr : 0.0);
@@ -123,6 +132,7 @@ void AsyncCentre::Impl::handle(int source, std::vector<char>& message) {
       acc[i] += into * d[i];
     }
     ++pushes[static_cast<size_t>(k)];
+    ++total;
     if (++arrivals == nodes) {  // one outer step: the momentum, delayed to it
       arrivals = 0;
       ++steps;
@@ -140,7 +150,10 @@ void AsyncCentre::Impl::handle(int source, std::vector<char>& message) {
   }
   const bool final = h.kind == finish_push || h.kind == finish_only;
   if (final) ++finals;
-  const int64_t need = options.max_staleness >= 0 ? pushes[static_cast<size_t>(k)] - options.max_staleness : -1;
+  // A settling push waits for every node's as many pushes (a bound of 0 for it alone).
+  const int64_t need = h.kind == settle_push          ? pushes[static_cast<size_t>(k)]
+                       : options.max_staleness >= 0 ? pushes[static_cast<size_t>(k)] - options.max_staleness
+                                                    : -1;
   pending.push_back({k, need, final, tau});
 }
 
@@ -162,7 +175,7 @@ void AsyncCentre::Impl::answer_ready() {
     h.staleness = p.staleness;
     h.slowest = slowest;
     std::memcpy(reply.data(), &h, sizeof(h));
-    base_steps[static_cast<size_t>(p.node)] = steps;
+    base_pushes[static_cast<size_t>(p.node)] = total;
     // The client posted its receive before its request: a send that completes.
     SQUALL_MPI_CHECK(MPI_Send(reply.data(), static_cast<int>(reply.size()), MPI_BYTE, p.node, k_reply, comm));
   }
@@ -238,7 +251,7 @@ AsyncCentre::AsyncCentre(const Communicator& leaders, const float* initial, size
   m.b.assign(m.hi - m.lo, 0.0f);
   m.acc.assign(m.hi - m.lo, 0.0f);
   m.pushes.assign(static_cast<size_t>(m.nodes), 0);
-  m.base_steps.assign(static_cast<size_t>(m.nodes), 0);
+  m.base_pushes.assign(static_cast<size_t>(m.nodes), 0);
   m.thread = std::thread([&m] { m.serve(); });
 }
 
@@ -253,6 +266,10 @@ size_t AsyncCentre::size() const { return m_impl->n; }
 
 PushResult AsyncCentre::push_pull(const float* model, float lr, float* centre_out) {
   return m_impl->exchange(model, lr, centre_out, push);
+}
+
+PushResult AsyncCentre::settle(const float* model, float lr, float* centre_out) {
+  return m_impl->exchange(model, lr, centre_out, settle_push);
 }
 
 PushResult AsyncCentre::finish(const float* model, float lr, float* centre_out) {
@@ -272,7 +289,6 @@ AsyncCentreState AsyncCentre::state() {
     s.outer_steps = m.steps;
     s.arrivals = m.arrivals;
     s.pushes = m.pushes;
-    s.base_steps = m.base_steps;
     for (const auto* v : {&m.x, &m.b, &m.acc}) mine.insert(mine.end(), v->begin(), v->end());
   }
   // Every shard's three arrays, gathered in node order.
@@ -301,7 +317,7 @@ void AsyncCentre::restore(const AsyncCentreState& s) {
   if (s.centre.size() != m.n || s.momentum.size() != m.n || s.accumulated.size() != m.n)
     throw Error("asynchronous centre: a state of " + std::to_string(s.centre.size()) + " values for a centre of " +
                 std::to_string(m.n));
-  if (s.pushes.size() != static_cast<size_t>(m.nodes) || s.base_steps.size() != static_cast<size_t>(m.nodes))
+  if (s.pushes.size() != static_cast<size_t>(m.nodes))
     throw Error("asynchronous centre: a state of " + std::to_string(s.pushes.size()) + " nodes for a job of " +
                 std::to_string(m.nodes));
   {
@@ -313,8 +329,10 @@ void AsyncCentre::restore(const AsyncCentreState& s) {
     m.steps = s.outer_steps;
     m.arrivals = s.arrivals;
     m.pushes = s.pushes;
+    m.total = 0;
+    for (const int64_t p : s.pushes) m.total += p;
     // Every node starts again from the restored centre.
-    m.base_steps.assign(static_cast<size_t>(m.nodes), s.outer_steps);
+    m.base_pushes.assign(static_cast<size_t>(m.nodes), m.total);
   }
   m.base = s.centre;
   m.leaders.barrier();  // no node pushes before every shard holds the state

@@ -7,9 +7,12 @@
 //
 // A node's push (push_pull) is its progress since the centre it last took, d = base - model,
 // sent shard by shard with the node's inner learning rate; each shard applies it at once and
-// answers with its newest values. The shard's rule, for node k with share s_k of the job's
-// learners, a delta tau outer steps stale (outer steps the shard completed since k last took
-// it), weight w = 1 / (1 + tau), outer rate eta, momentum mu, inner rate lr:
+// answers with its newest values. A delta's staleness tau counts the rounds of the other
+// nodes' pushes applied since k took the centre beyond the N - 1 that a synchronous round puts
+// before it: with P such pushes, tau = ceil((P - (N - 1)) / N), 0 where P <= N - 1 (so equally
+// fast nodes, each pushing once while the others do, are never stale). The shard's rule, for
+// node k with share s_k of the job's learners, weight w = 1 / (1 + tau), outer rate eta,
+// momentum mu, inner rate lr:
 //     x   <- x - eta w s_k d                  at once, every push
 //     acc <- acc + w s_k d / lr
 // and after every N pushes (N the nodes: one outer step) the momentum, delayed to the step
@@ -48,9 +51,9 @@ struct AsyncCentreOptions {
   double poll_s = 100e-6;     // how long a shard's thread sleeps between looks for requests
 };
 
-// What a push saw: the staleness of its delta (the most over the shards), the outer steps the
-// centre had taken (the least over the shards), and the pushes of the slowest node when the
-// answer came.
+// What a push saw: the staleness of its delta in rounds (the most over the shards), the outer
+// steps the centre had taken (the least over the shards), and the pushes of the slowest node
+// when the answer came.
 struct PushResult {
   int64_t staleness = 0;
   int64_t outer_steps = 0;
@@ -63,8 +66,7 @@ struct PushResult {
 struct AsyncCentreState {
   std::vector<float> centre, momentum, accumulated;
   int64_t outer_steps = 0, arrivals = 0;
-  std::vector<int64_t> pushes;      // per node
-  std::vector<int64_t> base_steps;  // per node: the outer steps when it last took the centre
+  std::vector<int64_t> pushes;  // per node
 };
 
 class AsyncCentre {
@@ -86,6 +88,9 @@ class AsyncCentre {
   // of its last step), and the newest centre into centre_out (n floats; it may be `model`),
   // which becomes the base of the next push. Waits only as max_staleness says.
   PushResult push_pull(const float* model, float lr, float* centre_out);
+  // A push answered once every node has pushed as often (every node calls it at the same
+  // point of the run: an evaluation, a checkpoint): every node then holds the same centre.
+  PushResult settle(const float* model, float lr, float* centre_out);
   // The last push (model null: none) and the final centre, once every node has finished.
   // Collective over the leaders; afterwards the shard threads stop.
   PushResult finish(const float* model, float lr, float* centre_out);
@@ -93,7 +98,7 @@ class AsyncCentre {
   // flight (every leader calls it at the same point of the run, having pushed what it will).
   AsyncCentreState state();
   // A checkpoint's state back (collective): every node starts again from its centre, which is
-  // the base of its next push (base_steps are the state's outer steps).
+  // the base of its next push.
   void restore(const AsyncCentreState& s);
 
   struct Impl;

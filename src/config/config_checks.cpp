@@ -139,6 +139,25 @@ std::string cosine_floor_vs_lr(const Config& c) {
          "schedule.min_lr below optimizer.lr";
 }
 
+std::string list_text(const std::vector<int64_t>& values);
+
+// parallel.outer.async against what it cannot go with.
+std::string async_outer_vs_rest(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  if (p.outer.async && p.outer.streaming)
+    return "parallel.outer.streaming and parallel.outer.async are two ways of hiding the outer step: an "
+           "asynchronous node never waits for the job's sum that streaming hides (set one of them)";
+  if (p.outer.async && p.spatial.size() == 2 && p.spatial[0] * p.spatial[1] > 1)
+    return "parallel.outer.async with parallel.spatial = " + list_text(p.spatial) +
+           ": asynchronous outer steps across split samples are not built yet (set parallel.spatial = [1, 1], "
+           "or parallel.outer.async = false)";
+  if (p.outer.max_staleness != -1 && !p.outer.async)
+    return "parallel.outer.max_staleness = " + std::to_string(p.outer.max_staleness) +
+           " bounds the asynchronous outer steps, and parallel.outer.async = false: set "
+           "parallel.outer.async = true, or remove it";
+  return "";
+}
+
 // A device allreduce sums GPU memory, which the CPU backend does not have.
 std::string device_allreduce_vs_backend(const Config& c) {
   const mpi::AllreduceKind a = c.parallel.device_allreduce;
@@ -241,6 +260,8 @@ const std::vector<Applicability>& applicability() {
       {"parallel.outer.start_fraction", "parallel.algorithm", "outer", outer},
       {"parallel.outer.qsr", "parallel.algorithm", "outer", outer},
       {"parallel.outer.streaming", "parallel.algorithm", "outer", outer},
+      {"parallel.outer.async", "parallel.algorithm", "outer", outer},
+      {"parallel.outer.max_staleness", "parallel.algorithm", "outer", outer},
       {"parallel.autotune_threshold", "parallel.autotune", "true", autotune},
       {"parallel.max_replicas_per_device", "parallel.autotune", "true", caps_learners},
       {"parallel.cross_node", "parallel.device_allreduce", "host", host_allreduce},
@@ -469,6 +490,9 @@ void check_values(const Config& c, const std::string& origin) {
             "= " + std::string(mpi::k_allreduce_kinds.name(p.device_allreduce)) +
                 ": parallel.algorithm = outer sums inside each node with the host allreduce: set "
                 "parallel.device_allreduce = host");
+  k.require(p.outer.max_staleness >= -1, "parallel.outer.max_staleness",
+            "= " + std::to_string(p.outer.max_staleness) +
+                ": the rounds a node may run ahead of the slowest, >= 0, or -1 for no bound");
   k.non_negative(p.autotune_threshold, "parallel.autotune_threshold");
   k.non_negative(p.bucket_mb, "parallel.bucket_mb");
   const bool bf16_sums = p.comm_precision == CommPrecision::bf16;
@@ -504,6 +528,7 @@ void check_consistent(const Config& c, const std::string& origin) {
     k.consistent(milestones_vs_run(c, nullptr));
   }
   k.consistent(cosine_floor_vs_lr(c));
+  k.consistent(async_outer_vs_rest(c));
   k.consistent(device_allreduce_vs_backend(c));
   k.consistent(init_from_missing(c));
 }

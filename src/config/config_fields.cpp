@@ -120,6 +120,8 @@ std::vector<Field> fields(Config& c) {
       {"parallel.outer", "start_fraction", &c.parallel.outer.start_fraction},
       {"parallel.outer", "qsr", &c.parallel.outer.qsr},
       {"parallel.outer", "streaming", &c.parallel.outer.streaming},
+      {"parallel.outer", "async", &c.parallel.outer.async},
+      {"parallel.outer", "max_staleness", &c.parallel.outer.max_staleness},
 
       {"checkpoint", "every_steps", &c.checkpoint.every_steps},
       {"checkpoint", "every_minutes", &c.checkpoint.every_minutes},

@@ -85,6 +85,12 @@ struct OuterOptions {
                            // steps, lr the inner rate of its first step; 0: every round lasts period
   bool streaming = false;  // the outer sum runs under the next inner step and is applied after it
                            // (Streaming DiLoCo's overlap of one step)
+  // Asynchronous outer steps (mpi/async_centre.hpp): each node pushes its progress to the
+  // centre and takes the newest without waiting for the others, its push weighted by
+  // 1 / (1 + staleness); max_staleness B >= 0 lets a node run at most B rounds ahead of the
+  // slowest (0: synchronous), < 0 never waits.
+  bool async = false;
+  int64_t max_staleness = -1;
   // Not a key of [parallel.outer]: the learning rate's warm-up (schedule.warmup_steps, as steps
   // of this run); its steps are those before this one. QSR's rounds that start in it last
   // period, as the paper's do.

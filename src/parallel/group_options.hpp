@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "mpi/comm.hpp"
 #include "src/nn/spatial.hpp"
 #include "src/nn/tensor.hpp"
 #include "src/optim/options.hpp"
@@ -12,6 +13,16 @@
 #include "src/parallel/loss_scaler.hpp"
 
 namespace squall::parallel {
+
+// What a node's asynchronous outer steps saw (parallel.outer.async): its pushes, the
+// staleness of their deltas (outer steps of the centre since the node took it), and the
+// seconds it waited for the centre's answers (the network, and the staleness bound).
+struct AsyncOuterStats {
+  int64_t pushes = 0;
+  int64_t staleness_max = 0;
+  double staleness_sum = 0;
+  double wait_s = 0;
+};
 
 struct LearnerGroupOptions {
   Algorithm algorithm = Algorithm::ssgd;
@@ -45,6 +56,9 @@ struct LearnerGroupOptions {
   // (null: no split; it must outlive the group). Its ranks are consecutive ranks of the job:
   // `ranks` counts every rank, spatial_ranks those of one group.
   nn::TileComm* tile = nullptr;
+  // parallel.outer.async: the node leaders (one rank per node, in node order) on this node's
+  // leader, null on the other ranks of a node (they take the centre from it over the node).
+  const mpi::Communicator* leaders = nullptr;
   int spatial_ranks = 1;
   bool graphs = false;          // capture each learner's pass once (after its first, eager, pass) and replay
                                 // it (a CUDA graph); steps with a timeline or per-layer buckets run

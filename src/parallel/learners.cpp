@@ -204,6 +204,7 @@ nn::Graph& LearnerGroup::eval_graph() {
   }
   if (!m_eval_current) {
     settle();
+    m_algorithm->agree();
     c.backend.copy(*c.stream, m_eval->params(), m_algorithm->central_params(), c.params);
     c.backend.copy(*c.stream, m_eval->state(), m_algorithm->central_state(), c.state);
     c.backend.synchronize(*c.stream);
@@ -242,6 +243,15 @@ bool LearnerGroup::complete() {
 }
 
 int64_t LearnerGroup::outer_steps() const { return m_algorithm->outer_steps(); }
+
+AsyncOuterStats LearnerGroup::async_stats() const { return m_algorithm->async_stats(); }
+
+void LearnerGroup::prepare_checkpoint() {
+  settle();
+  m_algorithm->agree();
+  m_algorithm->before_save();
+  m_eval_current = false;
+}
 
 void LearnerGroup::remove_learner() {
   settle();

@@ -137,6 +137,11 @@ class LearnerGroup {
   void set_local_start_step(int64_t start_step) { m_options.start_step = start_step; }
   // outer: the outer steps the run has taken (every attempt's).
   int64_t outer_steps() const;
+  // parallel.outer.async: what this node's pushes saw.
+  AsyncOuterStats async_stats() const;
+  // Collective on every rank before a checkpoint is written: the nodes of asynchronous outer
+  // steps agree on one centre first (SyncAlgorithm::agree).
+  void prepare_checkpoint();
 
   void set_phase_hook(PhaseHook hook);
   // Seconds since construction: waiting for the allreduce (not hidden behind the learners'

@@ -54,6 +54,16 @@ class SyncAlgorithm {
   virtual bool complete() { return false; }
   // outer: the outer steps taken (0 for the others).
   virtual int64_t outer_steps() const { return 0; }
+  // Collective on every rank, where every rank reads the central model at the same point (an
+  // evaluation, a checkpoint): asynchronous outer steps bring every node to the same centre
+  // (a settling push). Nothing for the synchronous algorithms, whose central model is the
+  // same everywhere already.
+  virtual void agree() {}
+  // Collective on every rank, after agree() and before save() (root) and save_own (every
+  // rank): what save() needs from other ranks (the asynchronous centre's shards).
+  virtual void before_save() {}
+  // parallel.outer.async: what the nodes' pushes saw so far (zero for the others).
+  virtual AsyncOuterStats async_stats() const { return {}; }
   // Gradient buckets handed over during the backward pass (ssgd across ranks), 0 otherwise.
   virtual size_t buckets() const { return 0; }
 

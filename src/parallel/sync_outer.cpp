@@ -32,10 +32,23 @@
 // steps came after it. A checkpoint between the two keeps
 // only that a sum is pending: the nodes' models at the checkpoint are x_n(t), and the resumed
 // run starts the same sum of them again before its first inner step.
+//
+// Asynchronous (parallel.outer.async; mpi/async_centre.hpp): the rounds are the same, but at
+// the end of its round a node pushes its progress since the centre it last took to the job's
+// centre, sharded over the node leaders, and takes the newest centre back, without waiting
+// for the other nodes (up to parallel.outer.max_staleness rounds ahead of the slowest). The
+// leader pushes for its node; the node's other ranks take the centre from it over the node's
+// sum (the leader's values, everyone else's zeros). The running statistics travel with the
+// parameters. Where every rank reads the central model at once (an evaluation, a checkpoint)
+// the nodes agree on one centre first (a settling push, answered once every node has pushed
+// as often), and the run ends with a last push answered once every node has finished.
 #include <algorithm>
 #include <exception>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "mpi/async_centre.hpp"
 #include "src/core/clock.hpp"
 #include "src/parallel/sync_algorithm.hpp"
 
@@ -55,6 +68,7 @@ class Outer final : public SyncAlgorithm {
     c.backend.copy(*c.stream, m_centre.data(), first.graph->read_params(), c.params);
     c.backend.copy(*c.stream, m_state.data(), first.graph->state(), c.state);
     c.backend.fill(*c.stream, m_momentum.data(), c.params, 0.0f);
+    if (c.options.outer.async) start_async();
   }
   ~Outer() override {
     // A sum in flight writes the group's buffer: retire it, unless the job is failing (a rank
@@ -76,7 +90,23 @@ class Outer final : public SyncAlgorithm {
   // The centre and its state go into the checkpoint as central/params and central/state
   // (LearnerGroup::save_shared); the momentum, where the round stands and a pending streamed
   // sum here. The nodes' models and their optimizer state are each rank's own part.
+  void before_save() override {
+    if (m_async_on && !m_finished && m_centre_service) m_saved = m_centre_service->state();
+  }
+
   void save(checkpoint::CheckpointData& out) const override {
+    if (m_saved) {
+      // The asynchronous centre as the nodes agreed on it (agree: every node has pushed as
+      // often, so no push is half applied): its momentum, parameters and running statistics,
+      // under the synchronous outer's name too, so that either kind resumes the other.
+      GroupCore& c = m_core;
+      c.backend.copy_from_host(*c.stream, m_momentum.data(), m_saved->momentum.data(), c.params);
+      c.backend.copy_from_host(*c.stream, m_delta.data(), m_saved->momentum.data() + c.params, c.state);
+      out.arrays["outer/async/state_momentum"] = c.arena_to_host(m_delta.data(), GroupCore::Arena::state);
+      out.ints["outer/async/pushes"] = m_saved->pushes.empty() ? 0 : m_saved->pushes[0];
+      out.ints["outer/async/outer_steps"] = m_saved->outer_steps;
+      out.ints["outer/async/nodes"] = static_cast<int64_t>(m_saved->pushes.size());
+    }
     out.arrays["outer/momentum"] = m_core.arena_to_host(m_momentum.data(), GroupCore::Arena::params);
     out.ints["outer/last_outer_step"] = m_last;
     out.ints["outer/round_steps"] = m_round;
@@ -100,9 +130,15 @@ class Outer final : public SyncAlgorithm {
     m_pending_lr = pending ? static_cast<float>(in.real("outer/pending_lr")) : 0.0f;
     m_outer_steps = in.ints.count("outer/outer_steps") ? in.integer("outer/outer_steps") : 0;
     m_done = 0;  // no step of this group yet: complete() has no steps of its own to join
+    if (m_async_on) restore_async(in);
   }
 
   int64_t outer_steps() const override { return m_outer_steps; }
+  AsyncOuterStats async_stats() const override { return m_stats; }
+
+  void agree() override {
+    if (m_async_on && !m_finished) async_round(Push::settle, m_lr);
+  }
 
   bool step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
             const std::vector<LearnerBatch>* next) override {
@@ -110,6 +146,13 @@ class Outer final : public SyncAlgorithm {
     if (m_restart) {  // resumed between a streamed sum's start and its outer update
       m_restart = false;
       begin(step - 1, m_pending_lr);
+    }
+    if (m_async_on) {
+      const bool skipped = m_inner->step(batches, step, lr, next);
+      m_done = step + 1;
+      m_lr = lr;
+      if (outer_step_after(step, lr)) async_round(Push::round, lr);
+      return skipped;
     }
     bool skipped = false;
     {
@@ -134,6 +177,14 @@ class Outer final : public SyncAlgorithm {
   // one (at the rate of the last step), as an outer step after that step would be. Streamed,
   // the final one is waited for at once: no inner step follows to hide it.
   bool complete() override {
+    if (m_async_on) {
+      if (m_finished) return false;
+      // The last push: the steps since this node's last round, or none.
+      async_round(m_done > m_last ? Push::final_steps : Push::final_only, m_lr);
+      m_last = m_done;
+      m_round = 0;
+      return true;
+    }
     bool changed = false;
     if (m_restart) {  // resumed with a sum pending and no step since: start it again
       m_restart = false;
@@ -264,8 +315,124 @@ class Outer final : public SyncAlgorithm {
     }
   }
 
+  enum class Push { round, settle, final_steps, final_only };
+
+  // The centre's shards and this node's client, on the node's leader (collective over the
+  // leaders: every node makes its Outer at the same point).
+  void start_async() {
+    GroupCore& c = m_core;
+    m_async_on = true;
+    m_host.resize(c.params + c.state);
+    if (c.options.leaders == nullptr) return;
+    read_node_model();
+    mpi::AsyncCentreOptions o;
+    o.lr = c.options.outer.lr;
+    o.momentum = c.options.outer.momentum;
+    o.nesterov = c.options.outer.nesterov;
+    o.max_staleness = c.options.outer.max_staleness;
+    // The node's part of the job's learners: its ranks' over the job's (every rank the same
+    // learner count).
+    const double share = static_cast<double>(c.options.node_ranks) / static_cast<double>(c.options.ranks);
+    m_centre_service = std::make_unique<mpi::AsyncCentre>(*c.options.leaders, m_host.data(), m_host.size(), share, o);
+  }
+
+  // The centre's shards from a checkpoint (collective over the leaders): the centre and its
+  // momentum as saved (a synchronous outer checkpoint's momentum for the parameters, zero for
+  // the statistics), every node starting again from the centre. The nodes' push counts carry
+  // over where the job has as many nodes, and start again from 0 otherwise (they only say who
+  // is ahead).
+  void restore_async(const checkpoint::CheckpointData& in) {
+    GroupCore& c = m_core;
+    if (!m_centre_service) return;
+    const size_t n = c.params + c.state;
+    mpi::AsyncCentreState st;
+    st.centre.resize(n);
+    st.momentum.assign(n, 0.0f);
+    st.accumulated.assign(n, 0.0f);
+    c.backend.copy_to_host(*c.stream, st.centre.data(), m_centre.data(), c.params);
+    c.backend.copy_to_host(*c.stream, st.centre.data() + c.params, m_state.data(), c.state);
+    c.backend.copy_to_host(*c.stream, st.momentum.data(), m_momentum.data(), c.params);
+    if (in.arrays.count("outer/async/state_momentum")) {
+      c.arena_from_host(m_delta.data(), in, "outer/async/state_momentum", GroupCore::Arena::state);
+      c.backend.copy_to_host(*c.stream, st.momentum.data() + c.params, m_delta.data(), c.state);
+    }
+    c.host_wait();
+    const auto nodes = static_cast<size_t>(m_centre_service->nodes());
+    const bool same = in.ints.count("outer/async/nodes") && in.integer("outer/async/nodes") == static_cast<int64_t>(nodes);
+    st.pushes.assign(nodes, same ? in.integer("outer/async/pushes") : 0);
+    st.outer_steps = in.ints.count("outer/async/outer_steps") ? in.integer("outer/async/outer_steps") : 0;
+    m_centre_service->restore(st);
+  }
+
+  // The node's model and state (every replica of the node holds them) into m_host.
+  void read_node_model() {
+    GroupCore& c = m_core;
+    const Learner& first = (*c.replicas)[0];
+    c.backend.copy_to_host(*c.stream, m_host.data(), first.graph->read_params(), c.params);
+    c.backend.copy_to_host(*c.stream, m_host.data() + c.params, first.graph->state(), c.state);
+    c.host_wait();
+  }
+
+  // This node's push of its progress and the newest centre to every replica of the node.
+  void async_round(Push kind, float lr) {
+    GroupCore& c = m_core;
+    nn::Backend& be = c.backend;
+    nn::Stream& s = *c.stream;
+    const size_t n = c.params + c.state;
+    c.after_learners();
+    if (m_centre_service) {
+      read_node_model();
+      const auto span = c.phase_scope("allreduce", &c.reduce_s);
+      mpi::PushResult r;
+      switch (kind) {
+        case Push::round: r = m_centre_service->push_pull(m_host.data(), lr, m_host.data()); break;
+        case Push::settle: r = m_centre_service->settle(m_host.data(), lr, m_host.data()); break;
+        case Push::final_steps: r = m_centre_service->finish(m_host.data(), lr, m_host.data()); break;
+        case Push::final_only: r = m_centre_service->finish(nullptr, lr, m_host.data()); break;
+      }
+      if (kind != Push::final_only) {
+        ++m_stats.pushes;
+        m_stats.staleness_max = std::max(m_stats.staleness_max, r.staleness);
+        m_stats.staleness_sum += static_cast<double>(r.staleness);
+      }
+      m_stats.wait_s += r.waited_s;
+    }
+    if (kind == Push::final_steps || kind == Push::final_only) m_finished = true;
+    if (kind == Push::round) ++m_outer_steps;
+    const float* centre = nullptr;
+    if (c.options.node_ranks > 1) {
+      // The leader's centre to the node's other ranks: a sum of it and zeros, exact.
+      FusedSum& node = *c.node_sum;
+      if (m_centre_service) be.copy_from_host(s, node.data(), m_host.data(), n);
+      else be.fill(s, node.data(), n, 0.0f);
+      const auto span = c.phase_scope("allreduce", &c.reduce_s);
+      node.reduce(node.check(), "the asynchronous centre over the node", false);
+      centre = node.data();
+    } else {
+      be.copy_from_host(s, m_delta.data(), m_host.data(), c.params);
+      be.copy_from_host(s, m_state.data(), m_host.data() + c.params, c.state);
+    }
+    if (centre != nullptr) {
+      be.copy(s, m_centre.data(), centre, c.params);
+      be.copy(s, m_state.data(), centre + c.params, c.state);
+    } else {
+      be.copy(s, m_centre.data(), m_delta.data(), c.params);
+    }
+    for (const auto& l : *c.replicas) {
+      be.copy(s, l->graph->params(), m_centre.data(), c.params);
+      be.copy(s, l->graph->state(), m_state.data(), c.state);
+    }
+  }
+
   std::unique_ptr<SyncAlgorithm> m_inner;
   nn::Buffer m_centre, m_state, m_momentum, m_delta;
+  // parallel.outer.async:
+  bool m_async_on = false;
+  bool m_finished = false;  // the last push made: the centre service has ended
+  std::unique_ptr<mpi::AsyncCentre> m_centre_service;  // on the node's leader
+  std::vector<float> m_host;                           // the node's model and state, the centre taken
+  AsyncOuterStats m_stats;
+  std::optional<mpi::AsyncCentreState> m_saved;  // the agreed centre, for save() (on the leaders)
   nn::Buffer m_snapshot;     // streaming: the node's model and state when the sum began
   int64_t m_last = -1;       // steps done at the last outer step (-1: derive it at the next step)
   int64_t m_round = 0;       // the current round's steps (0: set at its first step)

@@ -506,6 +506,7 @@ checkpoint::TrainerState TrainingRun::trainer_state() const {
 void TrainingRun::write_checkpoint() {
   const Stopwatch t;
   parallel::LearnerGroup& g = *m_device.group;
+  g.prepare_checkpoint();  // every rank: asynchronous nodes agree on one centre first
   checkpoint::CheckpointData shared, own;
   const checkpoint::TrainerState state = trainer_state();
   if (m_root) {

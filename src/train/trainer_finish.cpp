@@ -304,6 +304,15 @@ TrainResult TrainingRun::finish() {
                                        {"exposed_s", h.exposed}, {"hidden_s", h.hidden},
                                        {"exchanges", h.exchanges}, {"bytes", h.bytes}}}};
   }
+  if (m_cfg.parallel.algorithm == parallel::Algorithm::outer && m_cfg.parallel.outer.async) {
+    // This rank's node's pushes to the asynchronous centre (its leader's; zero on the others).
+    const parallel::AsyncOuterStats a = g.async_stats();
+    s.parallel["outer_async"] = {{"max_staleness", m_cfg.parallel.outer.max_staleness},
+                                 {"pushes", a.pushes},
+                                 {"staleness_max", a.staleness_max},
+                                 {"staleness_mean", a.pushes > 0 ? a.staleness_sum / static_cast<double>(a.pushes) : 0.0},
+                                 {"wait_s", a.wait_s}};
+  }
   if (m_device.allreduce->memory() == mpi::Memory::device) s.parallel["device_allreduce"] = m_device.allreduce->mode();
   // The algorithms the cross-node stage ran (docs/allreduce.md, "The cross-node stage").
   if (const std::string cross = m_device.allreduce->cross_node(); !cross.empty()) s.parallel["cross_node"] = cross;

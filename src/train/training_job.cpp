@@ -184,6 +184,9 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
   // parallel.spatial: each rank holds its tile of its group's samples (docs/design.md, "One
   // sample across ranks"); the job's allreduce still runs over every rank.
   lg.tile = spatial.tile_comm();
+  // parallel.outer.async: the node leaders hold the centre's shards (mpi/async_centre.hpp).
+  if (algorithm == parallel::Algorithm::outer && cfg.parallel.outer.async && topo.local_rank() == 0)
+    lg.leaders = &topo.cross_comm();
   lg.spatial_ranks = static_cast<int>(spatial.split.ranks());
   // One group: the job is one learner whose gradient the group's own sum completes in the pass
   // (Learner::sum_tile_gradients); a sum over the job would add copies of it, so there is none

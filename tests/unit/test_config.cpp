@@ -190,6 +190,9 @@ TEST_CASE("values out of range are rejected by validation", "[config]") {
                       Contains("parallel.outer.period must be > 0"));
   REQUIRE_THROWS_WITH(load_config("", {"parallel.algorithm=outer", "parallel.outer.start_step=-1"}),
                       Contains("parallel.outer.start_step must be >= 0"));
+  REQUIRE_THROWS_WITH(load_config("", {"parallel.algorithm=outer", "parallel.outer.async=true",
+                                       "parallel.outer.max_staleness=-2"}),
+                      Contains("parallel.outer.max_staleness = -2") && Contains(">= 0, or -1 for no bound"));
   REQUIRE_THROWS_WITH(load_config("", {"parallel.algorithm=sma", "parallel.alpha=0"}),
                       Contains("parallel.alpha = 0") && Contains("initial model"));
   TempConfig f("[optimizer]\nmomentum = 1.5\n");

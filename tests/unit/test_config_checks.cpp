@@ -276,6 +276,13 @@ TEST_CASE("keys that contradict each other are refused, naming both and their va
       {{"parallel.device_allreduce=nccl"},
        {"parallel.device_allreduce = nccl sums GPU memory, but run.backend = cpu",
         "set run.backend = cuda (or auto), or parallel.device_allreduce = host"}},
+      {{"parallel.algorithm=outer", "parallel.outer.async=true", "parallel.outer.streaming=true"},
+       {"parallel.outer.streaming and parallel.outer.async are two ways of hiding the outer step", "set one of them"}},
+      {{"parallel.algorithm=outer", "parallel.outer.max_staleness=2"},
+       {"parallel.outer.max_staleness = 2 bounds the asynchronous outer steps, and parallel.outer.async = false",
+        "set parallel.outer.async = true"}},
+      {{"parallel.algorithm=outer", "parallel.outer.async=true", "parallel.spatial=[2, 1]"},
+       {"parallel.outer.async with parallel.spatial = [2, 1]", "set parallel.spatial = [1, 1]"}},
   };
   for (const auto& c : cases) {
     INFO(c.named.front());
@@ -312,6 +319,8 @@ TEST_CASE("settings at the edge of a contradiction are accepted", "[config][cont
       {"schedule.kind=cosine", "schedule.min_lr=0.1", "schedule.scale_lr_with_batch=true"},
       {"parallel.device_allreduce=nccl", "run.backend=cuda"},
       {"parallel.device_allreduce=device-hier", "run.backend=auto"},
+      {"parallel.algorithm=outer", "parallel.outer.async=true", "parallel.outer.max_staleness=0"},
+      {"parallel.algorithm=outer", "parallel.outer.async=true", "parallel.outer.max_staleness=-1"},
   };
   for (const auto& sets : fine) {
     INFO(sets.back());
