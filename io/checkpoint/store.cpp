@@ -98,12 +98,18 @@ void write_node_file(const fs::path& file, const CheckpointData& own, const std:
 
 }  // namespace
 
-CheckpointStore::CheckpointStore(fs::path run_dir, const mpi::Topology& topo, int64_t keep)
+CheckpointStore::CheckpointStore(fs::path run_dir, const mpi::Topology& topo, int64_t keep, PartSource source)
     : m_dir(std::move(run_dir) / "checkpoints"),
       m_topo(topo),
       m_world(topo.world()),
       m_node(topo.node_comm()),
-      m_keep(std::max<int64_t>(1, keep)) {}
+      m_keep(std::max<int64_t>(1, keep)),
+      m_source(std::move(source)) {
+  if (!m_source)
+    m_source = [rank = m_world.rank()](const CheckpointData& shared) -> int64_t {
+      return rank < shared.integer("world_size") ? rank : -1;
+    };
+}
 
 std::string CheckpointStore::folder_name(int64_t step) {
   char name[32];
@@ -230,18 +236,22 @@ std::string CheckpointStore::try_load(const fs::path& folder, LoadedCheckpoint& 
     if (!leader) out.shared = CheckpointData::deserialize(bytes, origin);
   }
   // Any number of ranks may resume it (the trainer checks what else must hold: docs/training.md,
-  // "Elastic resume"): a rank the writing job had takes its part, a new one none.
+  // "Elastic resume"): a rank takes the part its PartSource names, a new one none.
   out.has_own = out.shared.integer("per_rank_parts") != 0;
   if (!out.has_own) return {};
-  const std::string parts = load_parts(folder, out, out.shared.integer("world_size"));
-  if (parts.empty() && m_world.rank() >= out.shared.integer("world_size")) {
+  const int64_t written_by = out.shared.integer("world_size");
+  int64_t source = m_source(out.shared);
+  if (source >= written_by) source = -1;
+  const std::string parts = load_parts(folder, out, written_by, source);
+  if (parts.empty() && source < 0) {
     out.has_own = false;
     out.from_centre = true;
   }
   return parts;
 }
 
-std::string CheckpointStore::load_parts(const fs::path& folder, LoadedCheckpoint& out, int64_t written_by) {
+std::string CheckpointStore::load_parts(const fs::path& folder, LoadedCheckpoint& out, int64_t written_by,
+                                        int64_t source) {
   // Rank 0 lists the node files once; none means a checkpoint of an earlier squall version,
   // whose rank-RRRRR.h5 files each rank reads itself.
   std::string listing;
@@ -261,32 +271,31 @@ std::string CheckpointStore::load_parts(const fs::path& folder, LoadedCheckpoint
                           k_exit_usage);
   if (files.empty())
     return agree_on_reasons(m_world, reason_of([&] {
-      out.own = read_checkpoint_file(part_file(folder, m_world.rank()).string());
+      if (source >= 0) out.own = read_checkpoint_file(part_file(folder, static_cast<int>(source)).string());
     }));
   if (m_world.rank() == 0 && static_cast<int>(files.size()) != m_topo.nodes())
     log::info(folder.string() + " was written by a job of " + std::to_string(files.size()) + " node(s), this job has " +
               std::to_string(m_topo.nodes()) + ": each node reads its ranks' parts from the node files that hold them");
   const bool leader = m_node.rank() == 0;
-  const std::vector<int> ranks = m_node.allgather(m_world.rank());
+  const std::vector<int> sources = m_node.allgather(static_cast<int>(source));
   std::vector<std::string> parts, origins;
   const std::string failed = agree_on_reasons(
-      m_world,
-      leader ? reason_of([&] { read_node_parts(folder, files, ranks, written_by, parts, origins); }) : std::string());
+      m_world, leader ? reason_of([&] { read_node_parts(folder, files, sources, parts, origins); }) : std::string());
   if (!failed.empty()) return failed;
   const std::string origin = m_node.scatter_strings(origins);
   std::string bytes = m_node.scatter_strings(parts);
   std::vector<std::string>().swap(parts);
-  if (m_world.rank() < written_by) out.own = CheckpointData::deserialize(bytes, origin);  // else: a new rank, no part
+  if (source >= 0) out.own = CheckpointData::deserialize(bytes, origin);  // else: a new rank, no part
   return {};
 }
 
 void CheckpointStore::read_node_parts(const fs::path& folder, const std::vector<std::string>& files,
-                                      const std::vector<int>& ranks, int64_t written_by,
-                                      std::vector<std::string>& parts, std::vector<std::string>& origins) const {
-  // Ranks the writing job did not have have no part: their wanted group stays "" (found by no
-  // file, read by none).
+                                      const std::vector<int>& sources, std::vector<std::string>& parts,
+                                      std::vector<std::string>& origins) const {
+  // Ranks that take no part (the writing job had no rank, or no group, for them): their wanted
+  // group stays "" (found by no file, read by none).
   std::vector<std::string> wanted;
-  for (const int r : ranks) wanted.push_back(r < written_by ? rank_group(r) : std::string());
+  for (const int r : sources) wanted.push_back(r >= 0 ? rank_group(r) : std::string());
   // Which file holds each wanted group: this node's own file when it holds them all (a resume
   // on the same layout reads one file per node), else every node file's list of groups.
   std::vector<std::string> holder(wanted.size());
@@ -302,24 +311,25 @@ void CheckpointStore::read_node_parts(const fs::path& folder, const std::vector<
       if (file != own_name) take_from(file, read_checkpoint_group_names((folder / file).string()));
   for (size_t i = 0; i < wanted.size(); ++i)
     if (holder[i].empty() && !wanted[i].empty())
-      throw Error(folder.string() + ": no node file holds the part of rank " + std::to_string(ranks[i]) + " (group " +
+      throw Error(folder.string() + ": no node file holds the part of rank " + std::to_string(sources[i]) + " (group " +
                   wanted[i] + "; " + std::to_string(files.size()) + " node file(s): " + files.front() +
                   (files.size() > 1 ? " to " + files.back() : std::string()) + ")");
   parts.assign(wanted.size(), std::string());
   origins.assign(wanted.size(), std::string());
   for (const std::string& file : files) {
+    // The groups to read from this file, each once (the ranks of a spatial group take one part).
     std::vector<std::string> here;
-    std::vector<size_t> at;
     for (size_t i = 0; i < wanted.size(); ++i)
-      if (holder[i] == file) {
-        here.push_back(wanted[i]);
-        at.push_back(i);
-      }
+      if (holder[i] == file && std::find(here.begin(), here.end(), wanted[i]) == here.end()) here.push_back(wanted[i]);
     if (here.empty()) continue;
     std::vector<CheckpointData> read = read_checkpoint_groups((folder / file).string(), here);
     for (size_t k = 0; k < here.size(); ++k) {
-      origins[at[k]] = read[k].origin;
-      parts[at[k]] = read[k].serialize();
+      const std::string bytes = read[k].serialize();
+      for (size_t i = 0; i < wanted.size(); ++i)
+        if (holder[i] == file && wanted[i] == here[k]) {
+          origins[i] = read[k].origin;
+          parts[i] = bytes;
+        }
       read[k] = CheckpointData{};
     }
   }

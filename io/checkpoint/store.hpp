@@ -16,13 +16,17 @@
 // run outputs).
 //
 // Loading: each node's leader reads model.h5 and hands it to its node's ranks; with parts, it
-// reads its ranks' groups and scatters them. A rank's part is found by its global rank in
-// whichever node file holds it, so a job may resume with another rank-to-node layout (the
-// same number of ranks); on the same layout each leader reads its own node's file only.
-// Checkpoints of earlier squall versions, with one rank-RRRRR.h5 per rank, still load: each
-// rank reads its own file.
+// reads its ranks' groups and scatters them. Which part a rank takes is the store's PartSource
+// (by default the part of its own global rank, where the writing job had it): a part is found
+// by the global rank that wrote it in whichever node file holds it, so a job may resume with
+// another rank-to-node layout and another number of ranks; on the same layout each leader
+// reads its own node's file only. A job whose ranks hold a replica per group of ranks
+// (parallel.spatial) takes each group's part from the writing job's group of the same index
+// (TrainingRun's PartSource). Checkpoints of earlier squall versions, with one rank-RRRRR.h5
+// per rank, still load: each rank reads the file of the rank whose part it takes.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,15 +43,21 @@ struct LoadedCheckpoint {
   CheckpointData own;      // this rank's part (has_own)
   bool has_own = false;
   // The checkpoint has a part per rank but none for this one: a rank the writing job did not
-  // have (a resume on more ranks). Its replicas start from the central model.
+  // have (a resume on more ranks, or more groups). Its replicas start from the central model.
   bool from_centre = false;
 };
+
+// Which part of a checkpoint this rank takes, from its model.h5 (`shared`): the global rank,
+// in the job that wrote it, of the rank whose part it takes; -1 for none (its replicas start
+// from the central model: LoadedCheckpoint::from_centre). It must not throw.
+using PartSource = std::function<int64_t(const CheckpointData& shared)>;
 
 class CheckpointStore {
  public:
   // `run_dir`: the run's folder; checkpoints live in run_dir/checkpoints. keep >= 1. `topo`
-  // (its world, node communicator and node number) must outlive the store.
-  CheckpointStore(std::filesystem::path run_dir, const mpi::Topology& topo, int64_t keep);
+  // (its world, node communicator and node number) must outlive the store. `source`: which
+  // part each rank loads (empty: its own global rank's, none past the writing job's ranks).
+  CheckpointStore(std::filesystem::path run_dir, const mpi::Topology& topo, int64_t keep, PartSource source = {});
 
   // Collective. Writes the checkpoint of `step`: `shared` by rank 0, `own` (null: none; on
   // every rank or none) in its node's file; removes the oldest beyond `keep`. Returns its folder. When any rank cannot
@@ -84,13 +94,15 @@ class CheckpointStore {
   // Collective: every rank's reason why `folder` cannot be loaded ("" when it can); the data.
   std::string try_load(const std::filesystem::path& folder, LoadedCheckpoint& out);
   // Collective: this rank's part of `folder` (node files, or the older rank files) into `out`;
-  // `written_by`: the ranks of the job that wrote it (a rank at or past it has no part).
-  std::string load_parts(const std::filesystem::path& folder, LoadedCheckpoint& out, int64_t written_by);
-  // On a node leader: the serialized parts of the world ranks `ranks` from the node files
-  // `files` (names in `folder`), and each one's origin for messages ("" for a rank at or past
-  // `written_by`).
+  // `written_by`: the ranks of the job that wrote it; `source`: the one of them whose part
+  // this rank takes (-1: none).
+  std::string load_parts(const std::filesystem::path& folder, LoadedCheckpoint& out, int64_t written_by,
+                         int64_t source);
+  // On a node leader: the serialized parts that the node's ranks take, those of the writing
+  // job's ranks `sources` (-1: none), from the node files `files` (names in `folder`), and each
+  // one's origin for messages ("" where none). A part that several ranks take is read once.
   void read_node_parts(const std::filesystem::path& folder, const std::vector<std::string>& files,
-                       const std::vector<int>& ranks, int64_t written_by, std::vector<std::string>& parts,
+                       const std::vector<int>& sources, std::vector<std::string>& parts,
                        std::vector<std::string>& origins) const;
   void prune();
 
@@ -99,6 +111,7 @@ class CheckpointStore {
   const mpi::Communicator& m_world;
   const mpi::Communicator& m_node;
   int64_t m_keep;
+  PartSource m_source;
 };
 
 }  // namespace squall::checkpoint

@@ -175,8 +175,15 @@ class LearnerGroup {
   // replica and optimizer state, the loss scale). restore() takes both (own: null when the
   // checkpoint has no per-rank part) and throws squall::Error naming the checkpoint and the
   // entry when something is missing or of another size. Random streams need no saving: a
-  // learner's dropout mask is drawn from (seed, rank, learner, step).
+  // learner's dropout mask is drawn from (seed, rank, learner, step). A part records whose
+  // replicas it holds (replica_group(), "group"), and restore() takes only one of this rank's
+  // group: every rank of a group of parallel.spatial holds the same replicas, so a part belongs
+  // to the group, and a resume on another split or number of groups maps parts by group
+  // (docs/training.md, "One sample across ranks").
   bool replicas_differ() const;
+  // This rank's group of parallel.spatial, its rank in the job over the ranks of a group: the
+  // rank itself in a job of whole samples, 0 in a split job of one group.
+  int replica_group() const { return m_options.rank / m_options.spatial_ranks; }
   void save_shared(checkpoint::CheckpointData& out);
   void save_own(checkpoint::CheckpointData& out);
   // from_centre: the checkpoint has a part per rank but none for this rank (a resume on more

@@ -33,7 +33,7 @@ void LearnerGroup::save_shared(checkpoint::CheckpointData& out) {
 void LearnerGroup::save_own(checkpoint::CheckpointData& out) {
   GroupCore& c = *m_core;
   settle();
-  out.ints["rank"] = m_options.rank;
+  out.ints["group"] = replica_group();
   out.ints["learners"] = learners();
   for (const auto& l : *c.replicas) {
     const std::string prefix = "learner_" + std::to_string(l->index) + "/";
@@ -57,10 +57,10 @@ void LearnerGroup::restore(const checkpoint::CheckpointData& shared, const check
                 " learner(s) per rank, this group has " + std::to_string(learners()));
   m_algorithm->restore(shared);
   if (own != nullptr) {
-    if (own->integer("learners") != learners() || own->integer("rank") != m_options.rank)
-      throw Error(own->origin + ": the part of rank " + std::to_string(own->integer("rank")) + " with " +
-                  std::to_string(own->integer("learners")) + " learner(s), not of rank " +
-                  std::to_string(m_options.rank) + " with " + std::to_string(learners()));
+    if (own->integer("learners") != learners() || own->integer("group") != replica_group())
+      throw Error(own->origin + ": the part of group " + std::to_string(own->integer("group")) + " with " +
+                  std::to_string(own->integer("learners")) + " learner(s), not of group " +
+                  std::to_string(replica_group()) + " with " + std::to_string(learners()));
     for (const auto& l : *c.replicas) {
       const std::string prefix = "learner_" + std::to_string(l->index) + "/";
       c.arena_from_host(l->graph->params(), *own, prefix + "params", Arena::params);

@@ -67,6 +67,23 @@ ThenGroups then_groups(const checkpoint::TrainerState& s) {
   return then_groups(s, config::parse_config(s.config, "the checkpoint's config"));
 }
 
+// Which part of a checkpoint a rank of group `group` takes (checkpoint::PartSource; the groups
+// of parallel.spatial, or the ranks of a job of whole samples): every rank of a group holds the
+// group's replicas, so it takes the part of the checkpoint's group of the same index (that
+// group's first rank's), or none where the checkpoint's job had fewer groups (its replicas
+// start from the centre, as a rank new to an elastic resume does). A checkpoint whose config
+// cannot be read takes none: check_resumable refuses it, saying why.
+checkpoint::PartSource part_of_group(int64_t group) {
+  return [group](const checkpoint::CheckpointData& shared) -> int64_t {
+    try {
+      const ThenGroups then = then_groups(checkpoint::read_trainer_state(shared));
+      return group < then.groups ? group * then.split.ranks() : -1;
+    } catch (const std::exception&) {
+      return -1;
+    }
+  };
+}
+
 // " with parallel.spatial = [2, 1] (2 group(s))" for a split job; for one of whole samples ""
 // unless `either` (the other job of a resume is split), " with parallel.spatial = [1, 1]".
 std::string split_text(const nn::SpatialSplit& split, int64_t groups, bool either) {
@@ -114,7 +131,8 @@ void TrainingRun::clear_earlier_run() {
 }
 
 void TrainingRun::load_checkpoint() {
-  m_store = std::make_unique<checkpoint::CheckpointStore>(m_dir, m_topo, m_cfg.checkpoint.keep);
+  m_store = std::make_unique<checkpoint::CheckpointStore>(m_dir, m_topo, m_cfg.checkpoint.keep,
+                                                          part_of_group(m_spatial.rank));
   if (m_options.resume.empty()) return;
   std::optional<checkpoint::LoadedCheckpoint> ck =
       m_options.resume == "auto" ? m_store->load_newest() : m_store->load(fs::path(m_options.resume));
@@ -128,6 +146,10 @@ void TrainingRun::load_checkpoint() {
     m_checkpoint_state = checkpoint::read_trainer_state(ck->shared);
     check_resumable(*ck, m_checkpoint_state);
     fit_shape(m_checkpoint_state);
+    // A part of an earlier version records its learner group's rank, not its group: the world
+    // rank, or 0 in a split job of one group; either way over the ranks of a group, its group.
+    if (ck->has_own && !ck->own.ints.count("group"))
+      ck->own.ints["group"] = ck->own.integer("rank") / then_groups(m_checkpoint_state).split.ranks();
   });
   m_checkpoint = std::move(ck);
 }
@@ -179,22 +201,11 @@ void TrainingRun::check_resumable(const checkpoint::LoadedCheckpoint& ck,
                      " (resume with the checkpoint's values, or train into a new run.dir)");
   // Another split resumes as another number of ranks does: every rank of a group holds the
   // whole model, and the groups are the job's data-parallel ranks, which the checks below count.
+  // A part per rank (the replicas of sma, local-sgd and outer) belongs to its group, and each
+  // group takes the part of the checkpoint's group of its index (part_of_group).
   const ThenGroups then_split = then_groups(then_state, then);
   const nn::SpatialSplit& now_split = m_spatial.split;
   const bool split = then_split.split.split() || now_split.split();
-  // A part per rank (the replicas of sma, local-sgd and outer) is found by its global rank and
-  // holds the learner group's rank, which a job of one group counts otherwise (it is one
-  // learner): on another split or number of groups a rank would find another group's replica
-  // in its place, or a part of another rank number.
-  if (then_state.per_rank_parts && split &&
-      (then_split.split != now_split || then_split.groups != m_spatial.ranks))
-    throw UsageError(where + " was written by a job of " + std::to_string(then_state.world_size) + " rank(s)" +
-                     split_text(then_split.split, then_split.groups, true) + ", and this job has " +
-                     std::to_string(m_ranks) + " rank(s)" + split_text(now_split, m_spatial.ranks, true) +
-                     ": its replicas (parallel.algorithm = " + then_state.algorithm + ") are saved per rank, and "
-                     "carry over to the same split and number of groups only; resume with " +
-                     std::to_string(then_state.world_size) + " rank(s) and parallel.spatial = " +
-                     then_split.split.str() + ", or start a new run from its model (train.init_from)");
   if (then_state.train_samples != m_data.n_train)
     throw UsageError(where + " was trained on " + std::to_string(then_state.train_samples) +
                      " training samples; data.train (" + m_cfg.data.train + ") has " + std::to_string(m_data.n_train));
@@ -238,17 +249,21 @@ void TrainingRun::check_resumable(const checkpoint::LoadedCheckpoint& ck,
                        "data.sampling = global");
     }
   }
-  // outer's nodes each hold one model: a node of this job may not mix the ranks of two of the
-  // checkpoint's nodes, nor of one and new ranks (sma's node centres start from the job's
-  // centre instead: restore).
+  // outer's nodes each hold one model: a node of this job may not mix the groups (the ranks,
+  // unsplit) of two of the checkpoint's nodes, nor of one and new groups (sma's node centres
+  // start from the job's centre instead: restore). A group lies inside one node under outer
+  // (make_spatial_job), so its node is its first rank's.
   if (then_state.per_rank_parts && m_algorithm == parallel::Algorithm::outer &&
-      !checkpoint::nodes_carry_over(checkpoint::rank_nodes_of(then_state), m_node_of_rank))
-    throw UsageError(where + " was written by a job of " + std::to_string(then_state.world_size) + " rank(s) on " +
-                     std::to_string(then_state.nodes) +
-                     " node(s) with a model per node (outer); this job's nodes would mix the ranks of its "
-                     "nodes: resume with the same ranks per node, in rank order (" +
-                     (then_state.nodes > 0 ? std::to_string(then_state.world_size / then_state.nodes) : std::string("?")) +
+      !checkpoint::nodes_carry_over(then_split.node_of_group, m_spatial.node_of_rank)) {
+    const int64_t then_nodes = then_split.nodes() > 0 ? then_split.nodes() : then_state.nodes;
+    const std::string units = split ? " groups" : " ranks";
+    throw UsageError(where + " was written by a job of " + std::to_string(then_state.world_size) + " rank(s)" +
+                     split_text(then_split.split, then_split.groups, split) + " on " + std::to_string(then_nodes) +
+                     " node(s) with a model per node (outer); this job's nodes would mix the" + units + " of its "
+                     "nodes: resume with the same" + units + " per node, in rank order (" +
+                     (then_nodes > 0 ? std::to_string(then_split.groups / then_nodes) : std::string("?")) +
                      " per node)");
+  }
   if (m_root && !changed.empty()) {
     std::string list;
     for (const auto& c : changed) list += (list.empty() ? "" : "; ") + c;
@@ -341,21 +356,26 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
                 " step(s) of " + std::to_string(step_samples()) + " samples to go");
       log::info(shape_batch_text(c));
     }
-    const auto ranks_text = [](int64_t first, int64_t last) {
-      return first == last ? "rank " + std::to_string(first)
-                           : "ranks " + std::to_string(first) + " to " + std::to_string(last);
+    // The replicas go by group (the ranks of a job of whole samples): each group keeps the
+    // checkpoint's group of its index (every rank of it the same; part_of_group).
+    const std::string unit = split ? "group" : "rank";
+    const auto ranks_text = [&](int64_t first, int64_t last) {
+      return first == last ? unit + " " + std::to_string(first)
+                           : unit + "s " + std::to_string(first) + " to " + std::to_string(last);
     };
-    if (m_root && s.per_rank_parts)
-      log::info(m_ranks > s.world_size
-                    ? ranks_text(s.world_size, m_ranks - 1) +
-                          (m_ranks - 1 == s.world_size ? " starts its" : " start their") +
-                          " replicas from the central model; the others keep theirs"
-                    : "the replicas of " + ranks_text(m_ranks, s.world_size - 1) + " are dropped; the others keep theirs");
+    const int64_t were = then.groups, groups = m_spatial.ranks;
+    if (m_root && s.per_rank_parts && groups > were)
+      log::info(ranks_text(were, groups - 1) + (groups - 1 == were ? " starts its" : " start their") +
+                " replicas from the central model; the others keep theirs");
+    else if (m_root && s.per_rank_parts && groups < were)
+      log::info("the replicas of " + ranks_text(groups, were - 1) + " are dropped; the others keep theirs");
+    else if (m_root && s.per_rank_parts && split)
+      log::info("each group keeps the replicas of the checkpoint's group of its number");
   }
   // What the checkpoint keeps per node (sma's node centres under parallel.periods) carries
-  // over where this job's nodes are the checkpoint's (outer's always is: check_resumable).
-  const bool regrouped = s.per_rank_parts &&
-                         !checkpoint::nodes_carry_over(checkpoint::rank_nodes_of(s), m_node_of_rank);
+  // over where this job's nodes are the checkpoint's (outer's always is: check_resumable),
+  // node by node of the groups (the ranks, unsplit).
+  const bool regrouped = s.per_rank_parts && !checkpoint::nodes_carry_over(then.node_of_group, m_spatial.node_of_rank);
   if (regrouped && m_root && config::sync_periods(m_cfg.parallel).by_level())
     log::info("this job's nodes group the checkpoint's ranks otherwise: the node centres start from the job's");
   g.restore(ck.shared, ck.has_own ? &ck.own : nullptr, ck.from_centre, regrouped);

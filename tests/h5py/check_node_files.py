@@ -70,7 +70,8 @@ def main():
                     if name not in f:
                         continue
                     g = f[name]
-                    if attr_text(g, "format") != "squall-checkpoint" or integer(g, "rank") != r:
+                    # Unsplit, each rank is its own group of parallel.spatial.
+                    if attr_text(g, "format") != "squall-checkpoint" or integer(g, "group") != r:
                         failures.append("%s:/%s is not rank %d's part" % (path, name, r))
                     arrays = attr_texts(g, "arrays")
                     for i in range(learners):

@@ -197,15 +197,19 @@ TEST_CASE("an sma checkpoint resumes bit for bit on another node layout, and fro
   for (const auto& e : fs::directory_iterator(step40)) files.push_back(e.path().filename());
   std::sort(files.begin(), files.end());
   CHECK(files == std::vector<std::string>{"model.h5", "node-00000.h5", "node-00001.h5"});
-  // The same checkpoint as an earlier squall wrote it: a rank-RRRRR.h5 per rank.
+  // The same checkpoint as an earlier squall wrote it: a rank-RRRRR.h5 per rank, each part
+  // recording its rank (parts now record their group of parallel.spatial, here the rank).
   fs::copy(crashed, legacy, fs::copy_options::recursive);
   const fs::path old = fs::path(legacy) / "checkpoints/step-00000040";
   for (const int node : {0, 1}) {
     const std::string file = (old / ("node-0000" + std::to_string(node) + ".h5")).string();
     const std::string group = "rank-0000" + std::to_string(node);
     REQUIRE(squall::checkpoint::read_checkpoint_group_names(file) == std::vector<std::string>{group});
-    squall::checkpoint::write_checkpoint_file((old / (group + ".h5")).string(),
-                                      squall::checkpoint::read_checkpoint_groups(file, {group}).at(0));
+    squall::checkpoint::CheckpointData part = squall::checkpoint::read_checkpoint_groups(file, {group}).at(0);
+    CHECK(part.integer("group") == node);
+    part.ints.erase("group");
+    part.ints["rank"] = node;
+    squall::checkpoint::write_checkpoint_file((old / (group + ".h5")).string(), part);
     fs::remove(file);
   }
   // Resumed on one node (this machine's physical layout): both ranks' parts come from the two files.

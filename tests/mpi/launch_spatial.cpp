@@ -174,8 +174,7 @@ TEST_CASE("groups of a split sample are data parallel under ssgd, sma, local-sgd
   }
 }
 
-TEST_CASE("a split run resumes on its split bit for bit, and replicas saved per rank refuse another shape",
-          "[launch][spatial][checkpoint]") {
+TEST_CASE("a split run resumes on its split bit for bit", "[launch][spatial][checkpoint]") {
   for (const std::string algorithm : {"ssgd", "sma"}) {
     INFO(algorithm);
     TempDir t("squall-spatial-resume");
@@ -185,8 +184,6 @@ TEST_CASE("a split run resumes on its split bit for bit, and replicas saved per 
     run_ok(unet_job(4, whole, extra));
     const auto crash = run_command("SQUALL_FAIL_AT=1:4 " + unet_job(4, crashed, extra));
     REQUIRE(crash.exit_code != 0);
-    const std::string fewer = t.file("fewer");
-    fs::copy(crashed, fewer, fs::copy_options::recursive);
     const auto resumed = run_command(unet_job(4, crashed, extra + " --resume auto"));
     INFO(output_tail(resumed));
     REQUIRE(resumed.exit_code == 0);
@@ -194,20 +191,6 @@ TEST_CASE("a split run resumes on its split bit for bit, and replicas saved per 
     CHECK(train_losses(crashed) == train_losses(whole));
     CHECK(read_json(fs::path(crashed) / "summary.json").at("model_checksum") ==
           read_json(fs::path(whole) / "summary.json").at("model_checksum"));
-    if (algorithm != "sma") continue;
-    // sma's replicas differ from group to group and are saved per rank: another number of
-    // groups, or another split, would find another group's in a rank's place. Refused, naming
-    // both shapes (ssgd's resume on another split is the next case).
-    const auto one_group = run_command(unet_job(2, fewer, extra + " --resume auto"));
-    CHECK(one_group.exit_code == 2);
-    CHECK_THAT(one_group.err, Contains("was written by a job of 4 rank(s) with parallel.spatial = [2, 1] (2 group(s)), "
-                                       "and this job has 2 rank(s) with parallel.spatial = [2, 1] (1 group(s))") &&
-                                  Contains("resume with 4 rank(s) and parallel.spatial = [2, 1]"));
-    const auto other = run_command(unet_job(4, crashed, "--set parallel.algorithm=sma --set parallel.period=2 "
-                                                        "--set parallel.spatial=[1,2] --resume auto"));
-    CHECK(other.exit_code == 2);
-    CHECK_THAT(other.err, Contains("with parallel.spatial = [2, 1] (2 group(s)), and this job has 4 rank(s) with "
-                                   "parallel.spatial = [1, 2] (2 group(s))"));
   }
 }
 
@@ -217,6 +200,11 @@ namespace {
 json resume_record(const std::string& dir) {
   const std::vector<json> r = read_records(fs::path(dir) / "metrics.jsonl", "resume");
   return r.empty() ? json() : r.back();
+}
+
+// "with parallel.spatial = [2, 1]", as the log says a split.
+std::string split_words(const std::vector<int64_t>& s) {
+  return "with parallel.spatial = [" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + "]";
 }
 
 }  // namespace
@@ -271,9 +259,6 @@ TEST_CASE("a split run resumes on another split and another number of groups, an
     INFO(output_tail(r));
     REQUIRE(r.exit_code == 0);
     // The log says both shapes, each split with its groups.
-    const auto split_words = [](const std::vector<int64_t>& s) {
-      return "with parallel.spatial = [" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + "]";
-    };
     CHECK_THAT(r.out, Contains("resuming step 3 of a job of " + std::to_string(c.from_ranks) + " rank(s)") &&
                           Contains(split_words(c.from_spatial)) && Contains(split_words(c.spatial)) &&
                           Contains("epoch " + std::to_string(c.epoch) + " goes on at sample " +
@@ -305,6 +290,122 @@ TEST_CASE("a split run resumes on another split and another number of groups, an
     CHECK(change.at("epoch_position") == c.position);
     CHECK(resume_record(dir).value("shape_change", json()) == change);
   }
+}
+
+namespace {
+
+// A checkpoint of `algorithm`, whose replicas are saved per rank, of one group of [2, 1] (2
+// ranks) and of two (4 ranks), resumed on [1, 1], [4, 1] and [2, 2]: each group of the resumed
+// job takes the replicas and optimizer state of the checkpoint's group of its number (every
+// rank of a group holds the same), a group the checkpoint's job lacked starts from the centre,
+// and one it had beyond this job's is dropped. Where the number of groups is kept, the run is
+// the one it would have been on its first split, to a split's float rounding: a group that
+// took another group's replicas, or the centre's, would not be. outer's nodes do not mix: one
+// group on a node resumed as two there is refused.
+void resume_parts_on_other_splits(const std::string& algorithm) {
+  TempDir t("squall-spatial-parts");
+  // 8 steps, a checkpoint every 3, the job killed as it starts step 5: the runs resume step 3's,
+  // which is between two synchronisations (every 2 steps): the replicas differ from the centre.
+  const std::string steps = "--set train.max_steps=8 --set checkpoint.every_steps=3 --set parallel.algorithm=" +
+                            algorithm + (algorithm == "outer" ? " --set parallel.outer.period=2"
+                                                              : " --set parallel.period=2") + " ";
+  std::map<int, std::string> whole, crashed;  // by the checkpoint's ranks (2: one group, 4: two)
+  for (const int ranks : {2, 4}) {
+    whole[ranks] = t.file("whole-" + std::to_string(ranks));
+    crashed[ranks] = t.file("crashed-" + std::to_string(ranks));
+    const std::string job = steps + "--set parallel.spatial=[2,1]";
+    run_ok(unet_job(ranks, whole[ranks], job));
+    const auto crash = run_command("SQUALL_FAIL_AT=0:5 " + unet_job(ranks, crashed[ranks], job));
+    REQUIRE(crash.exit_code != 0);
+    // The replicas are saved per rank: a node file beside model.h5.
+    REQUIRE(fs::exists(fs::path(crashed[ranks]) / "checkpoints/step-00000003/node-00000.h5"));
+  }
+  struct Case {
+    int from_ranks, ranks;
+    std::vector<int64_t> spatial;
+    int64_t epoch, position;  // where step 3 left the run: one group read 6 samples of epoch 1,
+                              // two groups epoch 1 and 4 of epoch 2
+  };
+  const Case cases[] = {
+      {2, 1, {1, 1}, 1, 6}, {2, 4, {4, 1}, 1, 6}, {2, 4, {2, 2}, 1, 6},
+      {4, 2, {1, 1}, 2, 4}, {4, 4, {4, 1}, 2, 4}, {4, 4, {2, 2}, 2, 4},
+  };
+  for (const Case& c : cases) {
+    const std::string split = "[" + std::to_string(c.spatial[0]) + "," + std::to_string(c.spatial[1]) + "]";
+    const int64_t from_groups = c.from_ranks / 2, groups = c.ranks / (c.spatial[0] * c.spatial[1]);
+    INFO(algorithm << ": " << from_groups << " group(s) of [2,1] resumed on " << c.ranks << " rank(s) of " << split);
+    const double loss_at_3 = squall::test::train_losses(crashed[c.from_ranks]).at(2).second;
+    const std::string dir = t.file("resumed-" + std::to_string(&c - cases));
+    fs::copy(crashed[c.from_ranks], dir, fs::copy_options::recursive);
+    const auto r = run_command(unet_job(c.ranks, dir, steps + "--set parallel.spatial=" + split + " --resume auto"));
+    INFO(output_tail(r));
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.out, Contains("resuming step 3 of a job of " + std::to_string(c.from_ranks) + " rank(s)") &&
+                          Contains(split_words({2, 1})) && Contains(split_words(c.spatial)) &&
+                          Contains("epoch " + std::to_string(c.epoch) + " goes on at sample " +
+                                   std::to_string(c.position) + " of its 8"));
+    if (groups < from_groups) CHECK_THAT(r.out, Contains("the replicas of group 1 are dropped"));
+    // Training went on from step 3: the resumed records are steps 4 to 8, the first within a
+    // quarter of the loss before the stop.
+    const std::vector<std::pair<int64_t, double>> after = squall::test::train_losses(dir);
+    REQUIRE(after.size() == 8);
+    for (size_t i = 0; i < after.size(); ++i) CHECK(after[i].first == static_cast<int64_t>(i) + 1);
+    CHECK(std::isfinite(after[3].second));
+    CHECK(std::abs(after[3].second - loss_at_3) < 0.25 * loss_at_3);
+    if (groups == from_groups) {
+      check_close(train_losses(dir), train_losses(whole[c.from_ranks]));
+      check_close(eval_losses(dir), eval_losses(whole[c.from_ranks]));
+    }
+    // The change of split, in summary.json and the resume record.
+    const json s = read_json(fs::path(dir) / "summary.json");
+    CHECK(s.at("steps") == 8);
+    const json& change = s.at("attempt").at("shape_change");
+    REQUIRE(change.is_object());
+    CHECK(change.at("step") == 3);
+    CHECK(change.at("from").at("ranks") == c.from_ranks);
+    CHECK(change.at("to").at("ranks") == c.ranks);
+    CHECK(change.at("from").at("spatial") == json::array({2, 1}));
+    CHECK(change.at("to").at("spatial") == json(c.spatial));
+    CHECK(change.at("epoch") == c.epoch);
+    CHECK(change.at("epoch_position") == c.position);
+    CHECK(resume_record(dir).value("shape_change", json()) == change);
+  }
+  // One group resumed as two on one node: sma's and local-sgd's new group starts from the
+  // centre; outer's node would hold the checkpoint's node model and a new one: refused.
+  const std::string dir = t.file("more-groups");
+  fs::copy(crashed[2], dir, fs::copy_options::recursive);
+  const auto more = run_command(unet_job(4, dir, steps + "--set parallel.spatial=[2,1] --resume auto"));
+  INFO(output_tail(more));
+  if (algorithm == "outer") {
+    CHECK(more.exit_code == 2);
+    CHECK_THAT(more.err, Contains("step-00000003") && Contains("model per node (outer)") &&
+                             Contains("would mix the groups of its nodes") && Contains("(1 per node)"));
+    return;
+  }
+  REQUIRE(more.exit_code == 0);
+  CHECK_THAT(more.out, Contains("group 1 starts its replicas from the central model"));
+  const std::vector<std::pair<int64_t, double>> after = squall::test::train_losses(dir);
+  REQUIRE(after.size() == 8);
+  const double loss_at_3 = squall::test::train_losses(crashed[2]).at(2).second;
+  CHECK(std::abs(after[3].second - loss_at_3) < 0.25 * loss_at_3);
+  CHECK(read_json(fs::path(dir) / "summary.json").at("attempt").at("shape_change").at("to").at("ranks") == 4);
+}
+
+}  // namespace
+
+TEST_CASE("sma's replicas saved per rank resume on another split and another number of groups",
+          "[launch][spatial][checkpoint][elastic]") {
+  resume_parts_on_other_splits("sma");
+}
+
+TEST_CASE("local-sgd's replicas saved per rank resume on another split and another number of groups",
+          "[launch][spatial][checkpoint][elastic]") {
+  resume_parts_on_other_splits("local-sgd");
+}
+
+TEST_CASE("outer's node models saved per rank resume on another split and another number of groups",
+          "[launch][spatial][checkpoint][elastic]") {
+  resume_parts_on_other_splits("outer");
 }
 
 TEST_CASE("a split the job or the model cannot take is refused before training, naming the key",

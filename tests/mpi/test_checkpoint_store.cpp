@@ -1,7 +1,7 @@
 // CheckpointStore under a real launch, on node layouts emulated with Topology::from_plan
 // (io/checkpoint/store.hpp): one file per node holding a group per rank, parts found by
-// global rank on any layout, checkpoints of earlier versions (a file per rank) still read,
-// damaged or mismatched node files reported by name.
+// global rank on any layout and mapped onto the groups of a split job, checkpoints of earlier
+// versions (a file per rank) still read, damaged or mismatched node files reported by name.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -268,6 +268,41 @@ TEST_CASE("a checkpoint of a job of another size: each rank it had takes its par
     CHECK(loaded->has_own == !is_new);
     CHECK(loaded->from_centre == is_new);
     if (!is_new) CHECK(same(loaded->own, own20));
+  }
+}
+
+TEST_CASE("a part source maps the ranks onto the writing job's groups: a part several ranks take, and none",
+          "[checkpoint-store]") {
+  // The trainer's mapping under parallel.spatial (docs/training.md, "One sample across ranks"):
+  // a rank takes the part of the writing job's group of its own group's index, that group's
+  // first rank's part, or none where the writing job had fewer groups.
+  const auto world = Communicator::world();
+  const int n = world.size();
+  SharedDir dir(world);
+  const Topology topo = layout(blocks(n, 2));
+  {
+    CheckpointStore writer(dir.path, topo, 3);
+    const checkpoint::CheckpointData own = own_of(world.rank(), 10);
+    writer.save(10, shared_of(n, 10), &own);
+  }
+  // Written in groups of 2 ranks, read by ranks of whole samples: rank r takes group r's part
+  // (rank 2r's); read by one group of every rank: each takes group 0's (rank 0's, read once).
+  for (const int per_group_then : {2, n}) {
+    for (const int per_group_now : {1, n}) {
+      INFO("groups of " << per_group_then << " rank(s) read by groups of " << per_group_now);
+      const int64_t group = world.rank() / per_group_now;
+      const int64_t groups_then = n / per_group_then;
+      CheckpointStore reader(dir.path, topo, 3, [&](const checkpoint::CheckpointData& shared) -> int64_t {
+        CHECK(shared.integer("world_size") == n);
+        return group < groups_then ? group * per_group_then : -1;
+      });
+      const auto loaded = reader.load_newest();
+      REQUIRE(loaded.has_value());
+      const bool has = group < groups_then;
+      CHECK(loaded->has_own == has);
+      CHECK(loaded->from_centre == !has);
+      if (has) CHECK(same(loaded->own, own_of(static_cast<int>(group * per_group_then), 10)));
+    }
   }
 }
 
