@@ -21,7 +21,8 @@ A variant is named by what it runs, so that a grid is written on the command lin
     outer H8 mu0.5 lr0.1     outer with period 8 and outer momentum 0.5 (outer lr 0.7, or 1
                              where the momentum is 0: then an outer step is the nodes' mean);
                              the rate is the inner one, a node's batch's; add eta<x> to set the outer lr,
-                             qsr<a> for QSR's growing period, "streamed" for parallel.outer.streaming
+                             qsr<a> for QSR's growing period, "streamed" for parallel.outer.streaming,
+                             "async" for parallel.outer.async (and stale<B> for its max_staleness)
 
     python3 bench/outer.py                                   # as root; bench/RESULTS.md has the runs
     python3 bench/outer.py --seeds 1 --epochs 1 --variants "ssgd lr0.1" "outer H8 mu0.5 lr0.1"
@@ -72,6 +73,11 @@ def variant_sets(name, batch):
             sets.append(f"parallel.outer.qsr={qsr}")
         if "streamed" in words:
             sets.append("parallel.outer.streaming=true")
+        if "async" in words:
+            sets.append("parallel.outer.async=true")
+            stale = next((w[5:] for w in words if re.fullmatch(r"stale-?[0-9]+", w)), None)
+            if stale is not None:
+                sets.append(f"parallel.outer.max_staleness={stale}")
         return sets, batch
     sys.exit(f"variant '{name}': unknown algorithm '{algo}' (ssgd, sma, local-sgd, outer)")
 
