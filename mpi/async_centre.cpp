@@ -212,7 +212,29 @@ PushResult AsyncCentre::Impl::exchange(const float* model, float lr, float* cent
     handles.emplace_back();
     SQUALL_MPI_CHECK(MPI_Isend(m.data(), static_cast<int>(m.size()), MPI_BYTE, s, k_request, comm, &handles.back()));
   }
-  SQUALL_MPI_CHECK(MPI_Waitall(static_cast<int>(handles.size()), handles.data(), MPI_STATUSES_IGNORE));
+  // Tests the answers until they have all come, sleeping a little between looks once they are
+  // slow in coming; past the stall limit the job ends, naming the shards still silent.
+  for (int idle = 0;; ++idle) {
+    int done = 0;
+    SQUALL_MPI_CHECK(MPI_Testall(static_cast<int>(handles.size()), handles.data(), &done, MPI_STATUSES_IGNORE));
+    if (done) break;
+    const double waited = steady_seconds() - t0;
+    if (options.stall_abort_s > 0 && waited > options.stall_abort_s) {
+      std::string silent;
+      for (int s = 0; s < nodes; ++s) {
+        int answered = 0;
+        SQUALL_MPI_CHECK(MPI_Test(&handles[static_cast<size_t>(s)], &answered, MPI_STATUS_IGNORE));
+        if (!answered) silent += (silent.empty() ? "" : ", ") + std::to_string(s);
+      }
+      fatal("asynchronous outer steps: node " + std::to_string(node) + " has waited " +
+                std::to_string(static_cast<int64_t>(waited)) + " s (the stall limit) for the centre's shards on " +
+                "node(s) " + silent + (kind == push ? "" : ", which answer once every node has pushed") +
+                ": a node has stopped, or its leader has",
+            __FILE__, __LINE__);
+    }
+    if (idle < 1000) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
   PushResult r;
   r.outer_steps = INT64_MAX;
   r.slowest_pushes = INT64_MAX;

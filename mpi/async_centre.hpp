@@ -49,6 +49,10 @@ struct AsyncCentreOptions {
   bool nesterov = true;
   int64_t max_staleness = -1;  // B: pushes a node may be ahead of the slowest; < 0: unbounded
   double poll_s = 100e-6;     // how long a shard's thread sleeps between looks for requests
+  // A node that has waited this long for the centre's answers ends the job, naming the shards
+  // that have not answered (a settling push or the last one waits for every node: a node that
+  // stopped would hold the others for ever); 0: it waits.
+  double stall_abort_s = 0;
 };
 
 // What a push saw: the staleness of its delta in rounds (the most over the shards), the outer

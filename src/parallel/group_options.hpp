@@ -59,6 +59,7 @@ struct LearnerGroupOptions {
   // parallel.outer.async: the node leaders (one rank per node, in node order) on this node's
   // leader, null on the other ranks of a node (they take the centre from it over the node).
   const mpi::Communicator* leaders = nullptr;
+  double stall_abort_s = 0;  // ... how long a node waits for the centre before ending the job (0: for ever)
   int spatial_ranks = 1;
   bool graphs = false;          // capture each learner's pass once (after its first, eager, pass) and replay
                                 // it (a CUDA graph); steps with a timeline or per-layer buckets run

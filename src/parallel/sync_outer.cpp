@@ -330,6 +330,7 @@ class Outer final : public SyncAlgorithm {
     o.momentum = c.options.outer.momentum;
     o.nesterov = c.options.outer.nesterov;
     o.max_staleness = c.options.outer.max_staleness;
+    o.stall_abort_s = c.options.stall_abort_s;
     // The node's part of the job's learners: its ranks' over the job's (every rank the same
     // learner count).
     const double share = static_cast<double>(c.options.node_ranks) / static_cast<double>(c.options.ranks);

@@ -187,6 +187,7 @@ TrainingDevice build_training_device(const config::Config& cfg, const std::strin
   // parallel.outer.async: the node leaders hold the centre's shards (mpi/async_centre.hpp).
   if (algorithm == parallel::Algorithm::outer && cfg.parallel.outer.async && topo.local_rank() == 0)
     lg.leaders = &topo.cross_comm();
+  lg.stall_abort_s = options.stall_abort_s;
   lg.spatial_ranks = static_cast<int>(spatial.split.ranks());
   // One group: the job is one learner whose gradient the group's own sum completes in the pass
   // (Learner::sum_tile_gradients); a sum over the job would add copies of it, so there is none

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "src/core/error.hpp"
+#include "src/nn/device.hpp"
 #include "src/nn/spatial.hpp"
 
 namespace squall::testing {
@@ -158,11 +159,17 @@ class ThreadTileComm final : public nn::TileComm {
     std::vector<Message> m_receives;
   };
 
-  // The CPU's streams run a layer's work before its exchange starts (inline, or on the worker
-  // that calls this), so `after` has nothing left to wait for.
-  std::unique_ptr<Exchange> start_on(nn::Stream&, const std::vector<Message>& sends,
+  // The device whose streams start_on's `after` belongs to. A device transport starts after
+  // the stream's work so far (an event on a GPU): here the host waits for it, so that an
+  // asynchronous CPU stream (run.cpu_streams = async) has packed the halos and read the last
+  // pass's before they are sent or overwritten.
+  void set_device(nn::Device* device) { m_device = device; }
+
+  std::unique_ptr<Exchange> start_on(nn::Stream& after, const std::vector<Message>& sends,
                                      const std::vector<Message>& receives) override {
     if (!m_in_order) throw Error("thread tile comm: start_on on a group of host memory");
+    if (m_device == nullptr) throw Error("thread tile comm: start_on before set_device");
+    m_device->synchronize(after);
     for (const size_t i : pair_order(sends)) {
       const Message& m = sends[i];
       m_hub.post_in_order(m_rank, m.peer, m.data, m.bytes);
@@ -190,6 +197,7 @@ class ThreadTileComm final : public nn::TileComm {
   ThreadTileHub& m_hub;
   int64_t m_rank;
   bool m_in_order = false;
+  nn::Device* m_device = nullptr;
   nn::HaloTimes m_times;
 };
 

@@ -366,6 +366,7 @@ void compare_graphs(const std::function<std::unique_ptr<nn::Graph>()>& make, int
     auto owner = make();
     nn::Graph& g = *owner;
     const SpatialPlace place = SpatialPlace::make(sp, rank, h, w, multiple);
+    if (auto* t = dynamic_cast<ThreadTileComm*>(comm)) t->set_device(backend.get());
     g.set_tile(place, comm);
     g.build(*backend, n, 5);
     auto s = backend->create_stream();
