@@ -5,6 +5,7 @@
 #
 #   test_cluster.sh SQUALL_BIN PYTHON TEST
 #   TEST: info | allreduce | cross | rate | slurm | train | resume | elastic | streams | periods | slow
+#         | straggler
 set -euo pipefail
 
 squall=$1 python=$2 test=$3
@@ -437,6 +438,96 @@ print(f"{two:.3f} {one:.3f} {two / one:.2f} {share:.2f}")'
     wait "$sleeper" 2>/dev/null || true
     [[ ! -e $cg ]] || fail "cluster down left $cg"
     echo "ok: 3x slower measured $slowed, lifted $lifted; cgroups removed by none and by down"
+    ;;
+
+  straggler)
+    # A straggler is not a stall: ssgd on 2 nodes x 1 rank, node 2 slowed 3 times by its CPU
+    # quota (cluster slow: a third of a core's time), runs to the end with exit 0 and no line
+    # of the stall watchdog under limits that a stall trips: the same job whose rank 1 (node 2)
+    # stops before a collective (SQUALL_STALL_AT) is ended by the watchdog, naming it. The
+    # watchdog times each collective from rank 0's arrival: a straggler makes rank 0 wait its
+    # lag of one step at each collective, which the limits stand well above, while rank 0's
+    # waits add up, over the job, to more than the warning's limit (the test checks that too,
+    # or it would prove nothing). The limits come from a first run of the slowed job: the
+    # warning at 4 times its longest step, at least 1 s, the end of the job at 3 times that.
+    # Both nodes are nodes of one core (`slow NAME I 1 --cores 1`: a cap, not a slowdown) with
+    # the top priority (`high`, as in `slow`), so that the machine's other work does not
+    # stretch a step past the limits, and node 2 then gets a third of its core. (mpirun's
+    # `high` alone does not reach node 2's ranks: Open MPI's daemon there starts a session of
+    # its own, whose autogroup has nice 0; unslowed, rank 1's passes took 4 times rank 0's.)
+    "$cluster" check --slow || exit 77
+    "$cluster" up "$name" --nodes 2
+    hosts=$("$cluster" hosts "$name" 1)
+    # Batches of 1024: about 75 ms of a core a step, so that the slowed rank's compute, not the
+    # sums' latency, makes the step.
+    steps=50
+    job=(train --config "$root/configs/fashion-mnist-lenet5.toml" --set parallel.algorithm=ssgd
+         --set parallel.replicas_per_device=1 --set train.batch_size=1024 --set train.max_steps=$steps
+         --set schedule.warmup_steps=0 --set data.train_samples=32768 --set data.test_samples=256
+         --set run.threads=1 --set train.log_every_steps=1)
+    # straggle LABEL [mpirun options] -- [squall options]: the job into $shared/LABEL, its
+    # output in $work/LABEL.log; a job that hangs is killed after 120 s (exit 124).
+    straggle() {
+      local label=$1; shift
+      local opts=()
+      while [[ $1 != -- ]]; do opts+=("$1"); shift; done
+      shift
+      high timeout 120 "$cluster" mpirun "$name" --host "$hosts" -np 2 "${opts[@]}" -- "$squall" "${job[@]}" \
+        --set run.dir="$shared/$label" "$@" >"$work/$label.log" 2>&1
+    }
+    # steps LABEL: the median and the longest step of that job, from consecutive steps' lines
+    # of metrics.jsonl (the first step counts from the loop's start).
+    steps() {
+      "$python" -c 'import json, statistics, sys
+t = [0.0] + [m["elapsed_s"] for m in map(json.loads, open(sys.argv[1])) if m["kind"] == "train"]
+d = [b - a for a, b in zip(t, t[1:])]
+print(f"{statistics.median(d):.3f} {max(d):.3f}")' "$shared/$1/metrics.jsonl"
+    }
+    high "$cluster" slow "$name" 1 1 --cores 1
+    high "$cluster" slow "$name" 2 1 --cores 1
+    straggle free -- || { cat "$work/free.log" >&2; fail "the job failed"; }
+    read -r free_median free_longest <<<"$(steps free)"
+    high "$cluster" slow "$name" 2 3 --cores 1
+    straggle measure -- || { cat "$work/measure.log" >&2; fail "the job with a slowed node failed"; }
+    read -r median longest <<<"$(steps measure)"
+    read -r warn abort <<<"$("$python" -c 'import math, sys; w = max(1, math.ceil(40 * float(sys.argv[1])) / 10); print(f"{w:g} {3 * w:g}")' "$longest")"
+    echo "steps of $free_median s (median; $free_longest s at most), $median s with node 2 slowed ($longest s at most): --stall-warn $warn --stall-abort $abort"
+    # Steps 3.1 to 3.5 times as long were measured (forward and backward passes of 24 and 48
+    # ms on both nodes, of 77 and 159 ms on node 2 slowed); 2 to 4.5, as in `slow`. The quota held node 2 back nearly all
+    # the time.
+    ratio=$("$python" -c "print(f'{$median / $free_median:.2f}')")
+    echo "node 2 slowed 3 times made the steps $ratio times as long"
+    "$python" -c "import sys; sys.exit(0 if 2 <= $ratio <= 4.5 else 1)" ||
+      fail "node 2 slowed 3 times made the steps $ratio times as long (2 to 4.5 expected)"
+    read -r throttled periods <<<"$("$cluster" slow "$name" 2 | sed -n 's/.*throttled in \([0-9]*\) of \([0-9]*\) periods.*/\1 \2/p')"
+    echo "node 2 was held back by its quota in $throttled of $periods periods"
+    [[ $((2 * throttled)) -ge $periods ]] || fail "node 2 was throttled in only $throttled of $periods periods"
+    # The straggler under those limits: to the end, exit 0, not a line of the watchdog.
+    straggle limited -- --stall-warn "$warn" --stall-abort "$abort" ||
+      { cat "$work/limited.log" >&2; fail "the job with a slowed node failed under --stall-warn $warn --stall-abort $abort"; }
+    ! grep -n "stall:" "$work/limited.log" || fail "the watchdog spoke of a straggler as of a stall"
+    s=$shared/limited/summary.json
+    [[ $(json "$s" 'd["steps"]') == "$steps" ]] || fail "the job with a slowed node did not run $steps steps"
+    waited=$(json "$s" 'round(d["time_breakdown_s"]["allreduce"], 2)')
+    echo "rank 0 spent $waited s in the job's sums, waiting for node 2, against --stall-warn $warn"
+    "$python" -c "import sys; sys.exit(0 if $waited > $warn else 1)" ||
+      fail "rank 0 waited $waited s in all, not more than the warning's $warn s: the straggler shows nothing"
+    # A stall under the same limits: rank 1 (node 2) sleeps before its 20th collective (step 10).
+    t0=$SECONDS rc=0
+    straggle stalled -x SQUALL_STALL_AT=1:20 -- --stall-warn "$warn" --stall-abort "$abort" || rc=$?
+    took=$((SECONDS - t0))
+    [[ $rc -ne 0 ]] || fail "the job with a stalled rank exited 0"
+    [[ $rc -ne 124 ]] || { cat "$work/stalled.log" >&2; fail "the job with a stalled rank hung (killed after 120 s)"; }
+    ((took < 60)) || fail "the job with a stalled rank took $took s to end (--stall-abort $abort)"
+    # Collective 19 (the step's gradient bucket) is in flight when rank 1 stops before 20 (the
+    # step's state): rank 0 waits in 19, which every rank has joined, and names rank 1 as the
+    # rank that has not joined 20.
+    who="rank 1 (host $name-n2, node 1)"
+    grep -q "^squall: warning: rank 0 on $name-n1: stall: collective 19 (.*) waited .* s; every rank has joined it, but it has not completed; $who has not joined collective 20, which rank 0 has$" "$work/stalled.log" ||
+      { cat "$work/stalled.log" >&2; fail "no warning from rank 0 naming $who"; }
+    grep -q "^squall: error: rank 0 on $name-n1: stall: collective 19 .* completed; $who has not joined collective 20, which rank 0 has; ending the job" "$work/stalled.log" ||
+      { cat "$work/stalled.log" >&2; fail "the watchdog did not end the job naming $who"; }
+    echo "ok: node 2 slowed 3x: $steps steps, exit 0, no stall under --stall-warn $warn --stall-abort $abort (rank 0 waited $waited s in all); a stalled rank 1 ended the job in $took s"
     ;;
 
   *) fail "unknown test '$test'" ;;
