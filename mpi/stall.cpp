@@ -173,17 +173,32 @@ struct StallWatch::Impl {
     return out;
   }
 
-  std::string root_report(int64_t call, const std::string& what, double waited) {
-    drain_arrivals();
-    std::vector<int> missing;
+  // The ranks that have announced no collective as new as `call`.
+  std::vector<int> not_joined(int64_t call) const {
+    std::vector<int> out;
     for (int r = 0; r < size; ++r)
-      if (arrived[static_cast<size_t>(r)] < call) missing.push_back(r);
+      if (arrived[static_cast<size_t>(r)] < call) out.push_back(r);
+    return out;
+  }
+
+  // `newest`: the newest collective rank 0 has joined. A collective in flight needs every rank
+  // to drive it to the end (the pipeline's chunks), so one that every rank has joined can still
+  // wait for a rank that stopped after joining it, before the next one: rank 0 is in a newer
+  // collective then, and the line names the ranks that have not joined that one.
+  std::string root_report(int64_t call, const std::string& what, double waited, int64_t newest) {
+    drain_arrivals();
+    const std::vector<int> missing = not_joined(call);
     std::string msg = "stall: collective " + std::to_string(call) + " (" + what + ") waited " +
                       format_seconds(waited) + " s; ";
-    if (missing.empty())
+    if (missing.empty()) {
       msg += "every rank has joined it, but it has not completed";
-    else
+      const std::vector<int> behind = newest > call ? not_joined(newest) : std::vector<int>{};
+      if (!behind.empty())
+        msg += "; " + missing_ranks_text(behind) + (behind.size() == 1 ? " has" : " have") +
+               " not joined collective " + std::to_string(newest) + ", which rank 0 has";
+    } else {
       msg += missing_ranks_text(missing) + (missing.size() == 1 ? " has" : " have") + " not joined";
+    }
     return msg;
   }
 };
@@ -282,13 +297,13 @@ void StallWatch::Impl::check(const Active& oldest, int64_t newest, double waited
     arrived[0] = newest;
     drain_arrivals();
     if (waited > abort_s) {
-      log::error(root_report(oldest.call, oldest.what, waited) + "; ending the job (--stall-abort " +
+      log::error(root_report(oldest.call, oldest.what, waited, newest) + "; ending the job (--stall-abort " +
                  format_seconds(abort_s) + " s)");
       abort_job(1);
     }
     if (waited > warn_s && warned < oldest.call) {
       warned = oldest.call;
-      log::warn(root_report(oldest.call, oldest.what, waited));
+      log::warn(root_report(oldest.call, oldest.what, waited, newest));
     }
     return;
   }

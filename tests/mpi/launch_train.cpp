@@ -329,6 +329,25 @@ TEST_CASE("a stalled rank is named, and the job ends instead of hanging", "[laun
   fs::remove_all(dir);
 }
 
+TEST_CASE("a rank that stops with a sum in flight is named by the newer sum it has not joined", "[launch][train]") {
+  // ssgd on 2 emulated nodes (the pipeline): step 10's gradient bucket is collective 19, its
+  // state 20. Rank 1 joins 19 and sleeps before 20, so 19, which every rank has joined, waits
+  // for rank 1 to drive it; the watchdog names rank 1 by collective 20. Without the sum check:
+  // rank 0 would wait in it for rank 1's record of sum 20, before joining 20 (docs/allreduce.md).
+  const std::string dir = fresh_dir("launch-train-stall-in-flight");
+  const auto r = run_command("SQUALL_CHECK_SUMS=0 SQUALL_STALL_AT=1:20:60 " + mpiexec(2) + " " + squall_bin() + " train --config " +
+                             std::string(SQUALL_SOURCE_DIR) + "/configs/fashion-mnist-lenet5.toml --ranks-per-node 1" +
+                             " --stall-warn 1 --stall-abort 3 --set parallel.algorithm=ssgd" +
+                             " --set parallel.replicas_per_device=1 --set train.max_steps=50" +
+                             " --set schedule.warmup_steps=0 --set data.train_samples=4096 --set run.dir=" + dir);
+  INFO(r.err);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("stall: collective 19 (gradients step 10 bucket 1) waited") &&
+                        Catch::Contains("every rank has joined it, but it has not completed; rank 1 (host ") &&
+                        Catch::Contains("has not joined collective 20, which rank 0 has; ending the job"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("bad parallel settings are refused with the key named", "[launch][train]") {
   const auto r = run_command(squall_bin() + " train --config " + k_sma + " --set parallel.algorithm=easgd");
   CHECK(r.exit_code == 2);
