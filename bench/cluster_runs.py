@@ -78,7 +78,8 @@ def train(squall, name, nodes, ranks_per_node, sets, run_dir, targets):
         s = json.load(f)
     r = {"final": s["final"]["test_accuracy"], "train_s": evals[-1]["train_s"] if evals else None, "bytes": sent,
          "evals": evals, "diverged": False, "allreduce_s": s["time_breakdown_s"]["allreduce"],
-         "overlapped_s": s["time_breakdown_s"]["allreduce_overlapped"]}
+         "overlapped_s": s["time_breakdown_s"]["allreduce_overlapped"],
+         "outer_async": s["parallel"].get("outer_async")}
     for t in targets:
         hit = next((e for e in evals if e["accuracy"] >= t), None)
         r[f"epochs@{t}"] = hit["epochs"] if hit else None

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""A slow node and the algorithms that wait for it (issue 48; docs/training.md, "Asynchronous
+outer steps").
+
+LeNet-5 on Fashion-MNIST (configs/fashion-mnist-sma.toml) on --nodes network-namespace nodes of
+the test cluster (tests/cluster/cluster, as root), one rank per node with --learners learners of
+--batch samples, the links limited to --rate. The last node is made --factors times slower by
+its own CPU quota (`cluster slow`; factor 1: every node capped alike, nobody slower), never by a
+sleep in squall. Every seed runs every variant at every factor once, interleaved. Reported, as
+medians over the seeds with the spread: the training seconds (evaluations excluded) at which the
+test accuracy first reaches each of --targets, the accuracy at the end, the bytes the nodes sent
+each other, and for the asynchronous variants the staleness node 1's pushes saw (summary.json
+is rank 0's).
+
+Variants are written as bench/outer.py's ("ssgd lr0.1", "outer H8 mu0.0 lr0.1", "outer H8
+mu0.0 lr0.1 async", "... async stale2").
+
+    python3 bench/stragglers.py                      # as root; bench/RESULTS.md has the runs
+    python3 bench/stragglers.py --seeds 1 --epochs 1 --factors 1 3
+"""
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster_runs as cr  # noqa: E402
+from outer import variant_sets  # noqa: E402
+
+DEFAULT_VARIANTS = ["ssgd lr0.1", "outer H8 mu0.0 lr0.1", "outer H8 mu0.0 lr0.1 async"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--squall", default=os.path.join(cr.ROOT, "build", "bin", "squall"))
+    ap.add_argument("--cluster", default="sbench", help="the test cluster's name (brought up and down here)")
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--learners", type=int, default=2, help="learners per node (one rank per node)")
+    ap.add_argument("--batch", type=int, default=16, help="samples per learner")
+    ap.add_argument("--rate", default="100mbit", help="the links' rate limit (tc's notation)")
+    ap.add_argument("--factors", type=float, nargs="+", default=[1, 2, 3],
+                    help="how many times slower the last node is (1: none slower)")
+    ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS)
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--targets", type=float, nargs="+", default=[0.88])
+    ap.add_argument("--test-samples", type=int, default=10000)
+    ap.add_argument("--json", default="stragglers.json", help="where every number goes")
+    a = ap.parse_args()
+    plans = {v: variant_sets(v, a.batch) for v in a.variants}
+    cr.up(a.cluster, a.nodes)
+    runs = []
+    try:
+        cr.cluster("rate", a.cluster, a.rate)
+        with tempfile.TemporaryDirectory() as work:
+            for seed in a.seeds:
+                for factor in a.factors:
+                    # Every node capped at its share of the machine's cores, the last one factor
+                    # times below it (factor 1: the cap alone, so that the runs compare alike).
+                    for node in range(1, a.nodes + 1):
+                        f = factor if node == a.nodes else 1
+                        cr.cluster("slow", a.cluster, str(node), format(f, "g"))
+                    for v in a.variants:
+                        sets, batch = plans[v]
+                        global_batch = a.nodes * a.learners * batch
+                        steps_per_epoch = cr.TRAIN_SAMPLES // global_batch
+                        quarter = max(1, steps_per_epoch // 4)
+                        sets = sets + [f"parallel.replicas_per_device={a.learners}", f"train.batch_size={batch}",
+                                       f"schedule.warmup_steps={quarter}", f"train.epochs={a.epochs}",
+                                       f"train.eval_every_steps={quarter}", f"train.log_every_steps={steps_per_epoch}",
+                                       f"data.test_samples={a.test_samples}", f"run.seed={seed}",
+                                       "checkpoint.at_end=false"]
+                        d = os.path.join(work, f"{re.sub(r'[^A-Za-z0-9.]+', '-', v)}-x{factor:g}-{seed}")
+                        r = cr.train(a.squall, a.cluster, a.nodes, 1, sets, d, a.targets)
+                        runs.append({"variant": v, "factor": factor, "seed": seed, **r})
+                        print(f"# {v} x{factor:g} seed {seed}: " +
+                              ", ".join(f"{t}: {cr.fmt(r[f'seconds@{t}'], '.1f')} s" for t in a.targets) +
+                              f", final {cr.fmt(r['final'], '.4f')}", file=sys.stderr, flush=True)
+    finally:
+        cr.down(a.cluster)
+    with open(a.json, "w") as f:
+        json.dump({"nodes": a.nodes, "learners": a.learners, "batch": a.batch, "rate": a.rate, "epochs": a.epochs,
+                   "targets": a.targets, "factors": a.factors, "runs": runs}, f, indent=1)
+    report(a, runs)
+
+
+def report(a, runs):
+    print(f"{a.nodes} nodes x {a.learners} learners x {a.batch} samples, links {a.rate}, {a.epochs} epochs, "
+          f"seeds {a.seeds}; the last node slowed by its CPU quota; medians (spread)\n")
+    head = " | ".join(f"s to {t} | spread" for t in a.targets)
+    print(f"| slower | variant | {head} | accuracy at the end | MB sent | node 1's staleness (mean, max) |")
+    print("|---|---|" + "---:|---:|" * len(a.targets) + "---:|---:|---|")
+    for factor in a.factors:
+        for v in a.variants:
+            rs = [r for r in runs if r["variant"] == v and r["factor"] == factor]
+            cells = []
+            for t in a.targets:
+                vals = [r[f"seconds@{t}"] for r in rs]
+                cells += [cr.fmt(cr.median_or_none(vals), ".1f"), cr.spread(vals)]
+            final = cr.median_or_none([r["final"] for r in rs])
+            mb = cr.median_or_none([r["bytes"] / 1e6 if r["bytes"] else None for r in rs])
+            st = [r.get("outer_async") for r in rs if r.get("outer_async")]
+            stale = (f"{cr.median_or_none([s['staleness_mean'] for s in st]):.2f}, "
+                     f"{max(s['staleness_max'] for s in st)}") if st else "-"
+            print(f"| {factor:g}x | {v} | " + " | ".join(cells) +
+                  f" | {cr.fmt(final, '.4f')} | {cr.fmt(mb, '.0f')} | {stale} |")
+
+
+if __name__ == "__main__":
+    main()
