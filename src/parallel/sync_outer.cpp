@@ -400,7 +400,6 @@ class Outer final : public SyncAlgorithm {
     }
     if (kind == Push::final_steps || kind == Push::final_only) m_finished = true;
     if (kind == Push::round) ++m_outer_steps;
-    const float* centre = nullptr;
     if (c.options.node_ranks > 1) {
       // The leader's centre to the node's other ranks: a sum of it and zeros, exact.
       FusedSum& node = *c.node_sum;
@@ -408,16 +407,12 @@ class Outer final : public SyncAlgorithm {
       else be.fill(s, node.data(), n, 0.0f);
       const auto span = c.phase_scope("allreduce", &c.reduce_s);
       node.reduce(node.check(), "the asynchronous centre over the node", false);
-      centre = node.data();
-    } else {
-      be.copy_from_host(s, m_delta.data(), m_host.data(), c.params);
-      be.copy_from_host(s, m_state.data(), m_host.data() + c.params, c.state);
-    }
-    if (centre != nullptr) {
+      const float* centre = node.data();
       be.copy(s, m_centre.data(), centre, c.params);
       be.copy(s, m_state.data(), centre + c.params, c.state);
     } else {
-      be.copy(s, m_centre.data(), m_delta.data(), c.params);
+      be.copy_from_host(s, m_centre.data(), m_host.data(), c.params);
+      be.copy_from_host(s, m_state.data(), m_host.data() + c.params, c.state);
     }
     for (const auto& l : *c.replicas) {
       be.copy(s, l->graph->params(), m_centre.data(), c.params);
