@@ -79,7 +79,7 @@ def train(squall, name, nodes, ranks_per_node, sets, run_dir, targets):
     r = {"final": s["final"]["test_accuracy"], "train_s": evals[-1]["train_s"] if evals else None, "bytes": sent,
          "evals": evals, "diverged": False, "allreduce_s": s["time_breakdown_s"]["allreduce"],
          "overlapped_s": s["time_breakdown_s"]["allreduce_overlapped"],
-         "outer_async": s["parallel"].get("outer_async")}
+         "outer_async": s["parallel"].get("outer_async"), "pace": s["parallel"].get("pace")}
     for t in targets:
         hit = next((e for e in evals if e["accuracy"] >= t), None)
         r[f"epochs@{t}"] = hit["epochs"] if hit else None

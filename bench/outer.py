@@ -73,6 +73,9 @@ def variant_sets(name, batch):
             sets.append(f"parallel.outer.qsr={qsr}")
         if "streamed" in words:
             sets.append("parallel.outer.streaming=true")
+        quorum = next((w[6:] for w in words if re.fullmatch(r"quorum[0-9.]+", w)), None)
+        if quorum is not None:
+            sets.append(f"train.epoch_quorum={quorum}")
         if "async" in words:
             sets.append("parallel.outer.async=true")
             stale = next((w[5:] for w in words if re.fullmatch(r"stale-?[0-9]+", w)), None)

@@ -9,11 +9,12 @@ its own CPU quota (`cluster slow`; factor 1: every node capped alike, nobody slo
 sleep in squall. Every seed runs every variant at every factor once, interleaved. Reported, as
 medians over the seeds with the spread: the training seconds (evaluations excluded) at which the
 test accuracy first reaches each of --targets, the accuracy at the end, the bytes the nodes sent
-each other, and for the asynchronous variants the staleness node 1's pushes saw (summary.json
-is rank 0's).
+each other, for the asynchronous variants the staleness the nodes' pushes saw (the mean over
+the nodes' means, the largest), and under train.epoch_quorum the steps the slow node trained and
+the samples carried at the end.
 
 Variants are written as bench/outer.py's ("ssgd lr0.1", "outer H8 mu0.0 lr0.1", "outer H8
-mu0.0 lr0.1 async", "... async stale2").
+mu0.0 lr0.1 async", "... async stale2", "... quorum0.75": train.epoch_quorum).
 
     python3 bench/stragglers.py                      # as root; bench/RESULTS.md has the runs
     python3 bench/stragglers.py --seeds 1 --epochs 1 --factors 1 3
@@ -29,7 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster_runs as cr  # noqa: E402
 from outer import variant_sets  # noqa: E402
 
-DEFAULT_VARIANTS = ["ssgd lr0.1", "outer H8 mu0.0 lr0.1", "outer H8 mu0.0 lr0.1 async"]
+DEFAULT_VARIANTS = ["ssgd lr0.1", "outer H8 mu0.0 lr0.1", "outer H8 mu0.0 lr0.1 async",
+                    "outer H8 mu0.0 lr0.1 quorum0.75", "outer H8 mu0.0 lr0.1 async quorum0.75"]
 
 
 def main():
@@ -90,8 +92,9 @@ def report(a, runs):
     print(f"{a.nodes} nodes x {a.learners} learners x {a.batch} samples, links {a.rate}, {a.epochs} epochs, "
           f"seeds {a.seeds}; the last node slowed by its CPU quota; medians (spread)\n")
     head = " | ".join(f"s to {t} | spread" for t in a.targets)
-    print(f"| slower | variant | {head} | accuracy at the end | MB sent | node 1's staleness (mean, max) |")
-    print("|---|---|" + "---:|---:|" * len(a.targets) + "---:|---:|---|")
+    print(f"| slower | variant | {head} | accuracy at the end | MB sent | staleness (mean, max) "
+          f"| slow node's steps | carried |")
+    print("|---|---|" + "---:|---:|" * len(a.targets) + "---:|---:|---|---:|---:|")
     for factor in a.factors:
         for v in a.variants:
             rs = [r for r in runs if r["variant"] == v and r["factor"] == factor]
@@ -102,10 +105,15 @@ def report(a, runs):
             final = cr.median_or_none([r["final"] for r in rs])
             mb = cr.median_or_none([r["bytes"] / 1e6 if r["bytes"] else None for r in rs])
             st = [r.get("outer_async") for r in rs if r.get("outer_async")]
-            stale = (f"{cr.median_or_none([s['staleness_mean'] for s in st]):.2f}, "
-                     f"{max(s['staleness_max'] for s in st)}") if st else "-"
+            nodes = [n for s in st for n in s.get("nodes", [s])]
+            stale = (f"{cr.median_or_none([n['staleness_mean'] for n in nodes]):.2f}, "
+                     f"{max(n['staleness_max'] for n in nodes)}") if nodes else "-"
+            paces = [r["pace"] for r in rs if r.get("pace")]
+            steps = (f"{cr.median_or_none([p['node_trained_steps'][-1] for p in paces]):.0f} of "
+                     f"{paces[0]['node_trained_steps'][0] + paces[0]['node_idle_steps'][0]}") if paces else "-"
+            carried = cr.fmt(cr.median_or_none([p["carried_samples"] for p in paces]), ".0f") if paces else "-"
             print(f"| {factor:g}x | {v} | " + " | ".join(cells) +
-                  f" | {cr.fmt(final, '.4f')} | {cr.fmt(mb, '.0f')} | {stale} |")
+                  f" | {cr.fmt(final, '.4f')} | {cr.fmt(mb, '.0f')} | {stale} | {steps} | {carried} |")
 
 
 if __name__ == "__main__":

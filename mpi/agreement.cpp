@@ -12,6 +12,11 @@ struct FlagAgreement::Impl {
   int size = 1;
   MPI_Request request = MPI_REQUEST_NULL;
   uint64_t sent = 0, result = 0;
+  // exchange() with a value: its own request, posted beside the flags'.
+  MPI_Request values_request = MPI_REQUEST_NULL;
+  double value = 0;
+  std::vector<double> values;
+  bool values_posted = false;
 };
 
 FlagAgreement::FlagAgreement(const Communicator& comm) : m_impl(std::make_unique<Impl>()) {
@@ -25,6 +30,7 @@ FlagAgreement::~FlagAgreement() {
   MPI_Finalized(&finalized);
   if (finalized) return;
   if (m_impl->request != MPI_REQUEST_NULL) MPI_Wait(&m_impl->request, MPI_STATUS_IGNORE);
+  if (m_impl->values_request != MPI_REQUEST_NULL) MPI_Wait(&m_impl->values_request, MPI_STATUS_IGNORE);
   MPI_Comm_free(&m_impl->comm);
 }
 
@@ -40,12 +46,35 @@ uint64_t FlagAgreement::drain() {
 }
 
 uint64_t FlagAgreement::exchange(uint64_t mine) {
+  std::vector<double> unused;
   const uint64_t previous = drain();
+  drain_values(unused);
   m_impl->sent = mine;
   if (m_impl->size > 1)
     SQUALL_MPI_CHECK(MPI_Iallreduce(&m_impl->sent, &m_impl->result, 1, MPI_UINT64_T, MPI_BOR, m_impl->comm,
                                     &m_impl->request));
   return previous;
+}
+
+void FlagAgreement::drain_values(std::vector<double>& out) {
+  out.clear();
+  if (!m_impl->values_posted) return;
+  m_impl->values_posted = false;
+  if (m_impl->values_request != MPI_REQUEST_NULL)
+    SQUALL_MPI_CHECK(MPI_Wait(&m_impl->values_request, MPI_STATUS_IGNORE));
+  out = m_impl->values;
+}
+
+uint64_t FlagAgreement::exchange(uint64_t mine, double value, std::vector<double>& previous) {
+  drain_values(previous);
+  const uint64_t flags = exchange(mine);
+  m_impl->value = value;
+  m_impl->values.assign(static_cast<size_t>(m_impl->size), value);
+  m_impl->values_posted = true;
+  if (m_impl->size > 1)
+    SQUALL_MPI_CHECK(MPI_Iallgather(&m_impl->value, 1, MPI_DOUBLE, m_impl->values.data(), 1, MPI_DOUBLE,
+                                    m_impl->comm, &m_impl->values_request));
+  return flags;
 }
 
 }  // namespace squall::mpi

@@ -3,10 +3,12 @@
 // waiting for it. Each training step posts this rank's flags (a signal arrived, rank 0's clock
 // says a checkpoint is due) in a nonblocking allreduce and collects the previous step's result,
 // so all ranks act on the same flags at the same step (a checkpoint, a clean stop) and the
-// collective's latency hides behind a step's work. Collective: every rank calls exchange() once
-// per step, in the same steps.
+// collective's latency hides behind a step's work. Collective: every rank calls exchange() at
+// the same steps (every step; under asynchronous or paced outer rounds, at each round's end, so
+// that a node is held by the others once a round, not once a step: src/train/pace.hpp).
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "mpi/comm.hpp"
 
@@ -22,10 +24,16 @@ class FlagAgreement {
   // Posts `mine` and returns the OR over the job of the flags posted at the previous call (0 at
   // the first call).
   uint64_t exchange(uint64_t mine);
+  // The same, and `value` gathered from every rank beside the flags: `previous` gets the values
+  // posted at the previous call, in rank order (empty at the first call, or after a call of
+  // exchange() alone).
+  uint64_t exchange(uint64_t mine, double value, std::vector<double>& previous);
 
  private:
   // Completes the posted exchange (if any) and returns its OR.
   uint64_t drain();
+  // Completes the posted gather of values (if any) into `out` (empty: none was posted).
+  void drain_values(std::vector<double>& out);
 
   struct Impl;
   std::unique_ptr<Impl> m_impl;

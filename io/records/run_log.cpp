@@ -292,6 +292,26 @@ void RunLog::checkpoint_written(int64_t step, const fs::path& path, double secon
             std::to_string(static_cast<int>(seconds * 1000)) + " ms)");
 }
 
+void RunLog::paced(int64_t epoch, int64_t step, const std::vector<int64_t>& node_trained,
+                   const std::vector<int64_t>& node_idle, int64_t carried, double quorum) {
+  if (!m_options.root) return;
+  record({{"kind", "pace"},
+          {"epoch", epoch},
+          {"step", step},
+          {"node_trained_steps", node_trained},
+          {"node_idle_steps", node_idle},
+          {"carried_samples", carried}});
+  if (carried == 0) return;
+  std::string steps;
+  for (size_t n = 0; n < node_trained.size(); ++n) steps += (n == 0 ? "" : ", ") + std::to_string(node_trained[n]);
+  const int64_t of = node_trained.empty() ? 0 : node_trained[0] + node_idle[0];
+  m_progress->finish();
+  log::info(printf_text("epoch %lld: nodes 0 to %zu trained %s of its %lld steps (train.epoch_quorum = %g); %lld "
+                        "samples the slower nodes did not reach are carried to the front of their next epoch",
+                        static_cast<long long>(epoch), node_trained.size() - 1, steps.c_str(),
+                        static_cast<long long>(of), quorum, static_cast<long long>(carried)));
+}
+
 void RunLog::autotuned(int64_t step, const json& d, int learners, int64_t steps_per_epoch, int64_t total_steps) {
   if (!m_options.root) return;
   record({{"kind", "autotune"},

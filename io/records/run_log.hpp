@@ -213,6 +213,10 @@ class RunLog {
   void checkpoint_written(int64_t step, const std::filesystem::path& path, double seconds);
   void autotuned(int64_t step, const nlohmann::json& decision, int learners, int64_t steps_per_epoch,
                  int64_t total_steps);
+  // train.epoch_quorum: an epoch's steps trained and let pass per node, and the samples carried
+  // (metrics.jsonl; a line when any were carried).
+  void paced(int64_t epoch, int64_t step, const std::vector<int64_t>& node_trained,
+             const std::vector<int64_t>& node_idle, int64_t carried, double quorum);
   void end_progress();                 // ends a live progress line (before other output)
   void warn(const std::string& text);  // ends a live progress line first
   // The end: summary.json (atomically), the closing lines, run_stop "success".

@@ -121,6 +121,12 @@ struct TrainConfig {
   // A run dir (its newest checkpoint) or a checkpoint whose weights a new run starts from
   // (docs/training.md, "Fine-tuning from another run"); "": the model's own initialisation.
   std::string init_from;
+  // Partial epochs (docs/training.md, "A slow node"; Project Adam's 75%): the fraction of each
+  // round's samples the job must train. Below 1, under parallel.algorithm = outer, a node slower
+  // than the fastest takes fewer inner steps per outer round, down to what this fraction allows,
+  // so that the rounds end together; the samples it did not reach go to the front of its next
+  // epoch. 1: every node trains every step.
+  double epoch_quorum = 1.0;
   bool operator==(const TrainConfig&) const = default;
 };
 

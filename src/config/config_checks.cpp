@@ -151,6 +151,14 @@ std::string async_outer_vs_rest(const Config& c) {
     return "parallel.outer.async with parallel.spatial = " + list_text(p.spatial) +
            ": asynchronous outer steps across split samples are not built yet (set parallel.spatial = [1, 1], "
            "or parallel.outer.async = false)";
+  if (c.train.epoch_quorum < 1 && p.outer.streaming)
+    return "train.epoch_quorum = " + format_double(c.train.epoch_quorum) +
+           " lets a slow node skip the end of its rounds, and parallel.outer.streaming overlaps each outer step with "
+           "the next round's first inner step: set one of them";
+  if (c.train.epoch_quorum < 1 && p.spatial.size() == 2 && p.spatial[0] * p.spatial[1] > 1)
+    return "train.epoch_quorum = " + format_double(c.train.epoch_quorum) + " with parallel.spatial = " +
+           list_text(p.spatial) + ": partial epochs of split samples are not built yet (set train.epoch_quorum = 1, "
+           "or parallel.spatial = [1, 1])";
   if (p.outer.max_staleness != -1 && !p.outer.async)
     return "parallel.outer.max_staleness = " + std::to_string(p.outer.max_staleness) +
            " bounds the asynchronous outer steps, and parallel.outer.async = false: set "
@@ -262,6 +270,7 @@ const std::vector<Applicability>& applicability() {
       {"parallel.outer.streaming", "parallel.algorithm", "outer", outer},
       {"parallel.outer.async", "parallel.algorithm", "outer", outer},
       {"parallel.outer.max_staleness", "parallel.algorithm", "outer", outer},
+      {"train.epoch_quorum", "parallel.algorithm", "outer", outer},
       {"parallel.autotune_threshold", "parallel.autotune", "true", autotune},
       {"parallel.max_replicas_per_device", "parallel.autotune", "true", caps_learners},
       {"parallel.cross_node", "parallel.device_allreduce", "host", host_allreduce},
@@ -432,6 +441,9 @@ void check_values(const Config& c, const std::string& origin) {
   k.require(std::isfinite(c.train.loss_scale) && c.train.loss_scale > 0, "train.loss_scale",
             "must be > 0 (got " + format_double(c.train.loss_scale) + ")");
   k.positive(c.train.loss_scale_window, "train.loss_scale_window");
+  k.require(c.train.epoch_quorum > 0 && c.train.epoch_quorum <= 1, "train.epoch_quorum",
+            "must be in (0, 1]: the fraction of each round's samples the job trains (got " +
+                format_double(c.train.epoch_quorum) + ")");
   const auto& t = c.train.target;
   k.require(t.metric == TargetMetric::none || (t.value > 0 && t.value <= 1), "train.target.value",
             std::string("must be in (0, 1] with train.target.metric = ") + k_target_metrics.name(t.metric) + " (got " +

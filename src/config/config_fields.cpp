@@ -67,6 +67,7 @@ std::vector<Field> fields(Config& c) {
       {"train", "loss_scale_window", &c.train.loss_scale_window},
       {"train", "nonfinite", enum_field(&c.train.nonfinite, k_nonfinite_policies)},
       {"train", "init_from", &c.train.init_from},
+      {"train", "epoch_quorum", &c.train.epoch_quorum},
 
       {"train.target", "metric", enum_field(&c.train.target.metric, k_target_metrics)},
       {"train.target", "value", &c.train.target.value},

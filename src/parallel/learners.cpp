@@ -157,6 +157,18 @@ std::vector<float> LearnerGroup::step(const std::vector<LearnerBatch>& batches, 
   return losses;
 }
 
+void LearnerGroup::idle_step(int64_t step, float lr) {
+  GroupCore& c = *m_core;
+  const Stopwatch step_time;
+  const double reduce_before = c.reduce_s;
+  m_algorithm->idle(step, lr);
+  c.backend.record(*c.group_event, *c.stream);
+  m_eval_current = false;
+  m_compute_s += step_time.seconds() - (c.reduce_s - reduce_before);
+}
+
+RoundSpot LearnerGroup::round_spot(int64_t step, float lr) { return m_algorithm->round_spot(step, lr); }
+
 void LearnerGroup::settle() const {
   GroupCore& c = *m_core;
   for (const auto& l : *c.replicas) c.backend.synchronize(*l->stream);

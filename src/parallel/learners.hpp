@@ -100,6 +100,12 @@ class LearnerGroup {
   std::vector<float> step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
                           const std::vector<LearnerBatch>* next = nullptr);
 
+  // A step this node lets pass (train.epoch_quorum: src/train/pace.hpp): no learner trains,
+  // and the synchronisation due after step `step` happens as after step(). Collective as step().
+  void idle_step(int64_t step, float lr);
+  // Where step `step` falls in the algorithm's rounds (outer; a round of one otherwise).
+  RoundSpot round_spot(int64_t step, float lr);
+
   // The central model (backend memory), current after every step: these wait for the
   // group's streams, so that the host (or another stream) may read it.
   const float* central_params() const;

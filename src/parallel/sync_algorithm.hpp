@@ -29,6 +29,12 @@ class SyncAlgorithm {
   // The step: returns whether it skipped an update (non-finite gradients).
   virtual bool step(const std::vector<LearnerBatch>& batches, int64_t step, float lr,
                     const std::vector<LearnerBatch>* next) = 0;
+  // A step this node lets pass without work (train.epoch_quorum: a slow node's round is cut
+  // short): its learners take no batch, and the synchronisation due after the step happens as
+  // after a step. Only outer has rounds to cut; the others throw.
+  virtual void idle(int64_t step, float lr);
+  // Where step `step` (0-based, at inner rate lr) falls in the rounds; asked before the step.
+  virtual RoundSpot round_spot(int64_t /*step*/, float /*lr*/) { return {}; }
   // Whether the central model is learner 0's replica (every replica is one model), and
   // otherwise the central model the algorithm keeps (backend memory).
   virtual bool central_is_replica0() const { return true; }

@@ -136,6 +136,11 @@ class LocalSgd final : public SyncAlgorithm {
 
 }  // namespace
 
+void SyncAlgorithm::idle(int64_t step, float /*lr*/) {
+  throw Error("learner group: step " + std::to_string(step + 1) +
+              " was to pass without work, which only parallel.algorithm = outer's rounds allow (train.epoch_quorum)");
+}
+
 std::unique_ptr<SyncAlgorithm> make_sync_algorithm(Algorithm algorithm, GroupCore& core) {
   switch (algorithm) {
     case Algorithm::ssgd: return make_ssgd(core);

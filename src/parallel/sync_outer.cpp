@@ -173,6 +173,35 @@ class Outer final : public SyncAlgorithm {
     return skipped;
   }
 
+  // A step this node lets pass (train.epoch_quorum): no inner step, the round's clock and its
+  // outer step as after one. The node's model stays where its last trained step left it, so the
+  // outer step averages a node that trained h of the round's H steps with one that trained H.
+  void idle(int64_t step, float lr) override {
+    m_done = step + 1;
+    m_lr = lr;
+    if (m_async_on) {
+      if (outer_step_after(step, lr)) async_round(Push::round, lr);
+      return;
+    }
+    if (m_pending) apply();  // not streaming (refused with the quorum): nothing is in flight
+    if (outer_step_after(step, lr)) {
+      begin(step, lr);
+      apply();
+    }
+  }
+
+  // Where step `step` falls in its round: the clock of outer_step_after, read without moving it
+  // (the round's length is set at its first step, as there).
+  RoundSpot round_spot(int64_t step, float lr) override {
+    const optim::OuterOptions& o = m_core.options.outer;
+    const int64_t done = step + 1;
+    if (m_last < 0)
+      m_last = done - 1 <= o.start_step ? done - 1 : o.start_step + (done - 1 - o.start_step) / o.period * o.period;
+    if (done <= o.start_step) return {};
+    if (m_round == 0) m_round = o.round_length(m_last, lr);
+    return {step - m_last, m_round};
+  }
+
   // The streamed sum still pending, then the final outer step over the steps since the last
   // one (at the rate of the last step), as an outer step after that step would be. Streamed,
   // the final one is waited for at once: no inner step follows to hide it.

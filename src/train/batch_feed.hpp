@@ -30,6 +30,8 @@ class BatchFeed {
   const std::vector<parallel::LearnerBatch>& take(const StepPlan& plan, int64_t epoch, int64_t used, int64_t step);
   // The next step's batches, taken by take() when look-ahead applies to this step; else null.
   const std::vector<parallel::LearnerBatch>* next() const { return m_next_held.empty() ? nullptr : &m_next_inputs; }
+  // This step's batches (their samples' indices: SQUALL_TRACE_SAMPLES).
+  const std::vector<const input::Batch*>& held() const { return m_held; }
   // The step has used its batches: back to the loader.
   void release_step();
   // Everything held (a run stopped by a signal may hold a step it did not take).

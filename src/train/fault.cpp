@@ -47,6 +47,26 @@ FaultInjection FaultInjection::from_env() {
   return f;
 }
 
+SampleTrace SampleTrace::from_env(int rank, int64_t attempt) {
+  SampleTrace t;
+  const char* dir = std::getenv("SQUALL_TRACE_SAMPLES");
+  if (dir == nullptr || *dir == '\0') return t;
+  const std::string path = std::string(dir) + "/rank-" + std::to_string(rank) + ".txt";
+  t.m_file.reset(std::fopen(path.c_str(), "a"));
+  if (!t.m_file) throw UsageError("SQUALL_TRACE_SAMPLES: cannot write " + path);
+  t.m_attempt = attempt;
+  return t;
+}
+
+void SampleTrace::step(int64_t epoch, int64_t step, const std::vector<int64_t>& indices) {
+  if (!m_file) return;
+  std::fprintf(m_file.get(), "%lld %lld %lld", static_cast<long long>(m_attempt), static_cast<long long>(epoch),
+               static_cast<long long>(step));
+  for (int64_t i : indices) std::fprintf(m_file.get(), " %lld", static_cast<long long>(i));
+  std::fputc('\n', m_file.get());
+  std::fflush(m_file.get());
+}
+
 void FaultInjection::before_step(int rank, int64_t step) const {
   for (const auto& [at, file] : m_holds) {
     if (at != step || std::filesystem::exists(file) || stop_signal() != 0) continue;

@@ -8,11 +8,30 @@
 // exists or a stop signal arrives (rank 0 says so once), so that a test acts on a running job
 // at a known step (loses a node, signals it) however fast the machine is, and then lets it go.
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace squall::train {
+
+// SQUALL_TRACE_SAMPLES=DIR: each rank writes a line per step it trained to DIR/rank-R.txt,
+// "ATTEMPT EPOCH STEP INDEX...", the global indices of the samples its learners took, so that a
+// test counts what every rank trained (train.epoch_quorum's carried samples, across a resume).
+class SampleTrace {
+ public:
+  static SampleTrace from_env(int rank, int64_t attempt);  // a folder that cannot be written: UsageError
+  bool on() const { return m_file != nullptr; }
+  void step(int64_t epoch, int64_t step, const std::vector<int64_t>& indices);
+
+ private:
+  struct Close {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  std::unique_ptr<std::FILE, Close> m_file;
+  int64_t m_attempt = 1;
+};
 
 class FaultInjection {
  public:

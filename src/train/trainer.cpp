@@ -88,6 +88,7 @@ TrainingRun::TrainingRun(const config::Config& cfg, const std::string& origin, c
 TrainResult TrainingRun::run() {
   m_node_of_rank = m_world.allgather(m_topo.node());
   m_spatial = make_spatial_job(m_cfg, m_origin, m_topo, m_node_of_rank);
+  mpi::run_agreed(m_world, [&] { setup_pace(); });
   mpi::run_agreed(m_world, [&] {
     m_fault = FaultInjection::from_env();
     // The sampler, the plan and the schedule see one rank per spatial group.
@@ -108,8 +109,10 @@ TrainResult TrainingRun::run() {
     m_checkpoint.reset();
   }
   if (m_pos.step >= m_data.plan.total_steps || m_target) return already_complete();
+  mpi::run_agreed(m_world, [&] { m_trace = SampleTrace::from_env(m_rank, m_pos.attempt); });
   m_feed = std::make_unique<BatchFeed>(*m_device.loader, m_device.augment, m_spatial.tile_sample(m_data.train->info().sample),
-                                       static_cast<uint64_t>(m_cfg.run.seed), m_rank, m_device.lookahead);
+                                       static_cast<uint64_t>(m_cfg.run.seed), m_rank,
+                                       m_device.lookahead && !m_pace.on);  // a paced step may take no batch
   train();
   if (m_stop_flags != 0) return stopped();
   if (m_cfg.checkpoint.at_end && m_last_checkpoint_step != m_pos.step) write_checkpoint();
@@ -143,9 +146,10 @@ void TrainingRun::train() {
     // One resumed after its epoch's last step has no step left in it, only the evaluation.
     const bool first = epoch == m_pos.start.epoch;
     int64_t used = first ? m_pos.start.used : 0;
-    if (epoch_has_step(plan, used)) {
-      std::vector<int64_t> indices = m_data.sampler->indices(m_cfg.data.shuffle ? epoch : 0, m_spatial.node,
-                                                             m_spatial.local_rank, first ? m_pos.start_position : 0);
+    if (m_pace.on) {
+      start_paced_epoch(epoch, used, first);
+    } else if (epoch_has_step(plan, used)) {
+      std::vector<int64_t> indices = sampler_list(epoch, first ? m_pos.start_position : 0);
       const int64_t skip =
           std::min<int64_t>((used - (first ? m_pos.start_batches : 0)) * m_cfg.train.batch_size, std::ssize(indices));
       indices.erase(indices.begin(), indices.begin() + skip);
@@ -154,7 +158,34 @@ void TrainingRun::train() {
     m_log->epoch_started(epoch);
     while (!stop && epoch_has_step(plan, used) && m_pos.step < plan.total_steps) {
       used += plan.learners;
-      train_step(epoch, used);
+      bool round_end = true;
+      if (m_pace.flags_per_round) {
+        // Where the step falls in the outer rounds: a slow node trains the first steps of each
+        // round and lets the rest pass (pace.hpp); the job agrees on its flags at the round's end.
+        const double lr = lr_at_samples(m_pos.samples_done);
+        const parallel::RoundSpot spot = m_device.group->round_spot(m_pos.step, static_cast<float>(lr));
+        round_end = spot.position + 1 >= spot.length;
+        if (m_pace.on && (spot.position == 0 || m_pace.round_steps < 0)) {  // a round's start, or a resume's
+          m_pace.round_steps = spot.length;
+          if (!m_pace.node_seconds.empty())
+            m_pace.round_steps = fit_round_steps(m_pace.node_seconds, m_pace.node_ranks, spot.length,
+                                                 m_cfg.train.epoch_quorum)[static_cast<size_t>(m_topo.node())];
+        }
+        if (m_pace.on && spot.position >= m_pace.round_steps) {
+          idle_step(epoch, used, lr);
+        } else {
+          const Stopwatch t;
+          train_step(epoch, used);
+          if (m_pace.on) {
+            m_pace.round_seconds.push_back(t.seconds());
+            m_pace.stream.take(plan.learners * m_cfg.train.batch_size);
+            ++m_pace.trained_steps;
+            ++m_pace.epoch_trained;
+          }
+        }
+      } else {
+        train_step(epoch, used);
+      }
       // The last step: the job synchronises once more (the streamed outer step in flight, the
       // final outer step, local-sgd's average, sma's centre), so that the final evaluation and
       // the model hold every step.
@@ -163,8 +194,9 @@ void TrainingRun::train() {
         evaluate(epoch);
         if (m_target) complete_at_target(epoch);
       }
-      stop = after_step() || m_target.has_value();
+      stop = after_step(round_end) || m_target.has_value();
     }
+    if (m_pace.on) end_paced_epoch(epoch, !epoch_has_step(plan, used) || m_pos.step == plan.total_steps);
     // A finished run extended (docs/training.md, "Extending a finished run") resumes after the
     // evaluation of its last epoch: that model was evaluated already.
     const bool evaluated = first && m_pos.step == m_pos.first_step && m_last_eval_step == m_pos.step;
@@ -176,6 +208,7 @@ void TrainingRun::train() {
     m_log->epoch_ended(epoch);
   }
   m_feed->release_all();
+  if (m_pace.on || m_pace.flags_per_round) gather_pace_records();
   if (!m_classes_checked) check_classes();  // a run of fewer batches than the check looks at
   m_log->end_progress();
   m_loop_s = m_log->clock().attempt_s();
@@ -238,6 +271,11 @@ void TrainingRun::train_step(int64_t epoch, int64_t used) {
   const double t_load = steady_seconds();
   const std::vector<parallel::LearnerBatch>& inputs = m_feed->take(m_data.plan, epoch, used, m_pos.step);
   if (!m_classes_checked) watch_classes(inputs);
+  if (m_trace.on()) {
+    std::vector<int64_t> indices;
+    for (const input::Batch* b : m_feed->held()) indices.insert(indices.end(), b->indices.begin(), b->indices.end());
+    m_trace.step(epoch, m_pos.step + 1, indices);
+  }
   m_timeline.add("load", records::Timeline::k_rank_track, t_load, steady_seconds());
   m_fault.before_step(m_rank, m_pos.step + 1);
   const double lr = lr_at_samples(m_pos.samples_done);
@@ -268,7 +306,8 @@ void TrainingRun::log_step(int64_t epoch, double lr, const std::vector<float>& l
   int finite = 0;
   for (float l : losses)
     if (std::isfinite(l)) loss += l, ++finite;
-  if (finite == 0 && m_cfg.train.nonfinite != config::NonFinitePolicy::skip)
+  // An idle step (train.epoch_quorum) has no loss: nothing diverged.
+  if (finite == 0 && !losses.empty() && m_cfg.train.nonfinite != config::NonFinitePolicy::skip)
     throw Error("training diverged: the loss is not finite at step " + std::to_string(m_pos.step) + " (rank " +
                 std::to_string(m_rank) + ")");
   if (finite > 0) m_window_loss.add(loss / finite);
@@ -312,15 +351,42 @@ void TrainingRun::log_step(int64_t epoch, double lr, const std::vector<float>& l
 // whether any rank received a stop signal and whether rank 0's clock says a timed checkpoint is
 // due; checkpoints by step count need no agreement. Writes the checkpoint when one is due;
 // returns true when the run must stop.
-bool TrainingRun::after_step() {
-  uint64_t mine = 0;
-  if (const int sig = stop_signal(); sig != 0) mine |= sig == SIGUSR1 ? k_flag_sigusr1 : k_flag_sigterm;
-  const double every_s = m_cfg.checkpoint.every_minutes * 60.0;
-  if (m_root && every_s > 0 && m_since_time_checkpoint.seconds() >= every_s) {
-    mine |= k_flag_timed;
-    m_since_time_checkpoint.restart();
+bool TrainingRun::after_step(bool exchange) {
+  uint64_t agreed = 0;
+  if (exchange) {
+    uint64_t mine = 0;
+    if (const int sig = stop_signal(); sig != 0) mine |= sig == SIGUSR1 ? k_flag_sigusr1 : k_flag_sigterm;
+    const double every_s = m_cfg.checkpoint.every_minutes * 60.0;
+    if (m_root && every_s > 0 && m_since_time_checkpoint.seconds() >= every_s) {
+      mine |= k_flag_timed;
+      m_since_time_checkpoint.restart();
+    }
+    if (m_pace.on) {
+      // This rank's seconds per trained step in the round (the median: the round's last step
+      // may hold the outer step's wait), gathered beside the flags; the previous round's come
+      // back, one round late like the flags, and fit the next round (pace.hpp).
+      std::vector<double>& t = m_pace.round_seconds;
+      double median = 0;
+      if (!t.empty()) {
+        std::nth_element(t.begin(), t.begin() + std::ssize(t) / 2, t.end());
+        median = t[t.size() / 2];
+      }
+      t.clear();
+      std::vector<double> all;
+      agreed = m_flags->exchange(mine, median, all);
+      if (!m_pace.forced.empty()) {
+        m_pace.node_seconds = m_pace.forced;
+      } else if (!all.empty()) {
+        m_pace.node_seconds.assign(static_cast<size_t>(m_pace.nodes), 0.0);
+        for (size_t r = 0; r < all.size(); ++r) {
+          double& n = m_pace.node_seconds[static_cast<size_t>(m_node_of_rank[r])];
+          n = std::max(n, all[r]);
+        }
+      }
+    } else {
+      agreed = m_flags->exchange(mine);
+    }
   }
-  const uint64_t agreed = m_flags->exchange(mine);
   // A signal after the last step changes nothing: the run ends, with its final checkpoint.
   const bool last = m_pos.step == m_data.plan.total_steps || m_target.has_value();
   const bool stop = (agreed & (k_flag_sigterm | k_flag_sigusr1)) != 0 && !last;

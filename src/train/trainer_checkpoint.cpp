@@ -379,6 +379,7 @@ void TrainingRun::restore(const checkpoint::LoadedCheckpoint& ck, const checkpoi
   if (regrouped && m_root && config::sync_periods(m_cfg.parallel).by_level())
     log::info("this job's nodes group the checkpoint's ranks otherwise: the node centres start from the job's");
   g.restore(ck.shared, ck.has_own ? &ck.own : nullptr, ck.from_centre, regrouped);
+  restore_pace(ck, relisted || reshaped);
   m_last_eval_step = s.last_eval_step;
   m_pos.attempt = s.attempt + 1;
   m_pos.earlier_s = s.elapsed_s;
@@ -522,6 +523,35 @@ checkpoint::TrainerState TrainingRun::trainer_state() const {
   return s;
 }
 
+// train.epoch_quorum: this rank's stream from its part, where this job reads the checkpoint's
+// lists (the same shape); otherwise its carried samples come again in the sampler's order of
+// the next epochs, said so. Counts of steps carry over either way.
+void TrainingRun::restore_pace(const checkpoint::LoadedCheckpoint& ck, bool other_shape) {
+  const checkpoint::CheckpointData& own = ck.own;
+  const bool has = ck.has_own && own.ints.count("pace/ranges") != 0;
+  const int64_t carried = has ? own.integer("pace/carried") : 0;
+  const bool keep = has && m_pace.on && !other_shape && !ck.from_centre;
+  // Collective on every rank, a part or not.
+  const int64_t dropped = m_world.allreduce_sum(keep ? 0 : carried);
+  if (m_root && dropped > 0)
+    log::info(std::to_string(dropped) + " samples the checkpoint's slower nodes carried (train.epoch_quorum) are " +
+              (m_pace.on ? "read in this job's order of the next epochs: this job's ranks read other lists"
+                         : "not carried on: this run has train.epoch_quorum = 1, so its nodes train every step"));
+  if (!has) return;
+  m_pace.trained_steps = own.integer("pace/trained_steps");
+  m_pace.idle_steps = own.integer("pace/idle_steps");
+  if (!keep) return;
+  std::vector<SampleRange> ranges;
+  for (int64_t i = 0; i < own.integer("pace/ranges"); ++i) {
+    const std::string k = "pace/range/" + std::to_string(i) + "/";
+    ranges.push_back({own.integer(k + "epoch"), own.integer(k + "from"), own.integer(k + "begin"),
+                      own.integer(k + "end")});
+  }
+  m_pace.stream = SampleStream(std::move(ranges));
+  m_pace.carried = carried;
+  m_pace.restored = true;
+}
+
 // The job's state at the end of step m_pos.step, in <run dir>/checkpoints (checkpoint.hpp).
 void TrainingRun::write_checkpoint() {
   const Stopwatch t;
@@ -538,6 +568,21 @@ void TrainingRun::write_checkpoint() {
                                   m_data.train->info(), m_data.train->normalization());
   }
   if (state.per_rank_parts) g.save_own(own);
+  if (m_pace.on && state.per_rank_parts) {
+    // This rank's stream (pace.hpp): the samples it has not trained yet, carried ones first.
+    const std::vector<SampleRange>& ranges = m_pace.stream.ranges();
+    own.ints["pace/ranges"] = std::ssize(ranges);
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      const std::string k = "pace/range/" + std::to_string(i) + "/";
+      own.ints[k + "epoch"] = ranges[i].epoch;
+      own.ints[k + "from"] = ranges[i].from;
+      own.ints[k + "begin"] = ranges[i].begin;
+      own.ints[k + "end"] = ranges[i].end;
+    }
+    own.ints["pace/carried"] = m_pace.carried;
+    own.ints["pace/trained_steps"] = m_pace.trained_steps;
+    own.ints["pace/idle_steps"] = m_pace.idle_steps;
+  }
   const fs::path path = m_store->save(m_pos.step, shared, state.per_rank_parts ? &own : nullptr);
   m_last_checkpoint_step = m_pos.step;
   m_last_checkpoint = path;

@@ -17,6 +17,7 @@
 #include "io/checkpoint/named_weights.hpp"
 #include "io/checkpoint/store.hpp"
 #include "src/train/fault.hpp"
+#include "src/train/pace.hpp"
 #include "io/records/run_log.hpp"
 #include "io/records/timeline.hpp"
 #include "src/train/trainer.hpp"
@@ -54,7 +55,17 @@ class TrainingRun {
   void train();
   void train_step(int64_t epoch, int64_t used);
   void log_step(int64_t epoch, double lr, const std::vector<float>& losses, double step_s);
-  bool after_step();
+  // `exchange`: this step is one at which the job agrees on its flags (every step, or under
+  // rounds that do not hold the nodes together each step, the last step of each round).
+  bool after_step(bool exchange = true);
+  // train.epoch_quorum < 1 (pace.hpp): a step this node lets pass, and the round's bookkeeping.
+  void setup_pace();
+  void idle_step(int64_t epoch, int64_t used, double lr);
+  void start_paced_epoch(int64_t epoch, int64_t used, bool first);
+  // `ended`: the epoch's steps are all taken (not a stop or a target inside it).
+  void end_paced_epoch(int64_t epoch, bool ended);
+  std::vector<int64_t> sampler_list(int64_t epoch, int64_t from) const;
+  void gather_pace_records();
   // `final_model`: the evaluation after the synchronisation that follows a target reached
   // between two (complete_at_target): recorded as such, and not in the MLPerf log, whose run
   // ended with the evaluation that reached the target.
@@ -87,6 +98,7 @@ class TrainingRun {
   void fit_shape(const checkpoint::TrainerState& then);
   int64_t trained_batch(const checkpoint::TrainerState& then) const;
   void restore(const checkpoint::LoadedCheckpoint& ck, const checkpoint::TrainerState& then);
+  void restore_pace(const checkpoint::LoadedCheckpoint& ck, bool other_shape);
   void continue_schedule(const checkpoint::TrainerState& s);
   void place_synchronous_start();
   bool target_still_reached(const checkpoint::TrainerState& s) const;
@@ -114,6 +126,7 @@ class TrainingRun {
   const bool m_root;
   const parallel::Algorithm m_algorithm;
   FaultInjection m_fault;            // SQUALL_FAIL_AT, read with the data (any rank may refuse it)
+  SampleTrace m_trace;               // SQUALL_TRACE_SAMPLES
   std::vector<int> m_node_of_rank;  // every rank's node
   SpatialJob m_spatial;              // parallel.spatial: the groups, and the job's data-parallel shape
   std::filesystem::path m_dir;
@@ -159,6 +172,27 @@ class TrainingRun {
   // passes' only, as their compute seconds do (train_halo_times).
   nn::HaloTimes m_eval_halo;
   std::optional<records::TargetFacts> m_target;  // train.target, once reached
+
+  // Rounds fitted to speed (train.epoch_quorum < 1, pace.hpp) and rounds that agree on the
+  // job's flags once a round (those, and parallel.outer.async).
+  struct Pace {
+    bool on = false;              // train.epoch_quorum < 1
+    bool flags_per_round = false;
+    std::vector<double> forced;   // SQUALL_PACE_SECONDS: each node's seconds per step, for tests
+    std::vector<double> node_seconds;  // the latest agreed seconds per trained step, per node
+    std::vector<int64_t> node_ranks;   // ranks per node (the quorum's weights)
+    int nodes = 1;
+    int64_t round_steps = -1;     // the steps this node trains in the current round (-1: not fitted yet)
+    std::vector<double> round_seconds;  // this rank's seconds per trained step in the round
+    SampleStream stream;          // this rank's samples not yet trained (carried first)
+    int64_t carried = 0;          // of them, the ones carried: the clock's batches not trained
+    bool restored = false;        // the stream came from a checkpoint (its epoch's list is in it)
+    int64_t trained_steps = 0, idle_steps = 0;  // the run's (every attempt's), this rank
+    int64_t carried_total = 0;    // the job's carried samples at the end (rank 0)
+    int64_t epoch_trained = 0, epoch_idle = 0;
+    std::vector<int64_t> node_trained, node_idle;  // the run's, per node (rank 0, at the end)
+    nlohmann::json node_async;   // parallel.outer.async: each node's pushes and staleness (rank 0)
+  } m_pace;
 };
 
 }  // namespace squall::train

@@ -1,0 +1,116 @@
+// Rounds fitted to speed and the stream of a node's samples (src/train/pace.hpp): the steps each
+// node trains against the rule written out here, the quorum's bound, and a walk of epochs in
+// which a slow node lets steps pass, counting every sample it trains.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "src/train/pace.hpp"
+
+using namespace squall::train;
+
+TEST_CASE("a node k times slower trains 1/k of a round, and the quorum bounds what the job leaves", "[pace]") {
+  // Unknown seconds (the first rounds) train whole rounds.
+  CHECK(fit_round_steps({0, 0, 0}, {1, 1, 1}, 8, 0.5) == std::vector<int64_t>{8, 8, 8});
+  // Equal speed: every node the whole round, whatever the quorum.
+  CHECK(fit_round_steps({0.1, 0.1}, {1, 1}, 8, 0.1) == std::vector<int64_t>{8, 8});
+  // One node of four 3x slower: round(8 / 3) = 3 steps, which the job's quorum of 0.75 allows
+  // (3 x 8 + 3 = 27 of 32 steps trained >= 24).
+  CHECK(fit_round_steps({0.1, 0.1, 0.1, 0.3}, {1, 1, 1, 1}, 8, 0.75) == std::vector<int64_t>{8, 8, 8, 3});
+  // A quorum of 0.9 needs ceil(0.9 x 32) = 29 steps: the slow node takes 5.
+  CHECK(fit_round_steps({0.1, 0.1, 0.1, 0.3}, {1, 1, 1, 1}, 8, 0.9) == std::vector<int64_t>{8, 8, 8, 5});
+  // The quorum 1 trains everything.
+  CHECK(fit_round_steps({0.1, 0.1, 0.1, 0.3}, {1, 1, 1, 1}, 8, 1.0) == std::vector<int64_t>{8, 8, 8, 8});
+  // At least one step, however slow.
+  CHECK(fit_round_steps({0.1, 100.0}, {1, 1}, 8, 0.1) == std::vector<int64_t>{8, 1});
+  // Weights: a node of 3 ranks 2x slower, one of 1 rank at full speed; 0.75 of (3 + 1) x 10 = 30
+  // rank-steps; 5 steps give 3 x 5 + 10 = 25, so the heavy node takes 7 (3 x 7 + 10 = 31).
+  CHECK(fit_round_steps({0.2, 0.1}, {3, 1}, 10, 0.75) == std::vector<int64_t>{7, 10});
+  // Two slow nodes raised one step at a time, the smaller first, the lower node on a tie:
+  // round(8 / 4) = 2 each, 12 of 24 trained, ceil(0.75 x 24) = 18 needed: 5 each.
+  CHECK(fit_round_steps({0.1, 0.4, 0.4}, {1, 1, 1}, 8, 0.75) == std::vector<int64_t>{8, 5, 5});
+  CHECK(fit_round_steps({0.1, 0.4, 0.4}, {1, 1, 1}, 8, 0.7) == std::vector<int64_t>{8, 5, 4});
+}
+
+TEST_CASE("a sample stream takes from its front and keeps the carried samples", "[pace]") {
+  SampleStream s;
+  s.append({1, 0, 0, 10});
+  s.append({1, 0, 10, 12});  // joins the range before it
+  REQUIRE(s.ranges().size() == 1);
+  CHECK(s.size() == 12);
+  s.take(4);
+  CHECK(s.ranges()[0] == SampleRange{1, 0, 4, 12});
+  s.keep_first(5);
+  CHECK(s.ranges()[0] == SampleRange{1, 0, 4, 9});
+  s.append({2, 0, 0, 6});
+  CHECK(s.size() == 11);
+  s.take(7);  // the rest of epoch 1's and 2 of epoch 2's
+  REQUIRE(s.ranges().size() == 1);
+  CHECK(s.ranges()[0] == SampleRange{2, 0, 2, 6});
+  s.keep_first(0);
+  CHECK(s.size() == 0);
+}
+
+namespace {
+
+// Epoch e's list of `n` samples: a permutation of 0..n-1 that differs per epoch (a shuffle).
+std::vector<int64_t> list_of(int64_t epoch, int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = (i * (2 * epoch + 1) + epoch) % n;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("with a node at half speed and a quorum of 0.5, every sample is trained once per two epochs", "[pace]") {
+  // The loop of trainer.cpp for one slow node, written out: rounds of H steps, the node trains
+  // the fitted steps of each and lets the rest pass; the stream carries what it did not reach.
+  // n = 61 samples, batch 2, 1 learner: 30 steps an epoch (one sample is the epoch's own
+  // leftover, which no run trains).
+  const int64_t n = 61, batch = 2, period = 5, steps_per_epoch = 30;
+  const int64_t h = fit_round_steps({0.1, 0.2}, {1, 1}, period, 0.5)[1];
+  REQUIRE(h == 3);  // round(5 x 0.1 / 0.2) = round(2.5) = 3 (half away from zero)
+  SampleStream stream;
+  int64_t carried = 0;
+  std::map<int64_t, std::vector<int64_t>> trained;  // epoch -> samples, in order
+  for (int64_t epoch = 1; epoch <= 4; ++epoch) {
+    stream.append({epoch, 0, 0, n});
+    for (int64_t step = 0; step < steps_per_epoch; ++step) {
+      if (step % period < h) {
+        // The step's batch: the stream's first samples.
+        const SampleRange& r = stream.ranges().front();
+        REQUIRE(r.end - r.begin >= batch);  // ranges of one list: a batch never straddles here
+        const std::vector<int64_t> list = list_of(r.epoch, n);
+        for (int64_t i = r.begin; i < r.begin + batch; ++i) trained[epoch].push_back(list[static_cast<size_t>(i)]);
+        stream.take(batch);
+      } else {
+        carried += batch;
+      }
+    }
+    stream.keep_first(carried);
+    CHECK(stream.size() == carried);
+  }
+  // Each epoch trains 18 of its 30 steps (6 rounds x 3) and carries 12 steps' samples more.
+  CHECK(carried == 4 * 12 * batch);
+  // What the node trained over the epochs is its stream in order: epoch 1's first 60 samples,
+  // then epoch 2's, and so on, each once, none skipped, none twice.
+  std::vector<int64_t> all, expected;
+  for (int64_t e = 1; e <= 4; ++e) all.insert(all.end(), trained[e].begin(), trained[e].end());
+  for (int64_t e = 1; all.size() > expected.size(); ++e) {
+    const std::vector<int64_t> list = list_of(e, n);
+    expected.insert(expected.end(), list.begin(), list.begin() + steps_per_epoch * batch);
+  }
+  expected.resize(all.size());
+  CHECK(all == expected);
+  // Epochs 1 and 2 together trained epoch 1's 60 samples exactly once (18 + 12 steps).
+  std::vector<int64_t> two(trained[1]);
+  two.insert(two.end(), trained[2].begin(), trained[2].begin() + 2 * 12);
+  std::sort(two.begin(), two.end());
+  std::vector<int64_t> first = list_of(1, n);
+  first.resize(60);
+  std::sort(first.begin(), first.end());
+  CHECK(two == first);
+}
