@@ -10,13 +10,19 @@ std::vector<int64_t> fit_round_steps(const std::vector<double>& seconds, const s
   const size_t n = seconds.size();
   round = std::max<int64_t>(1, round);
   std::vector<int64_t> steps(n, round);
-  double fastest = 0;
+  // The typical node's seconds (the lower median of those known): the round's length follows
+  // it, not the fastest, so that one node a little faster than the rest cuts nobody's rounds.
+  std::vector<double> known;
   for (double t : seconds)
-    if (t > 0 && (fastest == 0 || t < fastest)) fastest = t;
-  if (fastest == 0) return steps;
+    if (t > 0) known.push_back(t);
+  if (known.empty()) return steps;
+  std::sort(known.begin(), known.end());
+  const double typical = known[(known.size() - 1) / 2];
   for (size_t i = 0; i < n; ++i) {
-    if (seconds[i] <= 0) continue;
-    const auto fitted = static_cast<int64_t>(std::llround(static_cast<double>(round) * fastest / seconds[i]));
+    // Up to k_pace_tolerance times slower: the whole round. The wait it costs the others is
+    // within what a shared node's seconds vary from round to round.
+    if (seconds[i] <= 0 || seconds[i] <= k_pace_tolerance * typical) continue;
+    const auto fitted = static_cast<int64_t>(std::llround(static_cast<double>(round) * typical / seconds[i]));
     steps[i] = std::clamp<int64_t>(fitted, 1, round);
   }
   // The quorum, in whole samples: sum_n w_n h_n >= q H sum_n w_n (rounded up).

@@ -9,9 +9,11 @@
 // everywhere. With train.epoch_quorum = q < 1 a node n trains only the first h_n steps of a
 // round and lets the rest pass without work (its learners take no batch), so that a node k
 // times slower than the fastest ends its round with it instead of holding it:
-//     h_n = clamp(round(H t_min / t_n), 1, H)
+//     h_n = clamp(round(H t / t_n), 1, H)    where t_n > 1.25 t, else H
 // with t_n the node's seconds per trained step (the slowest of its ranks, the median of its
-// trained steps in a round) and t_min the fastest node's. Where that trains less than q of the
+// trained steps in a round) and t the typical node's (the lower median over the nodes): the
+// round lasts as long as the typical node's, and a node up to 1.25 times slower than it, within
+// what a shared node's seconds vary by, trains it whole. Where that trains less than q of the
 // round's samples over the job (sum_n w_n h_n < q H sum_n w_n, w_n the node's ranks), the
 // node of the smallest h_n / H takes one step more (the lower node first) until it does: q
 // bounds what the job may leave untrained, as Project Adam's 75% did for its epochs.
@@ -24,6 +26,9 @@
 #include <vector>
 
 namespace squall::train {
+
+// A node up to this many times slower than the typical one trains whole rounds.
+inline constexpr double k_pace_tolerance = 1.25;
 
 // The steps each node trains in a round of `round` steps: `seconds[n]` is node n's seconds per
 // trained step (<= 0: not known yet, which trains the whole round), `weights[n]` its ranks.

@@ -158,34 +158,13 @@ void TrainingRun::train() {
     m_log->epoch_started(epoch);
     while (!stop && epoch_has_step(plan, used) && m_pos.step < plan.total_steps) {
       used += plan.learners;
+      // Under rounds that agree once a round (pace.hpp), the step may be one this node lets
+      // pass, and the job agrees on its flags only at the round's end.
       bool round_end = true;
-      if (m_pace.flags_per_round) {
-        // Where the step falls in the outer rounds: a slow node trains the first steps of each
-        // round and lets the rest pass (pace.hpp); the job agrees on its flags at the round's end.
-        const double lr = lr_at_samples(m_pos.samples_done);
-        const parallel::RoundSpot spot = m_device.group->round_spot(m_pos.step, static_cast<float>(lr));
-        round_end = spot.position + 1 >= spot.length;
-        if (m_pace.on && (spot.position == 0 || m_pace.round_steps < 0)) {  // a round's start, or a resume's
-          m_pace.round_steps = spot.length;
-          if (!m_pace.node_seconds.empty())
-            m_pace.round_steps = fit_round_steps(m_pace.node_seconds, m_pace.node_ranks, spot.length,
-                                                 m_cfg.train.epoch_quorum)[static_cast<size_t>(m_topo.node())];
-        }
-        if (m_pace.on && spot.position >= m_pace.round_steps) {
-          idle_step(epoch, used, lr);
-        } else {
-          const Stopwatch t;
-          train_step(epoch, used);
-          if (m_pace.on) {
-            m_pace.round_seconds.push_back(t.seconds());
-            m_pace.stream.take(plan.learners * m_cfg.train.batch_size);
-            ++m_pace.trained_steps;
-            ++m_pace.epoch_trained;
-          }
-        }
-      } else {
+      if (m_pace.flags_per_round)
+        round_end = round_step(epoch, used);
+      else
         train_step(epoch, used);
-      }
       // The last step: the job synchronises once more (the streamed outer step in flight, the
       // final outer step, local-sgd's average, sma's centre), so that the final evaluation and
       // the model hold every step.

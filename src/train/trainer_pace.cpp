@@ -86,6 +86,33 @@ void TrainingRun::start_paced_epoch(int64_t epoch, int64_t used, bool first) {
   m_device.loader->start_epoch(std::move(indices), batches);
 }
 
+// A step of a run whose rounds agree once a round: where it falls in the outer rounds, fitted at
+// a round's start (or a resume's) to the nodes' seconds; trained, or let pass past the node's
+// steps. Returns whether it ends a round.
+bool TrainingRun::round_step(int64_t epoch, int64_t used) {
+  const double lr = lr_at_samples(m_pos.samples_done);
+  const parallel::RoundSpot spot = m_device.group->round_spot(m_pos.step, static_cast<float>(lr));
+  if (m_pace.on && (spot.position == 0 || m_pace.round_steps < 0)) {
+    m_pace.round_steps = spot.length;
+    if (!m_pace.node_seconds.empty())
+      m_pace.round_steps = fit_round_steps(m_pace.node_seconds, m_pace.node_ranks, spot.length,
+                                           m_cfg.train.epoch_quorum)[static_cast<size_t>(m_topo.node())];
+  }
+  if (m_pace.on && spot.position >= m_pace.round_steps) {
+    idle_step(epoch, used, lr);
+  } else {
+    const Stopwatch t;
+    train_step(epoch, used);
+    if (m_pace.on) {
+      m_pace.round_seconds.push_back(t.seconds());
+      m_pace.stream.take(m_data.plan.learners * m_cfg.train.batch_size);
+      ++m_pace.trained_steps;
+      ++m_pace.epoch_trained;
+    }
+  }
+  return spot.position + 1 >= spot.length;
+}
+
 // A step this node lets pass: the clock moves, the group takes the outer step due after it, and
 // the step's batches stay in the stream, carried.
 void TrainingRun::idle_step(int64_t epoch, int64_t used, double lr) {

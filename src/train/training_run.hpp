@@ -60,6 +60,7 @@ class TrainingRun {
   bool after_step(bool exchange = true);
   // train.epoch_quorum < 1 (pace.hpp): a step this node lets pass, and the round's bookkeeping.
   void setup_pace();
+  bool round_step(int64_t epoch, int64_t used);
   void idle_step(int64_t epoch, int64_t used, double lr);
   void start_paced_epoch(int64_t epoch, int64_t used, bool first);
   // `ended`: the epoch's steps are all taken (not a stop or a target inside it).

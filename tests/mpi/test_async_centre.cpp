@@ -243,3 +243,25 @@ TEST_CASE("the asynchronous centre's state survives a checkpoint: restored, it a
   const std::vector<double> want(a.begin(), a.end());
   CHECK(worst_relative(b, want) <= 1e-6);
 }
+
+// Hidden: run by tests/mpi/launch_async_stall.cpp, which expects it to end the job. Node 0
+// settles (answered once every node has pushed as often) and node 1 never pushes: past the stall
+// limit node 0 ends the job, naming the shards still silent.
+TEST_CASE("a settling push that no other node joins ends the job at the stall limit", "[.async-centre-stall]") {
+  const mpi::Communicator world = mpi::Communicator::world();
+  REQUIRE(world.size() == 2);
+  mpi::AsyncCentreOptions o;
+  o.lr = 1.0;
+  o.stall_abort_s = 1.0;
+  const std::vector<float> x0 = initial();
+  mpi::AsyncCentre centre(world, x0.data(), k_n, 0.5, o);
+  std::vector<float> got = x0;
+  if (world.rank() == 0) {
+    centre.settle(x0.data(), 0.1f, got.data());
+    FAIL("the settling push was answered although node 1 never pushed");
+  }
+  // Node 1: alive (its shard's server answers), but it never pushes; the job's end comes from
+  // node 0's guard, which MPI_Abort carries here.
+  MPI_Barrier(MPI_COMM_WORLD);
+  FAIL("node 0 did not end the job");
+}
