@@ -47,6 +47,18 @@ def sent_bytes(name, nodes):
     return total
 
 
+def schedule_sets(nodes, learners, batch, epochs, test_samples, seed):
+    """The --set keys every variant of bench/outer.py and bench/stragglers.py shares: nodes x
+    learners x batch samples a step, a quarter-epoch warm-up, evaluated every quarter epoch on
+    test_samples samples, a metrics line an epoch, no checkpoint at the end."""
+    steps_per_epoch = TRAIN_SAMPLES // (nodes * learners * batch)
+    quarter = max(1, steps_per_epoch // 4)
+    return [f"parallel.replicas_per_device={learners}", f"train.batch_size={batch}",
+            f"schedule.warmup_steps={quarter}", f"train.epochs={epochs}", f"train.eval_every_steps={quarter}",
+            f"train.log_every_steps={steps_per_epoch}", f"data.test_samples={test_samples}", f"run.seed={seed}",
+            "checkpoint.at_end=false"]
+
+
 def train(squall, name, nodes, ranks_per_node, sets, run_dir, targets):
     """One training across the cluster. sets: the --set keys (run.dir is added). Returns the final
     test accuracy, the accuracy and training seconds at each evaluation, the epochs and training

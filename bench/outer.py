@@ -119,14 +119,7 @@ def main():
             for seed in a.seeds:
                 for v in a.variants:
                     sets, batch = plans[v]
-                    global_batch = a.nodes * a.learners * batch
-                    steps_per_epoch = cr.TRAIN_SAMPLES // global_batch
-                    quarter = max(1, steps_per_epoch // 4)
-                    sets = sets + [f"parallel.replicas_per_device={a.learners}", f"train.batch_size={batch}",
-                                   f"schedule.warmup_steps={quarter}", f"train.epochs={a.epochs}",
-                                   f"train.eval_every_steps={quarter}", f"train.log_every_steps={steps_per_epoch}",
-                                   f"data.test_samples={a.test_samples}", f"run.seed={seed}",
-                                   "checkpoint.at_end=false"]
+                    sets = sets + cr.schedule_sets(a.nodes, a.learners, batch, a.epochs, a.test_samples, seed)
                     d = os.path.join(work, f"{re.sub(r'[^A-Za-z0-9.]+', '-', v)}-{seed}")
                     r = cr.train(a.squall, a.cluster, a.nodes, 1, sets, d, a.targets)
                     runs.append({"variant": v, "seed": seed, **r})

@@ -193,12 +193,7 @@ class Outer final : public SyncAlgorithm {
   // Where step `step` falls in its round: the clock of outer_step_after, read without moving it
   // (the round's length is set at its first step, as there).
   RoundSpot round_spot(int64_t step, float lr) override {
-    const optim::OuterOptions& o = m_core.options.outer;
-    const int64_t done = step + 1;
-    if (m_last < 0)
-      m_last = done - 1 <= o.start_step ? done - 1 : o.start_step + (done - 1 - o.start_step) / o.period * o.period;
-    if (done <= o.start_step) return {};
-    if (m_round == 0) m_round = o.round_length(m_last, lr);
+    if (!in_rounds(step, lr)) return {};
     return {step - m_last, m_round};
   }
 
@@ -236,16 +231,22 @@ class Outer final : public SyncAlgorithm {
  private:
   // Whether step `step` (0-based, at inner rate lr) ends with an outer step; advances the clock.
   bool outer_step_after(int64_t step, float lr) {
-    const optim::OuterOptions& o = m_core.options.outer;
-    const int64_t done = step + 1;
-    if (m_last < 0)  // a fresh start, or a checkpoint without the clock (fixed rounds)
-      m_last = done - 1 <= o.start_step ? done - 1 : o.start_step + (done - 1 - o.start_step) / o.period * o.period;
-    if (done > o.start_step) {
-      if (m_round == 0) m_round = o.round_length(m_last, lr);  // the round's first step is step m_last
-      if (done - m_last < m_round) return false;
-    }
-    m_last = done;
+    if (in_rounds(step, lr) && step + 1 - m_last < m_round) return false;
+    m_last = step + 1;
     m_round = 0;
+    return true;
+  }
+
+  // Whether step `step` (0-based, at inner rate lr) is past the synchronous start, in a round of
+  // m_round steps that began after step m_last; sets the clock where it is not set yet (a fresh
+  // start, or a checkpoint without the clock: fixed rounds) and the round's length at its first
+  // step.
+  bool in_rounds(int64_t step, float lr) {
+    const optim::OuterOptions& o = m_core.options.outer;
+    if (m_last < 0)
+      m_last = step <= o.start_step ? step : o.start_step + (step - o.start_step) / o.period * o.period;
+    if (step + 1 <= o.start_step) return false;
+    if (m_round == 0) m_round = o.round_length(m_last, lr);
     return true;
   }
 

@@ -62,18 +62,19 @@ void TrainingRun::start_paced_epoch(int64_t epoch, int64_t used, bool first) {
   const StepPlan& plan = m_data.plan;
   const int64_t batch = m_cfg.train.batch_size;
   m_pace.epoch_trained = m_pace.epoch_idle = 0;
+  std::vector<int64_t> list;  // the list of `listed`'s epoch and start
+  SampleRange listed{-1, -1, 0, 0};
   if (!(first && m_pace.restored)) {
-    const int64_t from = first ? m_pos.start_position : 0;
-    const int64_t size = std::ssize(sampler_list(epoch, from));
+    listed = {epoch, first ? m_pos.start_position : 0, 0, 0};
+    list = sampler_list(epoch, listed.from);
+    const int64_t size = std::ssize(list);
     const int64_t skip = std::min(size, (used - (first ? m_pos.start_batches : 0)) * batch);
-    m_pace.stream.append({epoch, from, skip, size});
+    m_pace.stream.append({epoch, listed.from, skip, size});
   }
   m_pace.restored = false;
   if (!epoch_has_step(plan, used)) return;
   std::vector<int64_t> indices;
   indices.reserve(static_cast<size_t>(m_pace.stream.size()));
-  std::vector<int64_t> list;
-  SampleRange listed{-1, -1, 0, 0};
   for (const SampleRange& r : m_pace.stream.ranges()) {
     if (r.epoch != listed.epoch || r.from != listed.from) {
       list = sampler_list(r.epoch, r.from);

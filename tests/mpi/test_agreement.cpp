@@ -3,7 +3,10 @@
 // wording gets the lowest failing rank, the count, the size and that rank's message.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mpi/agreement.hpp"
@@ -101,4 +104,34 @@ TEST_CASE("run_agreed with a wording: it gets the lowest failing rank, the count
   calls.clear();
   CHECK(agreed(world, [] {}, wording).code == 0);
   CHECK(calls.empty());
+}
+
+TEST_CASE("FlagAgreement: flags and a gathered value come back one call late, in rank order, however late each rank "
+          "calls",
+          "[mpi][agreement]") {
+  const auto world = Communicator::world();
+  const int rank = world.rank(), size = world.size();
+  squall::mpi::FlagAgreement flags(world);
+  std::vector<double> values;
+  // Round k: rank k % size raises flag bit k % 3 and every rank posts 100 k + its rank; the
+  // ranks arrive in a different order each round (a rank's delay depends on the round), so a
+  // result that followed arrival rather than the call would show here.
+  for (int k = 0; k < 24; ++k) {
+    std::this_thread::sleep_for(std::chrono::microseconds(((rank + 1) * (k + 3) * 7919) % 5000));
+    const uint64_t mine = rank == k % size ? uint64_t{1} << (k % 3) : 0;
+    uint64_t got = 0;
+    if (k % 8 == 7) {
+      got = flags.exchange(mine);  // flags alone: the next call's values are none
+    } else {
+      got = flags.exchange(mine, 100.0 * k + rank, values);
+      INFO("call " << k);
+      if (k == 0 || k % 8 == 0) {
+        CHECK(values.empty());
+      } else {
+        REQUIRE(std::ssize(values) == size);
+        for (int r = 0; r < size; ++r) CHECK(values[static_cast<size_t>(r)] == 100.0 * (k - 1) + r);
+      }
+    }
+    CHECK(got == (k == 0 ? 0 : uint64_t{1} << ((k - 1) % 3)));
+  }
 }
