@@ -95,7 +95,9 @@ def report(a, runs):
             for t in a.targets:
                 vals = [r[f"seconds@{t}"] for r in rs]
                 cells += [cr.fmt(cr.median_or_none(vals), ".1f"), cr.spread(vals)]
-            final = cr.median_or_none([r["final"] for r in rs])
+            # A run that diverged has no final accuracy: it counts as the worst, not (as a time
+            # would) as the slowest.
+            final = cr.median_or_none([0.0 if r["final"] is None else r["final"] for r in rs])
             mb = cr.median_or_none([r["bytes"] / 1e6 if r["bytes"] else None for r in rs])
             st = [r.get("outer_async") for r in rs if r.get("outer_async")]
             nodes = [n for s in st for n in s.get("nodes", [s])]
