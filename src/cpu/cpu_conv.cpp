@@ -1,7 +1,7 @@
 // Convolution plans on oneDNN: convolution for the ordinary case, deconvolution for the
 // transposed one (weights [c, k, r, s], i.e. PyTorch's ConvTranspose2d layout = oneDNN iohw).
-// The three primitives (forward, backward data, backward weights) and one scratchpad, sized
-// for the largest of them, are made once; a step only rebinds the caller's pointers.
+// The three primitives (forward, backward data, backward weights) are made once; a step only
+// rebinds the caller's pointers and the stream's scratchpad (sized for the largest of them).
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -144,6 +144,7 @@ class CpuConvPlan final : public ConvPlan {
       m_d_wei.bind(w);
       m_d_wei.stage_in(st);
       m_d_dx.bind(dx);
+      bind_scratch(s);
       m_bwd_data.execute(st, m_bwd_data_args);
       m_d_dx.stage_out(st);
     });
@@ -167,6 +168,7 @@ class CpuConvPlan final : public ConvPlan {
         m_bias.set_data_handle(db);  // the forward's bias memory: bound again at the next forward
         m_weights_version = 0;
       }
+      bind_scratch(s);
       m_bwd_weights.execute(st, m_bwd_weights_args);
       m_w_dw.stage_out(st);
       // The bias it adds itself, its gradient too, summed in double: oneDNN's float sum over a
@@ -222,6 +224,9 @@ class CpuConvPlan final : public ConvPlan {
     if (has_bias() && !m_own_bias) m_bias.set_data_handle(const_cast<float*>(b));
   }
 
+  // The primitives' scratchpad: the stream's (CpuStream::scratch), bound for this call.
+  void bind_scratch(Stream& s) { m_scratch.set_data_handle(cpu_stream(s).scratch(m_scratch_bytes)); }
+
   void run_forward(Stream& s, const void* x, void* y) {
     if (m_wino) {
       m_wino->run(static_cast<const float*>(x), has_bias() ? m_forward_b : nullptr, m_desc.relu,
@@ -233,6 +238,7 @@ class CpuConvPlan final : public ConvPlan {
     m_f_src.bind(x);
     m_f_src.stage_in(st);
     m_f_dst.bind(y);
+    bind_scratch(s);
     m_fwd.execute(st, m_fwd_args);
     m_f_dst.stage_out(st);
     if (m_own_bias) {
@@ -435,7 +441,8 @@ class CpuConvPlan final : public ConvPlan {
         if (!m_share_dy) m_w_dy.init(engine, dst_md, weights_pd.diff_dst_desc(), false);
         m_w_dw.init(engine, wei_md, weights_pd.diff_weights_desc(), true);
       }
-      m_scratch = memory(memory::desc({static_cast<int64_t>(std::max<size_t>(scratch, 1))}, dt::u8, tag::x), engine);
+      m_scratch_bytes = std::max<size_t>(scratch, 1);
+      m_scratch = memory(memory::desc({static_cast<int64_t>(m_scratch_bytes)}, dt::u8, tag::x), engine, DNNL_MEMORY_NONE);
     } catch (const dnnl::error& e) {
       throw Error(std::string("conv: oneDNN rejected ") + (d.transposed ? "transposed " : "") + "convolution " +
                   Shape(d.n, d.c, d.h, d.w).str() + " -> " + out.str() + ": " + e.what());
@@ -473,7 +480,8 @@ class CpuConvPlan final : public ConvPlan {
   const float* m_prepared_b = nullptr;
   const void* m_staged_dy = nullptr;   // dy staged in m_d_dy during this backward
   memory m_bias;                       // b or db: always plain
-  memory m_scratch;                    // owned by the plan, shared by the three primitives
+  memory m_scratch;                    // the stream's scratchpad (bind_scratch), for the three primitives
+  size_t m_scratch_bytes = 0;          // the largest of theirs
   std::unordered_map<int, memory> m_fwd_args, m_bwd_data_args, m_bwd_weights_args;
   struct {
     const float *gamma = nullptr, *beta = nullptr, *mean = nullptr, *var = nullptr;

@@ -178,6 +178,20 @@ CpuStream::~CpuStream() {
   m_worker.reset();  // runs what is queued, then stops
 }
 
+void CpuStream::FreeScratch::operator()(void* p) const { std::free(p); }
+
+void* CpuStream::scratch(size_t bytes) {
+  if (bytes > m_scratch_bytes || !m_scratch) {
+    constexpr size_t k_page = 4096;
+    const size_t rounded = (std::max<size_t>(bytes, 1) + k_page - 1) / k_page * k_page;
+    m_scratch.reset();  // the old one first: the peak is the larger, not both
+    m_scratch.reset(std::aligned_alloc(k_page, rounded));
+    if (!m_scratch) throw Error("cpu stream: cannot allocate a scratchpad of " + std::to_string(rounded) + " bytes");
+    m_scratch_bytes = rounded;
+  }
+  return m_scratch.get();
+}
+
 void CpuEvent::set(std::shared_ptr<StreamMarker> m) {
   std::lock_guard<std::mutex> lock(m_mutex);
   m_marker = std::move(m);

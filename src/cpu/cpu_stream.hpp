@@ -134,6 +134,12 @@ class CpuStream final : public nn::Stream {
   StreamWorker* worker() { return m_worker.get(); }
   // Whether run() queues (an asynchronous stream, called from another thread than its worker).
   bool queues() const { return m_worker != nullptr && !m_worker->is_current(); }
+  // The stream's scratchpad, at least `bytes` long (page-aligned), for the oneDNN primitives of
+  // the call whose body is running on this stream: the plans of a stream run one after another,
+  // so they share one scratchpad sized for the largest, where each plan owning its own would
+  // hold the sum (the Winograd kernel's take 8 to 22 MiB each on the U-Net at batch 4). Valid
+  // until the next call with more bytes; only a body running on this stream may call it.
+  void* scratch(size_t bytes);
   // Runs f, the whole body of a call on this stream: now, or queued on the worker.
   template <class F>
   void run(F&& f) {
@@ -145,7 +151,12 @@ class CpuStream final : public nn::Stream {
   }
 
  private:
+  struct FreeScratch {
+    void operator()(void* p) const;
+  };
   dnnl::stream m_dnnl;
+  std::unique_ptr<void, FreeScratch> m_scratch;
+  size_t m_scratch_bytes = 0;
   std::unique_ptr<StreamWorker> m_worker;  // destroyed (drained) before the registry forgets it
   std::shared_ptr<StreamRegistry> m_registry;
 };

@@ -73,7 +73,7 @@ struct PlanCost {
   double mib_per_plan, share;
 };
 constexpr PlanCost k_train_blocked_avx512{1.0, 0.054}, k_train_blocked{1.0, 0.006}, k_train_plain{1.0, 2.0},
-    k_eval_blocked_avx512{0.8, 0.055}, k_eval_winograd{3.3, 0.27}, k_eval_blocked{0.9, 0.03}, k_eval_plain{0.8, 1.03};
+    k_eval_blocked_avx512{0.8, 0.055}, k_eval_winograd{2.75, 0.27}, k_eval_blocked{0.9, 0.03}, k_eval_plain{0.8, 1.03};
 
 // The convolution description of graph node i (a conv2d or conv_transpose2d) on its tile, as the
 // layer has it at build (its description is private to it).
@@ -168,8 +168,9 @@ ConvWork conv_work(const Planned& p) {
 }
 
 // The workspace of the backend's plans: an ESTIMATE. The CPU backend's oneDNN primitives keep,
-// per convolution plan, their generated code, a scratchpad and, where the primitive wants
-// another layout than the graph's tensors have, reordered copies of its operands; squall cannot
+// per convolution plan, their generated code and, where the primitive wants another layout
+// than the graph's tensors have, reordered copies of its operands, and per stream the largest
+// plan's scratchpad (cpu::CpuStream::scratch); squall cannot
 // ask oneDNN for these sizes from here. The figure is a fixed part per plan and a part
 // proportional to the bytes the convolutions read and write, with constants measured: the
 // growth of the peak resident memory (VmHWM) of a process that trains the climate U-Net
@@ -181,9 +182,12 @@ ConvWork conv_work(const Planned& p) {
 // proportional part depends on what oneDNN chooses: in the channel-blocked layout (model.layout
 // = auto or blocked at fp32) training needs 5% of the operands on AVX-512 and almost nothing on
 // AVX2; the forward-only plans of the evaluation graph take oneDNN's Winograd kernel on AVX-512
-// for a batch of 4 or more, whose scratchpads cost some 3 MiB a plan and a quarter of the
-// operands; in plain NCHW every plan keeps reordered copies of its operands: twice their bytes
-// in training, once in evaluation. Two threads per rank instead of one added 1 to 5 MiB. Where
+// for a batch of 4 or more, which costs some 2.75 MiB a plan and a quarter of the operands
+// (refitted on an Intel Xeon with AMX, within 1% at batch 4 to 16, once a stream's plans
+// shared one scratchpad: each Winograd plan had kept its own, 8 to 22 MiB at batch 4, and
+// their sum had depended on the CPU's cache sizes, 43 MiB more there than on Zen 4); in plain
+// NCHW every plan keeps reordered copies of its operands: twice their bytes in training, once
+// in evaluation. Two threads per rank instead of one added 1 to 5 MiB. Where
 // several ranks share one process (the probe's split runs) their evaluation plans cost less
 // than this, in part because oneDNN's primitive cache shares the generated code of identical
 // plans. Not calibrated: other models' shapes, more than two threads per rank, bf16/fp16 on the

@@ -386,7 +386,9 @@ TEST_CASE("memory probe (run by the calibration case in a process of its own)", 
 // also holds the loss's and the finite check's few floats, which it does not count). The total
 // must be within 10% of the measured growth: the fit was within 2.5% on AVX-512 and on AVX2, at
 // one and two threads, and the rest is for another CPU's cache sizes, by which oneDNN sizes
-// its blocks and scratchpads (the issue asks for 15% of a split rank's measured peak). A split
+// its blocks and scratchpads (the issue asks for 15% of a split rank's measured peak). Each
+// plan keeping its own scratchpad had made the Winograd case 13% over its estimate on a Xeon
+// with AMX; a stream's plans now share one (cpu::CpuStream::scratch). A split
 // that evaluates is left out: its ranks share one process here, and oneDNN's primitive cache
 // and the allocator's free memory make their evaluation plans cost less than a rank's of its
 // own (up to 16% less in all); training alone is not affected.
