@@ -5,6 +5,24 @@
 
 namespace squall::train {
 
+void StepTimes::add(double seconds) {
+  if (m_window == 0) return;
+  if (m_times.size() < m_window) {
+    m_times.push_back(seconds);
+    return;
+  }
+  m_times[m_next] = seconds;
+  m_next = (m_next + 1) % m_window;
+}
+
+double StepTimes::median() const {
+  if (m_times.empty()) return 0;
+  std::vector<double> t = m_times;
+  const auto mid = t.begin() + std::ssize(t) / 2;
+  std::nth_element(t.begin(), mid, t.end());
+  return *mid;
+}
+
 std::vector<int64_t> fit_round_steps(const std::vector<double>& seconds, const std::vector<int64_t>& weights,
                                      int64_t round, double quorum) {
   const size_t n = seconds.size();

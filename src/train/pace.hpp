@@ -10,8 +10,9 @@
 // round and lets the rest pass without work (its learners take no batch), so that a node k
 // times slower than the fastest ends its round with it instead of holding it:
 //     h_n = clamp(round(H t / t_n), 1, H)    where t_n > 1.25 t, else H
-// with t_n the node's seconds per trained step (the slowest of its ranks, the median of its
-// trained steps in a round) and t the typical node's (the lower median over the nodes): the
+// with t_n the node's seconds per trained step (the slowest of its ranks, each the median of its
+// last k_pace_window trained steps: a shared node's steps vary by more than 1.25x from one
+// round to the next, and a round's few steps cut rounds on that noise) and t the typical node's (the lower median over the nodes): the
 // round lasts as long as the typical node's, and a node up to 1.25 times slower than it, within
 // what a shared node's seconds vary by, trains it whole. Where that trains less than q of the
 // round's samples over the job (sum_n w_n h_n < q H sum_n w_n, w_n the node's ranks), the
@@ -22,6 +23,7 @@
 // trained step takes its batches from the front. The samples of the steps a node let pass
 // stay at the front for its next epoch (carried): nothing is lost, and a node that is slow
 // for good trains its stream later than the others train theirs.
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -29,6 +31,25 @@ namespace squall::train {
 
 // A node up to this many times slower than the typical one trains whole rounds.
 inline constexpr double k_pace_tolerance = 1.25;
+
+// The trained steps whose seconds a rank's pace is the median of (StepTimes): some 8 rounds of
+// 8 steps.
+inline constexpr size_t k_pace_window = 64;
+
+// A rank's seconds per trained step: the last `window` steps', their median.
+class StepTimes {
+ public:
+  explicit StepTimes(size_t window = k_pace_window) : m_window(window) {}
+  void add(double seconds);
+  // The median of the steps kept (the upper one of an even count); 0 before any.
+  double median() const;
+  size_t size() const { return m_times.size(); }
+
+ private:
+  size_t m_window;
+  std::vector<double> m_times;  // a ring of up to m_window, m_next the oldest once full
+  size_t m_next = 0;
+};
 
 // The steps each node trains in a round of `round` steps: `seconds[n]` is node n's seconds per
 // trained step (<= 0: not known yet, which trains the whole round), `weights[n]` its ranks.

@@ -341,18 +341,12 @@ bool TrainingRun::after_step(bool exchange) {
       m_since_time_checkpoint.restart();
     }
     if (m_pace.on) {
-      // This rank's seconds per trained step in the round (the median: the round's last step
-      // may hold the outer step's wait), gathered beside the flags; the previous round's come
-      // back, one round late like the flags, and fit the next round (pace.hpp).
-      std::vector<double>& t = m_pace.round_seconds;
-      double median = 0;
-      if (!t.empty()) {
-        std::nth_element(t.begin(), t.begin() + std::ssize(t) / 2, t.end());
-        median = t[t.size() / 2];
-      }
-      t.clear();
+      // This rank's seconds per trained step (the median of its last ones: a round's last step
+      // may hold the outer step's wait, and a shared node's steps vary), gathered beside the
+      // flags; the previous round's come back, one round late like the flags, and fit the next
+      // round (pace.hpp).
       std::vector<double> all;
-      agreed = m_flags->exchange(mine, median, all);
+      agreed = m_flags->exchange(mine, m_pace.step_times.median(), all);
       if (!m_pace.forced.empty()) {
         m_pace.node_seconds = m_pace.forced;
       } else if (!all.empty()) {

@@ -105,7 +105,7 @@ bool TrainingRun::round_step(int64_t epoch, int64_t used) {
     const Stopwatch t;
     train_step(epoch, used);
     if (m_pace.on) {
-      m_pace.round_seconds.push_back(t.seconds());
+      m_pace.step_times.add(t.seconds());
       m_pace.stream.take(m_data.plan.learners * m_cfg.train.batch_size);
       ++m_pace.trained_steps;
       ++m_pace.epoch_trained;

@@ -184,7 +184,7 @@ class TrainingRun {
     std::vector<int64_t> node_ranks;   // ranks per node (the quorum's weights)
     int nodes = 1;
     int64_t round_steps = -1;     // the steps this node trains in the current round (-1: not fitted yet)
-    std::vector<double> round_seconds;  // this rank's seconds per trained step in the round
+    StepTimes step_times;         // this rank's seconds per trained step, its last ones
     SampleStream stream;          // this rank's samples not yet trained (carried first)
     int64_t carried = 0;          // of them, the ones carried: the clock's batches not trained
     bool restored = false;        // the stream came from a checkpoint (its epoch's list is in it)

@@ -5,7 +5,7 @@
 #
 #   test_cluster.sh SQUALL_BIN PYTHON TEST
 #   TEST: info | allreduce | cross | rate | slurm | train | resume | elastic | streams | periods | slow
-#         | straggler
+#         | straggler | async
 set -euo pipefail
 
 squall=$1 python=$2 test=$3
@@ -528,6 +528,62 @@ print(f"{statistics.median(d):.3f} {max(d):.3f}")' "$shared/$1/metrics.jsonl"
     grep -q "^squall: error: rank 0 on $name-n1: stall: collective 19 .* completed; $who has not joined collective 20, which rank 0 has; ending the job" "$work/stalled.log" ||
       { cat "$work/stalled.log" >&2; fail "the watchdog did not end the job naming $who"; }
     echo "ok: node 2 slowed 3x: $steps steps, exit 0, no stall under --stall-warn $warn --stall-abort $abort (rank 0 waited $waited s in all); a stalled rank 1 ended the job in $took s"
+    ;;
+
+  async)
+    # Asynchronous outer steps with a real straggler, killed and resumed: 2 nodes x 2 ranks over
+    # 100 Mbit/s links, node 2 slowed 3 times by its CPU quota (cluster slow), outer every 4
+    # steps with parallel.outer.async. Rank 3 (node 2) fails at step 90; the job resumes with
+    # --resume auto from the checkpoint of step 80, which holds the centre the nodes agreed on
+    # before it (and each node's delta state). What the resume continues from is read off the
+    # losses, as in tests/mpi/launch_outer_async.cpp: a batch's loss varies by a fifth from one
+    # step to the next, so means of the 8 steps before the checkpoint, the first 4 after the
+    # resume (the nodes' restored models) and the 8 after those (after the first pushes, from
+    # the restored centre: one started again from the initial weights would put the nodes back
+    # near a loss of 2.3). No timing is checked: the slowed node is what the nodes do not wait for.
+    "$cluster" check --slow || exit 77
+    "$cluster" up "$name" --nodes 2 --rate 100mbit
+    hosts=$("$cluster" hosts "$name" 2)
+    "$cluster" slow "$name" 2 3 --cores 1
+    job=(train --config "$root/configs/fashion-mnist-lenet5.toml" --set parallel.algorithm=outer
+         --set parallel.outer.period=4 --set parallel.outer.async=true --set parallel.outer.lr=0.7
+         --set parallel.replicas_per_device=1 --set train.batch_size=64 --set schedule.kind=constant
+         --set optimizer.lr=0.05 --set schedule.warmup_steps=0 --set train.max_steps=140 --set train.epochs=25
+         --set checkpoint.every_steps=40 --set data.train_samples=4096 --set data.test_samples=256
+         --set run.threads=1 --set train.log_every_steps=1 --set run.dir="$shared/run")
+    if timeout 180 "$cluster" mpirun "$name" --host "$hosts" -x SQUALL_FAIL_AT=3:90 -- "$squall" "${job[@]}" \
+      >"$work/crash.log" 2>&1; then
+      fail "the job whose rank 3 failed exited 0"
+    fi
+    grep -q "rank 3" "$work/crash.log" || { cat "$work/crash.log" >&2; fail "the failing rank is not named"; }
+    [[ -d $shared/run/checkpoints/step-00000080 ]] || { cat "$work/crash.log" >&2; fail "no checkpoint of step 80"; }
+    [[ ! -e $shared/run/checkpoints/step-00000120 ]] || fail "a checkpoint after the failure"
+    timeout 180 "$cluster" mpirun "$name" --host "$hosts" -- "$squall" "${job[@]}" --resume auto \
+      >"$work/resume.log" 2>&1 || { cat "$work/resume.log" >&2; fail "the resumed job failed"; }
+    grep -q "resuming from .*step-00000080" "$work/resume.log" || { cat "$work/resume.log" >&2; fail "did not resume from step 80"; }
+    read -r before first later <<<"$("$python" -c 'import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+at = next(i for i, r in enumerate(recs) if r["kind"] == "resume")
+frm = recs[at]["step"]
+old = {r["step"]: r["loss"] for r in recs[:at] if r["kind"] == "train"}
+new = {r["step"]: r["loss"] for r in recs[at:] if r["kind"] == "train"}
+mean = lambda d, a, b: sum(d[s] for s in range(a, b)) / (b - a)
+print(f"{mean(old, frm - 7, frm + 1):.4f} {mean(new, frm + 1, frm + 5):.4f} {mean(new, frm + 5, frm + 13):.4f}")' \
+      "$shared/run/metrics.jsonl")"
+    echo "mean loss $before over the 8 steps before the checkpoint, $first over the first 4 after the resume, $later over the 8 after"
+    "$python" -c "import sys; sys.exit(0 if abs($first - $before) <= 0.25 * $before else 1)" ||
+      fail "the resumed nodes' first losses ($first) are not those before the checkpoint ($before)"
+    "$python" -c "import sys; sys.exit(0 if $later <= 1.25 * $before else 1)" ||
+      fail "after the first pushes the loss ($later) is not that of the restored centre ($before)"
+    s=$shared/run/summary.json
+    [[ $(json "$s" 'd["steps"]') == 140 ]] || fail "the resumed job did not end at step 140"
+    pushes=$(json "$s" 'd["parallel"]["outer_async"]["pushes"]')
+    ((pushes > 0)) || fail "the resumed job pushed no delta to the centre"
+    nodes=$(json "$s" 'len(d["parallel"]["outer_async"]["nodes"])')
+    [[ $nodes == 2 ]] || fail "summary.json gives $nodes nodes' staleness, not 2"
+    acc=$(json "$s" 'd["final"]["test_accuracy"]')
+    "$python" -c "import sys; sys.exit(0 if $acc > 0.5 else 1)" || fail "test accuracy $acc after the resume"
+    echo "ok: asynchronous outer, node 2 slowed 3x over 100 Mbit/s: rank 3 failed at step 90, resumed from step 80, $pushes pushes, test accuracy $acc"
     ;;
 
   *) fail "unknown test '$test'" ;;

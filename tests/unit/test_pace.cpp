@@ -43,6 +43,22 @@ TEST_CASE("a node k times slower than the typical one trains 1/k of a round, and
   CHECK(fit_round_steps({0.1, 0.4, 0.4}, {1, 1, 1}, 8, 0.5) == std::vector<int64_t>{8, 8, 8});
 }
 
+TEST_CASE("a rank's pace is the median of its last steps, so that a few slow steps cut no round", "[pace]") {
+  StepTimes t(8);
+  CHECK(t.median() == 0);  // nothing trained yet: the fit trains whole rounds
+  // A node of steady 0.1 s steps, 3 of every 8 stretched to 0.3 s by its CPU quota's periods:
+  // a round's 3 slow steps of 8 leave the median at 0.1, within the fit's tolerance.
+  for (int i = 0; i < 8; ++i) t.add(i % 8 < 3 ? 0.3 : 0.1);
+  CHECK(t.median() == 0.1);
+  CHECK(fit_round_steps({0.1, t.median()}, {1, 1}, 8, 0.5) == std::vector<int64_t>{8, 8});
+  // Slow for good: once the window holds more slow steps than fast ones, the median follows.
+  for (int i = 0; i < 4; ++i) t.add(0.3);
+  CHECK(t.size() == 8);
+  CHECK(t.median() == 0.3);  // the oldest 4 (three of them slow) gave way
+  for (int i = 0; i < 8; ++i) t.add(0.2);
+  CHECK(t.median() == 0.2);  // only the last 8 count
+}
+
 TEST_CASE("a sample stream takes from its front and keeps the carried samples", "[pace]") {
   SampleStream s;
   s.append({1, 0, 0, 10});
