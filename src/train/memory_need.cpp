@@ -170,8 +170,8 @@ ConvWork conv_work(const Planned& p) {
 // The workspace of the backend's plans: an ESTIMATE. The CPU backend's oneDNN primitives keep,
 // per convolution plan, their generated code and, where the primitive wants another layout
 // than the graph's tensors have, reordered copies of its operands, and per stream the largest
-// plan's scratchpad (cpu::CpuStream::scratch); squall cannot
-// ask oneDNN for these sizes from here. The figure is a fixed part per plan and a part
+// plan's scratchpad (cpu::CpuStream::scratch); squall cannot ask oneDNN for these sizes from
+// here. The figure is a fixed part per plan and a part
 // proportional to the bytes the convolutions read and write, with constants measured: the
 // growth of the peak resident memory (VmHWM) of a process that trains the climate U-Net
 // (width 16, depth 4, Adam) for two steps and evaluates once, over its resident memory before,
