@@ -12,9 +12,10 @@
 //     h_n = clamp(round(H t / t_n), 1, H)    where t_n > 1.25 t, else H
 // with t_n the node's seconds per trained step (the slowest of its ranks, each the median of its
 // last k_pace_window trained steps: a shared node's steps vary by more than 1.25x from one
-// round to the next, and a round's few steps cut rounds on that noise) and t the typical node's (the lower median over the nodes): the
-// round lasts as long as the typical node's, and a node up to 1.25 times slower than it, within
-// what a shared node's seconds vary by, trains it whole. Where that trains less than q of the
+// round to the next, and a round's few steps cut rounds on that noise) and t the typical
+// node's (the lower median over the nodes): the round lasts as long as the typical node's,
+// and a node up to 1.25 times slower than it, within what a shared node's seconds vary by,
+// trains it whole. Where that trains less than q of the
 // round's samples over the job (sum_n w_n h_n < q H sum_n w_n, w_n the node's ranks), the
 // node of the smallest h_n / H takes one step more (the lower node first) until it does: q
 // bounds what the job may leave untrained, as Project Adam's 75% did for its epochs.
