@@ -47,26 +47,29 @@ def sent_bytes(name, nodes):
     return total
 
 
-def schedule_sets(nodes, learners, batch, epochs, test_samples, seed):
+def schedule_sets(nodes, learners, batch, epochs, test_samples, seed, train_samples=TRAIN_SAMPLES):
     """The --set keys every variant of bench/outer.py and bench/stragglers.py shares: nodes x
     learners x batch samples a step, a quarter-epoch warm-up, evaluated every quarter epoch on
-    test_samples samples, a metrics line an epoch, no checkpoint at the end."""
-    steps_per_epoch = TRAIN_SAMPLES // (nodes * learners * batch)
+    test_samples samples (None: the whole test set), a metrics line an epoch, no checkpoint at
+    the end."""
+    steps_per_epoch = train_samples // (nodes * learners * batch)
     quarter = max(1, steps_per_epoch // 4)
     return [f"parallel.replicas_per_device={learners}", f"train.batch_size={batch}",
             f"schedule.warmup_steps={quarter}", f"train.epochs={epochs}", f"train.eval_every_steps={quarter}",
-            f"train.log_every_steps={steps_per_epoch}", f"data.test_samples={test_samples}", f"run.seed={seed}",
-            "checkpoint.at_end=false"]
+            f"train.log_every_steps={steps_per_epoch}", f"run.seed={seed}", "checkpoint.at_end=false"] + \
+        ([f"data.test_samples={test_samples}"] if test_samples else [])
 
 
-def train(squall, name, nodes, ranks_per_node, sets, run_dir, targets):
-    """One training across the cluster. sets: the --set keys (run.dir is added). Returns the final
-    test accuracy, the accuracy and training seconds at each evaluation, the epochs and training
-    seconds at which each of targets was first reached (None where it was not), the whole run's
-    training seconds and the bytes the nodes sent; or all None when the run failed."""
+def train(squall, name, nodes, ranks_per_node, sets, run_dir, targets, config=CONFIG, metric="test_accuracy"):
+    """One training across the cluster. sets: the --set keys (run.dir is added); metric: the
+    evaluations' field the targets and "final" read (test_accuracy, or test_miou for a
+    segmentation). Returns the final metric, its value and training seconds at each
+    evaluation (as "accuracy"), the epochs and training seconds at which each of targets was
+    first reached (None where it was not), the whole run's training seconds and the bytes the
+    nodes sent; or all None when the run failed."""
     ranks = nodes * ranks_per_node
     cmd = [TOOL, "mpirun", name, "--host", hosts(name, nodes, ranks_per_node), "-np", str(ranks), "--", squall,
-           "train", "--config", CONFIG]
+           "train", "--config", config]
     for s in sets + [f"run.dir={run_dir}"]:
         cmd += ["--set", s]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -85,10 +88,10 @@ def train(squall, name, nodes, ranks_per_node, sets, run_dir, targets):
         for line in f:
             m = json.loads(line)
             if m["kind"] == "eval":
-                evals.append({"epochs": m["epochs_done"], "accuracy": m["test_accuracy"], "train_s": m["train_s"]})
+                evals.append({"epochs": m["epochs_done"], "accuracy": m[metric], "train_s": m["train_s"]})
     with open(os.path.join(run_dir, "summary.json")) as f:
         s = json.load(f)
-    r = {"final": s["final"]["test_accuracy"], "train_s": evals[-1]["train_s"] if evals else None, "bytes": sent,
+    r = {"final": s["final"][metric], "train_s": evals[-1]["train_s"] if evals else None, "bytes": sent,
          "evals": evals, "diverged": False, "allreduce_s": s["time_breakdown_s"]["allreduce"],
          "overlapped_s": s["time_breakdown_s"]["allreduce_overlapped"],
          "outer_async": s["parallel"].get("outer_async"), "pace": s["parallel"].get("pace")}

@@ -2,7 +2,10 @@
 """A slow node and the algorithms that wait for it (issue 48; docs/training.md, "Asynchronous
 outer steps").
 
-LeNet-5 on Fashion-MNIST (configs/fashion-mnist-sma.toml) on --nodes network-namespace nodes of
+LeNet-5 on Fashion-MNIST (configs/fashion-mnist-sma.toml), or with --model unet the climate
+U-Net of configs/climate-tiny.toml on the 640 generated training samples of `make
+demo-climate` (made here, in a temporary folder, unless --climate-data names one holding
+train/ and test/) with the held-out mean IoU as the metric, on --nodes network-namespace nodes of
 the test cluster (tests/cluster/cluster, as root), one rank per node with --learners learners of
 --batch samples, the links limited to --rate. The last node is made --factors times slower by
 its own CPU quota (`cluster slow`; factor 1: every node capped alike, nobody slower), never by a
@@ -18,11 +21,14 @@ mu0.0 lr0.1 async", "... async stale2", "... quorum0.75": train.epoch_quorum).
 
     python3 bench/stragglers.py                      # as root; bench/RESULTS.md has the runs
     python3 bench/stragglers.py --seeds 1 --epochs 1 --factors 1 3
+    python3 bench/stragglers.py --model unet --learners 1 --batch 4 --epochs 6 --targets 0.75 \
+        --variants "ssgd lr0.002" "outer H8 mu0.0 lr0.002" "outer H8 mu0.0 lr0.002 async quorum0.75"
 """
 import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
@@ -30,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster_runs as cr  # noqa: E402
 from outer import variant_sets  # noqa: E402
 
+UNET_CONFIG = os.path.join(cr.ROOT, "configs", "climate-tiny.toml")
 DEFAULT_VARIANTS = ["ssgd lr0.1", "outer H8 mu0.0 lr0.1", "outer H8 mu0.0 lr0.1 async",
                     "outer H8 mu0.0 lr0.1 quorum0.75", "outer H8 mu0.0 lr0.1 async quorum0.75"]
 
@@ -49,14 +56,23 @@ def main():
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--targets", type=float, nargs="+", default=[0.88])
     ap.add_argument("--test-samples", type=int, default=10000)
+    ap.add_argument("--model", choices=["lenet5", "unet"], default="lenet5")
+    ap.add_argument("--climate-data", help="--model unet: a folder with train/ and test/ (default: generated)")
     ap.add_argument("--json", default="stragglers.json", help="where every number goes")
     a = ap.parse_args()
     plans = {v: variant_sets(v, a.batch) for v in a.variants}
+    config, metric, train_samples, test_samples = cr.CONFIG, "test_accuracy", cr.TRAIN_SAMPLES, a.test_samples
     cr.up(a.cluster, a.nodes)
     runs = []
     try:
         cr.cluster("rate", a.cluster, a.rate)
         with tempfile.TemporaryDirectory() as work:
+            if a.model == "unet":
+                config, metric, train_samples, test_samples = UNET_CONFIG, "test_miou", 640, None
+                data = a.climate_data or make_climate_data(a.squall, work)
+                extra = [f"data.train={os.path.join(data, 'train')}", f"data.test={os.path.join(data, 'test')}"]
+            else:
+                extra = []
             for seed in a.seeds:
                 for factor in a.factors:
                     # Every node capped at its share of the machine's cores, the last one factor
@@ -66,26 +82,41 @@ def main():
                         cr.cluster("slow", a.cluster, str(node), format(f, "g"))
                     for v in a.variants:
                         sets, batch = plans[v]
-                        sets = sets + cr.schedule_sets(a.nodes, a.learners, batch, a.epochs, a.test_samples, seed)
+                        sets = sets + extra + cr.schedule_sets(a.nodes, a.learners, batch, a.epochs, test_samples,
+                                                               seed, train_samples)
                         d = os.path.join(work, f"{re.sub(r'[^A-Za-z0-9.]+', '-', v)}-x{factor:g}-{seed}")
-                        r = cr.train(a.squall, a.cluster, a.nodes, 1, sets, d, a.targets)
+                        r = cr.train(a.squall, a.cluster, a.nodes, 1, sets, d, a.targets, config, metric)
                         runs.append({"variant": v, "factor": factor, "seed": seed, **r})
-                        print(f"# {v} x{factor:g} seed {seed}: " +
-                              ", ".join(f"{t}: {cr.fmt(r[f'seconds@{t}'], '.1f')} s" for t in a.targets) +
-                              f", final {cr.fmt(r['final'], '.4f')}", file=sys.stderr, flush=True)
+                        reached = [f"{t}: " + (f"{sec:.1f} s" if (sec := r[f"seconds@{t}"]) is not None else "not reached")
+                                   for t in a.targets]
+                        print(f"# {v} x{factor:g} seed {seed}: {', '.join(reached)}, final {cr.fmt(r['final'], '.4f')}",
+                              file=sys.stderr, flush=True)
     finally:
         cr.down(a.cluster)
     with open(a.json, "w") as f:
-        json.dump({"nodes": a.nodes, "learners": a.learners, "batch": a.batch, "rate": a.rate, "epochs": a.epochs,
-                   "targets": a.targets, "factors": a.factors, "runs": runs}, f, indent=1)
+        json.dump({"model": a.model, "nodes": a.nodes, "learners": a.learners, "batch": a.batch, "rate": a.rate,
+                   "epochs": a.epochs, "targets": a.targets, "factors": a.factors, "runs": runs}, f, indent=1)
     report(a, runs)
 
 
+def make_climate_data(squall, work):
+    """make demo-climate's samples: 640 for training (seed 11), 64 held out (seed 12), labelled."""
+    data = os.path.join(work, "climate")
+    for part, samples, seed in (("train", 640, 11), ("test", 64, 12)):
+        raw = os.path.join(data, "raw-" + part)
+        subprocess.run([squall, "data", "climate", "--out", raw, "--samples", str(samples), "--height", "96",
+                        "--width", "144", "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([squall, "data", "label", "--in", raw, "--out", os.path.join(data, part)], check=True,
+                       stdout=subprocess.DEVNULL)
+    return data
+
+
 def report(a, runs):
-    print(f"{a.nodes} nodes x {a.learners} learners x {a.batch} samples, links {a.rate}, {a.epochs} epochs, "
-          f"seeds {a.seeds}; the last node slowed by its CPU quota; medians (spread)\n")
+    print(f"{a.model}: {a.nodes} nodes x {a.learners} learners x {a.batch} samples, links {a.rate}, "
+          f"{a.epochs} epochs, seeds {a.seeds}; the last node slowed by its CPU quota; medians (spread)\n")
     head = " | ".join(f"s to {t} | spread" for t in a.targets)
-    print(f"| slower | variant | {head} | accuracy at the end | MB sent | staleness (mean, max) "
+    metric = "accuracy" if a.model == "lenet5" else "mean IoU"
+    print(f"| slower | variant | {head} | {metric} at the end | MB sent | staleness (mean, max) "
           f"| slow node's steps | carried |")
     print("|---|---|" + "---:|---:|" * len(a.targets) + "---:|---:|---|---:|---:|")
     for factor in a.factors:

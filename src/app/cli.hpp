@@ -84,6 +84,8 @@ void add_report_command(CLI::App& root, Context& ctx, Actions& actions);
 void add_bench_loader_command(CLI::App& bench, Context& ctx, Actions& actions);
 // `bench allreduce` (cmd_bench_allreduce.cpp) under the `bench` group.
 void add_bench_allreduce_command(CLI::App& bench, Context& ctx, Actions& actions);
+// `bench centre` (cmd_bench_centre.cpp): the asynchronous centre, threads against MPI windows.
+void add_bench_centre_command(CLI::App& bench, Context& ctx, Actions& actions);
 // `model` (cmd_model.cpp): the performance model of src/perf/perf_model.hpp.
 void add_model_command(CLI::App& root, Context& ctx, Actions& actions);
 

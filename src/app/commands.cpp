@@ -24,6 +24,7 @@ void add_commands(CLI::App& root, Context& ctx, Actions& actions) {
   bench->require_subcommand(1);
   add_bench_allreduce_command(*bench, ctx, actions);
   add_bench_loader_command(*bench, ctx, actions);
+  add_bench_centre_command(*bench, ctx, actions);
 }
 
 }  // namespace squall::app

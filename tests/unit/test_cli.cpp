@@ -71,7 +71,7 @@ TEST_CASE("a misspelt command exits 2 with the nearest command and the list", "[
   const auto bench = run_command(squall_bin() + " bench alreduce");
   CHECK(bench.exit_code == 2);
   CHECK_THAT(bench.err, Catch::Contains("unknown command 'bench alreduce'; did you mean 'bench allreduce'?") &&
-                            Catch::Contains("squall bench commands: allreduce, loader"));
+                            Catch::Contains("squall bench commands: allreduce, loader, centre"));
   // Far from every command: no guess, still the list.
   const auto far = run_command(squall_bin() + " frobnicate");
   CHECK(far.exit_code == 2);
