@@ -181,8 +181,15 @@ class WindowCentre {
       counts[static_cast<size_t>(s)] =
           static_cast<int>(first_of(m_n, m_nodes, s + 1)) - offsets[static_cast<size_t>(s)];
     }
+    // This rank's shard as the other ranks' accumulates left it: read through the window, in
+    // an epoch of its own (a plain load need not see them under MPI's separate memory model).
+    std::vector<float> mine(hi - lo);
+    SQUALL_MPI_CHECK(MPI_Win_lock(MPI_LOCK_SHARED, m_node, 0, m_data));
+    SQUALL_MPI_CHECK(MPI_Get(mine.data(), static_cast<int>(hi - lo), MPI_FLOAT, m_node, 0, static_cast<int>(hi - lo),
+                             MPI_FLOAT, m_data));
+    SQUALL_MPI_CHECK(MPI_Win_unlock(m_node, m_data));
     centre.resize(m_n);
-    SQUALL_MPI_CHECK(MPI_Allgatherv(m_shard, static_cast<int>(hi - lo), MPI_FLOAT, centre.data(), counts.data(),
+    SQUALL_MPI_CHECK(MPI_Allgatherv(mine.data(), static_cast<int>(hi - lo), MPI_FLOAT, centre.data(), counts.data(),
                                     offsets.data(), MPI_FLOAT, m_comm));
     applied = m_applied;
     SQUALL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, applied.data(), static_cast<int>(m_n), MPI_DOUBLE, MPI_SUM, m_comm));
