@@ -37,9 +37,18 @@ struct Header {
   double lr = 0;            // request: the node's inner rate
 };
 
-size_t first_of(size_t n, int shards, int s) { return n * static_cast<size_t>(s) / static_cast<size_t>(shards); }
+size_t first_of(size_t n, int shards, int s) { return async_shard_first(n, shards, s); }
 
 }  // namespace
+
+size_t async_shard_first(size_t n, int shards, int s) {
+  return n * static_cast<size_t>(s) / static_cast<size_t>(shards);
+}
+
+int64_t async_staleness(int64_t since, int nodes) {
+  const int64_t beyond = since - (nodes - 1);
+  return beyond > 0 ? (beyond + nodes - 1) / nodes : 0;
+}
 
 struct AsyncCentre::Impl {
   Communicator leaders;  // collectives of the callers
@@ -58,13 +67,7 @@ struct AsyncCentre::Impl {
   std::vector<int64_t> pushes;
   int64_t total = 0;                // pushes applied, every node's
   std::vector<int64_t> base_pushes;  // per node: `total` when it last took the centre
-  // The staleness of a delta after `since` other pushes were applied: the rounds beyond the
-  // one it shares with the other nodes' (up to N - 1 pushes come before it in a synchronous
-  // round without making it stale), rounded up.
-  int64_t staleness(int64_t since) const {
-    const int64_t beyond = since - (nodes - 1);
-    return beyond > 0 ? (beyond + nodes - 1) / nodes : 0;
-  }
+  int64_t staleness(int64_t since) const { return async_staleness(since, nodes); }
   struct Pending {
     int node;
     int64_t need;  // the pushes every node must have made (-1: none)

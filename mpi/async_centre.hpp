@@ -73,6 +73,13 @@ struct AsyncCentreState {
   std::vector<int64_t> pushes;  // per node
 };
 
+// The first of n values that shard s of `shards` holds (shard s holds [first(s), first(s + 1))).
+size_t async_shard_first(size_t n, int shards, int s);
+// The staleness, in rounds, of a delta after `since` other pushes were applied to its shard, in
+// a job of `nodes` nodes: the rounds beyond the N - 1 pushes a synchronous round puts before
+// it, rounded up (0 where since <= N - 1).
+int64_t async_staleness(int64_t since, int nodes);
+
 class AsyncCentre {
  public:
   // Collective over `leaders` (one rank per node, in node order). initial: the n floats the

@@ -55,13 +55,8 @@ struct BenchCentreArgs {
   bool json = false;
 };
 
-size_t first_of(size_t n, int shards, int s) { return n * static_cast<size_t>(s) / static_cast<size_t>(shards); }
-
-// The rounds of other nodes' pushes beyond a synchronous round's N - 1 (mpi/async_centre.hpp).
-int64_t staleness(int64_t since, int nodes) {
-  const int64_t beyond = since - (nodes - 1);
-  return beyond > 0 ? (beyond + nodes - 1) / nodes : 0;
-}
+// The same shards and staleness rule as the threads' centre, by construction.
+size_t first_of(size_t n, int shards, int s) { return mpi::async_shard_first(n, shards, s); }
 
 // A node's inner steps: arithmetic on a buffer of its own, outside MPI, for `seconds`.
 void compute(std::vector<float>& work, double seconds) {
@@ -104,7 +99,7 @@ class WindowCentre {
         MPI_Error_string(rc, text, &len);
         m_unavailable = std::string(text, static_cast<size_t>(len));
       }
-      m_unavailable = world.broadcast_string(m_unavailable.empty() ? "" : m_unavailable, 0);
+      m_unavailable = world.broadcast_string(m_unavailable, 0);
       if (m_unavailable.empty()) m_unavailable = "MPI_Win_allocate failed on some rank";
       // A window some ranks opened stays open: freeing it is collective over ranks that have none.
       m_data = m_count = MPI_WIN_NULL;
@@ -114,6 +109,8 @@ class WindowCentre {
     *m_counter = 0;
     m_base.assign(initial, initial + n);
     m_base_total.assign(static_cast<size_t>(m_nodes), 0);
+    m_before.assign(static_cast<size_t>(m_nodes), 0);
+    m_send.assign(n, 0.0f);
     m_applied.assign(n, 0.0);
     SQUALL_MPI_CHECK(MPI_Barrier(m_comm));
     SQUALL_MPI_CHECK(MPI_Win_lock_all(0, m_data));
@@ -137,15 +134,15 @@ class WindowCentre {
   // Returns the push's staleness (the most over the shards); the newest centre into out.
   int64_t push_pull(const float* model, float* out) {
     const int64_t one = 1;
-    std::vector<int64_t> before(static_cast<size_t>(m_nodes), 0);
+    std::vector<int64_t>& before = m_before;
     for (int s = 0; s < m_nodes; ++s)
       SQUALL_MPI_CHECK(MPI_Fetch_and_op(&one, &before[static_cast<size_t>(s)], MPI_INT64_T, s, 0, MPI_SUM, m_count));
     SQUALL_MPI_CHECK(MPI_Win_flush_all(m_count));
     int64_t most = 0;
-    m_send.resize(m_n);
     for (int s = 0; s < m_nodes; ++s) {
       const size_t a = first_of(m_n, m_nodes, s), z = first_of(m_n, m_nodes, s + 1);
-      const int64_t tau = staleness(before[static_cast<size_t>(s)] - m_base_total[static_cast<size_t>(s)], m_nodes);
+      const int64_t tau =
+          mpi::async_staleness(before[static_cast<size_t>(s)] - m_base_total[static_cast<size_t>(s)], m_nodes);
       most = std::max(most, tau);
       const double w = m_share / (1.0 + static_cast<double>(tau));
       for (size_t i = a; i < z; ++i) {
@@ -206,7 +203,7 @@ class WindowCentre {
   bool m_open = false;
   std::string m_unavailable;
   std::vector<float> m_base, m_send;
-  std::vector<int64_t> m_base_total;
+  std::vector<int64_t> m_base_total, m_before;  // per shard: its pushes when this node last took it, and now
   std::vector<double> m_applied;
 };
 
@@ -223,7 +220,8 @@ struct Times {
   std::vector<double> push, round, tau;
 };
 
-// Gathers every rank's seconds to every rank, the fast ranks' together and the slow one's apart.
+// Gathers every rank's seconds to rank 0 (which reports), the fast ranks' together and the slow
+// one's apart; the other ranks' lists stay empty.
 void gather(const mpi::Communicator& world, const std::vector<double>& mine, bool slow, std::vector<double>& fast_all,
             std::vector<double>& slow_all) {
   const std::vector<std::string> parts = world.gather_strings(
