@@ -21,8 +21,6 @@
 // applied), to float rounding; a failed check fails the run. A window that this MPI cannot
 // open (its one-sided component refuses the job) is reported as unavailable, with MPI's
 // reason, not as a failure.
-#include <mpi.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -34,9 +32,8 @@
 #include <nlohmann/json.hpp>
 
 #include "mpi/async_centre.hpp"
-#include "mpi/check.hpp"
-#include "mpi/comm_native.hpp"
 #include "mpi/topology.hpp"
+#include "mpi/window_centre.hpp"
 #include "src/app/cli.hpp"
 #include "src/core/clock.hpp"
 #include "src/core/error.hpp"
@@ -55,9 +52,6 @@ struct BenchCentreArgs {
   bool json = false;
 };
 
-// The same shards and staleness rule as the threads' centre, by construction.
-size_t first_of(size_t n, int shards, int s) { return mpi::async_shard_first(n, shards, s); }
-
 // A node's inner steps: arithmetic on a buffer of its own, outside MPI, for `seconds`.
 void compute(std::vector<float>& work, double seconds) {
   const double until = steady_seconds() + seconds;
@@ -74,138 +68,6 @@ void step_model(const std::vector<float>& base, std::vector<float>& model, int n
   for (size_t i = 0; i < base.size(); ++i)
     model[i] = base[i] - 1e-3f * static_cast<float>(static_cast<int>((i * 31 + shift) % 13) - 6);
 }
-
-// The centre in one-sided MPI windows (see the header comment), for this benchmark only.
-class WindowCentre {
- public:
-  WindowCentre(const mpi::Communicator& world, const float* initial, size_t n, double share)
-      : m_n(n), m_share(share) {
-    SQUALL_MPI_CHECK(MPI_Comm_dup(mpi::native_handle(world), &m_comm));
-    MPI_Comm_set_errhandler(m_comm, MPI_ERRORS_RETURN);
-    MPI_Comm_size(m_comm, &m_nodes);
-    MPI_Comm_rank(m_comm, &m_node);
-    const size_t lo = first_of(n, m_nodes, m_node), hi = first_of(n, m_nodes, m_node + 1);
-    int rc = MPI_Win_allocate(static_cast<MPI_Aint>((hi - lo) * sizeof(float)), sizeof(float), MPI_INFO_NULL, m_comm,
-                              &m_shard, &m_data);
-    if (rc == MPI_SUCCESS)
-      rc = MPI_Win_allocate(sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, m_comm, &m_counter, &m_count);
-    // Whether every rank has its windows (a component may refuse on some ranks only).
-    int ok = rc == MPI_SUCCESS ? 1 : 0, all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, m_comm);
-    if (!all) {
-      if (rc != MPI_SUCCESS) {
-        char text[MPI_MAX_ERROR_STRING];
-        int len = 0;
-        MPI_Error_string(rc, text, &len);
-        m_unavailable = std::string(text, static_cast<size_t>(len));
-      }
-      m_unavailable = world.broadcast_string(m_unavailable, 0);
-      if (m_unavailable.empty()) m_unavailable = "MPI_Win_allocate failed on some rank";
-      // A window some ranks opened stays open: freeing it is collective over ranks that have none.
-      m_data = m_count = MPI_WIN_NULL;
-      return;
-    }
-    std::memcpy(m_shard, initial + lo, (hi - lo) * sizeof(float));
-    *m_counter = 0;
-    m_base.assign(initial, initial + n);
-    m_base_total.assign(static_cast<size_t>(m_nodes), 0);
-    m_before.assign(static_cast<size_t>(m_nodes), 0);
-    m_send.assign(n, 0.0f);
-    m_applied.assign(n, 0.0);
-    SQUALL_MPI_CHECK(MPI_Barrier(m_comm));
-    SQUALL_MPI_CHECK(MPI_Win_lock_all(0, m_data));
-    SQUALL_MPI_CHECK(MPI_Win_lock_all(0, m_count));
-    m_open = true;
-  }
-  ~WindowCentre() {
-    if (m_open) {
-      MPI_Win_unlock_all(m_count);
-      MPI_Win_unlock_all(m_data);
-    }
-    if (m_count != MPI_WIN_NULL) MPI_Win_free(&m_count);
-    if (m_data != MPI_WIN_NULL) MPI_Win_free(&m_data);
-    MPI_Comm_free(&m_comm);
-  }
-  WindowCentre(const WindowCentre&) = delete;
-  WindowCentre& operator=(const WindowCentre&) = delete;
-
-  const std::string& unavailable() const { return m_unavailable; }
-
-  // Returns the push's staleness (the most over the shards); the newest centre into out.
-  int64_t push_pull(const float* model, float* out) {
-    const int64_t one = 1;
-    std::vector<int64_t>& before = m_before;
-    for (int s = 0; s < m_nodes; ++s)
-      SQUALL_MPI_CHECK(MPI_Fetch_and_op(&one, &before[static_cast<size_t>(s)], MPI_INT64_T, s, 0, MPI_SUM, m_count));
-    SQUALL_MPI_CHECK(MPI_Win_flush_all(m_count));
-    int64_t most = 0;
-    for (int s = 0; s < m_nodes; ++s) {
-      const size_t a = first_of(m_n, m_nodes, s), z = first_of(m_n, m_nodes, s + 1);
-      const int64_t tau =
-          mpi::async_staleness(before[static_cast<size_t>(s)] - m_base_total[static_cast<size_t>(s)], m_nodes);
-      most = std::max(most, tau);
-      const double w = m_share / (1.0 + static_cast<double>(tau));
-      for (size_t i = a; i < z; ++i) {
-        m_send[i] = static_cast<float>(-w * (m_base[i] - model[i]));
-        m_applied[i] += static_cast<double>(m_send[i]);
-      }
-      SQUALL_MPI_CHECK(MPI_Accumulate(m_send.data() + a, static_cast<int>(z - a), MPI_FLOAT, s, 0,
-                                      static_cast<int>(z - a), MPI_FLOAT, MPI_SUM, m_data));
-    }
-    SQUALL_MPI_CHECK(MPI_Win_flush_all(m_data));
-    for (int s = 0; s < m_nodes; ++s) {
-      const size_t a = first_of(m_n, m_nodes, s), z = first_of(m_n, m_nodes, s + 1);
-      SQUALL_MPI_CHECK(MPI_Get(m_base.data() + a, static_cast<int>(z - a), MPI_FLOAT, s, 0, static_cast<int>(z - a),
-                               MPI_FLOAT, m_data));
-      m_base_total[static_cast<size_t>(s)] = before[static_cast<size_t>(s)] + 1;
-    }
-    SQUALL_MPI_CHECK(MPI_Win_flush_all(m_data));
-    std::copy(m_base.begin(), m_base.end(), out);
-    return most;
-  }
-
-  // Once every node has pushed its last: the whole final centre on every rank, and the sum of
-  // every node's applied deltas.
-  void finish(std::vector<float>& centre, std::vector<double>& applied) {
-    SQUALL_MPI_CHECK(MPI_Win_unlock_all(m_count));
-    SQUALL_MPI_CHECK(MPI_Win_unlock_all(m_data));
-    m_open = false;
-    SQUALL_MPI_CHECK(MPI_Barrier(m_comm));
-    const size_t lo = first_of(m_n, m_nodes, m_node), hi = first_of(m_n, m_nodes, m_node + 1);
-    std::vector<int> counts(static_cast<size_t>(m_nodes)), offsets(static_cast<size_t>(m_nodes));
-    for (int s = 0; s < m_nodes; ++s) {
-      offsets[static_cast<size_t>(s)] = static_cast<int>(first_of(m_n, m_nodes, s));
-      counts[static_cast<size_t>(s)] =
-          static_cast<int>(first_of(m_n, m_nodes, s + 1)) - offsets[static_cast<size_t>(s)];
-    }
-    // This rank's shard as the other ranks' accumulates left it: read through the window, in
-    // an epoch of its own (a plain load need not see them under MPI's separate memory model).
-    std::vector<float> mine(hi - lo);
-    SQUALL_MPI_CHECK(MPI_Win_lock(MPI_LOCK_SHARED, m_node, 0, m_data));
-    SQUALL_MPI_CHECK(MPI_Get(mine.data(), static_cast<int>(hi - lo), MPI_FLOAT, m_node, 0, static_cast<int>(hi - lo),
-                             MPI_FLOAT, m_data));
-    SQUALL_MPI_CHECK(MPI_Win_unlock(m_node, m_data));
-    centre.resize(m_n);
-    SQUALL_MPI_CHECK(MPI_Allgatherv(mine.data(), static_cast<int>(hi - lo), MPI_FLOAT, centre.data(), counts.data(),
-                                    offsets.data(), MPI_FLOAT, m_comm));
-    applied = m_applied;
-    SQUALL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, applied.data(), static_cast<int>(m_n), MPI_DOUBLE, MPI_SUM, m_comm));
-  }
-
- private:
-  size_t m_n;
-  double m_share;
-  MPI_Comm m_comm = MPI_COMM_NULL;
-  MPI_Win m_data = MPI_WIN_NULL, m_count = MPI_WIN_NULL;
-  float* m_shard = nullptr;
-  int64_t* m_counter = nullptr;
-  int m_nodes = 1, m_node = 0;
-  bool m_open = false;
-  std::string m_unavailable;
-  std::vector<float> m_base, m_send;
-  std::vector<int64_t> m_base_total, m_before;  // per shard: its pushes when this node last took it, and now
-  std::vector<double> m_applied;
-};
 
 double quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -259,14 +121,14 @@ int run_bench_centre(Context& ctx, const BenchCentreArgs& a) {
     for (const std::string& t : a.transports) {
       std::vector<float> base = initial, model(n), centre(n);
       std::unique_ptr<mpi::AsyncCentre> threads;
-      std::unique_ptr<WindowCentre> window;
+      std::unique_ptr<mpi::WindowCentre> window;
       if (t == "threads") {
         mpi::AsyncCentreOptions o;
         o.poll_s = a.poll_us * 1e-6;
         o.stall_abort_s = ctx.global.stall_abort_s;
         threads = std::make_unique<mpi::AsyncCentre>(world, initial.data(), n, share, o);
       } else {
-        window = std::make_unique<WindowCentre>(world, initial.data(), n, share);
+        window = std::make_unique<mpi::WindowCentre>(world, initial.data(), n, share);
         if (!window->unavailable().empty()) {
           doc["results"].push_back({{"transport", t}, {"floats", n}, {"unavailable", window->unavailable()}});
           text += "#  " + t + "  " + std::to_string(n) + "  unavailable: " + window->unavailable() + "\n";
