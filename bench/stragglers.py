@@ -117,8 +117,8 @@ def report(a, runs):
     head = " | ".join(f"s to {t} | spread" for t in a.targets)
     metric = "accuracy" if a.model == "lenet5" else "mean IoU"
     print(f"| slower | variant | {head} | {metric} at the end | MB sent | staleness (mean, max) "
-          f"| slow node's steps | carried |")
-    print("|---|---|" + "---:|---:|" * len(a.targets) + "---:|---:|---|---:|---:|")
+          f"| slow node's steps | carried | slow node's s per step / typical | shard thread CPU s, fast / slow |")
+    print("|---|---|" + "---:|---:|" * len(a.targets) + "---:|---:|---|---:|---:|---:|---|")
     for factor in a.factors:
         for v in a.variants:
             rs = [r for r in runs if r["variant"] == v and r["factor"] == factor]
@@ -138,8 +138,22 @@ def report(a, runs):
             steps = (f"{cr.median_or_none([p['node_trained_steps'][-1] for p in paces]):.0f} of "
                      f"{paces[0]['node_trained_steps'][0] + paces[0]['node_idle_steps'][0]}") if paces else "-"
             carried = cr.fmt(cr.median_or_none([p["carried_samples"] for p in paces]), ".0f") if paces else "-"
+            # The slow node's measured seconds per trained step against the typical node's (the
+            # lower median of the others', as pace.hpp fits rounds to), and the CPU seconds the
+            # shards' threads took: the fast nodes' median and the slow node's.
+            ratios = []
+            for p in paces:
+                t = p.get("node_step_seconds") or []
+                others = sorted(x for x in t[:-1] if x > 0)
+                if others and t[-1] > 0:
+                    ratios.append(t[-1] / others[(len(others) - 1) // 2])
+            ratio = cr.fmt(cr.median_or_none(ratios), ".2f") if ratios else "-"
+            cpu_fast = [n["serve_cpu_s"] for n in nodes if "serve_cpu_s" in n and n.get("node") != a.nodes - 1]
+            cpu_slow = [n["serve_cpu_s"] for n in nodes if "serve_cpu_s" in n and n.get("node") == a.nodes - 1]
+            cpu = (f"{cr.fmt(cr.median_or_none(cpu_fast), '.1f')} / {cr.fmt(cr.median_or_none(cpu_slow), '.1f')}"
+                   if cpu_fast or cpu_slow else "-")
             print(f"| {factor:g}x | {v} | " + " | ".join(cells) +
-                  f" | {cr.fmt(final, '.4f')} | {cr.fmt(mb, '.0f')} | {stale} | {steps} | {carried} |")
+                  f" | {cr.fmt(final, '.4f')} | {cr.fmt(mb, '.0f')} | {stale} | {steps} | {carried} | {ratio} | {cpu} |")
 
 
 if __name__ == "__main__":

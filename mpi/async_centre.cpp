@@ -76,6 +76,7 @@ struct AsyncCentre::Impl {
   };
   std::vector<Pending> pending;
   std::atomic<bool> stop{false};
+  std::atomic<double> serve_cpu{0};  // the thread's CPU seconds, as it last measured them
   std::thread thread;
   std::string failure;  // the thread's error, reported by the next call
 
@@ -105,9 +106,11 @@ void AsyncCentre::Impl::serve() {
       std::lock_guard<std::mutex> lock(mutex);
       handle(st.MPI_SOURCE, message);
       answer_ready();
+      serve_cpu.store(thread_cpu_seconds(), std::memory_order_relaxed);
       // Every node has finished and been answered: nothing more will come.
       if (finals == nodes && pending.empty()) return;
     }
+    serve_cpu.store(thread_cpu_seconds(), std::memory_order_relaxed);
   } catch (const std::exception& e) {
     fatal(std::string("asynchronous centre, shard ") + std::to_string(node) + ": " + e.what(), __FILE__, __LINE__);
   }
@@ -336,6 +339,8 @@ AsyncCentreState AsyncCentre::state() {
   }
   return s;
 }
+
+double AsyncCentre::serve_cpu_seconds() const { return m_impl->serve_cpu.load(std::memory_order_relaxed); }
 
 void AsyncCentre::restore(const AsyncCentreState& s) {
   Impl& m = *m_impl;

@@ -111,6 +111,10 @@ class AsyncCentre {
   // A checkpoint's state back (collective): every node starts again from its centre, which is
   // the base of its next push.
   void restore(const AsyncCentreState& s);
+  // The CPU seconds this rank's shard thread has used (as it last measured them: after each
+  // request it served, and as it ended): on a node held to a CPU quota they come out of the
+  // node's share.
+  double serve_cpu_seconds() const;
 
   struct Impl;
 

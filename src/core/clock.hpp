@@ -4,6 +4,7 @@
 // and the timeline use the same origin, so their stamps line up.
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <exception>
 #include <utility>
 #include <vector>
@@ -18,6 +19,13 @@ inline double steady_seconds() {
 // Seconds since the system clock's epoch (wall time, for records other programs read).
 inline double system_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The CPU seconds the calling thread has used (0 where the clock is not there).
+inline double thread_cpu_seconds() {
+  timespec t{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return 0;
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 // Seconds since it was made or restarted.

@@ -311,16 +311,20 @@ TrainResult TrainingRun::finish() {
                                  {"pushes", a.pushes},
                                  {"staleness_max", a.staleness_max},
                                  {"staleness_mean", a.pushes > 0 ? a.staleness_sum / static_cast<double>(a.pushes) : 0.0},
-                                 {"wait_s", a.wait_s}};
-    // Every node's (gather_pace_records): its leader's pushes, staleness and waits.
+                                 {"wait_s", a.wait_s},
+                                 {"serve_cpu_s", a.serve_cpu_s}};
+    // Every node's (gather_pace_records): its leader's pushes, staleness, waits and the CPU
+    // seconds of its shard's thread.
     if (!m_pace.node_async.empty()) s.parallel["outer_async"]["nodes"] = m_pace.node_async;
   }
   if (m_pace.on) {
-    // Rounds fitted to speed: each node's steps trained and let pass over the run, and the
-    // samples the slower nodes had not reached when it ended.
+    // Rounds fitted to speed: each node's steps trained and let pass over the run, its seconds
+    // per trained step (this attempt's mean, its slowest rank's), and the samples the slower
+    // nodes had not reached when it ended.
     s.parallel["pace"] = {{"epoch_quorum", m_cfg.train.epoch_quorum},
                           {"node_trained_steps", m_pace.node_trained},
                           {"node_idle_steps", m_pace.node_idle},
+                          {"node_step_seconds", m_pace.node_step_s},
                           {"carried_samples", m_pace.carried_total}};
   }
   if (m_device.allreduce->memory() == mpi::Memory::device) s.parallel["device_allreduce"] = m_device.allreduce->mode();

@@ -105,7 +105,10 @@ bool TrainingRun::round_step(int64_t epoch, int64_t used) {
     const Stopwatch t;
     train_step(epoch, used);
     if (m_pace.on) {
-      m_pace.step_times.add(t.seconds());
+      const double seconds = t.seconds();
+      m_pace.step_times.add(seconds);
+      m_pace.attempt_trained_s += seconds;
+      ++m_pace.attempt_trained;
       m_pace.stream.take(m_data.plan.learners * m_cfg.train.batch_size);
       ++m_pace.trained_steps;
       ++m_pace.epoch_trained;
@@ -155,13 +158,18 @@ void TrainingRun::gather_pace_records() {
                                {"pushes", a.pushes},
                                {"staleness_max", a.staleness_max},
                                {"staleness_mean", a.pushes > 0 ? a.staleness_sum / static_cast<double>(a.pushes) : 0.0},
-                               {"wait_s", a.wait_s}};
+                               {"wait_s", a.wait_s},
+                               {"serve_cpu_s", a.serve_cpu_s},
+                               {"step_s", m_pace.attempt_trained > 0
+                                              ? m_pace.attempt_trained_s / static_cast<double>(m_pace.attempt_trained)
+                                              : 0.0}};
   const std::vector<std::string> all = m_world.gather_strings(mine.dump());
   const int64_t carried = m_world.allreduce_sum(m_pace.carried);
   if (!m_root) return;
   const auto nodes = static_cast<size_t>(m_pace.nodes);
   m_pace.node_trained.assign(nodes, 0);
   m_pace.node_idle.assign(nodes, 0);
+  m_pace.node_step_s.assign(nodes, 0.0);
   m_pace.node_async = nlohmann::json::array();
   std::vector<nlohmann::json> leaders(nodes);
   for (size_t r = 0; r < all.size(); ++r) {
@@ -169,6 +177,7 @@ void TrainingRun::gather_pace_records() {
     const auto n = static_cast<size_t>(m_node_of_rank[r]);
     m_pace.node_trained[n] = j.at("trained").get<int64_t>();
     m_pace.node_idle[n] = j.at("idle").get<int64_t>();
+    m_pace.node_step_s[n] = std::max(m_pace.node_step_s[n], j.at("step_s").get<double>());
     if (j.at("pushes").get<int64_t>() > 0) leaders[n] = j;  // the node's leader pushed for it
   }
   for (size_t n = 0; n < nodes; ++n) {
@@ -176,6 +185,7 @@ void TrainingRun::gather_pace_records() {
     nlohmann::json j = leaders[n];
     j.erase("trained");
     j.erase("idle");
+    j.erase("step_s");
     j["node"] = n;
     m_pace.node_async.push_back(j);
   }

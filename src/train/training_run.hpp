@@ -189,9 +189,12 @@ class TrainingRun {
     int64_t carried = 0;          // of them, the ones carried: the clock's batches not trained
     bool restored = false;        // the stream came from a checkpoint (its epoch's list is in it)
     int64_t trained_steps = 0, idle_steps = 0;  // the run's (every attempt's), this rank
+    double attempt_trained_s = 0;  // this attempt's seconds in trained steps, this rank
+    int64_t attempt_trained = 0;   // and its trained steps
     int64_t carried_total = 0;    // the job's carried samples at the end (rank 0)
     int64_t epoch_trained = 0, epoch_idle = 0;
     std::vector<int64_t> node_trained, node_idle;  // the run's, per node (rank 0, at the end)
+    std::vector<double> node_step_s;  // this attempt's mean seconds per trained step, per node (its slowest rank)
     nlohmann::json node_async;   // parallel.outer.async: each node's pushes and staleness (rank 0)
   } m_pace;
 };

@@ -77,6 +77,9 @@ TEST_CASE("asynchronous outer bounded at staleness 0 trains as synchronous outer
   CHECK(s.at("pushes") == 12);
   CHECK(s.at("staleness_max") == 0);
   CHECK(s.at("max_staleness") == 0);
+  // Node 0's shard thread served 12 pushes of each node: it used some CPU time, and less than
+  // the run's wall time.
+  CHECK(s.at("serve_cpu_s").get<double>() > 0);
   CHECK_FALSE(read_json(fs::path(sync) / "summary.json").at("parallel").contains("outer_async"));
 }
 

@@ -100,6 +100,9 @@ void check_records(const std::string& dir) {
   CHECK(pace.at("epoch_quorum") == 0.5);
   CHECK(pace.at("node_trained_steps") == json::array({48, 24}));
   CHECK(pace.at("node_idle_steps") == json::array({0, 24}));
+  // Both nodes' measured seconds per trained step (the forced paces fit the rounds, not these).
+  REQUIRE(pace.at("node_step_seconds").size() == 2);
+  for (const json& t : pace.at("node_step_seconds")) CHECK(t.get<double>() > 0);
   // Node 1 falls half an epoch of its share behind every epoch: 8 steps of 64 samples.
   CHECK(pace.at("carried_samples").get<int64_t>() == 3 * 8 * k_batch);
   const std::vector<json> epochs = read_records(fs::path(dir) / "metrics.jsonl", "pace");
