@@ -15,12 +15,11 @@ void StepTimes::add(double seconds) {
   m_next = (m_next + 1) % m_window;
 }
 
-double StepTimes::median() const {
+double StepTimes::mean() const {
   if (m_times.empty()) return 0;
-  std::vector<double> t = m_times;
-  const auto mid = t.begin() + std::ssize(t) / 2;
-  std::nth_element(t.begin(), mid, t.end());
-  return *mid;
+  double sum = 0;
+  for (const double t : m_times) sum += t;
+  return sum / static_cast<double>(m_times.size());
 }
 
 std::vector<int64_t> fit_round_steps(const std::vector<double>& seconds, const std::vector<int64_t>& weights,

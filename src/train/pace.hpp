@@ -10,10 +10,11 @@
 // round and lets the rest pass without work (its learners take no batch), so that a node k
 // times slower than the fastest ends its round with it instead of holding it:
 //     h_n = clamp(round(H t / t_n), 1, H)    where t_n > 1.25 t, else H
-// with t_n the node's seconds per trained step (the slowest of its ranks, each the median of its
-// last k_pace_window trained steps: a shared node's steps vary by more than 1.25x from one
-// round to the next, and a round's few steps cut rounds on that noise) and t the typical
-// node's (the lower median over the nodes): the round lasts as long as the typical node's,
+// with t_n the node's seconds per trained step (the slowest of its ranks, each the mean of its
+// last k_pace_window trained steps but those that ended a round with the outer step: a shared
+// node's steps vary by more than 1.25x from one round to the next, and a round's few steps cut
+// rounds on that noise) and t the typical node's (the lower median over the nodes): the round
+// lasts as long as the typical node's,
 // and a node up to 1.25 times slower than it, within what a shared node's seconds vary by,
 // trains it whole. Where that trains less than q of the
 // round's samples over the job (sum_n w_n h_n < q H sum_n w_n, w_n the node's ranks), the
@@ -33,17 +34,22 @@ namespace squall::train {
 // A node up to this many times slower than the typical one trains whole rounds.
 inline constexpr double k_pace_tolerance = 1.25;
 
-// The trained steps whose seconds a rank's pace is the median of (StepTimes): some 8 rounds of
+// The trained steps whose seconds a rank's pace is the mean of (StepTimes): some 8 rounds of
 // 8 steps.
 inline constexpr size_t k_pace_window = 64;
 
-// A rank's seconds per trained step: the last `window` steps', their median.
+// A rank's seconds per trained step: the mean of its last `window` steps, the seconds a step
+// takes over a round's time, however its slow steps fall. A median is not that: a node held to
+// a CPU quota that lets a round's later steps pass may start the next round with its quota
+// whole, its first step fast and its second slow, and the median of such an alternation is its
+// slow half (tests/unit/test_pace.cpp). Among equally fast nodes the mean also cut fewer steps
+// on noise than the median had (bench/RESULTS.md, "The pace as a mean").
 class StepTimes {
  public:
   explicit StepTimes(size_t window = k_pace_window) : m_window(window) {}
   void add(double seconds);
-  // The median of the steps kept (the upper one of an even count); 0 before any.
-  double median() const;
+  // The mean of the steps kept; 0 before any.
+  double mean() const;
   size_t size() const { return m_times.size(); }
 
  private:

@@ -341,12 +341,11 @@ bool TrainingRun::after_step(bool exchange) {
       m_since_time_checkpoint.restart();
     }
     if (m_pace.on) {
-      // This rank's seconds per trained step (the median of its last ones: a round's last step
-      // may hold the outer step's wait, and a shared node's steps vary), gathered beside the
-      // flags; the previous round's come back, one round late like the flags, and fit the next
-      // round (pace.hpp).
+      // This rank's seconds per trained step (the mean of its last ones, those that ended a
+      // round with the outer step's wait left out), gathered beside the flags; the previous
+      // round's come back, one round late like the flags, and fit the next round (pace.hpp).
       std::vector<double> all;
-      agreed = m_flags->exchange(mine, m_pace.step_times.median(), all);
+      agreed = m_flags->exchange(mine, m_pace.step_times.mean(), all);
       if (!m_pace.forced.empty()) {
         m_pace.node_seconds = m_pace.forced;
       } else if (!all.empty()) {

@@ -106,9 +106,13 @@ bool TrainingRun::round_step(int64_t epoch, int64_t used) {
     train_step(epoch, used);
     if (m_pace.on) {
       const double seconds = t.seconds();
-      m_pace.step_times.add(seconds);
-      m_pace.attempt_trained_s += seconds;
-      ++m_pace.attempt_trained;
+      // A step that ends the round holds the outer step, and under synchronous outer its wait
+      // for the slowest node: not the node's pace.
+      if (spot.position + 1 < spot.length) {
+        m_pace.step_times.add(seconds);
+        m_pace.attempt_trained_s += seconds;
+        ++m_pace.attempt_trained;
+      }
       m_pace.stream.take(m_data.plan.learners * m_cfg.train.batch_size);
       ++m_pace.trained_steps;
       ++m_pace.epoch_trained;

@@ -189,8 +189,8 @@ class TrainingRun {
     int64_t carried = 0;          // of them, the ones carried: the clock's batches not trained
     bool restored = false;        // the stream came from a checkpoint (its epoch's list is in it)
     int64_t trained_steps = 0, idle_steps = 0;  // the run's (every attempt's), this rank
-    double attempt_trained_s = 0;  // this attempt's seconds in trained steps, this rank
-    int64_t attempt_trained = 0;   // and its trained steps
+    double attempt_trained_s = 0;  // this attempt's seconds in the trained steps the pace measures, this rank
+    int64_t attempt_trained = 0;   // and those steps
     int64_t carried_total = 0;    // the job's carried samples at the end (rank 0)
     int64_t epoch_trained = 0, epoch_idle = 0;
     std::vector<int64_t> node_trained, node_idle;  // the run's, per node (rank 0, at the end)
