@@ -117,8 +117,8 @@ def report(a, runs):
     head = " | ".join(f"s to {t} | spread" for t in a.targets)
     metric = "accuracy" if a.model == "lenet5" else "mean IoU"
     print(f"| slower | variant | {head} | {metric} at the end | MB sent | staleness (mean, max) "
-          f"| slow node's steps | carried | slow node's s per step / typical | shard thread CPU s, fast / slow |")
-    print("|---|---|" + "---:|---:|" * len(a.targets) + "---:|---:|---|---:|---:|---:|---|")
+          f"| slow node's steps | steps (planned) | carried | slow node's s per step / typical | shard thread CPU s, fast / slow | leader's CPU s in its waits / its wait s, slow node |")
+    print("|---|---|" + "---:|---:|" * len(a.targets) + "---:|---:|---|---:|---:|---:|---:|---|---|")
     for factor in a.factors:
         for v in a.variants:
             rs = [r for r in runs if r["variant"] == v and r["factor"] == factor]
@@ -137,6 +137,9 @@ def report(a, runs):
             paces = [r["pace"] for r in rs if r.get("pace")]
             steps = (f"{cr.median_or_none([p['node_trained_steps'][-1] for p in paces]):.0f} of "
                      f"{paces[0]['node_trained_steps'][0] + paces[0]['node_idle_steps'][0]}") if paces else "-"
+            # A paced run goes on past its planned steps until it has trained its samples.
+            clock = (f"{cr.median_or_none([p['steps'] for p in paces if 'steps' in p]):.0f} "
+                     f"({paces[0].get('planned_steps', '-')})") if paces and 'steps' in paces[0] else "-"
             carried = cr.fmt(cr.median_or_none([p["carried_samples"] for p in paces]), ".0f") if paces else "-"
             # The slow node's measured seconds per trained step against the typical node's (the
             # lower median of the others', as pace.hpp fits rounds to), and the CPU seconds the
@@ -152,8 +155,14 @@ def report(a, runs):
             cpu_slow = [n["serve_cpu_s"] for n in nodes if "serve_cpu_s" in n and n.get("node") == a.nodes - 1]
             cpu = (f"{cr.fmt(cr.median_or_none(cpu_fast), '.1f')} / {cr.fmt(cr.median_or_none(cpu_slow), '.1f')}"
                    if cpu_fast or cpu_slow else "-")
+            # The CPU the slow node's leader spent looking for the centre's answers, against the
+            # seconds it waited for them: what its quota paid for the waits.
+            slow = [n for n in nodes if n.get("node") == a.nodes - 1 and "wait_cpu_s" in n]
+            waits = (f"{cr.fmt(cr.median_or_none([n['wait_cpu_s'] for n in slow]), '.2f')} / "
+                     f"{cr.fmt(cr.median_or_none([n['wait_s'] for n in slow]), '.1f')}") if slow else "-"
             print(f"| {factor:g}x | {v} | " + " | ".join(cells) +
-                  f" | {cr.fmt(final, '.4f')} | {cr.fmt(mb, '.0f')} | {stale} | {steps} | {carried} | {ratio} | {cpu} |")
+                  f" | {cr.fmt(final, '.4f')} | {cr.fmt(mb, '.0f')} | {stale} | {steps} | {clock} | {carried} | {ratio} | {cpu}"
+                  f" | {waits} |")
 
 
 if __name__ == "__main__":

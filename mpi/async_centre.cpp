@@ -37,7 +37,8 @@ struct Header {
   double lr = 0;            // request: the node's inner rate
 };
 
-size_t first_of(size_t n, int shards, int s) { return async_shard_first(n, shards, s); }
+// The looks for a push's answers made back to back before the leader sleeps between them.
+constexpr int k_quick_looks = 32;
 
 }  // namespace
 
@@ -190,19 +191,19 @@ void AsyncCentre::Impl::answer_ready() {
 
 PushResult AsyncCentre::Impl::exchange(const float* model, float lr, float* centre_out, Kind kind) {
   const MPI_Comm comm = native_handle(wire);
-  const double t0 = steady_seconds();
+  const double t0 = steady_seconds(), cpu0 = thread_cpu_seconds();
   std::vector<std::vector<char>> requests(static_cast<size_t>(nodes)), replies(static_cast<size_t>(nodes));
   std::vector<MPI_Request> handles;
   handles.reserve(2 * static_cast<size_t>(nodes));
   for (int s = 0; s < nodes; ++s) {
-    const size_t a = first_of(n, nodes, s), z = first_of(n, nodes, s + 1);
+    const size_t a = async_shard_first(n, nodes, s), z = async_shard_first(n, nodes, s + 1);
     replies[static_cast<size_t>(s)].resize(sizeof(Header) + (z - a) * sizeof(float));
     handles.emplace_back();
     SQUALL_MPI_CHECK(MPI_Irecv(replies[static_cast<size_t>(s)].data(), static_cast<int>(replies[static_cast<size_t>(s)].size()),
                                MPI_BYTE, s, k_reply, comm, &handles.back()));
   }
   for (int s = 0; s < nodes; ++s) {
-    const size_t a = first_of(n, nodes, s), z = first_of(n, nodes, s + 1);
+    const size_t a = async_shard_first(n, nodes, s), z = async_shard_first(n, nodes, s + 1);
     const bool with_delta = kind != finish_only;
     std::vector<char>& m = requests[static_cast<size_t>(s)];
     m.resize(sizeof(Header) + (with_delta ? (z - a) * sizeof(float) : 0));
@@ -218,8 +219,13 @@ PushResult AsyncCentre::Impl::exchange(const float* model, float lr, float* cent
     handles.emplace_back();
     SQUALL_MPI_CHECK(MPI_Isend(m.data(), static_cast<int>(m.size()), MPI_BYTE, s, k_request, comm, &handles.back()));
   }
-  // Tests the answers until they have all come, sleeping a little between looks once they are
-  // slow in coming; past the stall limit the job ends, naming the shards still silent.
+  // Tests the answers until they have all come: a few looks back to back (an answer on one box
+  // comes in microseconds), then sleeps that double from 50 us to 500 us between looks. A look
+  // costs the leader's CPU, which on a node held to a CPU quota is the quota its learners train
+  // on: looking back to back for the first thousand looks of a 25 ms wait took 1.7 ms of CPU a
+  // push (bench/RESULTS.md, "A paced run trains its samples"); a sleep adds at most 500 us to a
+  // wait. Past the stall limit the job ends, naming the shards still silent.
+  std::chrono::microseconds nap(50);
   for (int idle = 0;; ++idle) {
     int done = 0;
     SQUALL_MPI_CHECK(MPI_Testall(static_cast<int>(handles.size()), handles.data(), &done, MPI_STATUSES_IGNORE));
@@ -238,14 +244,18 @@ PushResult AsyncCentre::Impl::exchange(const float* model, float lr, float* cent
                 ": a node has stopped, or its leader has",
             __FILE__, __LINE__);
     }
-    if (idle < 1000) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (idle < k_quick_looks) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(nap);
+      nap = std::min(2 * nap, std::chrono::microseconds(500));
+    }
   }
   PushResult r;
   r.outer_steps = INT64_MAX;
   r.slowest_pushes = INT64_MAX;
   for (int s = 0; s < nodes; ++s) {
-    const size_t a = first_of(n, nodes, s), z = first_of(n, nodes, s + 1);
+    const size_t a = async_shard_first(n, nodes, s), z = async_shard_first(n, nodes, s + 1);
     Header h;
     std::memcpy(&h, replies[static_cast<size_t>(s)].data(), sizeof(h));
     r.staleness = std::max(r.staleness, h.staleness);
@@ -255,6 +265,7 @@ PushResult AsyncCentre::Impl::exchange(const float* model, float lr, float* cent
   }
   if (centre_out != nullptr) std::copy(base.begin(), base.end(), centre_out);
   r.waited_s = steady_seconds() - t0;
+  r.waited_cpu_s = thread_cpu_seconds() - cpu0;
   return r;
 }
 
@@ -273,8 +284,8 @@ AsyncCentre::AsyncCentre(const Communicator& leaders, const float* initial, size
   m.leaders.allreduce_sum(std::span<double>(all));
   m.shares = all;
   m.base.assign(initial, initial + n);
-  m.lo = first_of(n, m.nodes, m.node);
-  m.hi = first_of(n, m.nodes, m.node + 1);
+  m.lo = async_shard_first(n, m.nodes, m.node);
+  m.hi = async_shard_first(n, m.nodes, m.node + 1);
   m.x.assign(initial + m.lo, initial + m.hi);
   m.b.assign(m.hi - m.lo, 0.0f);
   m.acc.assign(m.hi - m.lo, 0.0f);
@@ -330,7 +341,7 @@ AsyncCentreState AsyncCentre::state() {
   s.accumulated.resize(m.n);
   size_t at = 0;
   for (int shard = 0; shard < m.nodes; ++shard) {
-    const size_t a = first_of(m.n, m.nodes, shard), z = first_of(m.n, m.nodes, shard + 1);
+    const size_t a = async_shard_first(m.n, m.nodes, shard), z = async_shard_first(m.n, m.nodes, shard + 1);
     for (auto* v : {&s.centre, &s.momentum, &s.accumulated})
       for (size_t i = a; i < z; ++i) {
         std::memcpy(&(*v)[i], whole.data() + at, sizeof(float));

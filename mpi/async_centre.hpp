@@ -63,6 +63,7 @@ struct PushResult {
   int64_t outer_steps = 0;
   int64_t slowest_pushes = 0;
   double waited_s = 0;  // from the push to the last shard's answer
+  double waited_cpu_s = 0;  // the CPU seconds the calling thread spent in that time (its looks)
 };
 
 // The whole state, for checkpoints: every shard's values gathered in order, and the counters

@@ -22,6 +22,7 @@ struct AsyncOuterStats {
   int64_t staleness_max = 0;
   double staleness_sum = 0;
   double wait_s = 0;
+  double wait_cpu_s = 0;   // the CPU seconds the leader's thread spent in those waits (its looks)
   double serve_cpu_s = 0;  // the CPU seconds of the thread serving the node's shard of the centre
 };
 

@@ -427,6 +427,7 @@ class Outer final : public SyncAlgorithm {
         m_stats.staleness_sum += static_cast<double>(r.staleness);
       }
       m_stats.wait_s += r.waited_s;
+      m_stats.wait_cpu_s += r.waited_cpu_s;
       m_stats.serve_cpu_s = m_centre_service->serve_cpu_seconds();
     }
     if (kind == Push::final_steps || kind == Push::final_only) m_finished = true;

@@ -24,7 +24,9 @@
 // A node's samples are a stream: each epoch appends the sampler's list for the epoch, each
 // trained step takes its batches from the front. The samples of the steps a node let pass
 // stay at the front for its next epoch (carried): nothing is lost, and a node that is slow
-// for good trains its stream later than the others train theirs.
+// for good trains its stream later than the others train theirs. Nor does the run train fewer
+// samples: it goes on past its planned steps until the job has trained its epochs' samples
+// (step_plan.hpp, fit_end_to_samples).
 #include <cstddef>
 #include <cstdint>
 #include <vector>

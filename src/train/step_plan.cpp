@@ -43,6 +43,21 @@ void replan(StepPlan& p, int learners, int64_t step, EpochPosition at) {
   p.epochs = at.epoch + (after_this_epoch + p.steps_per_epoch - 1) / p.steps_per_epoch;
 }
 
+SampleEnd fit_end_to_samples(StepPlan& p, int64_t step, EpochPosition at, int64_t samples_done) {
+  if (p.max_steps > 0 || p.steps_per_epoch < 1) return SampleEnd::none;
+  if (samples_done >= p.schedule_steps * p.schedule_step_samples) {
+    if (step >= p.total_steps) return SampleEnd::none;
+    p.total_steps = step;
+    p.epochs = at.epoch;
+    return SampleEnd::ended;
+  }
+  if (step < p.total_steps) return SampleEnd::none;
+  const bool in_epoch = epoch_has_step(p, at.used);
+  p.epochs = at.epoch + (in_epoch ? 0 : 1);
+  p.total_steps = step + (in_epoch ? (p.batches_per_epoch - at.used) / p.learners : p.steps_per_epoch);
+  return SampleEnd::extended;
+}
+
 int64_t schedule_step(const StepPlan& p, int64_t samples_done) {
   return std::min(samples_done / std::max<int64_t>(1, p.schedule_step_samples), p.schedule_steps - 1);
 }

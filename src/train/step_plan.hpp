@@ -51,6 +51,16 @@ StepPlan plan_steps(int64_t batches_per_epoch, int learners, int ranks, int64_t 
 // comes first (max_steps alone: after max_steps steps), and the epoch count follows.
 void replan(StepPlan& plan, int learners, int64_t step, EpochPosition at);
 
+// A run whose steps may train fewer samples than they take from the clock (train.epoch_quorum
+// < 1: a node lets steps pass, pace.hpp) trains the samples its plan holds, the schedule's frame
+// (schedule_steps x schedule_step_samples), however many steps that takes. After step `step`, at
+// `at`, with `samples_done` trained over the job: once they are trained the run ends at this step
+// (`ended`: it had more planned); where its planned steps ran out before that, it goes on to the
+// end of the epoch it is in, or through one more (`extended`). Only where train.max_steps is 0:
+// max_steps is a count of steps, and a run of it ends there.
+enum class SampleEnd { none, ended, extended };
+SampleEnd fit_end_to_samples(StepPlan& plan, int64_t step, EpochPosition at, int64_t samples_done);
+
 // The schedule's 0-based step for a run that has trained `samples_done` samples over the job.
 int64_t schedule_step(const StepPlan& plan, int64_t samples_done);
 

@@ -108,6 +108,7 @@ TrainResult TrainingRun::run() {
     restore(*m_checkpoint, m_checkpoint_state);
     m_checkpoint.reset();
   }
+  if (m_pace.on) fit_paced_end();  // a paced run resumed past its planned steps goes on
   if (m_pos.step >= m_data.plan.total_steps || m_target) return already_complete();
   mpi::run_agreed(m_world, [&] { m_trace = SampleTrace::from_env(m_rank, m_pos.attempt); });
   m_feed = std::make_unique<BatchFeed>(*m_device.loader, m_device.augment, m_spatial.tile_sample(m_data.train->info().sample),
@@ -168,6 +169,7 @@ void TrainingRun::train() {
       // The last step: the job synchronises once more (the streamed outer step in flight, the
       // final outer step, local-sgd's average, sma's centre), so that the final evaluation and
       // the model hold every step.
+      if (m_pace.on) fit_paced_end();  // the run ends when it has trained its samples
       if (m_pos.step == plan.total_steps) m_device.group->complete();
       if (eval_after_step(plan, m_cfg.train.eval_every_steps, m_pos.step)) {
         evaluate(epoch);
@@ -272,7 +274,8 @@ void TrainingRun::train_step(int64_t epoch, int64_t used) {
   m_feed->release_step();
   ++m_pos.step;
   m_pos.at = {epoch, used};
-  m_pos.samples_done += step_samples();
+  // A paced step counts the samples the job trained in it (nodes may let it pass).
+  m_pos.samples_done += m_pace.on ? m_pace.step_trained : step_samples();
   log_step(epoch, lr, losses, step_time.seconds());
 }
 

@@ -312,6 +312,7 @@ TrainResult TrainingRun::finish() {
                                  {"staleness_max", a.staleness_max},
                                  {"staleness_mean", a.pushes > 0 ? a.staleness_sum / static_cast<double>(a.pushes) : 0.0},
                                  {"wait_s", a.wait_s},
+                                 {"wait_cpu_s", a.wait_cpu_s},
                                  {"serve_cpu_s", a.serve_cpu_s}};
     // Every node's (gather_pace_records): its leader's pushes, staleness, waits and the CPU
     // seconds of its shard's thread.
@@ -319,9 +320,13 @@ TrainResult TrainingRun::finish() {
   }
   if (m_pace.on) {
     // Rounds fitted to speed: each node's steps trained and let pass over the run, its seconds
-    // per trained step (this attempt's mean, its slowest rank's), and the samples the slower
-    // nodes had not reached when it ended.
+    // per trained step (this attempt's mean, its slowest rank's), the samples the slower nodes
+    // had not reached when it ended, and the steps the run had planned and trained over the job
+    // (it goes on past the plan until it has trained its samples: fit_paced_end).
     s.parallel["pace"] = {{"epoch_quorum", m_cfg.train.epoch_quorum},
+                          {"planned_steps", m_pace.planned_steps},
+                          {"steps", m_data.plan.total_steps},
+                          {"samples_trained", m_pos.samples_done},
                           {"node_trained_steps", m_pace.node_trained},
                           {"node_idle_steps", m_pace.node_idle},
                           {"node_step_seconds", m_pace.node_step_s},

@@ -94,10 +94,20 @@ bool TrainingRun::round_step(int64_t epoch, int64_t used) {
   const double lr = lr_at_samples(m_pos.samples_done);
   const parallel::RoundSpot spot = m_device.group->round_spot(m_pos.step, static_cast<float>(lr));
   if (m_pace.on && (spot.position == 0 || m_pace.round_steps < 0)) {
-    m_pace.round_steps = spot.length;
+    m_pace.round_fit.assign(static_cast<size_t>(m_pace.nodes), spot.length);
     if (!m_pace.node_seconds.empty())
-      m_pace.round_steps = fit_round_steps(m_pace.node_seconds, m_pace.node_ranks, spot.length,
-                                           m_cfg.train.epoch_quorum)[static_cast<size_t>(m_topo.node())];
+      m_pace.round_fit =
+          fit_round_steps(m_pace.node_seconds, m_pace.node_ranks, spot.length, m_cfg.train.epoch_quorum);
+    m_pace.round_steps = m_pace.round_fit[static_cast<size_t>(m_topo.node())];
+  }
+  if (m_pace.on) {
+    // The samples the job trains in this step: those of the nodes whose fitted steps it is in.
+    // Every rank fits every node's round from the same agreed seconds, so every rank counts the
+    // same, and the learning rate and the run's end (fit_paced_end) fall alike everywhere.
+    int64_t ranks = 0;
+    for (size_t n = 0; n < m_pace.round_fit.size(); ++n)
+      if (spot.position < m_pace.round_fit[n]) ranks += m_pace.node_ranks[n];
+    m_pace.step_trained = step_samples() * ranks / m_ranks;
   }
   if (m_pace.on && spot.position >= m_pace.round_steps) {
     idle_step(epoch, used, lr);
@@ -129,11 +139,30 @@ void TrainingRun::idle_step(int64_t epoch, int64_t used, double lr) {
   m_steady.step_ended(steady_seconds(), 0);
   ++m_pos.step;
   m_pos.at = {epoch, used};
-  m_pos.samples_done += step_samples();
+  m_pos.samples_done += m_pace.step_trained;
   m_pace.carried += m_data.plan.learners * m_cfg.train.batch_size;
   ++m_pace.idle_steps;
   ++m_pace.epoch_idle;
   log_step(epoch, lr, {}, 0.0);
+}
+
+// A paced run trains the samples of its plan, train.epochs of the training set over the job: a
+// node that lets steps pass trains fewer than the clock's steps take, so the run goes on past its
+// planned steps, into epochs after train.epochs, until the job has trained them, and ends at the
+// step at which it has (step_plan.hpp, fit_end_to_samples). The learning rate follows the samples
+// trained, so its schedule ends there too. train.max_steps keeps its count of steps.
+void TrainingRun::fit_paced_end() {
+  if (m_pace.planned_steps == 0) m_pace.planned_steps = m_data.plan.total_steps;
+  const StepPlan& p = m_data.plan;
+  const int64_t was = p.total_steps;
+  if (fit_end_to_samples(m_data.plan, m_pos.step, m_pos.at, m_pos.samples_done) != SampleEnd::extended || !m_root)
+    return;
+  const int64_t planned = p.schedule_steps * p.schedule_step_samples;
+  if (was == m_pace.planned_steps)
+    log::info("the run's " + std::to_string(m_pace.planned_steps) + " planned steps trained " +
+              std::to_string(m_pos.samples_done) + " of its " + std::to_string(planned) +
+              " samples over the job (train.epoch_quorum: slower nodes let steps pass): it goes on into epoch " +
+              std::to_string(p.epochs) + " until it has trained them all");
 }
 
 // The epoch's end: the stream keeps only the samples carried (the epoch's own leftover, fewer
@@ -163,6 +192,7 @@ void TrainingRun::gather_pace_records() {
                                {"staleness_max", a.staleness_max},
                                {"staleness_mean", a.pushes > 0 ? a.staleness_sum / static_cast<double>(a.pushes) : 0.0},
                                {"wait_s", a.wait_s},
+                               {"wait_cpu_s", a.wait_cpu_s},
                                {"serve_cpu_s", a.serve_cpu_s},
                                {"step_s", m_pace.attempt_trained > 0
                                               ? m_pace.attempt_trained_s / static_cast<double>(m_pace.attempt_trained)

@@ -65,6 +65,8 @@ class TrainingRun {
   void start_paced_epoch(int64_t epoch, int64_t used, bool first);
   // `ended`: the epoch's steps are all taken (not a stop or a target inside it).
   void end_paced_epoch(int64_t epoch, bool ended);
+  // After a step or a resume: the run's end where it trains its samples (fit_end_to_samples).
+  void fit_paced_end();
   std::vector<int64_t> sampler_list(int64_t epoch, int64_t from) const;
   void gather_pace_records();
   // `final_model`: the evaluation after the synchronisation that follows a target reached
@@ -184,6 +186,9 @@ class TrainingRun {
     std::vector<int64_t> node_ranks;   // ranks per node (the quorum's weights)
     int nodes = 1;
     int64_t round_steps = -1;     // the steps this node trains in the current round (-1: not fitted yet)
+    std::vector<int64_t> round_fit;  // every node's (the same on every rank: agreed seconds)
+    int64_t step_trained = 0;     // the samples the job trains in the current step (round_fit's)
+    int64_t planned_steps = 0;    // the plan's steps before the run went on to train its samples
     StepTimes step_times;         // this rank's seconds per trained step, its last ones
     SampleStream stream;          // this rank's samples not yet trained (carried first)
     int64_t carried = 0;          // of them, the ones carried: the clock's batches not trained

@@ -80,6 +80,11 @@ TEST_CASE("asynchronous outer bounded at staleness 0 trains as synchronous outer
   // Node 0's shard thread served 12 pushes of each node: it used some CPU time, and less than
   // the run's wall time.
   CHECK(s.at("serve_cpu_s").get<double>() > 0);
+  // The leader's own thread's CPU seconds in its waits for the answers: of one thread, so no
+  // more than the waits' wall seconds (give or take the microseconds between the two clocks'
+  // readings, a dozen pushes' worth).
+  CHECK(s.at("wait_cpu_s").get<double>() >= 0);
+  CHECK(s.at("wait_cpu_s").get<double>() <= s.at("wait_s").get<double>() + 0.01);
   CHECK_FALSE(read_json(fs::path(sync) / "summary.json").at("parallel").contains("outer_async"));
 }
 

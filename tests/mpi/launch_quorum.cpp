@@ -2,7 +2,8 @@
 // slower (SQUALL_PACE_SECONDS fits its rounds as a measured straggler's would be, on any machine)
 // trains half of each round, and the samples it did not reach are trained at the front of its
 // next epoch: counted sample by sample (SQUALL_TRACE_SAMPLES), through a crash and resume, under
-// synchronous and asynchronous outer steps.
+// synchronous and asynchronous outer steps. The run goes on past its planned steps until the job
+// has trained its epochs' samples.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -32,6 +33,9 @@ namespace {
 
 const std::string k_configs = std::string(SQUALL_SOURCE_DIR) + "/configs/";
 constexpr int64_t k_samples = 2048, k_batch = 64, k_steps_per_epoch = k_samples / 2 / k_batch;  // 16
+// 3 epochs plan 48 steps of 128 samples; with node 1 training half of each round the job trains
+// 96 samples a step, so the run takes one epoch more, 64 steps, to train those 6144.
+constexpr int64_t k_planned_steps = 3 * k_steps_per_epoch, k_steps = 4 * k_steps_per_epoch;
 
 // LeNet-5 under outer on 2 ranks as 2 (emulated) nodes, rounds of 4 steps, node 1 twice as slow
 // as node 0 and a quorum of 0.5: node 1 trains 2 steps of each round.
@@ -91,23 +95,33 @@ void check_every_sample_once(const Trace& fast, const Trace& slow) {
     CHECK((step - 1) % 4 < 2);
     ++slow_steps;
   }
-  CHECK(slow_steps == 3 * k_steps_per_epoch / 2);
-  CHECK(std::ssize(fast) == 3 * k_steps_per_epoch);
+  CHECK(slow_steps == k_steps / 2);
+  CHECK(std::ssize(fast) == k_steps);
 }
 
 void check_records(const std::string& dir) {
   const json pace = read_json(fs::path(dir) / "summary.json").at("parallel").at("pace");
   CHECK(pace.at("epoch_quorum") == 0.5);
-  CHECK(pace.at("node_trained_steps") == json::array({48, 24}));
-  CHECK(pace.at("node_idle_steps") == json::array({0, 24}));
+  CHECK(pace.at("node_trained_steps") == json::array({k_steps, k_steps / 2}));
+  CHECK(pace.at("node_idle_steps") == json::array({0, k_steps / 2}));
+  CHECK(pace.at("planned_steps") == k_planned_steps);
+  CHECK(pace.at("steps") == k_steps);
+  CHECK(pace.at("samples_trained") == k_planned_steps * 2 * k_batch);
   // Both nodes' measured seconds per trained step (the forced paces fit the rounds, not these).
   REQUIRE(pace.at("node_step_seconds").size() == 2);
   for (const json& t : pace.at("node_step_seconds")) CHECK(t.get<double>() > 0);
   // Node 1 falls half an epoch of its share behind every epoch: 8 steps of 64 samples.
-  CHECK(pace.at("carried_samples").get<int64_t>() == 3 * 8 * k_batch);
+  CHECK(pace.at("carried_samples").get<int64_t>() == 4 * 8 * k_batch);
   const std::vector<json> epochs = read_records(fs::path(dir) / "metrics.jsonl", "pace");
-  REQUIRE(epochs.size() >= 3);
-  CHECK(epochs.back().at("carried_samples").get<int64_t>() == 3 * 8 * k_batch);
+  REQUIRE(epochs.size() >= 4);
+  CHECK(epochs.back().at("epoch") == 4);
+  CHECK(epochs.back().at("carried_samples").get<int64_t>() == 4 * 8 * k_batch);
+  // The learning rate's schedule and the evaluations follow the samples trained: the last
+  // evaluation is after step 64, at 3 epochs of samples.
+  const std::vector<json> evals = read_records(fs::path(dir) / "metrics.jsonl", "eval");
+  REQUIRE(!evals.empty());
+  CHECK(evals.back().at("step") == k_steps);
+  CHECK(evals.back().at("epochs_done").get<double>() == Approx(3.0));
 }
 
 }  // namespace
@@ -123,13 +137,14 @@ TEST_CASE("with a quorum of 0.5 a node at half speed trains half of each round a
       INFO(output_tail(r));
       REQUIRE(r.exit_code == 0);
       CHECK((r.out + r.err).find("samples the slower nodes did not reach are carried") != std::string::npos);
+      CHECK((r.out + r.err).find("it goes on into epoch 4 until it has trained them all") != std::string::npos);
       check_every_sample_once(read_trace(fs::path(trace) / "rank-0.txt"), read_trace(fs::path(trace) / "rank-1.txt"));
       check_records(dir);
     }
   }
 }
 
-TEST_CASE("a paced run killed after a checkpoint resumes with the samples its slow node carried",
+TEST_CASE("a paced run killed after a checkpoint resumes with the samples its slow node carried, inside its plan and past it",
           "[launch][outer][quorum]") {
   TempDir t("squall-quorum-resume");
   const std::string dir = t.file("run"), trace = t.file("trace");
@@ -140,9 +155,18 @@ TEST_CASE("a paced run killed after a checkpoint resumes with the samples its sl
   const auto a = run_command("SQUALL_FAIL_AT=1:21:kill " + job(dir, trace, extra));
   INFO(output_tail(a));
   REQUIRE(a.exit_code != 0);
-  const auto b = run_command(job(dir, trace, extra + " --resume auto"));
+  // The resumed run is killed again at step 57, past the 48 planned steps: its checkpoint of
+  // step 54 is inside epoch 4, which the run added to train its samples.
+  const auto b = run_command("SQUALL_FAIL_AT=1:57:kill " + job(dir, trace, extra + " --resume auto"));
   INFO(output_tail(b));
-  REQUIRE(b.exit_code == 0);
+  REQUIRE(b.exit_code != 0);
+  REQUIRE(fs::exists(fs::path(dir) / "checkpoints" / "step-00000054"));
+  // A resume there goes on to the step at which the samples are trained, not "already complete".
+  const auto c = run_command(job(dir, trace, extra + " --resume auto"));
+  INFO(output_tail(c));
+  REQUIRE(c.exit_code == 0);
+  CHECK((c.out + c.err).find("the run is complete") == std::string::npos);
+  CHECK((c.out + c.err).find("resuming from") != std::string::npos);
   check_every_sample_once(read_trace(fs::path(trace) / "rank-0.txt"), read_trace(fs::path(trace) / "rank-1.txt"));
   check_records(dir);
 }

@@ -267,3 +267,69 @@ TEST_CASE("elastic.batch under outer: the inner steps' rate follows a node's bat
   CHECK(update_batch(UpdateBatch::node, 32, 1, 5, 3) == Approx(160.0 / 3.0));
   CHECK(elastic_batch(false, four, 32, 5, 3, outer, false).lr_factor == Approx((160.0 / 3.0) / 64.0));
 }
+
+// The loop of a paced run (train.epoch_quorum < 1): each step trains `trained(step)` samples of
+// the job's step_samples, and the run's end follows the samples trained (fit_end_to_samples).
+struct PacedWalk {
+  int64_t steps = 0, last_epoch = 0, samples = 0;
+};
+template <typename Trained>
+PacedWalk paced_walk(StepPlan plan, Trained trained) {
+  PacedWalk w;
+  for (int64_t epoch = 1; epoch <= plan.epochs && w.steps < plan.total_steps; ++epoch) {
+    int64_t used = 0;
+    w.last_epoch = epoch;
+    while (epoch_has_step(plan, used) && w.steps < plan.total_steps) {
+      used += plan.learners;
+      ++w.steps;
+      w.samples += trained(w.steps);
+      fit_end_to_samples(plan, w.steps, {epoch, used}, w.samples);
+    }
+  }
+  return w;
+}
+
+TEST_CASE("a paced run trains its epochs' samples, however many steps of the clock that takes", "[step_plan][pace]") {
+  const StepPlan p = plan_steps(16, 1, 2, 64, 3, 0);  // 2 ranks of 16 batches an epoch: 48 steps of 128 samples
+  REQUIRE(p.total_steps == 48);
+  // Every step trains its samples: the plan as it was.
+  const PacedWalk whole = paced_walk(p, [](int64_t) { return 128; });
+  CHECK(whole.steps == 48);
+  CHECK(whole.last_epoch == 3);
+  // One of the two ranks trains 2 steps of each 4 (tests/mpi/launch_quorum.cpp's job): 96
+  // samples a step, so 16 steps more, one epoch.
+  const PacedWalk half = paced_walk(p, [](int64_t s) { return (s - 1) % 4 < 2 ? 128 : 64; });
+  CHECK(half.steps == 64);
+  CHECK(half.last_epoch == 4);
+  CHECK(half.samples == 48 * 128);
+  // Ending inside the added epoch: a rank trains 1 step of each 4 (80 samples a step, 77 steps),
+  // and the run ends at the step at which the samples are trained, not at its epoch's end.
+  const PacedWalk quarter = paced_walk(p, [](int64_t s) { return (s - 1) % 4 < 1 ? 128 : 64; });
+  CHECK(quarter.steps == 77);
+  CHECK(quarter.last_epoch == 5);
+  CHECK(quarter.samples == 19 * 320 + 128);  // 19 rounds of 320 samples fall short of 6144
+}
+
+TEST_CASE("fit_end_to_samples ends, extends or leaves a plan", "[step_plan][pace]") {
+  StepPlan p = plan_steps(10, 1, 1, 8, 2, 0);  // 20 steps of 8 samples
+  // Inside the plan, samples short: nothing to change.
+  CHECK(fit_end_to_samples(p, 12, {2, 2}, 80) == SampleEnd::none);
+  // The planned steps ran out at an epoch's end with 40 samples to go: one epoch more.
+  CHECK(fit_end_to_samples(p, 20, {2, 10}, 120) == SampleEnd::extended);
+  CHECK(p.total_steps == 30);
+  CHECK(p.epochs == 3);
+  // The samples trained inside it: the run ends there.
+  CHECK(fit_end_to_samples(p, 26, {3, 6}, 160) == SampleEnd::ended);
+  CHECK(p.total_steps == 26);
+  CHECK(p.epochs == 3);
+  CHECK(fit_end_to_samples(p, 26, {3, 6}, 160) == SampleEnd::none);
+  // A resume inside an epoch the plan no longer holds (the run's own added one): to its end.
+  StepPlan q = plan_steps(10, 1, 1, 8, 2, 0);
+  CHECK(fit_end_to_samples(q, 23, {3, 3}, 130) == SampleEnd::extended);
+  CHECK(q.total_steps == 30);
+  CHECK(q.epochs == 3);
+  // train.max_steps is a count of steps: its run ends there, whatever it trained.
+  StepPlan m = plan_steps(10, 1, 1, 8, 0, 20);
+  CHECK(fit_end_to_samples(m, 20, {2, 10}, 100) == SampleEnd::none);
+  CHECK(m.total_steps == 20);
+}
