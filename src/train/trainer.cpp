@@ -166,10 +166,10 @@ void TrainingRun::train() {
         round_end = round_step(epoch, used);
       else
         train_step(epoch, used);
+      if (m_pace.on) fit_paced_end();  // the run ends when it has trained its samples
       // The last step: the job synchronises once more (the streamed outer step in flight, the
       // final outer step, local-sgd's average, sma's centre), so that the final evaluation and
       // the model hold every step.
-      if (m_pace.on) fit_paced_end();  // the run ends when it has trained its samples
       if (m_pos.step == plan.total_steps) m_device.group->complete();
       if (eval_after_step(plan, m_cfg.train.eval_every_steps, m_pos.step)) {
         evaluate(epoch);

@@ -93,14 +93,13 @@ void TrainingRun::start_paced_epoch(int64_t epoch, int64_t used, bool first) {
 bool TrainingRun::round_step(int64_t epoch, int64_t used) {
   const double lr = lr_at_samples(m_pos.samples_done);
   const parallel::RoundSpot spot = m_device.group->round_spot(m_pos.step, static_cast<float>(lr));
-  if (m_pace.on && (spot.position == 0 || m_pace.round_steps < 0)) {
-    m_pace.round_fit.assign(static_cast<size_t>(m_pace.nodes), spot.length);
-    if (!m_pace.node_seconds.empty())
-      m_pace.round_fit =
-          fit_round_steps(m_pace.node_seconds, m_pace.node_ranks, spot.length, m_cfg.train.epoch_quorum);
-    m_pace.round_steps = m_pace.round_fit[static_cast<size_t>(m_topo.node())];
-  }
   if (m_pace.on) {
+    if (spot.position == 0 || m_pace.round_fit.empty()) {
+      m_pace.round_fit.assign(static_cast<size_t>(m_pace.nodes), spot.length);
+      if (!m_pace.node_seconds.empty())
+        m_pace.round_fit =
+            fit_round_steps(m_pace.node_seconds, m_pace.node_ranks, spot.length, m_cfg.train.epoch_quorum);
+    }
     // The samples the job trains in this step: those of the nodes whose fitted steps it is in.
     // Every rank fits every node's round from the same agreed seconds, so every rank counts the
     // same, and the learning rate and the run's end (fit_paced_end) fall alike everywhere.
@@ -109,7 +108,7 @@ bool TrainingRun::round_step(int64_t epoch, int64_t used) {
       if (spot.position < m_pace.round_fit[n]) ranks += m_pace.node_ranks[n];
     m_pace.step_trained = step_samples() * ranks / m_ranks;
   }
-  if (m_pace.on && spot.position >= m_pace.round_steps) {
+  if (m_pace.on && spot.position >= m_pace.round_fit[static_cast<size_t>(m_topo.node())]) {
     idle_step(epoch, used, lr);
   } else {
     const Stopwatch t;

@@ -185,8 +185,9 @@ class TrainingRun {
     std::vector<double> node_seconds;  // the latest agreed seconds per trained step, per node
     std::vector<int64_t> node_ranks;   // ranks per node (the quorum's weights)
     int nodes = 1;
-    int64_t round_steps = -1;     // the steps this node trains in the current round (-1: not fitted yet)
-    std::vector<int64_t> round_fit;  // every node's (the same on every rank: agreed seconds)
+    // The steps each node trains in the current round (empty: not fitted yet), the same on every
+    // rank: fitted from the agreed seconds.
+    std::vector<int64_t> round_fit;
     int64_t step_trained = 0;     // the samples the job trains in the current step (round_fit's)
     int64_t planned_steps = 0;    // the plan's steps before the run went on to train its samples
     StepTimes step_times;         // this rank's seconds per trained step, its last ones
