@@ -408,13 +408,17 @@ print(f"{two:.3f} {one:.3f} {two / one:.2f} {share:.2f}")'
       fail "node 2 was throttled in ${throttled:-?} of ${periods:-?} periods"
     cg=$(sed -n 's/^node 2: cgroup //p' <<<"$stat")
     [[ -d $cg ]] || fail "no cgroup $cg for node 2"
-    # Lifted: the loop takes as long on both nodes, and the cgroup is gone.
+    # Lifted: the cgroup is gone and node 2's loop has a whole core while it runs. What is
+    # asserted is the share of a core (CPU time over wall time), which the quota sets; the
+    # ratio of the two nodes' times is only printed: it is the machine's speed from one run to
+    # the next, and on a shared 2-core machine the same loop took 0.245 s of CPU on node 1 and
+    # 0.391 s on node 2 with both unslowed (a share of 1.00 on node 2).
     "$cluster" slow "$name" 2 none
     [[ ! -e $cg ]] || fail "slow none left $cg"
     read -r slow free lifted share <<<"$(ratio 3)"
     echo "node 2 no longer slowed: $slow s there (a core's $share), $free s on node 1: $lifted times as long"
-    "$python" -c "import sys; sys.exit(0 if 0.67 <= $lifted <= 1.5 else 1)" ||
-      fail "after slow none node 2 ran the loop $lifted times as long as node 1"
+    "$python" -c "import sys; sys.exit(0 if $share >= 0.8 else 1)" ||
+      fail "after slow none the loop on node 2 had $share of a core (a whole core expected, 0.8 or more)"
     # A process already running on the node when it is slowed is moved into the cgroup.
     "$cluster" exec "$name" 2 -- sleep 60 &
     sleeper=$!
