@@ -136,8 +136,20 @@ case $test in
     command -v slurmctld >/dev/null && command -v slurmd >/dev/null ||
       { echo "SKIP: slurmctld/slurmd are not installed (scripts/install-deps installs them)"; exit 77; }
     "$cluster" up "$name" --nodes 2 --slurm
-    "$cluster" srun "$name" -N2 -n4 --mpi=pmix "$squall" info --json >"$work/info.json" ||
+    # A rank that died of SIGSEGV inside MPI_Init (docs/jobs.md, "Known problems": Open MPI's
+    # start-up, not squall) is shown and launched once more, visibly (RETRY:), as in tests/slurm.
+    for attempt in 1 2; do
+      "$cluster" srun "$name" -N2 -n4 --mpi=pmix --kill-on-bad-exit=1 "$squall" info --json >"$work/info.json" \
+        2>"$work/info.err" && break
+      if [[ $attempt -eq 1 ]] && grep -q "Segmentation fault" "$work/info.err" &&
+         grep -q "Failing at address: (nil)" "$work/info.err"; then
+        echo "RETRY: a rank of srun -N2 -n4 --mpi=pmix squall info died of SIGSEGV at address 0; its errors:"
+        tail -n 15 "$work/info.err"
+        continue
+      fi
+      cat "$work/info.err" >&2
       fail "srun -N2 -n4 --mpi=pmix squall info failed"
+    done
     [[ $(json "$work/info.json" 'd["world_size"]') == 4 ]] || fail "srun: world_size is not 4"
     [[ $(json "$work/info.json" 'd["nodes"]') == 2 ]] || fail "srun: nodes is not 2"
     echo "ok: srun -N2 -n4 --mpi=pmix: 4 ranks on 2 nodes"
