@@ -431,6 +431,9 @@ print(f"{two:.3f} {one:.3f} {two / one:.2f} {share:.2f}")'
     echo "node 2 no longer slowed: $slow s there (a core's $share), $free s on node 1: $lifted times as long"
     "$python" -c "import sys; sys.exit(0 if $share >= 0.8 else 1)" ||
       fail "after slow none the loop on node 2 had $share of a core (a whole core expected, 0.8 or more)"
+    # And lifting made node 2 faster against node 1 than it was slowed, in this run's own times.
+    "$python" -c "import sys; sys.exit(0 if $lifted < $slowed else 1)" ||
+      fail "after slow none node 2 ran the loop $lifted times as long as node 1, slowed $slowed times"
     # A process already running on the node when it is slowed is moved into the cgroup.
     "$cluster" exec "$name" 2 -- sleep 60 &
     sleeper=$!
